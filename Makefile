@@ -1,0 +1,125 @@
+# GPT-2 training and inference in C++/CUDA.
+#   make train_gpt2cu        the GPU trainer            make test   CPU tests (+ GPU tests when a GPU is visible)
+#   make test_gpt2cu         the GPU reference test     make clean
+#   make -C dev/cuda NAME    a standalone kernel program
+# Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+CXX ?= g++
+NVCC ?= nvcc
+PRECISION ?= BF16
+DATA_MIRROR ?= ../shared/data
+
+# ---------------------------------------------------------------- host compiler
+CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I.
+OPENMP_OK := $(shell echo 'int main(){return 0;}' | $(CXX) -fopenmp -x c++ - -o /dev/null 2>/dev/null && echo 1)
+ifeq ($(OPENMP_OK),1)
+  OPENMP_FLAGS := -fopenmp
+else
+  $(info note: OpenMP not available, CPU reference runs single-threaded)
+endif
+CXXFLAGS := $(CXXFLAGS_COMMON) $(OPENMP_FLAGS)
+
+GTEST_LIBS := -lgtest -lgtest_main -pthread
+
+# ---------------------------------------------------------------- GPU compiler
+NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
+GPU_VISIBLE := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo 1)
+ifeq ($(GPU_COMPUTE_CAPABILITY),)
+  ifeq ($(GPU_VISIBLE),1)
+    GPU_COMPUTE_CAPABILITY := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '. ')
+  else
+    GPU_COMPUTE_CAPABILITY := 90
+    ifneq ($(NVCC_FOUND),)
+      $(info note: no GPU visible, CUDA code is built for sm_90 (set GPU_COMPUTE_CAPABILITY to change))
+    endif
+  endif
+endif
+ifeq ($(NVCC_FOUND),)
+  $(info note: nvcc not found, GPU programs are skipped)
+endif
+ifneq ($(GPU_VISIBLE),1)
+  $(info note: no GPU visible, GPU tests are skipped)
+endif
+
+ifeq ($(PRECISION),BF16)
+  PRECISION_FLAG := -DENABLE_BF16
+else ifeq ($(PRECISION),FP32)
+  PRECISION_FLAG := -DENABLE_FP32
+else
+  $(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
+endif
+
+NVCC_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=sm_$(GPU_COMPUTE_CAPABILITY)
+NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math --expt-relaxed-constexpr $(NVCC_ARCH) $(PRECISION_FLAG) \
+             -Xcompiler "-Wall -Wextra -Wno-unused-parameter $(OPENMP_FLAGS)" --Werror all-warnings
+NVCC_LIBS := -lcublas -lcublasLt
+
+# Multi-GPU: NCCL (from the CUDA install or the pip package nvidia.nccl) and, optionally, MPI for launch.
+NCCL_DIR ?= $(shell python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)
+ifeq ($(NO_MULTI_GPU),1)
+  $(info note: multi-GPU disabled (NO_MULTI_GPU=1))
+else ifneq ($(wildcard $(NCCL_DIR)/include/nccl.h),)
+  NVCCFLAGS += -DMULTI_GPU -I$(NCCL_DIR)/include
+  NVCC_LIBS += -L$(NCCL_DIR)/lib -Xlinker -rpath,$(NCCL_DIR)/lib -l:libnccl.so.2
+else ifneq ($(shell echo '\#include <nccl.h>' | $(CXX) -E -x c++ -I/usr/local/cuda/include - >/dev/null 2>&1 && echo 1),)
+  NVCCFLAGS += -DMULTI_GPU
+  NVCC_LIBS += -lnccl
+else
+  $(info note: NCCL not found, building single-GPU only)
+endif
+MPI_CXX := $(shell command -v mpicxx 2>/dev/null)
+ifneq ($(MPI_CXX),)
+  NVCCFLAGS += -DUSE_MPI $(shell mpicxx --showme:compile 2>/dev/null)
+  NVCC_LIBS += $(shell mpicxx --showme:link 2>/dev/null)
+else
+  $(info note: MPI not found, multi-GPU runs use the file-system rendezvous (no mpirun))
+endif
+
+# ---------------------------------------------------------------- sources
+LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
+
+# ---------------------------------------------------------------- CPU programs and tests
+CPU_TESTS := test_gpt2 tests/unit_tests
+TOOLS :=
+
+test_gpt2: test_gpt2.cpp $(LLMC_HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@ -lm
+
+UNIT_TEST_SOURCES := $(wildcard tests/test_*.cpp)
+tests/unit_tests: $(UNIT_TEST_SOURCES) $(LLMC_HEADERS)
+	$(CXX) $(CXXFLAGS) $(UNIT_TEST_SOURCES) -o $@ $(GTEST_LIBS) -lm
+
+# ---------------------------------------------------------------- GPU programs
+GPU_PROGRAMS := train_gpt2cu test_gpt2cu
+
+train_gpt2cu: train_gpt2.cu $(LLMC_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
+test_gpt2cu: test_gpt2.cu $(LLMC_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
+# ---------------------------------------------------------------- aggregate targets
+ifneq ($(NVCC_FOUND),)
+all: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS)
+else
+all: $(CPU_TESTS) $(TOOLS)
+endif
+
+# `make test`: CPU tests everywhere, GPU tests when a GPU is visible; ends with "N passed, N failed".
+ifeq ($(GPU_VISIBLE),1)
+test: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS)
+	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 PRECISION=$(PRECISION) bash tests/run_tests.sh
+else
+test: $(CPU_TESTS) $(TOOLS)
+	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 PRECISION=$(PRECISION) bash tests/run_tests.sh
+endif
+check: test
+
+clean:
+	rm -f test_gpt2 tests/unit_tests $(TOOLS) $(GPU_PROGRAMS) *.o
+	$(MAKE) -C dev/cuda clean 2>/dev/null || true
+
+.PHONY: all test check clean

@@ -1,0 +1,125 @@
+// Host-side helpers shared by every program and test: errors that name the file,
+// checked stdio, and atomic writes (temporary file + rename).
+// Readers throw FileError so tests can inspect the message; programs catch it in main,
+// print the one line, and exit non-zero.
+#pragma once
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// An error about one file. what() is a single line: "<path>: <problem>".
+struct FileError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] inline void file_error(const std::string& path, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+[[noreturn]] inline void file_error(const std::string& path, const char* fmt, ...) {
+    char msg[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, args);
+    va_end(args);
+    throw FileError(path + ": " + msg);
+}
+
+// Size of a regular file in bytes (64-bit, so shards over 2 GiB work).
+inline int64_t file_size_or_throw(const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) file_error(path, "cannot open (%s)", strerror(errno));
+    if (!S_ISREG(st.st_mode)) file_error(path, "not a regular file");
+    return (int64_t)st.st_size;
+}
+
+// An open file that closes itself; reads throw FileError naming the file.
+class InputFile {
+public:
+    explicit InputFile(const std::string& path) : path_(path) {
+        size_ = file_size_or_throw(path);
+        fp_ = fopen(path.c_str(), "rb");
+        if (!fp_) file_error(path, "cannot open (%s)", strerror(errno));
+    }
+    ~InputFile() { if (fp_) fclose(fp_); }
+    InputFile(const InputFile&) = delete;
+    InputFile& operator=(const InputFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    int64_t size() const { return size_; }
+
+    // Reads exactly `bytes`; `what` names the part of the file for the error message.
+    void read(void* dst, size_t bytes, const char* what) {
+        size_t got = fread(dst, 1, bytes, fp_);
+        if (got != bytes) {
+            file_error(path_, "truncated while reading %s (wanted %zu bytes, got %zu)", what, bytes, got);
+        }
+    }
+    void seek(int64_t offset) {
+        if (fseeko(fp_, (off_t)offset, SEEK_SET) != 0) {
+            file_error(path_, "cannot seek to byte %lld (%s)", (long long)offset, strerror(errno));
+        }
+    }
+
+private:
+    std::string path_;
+    FILE* fp_ = nullptr;
+    int64_t size_ = 0;
+};
+
+// Writes go to "<path>.tmp.<pid>"; commit() flushes, syncs and renames over `path`, so a
+// reader never sees a half-written file and a crash leaves the old file intact.
+class AtomicOutputFile {
+public:
+    explicit AtomicOutputFile(const std::string& path)
+        : path_(path), tmp_path_(path + ".tmp." + std::to_string((long)getpid())) {
+        fp_ = fopen(tmp_path_.c_str(), "wb");
+        if (!fp_) file_error(path_, "cannot create temporary file %s (%s)", tmp_path_.c_str(), strerror(errno));
+    }
+    ~AtomicOutputFile() {
+        if (fp_) {  // not committed: leave the destination untouched
+            fclose(fp_);
+            remove(tmp_path_.c_str());
+        }
+    }
+    AtomicOutputFile(const AtomicOutputFile&) = delete;
+    AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
+
+    void write(const void* src, size_t bytes) {
+        if (bytes > 0 && fwrite(src, 1, bytes, fp_) != bytes) {
+            file_error(path_, "write failed (%s)", strerror(errno));
+        }
+    }
+    void commit() {
+        if (fflush(fp_) != 0 || fsync(fileno(fp_)) != 0) file_error(path_, "flush failed (%s)", strerror(errno));
+        if (fclose(fp_) != 0) { fp_ = nullptr; file_error(path_, "close failed (%s)", strerror(errno)); }
+        fp_ = nullptr;
+        if (rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+            int err = errno;
+            remove(tmp_path_.c_str());
+            file_error(path_, "cannot rename temporary file into place (%s)", strerror(err));
+        }
+    }
+
+private:
+    std::string path_, tmp_path_;
+    FILE* fp_ = nullptr;
+};
+
+// Host allocation that exits with a clear message instead of returning null.
+inline void* malloc_or_die(size_t bytes, const char* what) {
+    void* p = malloc(bytes > 0 ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "error: out of host memory allocating %zu bytes for %s\n", bytes, what);
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
+inline size_t round_up(size_t x, size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
