@@ -96,6 +96,12 @@ public:
             file_error(path_, "write failed (%s)", strerror(errno));
         }
     }
+    // For writers that patch a header after streaming the body (ShardWriter).
+    void seek(int64_t offset) {
+        if (fseeko(fp_, (off_t)offset, SEEK_SET) != 0) {
+            file_error(path_, "cannot seek to byte %lld (%s)", (long long)offset, strerror(errno));
+        }
+    }
     void commit() {
         if (fflush(fp_) != 0 || fsync(fileno(fp_)) != 0) file_error(path_, "flush failed (%s)", strerror(errno));
         if (fclose(fp_) != 0) { fp_ = nullptr; file_error(path_, "close failed (%s)", strerror(errno)); }
