@@ -1,0 +1,165 @@
+// Checks the CPU reference GPT-2 (llmc/gpt2_cpu.h) against PyTorch (scripts/train_gpt2.py):
+//   ./test_gpt2 <prefix>     e.g. tests/fixtures/tiny  ->  reads <prefix>_model.bin, _model_bf16.bin,
+//                            _debug_state.bin, _trajectory.txt
+// Checks: logits rel-L2 <= 1e-5; mean loss within 1e-5; every gradient tensor rel-L2 <= 1e-4 (and the wte
+// padding rows' gradient exactly 0); every loss of the AdamW trajectory within 1e-4; the bf16 model file
+// equals the fp32 one rounded to bf16. Prints every measured error; exit 0 only if all pass.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "llmc/bf16.h"
+#include "llmc/debug_state.h"
+#include "llmc/gpt2_cpu.h"
+#include "llmc/model_file.h"
+#include "llmc/reference_trajectory.h"
+
+constexpr double kLogitsTol = 1e-5;      // rel-L2
+constexpr double kLossTol = 1e-5;        // absolute
+constexpr double kGradTol = 1e-4;        // rel-L2 per tensor
+constexpr double kTrajectoryTol = 1e-4;  // absolute, per step
+
+struct Tally {
+    int passed = 0, failed = 0;
+    // NaN-safe: a NaN error fails.
+    void check(bool ok) { ok ? passed++ : failed++; }
+};
+
+struct Errors {
+    double rel_l2, max_abs, ref_norm;
+};
+
+// rel-L2 = ||out - ref|| / ||ref|| over n values, with out[i] read at out[i * out_stride_rows...] by an index map.
+template <typename OutAt>
+Errors compare(const float* ref, size_t n, OutAt out_at) {
+    double diff2 = 0, ref2 = 0, max_abs = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)out_at(i) - (double)ref[i];
+        diff2 += d * d;
+        ref2 += (double)ref[i] * ref[i];
+        double a = std::fabs(d);
+        if (!(a <= max_abs)) max_abs = a;  // NaN propagates
+    }
+    double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);  // all-zero reference: absolute norm
+    return {rel, max_abs, std::sqrt(ref2)};
+}
+
+static const char* verdict(bool ok) { return ok ? "OK" : "FAIL"; }
+
+int run(const std::string& prefix) {
+    Tally tally;
+    GPT2CPU model;
+    gpt2cpu_build_from_checkpoint(&model, prefix + "_model.bin");
+    const GPT2Config& c = model.config;
+    DebugState ref = read_debug_state(prefix + "_debug_state.bin", c);
+    ReferenceTrajectory traj = read_reference_trajectory(prefix + "_trajectory.txt");
+    const int B = ref.B, T = ref.T, V = c.vocab_size, Vp = c.padded_vocab_size;
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("test_gpt2: CPU reference vs PyTorch, fixture %s\n", prefix.c_str());
+    printf("model: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %zu parameters (padded); batch B=%d T=%d; %d thread(s)\n",
+           c.num_layers, c.num_heads, c.channels, V, Vp, c.max_seq_len, gpt2_num_parameters(c), B, T, threads);
+
+    // ---- forward: activations poisoned first, so anything left unwritten shows up as NaN
+    gpt2cpu_allocate(&model, B, T);
+    std::fill(model.acts.begin(), model.acts.end(), NAN);
+    const float loss = gpt2cpu_forward(&model, ref.inputs.data(), ref.targets.data(), B, T);
+    const float* logits = model.act(ACT_LOGITS);
+    Errors e = compare(ref.logits.data(), ref.logits.size(),
+                       [&](size_t i) { return logits[(i / V) * Vp + i % V]; });
+    bool ok = e.rel_l2 <= kLogitsTol;
+    tally.check(ok);
+    printf("logits      rel-L2 %.3e  max-abs %.3e  (tol rel-L2 %.0e)  %s\n", e.rel_l2, e.max_abs, kLogitsTol,
+           verdict(ok));
+    const double loss_err = std::fabs((double)loss - (double)ref.loss);
+    ok = loss_err <= kLossTol;
+    tally.check(ok);
+    printf("loss        cpu %.7f  torch %.7f  |diff| %.3e  (tol %.0e)  %s\n", loss, ref.loss, loss_err, kLossTol,
+           verdict(ok));
+
+    // ---- backward
+    gpt2cpu_zero_grad(&model);
+    gpt2cpu_backward(&model);
+    auto table = gpt2_parameter_table(c);
+    printf("gradients (tol rel-L2 %.0e per tensor):\n", kGradTol);
+    for (int i = 0; i < kNumParameterTensors; i++) {
+        const size_t off = model.param_offsets[i];
+        const float* g = model.grads.data() + off;
+        Errors ge = compare(ref.grads.data() + off, table[i].numel, [&](size_t k) { return g[k]; });
+        ok = ge.rel_l2 <= kGradTol;
+        tally.check(ok);
+        printf("  %-9s rel-L2 %.3e  max-abs %.3e  |ref| %.3e  %s\n", table[i].name, ge.rel_l2, ge.max_abs,
+               ge.ref_norm, verdict(ok));
+    }
+    // the padded vocabulary rows never see a gradient
+    double pad_max = 0;
+    for (size_t k = (size_t)V * c.channels; k < (size_t)Vp * c.channels; k++) {
+        double a = std::fabs((double)model.grads[model.param_offsets[P_WTE] + k]);
+        if (!(a <= pad_max)) pad_max = a;
+    }
+    ok = pad_max == 0.0;
+    tally.check(ok);
+    printf("  wte rows %d..%d (padding) max-abs gradient %.3e (must be 0)  %s\n", V, Vp - 1, pad_max, verdict(ok));
+
+    // ---- the bf16 checkpoint is the fp32 one rounded to nearest even
+    {
+        ModelFile bf = read_model_file(prefix + "_model_bf16.bin");
+        size_t mismatches = 0;
+        const bool same_shape = bf.dtype == ParamDtype::BF16 && bf.config.num_layers == c.num_layers &&
+                                bf.config.num_heads == c.num_heads && bf.config.channels == c.channels &&
+                                bf.config.vocab_size == V && bf.config.padded_vocab_size == Vp &&
+                                bf.config.max_seq_len == c.max_seq_len && bf.params.size() == model.params.size();
+        if (same_shape) {
+            for (size_t k = 0; k < bf.params.size(); k++) {
+                float want = bf16_bits_to_float(float_to_bf16_bits(model.params[k]));
+                if (!(bf.params[k] == want)) mismatches++;
+            }
+        }
+        ok = same_shape && mismatches == 0;
+        tally.check(ok);
+        printf("bf16 model  %s; %zu of %zu values differ from round-to-nearest-even of the fp32 model  %s\n",
+               same_shape ? "same config" : "DIFFERENT config or dtype", mismatches, bf.params.size(), verdict(ok));
+    }
+
+    // ---- AdamW trajectory from the checkpoint, fresh optimizer state
+    GPT2CPU trainee;
+    gpt2cpu_build_from_checkpoint(&trainee, prefix + "_model.bin");
+    GPT2CPUAdamW opt;
+    opt.lr = traj.lr;
+    opt.beta1 = traj.beta1;
+    opt.beta2 = traj.beta2;
+    opt.eps = traj.eps;
+    opt.weight_decay = traj.weight_decay;
+    printf("AdamW trajectory: %zu steps, lr %g beta1 %g beta2 %g eps %g weight_decay %g (tol |diff| %.0e):\n",
+           traj.losses.size(), opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, kTrajectoryTol);
+    for (size_t step = 0; step < traj.losses.size(); step++) {
+        float l = gpt2cpu_forward(&trainee, ref.inputs.data(), ref.targets.data(), B, T);
+        gpt2cpu_zero_grad(&trainee);
+        gpt2cpu_backward(&trainee);
+        gpt2cpu_update(&trainee, opt, (int)step + 1);
+        double d = std::fabs((double)l - (double)traj.losses[step]);
+        ok = d <= kTrajectoryTol;
+        tally.check(ok);
+        printf("  step %2zu  cpu %.7f  torch %.7f  |diff| %.3e  %s\n", step, l, traj.losses[step], d, verdict(ok));
+    }
+
+    printf("test_gpt2: %d checks passed, %d failed -> %s\n", tally.passed, tally.failed,
+           tally.failed == 0 ? "PASS" : "FAIL");
+    return tally.failed == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s <reference prefix>   e.g. %s tests/fixtures/tiny\n", argv[0], argv[0]);
+        return 1;
+    }
+    try {
+        return run(argv[1]);
+    } catch (const FileError& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
