@@ -1,0 +1,84 @@
+// Picking the next token from a row of logits, and printing tokens.
+// Sampling: softmax(logits / temperature) over the real vocabulary (padded entries V..Vp-1 are never
+// chosen), optionally restricted to the top_k largest logits, then inverse-CDF with one uniform number
+// `coin` in [0, 1) from the caller's seeded Rng (llmc/rand.h), so a seed reproduces a sample exactly.
+// temperature 0 means greedy (argmax). Ties go to the lower token id.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tokenizer_file.h"
+
+// Index of the largest logit among the first vocab_size (lowest index on ties).
+inline int argmax_token(const float* logits, int vocab_size) {
+    int best = 0;
+    for (int i = 1; i < vocab_size; i++) {
+        if (logits[i] > logits[best]) best = i;
+    }
+    return best;
+}
+
+inline int sample_token(const float* logits, int vocab_size, float temperature, int top_k, float coin) {
+    if (vocab_size < 1) throw std::invalid_argument("sample_token: vocab_size must be >= 1");
+    if (!(temperature >= 0.0f)) throw std::invalid_argument("sample_token: temperature must be >= 0");
+    for (int i = 0; i < vocab_size; i++) {
+        if (!std::isfinite(logits[i])) {
+            throw std::runtime_error("sample_token: logit " + std::to_string(i) + " is not finite (" +
+                                     std::to_string(logits[i]) + ")");
+        }
+    }
+    if (temperature == 0.0f || top_k == 1) return argmax_token(logits, vocab_size);
+
+    // Candidate ids: all, or the top_k by logit (stable order: larger logit first, then lower id).
+    std::vector<int> ids(vocab_size);
+    for (int i = 0; i < vocab_size; i++) ids[i] = i;
+    int n = vocab_size;
+    if (top_k > 0 && top_k < vocab_size) {
+        auto larger = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+        std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(), larger);
+        n = top_k;
+        std::sort(ids.begin(), ids.begin() + n);  // id order, so the CDF does not depend on sort internals
+    }
+    // Softmax in double, shifted by the max so exp never overflows.
+    double max_logit = -INFINITY;
+    for (int j = 0; j < n; j++) max_logit = std::max(max_logit, (double)logits[ids[j]]);
+    std::vector<double> weight(n);
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) {
+        weight[j] = std::exp(((double)logits[ids[j]] - max_logit) / temperature);
+        sum += weight[j];
+    }
+    const double target = (double)coin * sum;
+    double cdf = 0.0;
+    for (int j = 0; j < n; j++) {
+        cdf += weight[j];
+        if (target < cdf) return ids[j];
+    }
+    // coin ~ 1 with rounding: the last candidate with non-zero weight.
+    for (int j = n - 1; j >= 0; j--) {
+        if (weight[j] > 0.0) return ids[j];
+    }
+    return ids[n - 1];
+}
+
+// A token's text for the console: its bytes, except that single control bytes other than newline
+// and tab are shown as <0xNN> so a sample cannot garble the terminal. Out-of-range ids -> <id N>.
+inline std::string printable_token(const TokenizerFile& tok, int id) {
+    if (id < 0 || id >= (int)tok.tokens.size()) return "<id " + std::to_string(id) + ">";
+    if (id == tok.eot_token) return "<|endoftext|>";
+    const std::string& s = tok.tokens[id];
+    if (s.size() == 1) {
+        const unsigned char c = (unsigned char)s[0];
+        if ((c < 32 && c != '\n' && c != '\t') || c == 127) {
+            char buf[16];
+            snprintf(buf, sizeof(buf), "<0x%02X>", c);
+            return buf;
+        }
+    }
+    return s;
+}

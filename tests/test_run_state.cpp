@@ -1,0 +1,177 @@
+// Run-state file and checkpoint directory handling (llmc/run_state.h).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "llmc/run_state.h"
+#include "tests/file_test_helpers.h"
+
+namespace {
+
+RunState sample_state(size_t optimizer_bytes) {
+    RunState s;
+    s.step = 1234;
+    s.B = 16;
+    s.T = 1024;
+    s.num_processes = 2;
+    s.grad_accum_steps = 4;
+    Rng rng(77);
+    for (int i = 0; i < 100; i++) rng.next_u64();
+    s.sampler_rng = rng.get_state();
+    s.train_loader = DataLoaderState{3, 1, 17, 1, 42, 1, 16, 1024, 0, 2, 5, 300};
+    s.val_loader = DataLoaderState{0, 0, 2, 1, 42, 0, 16, 1024, 0, 2, 1, 8};
+    s.optimizer_state.resize(optimizer_bytes);
+    for (size_t i = 0; i < optimizer_bytes; i++) s.optimizer_state[i] = (uint8_t)(rng.next_u64() >> 56);
+    return s;
+}
+
+bool same_bytes(const void* a, const void* b, size_t n) { return memcmp(a, b, n) == 0; }
+
+std::string write_valid(const std::string& name) {
+    const std::string path = scratch_path(name);
+    write_run_state(path, sample_state(1000));
+    return path;
+}
+
+void touch(const std::string& path) { write_bytes(path, {1, 2, 3}); }
+
+}  // namespace
+
+TEST(RunState, RoundTrip) {
+    for (size_t bytes : {(size_t)0, (size_t)1, (size_t)4096 + 3}) {
+        const std::string path = scratch_path("rt" + std::to_string(bytes) + ".bin");
+        RunState s = sample_state(bytes);
+        write_run_state(path, s);
+        EXPECT_EQ((int64_t)read_bytes(path).size(), run_state_file_bytes(bytes));
+        RunState r = read_run_state(path);
+        EXPECT_EQ(r.step, s.step);
+        EXPECT_EQ(r.B, s.B);
+        EXPECT_EQ(r.T, s.T);
+        EXPECT_EQ(r.num_processes, s.num_processes);
+        EXPECT_EQ(r.grad_accum_steps, s.grad_accum_steps);
+        EXPECT_TRUE(same_bytes(&r.sampler_rng, &s.sampler_rng, sizeof(RngState)));
+        EXPECT_TRUE(same_bytes(&r.train_loader, &s.train_loader, sizeof(DataLoaderState)));
+        EXPECT_TRUE(same_bytes(&r.val_loader, &s.val_loader, sizeof(DataLoaderState)));
+        EXPECT_EQ(r.optimizer_state, s.optimizer_state);
+    }
+}
+
+TEST(RunState, RestoredRngContinuesTheSameStream) {
+    Rng a(5);
+    for (int i = 0; i < 10; i++) a.next_u64();
+    RunState s = sample_state(8);
+    s.sampler_rng = a.get_state();
+    const std::string path = scratch_path("rng.bin");
+    write_run_state(path, s);
+    Rng b(0);
+    b.set_state(read_run_state(path).sampler_rng);
+    for (int i = 0; i < 10; i++) EXPECT_EQ(a.next_u64(), b.next_u64());
+}
+
+TEST(RunState, WrongMagicAndVersion) {
+    const std::string good = write_valid("good.bin");
+    const std::string bad_magic = scratch_path("magic.bin");
+    copy_with_header_slot(good, bad_magic, 0, 20240326);
+    EXPECT_FILE_ERROR([&] { read_run_state(bad_magic); }, bad_magic, "not a run-state file (magic 20240326");
+    const std::string bad_version = scratch_path("version.bin");
+    copy_with_header_slot(good, bad_version, 1, 2);
+    EXPECT_FILE_ERROR([&] { read_run_state(bad_version); }, bad_version, "unsupported run-state version 2");
+}
+
+TEST(RunState, EveryHeaderFieldCorrupted) {
+    const std::string good = write_valid("good.bin");
+    struct Case { int slot; uint32_t value; const char* problem; };
+    const Case cases[] = {
+        {2, (uint32_t)-1, "step = -1"},
+        {3, 0, "B = 0"},
+        {4, 0, "T = 0"},
+        {5, 0, "num_processes = 0"},
+        {6, 0, "grad_accum_steps = 0"},
+        {7, 31, "record sizes 31/"},
+        {8, 7, "record sizes"},
+        {9, 999, "implies"},          // optimizer size no longer matches the file length
+        {10, 1, "implies"},
+        {11, 5, "reserved field 11 is 5"},
+        {255, 1, "reserved field 255 is 1"},
+    };
+    for (const Case& c : cases) {
+        const std::string path = scratch_path("slot" + std::to_string(c.slot) + ".bin");
+        copy_with_header_slot(good, path, c.slot, c.value);
+        EXPECT_FILE_ERROR([&] { read_run_state(path); }, path, c.problem);
+    }
+}
+
+TEST(RunState, TruncatedAndPadded) {
+    const std::string good = write_valid("good.bin");
+    const std::string tiny = scratch_path("tiny.bin");
+    copy_resized(good, tiny, -(long)read_bytes(good).size() + 10);
+    EXPECT_FILE_ERROR([&] { read_run_state(tiny); }, tiny, "shorter than the 1024-byte run state header");
+    const std::string cut = scratch_path("cut.bin");
+    copy_resized(good, cut, -1);
+    EXPECT_FILE_ERROR([&] { read_run_state(cut); }, cut, "truncated");
+    const std::string padded = scratch_path("padded.bin");
+    copy_resized(good, padded, 4);
+    EXPECT_FILE_ERROR([&] { read_run_state(padded); }, padded, "trailing bytes");
+    EXPECT_FILE_ERROR([&] { read_run_state(scratch_path("missing.bin")); }, scratch_path("missing.bin"), "cannot open");
+}
+
+TEST(RunState, WriteIsAtomicAndLeavesNoTemporaryFile) {
+    const std::string dir = scratch_path("atomic");
+    ensure_directory(dir);
+    const std::string path = dir + "/state.bin";
+    write_run_state(path, sample_state(100));
+    write_run_state(path, sample_state(200));  // overwrite in place
+    EXPECT_EQ(read_run_state(path).optimizer_state.size(), 200u);
+    DIR* d = opendir(dir.c_str());
+    ASSERT_NE(d, nullptr);
+    int files = 0;
+    while (struct dirent* e = readdir(d)) {
+        if (e->d_name[0] != '.') files++;
+    }
+    closedir(d);
+    EXPECT_EQ(files, 1);
+}
+
+TEST(CheckpointFiles, Names) {
+    EXPECT_EQ(checkpoint_model_path("out", 5), "out/model_00000005.bin");
+    EXPECT_EQ(checkpoint_state_path("out", 12345678), "out/state_12345678.bin");
+    EXPECT_EQ(checkpoint_step_of("model_00000042.bin", "model"), 42);
+    EXPECT_EQ(checkpoint_step_of("state_00000042.bin", "model"), -1);
+    EXPECT_EQ(checkpoint_step_of("model_0000042.bin", "model"), -1);
+    EXPECT_EQ(checkpoint_step_of("model_00000042.bin.tmp.123", "model"), -1);
+    EXPECT_EQ(checkpoint_step_of("model_0000004x.bin", "model"), -1);
+}
+
+TEST(CheckpointFiles, LatestCompletePairAndKeepLastK) {
+    const std::string dir = scratch_path("ckpt");
+    EXPECT_EQ(latest_checkpoint(dir), -1);  // missing directory: none
+    ensure_directory(dir);
+    ensure_directory(dir);  // idempotent
+    EXPECT_EQ(latest_checkpoint(dir), -1);
+    for (int s : {10, 20, 30, 40}) {
+        touch(checkpoint_model_path(dir, s));
+        touch(checkpoint_state_path(dir, s));
+    }
+    touch(checkpoint_model_path(dir, 50));           // model written, state not yet: incomplete
+    touch(checkpoint_state_path(dir, 60));           // state without a model: incomplete
+    touch(checkpoint_model_path(dir, 70) + ".tmp.99");  // half-written temporary
+    EXPECT_EQ(list_complete_checkpoints(dir), (std::vector<int>{10, 20, 30, 40}));
+    EXPECT_EQ(latest_checkpoint(dir), 40);
+
+    remove_old_checkpoints(dir, 0);  // keep all
+    EXPECT_EQ(list_complete_checkpoints(dir).size(), 4u);
+    remove_old_checkpoints(dir, 2);
+    EXPECT_EQ(list_complete_checkpoints(dir), (std::vector<int>{30, 40}));
+    EXPECT_FALSE(file_exists(checkpoint_model_path(dir, 10)));
+    EXPECT_FALSE(file_exists(checkpoint_state_path(dir, 20)));
+    EXPECT_TRUE(file_exists(checkpoint_model_path(dir, 50)));  // incomplete pairs are not counted or touched
+    remove_old_checkpoints(dir, 5);
+    EXPECT_EQ(list_complete_checkpoints(dir), (std::vector<int>{30, 40}));
+}
+
+TEST(CheckpointFiles, DirectoryErrors) {
+    const std::string file = scratch_path("plainfile");
+    touch(file);
+    EXPECT_FILE_ERROR([&] { ensure_directory(file); }, file, "not a directory");
+    EXPECT_FILE_ERROR([&] { list_complete_checkpoints(file); }, file, "cannot list directory");
+}

@@ -1,0 +1,131 @@
+// Token sampling (llmc/sampler.h): greedy, temperature, top-k, padded vocabulary, determinism,
+// and the empirical distribution against the exact softmax.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "llmc/rand.h"
+#include "llmc/sampler.h"
+
+namespace {
+
+// Exact softmax(logits/temperature) over the first n, in double.
+std::vector<double> softmax(const std::vector<float>& logits, int n, double temperature) {
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < n; i++) mx = std::max(mx, (double)logits[i]);
+    std::vector<double> p(n);
+    for (int i = 0; i < n; i++) sum += p[i] = std::exp((logits[i] - mx) / temperature);
+    for (double& x : p) x /= sum;
+    return p;
+}
+
+}  // namespace
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
+    std::vector<float> l = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f};
+    EXPECT_EQ(sample_token(l.data(), 5, 0.0f, 0, 0.999f), 1);
+    EXPECT_EQ(sample_token(l.data(), 5, 1.0f, 1, 0.999f), 1);  // top-1 is greedy whatever the coin
+    EXPECT_EQ(argmax_token(l.data(), 5), 1);
+}
+
+TEST(Sampler, CoinWalksTheCdf) {
+    // probabilities 1/4, 1/4, 1/2: coin in [0, .25) -> 0, [.25, .5) -> 1, [.5, 1) -> 2
+    std::vector<float> l = {0.0f, 0.0f, (float)std::log(2.0)};
+    EXPECT_EQ(sample_token(l.data(), 3, 1.0f, 0, 0.0f), 0);
+    EXPECT_EQ(sample_token(l.data(), 3, 1.0f, 0, 0.24f), 0);
+    EXPECT_EQ(sample_token(l.data(), 3, 1.0f, 0, 0.26f), 1);
+    EXPECT_EQ(sample_token(l.data(), 3, 1.0f, 0, 0.49f), 1);
+    EXPECT_EQ(sample_token(l.data(), 3, 1.0f, 0, 0.51f), 2);
+    EXPECT_EQ(sample_token(l.data(), 3, 1.0f, 0, 0.99999994f), 2);
+}
+
+TEST(Sampler, PaddedVocabularyIsNeverChosen) {
+    // V = 5 real tokens, Vp = 8: the padded entries hold huge logits that must be ignored.
+    std::vector<float> l = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 100.0f, 100.0f, 100.0f};
+    Rng rng(3);
+    for (int i = 0; i < 2000; i++) {
+        int t = sample_token(l.data(), 5, 1.0f, 0, rng.uniform());
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, 5);
+    }
+    EXPECT_EQ(sample_token(l.data(), 5, 0.0f, 0, 0.5f), 4);
+}
+
+TEST(Sampler, TopKOnlyPicksTheKLargest) {
+    std::vector<float> l = {1.0f, 5.0f, 2.0f, 4.0f, 3.0f, 0.0f};
+    Rng rng(11);
+    std::vector<int> count(6, 0);
+    for (int i = 0; i < 20000; i++) count[sample_token(l.data(), 6, 1.0f, 3, rng.uniform())]++;
+    EXPECT_EQ(count[0], 0);
+    EXPECT_EQ(count[2], 0);
+    EXPECT_EQ(count[5], 0);
+    EXPECT_GT(count[1], 0);
+    EXPECT_GT(count[3], 0);
+    EXPECT_GT(count[4], 0);
+    // within the top 3, the renormalised softmax e^5 : e^4 : e^3
+    const double z = std::exp(5.0) + std::exp(4.0) + std::exp(3.0);
+    const double want1 = std::exp(5.0) / z, got1 = count[1] / 20000.0;
+    printf("top-k=3: p(token 1) measured %.4f, exact %.4f\n", got1, want1);
+    EXPECT_NEAR(got1, want1, 0.02);
+}
+
+TEST(Sampler, EmpiricalDistributionMatchesSoftmax) {
+    const int V = 50;
+    std::vector<float> l(V);
+    Rng init(5);
+    init.fill_normal(l.data(), V, 0.0f, 1.5f);
+    for (float temperature : {0.5f, 1.0f, 2.0f}) {
+        std::vector<double> p = softmax(l, V, temperature);
+        std::vector<double> freq(V, 0.0);
+        Rng rng(99);
+        const int N = 200000;
+        for (int i = 0; i < N; i++) freq[sample_token(l.data(), V, temperature, 0, rng.uniform())] += 1.0 / N;
+        double worst = 0, tv = 0;
+        for (int i = 0; i < V; i++) {
+            // 5 standard deviations of a binomial frequency, plus a floor
+            const double tol = 5.0 * std::sqrt(p[i] * (1 - p[i]) / N) + 1e-4;
+            worst = std::max(worst, std::fabs(freq[i] - p[i]) / tol);
+            tv += 0.5 * std::fabs(freq[i] - p[i]);
+        }
+        printf("temperature %.1f: total variation %.5f, worst |freq-p|/tol %.3f (must be <= 1)\n", temperature, tv,
+               worst);
+        EXPECT_LE(worst, 1.0);
+    }
+}
+
+TEST(Sampler, SameSeedSameSequence) {
+    std::vector<float> l = {0.3f, 1.2f, -0.4f, 0.9f, 0.0f, 2.0f};
+    Rng a(1234), b(1234), c(4321);
+    std::vector<int> sa, sb, sc;
+    for (int i = 0; i < 100; i++) {
+        sa.push_back(sample_token(l.data(), 6, 1.0f, 0, a.uniform()));
+        sb.push_back(sample_token(l.data(), 6, 1.0f, 0, b.uniform()));
+        sc.push_back(sample_token(l.data(), 6, 1.0f, 0, c.uniform()));
+    }
+    EXPECT_EQ(sa, sb);
+    EXPECT_NE(sa, sc);
+}
+
+TEST(Sampler, NonFiniteLogitsAreAnError) {
+    std::vector<float> l = {0.0f, NAN, 1.0f};
+    EXPECT_THROW(sample_token(l.data(), 3, 1.0f, 0, 0.5f), std::runtime_error);
+    l[1] = INFINITY;
+    EXPECT_THROW(sample_token(l.data(), 3, 0.0f, 0, 0.5f), std::runtime_error);
+    l[1] = 0.0f;
+    EXPECT_THROW(sample_token(l.data(), 0, 1.0f, 0, 0.5f), std::invalid_argument);
+    EXPECT_THROW(sample_token(l.data(), 3, -1.0f, 0, 0.5f), std::invalid_argument);
+}
+
+TEST(Sampler, PrintableToken) {
+    TokenizerFile t;
+    t.tokens = {"Hello", " world", "\n", std::string(1, '\x01'), "<|endoftext|>"};
+    t.eot_token = 4;
+    EXPECT_EQ(printable_token(t, 0), "Hello");
+    EXPECT_EQ(printable_token(t, 1), " world");
+    EXPECT_EQ(printable_token(t, 2), "\n");
+    EXPECT_EQ(printable_token(t, 3), "<0x01>");
+    EXPECT_EQ(printable_token(t, 4), "<|endoftext|>");
+    EXPECT_EQ(printable_token(t, 9), "<id 9>");
+    EXPECT_EQ(printable_token(t, -1), "<id -1>");
+}
