@@ -49,6 +49,7 @@ struct TrainArgs {
     int recompute = 1;                   // -r 0 none, 1 recompute GELU in backward, 2 also LayerNorm
     bool tf32 = true;                    // -f TF32 tensor cores for fp32 matmuls (FP32 builds)
     bool master_weights = true;          // -w keep fp32 master weights (BF16 builds)
+    std::string attention = "materialized";  // -ab attention backend: materialized | flash
     uint64_t seed = 42;                  // -seed weight init, data shuffling, sampling, stochastic rounding
     // multi-GPU (one process per GPU)
     int num_processes = 1;               // -pn
@@ -98,6 +99,7 @@ inline std::string train_usage(const std::string& program) {
              "  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)\n"
              "  -f <0|1>     TF32 matmuls in FP32 builds (default %d)\n"
              "  -w <0|1>     fp32 master weights in BF16 builds (default %d)\n"
+             "  -ab <s>      attention backend materialized|flash (default %s)\n"
              "  -seed <int>  seed for init, data order, sampling, rounding (default %llu)\n"
              "multi-GPU (one process per GPU)\n"
              "  -pn <int>    number of processes (default 1; with MPI taken from mpirun)\n"
@@ -110,7 +112,7 @@ inline std::string train_usage(const std::string& program) {
              d.tokenizer_path.c_str(), d.B, d.T, d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay,
              d.grad_clip, d.val_every, d.val_max_batches, d.sample_every, d.gen_tokens, d.temperature, d.top_k,
              d.checkpoint_every, d.checkpoint_keep, d.recompute, d.tf32 ? 1 : 0, d.master_weights ? 1 : 0,
-             (unsigned long long)d.seed, d.gpus_per_node, d.init_method.c_str(), d.rendezvous_dir.c_str());
+             d.attention.c_str(), (unsigned long long)d.seed, d.gpus_per_node, d.init_method.c_str(), d.rendezvous_dir.c_str());
     return buf;
 }
 
@@ -210,6 +212,10 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-r") { if (!get_int(&a->recompute, 0, 2)) return fail("0, 1 or 2"); }
         else if (flag == "-f") { if (!get_bool(&a->tf32)) return fail("0 or 1"); }
         else if (flag == "-w") { if (!get_bool(&a->master_weights)) return fail("0 or 1"); }
+        else if (flag == "-ab") {
+            if (v != "materialized" && v != "flash") return fail("materialized or flash");
+            a->attention = v;
+        }
         else if (flag == "-seed") {
             int64_t x;
             if (!parse_int64(v, 0, INT64_MAX, &x)) return fail("an integer >= 0");

@@ -1,0 +1,199 @@
+// Data-parallel training over several GPUs: one process per GPU, each with a full model copy and its own
+// slice of every batch (llmc/dataloader.h partitions by rank); after backward the gradients are averaged
+// with one NCCL all-reduce, so every rank applies the identical update and the copies stay equal.
+//
+// Start-up (rendezvous) exchanges NCCL's unique id from rank 0:
+//   - built with USE_MPI and run under mpirun: rank and size from MPI, id by MPI_Bcast;
+//   - otherwise ("-pi fs"): ranks and size from -pr/-pn, rank 0 writes the id into a file in a shared
+//     directory (-pf) atomically, the others poll for it, and rank 0 removes it once everyone has
+//     acknowledged (so a stale id never outlives its run; ids older than our own start are ignored).
+// Built without MULTI_GPU (no NCCL), only one process is possible and every call is a no-op.
+#pragma once
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "cuda_common.h"
+#include "utils.h"
+
+#ifdef MULTI_GPU
+#include <nccl.h>
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+#endif
+
+#ifdef MULTI_GPU
+inline void nccl_check(ncclResult_t r, const char* file, int line) {
+    if (r != ncclSuccess) {
+        fprintf(stderr, "error: NCCL: %s at %s:%d\n", ncclGetErrorString(r), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define ncclCheck(r) nccl_check((r), __FILE__, __LINE__)
+#endif
+
+struct MultiGpu {
+    int rank = 0;
+    int world = 1;
+    int local_device = 0;
+    bool used_mpi = false;
+#ifdef MULTI_GPU
+    ncclComm_t comm = nullptr;
+#endif
+};
+
+struct MultiGpuOptions {
+    int num_processes = 1, process_rank = 0, gpus_per_node = 8;
+    std::string init_method = "mpi";   // mpi | fs
+    std::string rendezvous_dir = "/tmp";
+};
+
+namespace multi_gpu_detail {
+
+#ifdef MULTI_GPU
+inline bool file_newer_than(const std::string& path, time_t since) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && st.st_mtime >= since;
+}
+
+// File rendezvous for the NCCL id (see the header comment). Gives up after five minutes.
+inline ncclUniqueId exchange_id_via_files(const MultiGpuOptions& o, time_t started) {
+    const std::string id_path = o.rendezvous_dir + "/llmc_nccl_id.bin";
+    const std::string ack_prefix = o.rendezvous_dir + "/llmc_nccl_ack_";
+    ncclUniqueId id;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    auto wait = [&](const char* what) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            fprintf(stderr, "error: multi-GPU rendezvous in %s timed out waiting for %s\n", o.rendezvous_dir.c_str(), what);
+            exit(EXIT_FAILURE);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    };
+    if (o.process_rank == 0) {
+        ncclCheck(ncclGetUniqueId(&id));
+        AtomicOutputFile out(id_path);
+        out.write(&id, sizeof(id));
+        out.commit();
+        for (int r = 1; r < o.num_processes; r++) {
+            const std::string ack = ack_prefix + std::to_string(r);
+            while (!file_newer_than(ack, started - 1)) wait("the other ranks' acknowledgements");
+            remove(ack.c_str());
+        }
+        remove(id_path.c_str());
+    } else {
+        for (;;) {
+            if (file_newer_than(id_path, started - 120)) {
+                FILE* f = fopen(id_path.c_str(), "rb");
+                const bool ok = f && fread(&id, 1, sizeof(id), f) == sizeof(id);
+                if (f) fclose(f);
+                if (ok) break;
+            }
+            wait("rank 0's NCCL id");
+        }
+        AtomicOutputFile ack(ack_prefix + std::to_string(o.process_rank));
+        ack.write("ok", 2);
+        ack.commit();
+    }
+    return id;
+}
+#endif
+
+}  // namespace multi_gpu_detail
+
+// Chooses this process's GPU (cudaSetDevice) and connects to the other ranks. Call before any CUDA work.
+inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, char*** argv_for_mpi = nullptr) {
+    MultiGpu m;
+#ifdef MULTI_GPU
+    const time_t started = time(nullptr);
+#ifdef USE_MPI
+    if (o.init_method == "mpi") {
+        MPI_Init(argc_for_mpi, argv_for_mpi);
+        MPI_Comm_rank(MPI_COMM_WORLD, &o.process_rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &o.num_processes);
+        m.used_mpi = true;
+    }
+#endif
+    m.rank = o.process_rank;
+    m.world = o.num_processes;
+    m.local_device = m.rank % o.gpus_per_node;
+    cudaCheck(cudaSetDevice(m.local_device));
+    if (m.world > 1) {
+        ncclUniqueId id;
+#ifdef USE_MPI
+        if (m.used_mpi) {
+            if (m.rank == 0) ncclCheck(ncclGetUniqueId(&id));
+            MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        } else
+#endif
+        {
+            if (o.init_method != "fs") {
+                fprintf(stderr, "error: -pi mpi needs a build with MPI (mpicxx); use -pi fs -pf <shared dir>\n");
+                exit(EXIT_FAILURE);
+            }
+            id = multi_gpu_detail::exchange_id_via_files(o, started);
+        }
+        ncclCheck(ncclCommInitRank(&m.comm, m.world, id, m.rank));
+    }
+#else
+    (void)argc_for_mpi;
+    (void)argv_for_mpi;
+    if (o.num_processes > 1) {
+        fprintf(stderr, "error: -pn %d: this build has no multi-GPU support (NCCL was not found at build time)\n",
+                o.num_processes);
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaSetDevice(0));
+#endif
+    return m;
+}
+
+// grads[i] = mean over ranks of grads[i] (in place). NCCL's reduction order is fixed for a fixed
+// topology and world size, so runs stay deterministic.
+inline void multi_gpu_average(MultiGpu& m, floatX* grads, size_t n, cudaStream_t stream = 0) {
+#ifdef MULTI_GPU
+    if (m.world == 1) return;
+    const ncclDataType_t type = kFloatXIsBF16 ? ncclBfloat16 : ncclFloat;
+    ncclCheck(ncclAllReduce(grads, grads, n, type, ncclAvg, m.comm, stream));
+#else
+    (void)m; (void)grads; (void)n; (void)stream;
+#endif
+}
+
+// Mean of a host scalar (a loss) over ranks.
+inline float multi_gpu_mean(MultiGpu& m, float value) {
+#ifdef MULTI_GPU
+    if (m.world == 1) return value;
+    float* d = nullptr;
+    cudaCheck(cudaMalloc(&d, sizeof(float)));
+    cudaCheck(cudaMemcpy(d, &value, sizeof(float), cudaMemcpyHostToDevice));
+    ncclCheck(ncclAllReduce(d, d, 1, ncclFloat, ncclAvg, m.comm, 0));
+    cudaCheck(cudaMemcpy(&value, d, sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaFree(d));
+    return value;
+#else
+    (void)m;
+    return value;
+#endif
+}
+
+// All ranks wait here (e.g. before rank 0 writes a checkpoint the others will read).
+inline void multi_gpu_barrier(MultiGpu& m) {
+    if (m.world > 1) multi_gpu_mean(m, 0.0f);
+}
+
+inline void multi_gpu_free(MultiGpu& m) {
+#ifdef MULTI_GPU
+    if (m.comm) ncclCheck(ncclCommDestroy(m.comm));
+    m.comm = nullptr;
+#ifdef USE_MPI
+    if (m.used_mpi) MPI_Finalize();
+#endif
+#endif
+    (void)m;
+}
