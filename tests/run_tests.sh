@@ -21,6 +21,7 @@ run_suite() {  # name, command...
 # ---- CPU suites (everywhere)
 run_suite cpu-reference ./test_gpt2 tests/fixtures/tiny
 run_suite unit-tests ./tests/unit_tests
+run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
 
 # ---- GPU suites (only when a GPU is visible)
 if [ "${GPU_TESTS:-0}" = 1 ]; then

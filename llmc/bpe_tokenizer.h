@@ -1,0 +1,507 @@
+// GPT-2 byte-level BPE: encode (text -> token ids) and decode, with ids identical to tiktoken's
+// "gpt2" encoding.
+//
+//   BPETokenizer tok = BPETokenizer::load("data/cache/gpt2");  // encoder.json + vocab.bpe; immutable, share it
+//   BPEEncoder enc(tok);                                       // one per thread: cache + scratch
+//   std::vector<int> ids; enc.encode_ordinary(text, ids);      // appends
+//   std::string text2 = tok.decode(ids.data(), ids.size());
+//
+// How tiktoken encodes, and so how we do: the text is cut into pieces by GPT-2's pattern
+// (gpt2_pretokenizer.h); a piece that is itself a token becomes that token; otherwise it starts as
+// one token per byte and the adjacent pair whose concatenation has the lowest rank (leftmost on a
+// tie) is merged until no pair is a token. A token's rank is its id (tiktoken checks that
+// encoder.json's ids follow vocab.bpe's merge order; we check the same at load). Pairs are looked
+// up in a table of every (left id, right id) whose concatenation is a token. Pieces that needed
+// merging are cached per encoder. Long pieces (runs of thousands of spaces, say) use a heap, so
+// merging is O(n log n) there instead of O(n^2).
+//
+// <|endoftext|> (50256) is produced only by encode(..., allow_special=true) or by callers that
+// insert it; encode_ordinary treats the text "<|endoftext|>" like any other text, as tiktoken's
+// encode_ordinary does.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "gpt2_pretokenizer.h"
+#include "json_reader.h"
+#include "utils.h"
+
+inline uint64_t bpe_hash_bytes(const unsigned char* p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    return h;
+}
+inline uint64_t bpe_hash_pair(uint32_t a, uint32_t b) {
+    uint64_t h = (((uint64_t)a << 32) | b) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 32);
+}
+
+// GPT-2's reversible map from bytes to printable code points, used in encoder.json and vocab.bpe:
+// the printable Latin-1 bytes map to themselves, the other 68 to U+0100 onwards, in byte order.
+inline void gpt2_byte_to_unicode(uint32_t out[256]) {
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        out[b] = printable ? (uint32_t)b : (uint32_t)(256 + extra++);
+    }
+}
+
+class BPETokenizer {
+public:
+    static constexpr const char* kEndOfText = "<|endoftext|>";
+
+    static BPETokenizer load(const std::string& vocab_dir) {
+        return BPETokenizer(vocab_dir + "/encoder.json", vocab_dir + "/vocab.bpe");
+    }
+
+    BPETokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
+        load_encoder_json(encoder_json_path);
+        check_vocab_bpe(vocab_bpe_path);
+        build_tables();
+        UnicodeClassTable::get();  // build it now, not inside the first (timed) encode
+    }
+
+    int vocab_size() const { return (int)tokens_.size(); }
+    int eot_token() const { return eot_; }
+    // The bytes of every token, indexed by id (the EOT entry holds the text "<|endoftext|>").
+    const std::vector<std::string>& tokens() const { return tokens_; }
+
+    // Appends the bytes of `ids` to out; an id outside the vocabulary throws std::out_of_range.
+    void decode(const int* ids, size_t n, std::string& out) const { decode_with(tokens_, ids, n, out); }
+    std::string decode(const int* ids, size_t n) const {
+        std::string s;
+        decode(ids, n, s);
+        return s;
+    }
+    static void decode_with(const std::vector<std::string>& tokens, const int* ids, size_t n, std::string& out) {
+        for (size_t i = 0; i < n; i++) {
+            if (ids[i] < 0 || (size_t)ids[i] >= tokens.size()) {
+                throw std::out_of_range("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                                        " is outside the vocabulary (size " + std::to_string(tokens.size()) + ")");
+            }
+            out += tokens[(size_t)ids[i]];
+        }
+    }
+
+    // The id of the mergeable token with exactly these bytes, or -1.
+    int lookup(const unsigned char* p, size_t n) const {
+        uint64_t h = bpe_hash_bytes(p, n);
+        uint32_t tag = (uint32_t)(h >> 32);
+        for (size_t slot = h & token_mask_;; slot = (slot + 1) & token_mask_) {
+            uint64_t e = token_slots_[slot];
+            if (e == 0) return -1;
+            if ((uint32_t)(e >> 32) == tag) {
+                int id = (int)(uint32_t)e - 1;
+                const std::string& t = tokens_[(size_t)id];
+                if (t.size() == n && memcmp(t.data(), p, n) == 0) return id;
+            }
+        }
+    }
+    // The token whose bytes are token a's then token b's (its rank = its id), or INT_MAX.
+    int merged(int a, int b) const {
+        uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+        for (size_t slot = bpe_hash_pair((uint32_t)a, (uint32_t)b) & pair_mask_;; slot = (slot + 1) & pair_mask_) {
+            const PairSlot& e = pair_slots_[slot];
+            if (e.merged < 0) return INT_MAX;
+            if (e.key == key) return e.merged;
+        }
+    }
+    int byte_token(unsigned char b) const { return byte_token_[b]; }
+
+private:
+    struct PairSlot {
+        uint64_t key;
+        int32_t merged;  // -1: empty
+    };
+    std::vector<std::string> tokens_;
+    int eot_ = -1;
+    int byte_token_[256];
+    std::vector<uint64_t> token_slots_;  // (hash tag << 32) | (id + 1); 0 = empty
+    size_t token_mask_ = 0;
+    std::vector<PairSlot> pair_slots_;
+    size_t pair_mask_ = 0;
+    uint32_t unicode_to_byte_[512];  // inverse of gpt2_byte_to_unicode (all its code points are < 512)
+
+    static std::string read_whole_file(const std::string& path) {
+        InputFile in(path);
+        std::string s((size_t)in.size(), '\0');
+        if (!s.empty()) in.read(&s[0], s.size(), "the file");
+        return s;
+    }
+
+    // Maps a vocabulary string (GPT-2's printable form) back to bytes; false if it has a code point
+    // outside the byte map.
+    bool to_bytes(const std::string& printable, std::string& out) const {
+        out.clear();
+        const unsigned char* p = (const unsigned char*)printable.data();
+        size_t n = printable.size(), i = 0;
+        while (i < n) {
+            uint32_t cp;
+            int len = utf8_decode(p + i, n - i, &cp);
+            if (len == 0 || cp >= 512 || unicode_to_byte_[cp] > 255) return false;
+            out += (char)unicode_to_byte_[cp];
+            i += (size_t)len;
+        }
+        return true;
+    }
+
+    void load_encoder_json(const std::string& path) {
+        uint32_t b2u[256];
+        gpt2_byte_to_unicode(b2u);
+        for (uint32_t& v : unicode_to_byte_) v = 0xFFFFFFFFu;
+        for (int b = 0; b < 256; b++) unicode_to_byte_[b2u[b]] = (uint32_t)b;
+
+        std::string text = read_whole_file(path);
+        std::vector<std::pair<std::string, int64_t>> entries;
+        try {
+            JsonCursor cur(text);
+            cur.expect('{');
+            if (!cur.accept('}')) {
+                do {
+                    std::string key = cur.parse_string();
+                    cur.expect(':');
+                    int64_t id = cur.parse_int();
+                    entries.emplace_back(std::move(key), id);
+                } while (cur.accept(','));
+                cur.expect('}');
+            }
+            if (!cur.at_end()) cur.fail("trailing characters after the object");
+        } catch (const JsonError& e) {
+            file_error(path, "%s", e.what());
+        }
+        if (entries.size() < 257) file_error(path, "has %zu entries, expected at least 257 (256 bytes + <|endoftext|>)", entries.size());
+        tokens_.assign(entries.size(), std::string());
+        std::vector<char> seen(entries.size(), 0);
+        std::string bytes;
+        for (const auto& [key, id] : entries) {
+            if (id < 0 || id >= (int64_t)entries.size()) {
+                file_error(path, "token \"%s\" has id %lld, outside 0..%zu", key.c_str(), (long long)id, entries.size() - 1);
+            }
+            if (seen[(size_t)id]) file_error(path, "id %lld is used twice", (long long)id);
+            seen[(size_t)id] = 1;
+            if (key == kEndOfText) {
+                eot_ = (int)id;
+                tokens_[(size_t)id] = key;
+                continue;
+            }
+            if (key.empty() || !to_bytes(key, bytes)) {
+                file_error(path, "token %lld (\"%s\") is not in GPT-2's byte-to-unicode alphabet", (long long)id, key.c_str());
+            }
+            tokens_[(size_t)id] = bytes;
+        }
+        if (eot_ < 0) file_error(path, "has no <|endoftext|> entry");
+        for (int b = 0; b < 256; b++) byte_token_[b] = -1;
+        for (size_t id = 0; id < tokens_.size(); id++) {
+            if ((int)id != eot_ && tokens_[id].size() == 1) byte_token_[(unsigned char)tokens_[id][0]] = (int)id;
+        }
+        for (int b = 0; b < 256; b++) {
+            if (byte_token_[b] < 0) file_error(path, "has no token for the single byte 0x%02x", b);
+        }
+    }
+
+    // vocab.bpe lists the merges in rank order: merge i makes the token of rank (= id) 256 + i.
+    // tiktoken refuses a vocabulary where that does not hold, and so do we.
+    void check_vocab_bpe(const std::string& path) {
+        std::string text = read_whole_file(path);
+        size_t pos = 0, line_no = 0;
+        int merges = 0;
+        std::string left, right;
+        // Index the tokens by their bytes first (the hash table is built later, so use a local map).
+        std::unordered_map<std::string, int> index;
+        index.reserve(tokens_.size() * 2);
+        for (size_t id = 0; id < tokens_.size(); id++) {
+            if ((int)id != eot_) index.emplace(tokens_[id], (int)id);
+        }
+        if (index.size() + 1 != tokens_.size()) file_error(path, "encoder.json maps two ids to the same bytes");
+        while (pos < text.size()) {
+            size_t end = text.find('\n', pos);
+            if (end == std::string::npos) end = text.size();
+            std::string line = text.substr(pos, end - pos);
+            pos = end + 1;
+            line_no++;
+            if (line_no == 1 && line.rfind("#version", 0) == 0) continue;
+            if (line.empty() && pos >= text.size()) break;
+            size_t sp = line.find(' ');
+            if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos) {
+                file_error(path, "line %zu is not two space-separated tokens", line_no);
+            }
+            if (!to_bytes(line.substr(0, sp), left) || !to_bytes(line.substr(sp + 1), right)) {
+                file_error(path, "line %zu has a character outside GPT-2's byte-to-unicode alphabet", line_no);
+            }
+            auto l = index.find(left), r = index.find(right), m = index.find(left + right);
+            if (l == index.end() || r == index.end()) file_error(path, "line %zu merges a part that is not a token", line_no);
+            int expected = 256 + merges;
+            if (expected == eot_) expected++;
+            if (m == index.end() || m->second != expected) {
+                file_error(path, "line %zu: merge %d does not make token id %d of encoder.json (ranks must follow the merge order)",
+                           line_no, merges, expected);
+            }
+            merges++;
+        }
+        if ((size_t)merges + 256 + 1 != tokens_.size()) {
+            file_error(path, "has %d merges, but encoder.json has %zu tokens (expected 256 + merges + <|endoftext|>)", merges,
+                       tokens_.size());
+        }
+    }
+
+    void build_tables() {
+        size_t cap = 1;
+        while (cap < tokens_.size() * 2) cap <<= 1;
+        token_slots_.assign(cap, 0);
+        token_mask_ = cap - 1;
+        for (size_t id = 0; id < tokens_.size(); id++) {
+            if ((int)id == eot_) continue;
+            const std::string& t = tokens_[id];
+            uint64_t h = bpe_hash_bytes((const unsigned char*)t.data(), t.size());
+            size_t slot = h & token_mask_;
+            while (token_slots_[slot] != 0) slot = (slot + 1) & token_mask_;
+            token_slots_[slot] = ((h >> 32) << 32) | (uint64_t)(id + 1);
+        }
+        // Every way to write each token as (token, token).
+        std::vector<std::pair<uint64_t, int>> pairs;
+        for (size_t id = 0; id < tokens_.size(); id++) {
+            if ((int)id == eot_) continue;
+            const std::string& t = tokens_[id];
+            const unsigned char* p = (const unsigned char*)t.data();
+            for (size_t k = 1; k < t.size(); k++) {
+                int a = lookup(p, k), b = lookup(p + k, t.size() - k);
+                if (a >= 0 && b >= 0) pairs.emplace_back(((uint64_t)(uint32_t)a << 32) | (uint32_t)b, (int)id);
+            }
+        }
+        cap = 1;
+        while (cap < pairs.size() * 2) cap <<= 1;
+        pair_slots_.assign(cap, PairSlot{0, -1});
+        pair_mask_ = cap - 1;
+        for (const auto& [key, id] : pairs) {
+            size_t slot = bpe_hash_pair((uint32_t)(key >> 32), (uint32_t)key) & pair_mask_;
+            while (pair_slots_[slot].merged >= 0) slot = (slot + 1) & pair_mask_;
+            pair_slots_[slot] = PairSlot{key, id};
+        }
+    }
+};
+
+// Per-thread encoding state: a cache of pieces that needed merging, and scratch buffers.
+class BPEEncoder {
+public:
+    explicit BPEEncoder(const BPETokenizer& tok) : tok_(tok) { clear_cache(); }
+
+    // Appends the ids of `text`; "<|endoftext|>" in the text is ordinary text.
+    void encode_ordinary(std::string_view text, std::vector<int>& out) {
+        const unsigned char* s = (const unsigned char*)text.data();
+        gpt2_pretokenize(text, [&](size_t off, size_t len) { encode_piece(s + off, len, out); });
+    }
+    // Appends the ids of `text`; with allow_special, "<|endoftext|>" becomes the EOT token (as
+    // tiktoken's encode(text, allowed_special="all")).
+    void encode(std::string_view text, std::vector<int>& out, bool allow_special) {
+        if (!allow_special) return encode_ordinary(text, out);
+        const std::string_view eot(BPETokenizer::kEndOfText);
+        size_t pos = 0;
+        while (true) {
+            size_t hit = text.find(eot, pos);
+            if (hit == std::string_view::npos) break;
+            encode_ordinary(text.substr(pos, hit - pos), out);
+            out.push_back(tok_.eot_token());
+            pos = hit + eot.size();
+        }
+        encode_ordinary(text.substr(pos), out);
+    }
+    std::vector<int> encode_ordinary(std::string_view text) {
+        std::vector<int> out;
+        encode_ordinary(text, out);
+        return out;
+    }
+
+    // One piece (a match of the pre-tokenization pattern).
+    void encode_piece(const unsigned char* p, size_t n, std::vector<int>& out) {
+        if (n == 1) {
+            out.push_back(tok_.byte_token(p[0]));
+            return;
+        }
+        int whole = tok_.lookup(p, n);
+        if (whole >= 0) {
+            out.push_back(whole);
+            return;
+        }
+        if (n > kMaxCachedPiece) {
+            merge(p, n, out);
+            return;
+        }
+        uint64_t h = bpe_hash_bytes(p, n);
+        size_t slot = h & kCacheMask;
+        while (true) {
+            const CacheSlot& e = cache_[slot];
+            if (e.ids_len == 0) break;
+            if (e.hash == h && e.key_len == n && memcmp(cache_keys_.data() + e.key_off, p, n) == 0) {
+                out.insert(out.end(), cache_ids_.begin() + e.ids_off, cache_ids_.begin() + e.ids_off + e.ids_len);
+                return;
+            }
+            slot = (slot + 1) & kCacheMask;
+        }
+        size_t first = out.size();
+        merge(p, n, out);
+        if (cache_count_ >= kCacheSlots / 2) {  // full: start over (cheap, and bounds memory)
+            clear_cache();
+            slot = h & kCacheMask;
+        }
+        CacheSlot& e = cache_[slot];
+        e.hash = h;
+        e.key_off = (uint32_t)cache_keys_.size();
+        e.key_len = (uint32_t)n;
+        e.ids_off = (uint32_t)cache_ids_.size();
+        e.ids_len = (uint32_t)(out.size() - first);
+        cache_keys_.append((const char*)p, n);
+        cache_ids_.insert(cache_ids_.end(), out.begin() + (std::ptrdiff_t)first, out.end());
+        cache_count_++;
+    }
+
+private:
+    static constexpr size_t kMaxCachedPiece = 256;
+    static constexpr size_t kHeapMergeFrom = 128;  // pieces this long merge with a heap
+    static constexpr size_t kCacheSlots = 1 << 16;
+    static constexpr size_t kCacheMask = kCacheSlots - 1;
+    struct CacheSlot {
+        uint64_t hash;
+        uint32_t key_off, key_len, ids_off, ids_len;  // ids_len == 0: empty
+    };
+    const BPETokenizer& tok_;
+    std::vector<CacheSlot> cache_;
+    std::string cache_keys_;
+    std::vector<int> cache_ids_;
+    size_t cache_count_ = 0;
+    std::vector<int> ids_, ranks_;
+
+    void clear_cache() {
+        cache_.assign(kCacheSlots, CacheSlot{0, 0, 0, 0, 0});
+        cache_keys_.clear();
+        cache_ids_.clear();
+        cache_count_ = 0;
+    }
+
+    // Byte-level BPE of one piece: repeatedly merge the lowest-rank adjacent pair (leftmost on ties).
+    void merge(const unsigned char* p, size_t n, std::vector<int>& out) {
+        if (n >= kHeapMergeFrom) return merge_long(p, n, out);
+        ids_.resize(n);
+        ranks_.resize(n);
+        for (size_t k = 0; k < n; k++) ids_[k] = tok_.byte_token(p[k]);
+        for (size_t k = 0; k + 1 < n; k++) ranks_[k] = tok_.merged(ids_[k], ids_[k + 1]);
+        size_t m = n;  // current number of parts; ranks_[k] belongs to the pair (k, k+1)
+        while (m > 1) {
+            int best = INT_MAX;
+            size_t at = 0;
+            for (size_t k = 0; k + 1 < m; k++) {
+                if (ranks_[k] < best) {
+                    best = ranks_[k];
+                    at = k;
+                }
+            }
+            if (best == INT_MAX) break;
+            ids_[at] = best;
+            for (size_t k = at + 1; k + 1 < m; k++) {
+                ids_[k] = ids_[k + 1];
+                ranks_[k] = ranks_[k + 1];
+            }
+            m--;
+            if (at > 0) ranks_[at - 1] = tok_.merged(ids_[at - 1], ids_[at]);
+            if (at + 1 < m) ranks_[at] = tok_.merged(ids_[at], ids_[at + 1]);
+        }
+        out.insert(out.end(), ids_.begin(), ids_.begin() + (std::ptrdiff_t)m);
+    }
+
+    // The same merge order with a linked list and a min-heap of (rank, position) (stale entries
+    // are skipped when popped), so the result is identical.
+    void merge_long(const unsigned char* p, size_t n, std::vector<int>& out) {
+        std::vector<int> id(n), next(n), prev(n);
+        std::vector<char> alive(n, 1);
+        std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> heap;
+        for (size_t k = 0; k < n; k++) {
+            id[k] = tok_.byte_token(p[k]);
+            next[k] = k + 1 < n ? (int)(k + 1) : -1;
+            prev[k] = (int)k - 1;
+        }
+        auto push = [&](int at) {
+            int r = tok_.merged(id[(size_t)at], id[(size_t)next[(size_t)at]]);
+            if (r != INT_MAX) heap.push(((uint64_t)(uint32_t)r << 32) | (uint32_t)at);
+        };
+        for (size_t k = 0; k + 1 < n; k++) push((int)k);
+        while (!heap.empty()) {
+            uint64_t top = heap.top();
+            heap.pop();
+            int rank = (int)(top >> 32);
+            size_t at = (size_t)(uint32_t)top;
+            if (!alive[at] || next[at] < 0) continue;
+            size_t nx = (size_t)next[at];
+            if (tok_.merged(id[at], id[nx]) != rank) continue;  // stale
+            id[at] = rank;
+            alive[nx] = 0;
+            next[at] = next[nx];
+            if (next[at] >= 0) prev[(size_t)next[at]] = (int)at;
+            if (prev[at] >= 0) push(prev[at]);
+            if (next[at] >= 0) push((int)at);
+        }
+        for (int k = 0; k >= 0; k = next[(size_t)k]) out.push_back(id[(size_t)k]);
+    }
+};
+
+// Runs fn(i, encoder) for i in [0, count) on `threads` threads, each with its own BPEEncoder;
+// items are handed out in order through an atomic counter.
+template <typename Fn>
+inline void bpe_parallel_for(const BPETokenizer& tok, size_t count, int threads, Fn&& fn) {
+    if (threads < 1) threads = 1;
+    if ((size_t)threads > count) threads = (int)std::max<size_t>(count, 1);
+    std::atomic<size_t> next_item{0};
+    auto worker = [&]() {
+        BPEEncoder enc(tok);
+        for (size_t i = next_item++; i < count; i = next_item++) fn(i, enc);
+    };
+    if (threads == 1) return worker();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; t++) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+}
+
+// Encodes one long text on several threads: it is cut at safe split points (a letter followed by
+// a space) into chunks of about `chunk_bytes`, which are encoded independently; same ids as one
+// sequential encode. (No safe point lies inside "<|endoftext|>", so special tokens are never cut.)
+inline std::vector<int> bpe_encode_parallel(const BPETokenizer& tok, std::string_view text, int threads,
+                                            bool allow_special, size_t chunk_bytes = 1 << 20) {
+    std::vector<std::string_view> chunks;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t end = std::min(text.size(), pos + chunk_bytes);
+        while (end < text.size() && !is_safe_split_point(text, end)) end++;
+        chunks.push_back(text.substr(pos, end - pos));
+        pos = end;
+    }
+    std::vector<std::vector<int>> parts(chunks.size());
+    bpe_parallel_for(tok, chunks.size(), threads,
+                     [&](size_t i, BPEEncoder& enc) { enc.encode(chunks[i], parts[i], allow_special); });
+    std::vector<int> out;
+    size_t total = 0;
+    for (auto& p : parts) total += p.size();
+    out.reserve(total);
+    for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+}

@@ -1,0 +1,92 @@
+// The three Unicode classes the GPT-2 pre-tokenization pattern asks about, for every code point:
+// \p{L} (general category Letter), \p{N} (general category Number) and \s (the White_Space
+// property, which is what \s means in the Rust regex crate that tiktoken uses). The answers come
+// from ICU's character properties (link -licuuc), read once into a two-level table (256 code
+// points per block, identical blocks shared: about 100 KB) so a lookup is two loads.
+// Plus a strict UTF-8 decoder with the rules of Rust's str::from_utf8 (no overlongs, no
+// surrogates, nothing above U+10FFFF).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <unicode/uchar.h>
+#include <unicode/uversion.h>
+
+enum CharClass : uint8_t { kCharOther = 0, kCharLetter = 1, kCharNumber = 2, kCharSpace = 3 };
+
+class UnicodeClassTable {
+public:
+    static const UnicodeClassTable& get() {
+        static const UnicodeClassTable table;  // built on first use; thread-safe (C++11 statics)
+        return table;
+    }
+    CharClass of(uint32_t cp) const {
+        if (cp > 0x10FFFF) return kCharOther;
+        return (CharClass)blocks_[(size_t)block_index_[cp >> 8] * 256 + (cp & 255)];
+    }
+    // The Unicode version of the ICU data behind the table, e.g. "15.0".
+    static std::string unicode_version() {
+        UVersionInfo v;
+        u_getUnicodeVersion(v);
+        return std::to_string(v[0]) + "." + std::to_string(v[1]);
+    }
+
+private:
+    std::vector<uint16_t> block_index_;
+    std::vector<uint8_t> blocks_;
+
+    static CharClass classify(UChar32 c) {
+        uint32_t mask = U_GET_GC_MASK(c);
+        if (mask & U_GC_L_MASK) return kCharLetter;
+        if (mask & U_GC_N_MASK) return kCharNumber;
+        if (u_isUWhiteSpace(c)) return kCharSpace;
+        return kCharOther;
+    }
+    UnicodeClassTable() {
+        const uint32_t num_blocks = 0x110000 / 256;
+        block_index_.resize(num_blocks);
+        std::map<std::string, uint16_t> seen;
+        std::string block(256, '\0');
+        for (uint32_t b = 0; b < num_blocks; b++) {
+            for (uint32_t i = 0; i < 256; i++) block[i] = (char)classify((UChar32)(b * 256 + i));
+            auto it = seen.find(block);
+            if (it == seen.end()) {
+                it = seen.emplace(block, (uint16_t)(blocks_.size() / 256)).first;
+                blocks_.insert(blocks_.end(), block.begin(), block.end());
+            }
+            block_index_[b] = it->second;
+        }
+    }
+};
+
+// Decodes the UTF-8 sequence at p (left > 0 bytes available). Returns its length (1..4) and the
+// code point, or 0 if the bytes at p do not start a valid sequence.
+inline int utf8_decode(const unsigned char* p, size_t left, uint32_t* cp) {
+    unsigned char b0 = p[0];
+    if (b0 < 0x80) { *cp = b0; return 1; }
+    auto cont = [&](size_t i) { return i < left && (p[i] & 0xC0) == 0x80; };
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        if (!cont(1)) return 0;
+        *cp = ((uint32_t)(b0 & 0x1F) << 6) | (p[1] & 0x3F);
+        return 2;
+    }
+    if (b0 >= 0xE0 && b0 <= 0xEF) {
+        if (!cont(1) || !cont(2)) return 0;
+        if (b0 == 0xE0 && p[1] < 0xA0) return 0;   // overlong
+        if (b0 == 0xED && p[1] >= 0xA0) return 0;  // UTF-16 surrogate
+        *cp = ((uint32_t)(b0 & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+        return 3;
+    }
+    if (b0 >= 0xF0 && b0 <= 0xF4) {
+        if (!cont(1) || !cont(2) || !cont(3)) return 0;
+        if (b0 == 0xF0 && p[1] < 0x90) return 0;   // overlong
+        if (b0 == 0xF4 && p[1] >= 0x90) return 0;  // above U+10FFFF
+        *cp = ((uint32_t)(b0 & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) | ((uint32_t)(p[2] & 0x3F) << 6) |
+              (p[3] & 0x3F);
+        return 4;
+    }
+    return 0;
+}
