@@ -1,0 +1,84 @@
+// Causal multi-head self-attention as one module with interchangeable backends.
+//   qkv  (B, T, 3, NH, HS)  the QKV projection's output (kept per layer by the model)
+//   out  (B, T, NH·HS)
+//   saved: what backward needs besides qkv and out: P (B,NH,T,T) for Materialized, LSE (B,NH,T) fp32 for Flash
+//   workspace: scratch shared by forward and backward (the model lends a buffer that is free at that moment)
+// backward overwrites dqkv.
+#pragma once
+
+#include <string>
+
+#include "attention_materialized.cuh"
+#include "cuda_common.h"
+#if !defined(ENABLE_FP32)
+#include "attention_flash.cuh"  // bf16 tensor-core kernels, BF16 builds only
+#endif
+
+enum class AttentionBackend { Materialized, Flash };
+
+inline const char* attention_backend_name(AttentionBackend b) {
+    return b == AttentionBackend::Flash ? "flash" : "materialized";
+}
+inline bool parse_attention_backend(const std::string& s, AttentionBackend* out) {
+    if (s == "materialized") { *out = AttentionBackend::Materialized; return true; }
+    if (s == "flash") { *out = AttentionBackend::Flash; return true; }
+    return false;
+}
+
+// Whether the backend can run this shape in this build; *why says why not.
+inline bool attention_backend_supported(AttentionBackend b, int C, int NH, std::string* why) {
+    if (b == AttentionBackend::Materialized) return true;
+#if defined(ENABLE_FP32)
+    if (why) *why = "the flash attention backend needs a BF16 build";
+    return false;
+#else
+    const int HS = C / NH;
+    if (HS != 64 && HS != 128) {
+        if (why) *why = "the flash attention backend supports head sizes 64 and 128, not " + std::to_string(HS);
+        return false;
+    }
+    return true;
+#endif
+}
+
+inline size_t attention_saved_bytes(AttentionBackend b, int B, int T, int NH) {
+    if (b == AttentionBackend::Flash) return (size_t)B * NH * T * sizeof(float);
+    return attention_materialized_saved_bytes(B, T, NH);
+}
+
+inline size_t attention_workspace_bytes(AttentionBackend b, int B, int T, int C, int NH) {
+#if !defined(ENABLE_FP32)
+    if (b == AttentionBackend::Flash) return attention_flash_backward_workspace_bytes(B, T, NH);
+#endif
+    return attention_materialized_workspace_bytes(B, T, C, NH);
+}
+
+inline void attention_forward(AttentionBackend b, floatX* out, void* saved, const floatX* qkv, void* workspace, int B,
+                              int T, int C, int NH, cudaStream_t stream = 0) {
+    if (b == AttentionBackend::Materialized) {
+        attention_materialized_forward(out, (floatX*)saved, qkv, workspace, B, T, C, NH, stream);
+        return;
+    }
+#if !defined(ENABLE_FP32)
+    cudaCheck(attention_flash_forward(out, (float*)saved, qkv, B, T, NH, C / NH, stream));
+#else
+    fprintf(stderr, "error: the flash attention backend needs a BF16 build\n");
+    exit(EXIT_FAILURE);
+#endif
+}
+
+inline void attention_backward(AttentionBackend b, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                               const floatX* out, const void* saved, void* workspace, int B, int T, int C, int NH,
+                               cudaStream_t stream = 0) {
+    if (b == AttentionBackend::Materialized) {
+        attention_materialized_backward(dqkv, dout, qkv, (const floatX*)saved, workspace, B, T, C, NH, stream);
+        return;
+    }
+#if !defined(ENABLE_FP32)
+    cudaCheck(attention_flash_backward(dqkv, dout, out, (const float*)saved, qkv, B, T, NH, C / NH, (float*)workspace,
+                                       stream));
+#else
+    fprintf(stderr, "error: the flash attention backend needs a BF16 build\n");
+    exit(EXIT_FAILURE);
+#endif
+}

@@ -1,0 +1,148 @@
+// Shared CUDA plumbing for every kernel module: error checks that name file:line, the training
+// precision (floatX), 128-bit packed loads/stores, warp reductions and device-property queries.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "utils.h"
+
+// ---------------------------------------------------------------- error checks
+inline void cuda_check(cudaError_t err, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA: %s at %s:%d\n", cudaGetErrorString(err), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
+
+inline void cublas_check(cublasStatus_t status, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS: %s (%d) at %s:%d\n", cublasGetStatusString(status), (int)status, file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
+
+// Every kernel launch is followed by this: catches bad launch configurations immediately.
+#define cudaCheckLaunch() cuda_check(cudaGetLastError(), __FILE__, __LINE__)
+
+// ---------------------------------------------------------------- precision
+#if defined(ENABLE_FP32)
+typedef float floatX;
+constexpr bool kFloatXIsBF16 = false;
+#define PRECISION_NAME "fp32"
+#else
+typedef __nv_bfloat16 floatX;
+constexpr bool kFloatXIsBF16 = true;
+#define PRECISION_NAME "bf16"
+#endif
+
+template <typename T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+inline cudaDataType_t cuda_datatype_of_floatX() { return kFloatXIsBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+constexpr int kWarpSize = 32;
+inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+// ---------------------------------------------------------------- 128-bit packed access
+// A 16-byte vector of T; loads and stores compile to single 128-bit memory instructions.
+template <typename T>
+struct alignas(16) Packed128 {
+    static constexpr int size = 16 / sizeof(T);
+    T payload[size];
+    __device__ __forceinline__ T& operator[](int i) { return payload[i]; }
+    __device__ __forceinline__ const T& operator[](int i) const { return payload[i]; }
+};
+template <typename T> __device__ __forceinline__ Packed128<T> load128(const T* p) {
+    return *reinterpret_cast<const Packed128<T>*>(p);
+}
+// Streaming load: the data is not reused soon, keep it out of the cache's way.
+template <typename T> __device__ __forceinline__ Packed128<T> load128cs(const T* p) {
+    Packed128<T> out;
+    *reinterpret_cast<int4*>(&out) = __ldcs(reinterpret_cast<const int4*>(p));
+    return out;
+}
+template <typename T> __device__ __forceinline__ void store128(T* p, const Packed128<T>& v) {
+    *reinterpret_cast<Packed128<T>*>(p) = v;
+}
+typedef Packed128<floatX> x128;
+typedef Packed128<float> f128;
+
+// ---------------------------------------------------------------- reductions
+__device__ __forceinline__ float warp_reduce_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffff, v, off);
+    return v;
+}
+__device__ __forceinline__ float warp_reduce_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, off));
+    return v;
+}
+// Sum over the whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// The order of additions is fixed by thread index, so the result is deterministic.
+__device__ inline float block_reduce_sum(float v) {
+    __shared__ float warp_sums[32];
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const int num_warps = blockDim.x / kWarpSize;
+    v = warp_reduce_sum(v);
+    __syncthreads();  // warp_sums may still be read by a previous call
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    v = lane < num_warps ? warp_sums[lane] : 0.0f;
+    return warp_reduce_sum(v);
+}
+
+// ---------------------------------------------------------------- stochastic rounding
+// A stateless 32-bit hash (Squirrel-style): random bits for element `index` under `seed`.
+__device__ __forceinline__ uint32_t hash_u32(uint32_t index, uint32_t seed) {
+    uint32_t x = index * 0xB5297A4Du;
+    x += seed;
+    x ^= x >> 8;
+    x += 0x68E31DA4u;
+    x ^= x << 8;
+    x *= 0x1B56C4E9u;
+    x ^= x >> 8;
+    return x;
+}
+// Rounds to bf16 up or down with probability proportional to the distance, so that small updates
+// are not lost on average. Deterministic for a given (index, seed).
+__device__ __forceinline__ __nv_bfloat16 stochastic_round_bf16(float x, uint32_t index, uint32_t seed) {
+    if (!isfinite(x)) return __float2bfloat16(x);
+    uint32_t bits = __float_as_uint(x);
+    uint32_t noise = hash_u32(index, seed) & 0xFFFFu;
+    uint32_t rounded = (bits + noise) & 0xFFFF0000u;
+    // Adding noise may carry into the exponent; that is the correct round-up (to the next binade).
+    if (!isfinite(__uint_as_float(rounded))) rounded = bits & 0xFFFF0000u;  // never round up to inf
+    return __ushort_as_bfloat16((unsigned short)(rounded >> 16));
+}
+__device__ __forceinline__ void store_param(float* dst, float x, uint32_t, uint32_t) { *dst = x; }
+__device__ __forceinline__ void store_param(__nv_bfloat16* dst, float x, uint32_t index, uint32_t seed) {
+    *dst = stochastic_round_bf16(x, index, seed);
+}
+
+// ---------------------------------------------------------------- device properties
+struct DeviceInfo {
+    int device = 0;
+    cudaDeviceProp prop;
+};
+inline const DeviceInfo& device_info() {
+    static DeviceInfo info = [] {
+        DeviceInfo d;
+        cudaCheck(cudaGetDevice(&d.device));
+        cudaCheck(cudaGetDeviceProperties(&d.prop, d.device));
+        return d;
+    }();
+    return info;
+}
+inline int device_sm_count() { return device_info().prop.multiProcessorCount; }

@@ -1,0 +1,56 @@
+// GELU, tanh form as in GPT-2: gelu(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+// Used when the GELU is not fused into the matmul epilogue (FP32 builds, recompute).
+#pragma once
+
+#include "cuda_common.h"
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+__device__ __forceinline__ float gelu_value(float x) {
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube)));
+}
+__device__ __forceinline__ float gelu_derivative(float x) {
+    float cube = 0.044715f * x * x * x;
+    float tanh_out = tanhf(kGeluScale * (x + cube));
+    float sech2 = 1.0f - tanh_out * tanh_out;
+    return 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// n must be a multiple of x128::size (the model's B*T*4C always is).
+__global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    if (i >= n) return;
+    x128 in = load128cs(inp + i), res;
+    for (int k = 0; k < x128::size; k++) res[k] = from_float<floatX>(gelu_value(to_float(in[k])));
+    store128(out + i, res);
+}
+
+// d_in_out holds dL/d(gelu output) on entry and dL/d(gelu input) on exit.
+__global__ void gelu_backward_inplace_kernel(floatX* d_in_out, const floatX* inp, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    if (i >= n) return;
+    x128 d = load128(d_in_out + i), in = load128cs(inp + i);
+    for (int k = 0; k < x128::size; k++) d[k] = from_float<floatX>(to_float(d[k]) * gelu_derivative(to_float(in[k])));
+    store128(d_in_out + i, d);
+}
+
+inline void check_packed_size(size_t n, const char* who) {
+    if (n % x128::size != 0) {
+        fprintf(stderr, "error: %s: %zu elements is not a multiple of %d\n", who, n, x128::size);
+        exit(EXIT_FAILURE);
+    }
+}
+
+inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream = 0) {
+    check_packed_size(n, "gelu_forward");
+    const int threads = 256;
+    gelu_forward_kernel<<<ceil_div(n / x128::size, threads), threads, 0, stream>>>(out, inp, n);
+    cudaCheckLaunch();
+}
+inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n, cudaStream_t stream = 0) {
+    check_packed_size(n, "gelu_backward");
+    const int threads = 256;
+    gelu_backward_inplace_kernel<<<ceil_div(n / x128::size, threads), threads, 0, stream>>>(d_in_out, inp, n);
+    cudaCheckLaunch();
+}

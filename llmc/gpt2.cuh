@@ -1,0 +1,576 @@
+// GPT-2 on the GPU: parameters, gradients, optimizer state and activations, forward, backward, AdamW.
+//
+// Memory is one table of named tensors (gpt2_memory_table): every buffer the model owns is a row with a
+// name, an element count, an element size and a group (parameters, gradients, optimizer, master weights,
+// activations, workspace). Offsets into the single device allocation, the MemoryPlan and its printout all
+// come from that table. Parameters are floatX (bf16 or fp32) in gpt2_parameter_table order; BF16 builds keep
+// fp32 master weights that AdamW updates (rounded stochastically into the bf16 copy).
+//
+// One layer (llm.c's layout): ln1 -> qkv -> attention -> attproj -> (+residual, ln2 fused) -> fc + GELU ->
+// fcproj -> (+residual, next ln1 or lnf fused). The logits buffer doubles as scratch for the attention and
+// for dqkv once the classifier's gradient has been consumed.
+// recompute: 0 keeps every activation; 1 recomputes GELU(fch) in backward instead of storing it per layer;
+// 2 additionally recomputes the ln1/ln2 outputs from the saved residuals and statistics.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "adamw.cuh"
+#include "attention.cuh"
+#include "bf16.h"
+#include "cuda_common.h"
+#include "encoder.cuh"
+#include "fused_classifier.cuh"
+#include "gelu.cuh"
+#include "global_norm.cuh"
+#include "gpt2_config.h"
+#include "layernorm.cuh"
+#include "matmul.cuh"
+#include "model_file.h"
+#include "rand.h"
+
+// ---------------------------------------------------------------- the memory table
+enum class MemoryGroup { Parameters, Gradients, Optimizer, MasterWeights, Activations, Workspace };
+
+struct MemoryTensor {
+    std::string name;
+    MemoryGroup group;
+    size_t elems;
+    size_t elem_bytes;
+    size_t bytes() const { return round_up(elems * elem_bytes, 256); }  // every tensor 256-byte aligned
+};
+
+struct MemoryPlan {
+    size_t parameters = 0, gradients = 0, optimizer = 0, master_weights = 0, activations = 0, workspace = 0;
+    size_t total() const { return parameters + gradients + optimizer + master_weights + activations + workspace; }
+};
+
+// Indices of the table's rows (the order of this enum is the order of the table).
+enum MemoryId {
+    kParams, kGrads, kMaster, kAdamM, kAdamV,
+    kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kAtty, kAttSaved, kResidual2, kLn2, kLn2Mean, kLn2Rstd, kFch,
+    kFchGelu, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
+    kDResidual, kScratchBTC, kScratchBT4C, kReduceScratch, kInputs, kTargets, kEncoderScratch, kNumMemoryIds
+};
+
+inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
+                                                   AttentionBackend backend, bool master_weights = kFloatXIsBF16) {
+    const size_t N = gpt2_num_parameters(c), L = c.num_layers, C = c.channels, NH = c.num_heads,
+                 Vp = c.padded_vocab_size, BT = (size_t)B * T;
+    const size_t X = sizeof(floatX), F = sizeof(float);
+    using G = MemoryGroup;
+    const size_t ln_layers = recompute >= 2 ? 1 : L;    // ln1/ln2 outputs kept per layer unless recomputed
+    const size_t gelu_layers = recompute >= 1 ? 1 : L;  // GELU outputs kept per layer unless recomputed
+    const size_t attn_ws = attention_workspace_bytes(backend, B, T, (int)C, (int)NH);
+    const size_t logits_elems = std::max(BT * Vp, 3 * BT * C + (attn_ws + X - 1) / X);
+    const size_t reduce_floats = std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
+                                           column_sum_scratch_floats((int)BT, (int)(4 * C)),
+                                           global_norm_scratch_floats()});
+    std::vector<MemoryTensor> t(kNumMemoryIds);
+    t[kParams] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};
+    t[kGrads] = {"gradients (" PRECISION_NAME ")", G::Gradients, N, X};
+    t[kMaster] = {"master weights (fp32)", G::MasterWeights, master_weights && kFloatXIsBF16 ? N : 0, F};
+    t[kAdamM] = {"AdamW m (fp32)", G::Optimizer, N, F};
+    t[kAdamV] = {"AdamW v (fp32)", G::Optimizer, N, F};
+    t[kEncoded] = {"encoded", G::Activations, BT * C, X};
+    t[kLn1] = {"ln1", G::Activations, ln_layers * BT * C, X};
+    t[kLn1Mean] = {"ln1_mean", G::Activations, L * BT, F};
+    t[kLn1Rstd] = {"ln1_rstd", G::Activations, L * BT, F};
+    t[kQkv] = {"qkv", G::Activations, L * BT * 3 * C, X};
+    t[kAtty] = {"atty", G::Activations, L * BT * C, X};
+    t[kAttSaved] = {std::string("attention saved (") + attention_backend_name(backend) + ")", G::Activations,
+                    L * attention_saved_bytes(backend, B, T, (int)NH), 1};
+    t[kResidual2] = {"residual2", G::Activations, L * BT * C, X};
+    t[kLn2] = {"ln2", G::Activations, ln_layers * BT * C, X};
+    t[kLn2Mean] = {"ln2_mean", G::Activations, L * BT, F};
+    t[kLn2Rstd] = {"ln2_rstd", G::Activations, L * BT, F};
+    t[kFch] = {"fch (pre-GELU)", G::Activations, L * BT * 4 * C, X};
+    t[kFchGelu] = {"fch_gelu", G::Activations, gelu_layers * BT * 4 * C, X};
+    t[kResidual3] = {"residual3", G::Activations, L * BT * C, X};
+    t[kLnf] = {"lnf", G::Activations, BT * C, X};
+    t[kLnfMean] = {"lnf_mean", G::Activations, BT, F};
+    t[kLnfRstd] = {"lnf_rstd", G::Activations, BT, F};
+    t[kLogits] = {"logits / scratch", G::Activations, logits_elems, X};
+    t[kLosses] = {"losses", G::Activations, BT, F};
+    t[kDResidual] = {"dresidual", G::Workspace, BT * C, X};
+    t[kScratchBTC] = {"scratch (B,T,C)", G::Workspace, BT * C, X};
+    t[kScratchBT4C] = {"scratch (B,T,4C)", G::Workspace, BT * 4 * C, X};
+    t[kReduceScratch] = {"reduction partials", G::Workspace, reduce_floats, F};
+    t[kInputs] = {"inputs", G::Workspace, BT, sizeof(int)};
+    t[kTargets] = {"targets", G::Workspace, BT, sizeof(int)};
+    t[kEncoderScratch] = {"encoder backward sort", G::Workspace,
+                          encoder_backward_scratch_bytes((int)BT, c.vocab_size), 1};
+    return t;
+}
+
+inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
+    MemoryPlan p;
+    for (const MemoryTensor& t : table) {
+        size_t b = t.bytes();
+        switch (t.group) {
+            case MemoryGroup::Parameters: p.parameters += b; break;
+            case MemoryGroup::Gradients: p.gradients += b; break;
+            case MemoryGroup::Optimizer: p.optimizer += b; break;
+            case MemoryGroup::MasterWeights: p.master_weights += b; break;
+            case MemoryGroup::Activations: p.activations += b; break;
+            case MemoryGroup::Workspace: p.workspace += b; break;
+        }
+    }
+    p.workspace += matmul_workspace_bytes();  // cuBLASLt's own workspace, allocated by matmul_init
+    return p;
+}
+
+inline MemoryPlan gpt2_memory_plan(const GPT2Config& c, int B, int T, int recompute, AttentionBackend backend) {
+    return memory_plan_of(gpt2_memory_table(c, B, T, recompute, backend));
+}
+
+inline void gpt2_print_memory_plan(const MemoryPlan& p, FILE* out = stdout) {
+    const double MiB = 1024.0 * 1024.0;
+    fprintf(out, "| memory: parameters     %10.1f MiB |\n", p.parameters / MiB);
+    fprintf(out, "| memory: gradients      %10.1f MiB |\n", p.gradients / MiB);
+    fprintf(out, "| memory: optimizer m,v  %10.1f MiB |\n", p.optimizer / MiB);
+    fprintf(out, "| memory: master weights %10.1f MiB |\n", p.master_weights / MiB);
+    fprintf(out, "| memory: activations    %10.1f MiB |\n", p.activations / MiB);
+    fprintf(out, "| memory: workspace      %10.1f MiB |\n", p.workspace / MiB);
+    fprintf(out, "| memory: total          %10.1f MiB |\n", p.total() / MiB);
+}
+
+// ---------------------------------------------------------------- the model
+struct GPT2 {
+    GPT2Config config;
+    // Settings, read by gpt2_allocate.
+    bool use_master_weights = kFloatXIsBF16;  // BF16 builds: fp32 master copy (the trainer's -w)
+    bool fuse_gelu = kFloatXIsBF16;           // GELU in the cuBLASLt epilogue (FP32 builds use the exact kernel)
+
+    // Set by gpt2_build_*: the initial parameters in fp32, uploaded by gpt2_allocate.
+    std::vector<float> host_params;
+    size_t num_parameters = 0;
+    std::array<size_t, kNumParameterTensors> param_offsets{};
+
+    // Set by gpt2_allocate.
+    int B = 0, T = 0, recompute = 1;
+    AttentionBackend backend = AttentionBackend::Materialized;
+    std::vector<MemoryTensor> memory_table;
+    std::vector<void*> memory;  // device pointer per MemoryId
+    void* device_block = nullptr;
+    MemoryPlan plan;
+    EncoderBackwardScratch encoder_scratch;
+    cudaStream_t stream = 0;
+
+    // State of the last forward pass.
+    int last_B = 0, last_T = 0;
+    bool logits_valid = false;      // logits hold the last forward's logits (no targets given)
+    bool dlogits_ready = false;     // logits hold dlogits for backward (targets given)
+    float last_loss = NAN;
+};
+
+namespace gpt2_detail {
+
+template <typename T> inline T* buf(GPT2* m, MemoryId id) { return (T*)m->memory[id]; }
+inline floatX* param(GPT2* m, int tensor, int layer = 0) {
+    const TensorSpec spec = gpt2_parameter_table(m->config)[tensor];
+    const size_t per_layer = tensor >= 2 && tensor < 14 ? spec.numel / m->config.num_layers : 0;  // ln1w..fcprojb
+    return buf<floatX>(m, kParams) + m->param_offsets[tensor] + (size_t)layer * per_layer;
+}
+inline floatX* grad(GPT2* m, int tensor, int layer = 0) {
+    return buf<floatX>(m, kGrads) + (param(m, tensor, layer) - buf<floatX>(m, kParams));
+}
+// Parameter tensor indices in gpt2_parameter_table order.
+enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+
+inline void set_config(GPT2* m, const GPT2Config& c) {
+    validate_gpt2_config("model", c, "invalid GPT-2 config");
+    if (c.channels % 8 != 0) {
+        fprintf(stderr, "error: GPT-2 config: C = %d must be a multiple of 8 (128-bit aligned rows)\n", c.channels);
+        exit(EXIT_FAILURE);
+    }
+    m->config = c;
+    m->num_parameters = gpt2_num_parameters(c);
+    m->param_offsets = gpt2_parameter_offsets(c);
+}
+
+inline void upload_tokens(GPT2* m, MemoryId id, const int* host, int B, int T, const char* what) {
+    const int V = m->config.vocab_size;
+    for (int i = 0; i < B * T; i++) {
+        if (host[i] < 0 || host[i] >= V) {
+            fprintf(stderr, "error: gpt2_forward: %s token %d at position %d is out of range [0, %d)\n", what, host[i],
+                    i, V);
+            exit(EXIT_FAILURE);
+        }
+    }
+    cudaCheck(cudaMemcpyAsync(m->memory[id], host, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+}
+
+}  // namespace gpt2_detail
+
+inline void gpt2_build_from_checkpoint(GPT2* m, const std::string& path) {
+    ModelFile f = read_model_file(path);  // throws FileError naming the file
+    gpt2_detail::set_config(m, f.config);
+    m->host_params = std::move(f.params);
+}
+
+// GPT-2 init: weights N(0, 0.02), the residual projections (attprojw, fcprojw) N(0, 0.02/sqrt(2L)),
+// LayerNorm weights 1, biases 0; wte's padding rows zero. Deterministic for a seed (llmc/rand.h).
+inline void gpt2_build_random(GPT2* m, const GPT2Config& c, uint64_t seed) {
+    using namespace gpt2_detail;
+    set_config(m, c);
+    m->host_params.assign(m->num_parameters, 0.0f);
+    auto table = gpt2_parameter_table(c);
+    Rng rng(seed);
+    const float residual_std = 0.02f / sqrtf(2.0f * c.num_layers);
+    for (int i = 0; i < kNumParameterTensors; i++) {
+        float* p = m->host_params.data() + m->param_offsets[i];
+        size_t n = table[i].numel;
+        if (i == LN1W || i == LN2W || i == LNFW) {
+            for (size_t k = 0; k < n; k++) p[k] = 1.0f;
+        } else if (i == WTE) {
+            rng.fill_normal(p, (size_t)c.vocab_size * c.channels, 0.0f, 0.02f);  // padding rows stay 0
+        } else if (i == WPE || i == QKVW || i == FCW) {
+            rng.fill_normal(p, n, 0.0f, 0.02f);
+        } else if (i == ATTPROJW || i == FCPROJW) {
+            rng.fill_normal(p, n, 0.0f, residual_std);
+        }  // biases stay 0
+    }
+}
+
+inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend backend) {
+    const GPT2Config& c = m->config;
+    if (m->num_parameters == 0) {
+        fprintf(stderr, "error: gpt2_allocate: build the model first\n");
+        exit(EXIT_FAILURE);
+    }
+    if (B < 1 || T < 1 || T > c.max_seq_len || recompute < 0 || recompute > 2) {
+        fprintf(stderr, "error: gpt2_allocate: need B >= 1, 1 <= T <= %d (max_seq_len), recompute 0..2 "
+                        "(got B=%d T=%d recompute=%d)\n", c.max_seq_len, B, T, recompute);
+        exit(EXIT_FAILURE);
+    }
+    std::string why;
+    if (!attention_backend_supported(backend, c.channels, c.num_heads, &why)) {
+        fprintf(stderr, "error: %s\n", why.c_str());
+        exit(EXIT_FAILURE);
+    }
+    matmul_init();
+    m->B = B;
+    m->T = T;
+    m->recompute = recompute;
+    m->backend = backend;
+    m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->use_master_weights);
+    m->plan = memory_plan_of(m->memory_table);
+    const size_t bytes = m->plan.total() - matmul_workspace_bytes();  // that one is already allocated
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    cudaError_t err = bytes <= free_bytes ? cudaMalloc(&m->device_block, bytes) : cudaErrorMemoryAllocation;
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // clear the failed allocation's error state
+        int fits = 0;
+        for (int b = B - 1; b >= 1; b--) {
+            size_t need = memory_plan_of(gpt2_memory_table(c, b, T, recompute, backend, m->use_master_weights)).total() -
+                          matmul_workspace_bytes();
+            if (need <= free_bytes) { fits = b; break; }
+        }
+        const double GiB = 1024.0 * 1024.0 * 1024.0;
+        if (fits > 0) {
+            fprintf(stderr, "error: out of device memory: B=%d T=%d recompute=%d needs %.2f GiB, %.2f GiB free; "
+                            "the largest batch size that fits is B=%d (or raise -r recompute)\n",
+                    B, T, recompute, bytes / GiB, free_bytes / GiB, fits);
+        } else {
+            fprintf(stderr, "error: out of device memory: B=%d T=%d recompute=%d needs %.2f GiB, %.2f GiB free; "
+                            "even B=1 does not fit at this T\n", B, T, recompute, bytes / GiB, free_bytes / GiB);
+        }
+        exit(EXIT_FAILURE);
+    }
+    m->memory.assign(kNumMemoryIds, nullptr);
+    char* at = (char*)m->device_block;
+    for (int i = 0; i < kNumMemoryIds; i++) {
+        m->memory[i] = m->memory_table[i].elems ? at : nullptr;
+        at += m->memory_table[i].bytes();
+    }
+    m->encoder_scratch = encoder_backward_scratch_at(m->memory[kEncoderScratch], B * T, c.vocab_size);
+
+    // Upload the parameters: fp32 -> floatX (round to nearest), and the fp32 master copy.
+    const size_t N = m->num_parameters;
+    if (m->memory[kMaster]) {
+        cudaCheck(cudaMemcpy(m->memory[kMaster], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (kFloatXIsBF16) {
+        std::vector<uint16_t> bits(N);
+        for (size_t i = 0; i < N; i++) bits[i] = float_to_bf16_bits(m->host_params[i]);
+        cudaCheck(cudaMemcpy(m->memory[kParams], bits.data(), N * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemcpy(m->memory[kParams], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaMemset(m->memory[kGrads], 0, N * sizeof(floatX)));
+    cudaCheck(cudaMemset(m->memory[kAdamM], 0, N * sizeof(float)));
+    cudaCheck(cudaMemset(m->memory[kAdamV], 0, N * sizeof(float)));
+    m->host_params.clear();
+    m->host_params.shrink_to_fit();
+}
+
+// Forward pass on host token arrays (B*T each, B <= allocated B, T <= allocated T). Returns the mean loss,
+// or NAN when targets is null (then the logits stay readable through gpt2_copy_logits). With targets the
+// logits are replaced by the gradient of the mean loss (the fused classifier), ready for gpt2_backward.
+inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
+    using namespace gpt2_detail;
+    if (!m->device_block || B < 1 || T < 1 || B > m->B || T > m->T) {
+        fprintf(stderr, "error: gpt2_forward: B=%d T=%d must be within the allocated B=%d T=%d\n", B, T, m->B, m->T);
+        exit(EXIT_FAILURE);
+    }
+    const GPT2Config& c = m->config;
+    const int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+    const int BT = B * T;
+    const size_t ld = (size_t)m->B * m->T;  // per-layer strides use the allocated size
+    cudaStream_t s = m->stream;
+    upload_tokens(m, kInputs, inputs, B, T, "input");
+    if (targets) upload_tokens(m, kTargets, targets, B, T, "target");
+
+    floatX* scratch = buf<floatX>(m, kScratchBTC);
+    const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
+    encoder_forward(buf<floatX>(m, kEncoded), buf<int>(m, kInputs), param(m, WTE), param(m, WPE), B, T, C, s);
+    auto ln1 = [&](int l) { return buf<floatX>(m, kLn1) + (m->recompute >= 2 ? 0 : l * ld * C); };
+    auto ln2 = [&](int l) { return buf<floatX>(m, kLn2) + (m->recompute >= 2 ? 0 : l * ld * C); };
+    layernorm_forward(ln1(0), buf<float>(m, kLn1Mean), buf<float>(m, kLn1Rstd), buf<floatX>(m, kEncoded),
+                      param(m, LN1W), param(m, LN1B), BT, C, s);
+    for (int l = 0; l < L; l++) {
+        const floatX* residual = l == 0 ? buf<floatX>(m, kEncoded) : buf<floatX>(m, kResidual3) + (l - 1) * ld * C;
+        floatX* qkv = buf<floatX>(m, kQkv) + l * ld * 3 * C;
+        floatX* atty = buf<floatX>(m, kAtty) + l * ld * C;
+        void* saved = buf<char>(m, kAttSaved) + l * saved_stride;
+        floatX* residual2 = buf<floatX>(m, kResidual2) + l * ld * C;
+        floatX* fch = buf<floatX>(m, kFch) + l * ld * 4 * C;
+        floatX* fch_gelu = buf<floatX>(m, kFchGelu) + (m->recompute >= 1 ? 0 : l * ld * 4 * C);
+        floatX* residual3 = buf<floatX>(m, kResidual3) + l * ld * C;
+        matmul_forward(qkv, ln1(l), param(m, QKVW, l), param(m, QKVB, l), BT, C, 3 * C, nullptr, false, s);
+        attention_forward(m->backend, atty, saved, qkv, buf<floatX>(m, kLogits), B, T, C, NH, s);
+        matmul_forward(scratch, atty, param(m, ATTPROJW, l), param(m, ATTPROJB, l), BT, C, C, nullptr, false, s);
+        fused_residual_layernorm_forward(residual2, ln2(l), buf<float>(m, kLn2Mean) + l * ld,
+                                         buf<float>(m, kLn2Rstd) + l * ld, residual, scratch, param(m, LN2W, l),
+                                         param(m, LN2B, l), BT, C, s);
+        matmul_forward(fch_gelu, ln2(l), param(m, FCW, l), param(m, FCB, l), BT, C, 4 * C, fch, m->fuse_gelu, s);
+        matmul_forward(scratch, fch_gelu, param(m, FCPROJW, l), param(m, FCPROJB, l), BT, 4 * C, C, nullptr, false,
+                       s);
+        if (l + 1 < L) {
+            fused_residual_layernorm_forward(residual3, ln1(l + 1), buf<float>(m, kLn1Mean) + (l + 1) * ld,
+                                             buf<float>(m, kLn1Rstd) + (l + 1) * ld, residual2, scratch,
+                                             param(m, LN1W, l + 1), param(m, LN1B, l + 1), BT, C, s);
+        } else {
+            fused_residual_layernorm_forward(residual3, buf<floatX>(m, kLnf), buf<float>(m, kLnfMean),
+                                             buf<float>(m, kLnfRstd), residual2, scratch, param(m, LNFW),
+                                             param(m, LNFB), BT, C, s);
+        }
+    }
+    matmul_forward(buf<floatX>(m, kLogits), buf<floatX>(m, kLnf), param(m, WTE), nullptr, BT, C, Vp, nullptr, false, s);
+    m->last_B = B;
+    m->last_T = T;
+    if (!targets) {
+        m->logits_valid = true;
+        m->dlogits_ready = false;
+        m->last_loss = NAN;
+        return NAN;
+    }
+    fused_classifier(buf<floatX>(m, kLogits), buf<float>(m, kLosses), buf<int>(m, kTargets), BT, V, Vp,
+                     1.0f / (float)BT, s);
+    std::vector<float> losses(BT);
+    cudaCheck(cudaMemcpyAsync(losses.data(), m->memory[kLosses], BT * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) sum += losses[i];
+    m->logits_valid = false;
+    m->dlogits_ready = true;
+    m->last_loss = (float)(sum / BT);
+    return m->last_loss;
+}
+
+inline void gpt2_zero_grad(GPT2* m) {
+    cudaCheck(cudaMemsetAsync(m->memory[kGrads], 0, m->num_parameters * sizeof(floatX), m->stream));
+}
+
+// Accumulates the gradient of loss_scale · (mean loss of the last forward) into the gradients.
+// Must follow a gpt2_forward with targets on the same inputs (inputs/targets are the same host arrays;
+// they are already on the device, so they are not read again).
+inline void gpt2_backward(GPT2* m, const int* inputs, const int* targets, float loss_scale) {
+    using namespace gpt2_detail;
+    if (!m->dlogits_ready || !targets || !inputs) {
+        fprintf(stderr, "error: gpt2_backward: needs a preceding gpt2_forward with targets\n");
+        exit(EXIT_FAILURE);
+    }
+    m->dlogits_ready = false;
+    const GPT2Config& c = m->config;
+    const int L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    const int B = m->last_B, T = m->last_T, BT = B * T;
+    const size_t ld = (size_t)m->B * m->T;
+    cudaStream_t s = m->stream;
+    floatX* dresidual = buf<floatX>(m, kDResidual);
+    floatX* scratch = buf<floatX>(m, kScratchBTC);
+    floatX* scratch4 = buf<floatX>(m, kScratchBT4C);
+    float* reduce = buf<float>(m, kReduceScratch);
+    floatX* dqkv = buf<floatX>(m, kLogits);
+    void* attn_ws = dqkv + (size_t)BT * 3 * C;
+    const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
+    auto ln1 = [&](int l) { return buf<floatX>(m, kLn1) + (m->recompute >= 2 ? 0 : l * ld * C); };
+    auto ln2 = [&](int l) { return buf<floatX>(m, kLn2) + (m->recompute >= 2 ? 0 : l * ld * C); };
+
+    // Classifier: the logits buffer holds dlogits of the mean loss; loss_scale enters as the GEMMs' alpha.
+    matmul_backward(scratch, grad(m, WTE), nullptr, buf<floatX>(m, kLogits), buf<floatX>(m, kLnf), param(m, WTE), BT,
+                    C, Vp, reduce, nullptr, false, loss_scale, s);
+    cudaCheck(cudaMemsetAsync(dresidual, 0, (size_t)BT * C * sizeof(floatX), s));
+    layernorm_backward(dresidual, grad(m, LNFW), grad(m, LNFB), scratch, buf<floatX>(m, kResidual3) + (L - 1) * ld * C,
+                       param(m, LNFW), buf<float>(m, kLnfMean), buf<float>(m, kLnfRstd), BT, C, reduce, s);
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* residual = l == 0 ? buf<floatX>(m, kEncoded) : buf<floatX>(m, kResidual3) + (l - 1) * ld * C;
+        const floatX* qkv = buf<floatX>(m, kQkv) + l * ld * 3 * C;
+        const floatX* atty = buf<floatX>(m, kAtty) + l * ld * C;
+        const void* saved = buf<char>(m, kAttSaved) + l * saved_stride;
+        const floatX* residual2 = buf<floatX>(m, kResidual2) + l * ld * C;
+        const floatX* fch = buf<floatX>(m, kFch) + l * ld * 4 * C;
+        float* ln1_mean = buf<float>(m, kLn1Mean) + l * ld;
+        float* ln1_rstd = buf<float>(m, kLn1Rstd) + l * ld;
+        float* ln2_mean = buf<float>(m, kLn2Mean) + l * ld;
+        float* ln2_rstd = buf<float>(m, kLn2Rstd) + l * ld;
+        floatX* fch_gelu = buf<floatX>(m, kFchGelu) + (m->recompute >= 1 ? 0 : l * ld * 4 * C);
+        if (m->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C, s);
+        if (m->recompute >= 2) {  // same kernel, same inputs: bit-identical to the forward's outputs
+            layernorm_forward(ln1(l), ln1_mean, ln1_rstd, residual, param(m, LN1W, l), param(m, LN1B, l), BT, C, s);
+            layernorm_forward(ln2(l), ln2_mean, ln2_rstd, residual2, param(m, LN2W, l), param(m, LN2B, l), BT, C, s);
+        }
+        // MLP: dresidual is d(residual3) here. fch_gelu may live in scratch4: matmul_backward reads it for the
+        // weight gradient before it writes dfch into scratch4.
+        matmul_backward(scratch4, grad(m, FCPROJW, l), grad(m, FCPROJB, l), dresidual, fch_gelu, param(m, FCPROJW, l),
+                        BT, 4 * C, C, reduce, fch, m->fuse_gelu, 1.0f, s);
+        matmul_backward(scratch, grad(m, FCW, l), grad(m, FCB, l), scratch4, ln2(l), param(m, FCW, l), BT, C, 4 * C,
+                        reduce, nullptr, false, 1.0f, s);
+        layernorm_backward(dresidual, grad(m, LN2W, l), grad(m, LN2B, l), scratch, residual2, param(m, LN2W, l),
+                           ln2_mean, ln2_rstd, BT, C, reduce, s);
+        // Attention: dresidual is now d(residual2).
+        matmul_backward(scratch, grad(m, ATTPROJW, l), grad(m, ATTPROJB, l), dresidual, atty, param(m, ATTPROJW, l),
+                        BT, C, C, reduce, nullptr, false, 1.0f, s);
+        attention_backward(m->backend, dqkv, scratch, qkv, atty, saved, attn_ws, B, T, C, NH, s);
+        matmul_backward(scratch, grad(m, QKVW, l), grad(m, QKVB, l), dqkv, ln1(l), param(m, QKVW, l), BT, C, 3 * C,
+                        reduce, nullptr, false, 1.0f, s);
+        layernorm_backward(dresidual, grad(m, LN1W, l), grad(m, LN1B, l), scratch, residual, param(m, LN1W, l),
+                           ln1_mean, ln1_rstd, BT, C, reduce, s);
+    }
+    encoder_backward(grad(m, WTE), grad(m, WPE), dresidual, buf<int>(m, kInputs), B, T, C, c.vocab_size,
+                     m->encoder_scratch, s);
+    cudaCheck(cudaStreamSynchronize(s));
+}
+
+inline float gpt2_grad_norm(GPT2* m) {
+    return global_norm((const floatX*)m->memory[kGrads], m->num_parameters, (float*)m->memory[kReduceScratch],
+                       m->stream);
+}
+
+struct AdamWParams {
+    float lr, beta1, beta2, eps, weight_decay;
+};
+
+// One AdamW step on every tensor; gradients are multiplied by grad_scale first (clipping). step >= 1.
+inline void gpt2_update(GPT2* m, const AdamWParams& p, float grad_scale, int step, uint64_t seed) {
+    if (step < 1) {
+        fprintf(stderr, "error: gpt2_update: step must be >= 1 (got %d)\n", step);
+        exit(EXIT_FAILURE);
+    }
+    AdamWTensorTable table;
+    auto specs = gpt2_parameter_table(m->config);
+    for (int i = 0; i < kNumParameterTensors; i++) {
+        table.offset[i] = m->param_offsets[i];
+        table.size[i] = specs[i].numel;
+        table.weight_decay[i] = specs[i].weight_decay ? p.weight_decay : 0.0f;
+    }
+    adamw_update((floatX*)m->memory[kParams], (float*)m->memory[kMaster], (const floatX*)m->memory[kGrads],
+                 (float*)m->memory[kAdamM], (float*)m->memory[kAdamV], table, kNumParameterTensors, p.lr, p.beta1,
+                 p.beta2, p.eps, grad_scale, step, seed, m->stream);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+// Vp logits of position (b, t) of the last forward, which must have been run without targets.
+inline void gpt2_copy_logits(GPT2* m, int b, int t, float* host_out) {
+    if (!m->logits_valid || b < 0 || b >= m->last_B || t < 0 || t >= m->last_T) {
+        fprintf(stderr, "error: gpt2_copy_logits: needs a preceding gpt2_forward without targets and b < B, t < T\n");
+        exit(EXIT_FAILURE);
+    }
+    const int Vp = m->config.padded_vocab_size;
+    const floatX* src = (const floatX*)m->memory[kLogits] + ((size_t)b * m->last_T + t) * Vp;
+    if (kFloatXIsBF16) {
+        std::vector<uint16_t> bits(Vp);
+        cudaCheck(cudaMemcpy(bits.data(), src, Vp * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < Vp; i++) host_out[i] = bf16_bits_to_float(bits[i]);
+    } else {
+        cudaCheck(cudaMemcpy(host_out, src, Vp * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+}
+
+// The parameters as fp32 on the host (bf16 widened exactly).
+inline std::vector<float> gpt2_download_params(GPT2* m) {
+    const size_t N = m->num_parameters;
+    std::vector<float> out(N);
+    if (kFloatXIsBF16) {
+        std::vector<uint16_t> bits(N);
+        cudaCheck(cudaMemcpy(bits.data(), m->memory[kParams], N * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < N; i++) out[i] = bf16_bits_to_float(bits[i]);
+    } else {
+        cudaCheck(cudaMemcpy(out.data(), m->memory[kParams], N * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    return out;
+}
+
+// The gradients as fp32 on the host (for tests).
+inline std::vector<float> gpt2_download_grads(GPT2* m) {
+    const size_t N = m->num_parameters;
+    std::vector<float> out(N);
+    if (kFloatXIsBF16) {
+        std::vector<uint16_t> bits(N);
+        cudaCheck(cudaMemcpy(bits.data(), m->memory[kGrads], N * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < N; i++) out[i] = bf16_bits_to_float(bits[i]);
+    } else {
+        cudaCheck(cudaMemcpy(out.data(), m->memory[kGrads], N * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    return out;
+}
+
+// The model as computed with: fp32 v3 in FP32 builds, bf16 v5 (the bf16 parameters, exactly) in BF16 builds.
+inline void gpt2_write_model(GPT2* m, const std::string& path) {
+    std::vector<float> params = gpt2_download_params(m);
+    write_model_file(path, m->config, params.data(), kFloatXIsBF16 ? ParamDtype::BF16 : ParamDtype::FP32);
+}
+
+// Optimizer state for resume: [master weights (fp32, BF16 builds with master weights)] [m (fp32)] [v (fp32)].
+inline size_t gpt2_optimizer_state_bytes(const GPT2* m) {
+    size_t master = m->memory.size() && m->memory[kMaster] ? m->num_parameters : 0;
+    return (master + 2 * m->num_parameters) * sizeof(float);
+}
+// Copies the device's optimizer state into host (gpt2_optimizer_state_bytes bytes): for saving a checkpoint.
+inline void gpt2_read_optimizer_state(GPT2* m, void* host) {
+    char* dst = (char*)host;
+    const size_t bytes = m->num_parameters * sizeof(float);
+    if (m->memory[kMaster]) {
+        cudaCheck(cudaMemcpy(dst, m->memory[kMaster], bytes, cudaMemcpyDeviceToHost));
+        dst += bytes;
+    }
+    cudaCheck(cudaMemcpy(dst, m->memory[kAdamM], bytes, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(dst + bytes, m->memory[kAdamV], bytes, cudaMemcpyDeviceToHost));
+}
+// Restores the optimizer state from host (the layout above): for resuming.
+inline void gpt2_write_optimizer_state(GPT2* m, const void* host) {
+    const char* src = (const char*)host;
+    const size_t bytes = m->num_parameters * sizeof(float);
+    if (m->memory[kMaster]) {
+        cudaCheck(cudaMemcpy(m->memory[kMaster], src, bytes, cudaMemcpyHostToDevice));
+        src += bytes;
+    }
+    cudaCheck(cudaMemcpy(m->memory[kAdamM], src, bytes, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->memory[kAdamV], src + bytes, bytes, cudaMemcpyHostToDevice));
+}
+
+inline floatX* gpt2_grads(GPT2* m) { return (floatX*)m->memory[kGrads]; }
+inline size_t gpt2_num_parameters(const GPT2* m) { return m->num_parameters; }
+
+inline void gpt2_free(GPT2* m) {
+    if (m->device_block) cudaCheck(cudaFree(m->device_block));
+    m->device_block = nullptr;
+    m->memory.clear();
+    m->host_params.clear();
+}

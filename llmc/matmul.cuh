@@ -1,0 +1,246 @@
+// Matrix multiplies through cuBLASLt, with the bias add and GELU fused into the GEMM epilogue.
+//
+// Everything is stated in row-major terms (as the model thinks): C (M x N) = op(A) · op(B), A is M x K
+// (K x M when transA), B is K x N (N x K when transB). cuBLASLt is column-major, so we hand it the
+// transposed problem Cᵀ = op(B)ᵀ · op(A)ᵀ, which reads the same memory without copies.
+// Matmul descriptors, layouts and the chosen algorithm are cached per problem (shape, transposes, batch,
+// epilogue), so the heuristic runs once per shape, not per call.
+//
+// Precision: bf16 operands with fp32 accumulation in BF16 builds; in FP32 builds plain fp32 (TF32 only
+// when matmul_set_tf32(true), e.g. the trainer's -f 1: the reference tests need it off).
+#pragma once
+
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "cuda_common.h"
+#include "gelu.cuh"
+
+enum class MatmulEpilogue {
+    None,      // C = alpha·A·B + beta·C
+    Bias,      // C = A·B + bias (bias has N entries: one per output column)
+    GeluBias,  // pre_gelu = A·B + bias, C = gelu(pre_gelu): both written
+    DGelu,     // C = (A·B) * gelu'(pre_gelu)   (backward through GELU)
+};
+
+namespace matmul_detail {
+
+struct Key {
+    int M, N, K, transA, transB, batch;
+    long long strideA, strideB, strideC;
+    int epilogue, has_beta;
+    bool operator<(const Key& o) const {
+        return std::tie(M, N, K, transA, transB, batch, strideA, strideB, strideC, epilogue, has_beta) <
+               std::tie(o.M, o.N, o.K, o.transA, o.transB, o.batch, o.strideA, o.strideB, o.strideC, o.epilogue,
+                        o.has_beta);
+    }
+};
+
+struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct State {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 32u << 20;  // cuBLASLt asks for up to 32 MiB on Hopper
+    bool tf32 = false;
+    std::map<Key, Plan> plans;
+};
+inline State& state() {
+    static State s;
+    return s;
+}
+
+inline cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int rows, int cols, int ld, int batch, long long stride) {
+    cublasLtMatrixLayout_t layout;
+    cublasCheck(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
+    if (batch > 1) {
+        cublasCheck(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
+        cublasCheck(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                     sizeof(stride)));
+    }
+    return layout;
+}
+
+}  // namespace matmul_detail
+
+// Creates the cuBLASLt handle and workspace; idempotent. Call before the first matmul (the model does).
+inline void matmul_init() {
+    auto& s = matmul_detail::state();
+    if (s.handle) return;
+    cublasCheck(cublasLtCreate(&s.handle));
+    cudaCheck(cudaMalloc(&s.workspace, s.workspace_bytes));
+}
+inline size_t matmul_workspace_bytes() { return matmul_detail::state().workspace_bytes; }
+
+// TF32 tensor cores for fp32 builds (no effect on bf16 builds). Clears cached plans.
+inline void matmul_set_tf32(bool on) {
+    auto& s = matmul_detail::state();
+    if (s.tf32 == on) return;
+    s.tf32 = on;
+    for (auto& kv : s.plans) {
+        cublasLtMatmulDescDestroy(kv.second.desc);
+        cublasLtMatrixLayoutDestroy(kv.second.a);
+        cublasLtMatrixLayoutDestroy(kv.second.b);
+        cublasLtMatrixLayoutDestroy(kv.second.c);
+    }
+    s.plans.clear();
+}
+
+// The general entry point (row-major view, see the top of the file). Strides are in elements, used when batch > 1.
+// bias: N entries (Bias, GeluBias). pre_gelu: M x N, written by GeluBias, read by DGelu.
+inline void matmul(floatX* C, const floatX* A, const floatX* B, int M, int N, int K, bool transA, bool transB,
+                   float alpha = 1.0f, float beta = 0.0f, MatmulEpilogue epilogue = MatmulEpilogue::None,
+                   const floatX* bias = nullptr, floatX* pre_gelu = nullptr, int batch = 1, long long strideA = 0,
+                   long long strideB = 0, long long strideC = 0, cudaStream_t stream = 0) {
+    using namespace matmul_detail;
+    State& s = state();
+    if (!s.handle) matmul_init();
+    if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)bias | (uintptr_t)pre_gelu) % 16 != 0) {
+        fprintf(stderr, "error: matmul: operands must be 16-byte aligned\n");
+        exit(EXIT_FAILURE);
+    }
+    Key key{M, N, K, transA, transB, batch, strideA, strideB, strideC, (int)epilogue, beta != 0.0f};
+    auto it = s.plans.find(key);
+    if (it == s.plans.end()) {
+        Plan p;
+        const cudaDataType_t type = cuda_datatype_of_floatX();
+        cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+        if (!kFloatXIsBF16 && s.tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+        cublasCheck(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+        // Column-major problem: D (N x M) = opB' (N x K) · opA' (K x M), where B' = B and A' = A as stored.
+        cublasOperation_t opFirst = transB ? CUBLAS_OP_T : CUBLAS_OP_N;   // B viewed column-major
+        cublasOperation_t opSecond = transA ? CUBLAS_OP_T : CUBLAS_OP_N;  // A viewed column-major
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opFirst, sizeof(opFirst)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opSecond, sizeof(opSecond)));
+        // Stored shapes (column-major rows x cols, leading dimension = rows).
+        p.a = transB ? make_layout(type, K, N, K, batch, strideB) : make_layout(type, N, K, N, batch, strideB);
+        p.b = transA ? make_layout(type, M, K, M, batch, strideA) : make_layout(type, K, M, K, batch, strideA);
+        p.c = make_layout(type, N, M, N, batch, strideC);
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+        if (epilogue == MatmulEpilogue::Bias) epi = CUBLASLT_EPILOGUE_BIAS;
+        if (epilogue == MatmulEpilogue::GeluBias) epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        if (epilogue == MatmulEpilogue::DGelu) epi = CUBLASLT_EPILOGUE_DGELU;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+        if (epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::GeluBias) {
+            cudaDataType_t bias_type = type;
+            cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                       sizeof(bias_type)));
+        }
+        if (epilogue == MatmulEpilogue::GeluBias || epilogue == MatmulEpilogue::DGelu) {
+            int64_t ld = N;
+            cudaDataType_t aux_type = type;
+            cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+            cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+                                                       sizeof(aux_type)));
+        }
+        cublasLtMatmulPreference_t pref;
+        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &s.workspace_bytes, sizeof(s.workspace_bytes)));
+        cublasLtMatmulHeuristicResult_t result;
+        int found = 0;
+        cublasCheck(cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (found == 0) {
+            fprintf(stderr, "error: matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d transA=%d transB=%d "
+                            "batch=%d epilogue=%d\n", M, N, K, (int)transA, (int)transB, batch, (int)epilogue);
+            exit(EXIT_FAILURE);
+        }
+        p.algo = result.algo;
+        it = s.plans.emplace(key, p).first;
+    }
+    Plan& p = it->second;
+    // Pointers change between calls (layers, buffers), so they are set per call; the rest is cached.
+    if (epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::GeluBias) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (epilogue == MatmulEpilogue::GeluBias || epilogue == MatmulEpilogue::DGelu) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu,
+                                                   sizeof(pre_gelu)));
+    }
+    cublasCheck(cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, s.workspace,
+                               s.workspace_bytes, stream));
+}
+
+// ---------------------------------------------------------------- bias gradient (deterministic)
+// dbias[j] += scale · Σ_i dout[i][j] over N rows: each thread sums one column over a fixed chunk of rows into
+// fp32 partials, then a second kernel adds the chunks in order. No atomics, so results repeat bit for bit.
+constexpr int kColumnSumRowsPerChunk = 128;
+inline int column_sum_num_chunks(int rows) { return ceil_div(rows, kColumnSumRowsPerChunk); }
+inline size_t column_sum_scratch_floats(int rows, int cols) { return (size_t)column_sum_num_chunks(rows) * cols; }
+
+template <typename T>
+__global__ void column_sum_partials_kernel(float* partials, const T* x, int rows, int cols) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int chunk = blockIdx.y;
+    if (col >= cols) return;
+    const int r0 = chunk * kColumnSumRowsPerChunk;
+    const int r1 = min(rows, r0 + kColumnSumRowsPerChunk);
+    float acc = 0.0f;
+    for (int r = r0; r < r1; r++) acc += to_float(x[(size_t)r * cols + col]);
+    partials[(size_t)chunk * cols + col] = acc;
+}
+
+template <typename T>
+__global__ void column_sum_finish_kernel(T* out, const float* partials, int num_chunks, int cols, float scale) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    float acc = 0.0f;
+    for (int k = 0; k < num_chunks; k++) acc += partials[(size_t)k * cols + col];
+    out[col] = from_float<T>(to_float(out[col]) + scale * acc);
+}
+
+// out[j] += scale · Σ_i x[i][j]. scratch: column_sum_scratch_floats(rows, cols) floats.
+inline void column_sum_accumulate(floatX* out, const floatX* x, int rows, int cols, float scale, float* scratch,
+                                  cudaStream_t stream = 0) {
+    const int threads = 256;
+    const int chunks = column_sum_num_chunks(rows);
+    column_sum_partials_kernel<<<dim3(ceil_div(cols, threads), chunks), threads, 0, stream>>>(scratch, x, rows, cols);
+    cudaCheckLaunch();
+    column_sum_finish_kernel<<<ceil_div(cols, threads), threads, 0, stream>>>(out, scratch, chunks, cols, scale);
+    cudaCheckLaunch();
+}
+
+// ---------------------------------------------------------------- the model's two uses
+// Forward of a linear layer: out (N x OC) = inp (N x C) · weightᵀ + bias; weight is (OC, C) like nn.Linear.
+// With pre_gelu: pre_gelu = inp·weightᵀ + bias and out = gelu(pre_gelu) (GELU fused when `fuse_gelu`).
+inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C,
+                           int OC, floatX* pre_gelu = nullptr, bool fuse_gelu = true, cudaStream_t stream = 0) {
+    if (pre_gelu && fuse_gelu) {
+        matmul(out, inp, weight, N, OC, C, false, true, 1.0f, 0.0f, MatmulEpilogue::GeluBias, bias, pre_gelu, 1, 0,
+               0, 0, stream);
+    } else if (pre_gelu) {
+        matmul(pre_gelu, inp, weight, N, OC, C, false, true, 1.0f, 0.0f,
+               bias ? MatmulEpilogue::Bias : MatmulEpilogue::None, bias, nullptr, 1, 0, 0, 0, stream);
+        gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
+    } else {
+        matmul(out, inp, weight, N, OC, C, false, true, 1.0f, 0.0f,
+               bias ? MatmulEpilogue::Bias : MatmulEpilogue::None, bias, nullptr, 1, 0, 0, 0, stream);
+    }
+}
+
+// Backward of matmul_forward, scaled by `scale` (the loss scale, folded into the GEMMs' alpha):
+//   dinp (N x C) = scale · dout · weight                        (overwritten; times gelu'(pre_gelu) if given)
+//   dweight (OC x C) += scale · doutᵀ · inp,  dbias (OC) += scale · Σ_rows dout   (accumulated)
+// scratch: column_sum_scratch_floats(N, OC) floats (for dbias).
+inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                            const floatX* weight, int N, int C, int OC, float* scratch,
+                            const floatX* pre_gelu = nullptr, bool fuse_gelu = true, float scale = 1.0f,
+                            cudaStream_t stream = 0) {
+    if (dbias) column_sum_accumulate(dbias, dout, N, OC, scale, scratch, stream);
+    matmul(dweight, dout, inp, OC, C, N, true, false, scale, 1.0f, MatmulEpilogue::None, nullptr, nullptr, 1, 0, 0,
+           0, stream);
+    if (pre_gelu && fuse_gelu) {
+        matmul(dinp, dout, weight, N, C, OC, false, false, scale, 0.0f, MatmulEpilogue::DGelu, nullptr,
+               const_cast<floatX*>(pre_gelu), 1, 0, 0, 0, stream);
+    } else {
+        matmul(dinp, dout, weight, N, C, OC, false, false, scale, 0.0f, MatmulEpilogue::None, nullptr, nullptr, 1, 0,
+               0, 0, stream);
+        if (pre_gelu) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, stream);
+    }
+}

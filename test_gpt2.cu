@@ -1,0 +1,198 @@
+// GPU model vs the PyTorch reference written by scripts/train_gpt2.py:
+//   ./test_gpt2cu <prefix> [--backend materialized|flash] [--recompute 0|1|2]
+// reads <prefix>_model.bin (FP32 builds) or <prefix>_model_bf16.bin (BF16 builds), <prefix>_debug_state.bin and
+// <prefix>_trajectory.txt, then checks on the debug state's batch:
+//   logits (rel-L2), loss (abs), every gradient tensor (rel-L2), the 10-step AdamW loss trajectory (abs per step),
+//   and determinism: a second, fresh run of the trajectory must give bit-identical losses.
+// Prints every measured error; exit code 0 when everything is within tolerance, 1 otherwise.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmc/debug_state.h"
+#include "llmc/gpt2.cuh"
+#include "llmc/model_file.h"
+#include "llmc/reference_trajectory.h"
+
+struct Tolerances {
+    double logits_rel_l2, loss_abs, grad_rel_l2, trajectory_abs;
+};
+#if defined(ENABLE_FP32)
+constexpr Tolerances kTol = {1e-5, 1e-5, 1e-4, 1e-4};
+#else
+constexpr Tolerances kTol = {1e-2, 5e-3, 8e-2, 2e-2};
+#endif
+
+struct ErrorStats {
+    double rel_l2 = NAN, max_abs = NAN;
+};
+// rel-L2 = ||out - ref|| / ||ref|| in double; NaN anywhere in out makes it NaN (and fails the check).
+static ErrorStats compare(const float* out, const float* ref, size_t n) {
+    double diff2 = 0, ref2 = 0, max_abs = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)out[i] - (double)ref[i];
+        diff2 += d * d;
+        ref2 += (double)ref[i] * ref[i];
+        if (!(std::fabs(d) <= max_abs)) max_abs = std::fabs(d);  // keeps NaN
+    }
+    ErrorStats e;
+    e.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    e.max_abs = max_abs;
+    return e;
+}
+
+static int failures = 0;
+static void report(const char* what, double value, double tol, const char* extra = "") {
+    bool ok = value <= tol;  // NaN fails
+    if (!ok) failures++;
+    printf("%-32s %.3e  (tol %.0e)%s  %s\n", what, value, tol, extra, ok ? "OK" : "FAIL");
+}
+
+// Poisons every activation and workspace buffer with 0xFF bytes (NaN in fp32 and bf16): a kernel that reads
+// something nobody wrote produces NaN and fails the comparisons.
+static void poison_activations(GPT2* m) {
+    for (int i = 0; i < kNumMemoryIds; i++) {
+        const MemoryTensor& t = m->memory_table[i];
+        if (!m->memory[i] || (t.group != MemoryGroup::Activations && t.group != MemoryGroup::Workspace)) continue;
+        if (i == kInputs || i == kTargets || i == kEncoderScratch) continue;
+        cudaCheck(cudaMemset(m->memory[i], 0xFF, t.bytes()));
+    }
+}
+
+// Runs `steps` AdamW steps on one batch, as the reference trajectory was made; returns the losses.
+static std::vector<float> run_trajectory(GPT2* m, const DebugState& ds, const ReferenceTrajectory& ref) {
+    AdamWParams p = {ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay};
+    std::vector<float> losses;
+    for (size_t i = 0; i < ref.losses.size(); i++) {
+        float loss = gpt2_forward(m, ds.inputs.data(), ds.targets.data(), ds.B, ds.T);
+        gpt2_zero_grad(m);
+        gpt2_backward(m, ds.inputs.data(), ds.targets.data(), 1.0f);
+        gpt2_update(m, p, 1.0f, (int)i + 1, 1234);
+        losses.push_back(loss);
+    }
+    return losses;
+}
+
+static void build(GPT2* m, const std::string& model_path, const DebugState& ds, AttentionBackend backend,
+                  int recompute) {
+    gpt2_build_from_checkpoint(m, model_path);
+    gpt2_allocate(m, ds.B, ds.T, recompute, backend);
+    poison_activations(m);
+}
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s <reference prefix> [--backend materialized|flash] [--recompute 0|1|2]\n", argv[0]);
+        return 1;
+    }
+    const std::string prefix = argv[1];
+    AttentionBackend backend = AttentionBackend::Materialized;
+    int recompute = 1;
+    for (int i = 2; i < argc; i += 2) {
+        std::string flag = argv[i];
+        if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value\n", flag.c_str()); return 1; }
+        std::string value = argv[i + 1];
+        if (flag == "--backend") {
+            if (!parse_attention_backend(value, &backend)) {
+                fprintf(stderr, "error: --backend must be materialized or flash, not '%s'\n", value.c_str());
+                return 1;
+            }
+        } else if (flag == "--recompute") {
+            if (value != "0" && value != "1" && value != "2") {
+                fprintf(stderr, "error: --recompute must be 0, 1 or 2, not '%s'\n", value.c_str());
+                return 1;
+            }
+            recompute = std::stoi(value);
+        } else {
+            fprintf(stderr, "error: unknown flag '%s'\n", flag.c_str());
+            return 1;
+        }
+    }
+    try {
+        const std::string model_path = prefix + (kFloatXIsBF16 ? "_model_bf16.bin" : "_model.bin");
+        ParamDtype dtype;
+        const GPT2Config c = read_model_header(model_path, &dtype);
+        const DebugState ds = read_debug_state(prefix + "_debug_state.bin", c);
+        const ReferenceTrajectory traj = read_reference_trajectory(prefix + "_trajectory.txt");
+        const DeviceInfo& dev = device_info();
+        printf("device: %s (sm_%d%d), precision %s, attention %s, recompute %d\n", dev.prop.name, dev.prop.major,
+               dev.prop.minor, PRECISION_NAME, attention_backend_name(backend), recompute);
+        printf("model: %s  L=%d NH=%d C=%d V=%d Vp=%d maxT=%d; batch B=%d T=%d\n", model_path.c_str(), c.num_layers,
+               c.num_heads, c.channels, c.vocab_size, c.padded_vocab_size, c.max_seq_len, ds.B, ds.T);
+
+        GPT2 model;
+        build(&model, model_path, ds, backend, recompute);
+        gpt2_print_memory_plan(model.plan);
+        const int B = ds.B, T = ds.T, V = c.vocab_size, Vp = c.padded_vocab_size;
+
+        // ---- logits (forward without targets keeps them)
+        gpt2_forward(&model, ds.inputs.data(), nullptr, B, T);
+        std::vector<float> logits((size_t)B * T * V, NAN), row(Vp, NAN);
+        int padded_nonzero = 0;
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                gpt2_copy_logits(&model, b, t, row.data());
+                memcpy(&logits[((size_t)b * T + t) * V], row.data(), V * sizeof(float));
+                for (int i = V; i < Vp; i++) padded_nonzero += row[i] != 0.0f;  // wte padding rows are zero
+            }
+        }
+        ErrorStats le = compare(logits.data(), ds.logits.data(), logits.size());
+        char extra[128];
+        snprintf(extra, sizeof(extra), "  max-abs %.3e", le.max_abs);
+        report("logits rel-L2", le.rel_l2, kTol.logits_rel_l2, extra);
+        report("padded logits nonzero", padded_nonzero, 0);
+
+        // ---- loss
+        float loss = gpt2_forward(&model, ds.inputs.data(), ds.targets.data(), B, T);
+        snprintf(extra, sizeof(extra), "  (gpu %.7f, ref %.7f)", loss, ds.loss);
+        report("loss abs error", std::fabs((double)loss - ds.loss), kTol.loss_abs, extra);
+
+        // ---- gradients, per tensor
+        gpt2_zero_grad(&model);
+        gpt2_backward(&model, ds.inputs.data(), ds.targets.data(), 1.0f);
+        std::vector<float> grads = gpt2_download_grads(&model);
+        auto table = gpt2_parameter_table(c);
+        auto offsets = gpt2_parameter_offsets(c);
+        double worst = 0;
+        for (int i = 0; i < kNumParameterTensors; i++) {
+            ErrorStats ge = compare(&grads[offsets[i]], &ds.grads[offsets[i]], table[i].numel);
+            char name[64];
+            snprintf(name, sizeof(name), "grad %s rel-L2", table[i].name);
+            snprintf(extra, sizeof(extra), "  max-abs %.3e", ge.max_abs);
+            report(name, ge.rel_l2, kTol.grad_rel_l2, extra);
+            if (!(ge.rel_l2 <= worst)) worst = ge.rel_l2;
+        }
+        printf("worst gradient rel-L2: %.3e\n", worst);
+        printf("grad norm: %.6f\n", gpt2_grad_norm(&model));
+
+        // ---- AdamW trajectory (fresh model: the reference starts from the file's weights, m = v = 0)
+        gpt2_free(&model);
+        GPT2 run1;
+        build(&run1, model_path, ds, backend, recompute);
+        std::vector<float> losses1 = run_trajectory(&run1, ds, traj);
+        gpt2_free(&run1);
+        for (size_t i = 0; i < losses1.size(); i++) {
+            char name[64];
+            snprintf(name, sizeof(name), "trajectory step %zu", i);
+            snprintf(extra, sizeof(extra), "  (gpu %.6f, ref %.6f)", losses1[i], traj.losses[i]);
+            report(name, std::fabs((double)losses1[i] - traj.losses[i]), kTol.trajectory_abs, extra);
+        }
+
+        // ---- determinism: a second fresh run must repeat every loss bit for bit
+        GPT2 run2;
+        build(&run2, model_path, ds, backend, recompute);
+        std::vector<float> losses2 = run_trajectory(&run2, ds, traj);
+        gpt2_free(&run2);
+        int differing = 0;
+        for (size_t i = 0; i < losses1.size(); i++) differing += memcmp(&losses1[i], &losses2[i], sizeof(float)) != 0;
+        report("determinism: losses differing", differing, 0);
+
+        printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? 1 : 0;
+    } catch (const FileError& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
