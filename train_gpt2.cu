@@ -2,6 +2,7 @@
 // accumulation, all-reduce, clip, AdamW) -> validation, samples, checkpoints, logs.
 // Flags are llm.c's (see --help). Checkpoints resume bit-exactly (-y 1): the weights, optimizer state,
 // data position and sampler RNG are saved, and every other random stream is derived from (seed, step).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -73,15 +74,17 @@ float evaluate(GPT2& model, DataLoader& val, int max_batches, int B, int T, Mult
     return multi_gpu_mean(mg, (float)(sum / (double)n));
 }
 
-// Generates gen_tokens after <|endoftext|> and prints them. The whole B x T batch is run each time (the
-// model's allocated shape); causal attention means the padding after position t cannot affect it.
+// Generates gen_tokens after <|endoftext|> and prints them. Runs batch 1 at one fixed length Tg (a multiple
+// of 64, so the matmul plans are built once); causal attention means the filler after position t cannot
+// affect the logits at t.
 void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile* tok, int eot) {
     const GPT2Config& c = model.config;
-    std::vector<int> tokens((size_t)a.B * a.T, eot);
+    const int Tg = std::min(a.T, (a.gen_tokens + 1 + 63) / 64 * 64);  // > gen_tokens, since gen_tokens < T
+    std::vector<int> tokens((size_t)Tg, eot);
     std::vector<float> logits(c.padded_vocab_size);
     printf("generating:\n---\n");
     for (int t = 1; t <= a.gen_tokens; t++) {
-        gpt2_forward(&model, tokens.data(), nullptr, a.B, a.T);
+        gpt2_forward(&model, tokens.data(), nullptr, 1, Tg);
         gpt2_copy_logits(&model, 0, t - 1, logits.data());
         const int next = sample_token(logits.data(), c.vocab_size, a.temperature, a.top_k, rng.uniform());
         tokens[t] = next;
@@ -172,8 +175,8 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     const MathMode math = kFloatXIsBF16 ? MathMode::BF16 : (a.tf32 ? MathMode::TF32 : MathMode::FP32);
     matmul_set_tf32(a.tf32);
     model.use_master_weights = a.master_weights;
-    const MemoryPlan plan = gpt2_memory_plan(c, a.B, a.T, a.recompute, backend);
-    gpt2_allocate(&model, a.B, a.T, a.recompute, backend);
+    gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
+    const MemoryPlan plan = model.plan;
 
     // ---- data
     DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, /*shuffle=*/true, a.seed, c.vocab_size);
