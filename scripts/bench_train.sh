@@ -6,7 +6,8 @@
 #   scripts/bench_train.sh                 B = 16 32 64
 #   BATCHES="16" STEPS=40 scripts/bench_train.sh
 # Env: BASELINE (default ../shared/anchors/torch_gpt2_baseline.py), LOGDIR (default bench_logs),
-#      TRAIN_FLAGS (extra flags for train_gpt2cu, e.g. "-ab flash" or "-r 0"), NO_BASELINE=1 to skip torch.
+#      TRAIN_FLAGS (extra flags for train_gpt2cu, e.g. "-ab flash" or "-r 0"), NO_BASELINE=1 to skip torch,
+#      BASELINE_BATCHES (the B values that also run the baseline; default all of BATCHES).
 # Data: one shard of random tokens (the baseline trains on random tokens too); speed does not depend on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ T=1024
 BASELINE=${BASELINE:-../shared/anchors/torch_gpt2_baseline.py}
 LOGDIR=${LOGDIR:-bench_logs}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
+BASELINE_BATCHES=${BASELINE_BATCHES:-$BATCHES}
 mkdir -p "$LOGDIR"
 
 [ -x ./train_gpt2cu ] || { echo "error: ./train_gpt2cu not built (make train_gpt2cu)" >&2; exit 1; }
@@ -68,7 +70,7 @@ PARSE
     mem=$(sed -n 's/^device memory in use at the end: //p' "$log")
     line="B=$B T=$T ours: ${ms} ms/step, ${toks} tok/s, MFU ${mfu}%, device memory in use ${mem}"
     echo "$line"
-    if [ "${NO_BASELINE:-0}" != 1 ]; then
+    if [ "${NO_BASELINE:-0}" != 1 ] && [[ " $BASELINE_BATCHES " == *" $B "* ]]; then
         blog="$LOGDIR/baseline_B${B}.log"
         echo "==== torch baseline B=$B T=$T"
         if PYTHONUNBUFFERED=1 python3 "$BASELINE" --depth 12 --B "$B" --T "$T" >"$blog" 2>&1; then
