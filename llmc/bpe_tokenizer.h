@@ -109,14 +109,15 @@ public:
     // The id of the mergeable token with exactly these bytes, or -1.
     int lookup(const unsigned char* p, size_t n) const {
         uint64_t h = bpe_hash_bytes(p, n);
-        uint32_t tag = (uint32_t)(h >> 32);
+        uint64_t prefix = 0;
+        memcpy(&prefix, p, n < 8 ? n : 8);
+        const uint32_t tag = (uint32_t)(h >> 32);
         for (size_t slot = h & token_mask_;; slot = (slot + 1) & token_mask_) {
-            uint64_t e = token_slots_[slot];
-            if (e == 0) return -1;
-            if ((uint32_t)(e >> 32) == tag) {
-                int id = (int)(uint32_t)e - 1;
-                const std::string& t = tokens_[(size_t)id];
-                if (t.size() == n && memcmp(t.data(), p, n) == 0) return id;
+            const TokenSlot& e = token_slots_[slot];
+            if (e.len == 0) return -1;
+            if (e.tag == tag && e.len == n && e.prefix == prefix &&
+                (n <= 8 || memcmp(token_bytes_.data() + e.offset + 8, p + 8, n - 8) == 0)) {
+                return (int)e.id;
             }
         }
     }
@@ -139,7 +140,17 @@ private:
     std::vector<std::string> tokens_;
     int eot_ = -1;
     int byte_token_[256];
-    std::vector<uint64_t> token_slots_;  // (hash tag << 32) | (id + 1); 0 = empty
+    // Token lookup by bytes: the first 8 bytes sit in the slot, so most lookups touch one cache
+    // line; longer tokens compare the rest in one contiguous array of all token bytes.
+    struct TokenSlot {
+        uint64_t prefix;  // first min(len, 8) bytes, zero padded
+        uint32_t tag;     // high half of the hash
+        uint32_t offset;  // into token_bytes_
+        uint32_t len;     // 0 = empty
+        int32_t id;
+    };
+    std::vector<TokenSlot> token_slots_;
+    std::string token_bytes_;
     size_t token_mask_ = 0;
     std::vector<PairSlot> pair_slots_;
     size_t pair_mask_ = 0;
@@ -270,15 +281,22 @@ private:
     void build_tables() {
         size_t cap = 1;
         while (cap < tokens_.size() * 2) cap <<= 1;
-        token_slots_.assign(cap, 0);
+        token_slots_.assign(cap, TokenSlot{0, 0, 0, 0, -1});
         token_mask_ = cap - 1;
+        token_bytes_.clear();
         for (size_t id = 0; id < tokens_.size(); id++) {
             if ((int)id == eot_) continue;
             const std::string& t = tokens_[id];
             uint64_t h = bpe_hash_bytes((const unsigned char*)t.data(), t.size());
             size_t slot = h & token_mask_;
-            while (token_slots_[slot] != 0) slot = (slot + 1) & token_mask_;
-            token_slots_[slot] = ((h >> 32) << 32) | (uint64_t)(id + 1);
+            while (token_slots_[slot].len != 0) slot = (slot + 1) & token_mask_;
+            TokenSlot& e = token_slots_[slot];
+            memcpy(&e.prefix, t.data(), t.size() < 8 ? t.size() : 8);
+            e.tag = (uint32_t)(h >> 32);
+            e.offset = (uint32_t)token_bytes_.size();
+            e.len = (uint32_t)t.size();
+            e.id = (int32_t)id;
+            token_bytes_ += t;
         }
         // Every way to write each token as (token, token).
         std::vector<std::pair<uint64_t, int>> pairs;
