@@ -1,0 +1,371 @@
+// Causal self-attention backward: dqkv (B, T, 3, NH, HS) from dout (B, T, NH·HS), the input qkv and the
+// forward's out and LSE.
+//   1  materialised (Step A backward), fp32: recompute att with the cuBLAS forward, then datt = dO·Vᵀ,
+//      dV = attᵀ·dO, softmax backward (block per row), dQ = dpre·K, dK = dpreᵀ·Q, all batched cuBLAS GEMMs
+//   2  FlashAttention-2 backward, fp32: D = rowsum(dO∘O); a dQ kernel (a quad of threads per query row, K/V
+//      tiles streamed) and a dK/dV kernel (a quad per key row, Q/dO/LSE/D tiles streamed); P recomputed from
+//      Q, K and LSE; no atomics
+//   3  the same on bf16 tensor cores: llmc/attention_flash.cuh (what the engine trains with)
+// Every variant is validated against the fp64 CPU reference (llmc/gpt2_cpu.h) at several shapes first.
+// The benchmark also times forward + backward with the engine's flash kernels (variant 3), as PyTorch's
+// SDPA baseline does.
+// Build: make -C dev/cuda attention_backward     Run: ./attention_backward [-v 3] [-s "8,12,1024,64;..."]
+#include "common.h"
+#include "attention_materialized.cuh"
+#include "llmc/attention_flash.cuh"
+#include "llmc/gpt2_cpu.h"
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ------------------------------------------------------------------------------------------ variant 2
+// D[b,h,t] = dO[b,t,h,:]·O[b,t,h,:], one thread per row.
+__global__ void rowdot_kernel(float* D, const float* dout, const float* out, int B, int T, int NH, int HS) {
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;  // over (b, h, t)
+    if (idx >= B * NH * T) return;
+    const int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+    const size_t at = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
+    float s = 0.f;
+    for (int d = 0; d < HS; d++) s += dout[at + d] * out[at + d];
+    D[idx] = s;
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// dQ: a quad per query row (thread `part` owns dims part, part+4, ...); K/V tiles of 32 keys in shared memory.
+template <int HS, int Br>
+__global__ void __launch_bounds__(4 * Br) flash2_dq_fp32_kernel(float* dinp, const float* dout, const float* lse,
+                                                                const float* D, const float* qkv, int T, int NH) {
+    constexpr int Bc = 32, P = HS / 4;
+    __shared__ float Ks[Bc][HS], Vs[Bc][HS];
+    const int tid = threadIdx.x, part = tid & 3;
+    const int q_tile = gridDim.x - 1 - blockIdx.x;
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS;
+    const size_t stride = 3 * (size_t)C;
+    const float* base = qkv + (size_t)b * T * stride + h * HS;
+    const int q0 = q_tile * Br, row = q0 + tid / 4;
+    const float scale = 1.f / sqrtf((float)HS);
+    const size_t stat = ((size_t)b * NH + h) * T + row;
+    const float lse2 = row < T ? lse[stat] * kLog2e : INFINITY, Drow = row < T ? D[stat] : 0.f;
+
+    float q[P], dO[P], dq[P];
+#pragma unroll
+    for (int i = 0; i < P; i++) {
+        q[i] = row < T ? base[(size_t)row * stride + part + 4 * i] * scale * kLog2e : 0.f;
+        dO[i] = row < T ? dout[((size_t)b * T + row) * C + h * HS + part + 4 * i] : 0.f;
+        dq[i] = 0.f;
+    }
+    const int kv_len = min(T, q0 + Br), num_kv = (kv_len + Bc - 1) / Bc;
+    for (int j = 0; j < num_kv; j++) {
+        __syncthreads();
+        for (int idx = tid; idx < Bc * HS; idx += 4 * Br) {
+            const int r = idx / HS, d = idx % HS, key = j * Bc + r;
+            Ks[r][d] = key < T ? base[(size_t)key * stride + C + d] : 0.f;
+            Vs[r][d] = key < T ? base[(size_t)key * stride + 2 * C + d] : 0.f;
+        }
+        __syncthreads();
+        for (int y = 0; y < Bc; y++) {
+            float s = 0.f, dp = 0.f;
+#pragma unroll
+            for (int i = 0; i < P; i++) {
+                s += q[i] * Ks[y][part + 4 * i];
+                dp += dO[i] * Vs[y][part + 4 * i];
+            }
+            s = quad_sum(s);
+            dp = quad_sum(dp);
+            const int key = j * Bc + y;
+            const float p = key <= row ? exp2f(s - lse2) : 0.f;
+            const float ds = p * (dp - Drow);
+#pragma unroll
+            for (int i = 0; i < P; i++) dq[i] += ds * Ks[y][part + 4 * i];
+        }
+    }
+    if (row < T) {
+#pragma unroll
+        for (int i = 0; i < P; i++) dinp[(size_t)b * T * stride + (size_t)row * stride + h * HS + part + 4 * i] = dq[i] * scale;
+    }
+}
+
+// dK, dV: a quad per key row; tiles of 32 queries (Q, dO, LSE, D) in shared memory, from the diagonal on.
+template <int HS, int Bk>
+__global__ void __launch_bounds__(4 * Bk) flash2_dkv_fp32_kernel(float* dinp, const float* dout, const float* lse,
+                                                                 const float* D, const float* qkv, int T, int NH) {
+    constexpr int Bq = 32, P = HS / 4;
+    __shared__ float Qs[Bq][HS], dOs[Bq][HS], Ls[Bq], Ds[Bq];
+    const int tid = threadIdx.x, part = tid & 3;
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS;
+    const size_t stride = 3 * (size_t)C;
+    const float* base = qkv + (size_t)b * T * stride + h * HS;
+    const int k0 = blockIdx.x * Bk, key = k0 + tid / 4;
+    const float scale = 1.f / sqrtf((float)HS);
+    const size_t stat0 = ((size_t)b * NH + h) * T;
+
+    float k[P], v[P], dk[P], dv[P];
+#pragma unroll
+    for (int i = 0; i < P; i++) {
+        k[i] = key < T ? base[(size_t)key * stride + C + part + 4 * i] * scale * kLog2e : 0.f;
+        v[i] = key < T ? base[(size_t)key * stride + 2 * C + part + 4 * i] : 0.f;
+        dk[i] = dv[i] = 0.f;
+    }
+    const int num_q = (T + Bq - 1) / Bq;
+    for (int i0 = k0 / Bq; i0 < num_q; i0++) {
+        __syncthreads();
+        for (int idx = tid; idx < Bq * HS; idx += 4 * Bk) {
+            const int r = idx / HS, d = idx % HS, row = i0 * Bq + r;
+            Qs[r][d] = row < T ? base[(size_t)row * stride + d] : 0.f;
+            dOs[r][d] = row < T ? dout[((size_t)b * T + row) * C + h * HS + d] : 0.f;
+        }
+        for (int r = tid; r < Bq; r += 4 * Bk) {
+            const int row = i0 * Bq + r;
+            Ls[r] = row < T ? lse[stat0 + row] * kLog2e : INFINITY;
+            Ds[r] = row < T ? D[stat0 + row] : 0.f;
+        }
+        __syncthreads();
+        for (int y = 0; y < Bq; y++) {
+            float s = 0.f, dp = 0.f;
+#pragma unroll
+            for (int i = 0; i < P; i++) {
+                s += k[i] * Qs[y][part + 4 * i];
+                dp += v[i] * dOs[y][part + 4 * i];
+            }
+            s = quad_sum(s);
+            dp = quad_sum(dp);
+            const int row = i0 * Bq + y;
+            const float p = row >= key ? exp2f(s - Ls[y]) : 0.f;  // rows past T: Ls = +inf, p = 0
+            const float ds = p * (dp - Ds[y]);
+#pragma unroll
+            for (int i = 0; i < P; i++) {
+                dv[i] += p * dOs[y][part + 4 * i];
+                dk[i] += ds * Qs[y][part + 4 * i];
+            }
+        }
+    }
+    if (key < T) {
+        float* dst = dinp + (size_t)b * T * stride + (size_t)key * stride + h * HS;
+#pragma unroll
+        for (int i = 0; i < P; i++) {
+            dst[C + part + 4 * i] = dk[i] * scale;
+            dst[2 * C + part + 4 * i] = dv[i];
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------ variants
+struct Variant {
+    int id;
+    const char* name;
+    bool bf16;
+    std::vector<int> blocks;
+};
+static const std::vector<Variant> kVariants = {
+    {1, "materialized-cublas", false, {32, 64, 128, 256, 512}},
+    {2, "flash2-fp32", false, {32, 64}},
+    {3, "flash2-bf16-mma", true, {64, 128}},
+};
+
+struct Problem {
+    AttentionShape s;
+    DeviceBuffer<float> qkv32, dinp32, dout32, out32, lse, D;
+    DeviceBuffer<__nv_bfloat16> qkv16, dinp16, dout16, out16;
+    materialized::Buffers mat;
+    materialized::GradBuffers mat_grad;
+    size_t n_inp() const { return (size_t)s.B * s.T * 3 * s.NH * s.HS; }
+    size_t n_out() const { return (size_t)s.B * s.T * s.NH * s.HS; }
+    size_t n_rows() const { return (size_t)s.B * s.NH * s.T; }
+    Problem(const AttentionShape& shape, const Variant& v) : s(shape) {
+        lse.resize(n_rows());
+        D.resize(n_rows());
+        if (v.bf16) {
+            qkv16.resize(n_inp()); dinp16.resize(n_inp()); dout16.resize(n_out()); out16.resize(n_out());
+        } else {
+            qkv32.resize(n_inp()); dinp32.resize(n_inp()); dout32.resize(n_out()); out32.resize(n_out());
+        }
+        if (v.id == 1) {
+            mat.allocate(s.B, s.T, s.NH, s.HS);
+            mat_grad.allocate(s.B, s.T, s.NH, s.HS);
+        }
+    }
+    void forward16(int block) {  // out16, lse from qkv16 with the engine's flash forward
+        cudaCheck(attention_flash_forward(out16.ptr, lse.ptr, qkv16.ptr, s.B, s.T, s.NH, s.HS, 0, block));
+    }
+};
+
+template <int HS>
+void run_flash2_fp32(int block, Problem& p) {
+    const AttentionShape& s = p.s;
+    const int rows = s.B * s.NH * s.T;
+    rowdot_kernel<<<(rows + 255) / 256, 256>>>(p.D.ptr, p.dout32.ptr, p.out32.ptr, s.B, s.T, s.NH, s.HS);
+    cudaCheckLaunch();
+    dim3 grid((s.T + block - 1) / block, s.B * s.NH);
+    if (block == 32) {
+        flash2_dq_fp32_kernel<HS, 32><<<grid, 128>>>(p.dinp32.ptr, p.dout32.ptr, p.lse.ptr, p.D.ptr, p.qkv32.ptr, s.T, s.NH);
+        cudaCheckLaunch();
+        flash2_dkv_fp32_kernel<HS, 32><<<grid, 128>>>(p.dinp32.ptr, p.dout32.ptr, p.lse.ptr, p.D.ptr, p.qkv32.ptr, s.T, s.NH);
+    } else {
+        flash2_dq_fp32_kernel<HS, 64><<<grid, 256>>>(p.dinp32.ptr, p.dout32.ptr, p.lse.ptr, p.D.ptr, p.qkv32.ptr, s.T, s.NH);
+        cudaCheckLaunch();
+        flash2_dkv_fp32_kernel<HS, 64><<<grid, 256>>>(p.dinp32.ptr, p.dout32.ptr, p.lse.ptr, p.D.ptr, p.qkv32.ptr, s.T, s.NH);
+    }
+    cudaCheckLaunch();
+}
+
+void run_backward(int variant, int block, Problem& p, cublasHandle_t handle) {
+    const AttentionShape& s = p.s;
+    switch (variant) {
+        case 1:
+            materialized::backward(handle, p.mat, p.mat_grad, p.dinp32.ptr, p.dout32.ptr, p.qkv32.ptr, s.B, s.T, s.NH,
+                                   s.HS, block);
+            break;
+        case 2:
+            if (s.HS == 64) run_flash2_fp32<64>(block, p);
+            else if (s.HS == 128) run_flash2_fp32<128>(block, p);
+            else { fprintf(stderr, "error: head size %d: the dev variants are built for 64 and 128\n", s.HS); exit(1); }
+            break;
+        case 3:
+            cudaCheck(attention_flash_backward(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr, p.qkv16.ptr, s.B,
+                                               s.T, s.NH, s.HS, p.D.ptr, 0, block));
+            break;
+    }
+}
+
+// Splits (B, T, 3, NH, HS) into its Q, K or V part.
+template <typename T>
+std::vector<T> part_of(const std::vector<T>& x, const AttentionShape& s, int which) {
+    const size_t C = (size_t)s.NH * s.HS;
+    std::vector<T> out((size_t)s.B * s.T * C);
+    for (size_t bt = 0; bt < (size_t)s.B * s.T; bt++)
+        for (size_t c = 0; c < C; c++) out[bt * C + c] = x[bt * 3 * C + which * C + c];
+    return out;
+}
+
+bool check(const Variant& v, int block, const AttentionShape& s, cublasHandle_t handle) {
+    Problem p(s, v);
+    const int C = s.NH * s.HS;
+    std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
+    std::vector<double> dinp_ref(p.n_inp(), 0.0);
+    if (v.bf16) {
+        p.qkv16.upload(round_to_bf16(inp));
+        p.dout16.upload(round_to_bf16(dout));
+        p.forward16(0);  // out and LSE as training produces them
+    } else {
+        // out and LSE from the fp64 reference forward, rounded to fp32
+        std::vector<double> inp_d = to_double(inp), out_d(p.n_out()), lse_d(p.n_rows());
+        attention_forward<double>(out_d.data(), lse_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
+        p.qkv32.upload(inp);
+        p.dout32.upload(dout);
+        p.out32.upload(to_float(out_d));
+        p.lse.upload(to_float(lse_d));
+    }
+    std::vector<double> inp_d = to_double(inp), dout_d = to_double(dout);
+    attention_backward<double>(dinp_ref.data(), dout_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
+
+    if (v.bf16) p.dinp16.poison(); else p.dinp32.poison();
+    p.D.poison();
+    run_backward(v.id, block, p, handle);
+    cudaCheck(cudaDeviceSynchronize());
+
+    printf("  v%d %-22s block %3d  B%d NH%d T%d HS%d\n", v.id, v.name, block, s.B, s.NH, s.T, s.HS);
+    bool ok = true;
+    const char* names[3] = {"dQ", "dK", "dV"};
+    for (int which = 0; which < 3; which++) {
+        std::vector<double> ref = part_of(dinp_ref, s, which);
+        const double r = rms(ref);
+        if (v.bf16) ok &= validate(names[which], part_of(p.dinp16.download(), s, which), ref, bf16_tolerance(r));
+        else ok &= validate(names[which], part_of(p.dinp32.download(), s, which), ref,
+                            Tolerance{1e-5 * std::max(1.0, r), FLT_EPSILON, 1e-5});
+    }
+    return ok;
+}
+
+int main(int argc, char** argv) {
+    Options opt = parse_options(argc, argv, "1 materialized, 2 flash2 fp32, 3 flash2 bf16");
+    print_device();
+    cublasHandle_t handle;
+    cublasCheck(cublasCreate(&handle));
+
+    const std::vector<AttentionShape> checks = {
+        {2, 3, 1, 64}, {2, 4, 77, 64}, {1, 2, 333, 128}, {16, 12, 130, 64}, {1, 1, 1024, 64}, {2, 2, 515, 128},
+    };
+    int failures = 0, total = 0;
+    printf("validation against the fp64 CPU reference (fp32 variants: rel-L2 <= 1e-5; bf16: <= 5e-3)\n");
+    for (const AttentionShape& s : checks)
+        for (const Variant& v : kVariants)
+            for (int block : v.blocks) {
+                total++;
+                if (!check(v, block, s, handle)) failures++;
+            }
+    // Determinism: the bf16 backward twice on the same inputs must agree bit for bit (no atomics).
+    {
+        AttentionShape s = {4, 12, 1000, 64};
+        Problem p(s, kVariants[2]);
+        std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
+        p.qkv16.upload(round_to_bf16(inp));
+        p.dout16.upload(round_to_bf16(dout));
+        p.forward16(0);
+        run_backward(3, 64, p, handle);
+        std::vector<__nv_bfloat16> first = p.dinp16.download();
+        p.dinp16.poison();
+        run_backward(3, 64, p, handle);
+        std::vector<__nv_bfloat16> second = p.dinp16.download();
+        bool same = memcmp(first.data(), second.data(), first.size() * sizeof(__nv_bfloat16)) == 0;
+        printf("  v3 determinism (two runs, B4 NH12 T1000 HS64): %s\n", same ? "bit-identical" : "DIFFERENT");
+        total++;
+        if (!same) failures++;
+    }
+    if (failures) {
+        printf("VALIDATION FAILED: %d of %d checks\n", failures, total);
+        return 1;
+    }
+    printf("validation: all %d checks passed\n", total);
+    if (opt.validate_only) return 0;
+
+    printf("\nbenchmark: median of %d calls; cold = L2 flushed before each call, warm = back-to-back (as the SDPA "
+           "script); TFLOP/s from warm; bwd FLOPs = 2.5x fwd, fwd+bwd = 3.5x fwd (fwd = 2*B*NH*T*T*HS)\n",
+           opt.repeats);
+    print_table_header();
+    for (size_t si = 0; si < opt.shapes.size(); si++) {
+        const AttentionShape& s = opt.shapes[si];
+        const double fwd_flops = attention_forward_flops(s.B, s.NH, s.T, s.HS);
+        for (const Variant& v : kVariants) {
+            if (!wants(opt, v.id)) continue;
+            // without -v, the slow teaching variants run at the first shape only
+            if (opt.variants.empty() && si > 0 && v.id != 3) continue;
+            if (v.id == 1 && materialized::bytes_needed(s.B, s.T, s.NH, s.HS) * 1.5 > (16ull << 30)) {
+                printf("bwd     %2d %-24s skipped: T×T buffers too large\n", v.id, v.name);
+                continue;
+            }
+            std::vector<int> blocks = opt.block_size ? std::vector<int>{opt.block_size} : v.blocks;
+            for (int block : blocks) {
+                if (std::find(v.blocks.begin(), v.blocks.end(), block) == v.blocks.end()) continue;
+                Problem p(s, v);
+                std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
+                if (v.bf16) {
+                    p.qkv16.upload(round_to_bf16(inp));
+                    p.dout16.upload(round_to_bf16(dout));
+                    p.forward16(0);
+                } else {
+                    p.qkv32.upload(inp);
+                    p.dout32.upload(dout);
+                    std::vector<float> out = random_normal(p.n_out()), lse(p.n_rows(), (float)std::log((double)s.T));
+                    p.out32.upload(out);  // timing only: values do not change the work done
+                    p.lse.upload(lse);
+                }
+                Timing t = benchmark([&] { run_backward(v.id, block, p, handle); }, opt.repeats);
+                print_result("bwd", v.id, v.name, block, s, 2.5 * fwd_flops, t);
+                if (v.bf16) {
+                    Timing tf = benchmark([&] {
+                        p.forward16(0);
+                        run_backward(v.id, block, p, handle);
+                    }, opt.repeats);
+                    print_result("fwdbwd", v.id, v.name, block, s, 3.5 * fwd_flops, tf);
+                }
+            }
+        }
+    }
+    cublasCheck(cublasDestroy(handle));
+    return 0;
+}

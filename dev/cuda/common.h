@@ -1,0 +1,313 @@
+// The harness every dev/cuda program shares: error checks, device buffers, seeded random inputs, validation
+// against a higher-precision reference, timing, causal-attention FLOP counting and the command line.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmc/bf16.h"
+#include "llmc/rand.h"
+
+// ------------------------------------------------------------------------------------------ error checks
+inline void cuda_check(cudaError_t err, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA at %s:%d: %s\n", file, line, cudaGetErrorString(err));
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudaCheck(call) cuda_check((call), __FILE__, __LINE__)
+
+inline void cublas_check(cublasStatus_t status, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS at %s:%d: status %d\n", file, line, (int)status);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublasCheck(call) cublas_check((call), __FILE__, __LINE__)
+
+// After a kernel launch: the launch error now, and (in validation runs) the execution error.
+#define cudaCheckLaunch() cudaCheck(cudaGetLastError())
+
+// ------------------------------------------------------------------------------------------ device memory
+template <typename T>
+struct DeviceBuffer {
+    T* ptr = nullptr;
+    size_t count = 0;
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t n) { resize(n); }
+    ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    void resize(size_t n) {
+        if (ptr) cudaCheck(cudaFree(ptr));
+        ptr = nullptr;
+        count = n;
+        if (n) cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
+    }
+    size_t bytes() const { return count * sizeof(T); }
+    void upload(const std::vector<T>& host) {
+        if (host.size() != count) { fprintf(stderr, "error: upload of %zu elements into %zu\n", host.size(), count); exit(1); }
+        cudaCheck(cudaMemcpy(ptr, host.data(), bytes(), cudaMemcpyHostToDevice));
+    }
+    std::vector<T> download() const {
+        std::vector<T> host(count);
+        cudaCheck(cudaMemcpy(host.data(), ptr, bytes(), cudaMemcpyDeviceToHost));
+        return host;
+    }
+    // All bytes 0xFF: NaN in fp32 and in bf16, so an element a kernel fails to write fails validation.
+    void poison() { cudaCheck(cudaMemset(ptr, 0xFF, bytes())); }
+};
+
+// ------------------------------------------------------------------------------------------ inputs
+// Fresh standard-normal values for every check: each call takes the next seed.
+inline std::vector<float> random_normal(size_t n, float std = 1.f) {
+    static uint64_t next_seed = 1234;
+    Rng rng(next_seed++);
+    std::vector<float> v(n);
+    rng.fill_normal(v.data(), n, 0.f, std);
+    return v;
+}
+
+// Rounds in place to the nearest bf16 (so a bf16 kernel and the fp64 reference see identical inputs) and
+// returns the bf16 copy for the device.
+inline std::vector<__nv_bfloat16> round_to_bf16(std::vector<float>& v) {
+    std::vector<__nv_bfloat16> out(v.size());
+    for (size_t i = 0; i < v.size(); i++) {
+        uint16_t bits = float_to_bf16_bits(v[i]);
+        v[i] = bf16_bits_to_float(bits);
+        __nv_bfloat16_raw raw;
+        raw.x = bits;
+        out[i] = raw;
+    }
+    return out;
+}
+
+inline std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+inline std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+inline float as_float(float x) { return x; }
+inline float as_float(__nv_bfloat16 x) {
+    __nv_bfloat16_raw raw = x;
+    return bf16_bits_to_float(raw.x);
+}
+
+// ------------------------------------------------------------------------------------------ validation
+// Tolerances for one comparison: element-wise |ref - out| <= atol + |ref| * eps, and rel-L2 <= max_rel_l2.
+struct Tolerance {
+    double atol, eps, max_rel_l2;
+};
+inline Tolerance fp32_tolerance() { return {1e-5, FLT_EPSILON, 1e-5}; }
+// bf16: eps ~ 0.079 as in the design note; atol scaled to the tensor's RMS (gradients vary in size), at
+// 6e-2·RMS about 20x the RMS error a correct bf16 kernel shows (rel-L2 ~2.5e-3), so the element-wise test
+// catches gross errors and rel-L2 <= 5e-3 is the precision criterion; + 1e-5 for all-zero references (T = 1).
+inline Tolerance bf16_tolerance(double ref_rms) { return {6e-2 * ref_rms + 1e-5, 0.079, 5e-3}; }
+
+inline double rms(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x * x;
+    return v.empty() ? 0 : std::sqrt(s / v.size());
+}
+
+// Compares `out` with the fp64 reference; prints one line (and up to 10 mismatches); returns pass/fail.
+// Elements where the reference is not finite (masked) are skipped; NaN in `out` (unwritten) is a mismatch.
+template <typename T>
+bool validate(const char* what, const std::vector<T>& out, const std::vector<double>& ref, const Tolerance& tol) {
+    if (out.size() != ref.size()) {
+        printf("    %-6s FAIL: %zu elements, reference has %zu\n", what, out.size(), ref.size());
+        return false;
+    }
+    double err2 = 0, ref2 = 0, max_abs = 0;
+    int mismatches = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (!std::isfinite(ref[i])) continue;
+        double o = as_float(out[i]);
+        double diff = std::fabs(o - ref[i]);
+        if (std::isnan(diff)) diff = INFINITY;
+        err2 += diff * diff;
+        ref2 += ref[i] * ref[i];
+        max_abs = std::max(max_abs, diff);
+        if (!(diff <= tol.atol + std::fabs(ref[i]) * tol.eps)) {
+            if (mismatches < 10) printf("      mismatch at %zu: ref %.7g out %.7g\n", i, ref[i], o);
+            mismatches++;
+        }
+    }
+    double rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    bool ok = mismatches == 0 && rel_l2 <= tol.max_rel_l2;
+    printf("    %-6s rel-L2 %.3e (<= %.0e)  max-abs %.3e  mismatches %d  %s\n", what, rel_l2, tol.max_rel_l2, max_abs,
+           mismatches, ok ? "ok" : "FAIL");
+    return ok;
+}
+
+// ------------------------------------------------------------------------------------------ timing
+struct Timing {
+    double cold_ms;  // median, L2 overwritten before every call (the design note's scheme)
+    double warm_ms;  // median, back-to-back calls on the same buffers (what the SDPA baseline script measures)
+};
+
+inline double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// Times fn() `repeats` times each way with CUDA events after a warm-up.
+template <typename F>
+Timing benchmark(F&& fn, int repeats) {
+    static DeviceBuffer<char> flush;
+    if (!flush.ptr) {
+        int dev, l2 = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+        flush.resize((size_t)std::max(l2, 1 << 20) * 2);
+    }
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    for (int i = 0; i < 3; i++) fn();
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<double> cold, warm;
+    for (int i = 0; i < repeats; i++) {
+        cudaCheck(cudaMemsetAsync(flush.ptr, i & 0xFF, flush.bytes()));
+        cudaCheck(cudaEventRecord(start));
+        fn();
+        cudaCheck(cudaEventRecord(stop));
+        cudaCheck(cudaEventSynchronize(stop));
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+        cold.push_back(ms);
+    }
+    for (int i = 0; i < repeats; i++) {
+        cudaCheck(cudaEventRecord(start));
+        fn();
+        cudaCheck(cudaEventRecord(stop));
+        cudaCheck(cudaEventSynchronize(stop));
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+        warm.push_back(ms);
+    }
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    return {median(cold), median(warm)};
+}
+
+// Causal attention forward FLOPs as PyTorch's SDPA baseline counts them (half of the dense 4·B·NH·T²·HS);
+// a backward is 2.5x that, forward + backward 3.5x.
+inline double attention_forward_flops(int B, int NH, int T, int HS) { return 2.0 * B * NH * (double)T * T * HS; }
+
+// ------------------------------------------------------------------------------------------ command line
+struct AttentionShape {
+    int B, NH, T, HS;
+};
+
+struct Options {
+    std::vector<int> variants;          // to benchmark; empty = all
+    int block_size = 0;                 // 0 = sweep each variant's sizes
+    std::vector<AttentionShape> shapes; // benchmark shapes
+    int repeats = 50;
+    bool validate_only = false;
+};
+
+inline bool parse_shapes(const char* s, std::vector<AttentionShape>* out) {
+    std::string str(s);
+    size_t at = 0;
+    while (at < str.size()) {
+        size_t end = str.find(';', at);
+        if (end == std::string::npos) end = str.size();
+        AttentionShape sh;
+        if (sscanf(str.substr(at, end - at).c_str(), "%d,%d,%d,%d", &sh.B, &sh.NH, &sh.T, &sh.HS) != 4 || sh.B < 1 ||
+            sh.NH < 1 || sh.T < 1 || sh.HS < 1)
+            return false;
+        out->push_back(sh);
+        at = end + 1;
+    }
+    return !out->empty();
+}
+
+inline void usage_and_exit(const char* prog, const char* variants_help, const char* problem) {
+    if (problem) fprintf(stderr, "error: %s\n", problem);
+    fprintf(stderr,
+            "usage: %s [-v V[,V...]] [-k block] [-s \"B,NH,T,HS;...\"] [-b B -n NH -t T -d HS] [-r repeats] [-c]\n"
+            "  validates every variant at a fixed list of shapes, then benchmarks the chosen variants\n"
+            "  -v  variants to benchmark (default: all at the first shape, the bf16 flash variant at every shape): %s\n"
+            "  -k  block size (default: sweep)      -s  benchmark shapes (default 8,12,1024,64)\n"
+            "  -b -n -t -d  one benchmark shape     -r  timed repeats (default 50)\n"
+            "  -c  check only (validate, no benchmark)\n",
+            prog, variants_help);
+    exit(problem ? EXIT_FAILURE : EXIT_SUCCESS);
+}
+
+inline Options parse_options(int argc, char** argv, const char* variants_help) {
+    Options o;
+    AttentionShape one = {8, 12, 1024, 64};
+    bool have_one = false;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "-h" || a == "--help") usage_and_exit(argv[0], variants_help, nullptr);
+        if (a == "-c") { o.validate_only = true; continue; }
+        if (i + 1 >= argc) usage_and_exit(argv[0], variants_help, ("missing value after " + a).c_str());
+        const char* v = argv[++i];
+        char* end = nullptr;
+        long n = strtol(v, &end, 10);
+        bool is_int = end && *end == '\0' && n > 0;
+        if (a == "-v") {
+            std::string s(v);
+            size_t at = 0;
+            while (at < s.size()) {
+                size_t e = s.find(',', at);
+                if (e == std::string::npos) e = s.size();
+                int x = atoi(s.substr(at, e - at).c_str());
+                if (x < 1) usage_and_exit(argv[0], variants_help, "bad variant list");
+                o.variants.push_back(x);
+                at = e + 1;
+            }
+        } else if (a == "-s") {
+            if (!parse_shapes(v, &o.shapes)) usage_and_exit(argv[0], variants_help, "bad -s shape list");
+        } else if (!is_int) {
+            usage_and_exit(argv[0], variants_help, ("expected a positive integer after " + a).c_str());
+        } else if (a == "-k") o.block_size = (int)n;
+        else if (a == "-r") o.repeats = (int)n;
+        else if (a == "-b") { one.B = (int)n; have_one = true; }
+        else if (a == "-n") { one.NH = (int)n; have_one = true; }
+        else if (a == "-t") { one.T = (int)n; have_one = true; }
+        else if (a == "-d") { one.HS = (int)n; have_one = true; }
+        else usage_and_exit(argv[0], variants_help, ("unknown option " + a).c_str());
+    }
+    if (have_one || o.shapes.empty()) o.shapes.push_back(one);
+    return o;
+}
+
+inline bool wants(const Options& o, int variant) {
+    return o.variants.empty() || std::find(o.variants.begin(), o.variants.end(), variant) != o.variants.end();
+}
+
+inline void print_device() {
+    int dev;
+    cudaDeviceProp p;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&p, dev));
+    printf("device: %s, %d SMs, compute capability %d.%d, L2 %d MB\n", p.name, p.multiProcessorCount, p.major, p.minor,
+           p.l2CacheSize >> 20);
+}
+
+// One row of the results table, plus a machine-readable line that scripts/bench_attention.sh picks up.
+inline void print_result(const char* pass, int variant, const char* name, int block, const AttentionShape& s,
+                         double flops, const Timing& t) {
+    printf("%-7s %2d %-22s %5d  B%-3d NH%-3d T%-6d HS%-4d %9.4f %9.4f %8.1f\n", pass, variant, name, block, s.B, s.NH, s.T,
+           s.HS, t.cold_ms, t.warm_ms, flops / (t.warm_ms * 1e9));
+    fflush(stdout);
+}
+inline void print_table_header() {
+    printf("%-7s %2s %-22s %5s  %-30s %9s %9s %8s\n", "pass", "v", "variant", "block", "shape", "cold_ms", "warm_ms",
+           "TFLOP/s");
+}
