@@ -3,7 +3,9 @@
 //                            _debug_state.bin, _trajectory.txt
 // Checks: logits rel-L2 <= 1e-5; mean loss within 1e-5; every gradient tensor rel-L2 <= 1e-4 (and the wte
 // padding rows' gradient exactly 0); every loss of the AdamW trajectory within 1e-4; the bf16 model file
-// equals the fp32 one rounded to bf16. Prints every measured error; exit 0 only if all pass.
+// equals the fp32 one rounded to bf16. Then, in double (as dev/cuda programs use them), what PyTorch does not
+// cover: attention_forward's log-sum-exp output, and attention_backward against central finite differences.
+// Prints every measured error; exit 0 only if all pass.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -13,12 +15,15 @@
 #include "llmc/debug_state.h"
 #include "llmc/gpt2_cpu.h"
 #include "llmc/model_file.h"
+#include "llmc/rand.h"
 #include "llmc/reference_trajectory.h"
 
 constexpr double kLogitsTol = 1e-5;      // rel-L2
 constexpr double kLossTol = 1e-5;        // absolute
 constexpr double kGradTol = 1e-4;        // rel-L2 per tensor
 constexpr double kTrajectoryTol = 1e-4;  // absolute, per step
+constexpr double kDoubleTol = 1e-12;     // max-abs, attention identities in double
+constexpr double kFiniteDiffTol = 1e-7;  // rel-L2, attention_backward<double> vs central differences
 
 struct Tally {
     int passed = 0, failed = 0;
@@ -26,11 +31,14 @@ struct Tally {
     void check(bool ok) { ok ? passed++ : failed++; }
 };
 
+// max that keeps a NaN (std::max would drop it), so a NaN error fails the check.
+static double nan_max(double a, double b) { return (b > a || std::isnan(b)) ? b : a; }
+
 struct Errors {
     double rel_l2, max_abs, ref_norm;
 };
 
-// rel-L2 = ||out - ref|| / ||ref|| over n values, with out[i] read at out[i * out_stride_rows...] by an index map.
+// rel-L2 = ||out - ref|| / ||ref|| and max |out - ref| over n values; out_at(i) maps index i of ref to ours.
 template <typename OutAt>
 Errors compare(const float* ref, size_t n, OutAt out_at) {
     double diff2 = 0, ref2 = 0, max_abs = 0;
@@ -38,14 +46,83 @@ Errors compare(const float* ref, size_t n, OutAt out_at) {
         double d = (double)out_at(i) - (double)ref[i];
         diff2 += d * d;
         ref2 += (double)ref[i] * ref[i];
-        double a = std::fabs(d);
-        if (!(a <= max_abs)) max_abs = a;  // NaN propagates
+        max_abs = nan_max(max_abs, std::fabs(d));
     }
     double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);  // all-zero reference: absolute norm
     return {rel, max_abs, std::sqrt(ref2)};
 }
 
 static const char* verdict(bool ok) { return ok ? "OK" : "FAIL"; }
+
+
+// attention_forward/backward<double> on random packed QKV (scores of several units, so softmax is peaked).
+void check_attention_double(Tally* tally) {
+    const int B = 2, T = 17, C = 24, NH = 3, HS = C / NH;
+    const size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    Rng rng(20240601);
+    std::vector<double> inp(n_inp), w(n_out), out(n_out, NAN), lse((size_t)B * NH * T, NAN);
+    for (double& x : inp) x = 2.0 * rng.normal_double();
+    for (double& x : w) x = rng.normal_double();
+    attention_forward<double>(out.data(), lse.data(), inp.data(), B, T, C, NH);
+
+    // P = exp(S - lse) must sum to 1 over t2 <= t and reproduce out = P·V
+    double sum_err = 0, out_err = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double* q = &inp[((size_t)b * T + t) * 3 * C + h * HS];
+                const double L = lse[((size_t)b * NH + h) * T + t];
+                double psum = 0;
+                std::vector<double> o(HS, 0.0);
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const double* k = &inp[((size_t)b * T + t2) * 3 * C + C + h * HS];
+                    const double* v = k + C;
+                    double s = 0;
+                    for (int d = 0; d < HS; d++) s += q[d] * k[d];
+                    double p = std::exp(s / std::sqrt((double)HS) - L);
+                    psum += p;
+                    for (int d = 0; d < HS; d++) o[d] += p * v[d];
+                }
+                sum_err = nan_max(sum_err, std::fabs(psum - 1.0));
+                for (int d = 0; d < HS; d++)
+                    out_err = nan_max(out_err, std::fabs(o[d] - out[((size_t)b * T + t) * C + h * HS + d]));
+            }
+    bool ok = sum_err <= kDoubleTol && out_err <= kDoubleTol;  // NaN fails
+    tally->check(ok);
+    printf("attention<double> B=%d T=%d C=%d NH=%d: |sum exp(S-lse) - 1| max %.3e, |P·V - out| max %.3e "
+           "(tol %.0e)  %s\n", B, T, C, NH, sum_err, out_err, kDoubleTol, verdict(ok));
+
+    // d(sum(out * w))/d(inp) by attention_backward vs central differences on every input element
+    std::vector<double> dinp(n_inp, 0.0), fd(n_inp);
+    attention_backward<double>(dinp.data(), w.data(), inp.data(), B, T, C, NH);
+    auto objective = [&](std::vector<double>& x) {
+        attention_forward<double>(out.data(), (double*)nullptr, x.data(), B, T, C, NH);
+        double f = 0;
+        for (size_t i = 0; i < n_out; i++) f += out[i] * w[i];
+        return f;
+    };
+    const double h = 1e-5;
+    for (size_t i = 0; i < n_inp; i++) {
+        const double x0 = inp[i];
+        inp[i] = x0 + h;
+        const double fp = objective(inp);
+        inp[i] = x0 - h;
+        const double fm = objective(inp);
+        inp[i] = x0;
+        fd[i] = (fp - fm) / (2 * h);
+    }
+    double diff2 = 0, ref2 = 0, max_abs = 0;
+    for (size_t i = 0; i < n_inp; i++) {
+        diff2 += (dinp[i] - fd[i]) * (dinp[i] - fd[i]);
+        ref2 += fd[i] * fd[i];
+        max_abs = nan_max(max_abs, std::fabs(dinp[i] - fd[i]));
+    }
+    const double rel = std::sqrt(diff2 / ref2);
+    ok = rel <= kFiniteDiffTol;
+    tally->check(ok);
+    printf("attention_backward<double> vs central differences (h=%g, %zu inputs): rel-L2 %.3e  max-abs %.3e "
+           "(tol rel-L2 %.0e)  %s\n", h, n_inp, rel, max_abs, kFiniteDiffTol, verdict(ok));
+}
 
 int run(const std::string& prefix) {
     Tally tally;
@@ -97,8 +174,7 @@ int run(const std::string& prefix) {
     // the padded vocabulary rows never see a gradient
     double pad_max = 0;
     for (size_t k = (size_t)V * c.channels; k < (size_t)Vp * c.channels; k++) {
-        double a = std::fabs((double)model.grads[model.param_offsets[P_WTE] + k]);
-        if (!(a <= pad_max)) pad_max = a;
+        pad_max = nan_max(pad_max, std::fabs((double)model.grads[model.param_offsets[P_WTE] + k]));
     }
     ok = pad_max == 0.0;
     tally.check(ok);
@@ -145,6 +221,8 @@ int run(const std::string& prefix) {
         tally.check(ok);
         printf("  step %2zu  cpu %.7f  torch %.7f  |diff| %.3e  %s\n", step, l, traj.losses[step], d, verdict(ok));
     }
+
+    check_attention_double(&tally);
 
     printf("test_gpt2: %d checks passed, %d failed -> %s\n", tally.passed, tally.failed,
            tally.failed == 0 ? "PASS" : "FAIL");
