@@ -24,6 +24,9 @@
 #ifdef MULTI_GPU
 #include <nccl.h>
 #ifdef USE_MPI
+// The C API is all we use; OpenMPI's C++ bindings do not compile warning-free (-Wcast-function-type).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 #endif

@@ -20,7 +20,8 @@ cp "$WORK/a/model_$h.bin" "$WORK/a/state_$h.bin" "$WORK/a/main.log" "$WORK/b/"
 echo "== run b: resume from step $HALF"
 ./train_gpt2cu "${FLAGS[@]}" -o "$WORK/b" -y 1 >"$WORK/b.log" 2>&1 || { tail "$WORK/b.log"; exit 1; }
 # console after the resume point, without timings and checkpoint notes
-strip() { sed -n "/(after $HALF steps)/,\$p" "$1" | grep -v -e '^saved checkpoint' -e '^average over' -e '^device memory' \
+# (LC_ALL=C grep -a: samples may hold partial UTF-8 sequences, which must not make grep call the log binary)
+strip() { sed -n "/(after $HALF steps)/,\$p" "$1" | LC_ALL=C grep -a -v -e '^saved checkpoint' -e '^average over' -e '^device memory' \
           | sed -E 's/\| +[0-9.]+ ms \| +[0-9]+ tok\/s \| MFU [^ ]+//'; }
 fail=0
 for f_ in "model_$f.bin" "state_$f.bin" main.log; do
@@ -28,8 +29,8 @@ for f_ in "model_$f.bin" "state_$f.bin" main.log; do
     else echo "DIFFERENT: $f_"; fail=1; fi
 done
 if diff <(strip "$WORK/a.log") <(strip "$WORK/b.log") >"$WORK/console.diff"; then
-    echo "identical: console output after step $HALF ($(strip "$WORK/a.log" | grep -c '^step') step lines)"
+    echo "identical: console output after step $HALF ($(strip "$WORK/a.log" | LC_ALL=C grep -a -c '^step') step lines)"
 else echo "DIFFERENT: console output (see $WORK/console.diff)"; head -n 20 "$WORK/console.diff"; fail=1; fi
-grep '^step' "$WORK/a.log" | tail -n 3
-grep '^step' "$WORK/b.log" | tail -n 3
+LC_ALL=C grep -a '^step' "$WORK/a.log" | tail -n 3
+LC_ALL=C grep -a '^step' "$WORK/b.log" | tail -n 3
 if [ $fail = 0 ]; then echo "RESUME BIT-EXACT: PASS"; else echo "RESUME BIT-EXACT: FAIL"; exit 1; fi
