@@ -252,7 +252,11 @@ def load_tokens(path, V):
             sys.exit(f"error: {path}: not a token shard, and tiktoken is not installed to encode it as text")
         with open(path, "r", encoding="utf-8") as f:
             text = f.read()
-        tokens = np.array(tiktoken.get_encoding("gpt2").encode_ordinary(text), dtype=np.int64)
+        try:  # tiktoken fetches the BPE files on first use; offline machines need them cached
+            enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:
+            sys.exit(f"error: {path}: tiktoken cannot load the gpt2 encoding ({e}); pass a token shard instead")
+        tokens = np.array(enc.encode_ordinary(text), dtype=np.int64)
     if tokens.size and tokens.max() >= V:
         sys.exit(f"error: {path}: token {int(tokens.max())} is outside the model's vocabulary (V = {V})")
     return tokens
