@@ -1,0 +1,106 @@
+// Reference trajectory text file (llmc/reference_trajectory.h).
+#include <gtest/gtest.h>
+
+#include "llmc/reference_trajectory.h"
+#include "tests/file_test_helpers.h"
+
+namespace {
+
+ReferenceTrajectory sample_trajectory() {
+    ReferenceTrajectory t;
+    t.lr = 1e-3f;
+    t.beta1 = 0.9f;
+    t.beta2 = 0.95f;
+    t.eps = 1e-8f;
+    t.weight_decay = 0.1f;
+    t.losses = {7.44236040f, 6.81224203f, 6.29927349f, 0.1f / 3.0f};
+    return t;
+}
+
+std::string text_of(const std::vector<unsigned char>& b) { return std::string(b.begin(), b.end()); }
+
+// Writes a valid file, replaces `from` by `to` in its text (must occur), returns the new file's path.
+std::string edited(const std::string& name, const std::string& from, const std::string& to) {
+    std::string path = scratch_path(name);
+    write_reference_trajectory(path, sample_trajectory());
+    std::string s = text_of(read_bytes(path));
+    size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << "'" << from << "' not in:\n" << s;
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    write_bytes(path, std::vector<unsigned char>(s.begin(), s.end()));
+    return path;
+}
+
+}  // namespace
+
+TEST(ReferenceTrajectory, RoundTripIsExact) {
+    std::string path = scratch_path("t.txt");
+    ReferenceTrajectory t = sample_trajectory();
+    write_reference_trajectory(path, t);
+    ReferenceTrajectory r = read_reference_trajectory(path);
+    EXPECT_EQ(r.lr, t.lr);
+    EXPECT_EQ(r.beta1, t.beta1);
+    EXPECT_EQ(r.beta2, t.beta2);
+    EXPECT_EQ(r.eps, t.eps);
+    EXPECT_EQ(r.weight_decay, t.weight_decay);
+    ASSERT_EQ(r.losses.size(), t.losses.size());
+    for (size_t i = 0; i < t.losses.size(); i++) EXPECT_EQ(r.losses[i], t.losses[i]) << i;  // bit-exact floats
+}
+
+TEST(ReferenceTrajectory, ReadsTheCommittedFixture) {
+    ReferenceTrajectory r = read_reference_trajectory("tests/fixtures/tiny_trajectory.txt");
+    EXPECT_EQ(r.losses.size(), 10u);
+    EXPECT_GT(r.lr, 0.0f);
+}
+
+TEST(ReferenceTrajectory, MissingFile) {
+    std::string path = scratch_path("absent.txt");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(path); }, path, "cannot open");
+}
+
+TEST(ReferenceTrajectory, WrongFormatName) {
+    std::string path = edited("name.txt", "gpt2_reference_trajectory 1", "gpt2_something 1");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(path); }, path, "not a reference trajectory");
+}
+
+TEST(ReferenceTrajectory, WrongVersion) {
+    std::string path = edited("version.txt", "gpt2_reference_trajectory 1", "gpt2_reference_trajectory 7");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(path); }, path, "unsupported trajectory version 7");
+}
+
+TEST(ReferenceTrajectory, EveryOptimizerSettingRequired) {
+    for (const char* key : {"lr ", "beta1 ", "beta2 ", "eps ", "weight_decay "}) {
+        std::string path = edited(std::string("missing_") + key, std::string("\n") + key, "\n# ");
+        std::string name(key);
+        name.pop_back();
+        EXPECT_FILE_ERROR([&] { read_reference_trajectory(path); }, path, "missing '" + name + "'");
+    }
+}
+
+TEST(ReferenceTrajectory, BadNumbers) {
+    std::string p1 = edited("nan.txt", "lr 0.00100000005", "lr nan");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(p1); }, p1, "line 6: lr: 'nan' is not a finite number");
+    std::string p2 = edited("junk.txt", "beta2 0.949999988", "beta2 0.95x");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(p2); }, p2, "is not a finite number");
+    std::string p3 = edited("range.txt", "beta1 0.899999976", "beta1 1.5");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(p3); }, p3, "optimizer settings out of range");
+    std::string p4 = edited("steps.txt", "steps 4", "steps four");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(p4); }, p4, "is not an integer");
+}
+
+TEST(ReferenceTrajectory, LossLines) {
+    std::string p1 = edited("truncated.txt", "loss 3 ", "# loss 3 ");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(p1); }, p1, "has 3 loss lines but steps = 4");
+    std::string p2 = edited("order.txt", "loss 1 ", "loss 2 ");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(p2); }, p2, "expected step 1");
+    std::string p3 = edited("extra.txt", "steps 4", "steps 3");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(p3); }, p3, "loss for step 3 but steps = 3");
+    std::string p4 = edited("unknown.txt", "\neps ", "\nepsilon ");
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(p4); }, p4, "unknown key 'epsilon'");
+}
+
+TEST(ReferenceTrajectory, EmptyFile) {
+    std::string path = scratch_path("empty.txt");
+    write_bytes(path, {});
+    EXPECT_FILE_ERROR([&] { read_reference_trajectory(path); }, path, "empty");
+}
