@@ -4,7 +4,8 @@
 // Checks: logits rel-L2 <= 1e-5; mean loss within 1e-5; every gradient tensor rel-L2 <= 1e-4 (and the wte
 // padding rows' gradient exactly 0); every loss of the AdamW trajectory within 1e-4; the bf16 model file
 // equals the fp32 one rounded to bf16. Then, in double (as dev/cuda programs use them), what PyTorch does not
-// cover: attention_forward's log-sum-exp output, and attention_backward against central finite differences.
+// cover: attention_forward's log-sum-exp output, attention_backward against central finite differences, and
+// matmul_forward's tile edges (the fixture's shapes are all multiples of the tile).
 // Prints every measured error; exit 0 only if all pass.
 #include <cmath>
 #include <cstdio>
@@ -22,7 +23,7 @@ constexpr double kLogitsTol = 1e-5;      // rel-L2
 constexpr double kLossTol = 1e-5;        // absolute
 constexpr double kGradTol = 1e-4;        // rel-L2 per tensor
 constexpr double kTrajectoryTol = 1e-4;  // absolute, per step
-constexpr double kDoubleTol = 1e-12;     // max-abs, attention identities in double
+constexpr double kDoubleTol = 1e-12;     // max-abs, double-precision identities (matmul edges, attention)
 constexpr double kFiniteDiffTol = 1e-7;  // rel-L2, attention_backward<double> vs central differences
 
 struct Tally {
@@ -54,6 +55,39 @@ Errors compare(const float* ref, size_t n, OutAt out_at) {
 
 static const char* verdict(bool ok) { return ok ? "OK" : "FAIL"; }
 
+
+// matmul_forward<double> at shapes that are not multiples of its tile, vs plain dot products in the same
+// order (equal up to how the compiler contracts multiply-adds), with and without bias; outputs poisoned first.
+void check_matmul_edges(Tally* tally) {
+    Rng rng(7);
+    int mismatches = 0, checked = 0;
+    double max_err = 0;
+    const int shapes[][4] = {{1, 7, 5, 10}, {2, 3, 9, 7}, {1, 4, 3, 4}, {3, 5, 1, 13}};  // B T C OC
+    for (const auto& sh : shapes) {
+        const int B = sh[0], T = sh[1], C = sh[2], OC = sh[3], N = B * T;
+        std::vector<double> x((size_t)N * C), w((size_t)OC * C), b(OC), out((size_t)N * OC);
+        for (double& v : x) v = rng.normal_double();
+        for (double& v : w) v = rng.normal_double();
+        for (double& v : b) v = rng.normal_double();
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            std::fill(out.begin(), out.end(), NAN);
+            matmul_forward<double>(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, B, T, C, OC);
+            for (int n = 0; n < N; n++)
+                for (int j = 0; j < OC; j++) {
+                    double sum = with_bias ? b[j] : 0.0;
+                    for (int i = 0; i < C; i++) sum += x[(size_t)n * C + i] * w[(size_t)j * C + i];
+                    const double err = std::fabs(out[(size_t)n * OC + j] - sum);
+                    max_err = nan_max(max_err, err);
+                    mismatches += !(err <= kDoubleTol);
+                    checked++;
+                }
+        }
+    }
+    bool ok = mismatches == 0;
+    tally->check(ok);
+    printf("matmul_forward<double> tile edges: %d of %d outputs off plain dot products, max-abs %.3e (tol %.0e)  %s\n",
+           mismatches, checked, max_err, kDoubleTol, verdict(ok));
+}
 
 // attention_forward/backward<double> on random packed QKV (scores of several units, so softmax is peaked).
 void check_attention_double(Tally* tally) {
@@ -222,6 +256,7 @@ int run(const std::string& prefix) {
         printf("  step %2zu  cpu %.7f  torch %.7f  |diff| %.3e  %s\n", step, l, traj.losses[step], d, verdict(ok));
     }
 
+    check_matmul_edges(&tally);
     check_attention_double(&tally);
 
     printf("test_gpt2: %d checks passed, %d failed -> %s\n", tally.passed, tally.failed,

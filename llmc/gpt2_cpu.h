@@ -126,18 +126,45 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
 
 // ------------------------------------------------------------------------------------------------ matmul
 // out (B,T,OC) = inp (B,T,C) · weightᵀ + bias, weight (OC,C) as nn.Linear stores it; bias (OC) may be null.
+// Each output is bias + sum over i in increasing order (the same rounding whatever the tiling); tiles of
+// kTile rows x kTile outputs keep kTile² independent sums in flight, which is what makes it fast enough
+// for dev/cuda programs that check GPU matmuls against it in double.
 template <typename Real>
 void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int B, int T, int C, int OC) {
+    constexpr int kTile = 4;
     const long N = (long)B * T;
+    const long row_tiles = (N + kTile - 1) / kTile;
 #pragma omp parallel for
-    for (long n = 0; n < N; n++) {
-        const Real* x = inp + (size_t)n * C;
-        Real* o = out + (size_t)n * OC;
-        for (int j = 0; j < OC; j++) {
-            const Real* w = weight + (size_t)j * C;
-            Real sum = bias ? bias[j] : Real(0);
-            for (int i = 0; i < C; i++) sum += x[i] * w[i];
-            o[j] = sum;
+    for (long rt = 0; rt < row_tiles; rt++) {
+        const long n0 = rt * kTile;
+        const int rows = (int)(N - n0 < kTile ? N - n0 : kTile);
+        int j = 0;
+        if (rows == kTile) {
+            for (; j + kTile <= OC; j += kTile) {
+                Real sum[kTile][kTile];
+                for (int r = 0; r < kTile; r++)
+                    for (int k = 0; k < kTile; k++) sum[r][k] = bias ? bias[j + k] : Real(0);
+                const Real* x[kTile];
+                const Real* w[kTile];
+                for (int r = 0; r < kTile; r++) x[r] = inp + (size_t)(n0 + r) * C;
+                for (int k = 0; k < kTile; k++) w[k] = weight + (size_t)(j + k) * C;
+                for (int i = 0; i < C; i++) {
+                    for (int r = 0; r < kTile; r++)
+                        for (int k = 0; k < kTile; k++) sum[r][k] += x[r][i] * w[k][i];
+                }
+                for (int r = 0; r < kTile; r++)
+                    for (int k = 0; k < kTile; k++) out[(size_t)(n0 + r) * OC + j + k] = sum[r][k];
+            }
+        }
+        // edges: the last partial row tile, and outputs past the last full column tile
+        for (int r = 0; r < rows; r++) {
+            const Real* x = inp + (size_t)(n0 + r) * C;
+            for (int jj = j; jj < OC; jj++) {
+                const Real* w = weight + (size_t)jj * C;
+                Real sum = bias ? bias[jj] : Real(0);
+                for (int i = 0; i < C; i++) sum += x[i] * w[i];
+                out[(size_t)(n0 + r) * OC + jj] = sum;
+            }
         }
     }
 }
