@@ -84,14 +84,13 @@ LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
 # ---------------------------------------------------------------- CPU programs and tests
 CPU_TESTS := test_gpt2 tests/unit_tests
 TOOLS := tokenizer data/prepro
-ICU_LIBS := -licuuc
 
-# GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md); Unicode classes come from ICU.
+# GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md).
 tokenizer: tokenizer.cpp $(LLMC_HEADERS)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(ICU_LIBS) -pthread
+	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
 data/prepro: data/prepro.cpp $(LLMC_HEADERS)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(ICU_LIBS) -pthread
+	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
 # Tiny Shakespeare: tokenizer files + text (online, else from DATA_MIRROR) -> gpt2_tokenizer.bin + shards.
 data: tokenizer data/prepro
@@ -103,7 +102,7 @@ test_gpt2: test_gpt2.cpp $(LLMC_HEADERS)
 
 UNIT_TEST_SOURCES := $(wildcard tests/test_*.cpp)
 tests/unit_tests: $(UNIT_TEST_SOURCES) $(LLMC_HEADERS)
-	$(CXX) $(CXXFLAGS) $(UNIT_TEST_SOURCES) -o $@ $(GTEST_LIBS) $(ICU_LIBS) -lm
+	$(CXX) $(CXXFLAGS) $(UNIT_TEST_SOURCES) -o $@ $(GTEST_LIBS) -lm
 
 # ---------------------------------------------------------------- GPU programs
 GPU_PROGRAMS := train_gpt2cu test_gpt2cu

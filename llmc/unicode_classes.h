@@ -1,7 +1,8 @@
 // The three Unicode classes the GPT-2 pre-tokenization pattern asks about, for every code point:
 // \p{L} (general category Letter), \p{N} (general category Number) and \s (the White_Space
-// property, which is what \s means in the Rust regex crate that tiktoken uses). The answers come
-// from ICU's character properties (link -licuuc), read once into a two-level table (256 code
+// property, which is what \s means in the Rust regex crate that tiktoken uses). The ranges come
+// from ICU through scripts/gen_unicode_classes.cpp (llmc/unicode_class_ranges.h, committed, so no
+// library is needed to build). At first use they are expanded into a two-level table (256 code
 // points per block, identical blocks shared: about 100 KB) so a lookup is two loads.
 // Plus a strict UTF-8 decoder with the rules of Rust's str::from_utf8 (no overlongs, no
 // surrogates, nothing above U+10FFFF).
@@ -12,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <unicode/uchar.h>
-#include <unicode/uversion.h>
+#include "unicode_class_ranges.h"
 
 enum CharClass : uint8_t { kCharOther = 0, kCharLetter = 1, kCharNumber = 2, kCharSpace = 3 };
 
@@ -27,31 +27,23 @@ public:
         if (cp > 0x10FFFF) return kCharOther;
         return (CharClass)blocks_[(size_t)block_index_[cp >> 8] * 256 + (cp & 255)];
     }
-    // The Unicode version of the ICU data behind the table, e.g. "15.0".
-    static std::string unicode_version() {
-        UVersionInfo v;
-        u_getUnicodeVersion(v);
-        return std::to_string(v[0]) + "." + std::to_string(v[1]);
-    }
+    // The Unicode version of the tables, e.g. "15.0".
+    static std::string unicode_version() { return kUnicodeClassVersion; }
 
 private:
     std::vector<uint16_t> block_index_;
     std::vector<uint8_t> blocks_;
 
-    static CharClass classify(UChar32 c) {
-        uint32_t mask = U_GET_GC_MASK(c);
-        if (mask & U_GC_L_MASK) return kCharLetter;
-        if (mask & U_GC_N_MASK) return kCharNumber;
-        if (u_isUWhiteSpace(c)) return kCharSpace;
-        return kCharOther;
-    }
     UnicodeClassTable() {
+        std::vector<uint8_t> flat(0x110000, kCharOther);
+        for (const UnicodeClassRange& r : kUnicodeClassRanges) {
+            for (uint32_t c = r.first; c <= r.last; c++) flat[c] = r.cls;
+        }
         const uint32_t num_blocks = 0x110000 / 256;
         block_index_.resize(num_blocks);
         std::map<std::string, uint16_t> seen;
-        std::string block(256, '\0');
         for (uint32_t b = 0; b < num_blocks; b++) {
-            for (uint32_t i = 0; i < 256; i++) block[i] = (char)classify((UChar32)(b * 256 + i));
+            std::string block((const char*)flat.data() + b * 256, 256);
             auto it = seen.find(block);
             if (it == seen.end()) {
                 it = seen.emplace(block, (uint16_t)(blocks_.size() / 256)).first;

@@ -6,9 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DATA_MIRROR=${DATA_MIRROR:-../shared/data}
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ local changes)')"
+echo "commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 make -j"$(nproc)" tokenizer data/prepro >/dev/null
-${CXX:-g++} -O2 -std=c++17 -Wall -Wextra -I. tests/test_bpe_tokenizer.cpp -o /tmp/test_bpe_tokenizer -lgtest -lgtest_main -pthread -licuuc
+${CXX:-g++} -O2 -std=c++17 -Wall -Wextra -I. tests/test_bpe_tokenizer.cpp -o /tmp/test_bpe_tokenizer -lgtest -lgtest_main -pthread
 /tmp/test_bpe_tokenizer 2>&1 | tail -3
 bash tests/test_tokenizer_tools.sh | tail -1
 python3 scripts/bench_tokenizer.py --data "$DATA_MIRROR" "$@"
