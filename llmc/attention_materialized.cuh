@@ -10,43 +10,63 @@
 #include "cuda_common.h"
 #include "matmul.cuh"
 
-// qkv (B,T,3,NH,HS) -> q,k,v (B,NH,T,HS); one thread per element of q (it moves the matching k and v too).
+// The three layout changes move 128-bit packs along the head dimension (HS is a multiple of x128::size):
+// one thread per pack of the (B,NH,T,HS) side; `pack_index` gives its (b, h, t, d).
+struct HeadIndex {
+    int b, h, t, d;
+};
+__device__ __forceinline__ HeadIndex pack_index(size_t pack, int T, int NH, int HS) {
+    const int packs_per_row = HS / x128::size;
+    HeadIndex i;
+    i.d = (pack % packs_per_row) * x128::size;
+    size_t r = pack / packs_per_row;
+    i.t = r % T;
+    r /= T;
+    i.h = r % NH;
+    i.b = r / NH;
+    return i;
+}
+
+// qkv (B,T,3,NH,HS) -> q,k,v (B,NH,T,HS).
 __global__ void attention_permute_kernel(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int NH,
                                          int HS) {
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * HS) return;
-    const int d = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH, b = idx / ((size_t)HS * T * NH);
+    const size_t pack = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (pack >= (size_t)B * NH * T * HS / x128::size) return;
+    const HeadIndex i = pack_index(pack, T, NH, HS);
     const int C = NH * HS;
-    const size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
-    q[idx] = qkv[src];
-    k[idx] = qkv[src + C];
-    v[idx] = qkv[src + 2 * C];
+    const size_t src = ((size_t)i.b * T + i.t) * 3 * C + (size_t)i.h * HS + i.d, dst = pack * x128::size;
+    store128(q + dst, load128cs(qkv + src));
+    store128(k + dst, load128cs(qkv + src + C));
+    store128(v + dst, load128cs(qkv + src + 2 * C));
 }
 
 // The inverse: dq,dk,dv (B,NH,T,HS) -> dqkv (B,T,3,NH,HS).
 __global__ void attention_permute_backward_kernel(floatX* dqkv, const floatX* dq, const floatX* dk, const floatX* dv,
                                                   int B, int T, int NH, int HS) {
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * HS) return;
-    const int d = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH, b = idx / ((size_t)HS * T * NH);
+    const size_t pack = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (pack >= (size_t)B * NH * T * HS / x128::size) return;
+    const HeadIndex i = pack_index(pack, T, NH, HS);
     const int C = NH * HS;
-    const size_t dst = ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
-    dqkv[dst] = dq[idx];
-    dqkv[dst + C] = dk[idx];
-    dqkv[dst + 2 * C] = dv[idx];
+    const size_t dst = ((size_t)i.b * T + i.t) * 3 * C + (size_t)i.h * HS + i.d, src = pack * x128::size;
+    store128(dqkv + dst, load128cs(dq + src));
+    store128(dqkv + dst + C, load128cs(dk + src));
+    store128(dqkv + dst + 2 * C, load128cs(dv + src));
 }
 
 // y (B,NH,T,HS) <-> out (B,T,NH,HS). forward: out = y; backward (to_heads): y = out.
 __global__ void attention_unpermute_kernel(floatX* out, floatX* y, int B, int T, int NH, int HS, bool to_heads) {
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * HS) return;
-    const int d = idx % HS, t = (idx / HS) % T, h = (idx / ((size_t)HS * T)) % NH, b = idx / ((size_t)HS * T * NH);
-    const size_t o = (((size_t)b * T + t) * NH + h) * HS + d;
-    if (to_heads) y[idx] = out[o];
-    else out[o] = y[idx];
+    const size_t pack = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (pack >= (size_t)B * NH * T * HS / x128::size) return;
+    const HeadIndex i = pack_index(pack, T, NH, HS);
+    const size_t o = (((size_t)i.b * T + i.t) * NH + i.h) * HS + i.d, yi = pack * x128::size;
+    if (to_heads) store128(y + yi, load128cs(out + o));
+    else store128(out + o, load128cs(y + yi));
 }
 
 // One warp per row of S (row r is query t = r % T): P[t][j] = exp(scale·S[t][j] − max) / sum for j <= t, else 0.
+// Each lane handles kVec contiguous elements per step (one 128-bit access when rows are 16-byte aligned, i.e.
+// T·sizeof(floatX) % 16 == 0; kVec = 1 otherwise). One online pass (running max and sum), one writing pass.
+template <int kVec>
 __global__ void attention_softmax_forward_kernel(floatX* P, const floatX* S, float scale, int rows, int T) {
     const int lane = threadIdx.x % kWarpSize;
     const int r = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -54,18 +74,38 @@ __global__ void attention_softmax_forward_kernel(floatX* P, const floatX* S, flo
     const int t = r % T;
     const floatX* s = S + (size_t)r * T;
     floatX* p = P + (size_t)r * T;
-    float m = -INFINITY;
-    for (int j = lane; j <= t; j += kWarpSize) m = fmaxf(m, to_float(s[j]) * scale);
-    m = warp_reduce_max(m);
-    float l = 0.0f;
-    for (int j = lane; j <= t; j += kWarpSize) l += expf(to_float(s[j]) * scale - m);
+    float m = -INFINITY, l = 0.0f;
+    for (int j0 = lane * kVec; j0 <= t; j0 += kWarpSize * kVec) {
+        floatX x[kVec];
+        if constexpr (kVec == x128::size) *reinterpret_cast<x128*>(x) = load128cs(s + j0);
+        else x[0] = s[j0];
+        float tile_max = -INFINITY;
+        for (int k = 0; k < kVec; k++) if (j0 + k <= t) tile_max = fmaxf(tile_max, to_float(x[k]) * scale);
+        const float m_new = fmaxf(m, tile_max);
+        l *= expf(m - m_new);
+        for (int k = 0; k < kVec; k++) if (j0 + k <= t) l += expf(to_float(x[k]) * scale - m_new);
+        m = m_new;
+    }
+    const float m_row = warp_reduce_max(m);
+    l = m == -INFINITY ? 0.0f : l * expf(m - m_row);
     const float inv_l = 1.0f / warp_reduce_sum(l);
-    for (int j = lane; j < T; j += kWarpSize) {
-        p[j] = from_float<floatX>(j <= t ? expf(to_float(s[j]) * scale - m) * inv_l : 0.0f);
+    for (int j0 = lane * kVec; j0 < T; j0 += kWarpSize * kVec) {
+        floatX x[kVec], y[kVec];
+        if (j0 <= t) {
+            if constexpr (kVec == x128::size) *reinterpret_cast<x128*>(x) = load128cs(s + j0);
+            else x[0] = s[j0];
+        }
+        for (int k = 0; k < kVec; k++) {
+            y[k] = from_float<floatX>(j0 + k <= t ? expf(to_float(x[k]) * scale - m_row) * inv_l : 0.0f);
+        }
+        if constexpr (kVec == x128::size) store128(p + j0, *reinterpret_cast<x128*>(y));
+        else p[j0] = y[0];
     }
 }
 
-// In place: dP (rows of T) becomes dS = scale · P∘(dP − Σ_j P∘dP), zero above the diagonal.
+// In place: dP (rows of T) becomes dS = scale · P∘(dP − Σ_j P∘dP), zero above the diagonal. Same access
+// pattern as the forward.
+template <int kVec>
 __global__ void attention_softmax_backward_kernel(floatX* dP, const floatX* P, float scale, int rows, int T) {
     const int lane = threadIdx.x % kWarpSize;
     const int r = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -74,12 +114,50 @@ __global__ void attention_softmax_backward_kernel(floatX* dP, const floatX* P, f
     floatX* dp = dP + (size_t)r * T;
     const floatX* p = P + (size_t)r * T;
     float dot = 0.0f;
-    for (int j = lane; j <= t; j += kWarpSize) dot += to_float(p[j]) * to_float(dp[j]);
-    dot = warp_reduce_sum(dot);
-    for (int j = lane; j < T; j += kWarpSize) {
-        float ds = j <= t ? scale * to_float(p[j]) * (to_float(dp[j]) - dot) : 0.0f;
-        dp[j] = from_float<floatX>(ds);
+    for (int j0 = lane * kVec; j0 <= t; j0 += kWarpSize * kVec) {
+        floatX a[kVec], d[kVec];
+        if constexpr (kVec == x128::size) {
+            *reinterpret_cast<x128*>(a) = load128(p + j0);
+            *reinterpret_cast<x128*>(d) = load128(dp + j0);
+        } else {
+            a[0] = p[j0];
+            d[0] = dp[j0];
+        }
+        for (int k = 0; k < kVec; k++) if (j0 + k <= t) dot += to_float(a[k]) * to_float(d[k]);
     }
+    dot = warp_reduce_sum(dot);
+    for (int j0 = lane * kVec; j0 < T; j0 += kWarpSize * kVec) {
+        floatX a[kVec], d[kVec], y[kVec];
+        if (j0 <= t) {
+            if constexpr (kVec == x128::size) {
+                *reinterpret_cast<x128*>(a) = load128cs(p + j0);
+                *reinterpret_cast<x128*>(d) = load128cs(dp + j0);
+            } else {
+                a[0] = p[j0];
+                d[0] = dp[j0];
+            }
+        }
+        for (int k = 0; k < kVec; k++) {
+            y[k] = from_float<floatX>(j0 + k <= t ? scale * to_float(a[k]) * (to_float(d[k]) - dot) : 0.0f);
+        }
+        if constexpr (kVec == x128::size) store128(dp + j0, *reinterpret_cast<x128*>(y));
+        else dp[j0] = y[0];
+    }
+}
+
+// Launches the 128-bit variant when every row starts 16-byte aligned.
+inline void attention_softmax(bool backward, floatX* out, const floatX* in, float scale, int rows, int T,
+                              cudaStream_t stream) {
+    const int threads = 256, rows_per_block = threads / kWarpSize, blocks = ceil_div(rows, rows_per_block);
+    const bool vec = (T * sizeof(floatX)) % 16 == 0;
+    if (backward) {
+        if (vec) attention_softmax_backward_kernel<x128::size><<<blocks, threads, 0, stream>>>(out, in, scale, rows, T);
+        else attention_softmax_backward_kernel<1><<<blocks, threads, 0, stream>>>(out, in, scale, rows, T);
+    } else {
+        if (vec) attention_softmax_forward_kernel<x128::size><<<blocks, threads, 0, stream>>>(out, in, scale, rows, T);
+        else attention_softmax_forward_kernel<1><<<blocks, threads, 0, stream>>>(out, in, scale, rows, T);
+    }
+    cudaCheckLaunch();
 }
 
 // Per layer, what backward needs beyond qkv: P (B,NH,T,T).
@@ -91,9 +169,17 @@ inline size_t attention_materialized_workspace_bytes(int B, int T, int C, int NH
     return ((size_t)7 * B * T * C + (size_t)B * NH * T * T) * sizeof(floatX);
 }
 
+inline void check_head_size(int HS) {
+    if (HS % x128::size != 0) {
+        fprintf(stderr, "error: materialized attention: head size %d must be a multiple of %d\n", HS, x128::size);
+        exit(EXIT_FAILURE);
+    }
+}
+
 inline void attention_materialized_forward(floatX* out, floatX* att, const floatX* qkv, void* workspace, int B, int T,
                                            int C, int NH, cudaStream_t stream = 0) {
     const int HS = C / NH;
+    check_head_size(HS);
     const size_t btc = (size_t)B * T * C;
     floatX* q = (floatX*)workspace;
     floatX* k = q + btc;
@@ -101,18 +187,16 @@ inline void attention_materialized_forward(floatX* out, floatX* att, const float
     floatX* y = v + btc;
     floatX* S = y + 4 * btc;  // leaves room for the backward's dQ,dK,dV, so both passes share one layout
     const int threads = 256;
-    attention_permute_kernel<<<ceil_div(btc, threads), threads, 0, stream>>>(q, k, v, qkv, B, T, NH, HS);
+    attention_permute_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(q, k, v, qkv, B, T, NH, HS);
     cudaCheckLaunch();
     const int heads = B * NH;
     matmul(S, q, k, T, T, HS, false, true, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads,
            (long long)T * HS, (long long)T * HS, (long long)T * T, stream);
     const float scale = 1.0f / sqrtf((float)HS);
-    const int rows = heads * T, rows_per_block = threads / kWarpSize;
-    attention_softmax_forward_kernel<<<ceil_div(rows, rows_per_block), threads, 0, stream>>>(att, S, scale, rows, T);
-    cudaCheckLaunch();
+    attention_softmax(false, att, S, scale, heads * T, T, stream);
     matmul(y, att, v, T, HS, T, false, false, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads,
            (long long)T * T, (long long)T * HS, (long long)T * HS, stream);
-    attention_unpermute_kernel<<<ceil_div(btc, threads), threads, 0, stream>>>(out, y, B, T, NH, HS, false);
+    attention_unpermute_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(out, y, B, T, NH, HS, false);
     cudaCheckLaunch();
 }
 
@@ -130,9 +214,9 @@ inline void attention_materialized_backward(floatX* dqkv, const floatX* dout, co
     floatX* dv = dk + btc;
     floatX* dP = dv + btc;
     const int threads = 256;
-    attention_permute_kernel<<<ceil_div(btc, threads), threads, 0, stream>>>(q, k, v, qkv, B, T, NH, HS);
+    attention_permute_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(q, k, v, qkv, B, T, NH, HS);
     cudaCheckLaunch();
-    attention_unpermute_kernel<<<ceil_div(btc, threads), threads, 0, stream>>>(const_cast<floatX*>(dout), dy, B, T,
+    attention_unpermute_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(const_cast<floatX*>(dout), dy, B, T,
                                                                                NH, HS, true);
     cudaCheckLaunch();
     const int heads = B * NH;
@@ -142,13 +226,11 @@ inline void attention_materialized_backward(floatX* dqkv, const floatX* dout, co
     matmul(dv, att, dy, T, HS, T, true, false, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads, sTT, sTH,
            sTH, stream);
     const float scale = 1.0f / sqrtf((float)HS);
-    const int rows = heads * T, rows_per_block = threads / kWarpSize;
-    attention_softmax_backward_kernel<<<ceil_div(rows, rows_per_block), threads, 0, stream>>>(dP, att, scale, rows, T);
-    cudaCheckLaunch();
+    attention_softmax(true, dP, att, scale, heads * T, T, stream);
     matmul(dq, dP, k, T, HS, T, false, false, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads, sTT, sTH, sTH,
            stream);
     matmul(dk, dP, q, T, HS, T, true, false, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads, sTT, sTH, sTH,
            stream);
-    attention_permute_backward_kernel<<<ceil_div(btc, threads), threads, 0, stream>>>(dqkv, dq, dk, dv, B, T, NH, HS);
+    attention_permute_backward_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(dqkv, dq, dk, dv, B, T, NH, HS);
     cudaCheckLaunch();
 }

@@ -16,13 +16,27 @@ __device__ __forceinline__ SoftmaxStats merge_stats(SoftmaxStats a, SoftmaxStats
     return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
 }
 
+// Vp is a multiple of 128 (gpt2_config.h), so each row is 16-byte aligned and split into x128 packs.
 __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp,
                                         float dloss) {
     __shared__ SoftmaxStats warp_stats[32];
     const size_t row = blockIdx.x;
     floatX* x = logits + row * Vp;
+    const int packs = Vp / x128::size;
     SoftmaxStats st = {-INFINITY, 0.0f};
-    for (int i = threadIdx.x; i < V; i += blockDim.x) st = merge_stats(st, {to_float(x[i]), 1.0f});
+    for (int pk = threadIdx.x; pk < packs; pk += blockDim.x) {
+        const x128 v = load128(x + pk * x128::size);
+        float tile_max = -INFINITY;
+        for (int k = 0; k < x128::size; k++) {
+            if (pk * x128::size + k < V) tile_max = fmaxf(tile_max, to_float(v[k]));
+        }
+        if (tile_max == -INFINITY) continue;  // a pack entirely in the padding
+        float tile_sum = 0.0f;
+        for (int k = 0; k < x128::size; k++) {
+            if (pk * x128::size + k < V) tile_sum += expf(to_float(v[k]) - tile_max);
+        }
+        st = merge_stats(st, {tile_max, tile_sum});
+    }
     for (int off = 16; off > 0; off >>= 1) {
         SoftmaxStats other = {__shfl_xor_sync(0xffffffff, st.m, off), __shfl_xor_sync(0xffffffff, st.l, off)};
         st = merge_stats(st, other);
@@ -33,20 +47,29 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     st = {-INFINITY, 0.0f};
     for (int w = 0; w < (int)blockDim.x / kWarpSize; w++) st = merge_stats(st, warp_stats[w]);  // same order everywhere
     const int target = targets[row];
-    const float log_l = logf(st.l);
-    if (threadIdx.x == 0) losses[row] = st.m + log_l - to_float(x[target]);
+    if (threadIdx.x == 0) losses[row] = st.m + logf(st.l) - to_float(x[target]);
     __syncthreads();  // x[target] is read above before anyone overwrites it
     const float inv_l = 1.0f / st.l;
-    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
-        float d = 0.0f;
-        if (i < V) d = (expf(to_float(x[i]) - st.m) * inv_l - (i == target ? 1.0f : 0.0f)) * dloss;
-        x[i] = from_float<floatX>(d);
+    for (int pk = threadIdx.x; pk < packs; pk += blockDim.x) {
+        const x128 v = load128cs(x + pk * x128::size);
+        x128 d;
+        for (int k = 0; k < x128::size; k++) {
+            const int i = pk * x128::size + k;
+            float g = 0.0f;
+            if (i < V) g = (expf(to_float(v[k]) - st.m) * inv_l - (i == target ? 1.0f : 0.0f)) * dloss;
+            d[k] = from_float<floatX>(g);
+        }
+        store128(x + pk * x128::size, d);
     }
 }
 
 // logits (N, Vp) become dlogits; losses (N) get each row's loss. targets on the device, all < V.
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
                              cudaStream_t stream = 0) {
+    if (Vp % x128::size != 0) {
+        fprintf(stderr, "error: fused_classifier: padded vocab %d must be a multiple of %d\n", Vp, x128::size);
+        exit(EXIT_FAILURE);
+    }
     const int threads = 1024;
     fused_classifier_kernel<<<N, threads, 0, stream>>>(logits, losses, targets, V, Vp, dloss);
     cudaCheckLaunch();

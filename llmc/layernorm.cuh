@@ -9,35 +9,53 @@
 
 constexpr float kLayerNormEps = 1e-5f;
 
-// One warp per row. `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised.
-__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, floatX* residual_out,
-                                         const floatX* inp, const floatX* residual_a, const floatX* residual_b,
-                                         const floatX* weight, const floatX* bias, int N, int C) {
+// One warp per row, 128-bit packs (C is a multiple of x128::size). `residual_a`/`residual_b` non-null:
+// residual_out = a + b is written and normalised.
+__global__ void layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                                         floatX* residual_out, const floatX* inp, const floatX* residual_a,
+                                         const floatX* residual_b, const floatX* __restrict__ weight,
+                                         const floatX* __restrict__ bias, int N, int C) {
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
     if (row >= N) return;
+    const int packs = C / x128::size;
     const size_t base = (size_t)row * C;
     const floatX* x = inp + base;
     if (residual_a) {
-        // The stored (rounded) sum is what we normalise, so the backward sees the same input.
-        for (int c = lane; c < C; c += kWarpSize) {
-            residual_out[base + c] = from_float<floatX>(to_float(residual_a[base + c]) + to_float(residual_b[base + c]));
+        // The stored (rounded) sum is what we normalise, so the backward sees the same input. Each lane reads
+        // back only the packs it wrote itself.
+        for (int pk = lane; pk < packs; pk += kWarpSize) {
+            const size_t at = base + pk * x128::size;
+            const x128 a = load128cs(residual_a + at), b = load128cs(residual_b + at);
+            x128 r;
+            for (int k = 0; k < x128::size; k++) r[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+            store128(residual_out + at, r);
         }
-        __syncwarp();
         x = residual_out + base;
     }
     float sum = 0.0f;
-    for (int c = lane; c < C; c += kWarpSize) sum += to_float(x[c]);
+    for (int pk = lane; pk < packs; pk += kWarpSize) {
+        const x128 v = load128(x + pk * x128::size);
+        for (int k = 0; k < x128::size; k++) sum += to_float(v[k]);
+    }
     const float m = warp_reduce_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane; c < C; c += kWarpSize) {
-        float d = to_float(x[c]) - m;
-        var += d * d;
+    for (int pk = lane; pk < packs; pk += kWarpSize) {
+        const x128 v = load128(x + pk * x128::size);
+        for (int k = 0; k < x128::size; k++) {
+            const float d = to_float(v[k]) - m;
+            var += d * d;
+        }
     }
     const float s = rsqrtf(warp_reduce_sum(var) / C + kLayerNormEps);
-    for (int c = lane; c < C; c += kWarpSize) {
-        float n = (to_float(x[c]) - m) * s;
-        out[base + c] = from_float<floatX>(n * to_float(weight[c]) + to_float(bias[c]));
+    for (int pk = lane; pk < packs; pk += kWarpSize) {
+        const int c = pk * x128::size;
+        const x128 v = load128cs(x + c), w = load128(weight + c), b = load128(bias + c);
+        x128 o;
+        for (int k = 0; k < x128::size; k++) {
+            o[k] = from_float<floatX>((to_float(v[k]) - m) * s * to_float(w[k]) + to_float(b[k]));
+        }
+        store128(out + base + c, o);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -45,8 +63,16 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     }
 }
 
+inline void check_layernorm_channels(int C) {
+    if (C % x128::size != 0) {
+        fprintf(stderr, "error: layernorm: C = %d must be a multiple of %d\n", C, x128::size);
+        exit(EXIT_FAILURE);
+    }
+}
+
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                               const floatX* bias, int N, int C, cudaStream_t stream = 0) {
+    check_layernorm_channels(C);
     const int threads = 256, rows_per_block = threads / kWarpSize;
     layernorm_forward_kernel<<<ceil_div(N, rows_per_block), threads, 0, stream>>>(out, mean, rstd, nullptr, inp,
                                                                                   nullptr, nullptr, weight, bias, N, C);
@@ -57,35 +83,47 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
 inline void fused_residual_layernorm_forward(floatX* residual_out, floatX* out, float* mean, float* rstd,
                                              const floatX* a, const floatX* b, const floatX* weight,
                                              const floatX* bias, int N, int C, cudaStream_t stream = 0) {
+    check_layernorm_channels(C);
     const int threads = 256, rows_per_block = threads / kWarpSize;
     layernorm_forward_kernel<<<ceil_div(N, rows_per_block), threads, 0, stream>>>(
         out, mean, rstd, residual_out, nullptr, a, b, weight, bias, N, C);
     cudaCheckLaunch();
 }
 
-// dinp += LayerNorm backward; one warp per row.
-__global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                               const floatX* weight, const float* mean, const float* rstd, int N,
+// dinp += LayerNorm backward; one warp per row, 128-bit packs.
+__global__ void layernorm_backward_dinp_kernel(floatX* __restrict__ dinp, const floatX* __restrict__ dout,
+                                               const floatX* __restrict__ inp, const floatX* __restrict__ weight,
+                                               const float* __restrict__ mean, const float* __restrict__ rstd, int N,
                                                int C) {
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
     if (row >= N) return;
+    const int packs = C / x128::size;
     const size_t base = (size_t)row * C;
     const float m = mean[row], s = rstd[row];
     float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-    for (int c = lane; c < C; c += kWarpSize) {
-        float norm = (to_float(inp[base + c]) - m) * s;
-        float dnorm = to_float(dout[base + c]) * to_float(weight[c]);
-        dnorm_sum += dnorm;
-        dnorm_norm_sum += dnorm * norm;
+    for (int pk = lane; pk < packs; pk += kWarpSize) {
+        const int c = pk * x128::size;
+        const x128 d = load128(dout + base + c), x = load128(inp + base + c), w = load128(weight + c);
+        for (int k = 0; k < x128::size; k++) {
+            const float norm = (to_float(x[k]) - m) * s;
+            const float dnorm = to_float(d[k]) * to_float(w[k]);
+            dnorm_sum += dnorm;
+            dnorm_norm_sum += dnorm * norm;
+        }
     }
     const float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
     const float dnorm_norm_mean = warp_reduce_sum(dnorm_norm_sum) / C;
-    for (int c = lane; c < C; c += kWarpSize) {
-        float norm = (to_float(inp[base + c]) - m) * s;
-        float dnorm = to_float(dout[base + c]) * to_float(weight[c]);
-        float dx = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-        dinp[base + c] = from_float<floatX>(to_float(dinp[base + c]) + dx);
+    for (int pk = lane; pk < packs; pk += kWarpSize) {
+        const int c = pk * x128::size;
+        const x128 d = load128(dout + base + c), x = load128(inp + base + c), w = load128(weight + c);
+        x128 g = load128(dinp + base + c);
+        for (int k = 0; k < x128::size; k++) {
+            const float norm = (to_float(x[k]) - m) * s;
+            const float dnorm = to_float(d[k]) * to_float(w[k]);
+            g[k] = from_float<floatX>(to_float(g[k]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+        }
+        store128(dinp + base + c, g);
     }
 }
 
@@ -127,6 +165,7 @@ __global__ void layernorm_backward_params_finish_kernel(floatX* dweight, floatX*
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                const floatX* weight, const float* mean, const float* rstd, int N, int C,
                                float* scratch, cudaStream_t stream = 0) {
+    check_layernorm_channels(C);
     const int threads = 256, rows_per_block = threads / kWarpSize;
     layernorm_backward_dinp_kernel<<<ceil_div(N, rows_per_block), threads, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                                         rstd, N, C);
