@@ -164,8 +164,8 @@ struct ForwardConfig {
     static constexpr size_t kSmemBytes = (size_t)(Br + 4 * Bc) * HS * sizeof(bf16);  // Q + 2 stages of K, V
 };
 
-template <int HS, int kWarps, int Bc>
-__global__ void __launch_bounds__(32 * kWarps, 8 / kWarps)  // 2 blocks of 8 warps per SM: <= 128 registers
+template <int HS, int kWarps, int Bc, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)  // kMinBlocks per SM caps the registers per thread
     forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv, int T, int NH) {
     using Cfg = ForwardConfig<HS, kWarps, Bc>;
     constexpr int Br = Cfg::Br;
@@ -326,8 +326,8 @@ struct BackwardDQConfig {
     static constexpr size_t kSmemBytes = (size_t)(2 * Br + 4 * Bc) * HS * sizeof(bf16) + 2 * Br * sizeof(float);
 };
 
-template <int HS, int kWarps, int Bc>
-__global__ void __launch_bounds__(32 * kWarps)
+template <int HS, int kWarps, int Bc, bool kHoist, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     backward_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ D, const bf16* __restrict__ dout,
                        const bf16* __restrict__ out, const float* __restrict__ lse, const bf16* __restrict__ qkv,
                        int T, int NH) {
@@ -401,6 +401,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     const float rowD[2] = {sRowD[warp * 16 + g], sRowD[warp * 16 + g + 8]};
     const float rowL[2] = {sRowLSE[warp * 16 + g], sRowLSE[warp * 16 + g + 8]};
 
+    // kHoist: Q and dO operand fragments stay in registers for the whole loop (fewer ldmatrix, more registers)
+    uint32_t q_frag[kHoist ? HS / 16 : 1][4], do_frag[kHoist ? HS / 16 : 1][4];
     float dq[HS / 8][4];
 #pragma unroll
     for (int i = 0; i < HS / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
@@ -417,6 +419,13 @@ __global__ void __launch_bounds__(32 * kWarps)
             cp_async_wait<0>();
         }
         __syncthreads();
+        if (kHoist && j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) {
+                load_a_frag<HS>(q_frag[kk], sQ, warp * 16, kk, lane);
+                load_a_frag<HS>(do_frag[kk], sdO, warp * 16, kk, lane);
+            }
+        }
         const uint32_t tK = sK + stage * Bc * HS * 2, tV = sV + stage * Bc * HS * 2;
         const int k0 = j * Bc;
 
@@ -428,8 +437,13 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
             uint32_t qa[4], da[4];
-            load_a_frag<HS>(qa, sQ, warp * 16, kk, lane);
-            load_a_frag<HS>(da, sdO, warp * 16, kk, lane);
+            if constexpr (kHoist) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) qa[e] = q_frag[kk][e], da[e] = do_frag[kk][e];
+            } else {
+                load_a_frag<HS>(qa, sQ, warp * 16, kk, lane);
+                load_a_frag<HS>(da, sdO, warp * 16, kk, lane);
+            }
 #pragma unroll
             for (int nn = 0; nn < Bc / 16; nn++) {
                 uint32_t kb[4], vb[4];
@@ -486,8 +500,8 @@ struct BackwardDKVConfig {
     static constexpr size_t kSmemBytes = (size_t)(2 * Bc + 4 * Br) * HS * sizeof(bf16) + 4 * Br * sizeof(float);
 };
 
-template <int HS, int kWarps, int Br>
-__global__ void __launch_bounds__(32 * kWarps)
+template <int HS, int kWarps, int Br, bool kHoist, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     backward_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ D, const bf16* __restrict__ dout,
                         const float* __restrict__ lse, const bf16* __restrict__ qkv, int T, int NH) {
     using Cfg = BackwardDKVConfig<HS, kWarps, Br>;
@@ -533,6 +547,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     cp_async_commit();
     load_row_stats(0, first_q);
 
+    // kHoist: K and V operand fragments stay in registers for the whole loop
+    uint32_t k_frag[kHoist ? HS / 16 : 1][4], v_frag[kHoist ? HS / 16 : 1][4];
     float dk[HS / 8][4], dv[HS / 8][4];
 #pragma unroll
     for (int i = 0; i < HS / 8; i++)
@@ -553,6 +569,13 @@ __global__ void __launch_bounds__(32 * kWarps)
             cp_async_wait<0>();
         }
         __syncthreads();
+        if (kHoist && i == first_q) {
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) {
+                load_a_frag<HS>(k_frag[kk], sK, warp * 16, kk, lane);
+                load_a_frag<HS>(v_frag[kk], sV, warp * 16, kk, lane);
+            }
+        }
         const uint32_t tQ = sQ + stage * Br * HS * 2, tdO = sdO + stage * Br * HS * 2;
         const float* rowL = sLSE + stage * Br;
         const float* rowD = sD + stage * Br;
@@ -566,8 +589,13 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
             uint32_t ka[4], va[4];
-            load_a_frag<HS>(ka, sK, warp * 16, kk, lane);
-            load_a_frag<HS>(va, sV, warp * 16, kk, lane);
+            if constexpr (kHoist) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) ka[e] = k_frag[kk][e], va[e] = v_frag[kk][e];
+            } else {
+                load_a_frag<HS>(ka, sK, warp * 16, kk, lane);
+                load_a_frag<HS>(va, sV, warp * 16, kk, lane);
+            }
 #pragma unroll
             for (int nn = 0; nn < Br / 16; nn++) {
                 uint32_t qb[4], db[4];
@@ -635,10 +663,10 @@ inline bool head_size_supported(int HS, const char* who) {
     return false;
 }
 
-template <int HS, int kWarps, int Bc>
+template <int HS, int kWarps, int Bc, int kMinBlocks>
 inline cudaError_t launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
     using Cfg = ForwardConfig<HS, kWarps, Bc>;
-    auto kernel = forward_kernel<HS, kWarps, Bc>;
+    auto kernel = forward_kernel<HS, kWarps, Bc, kMinBlocks>;
     static const cudaError_t err = allow_smem(kernel, Cfg::kSmemBytes);
     if (err != cudaSuccess) return err;
     dim3 grid((T + Cfg::Br - 1) / Cfg::Br, B * NH);
@@ -646,13 +674,13 @@ inline cudaError_t launch_forward(bf16* out, float* lse, const bf16* qkv, int B,
     return cudaGetLastError();
 }
 
-template <int HS, int kWarps, int kTile>
+template <int HS, int kWarps, int kTile, bool kHoist, int kMinBlocks = 1>
 inline cudaError_t launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const float* lse,
                                    const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
     using DQ = BackwardDQConfig<HS, kWarps, kTile>;
     using DKV = BackwardDKVConfig<HS, kWarps, kTile>;
-    auto dq_kernel = backward_dq_kernel<HS, kWarps, kTile>;
-    auto dkv_kernel = backward_dkv_kernel<HS, kWarps, kTile>;
+    auto dq_kernel = backward_dq_kernel<HS, kWarps, kTile, kHoist, kMinBlocks>;
+    auto dkv_kernel = backward_dkv_kernel<HS, kWarps, kTile, kHoist, kMinBlocks>;
     static const cudaError_t smem_err = [&] {
         cudaError_t e = allow_smem(dq_kernel, DQ::kSmemBytes);
         return e != cudaSuccess ? e : allow_smem(dkv_kernel, DKV::kSmemBytes);
@@ -671,20 +699,34 @@ inline cudaError_t launch_backward(bf16* dqkv, float* D, const bf16* dout, const
 }  // namespace flash
 
 // ------------------------------------------------------------------------------------------ public API
-// Tile configurations: the forward's query tile Br (rows per block, 16 per warp); 0 picks the tuned default.
-// The dev program sweeps them; the engine passes 0.
+// Tile configurations (`config`; 0 = the tuned default, what the engine uses; dev/cuda sweeps the others):
+//   forward   1: Br 64 (4 warps), Bc 64, >= 2 blocks/SM     2: Br 128 (8 warps), Bc 64, >= 1 block/SM
+//             3: Br 64 (4 warps), Bc 128, >= 2 blocks/SM    4: as 1 with >= 4 (HS 64) / 3 (HS 128) blocks/SM
+//   backward  1: 64-row tiles, 4 warps, operand fragments re-read from shared memory each tile
+//             2: as 1, with the loop-invariant operand fragments held in registers
+//             3: 128-row tiles (8 warps) against 64-row tiles, fragments re-read
+//             4: HS 64: as 2, registers capped for >= 3 blocks/SM; HS 128: as 1 (a cap spills)
+constexpr int kFlashForwardConfigs = 4;
+constexpr int kFlashBackwardConfigs = 4;
+// Defaults measured on an H200 (docs/PERFORMANCE.md, Attention): Bc 128 pays for HS 64; HS 128 wants Bc 64.
+inline int attention_flash_forward_default_config(int HS) { return HS == 64 ? 3 : 1; }
+inline int attention_flash_backward_default_config(int HS) { return HS == 64 ? 2 : 1; }
+
 inline cudaError_t attention_flash_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                                           int NH, int HS, cudaStream_t stream, int block_rows = 0) {
+                                           int NH, int HS, cudaStream_t stream, int config = 0) {
     if (!flash::head_size_supported(HS, "attention_flash_forward")) return cudaErrorInvalidValue;
-    if (block_rows == 0) block_rows = 128;
-    if (HS == 64) {
-        if (block_rows == 64) return flash::launch_forward<64, 4, 64>(out, lse, qkv, B, T, NH, stream);
-        if (block_rows == 128) return flash::launch_forward<64, 8, 64>(out, lse, qkv, B, T, NH, stream);
-    } else {
-        if (block_rows == 64) return flash::launch_forward<128, 4, 64>(out, lse, qkv, B, T, NH, stream);
-        if (block_rows == 128) return flash::launch_forward<128, 8, 64>(out, lse, qkv, B, T, NH, stream);
+    if (config == 0) config = attention_flash_forward_default_config(HS);
+    switch (HS * 10 + config) {
+        case 641: return flash::launch_forward<64, 4, 64, 2>(out, lse, qkv, B, T, NH, stream);
+        case 642: return flash::launch_forward<64, 8, 64, 1>(out, lse, qkv, B, T, NH, stream);
+        case 643: return flash::launch_forward<64, 4, 128, 2>(out, lse, qkv, B, T, NH, stream);
+        case 644: return flash::launch_forward<64, 4, 64, 4>(out, lse, qkv, B, T, NH, stream);
+        case 1281: return flash::launch_forward<128, 4, 64, 2>(out, lse, qkv, B, T, NH, stream);
+        case 1282: return flash::launch_forward<128, 8, 64, 1>(out, lse, qkv, B, T, NH, stream);
+        case 1283: return flash::launch_forward<128, 4, 128, 2>(out, lse, qkv, B, T, NH, stream);
+        case 1284: return flash::launch_forward<128, 4, 64, 3>(out, lse, qkv, B, T, NH, stream);
     }
-    fprintf(stderr, "attention_flash_forward: block_rows %d is not one of 64, 128\n", block_rows);
+    fprintf(stderr, "attention_flash_forward: config %d is not one of 0..%d\n", config, kFlashForwardConfigs);
     return cudaErrorInvalidValue;
 }
 
@@ -696,16 +738,20 @@ inline size_t attention_flash_backward_workspace_bytes(int B, int T, int NH) {
 // dqkv is overwritten. out and lse are the forward's outputs for the same qkv. workspace: see above.
 inline cudaError_t attention_flash_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                             const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                                            float* workspace, cudaStream_t stream, int block_rows = 0) {
+                                            float* workspace, cudaStream_t stream, int config = 0) {
     if (!flash::head_size_supported(HS, "attention_flash_backward")) return cudaErrorInvalidValue;
-    if (block_rows == 0) block_rows = 64;
-    if (HS == 64) {
-        if (block_rows == 64) return flash::launch_backward<64, 4, 64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
-        if (block_rows == 128) return flash::launch_backward<64, 8, 64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
-    } else {
-        if (block_rows == 64) return flash::launch_backward<128, 4, 64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
-        if (block_rows == 128) return flash::launch_backward<128, 8, 64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
+    if (config == 0) config = attention_flash_backward_default_config(HS);
+    float* D = workspace;
+    switch (HS * 10 + config) {
+        case 641: return flash::launch_backward<64, 4, 64, false>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
+        case 642: return flash::launch_backward<64, 4, 64, true>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
+        case 643: return flash::launch_backward<64, 8, 64, false>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
+        case 1281: return flash::launch_backward<128, 4, 64, false>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
+        case 1282: return flash::launch_backward<128, 4, 64, true>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
+        case 1283: return flash::launch_backward<128, 8, 64, false>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
+        case 644: return flash::launch_backward<64, 4, 64, true, 3>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
+        case 1284: return flash::launch_backward<128, 4, 64, false, 2>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
     }
-    fprintf(stderr, "attention_flash_backward: block_rows %d is not one of 64, 128\n", block_rows);
+    fprintf(stderr, "attention_flash_backward: config %d is not one of 0..%d\n", config, kFlashBackwardConfigs);
     return cudaErrorInvalidValue;
 }

@@ -108,10 +108,12 @@ struct Tolerance {
     double atol, eps, max_rel_l2;
 };
 inline Tolerance fp32_tolerance() { return {1e-5, FLT_EPSILON, 1e-5}; }
-// bf16: eps ~ 0.079 as in the design note; atol scaled to the tensor's RMS (gradients vary in size), at
-// 6e-2·RMS about 20x the RMS error a correct bf16 kernel shows (rel-L2 ~2.5e-3), so the element-wise test
-// catches gross errors and rel-L2 <= 5e-3 is the precision criterion; + 1e-5 for all-zero references (T = 1).
-inline Tolerance bf16_tolerance(double ref_rms) { return {6e-2 * ref_rms + 1e-5, 0.079, 5e-3}; }
+// bf16: eps ~ 0.079 as in the design note; atol scaled to the tensor's RMS (gradients vary in size). A correct
+// bf16 kernel shows rel-L2 ~2.5e-3, but its error has a heavy tail: D = rowsum(dO∘O) is formed from the bf16 O
+// (as in FlashAttention-2), and for a row whose softmax sits on one key that error lands on one dK/dQ element
+// (seen: 1.5e-2 with RMS(dK) ~0.2, once in 1.6M elements). So the element-wise bound (1e-1·RMS) only catches
+// gross errors and rel-L2 <= 5e-3 is the precision criterion; + 1e-5 for all-zero references (T = 1).
+inline Tolerance bf16_tolerance(double ref_rms) { return {1e-1 * ref_rms + 1e-5, 0.079, 5e-3}; }
 
 inline double rms(const std::vector<double>& v) {
     double s = 0;
