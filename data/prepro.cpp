@@ -298,10 +298,11 @@ int main(int argc, char** argv) {
                     pos = end;
                 } while (pos < doc.size());
             }
-            // Encode in batches so memory stays bounded and progress moves.
-            const size_t kBatch = 4096;
-            for (size_t b0 = 0; b0 < items.size(); b0 += kBatch) {
-                size_t b1 = std::min(items.size(), b0 + kBatch);
+            // Encode in batches of ~64 MB of text, so memory stays bounded and progress moves.
+            const size_t kBatchBytes = 64 << 20;
+            for (size_t b0 = 0, b1 = 0; b0 < items.size(); b0 = b1) {
+                size_t batch_bytes = 0;
+                for (b1 = b0; b1 < items.size() && batch_bytes < kBatchBytes; b1++) batch_bytes += items[b1].text.size();
                 std::vector<std::vector<int>> ids(b1 - b0);
                 bpe_parallel_for(tok, b1 - b0, o.threads, [&](size_t i, BPEEncoder& enc) {
                     enc.encode_ordinary(items[b0 + i].text, ids[i]);

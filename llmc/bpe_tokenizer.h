@@ -483,16 +483,21 @@ private:
     }
 };
 
-// Runs fn(i, encoder) for i in [0, count) on `threads` threads, each with its own BPEEncoder;
-// items are handed out in order through an atomic counter.
+// Runs fn(i, encoder) for i in [0, count) on `threads` threads, each with its own BPEEncoder.
+// Items are handed out in contiguous blocks (about 16 per thread) through an atomic counter, so
+// many tiny documents do not make the threads fight over the counter's cache line.
 template <typename Fn>
 inline void bpe_parallel_for(const BPETokenizer& tok, size_t count, int threads, Fn&& fn) {
     if (threads < 1) threads = 1;
     if ((size_t)threads > count) threads = (int)std::max<size_t>(count, 1);
-    std::atomic<size_t> next_item{0};
+    const size_t block = std::max<size_t>(1, count / ((size_t)threads * 16));
+    std::atomic<size_t> next_block{0};
     auto worker = [&]() {
         BPEEncoder enc(tok);
-        for (size_t i = next_item++; i < count; i = next_item++) fn(i, enc);
+        for (size_t b = next_block.fetch_add(block); b < count; b = next_block.fetch_add(block)) {
+            const size_t end = std::min(count, b + block);
+            for (size_t i = b; i < end; i++) fn(i, enc);
+        }
     };
     if (threads == 1) return worker();
     std::vector<std::thread> pool;

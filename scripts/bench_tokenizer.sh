@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DATA_MIRROR=${DATA_MIRROR:-../shared/data}
-echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(lscpu 2>/dev/null | grep -E '^(Thread\(s\) per core|Core\(s\) per socket|Socket\(s\))' | tr -s ' ' | tr '\n' ';')"
 echo "commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 make -j"$(nproc)" tokenizer data/prepro >/dev/null
 ${CXX:-g++} -O2 -std=c++17 -Wall -Wextra -I. tests/test_bpe_tokenizer.cpp -o /tmp/test_bpe_tokenizer -lgtest -lgtest_main -pthread
