@@ -157,17 +157,20 @@ __device__ __forceinline__ void store_warp_rows(float (&acc)[HS / 8][4], float m
 }
 
 // ------------------------------------------------------------------------------------------ forward
-template <int HS, int kWarps, int Bc>
+// kMT = 16-row m-tiles per warp: with 2, every K/V operand fragment read from shared memory feeds two MMAs
+// (half the ldmatrix traffic per FLOP) at the price of twice the accumulator registers.
+template <int HS, int kWarps, int Bc, int kMT = 1>
 struct ForwardConfig {
-    static constexpr int Br = 16 * kWarps;
+    static constexpr int kWarpRows = 16 * kMT;
+    static constexpr int Br = kWarpRows * kWarps;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr size_t kSmemBytes = (size_t)(Br + 4 * Bc) * HS * sizeof(bf16);  // Q + 2 stages of K, V
 };
 
-template <int HS, int kWarps, int Bc, int kMinBlocks>
+template <int HS, int kWarps, int Bc, int kMinBlocks, int kMT>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)  // kMinBlocks per SM caps the registers per thread
     forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv, int T, int NH) {
-    using Cfg = ForwardConfig<HS, kWarps, Bc>;
+    using Cfg = ForwardConfig<HS, kWarps, Bc, kMT>;
     constexpr int Br = Cfg::Br;
     static_assert(Bc % 16 == 0 && HS % 16 == 0, "tiles are made of 16x16 mma operands");
     extern __shared__ __align__(128) unsigned char flash_smem[];
@@ -185,6 +188,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)  // kMinBlocks per SM
     const bf16* Kg = Qg + C;
     const bf16* Vg = Qg + 2 * C;
     const int q0 = q_tile * Br;
+    const int warp_row0 = warp * Cfg::kWarpRows;  // first row of this warp inside the tile
     const float scale_log2 = kLog2e / sqrtf((float)HS);
 
     // Keys this tile can see: [0, min(T, q0 + Br)).
@@ -196,14 +200,21 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)  // kMinBlocks per SM
     load_tile_async<Bc, HS, Cfg::kThreads>(sV, Vg, stride, 0, T);
     cp_async_commit();
 
-    uint32_t qf[HS / 16][4];
-    float o[HS / 8][4];
+    uint32_t qf[kMT][HS / 16][4];
+    float o[kMT][HS / 8][4];
+    float m[kMT][2], l[kMT][2];  // running row max (log2 domain) and sum (this thread's columns until the end)
+    int rows[kMT][2];            // the query rows this thread holds: g and g + 8 of each m-tile
 #pragma unroll
-    for (int i = 0; i < HS / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY};  // running row max (log2 domain), rows g and g + 8
-    float l[2] = {0.f, 0.f};              // running row sum (this thread's columns only until the end)
-    const int row_a = q0 + warp * 16 + g;  // the two query rows this thread holds
-    const int rows[2] = {row_a, row_a + 8};
+    for (int mt = 0; mt < kMT; mt++) {
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            m[mt][r] = -INFINITY;
+            l[mt][r] = 0.f;
+            rows[mt][r] = q0 + warp_row0 + mt * 16 + g + 8 * r;
+        }
+    }
 
     for (int j = 0; j < num_kv; j++) {
         const int stage = j & 1;
@@ -219,101 +230,127 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)  // kMinBlocks per SM
         __syncthreads();
         if (j == 0) {
 #pragma unroll
-            for (int kk = 0; kk < HS / 16; kk++) load_a_frag<HS>(qf[kk], sQ, warp * 16, kk, lane);
+            for (int mt = 0; mt < kMT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < HS / 16; kk++) load_a_frag<HS>(qf[mt][kk], sQ, warp_row0 + mt * 16, kk, lane);
         }
         const uint32_t tK = sK + stage * Bc * HS * 2, tV = sV + stage * Bc * HS * 2;
         const int k0 = j * Bc;
 
         // S = Q Kᵀ
-        float s[Bc / 8][4];
+        float s[kMT][Bc / 8][4];
 #pragma unroll
-        for (int n = 0; n < Bc / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        for (int mt = 0; mt < kMT; mt++)
+#pragma unroll
+            for (int n = 0; n < Bc / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
 #pragma unroll
             for (int nn = 0; nn < Bc / 16; nn++) {
                 uint32_t bfr[4];
                 load_b_frag_rows_n<HS>(bfr, tK, nn * 16, kk, lane);
-                mma_16816(s[2 * nn], qf[kk], bfr[0], bfr[1]);
-                mma_16816(s[2 * nn + 1], qf[kk], bfr[2], bfr[3]);
+#pragma unroll
+                for (int mt = 0; mt < kMT; mt++) {
+                    mma_16816(s[mt][2 * nn], qf[mt][kk], bfr[0], bfr[1]);
+                    mma_16816(s[mt][2 * nn + 1], qf[mt][kk], bfr[2], bfr[3]);
+                }
             }
         }
 
         // Scale into the log2 domain; mask the future (and keys past T) only on tiles that reach it.
-        const bool needs_mask = k0 + Bc - 1 > q0 + warp * 16 || k0 + Bc > T;
+        const bool needs_mask = k0 + Bc - 1 > q0 + warp_row0 || k0 + Bc > T;
 #pragma unroll
-        for (int n = 0; n < Bc / 8; n++) {
+        for (int mt = 0; mt < kMT; mt++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float v = s[n][e] * scale_log2;
-                if (needs_mask) {
-                    int key = k0 + 8 * n + 2 * t + (e & 1);
-                    if (key > rows[e >> 1] || key >= T) v = -INFINITY;
+            for (int n = 0; n < Bc / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float v = s[mt][n][e] * scale_log2;
+                    if (needs_mask) {
+                        int key = k0 + 8 * n + 2 * t + (e & 1);
+                        if (key > rows[mt][e >> 1] || key >= T) v = -INFINITY;
+                    }
+                    s[mt][n][e] = v;
                 }
-                s[n][e] = v;
             }
         }
 
         // Online softmax: new max, rescale what was accumulated, P = exp2(S - m).
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = m[r];
+        for (int mt = 0; mt < kMT; mt++) {
 #pragma unroll
-            for (int n = 0; n < Bc / 8; n++) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float base = mx == -INFINITY ? 0.f : mx;  // a row with nothing visible yet stays all-zero
-            const float alpha = exp2f(m[r] - base);
-            m[r] = mx;
-            float sum = 0.f;
+            for (int r = 0; r < 2; r++) {
+                float mx = m[mt][r];
 #pragma unroll
-            for (int n = 0; n < Bc / 8; n++) {
-                s[n][2 * r] = exp2f(s[n][2 * r] - base);
-                s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - base);
-                sum += s[n][2 * r] + s[n][2 * r + 1];
-            }
-            l[r] = l[r] * alpha + sum;
+                for (int n = 0; n < Bc / 8; n++) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float base = mx == -INFINITY ? 0.f : mx;  // a row with nothing visible yet stays all-zero
+                const float alpha = exp2f(m[mt][r] - base);
+                m[mt][r] = mx;
+                float sum = 0.f;
 #pragma unroll
-            for (int dn = 0; dn < HS / 8; dn++) {
-                o[dn][2 * r] *= alpha;
-                o[dn][2 * r + 1] *= alpha;
+                for (int n = 0; n < Bc / 8; n++) {
+                    s[mt][n][2 * r] = exp2f(s[mt][n][2 * r] - base);
+                    s[mt][n][2 * r + 1] = exp2f(s[mt][n][2 * r + 1] - base);
+                    sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+                }
+                l[mt][r] = l[mt][r] * alpha + sum;
+#pragma unroll
+                for (int dn = 0; dn < HS / 8; dn++) {
+                    o[mt][dn][2 * r] *= alpha;
+                    o[mt][dn][2 * r + 1] *= alpha;
+                }
             }
         }
 
         // O += P V  (P goes from accumulator layout straight into A-operand registers)
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++) {
-            uint32_t a[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t a[kMT][4];
+#pragma unroll
+            for (int mt = 0; mt < kMT; mt++) {
+                a[mt][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int nn = 0; nn < HS / 16; nn++) {
                 uint32_t bfr[4];
                 load_b_frag_rows_k<HS>(bfr, tV, kk * 16, nn, lane);
-                mma_16816(o[2 * nn], a, bfr[0], bfr[1]);
-                mma_16816(o[2 * nn + 1], a, bfr[2], bfr[3]);
+#pragma unroll
+                for (int mt = 0; mt < kMT; mt++) {
+                    mma_16816(o[mt][2 * nn], a[mt], bfr[0], bfr[1]);
+                    mma_16816(o[mt][2 * nn + 1], a[mt], bfr[2], bfr[3]);
+                }
             }
         }
         __syncthreads();  // this stage is refilled by the next iteration's copy
     }
 
     // Final normalisation, LSE, and the store (through this warp's rows of the Q tile).
-    float inv[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        inv[r] = 1.f / l[r];
-        if (t == 0 && rows[r] < T) lse[((size_t)b * NH + h) * T + rows[r]] = (m[r] + log2f(l[r])) * kLn2;
-    }
+    for (int mt = 0; mt < kMT; mt++) {
+        float inv[2];
 #pragma unroll
-    for (int dn = 0; dn < HS / 8; dn++) {
-        o[dn][0] *= inv[0];
-        o[dn][1] *= inv[0];
-        o[dn][2] *= inv[1];
-        o[dn][3] *= inv[1];
+        for (int r = 0; r < 2; r++) {
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
+            inv[r] = 1.f / l[mt][r];
+            if (t == 0 && rows[mt][r] < T)
+                lse[((size_t)b * NH + h) * T + rows[mt][r]] = (m[mt][r] + log2f(l[mt][r])) * kLn2;
+        }
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; dn++) {
+            o[mt][dn][0] *= inv[0];
+            o[mt][dn][1] *= inv[0];
+            o[mt][dn][2] *= inv[1];
+            o[mt][dn][3] *= inv[1];
+        }
+        store_warp_rows<HS>(o[mt], 1.f, sQ, warp_row0 + mt * 16, out + (size_t)b * T * C + h * HS, C,
+                            q0 + warp_row0 + mt * 16, T, lane);
     }
-    store_warp_rows<HS>(o, 1.f, sQ, warp * 16, out + (size_t)b * T * C + h * HS, C, q0 + warp * 16, T, lane);
 }
 
 // ------------------------------------------------------------------------------------------ backward
@@ -663,10 +700,10 @@ inline bool head_size_supported(int HS, const char* who) {
     return false;
 }
 
-template <int HS, int kWarps, int Bc, int kMinBlocks>
+template <int HS, int kWarps, int Bc, int kMinBlocks, int kMT = 1>
 inline cudaError_t launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
-    using Cfg = ForwardConfig<HS, kWarps, Bc>;
-    auto kernel = forward_kernel<HS, kWarps, Bc, kMinBlocks>;
+    using Cfg = ForwardConfig<HS, kWarps, Bc, kMT>;
+    auto kernel = forward_kernel<HS, kWarps, Bc, kMinBlocks, kMT>;
     static const cudaError_t err = allow_smem(kernel, Cfg::kSmemBytes);
     if (err != cudaSuccess) return err;
     dim3 grid((T + Cfg::Br - 1) / Cfg::Br, B * NH);
@@ -702,11 +739,12 @@ inline cudaError_t launch_backward(bf16* dqkv, float* D, const bf16* dout, const
 // Tile configurations (`config`; 0 = the tuned default, what the engine uses; dev/cuda sweeps the others):
 //   forward   1: Br 64 (4 warps), Bc 64, >= 2 blocks/SM     2: Br 128 (8 warps), Bc 64, >= 1 block/SM
 //             3: Br 64 (4 warps), Bc 128, >= 2 blocks/SM    4: as 1 with >= 4 (HS 64) / 3 (HS 128) blocks/SM
+//             5: Br 128 (4 warps of 32 rows each), Bc 64     6: as 5 with Bc 32    (HS 128: 5, 6 = 1; they spill)
 //   backward  1: 64-row tiles, 4 warps, operand fragments re-read from shared memory each tile
 //             2: as 1, with the loop-invariant operand fragments held in registers
 //             3: 128-row tiles (8 warps) against 64-row tiles, fragments re-read
 //             4: HS 64: as 2, registers capped for >= 3 blocks/SM; HS 128: as 1 (a cap spills)
-constexpr int kFlashForwardConfigs = 4;
+constexpr int kFlashForwardConfigs = 6;
 constexpr int kFlashBackwardConfigs = 4;
 // Defaults measured on an H200 (docs/PERFORMANCE.md, Attention): Bc 128 pays for HS 64; HS 128 wants Bc 64.
 inline int attention_flash_forward_default_config(int HS) { return HS == 64 ? 3 : 1; }
@@ -725,6 +763,10 @@ inline cudaError_t attention_flash_forward(__nv_bfloat16* out, float* lse, const
         case 1282: return flash::launch_forward<128, 8, 64, 1>(out, lse, qkv, B, T, NH, stream);
         case 1283: return flash::launch_forward<128, 4, 128, 2>(out, lse, qkv, B, T, NH, stream);
         case 1284: return flash::launch_forward<128, 4, 64, 3>(out, lse, qkv, B, T, NH, stream);
+        case 645: return flash::launch_forward<64, 4, 64, 1, 2>(out, lse, qkv, B, T, NH, stream);
+        case 646: return flash::launch_forward<64, 4, 32, 1, 2>(out, lse, qkv, B, T, NH, stream);
+        case 1285:
+        case 1286: return flash::launch_forward<128, 4, 64, 2>(out, lse, qkv, B, T, NH, stream);
     }
     fprintf(stderr, "attention_flash_forward: config %d is not one of 0..%d\n", config, kFlashForwardConfigs);
     return cudaErrorInvalidValue;

@@ -216,7 +216,7 @@ static const std::vector<Variant> kVariants = {
     {2, "materialized-cublas", false, false, {32, 64, 128, 256, 512}},
     {3, "minimal-flash-fa1", false, true, {32, 64}},
     {4, "flash2-fp32", false, true, {32, 64, 128}},
-    {5, "flash2-bf16-mma", true, true, {0, 1, 2, 3, 4}},  // "block" = config of attention_flash_forward, 0 = default
+    {5, "flash2-bf16-mma", true, true, {0, 1, 2, 3, 4, 5, 6}},  // "block" = config of attention_flash_forward, 0 = default
 };
 
 // Device state for one shape; fp32 variants read qkv32 and write out32, the bf16 variant qkv16/out16.
