@@ -144,6 +144,28 @@ int main(int argc, char** argv) {
         report("logits rel-L2", le.rel_l2, kTol.logits_rel_l2, extra);
         report("padded logits nonzero", padded_nonzero, 0);
 
+        // ---- causal prefix: the first T' = T-1 tokens of every row (an odd length, so the kernels' unaligned
+        // paths run, and a smaller B*T than allocated) must give the reference's logits at those positions.
+        if (T > 1) {
+            const int Tp = T - 1;
+            std::vector<int> prefix((size_t)B * Tp);
+            for (int b = 0; b < B; b++) {
+                for (int t = 0; t < Tp; t++) prefix[(size_t)b * Tp + t] = ds.inputs[(size_t)b * T + t];
+            }
+            gpt2_forward(&model, prefix.data(), nullptr, B, Tp);
+            std::vector<float> got((size_t)B * Tp * V, NAN), want((size_t)B * Tp * V);
+            for (int b = 0; b < B; b++) {
+                for (int t = 0; t < Tp; t++) {
+                    gpt2_copy_logits(&model, b, t, row.data());
+                    memcpy(&got[((size_t)b * Tp + t) * V], row.data(), V * sizeof(float));
+                    memcpy(&want[((size_t)b * Tp + t) * V], &ds.logits[((size_t)b * T + t) * V], V * sizeof(float));
+                }
+            }
+            ErrorStats pe = compare(got.data(), want.data(), got.size());
+            snprintf(extra, sizeof(extra), "  max-abs %.3e (T'=%d)", pe.max_abs, Tp);
+            report("prefix logits rel-L2", pe.rel_l2, kTol.logits_rel_l2, extra);
+        }
+
         // ---- loss
         float loss = gpt2_forward(&model, ds.inputs.data(), ds.targets.data(), B, T);
         snprintf(extra, sizeof(extra), "  (gpu %.7f, ref %.7f)", loss, ds.loss);
