@@ -5,7 +5,8 @@
 //   2  FlashAttention-2 backward, fp32: D = rowsum(dO∘O); a dQ kernel (a quad of threads per query row, K/V
 //      tiles streamed) and a dK/dV kernel (a quad per key row, Q/dO/LSE/D tiles streamed); P recomputed from
 //      Q, K and LSE; no atomics
-//   3  the same on bf16 tensor cores: llmc/attention_flash.cuh (what the engine trains with)
+//   3  the same on bf16 tensor cores: llmc/attention_flash.cuh (what the engine trains with); its "block"
+//      column is the tile configuration of attention_flash_backward, 0 = the default
 // Every variant is validated against the fp64 CPU reference (llmc/gpt2_cpu.h) at several shapes first.
 // The benchmark also times forward + backward with the engine's flash kernels (variant 3), as PyTorch's
 // SDPA baseline does.

@@ -8,6 +8,7 @@
 //      K/V tiles in shared memory, m/l/O in registers, one normalisation at the end, LSE saved
 //   5  bf16 tensor cores: llmc/attention_flash.cuh (what the engine trains with): mma.sync m16n8k16, ldmatrix,
 //      cp.async double buffering, fp32 accumulation
+//      (the "block" column of variant 5 is the tile configuration of attention_flash_forward; 0 = the default)
 //   (6 is kept for a Hopper wgmma/TMA variant)
 // Every variant is validated against the fp64 CPU reference (llmc/gpt2_cpu.h) at several shapes before any is
 // benchmarked.
