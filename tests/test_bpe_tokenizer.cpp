@@ -205,11 +205,13 @@ TEST(BPETokenizer, DecodeRejectsOutOfRangeIds) {
     EXPECT_THROW(gpt2().decode(bad.data(), bad.size()), std::out_of_range);
 }
 
+namespace {
 struct WholeFile {
     const char* path;
     size_t tokens;
     const char* sha256_le32;
 };
+}  // namespace
 
 TEST(BPETokenizer, WholeFilesMatchTiktoken) {
     const WholeFile files[] = {
