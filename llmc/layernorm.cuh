@@ -7,7 +7,7 @@
 
 #include "cuda_common.h"
 
-constexpr float kLayerNormEps = 1e-5f;
+constexpr float kLayerNormEpsilon = 1e-5f;
 
 // One warp per row, 128-bit packs (C is a multiple of x128::size). `residual_a`/`residual_b` non-null:
 // residual_out = a + b is written and normalised.
@@ -47,7 +47,7 @@ __global__ void layernorm_forward_kernel(floatX* __restrict__ out, float* __rest
             var += d * d;
         }
     }
-    const float s = rsqrtf(warp_reduce_sum(var) / C + kLayerNormEps);
+    const float s = rsqrtf(warp_reduce_sum(var) / C + kLayerNormEpsilon);
     for (int pk = lane; pk < packs; pk += kWarpSize) {
         const int c = pk * x128::size;
         const x128 v = load128cs(x + c), w = load128(weight + c), b = load128(bias + c);

@@ -1,0 +1,407 @@
+// Every engine kernel module against the CPU reference (llmc/gpt2_cpu.h) computed in double from the same
+// inputs the GPU sees (rounded to floatX first), on fresh random inputs at awkward shapes (odd T, B*T not a
+// multiple of any tile). GPU outputs that are overwritten are poisoned with NaN (0xFF bytes) before each run;
+// outputs that accumulate start from random values, so the accumulation itself is checked.
+// Prints rel-L2 and max-abs per output and the tolerance; exit code 0/1.
+//   ./test_kernels [seed]
+// Tolerances: FP32 builds 1e-5 (1e-4 where an output is a long chain of fp32 GEMMs and softmax);
+// BF16 builds: the inputs are exact, outputs are rounded to bf16 (relative step 2^-8), so a single
+// rounded output has rel-L2 ~2e-3: 6e-3 for one-step kernels, 2e-2 where bf16 intermediates feed further
+// products (attention: S, P, dP stored in bf16), 4e-2 for the attention backward (two such stages).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmc/adamw.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/bf16.h"
+#include "llmc/encoder.cuh"
+#include "llmc/fused_classifier.cuh"
+#include "llmc/gelu.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/gpt2_cpu.h"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/rand.h"
+
+#if defined(ENABLE_FP32)
+constexpr double kTolSimple = 1e-5, kTolChain = 1e-4, kTolAttnBwd = 1e-4;
+#else
+constexpr double kTolSimple = 6e-3, kTolChain = 2e-2, kTolAttnBwd = 4e-2;
+#endif
+
+static int failures = 0, checks = 0;
+static Rng rng(1);
+
+// ---------------------------------------------------------------- host <-> device in floatX
+static float round_to_floatX(float x) { return kFloatXIsBF16 ? bf16_bits_to_float(float_to_bf16_bits(x)) : x; }
+static std::vector<float> random_vec(size_t n, float std, float mean = 0.0f) {
+    std::vector<float> v(n);
+    rng.fill_normal(v.data(), n, mean, std);
+    for (float& x : v) x = round_to_floatX(x);  // the GPU and the reference see the same values
+    return v;
+}
+static floatX* upload(const std::vector<float>& v) {
+    floatX* d;
+    cudaCheck(cudaMalloc(&d, std::max<size_t>(v.size(), 1) * sizeof(floatX)));
+    if (kFloatXIsBF16) {
+        std::vector<uint16_t> bits(v.size());
+        for (size_t i = 0; i < v.size(); i++) bits[i] = float_to_bf16_bits(v[i]);
+        cudaCheck(cudaMemcpy(d, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+    } else {
+        cudaCheck(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+    }
+    return d;
+}
+static floatX* poisoned(size_t n) {
+    floatX* d;
+    cudaCheck(cudaMalloc(&d, std::max<size_t>(n, 1) * sizeof(floatX)));
+    cudaCheck(cudaMemset(d, 0xFF, n * sizeof(floatX)));
+    return d;
+}
+static std::vector<float> download(const floatX* d, size_t n) {
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> v(n);
+    if (kFloatXIsBF16) {
+        std::vector<uint16_t> bits(n);
+        cudaCheck(cudaMemcpy(bits.data(), d, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) v[i] = bf16_bits_to_float(bits[i]);
+    } else {
+        cudaCheck(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost));
+    }
+    return v;
+}
+static std::vector<float> download_f32(const float* d, size_t n) {
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> v(n);
+    cudaCheck(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost));
+    return v;
+}
+static std::vector<double> dbl(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+static void check(const std::string& what, const std::vector<float>& gpu, const std::vector<double>& ref, double tol) {
+    double diff2 = 0, ref2 = 0, max_abs = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double d = (double)gpu[i] - ref[i];
+        diff2 += d * d;
+        ref2 += ref[i] * ref[i];
+        if (!(std::fabs(d) <= max_abs)) max_abs = std::fabs(d);
+    }
+    double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    bool ok = rel <= tol;
+    checks++;
+    failures += !ok;
+    printf("%-52s rel-L2 %.3e  max-abs %.3e  (tol %.0e)  %s\n", what.c_str(), rel, max_abs, tol, ok ? "OK" : "FAIL");
+}
+
+// ---------------------------------------------------------------- tests
+static void test_encoder(int B, int T, int C, int V) {
+    std::vector<int> tokens(B * T);
+    for (int& t : tokens) t = (int)rng.below(V / 4);  // many repeats: the sort + segmented sum matters
+    auto wte = random_vec((size_t)V * C, 1.0f), wpe = random_vec((size_t)T * C, 1.0f);
+    auto dout = random_vec((size_t)B * T * C, 1.0f);
+    auto dwte0 = random_vec((size_t)V * C, 1.0f), dwpe0 = random_vec((size_t)T * C, 1.0f);
+    int* d_tokens;
+    cudaCheck(cudaMalloc(&d_tokens, tokens.size() * sizeof(int)));
+    cudaCheck(cudaMemcpy(d_tokens, tokens.data(), tokens.size() * sizeof(int), cudaMemcpyHostToDevice));
+    floatX *d_wte = upload(wte), *d_wpe = upload(wpe), *d_out = poisoned((size_t)B * T * C);
+    floatX *d_dout = upload(dout), *d_dwte = upload(dwte0), *d_dwpe = upload(dwpe0);
+    void* scratch;
+    cudaCheck(cudaMalloc(&scratch, encoder_backward_scratch_bytes(B * T, V)));
+    EncoderBackwardScratch s = encoder_backward_scratch_at(scratch, B * T, V);
+    encoder_forward(d_out, d_tokens, d_wte, d_wpe, B, T, C);
+    encoder_backward(d_dwte, d_dwpe, d_dout, d_tokens, B, T, C, V, s);
+    std::vector<double> out((size_t)B * T * C), dwte = dbl(dwte0), dwpe = dbl(dwpe0);
+    auto wte_d = dbl(wte), wpe_d = dbl(wpe), dout_d = dbl(dout);
+    encoder_forward(out.data(), tokens.data(), wte_d.data(), wpe_d.data(), B, T, C);
+    encoder_backward(dwte.data(), dwpe.data(), dout_d.data(), tokens.data(), B, T, C);
+    char tag[96];
+    snprintf(tag, sizeof(tag), "encoder B=%d T=%d C=%d V=%d", B, T, C, V);
+    check(std::string(tag) + " out", download(d_out, out.size()), out, kTolSimple);
+    check(std::string(tag) + " dwte (+=)", download(d_dwte, dwte.size()), dwte, kTolSimple);
+    check(std::string(tag) + " dwpe (+=)", download(d_dwpe, dwpe.size()), dwpe, kTolSimple);
+    cudaFree(d_tokens); cudaFree(d_wte); cudaFree(d_wpe); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dwte);
+    cudaFree(d_dwpe); cudaFree(scratch);
+}
+
+static void test_layernorm(int N, int C) {
+    auto a = random_vec((size_t)N * C, 1.0f, 0.3f), b = random_vec((size_t)N * C, 1.0f);
+    auto w = random_vec(C, 0.2f, 1.0f), bias = random_vec(C, 0.2f);
+    auto dout = random_vec((size_t)N * C, 1.0f), dinp0 = random_vec((size_t)N * C, 1.0f);
+    auto dw0 = random_vec(C, 1.0f), db0 = random_vec(C, 1.0f);
+    floatX *d_a = upload(a), *d_b = upload(b), *d_w = upload(w), *d_bias = upload(bias);
+    floatX *d_res = poisoned((size_t)N * C), *d_out = poisoned((size_t)N * C);
+    float *d_mean, *d_rstd, *d_scratch;
+    cudaCheck(cudaMalloc(&d_mean, N * 4));
+    cudaCheck(cudaMalloc(&d_rstd, N * 4));
+    cudaCheck(cudaMemset(d_mean, 0xFF, N * 4));
+    cudaCheck(cudaMemset(d_rstd, 0xFF, N * 4));
+    cudaCheck(cudaMalloc(&d_scratch, layernorm_backward_scratch_floats(N, C) * 4));
+    fused_residual_layernorm_forward(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C);
+    // Reference: the residual as the GPU stores it (rounded), then LayerNorm in double.
+    std::vector<float> res(a.size());
+    for (size_t i = 0; i < a.size(); i++) res[i] = round_to_floatX(a[i] + b[i]);
+    std::vector<double> res_d = dbl(res), w_d = dbl(w), b_d = dbl(bias), out((size_t)N * C), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), res_d.data(), w_d.data(), b_d.data(), 1, N, C);
+    char tag[96];
+    snprintf(tag, sizeof(tag), "layernorm N=%d C=%d", N, C);
+    std::vector<double> res_ref(a.size());
+    for (size_t i = 0; i < a.size(); i++) res_ref[i] = (double)a[i] + b[i];
+    check(std::string(tag) + " residual", download(d_res, res.size()), res_ref, kTolSimple);
+    check(std::string(tag) + " out", download(d_out, out.size()), out, kTolSimple);
+    check(std::string(tag) + " mean", download_f32(d_mean, N), mean, 1e-5);
+    check(std::string(tag) + " rstd", download_f32(d_rstd, N), rstd, 1e-5);
+    floatX *d_dout = upload(dout), *d_dinp = upload(dinp0), *d_dw = upload(dw0), *d_db = upload(db0);
+    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_res, d_w, d_mean, d_rstd, N, C, d_scratch);
+    std::vector<double> dinp = dbl(dinp0), dw = dbl(dw0), db = dbl(db0), dout_d = dbl(dout);
+    layernorm_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), res_d.data(), w_d.data(), mean.data(),
+                       rstd.data(), 1, N, C);
+    check(std::string(tag) + " dinp (+=)", download(d_dinp, dinp.size()), dinp, kTolSimple);
+    check(std::string(tag) + " dweight (+=)", download(d_dw, C), dw, kTolSimple);
+    check(std::string(tag) + " dbias (+=)", download(d_db, C), db, kTolSimple);
+    cudaFree(d_a); cudaFree(d_b); cudaFree(d_w); cudaFree(d_bias); cudaFree(d_res); cudaFree(d_out); cudaFree(d_mean);
+    cudaFree(d_rstd); cudaFree(d_scratch); cudaFree(d_dout); cudaFree(d_dinp); cudaFree(d_dw); cudaFree(d_db);
+}
+
+// Linear layer, optionally followed by GELU (fused into the cuBLASLt epilogue or as separate kernels).
+static void test_matmul(int N, int C, int OC, bool gelu, bool fuse, float scale) {
+    auto inp = random_vec((size_t)N * C, 1.0f), w = random_vec((size_t)OC * C, 1.0f / std::sqrt((float)C));
+    auto bias = random_vec(OC, 0.5f), dout = random_vec((size_t)N * OC, 1.0f);
+    auto dw0 = random_vec((size_t)OC * C, 1.0f), db0 = random_vec(OC, 1.0f);
+    floatX *d_inp = upload(inp), *d_w = upload(w), *d_bias = upload(bias), *d_out = poisoned((size_t)N * OC);
+    floatX* d_pre = gelu ? poisoned((size_t)N * OC) : nullptr;
+    float* d_scratch;
+    cudaCheck(cudaMalloc(&d_scratch, column_sum_scratch_floats(N, OC) * 4));
+    matmul_forward(d_out, d_inp, d_w, d_bias, N, C, OC, d_pre, fuse);
+    std::vector<double> inp_d = dbl(inp), w_d = dbl(w), b_d = dbl(bias), pre((size_t)N * OC), out((size_t)N * OC);
+    matmul_forward(pre.data(), inp_d.data(), w_d.data(), b_d.data(), 1, N, C, OC);
+    char tag[128];
+    snprintf(tag, sizeof(tag), "matmul N=%d C=%d OC=%d%s scale=%g", N, C, OC,
+             gelu ? (fuse ? " +gelu(fused)" : " +gelu") : "", scale);
+    if (gelu) {
+        // Fused: GELU of the fp32 accumulator; unfused: of the stored pre-activation. Either is within one
+        // output rounding of GELU(exact pre-activation).
+        gelu_forward(out.data(), pre.data(), pre.size());
+        check(std::string(tag) + " pre_gelu", download(d_pre, pre.size()), pre, kTolSimple);
+    } else {
+        out = pre;
+    }
+    check(std::string(tag) + " out", download(d_out, out.size()), out, kTolSimple);
+    // Backward of the linear part (the GELU derivative path is test_matmul_dgelu):
+    // dinp = scale · dout · W (overwritten), dweight += scale · doutᵀ · inp, dbias += scale · Σ dout.
+    floatX *d_dout = upload(dout), *d_dinp = poisoned((size_t)N * C), *d_dw = upload(dw0), *d_db = upload(db0);
+    matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, d_scratch, nullptr, false, scale);
+    std::vector<double> dout_d = dbl(dout), dinp((size_t)N * C, 0.0), dw(dw0.size(), 0.0), db(OC, 0.0);
+    matmul_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), inp_d.data(), w_d.data(), 1, N, C, OC);
+    for (double& x : dinp) x *= scale;
+    for (size_t i = 0; i < dw.size(); i++) dw[i] = dw0[i] + scale * dw[i];
+    for (int i = 0; i < OC; i++) db[i] = db0[i] + scale * db[i];
+    check(std::string(tag) + " dinp", download(d_dinp, dinp.size()), dinp, kTolSimple);
+    check(std::string(tag) + " dweight (+=)", download(d_dw, dw.size()), dw, kTolSimple);
+    check(std::string(tag) + " dbias (+=)", download(d_db, OC), db, kTolSimple);
+    cudaFree(d_inp); cudaFree(d_w); cudaFree(d_bias); cudaFree(d_out); cudaFree(d_pre); cudaFree(d_scratch);
+    cudaFree(d_dout); cudaFree(d_dinp); cudaFree(d_dw); cudaFree(d_db);
+}
+
+// dinp = (dout · W) ∘ gelu'(pre): the backward GEMM with the GELU derivative fused into its epilogue (or not).
+static void test_matmul_dgelu(int N, int C, int OC, bool fuse) {
+    // Layer: out (N x OC) = gelu_in (N x C) · Wᵀ, where gelu_in = gelu(pre). dinp is d(pre) (N x C).
+    auto pre = random_vec((size_t)N * C, 1.5f), w = random_vec((size_t)OC * C, 1.0f / std::sqrt((float)C));
+    auto dout = random_vec((size_t)N * OC, 1.0f), act = random_vec((size_t)N * C, 1.0f);
+    floatX *d_pre = upload(pre), *d_w = upload(w), *d_dout = upload(dout), *d_act = upload(act);
+    floatX *d_dinp = poisoned((size_t)N * C), *d_dw;
+    cudaCheck(cudaMalloc(&d_dw, (size_t)OC * C * sizeof(floatX)));
+    cudaCheck(cudaMemset(d_dw, 0, (size_t)OC * C * sizeof(floatX)));
+    float* d_scratch;
+    cudaCheck(cudaMalloc(&d_scratch, column_sum_scratch_floats(N, OC) * 4));
+    matmul_backward(d_dinp, d_dw, nullptr, d_dout, d_act, d_w, N, C, OC, d_scratch, d_pre, fuse, 1.0f);
+    std::vector<double> dgelu_out((size_t)N * C, 0.0), dw((size_t)OC * C, 0.0), dinp((size_t)N * C, 0.0);
+    auto dout_d = dbl(dout), w_d = dbl(w), act_d = dbl(act), pre_d = dbl(pre);
+    matmul_backward(dgelu_out.data(), dw.data(), (double*)nullptr, dout_d.data(), act_d.data(), w_d.data(), 1, N, C,
+                    OC);
+    gelu_backward(dinp.data(), pre_d.data(), dgelu_out.data(), dinp.size());
+    char tag[96];
+    snprintf(tag, sizeof(tag), "matmul backward N=%d C=%d OC=%d dgelu%s", N, C, OC, fuse ? "(fused)" : "");
+    check(std::string(tag) + " dinp", download(d_dinp, dinp.size()), dinp, kTolSimple);
+    check(std::string(tag) + " dweight", download(d_dw, dw.size()), dw, kTolSimple);
+    cudaFree(d_pre); cudaFree(d_w); cudaFree(d_dout); cudaFree(d_act); cudaFree(d_dinp); cudaFree(d_dw);
+    cudaFree(d_scratch);
+}
+
+static void test_attention(AttentionBackend backend, int B, int T, int NH, int HS) {
+    const int C = NH * HS;
+    auto qkv = random_vec((size_t)B * T * 3 * C, 1.0f), dout = random_vec((size_t)B * T * C, 1.0f);
+    floatX *d_qkv = upload(qkv), *d_out = poisoned((size_t)B * T * C), *d_dout = upload(dout);
+    floatX* d_dqkv = poisoned((size_t)B * T * 3 * C);
+    void *saved, *ws;
+    cudaCheck(cudaMalloc(&saved, attention_saved_bytes(backend, B, T, NH)));
+    cudaCheck(cudaMalloc(&ws, attention_workspace_bytes(backend, B, T, C, NH)));
+    cudaCheck(cudaMemset(saved, 0xFF, attention_saved_bytes(backend, B, T, NH)));
+    cudaCheck(cudaMemset(ws, 0xFF, attention_workspace_bytes(backend, B, T, C, NH)));
+    attention_forward(backend, d_out, saved, d_qkv, ws, B, T, C, NH);
+    attention_backward(backend, d_dqkv, d_dout, d_qkv, d_out, saved, ws, B, T, C, NH);
+    std::vector<double> qkv_d = dbl(qkv), dout_d = dbl(dout), out((size_t)B * T * C), dqkv(qkv.size(), 0.0);
+    std::vector<double> lse((size_t)B * NH * T);
+    attention_forward(out.data(), lse.data(), qkv_d.data(), B, T, C, NH);
+    attention_backward(dqkv.data(), dout_d.data(), qkv_d.data(), B, T, C, NH);
+    char tag[96];
+    snprintf(tag, sizeof(tag), "attention %s B=%d T=%d NH=%d HS=%d", attention_backend_name(backend), B, T, NH, HS);
+    check(std::string(tag) + " out", download(d_out, out.size()), out, kTolChain);
+    if (backend == AttentionBackend::Flash) {
+        check(std::string(tag) + " lse", download_f32((const float*)saved, lse.size()), lse, kTolSimple);
+    }
+    check(std::string(tag) + " dqkv", download(d_dqkv, dqkv.size()), dqkv, kTolAttnBwd);
+    cudaFree(d_qkv); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dqkv); cudaFree(saved); cudaFree(ws);
+}
+
+static void test_classifier(int N, int V, int Vp) {
+    auto logits = random_vec((size_t)N * Vp, 2.0f);
+    std::vector<int> targets(N);
+    for (int& t : targets) t = (int)rng.below(V);
+    targets[0] = V - 1;  // the last real column
+    int* d_targets;
+    cudaCheck(cudaMalloc(&d_targets, N * sizeof(int)));
+    cudaCheck(cudaMemcpy(d_targets, targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    floatX* d_logits = upload(logits);
+    float* d_losses;
+    cudaCheck(cudaMalloc(&d_losses, N * 4));
+    cudaCheck(cudaMemset(d_losses, 0xFF, N * 4));
+    const float dloss = 1.0f / N;
+    fused_classifier(d_logits, d_losses, d_targets, N, V, Vp, dloss);
+    std::vector<double> logits_d = dbl(logits), probs(logits.size()), losses(N), dlogits(logits.size(), 0.0);
+    std::vector<double> dlosses(N, (double)dloss);
+    crossentropy_softmax_forward(losses.data(), probs.data(), logits_d.data(), targets.data(), 1, N, V, Vp);
+    crossentropy_softmax_backward(dlogits.data(), dlosses.data(), probs.data(), targets.data(), 1, N, V, Vp);
+    char tag[96];
+    snprintf(tag, sizeof(tag), "fused classifier N=%d V=%d Vp=%d", N, V, Vp);
+    check(std::string(tag) + " losses", download_f32(d_losses, N), losses, 1e-5);
+    check(std::string(tag) + " dlogits (padding must be 0)", download(d_logits, dlogits.size()), dlogits, kTolSimple);
+    cudaFree(d_targets); cudaFree(d_logits); cudaFree(d_losses);
+}
+
+static void test_global_norm(size_t n) {
+    auto x = random_vec(n, 0.01f);
+    floatX* d_x = upload(x);
+    float* d_scratch;
+    cudaCheck(cudaMalloc(&d_scratch, global_norm_scratch_floats() * 4));
+    float norm = global_norm(d_x, n, d_scratch);
+    double ref = 0;
+    for (float v : x) ref += (double)v * v;
+    char tag[96];
+    snprintf(tag, sizeof(tag), "global norm n=%zu", n);
+    check(tag, {norm}, {std::sqrt(ref)}, 1e-5);
+    float again = global_norm(d_x, n, d_scratch);
+    checks++;
+    bool same = memcmp(&norm, &again, 4) == 0;
+    failures += !same;
+    printf("%-52s %s\n", "global norm repeat is bit-identical", same ? "OK" : "FAIL");
+    cudaFree(d_x); cudaFree(d_scratch);
+}
+
+static void test_adamw() {
+    const int num = 3;
+    const size_t sizes[num] = {1000, 37, 4099};
+    const float wd[num] = {0.1f, 0.0f, 0.1f};
+    size_t total = 0;
+    AdamWTensorTable table;
+    for (int i = 0; i < num; i++) {
+        table.offset[i] = total;
+        table.size[i] = sizes[i];
+        table.weight_decay[i] = wd[i];
+        total += sizes[i];
+    }
+    std::vector<float> master(total);
+    rng.fill_normal(master.data(), total, 0.0f, 1.0f);
+    std::vector<float> params(total);
+    for (size_t i = 0; i < total; i++) params[i] = round_to_floatX(master[i]);
+    if (!kFloatXIsBF16) master = params;
+    auto grads = random_vec(total, 1.0f);
+    std::vector<float> m(total), v(total);
+    rng.fill_normal(m.data(), total, 0.0f, 0.1f);
+    for (float& x : v) x = 0.01f * rng.uniform();
+    floatX *d_params = upload(params), *d_grads = upload(grads);
+    float *d_master = nullptr, *d_m, *d_v;
+    if (kFloatXIsBF16) {
+        cudaCheck(cudaMalloc(&d_master, total * 4));
+        cudaCheck(cudaMemcpy(d_master, master.data(), total * 4, cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaMalloc(&d_m, total * 4));
+    cudaCheck(cudaMalloc(&d_v, total * 4));
+    cudaCheck(cudaMemcpy(d_m, m.data(), total * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_v, v.data(), total * 4, cudaMemcpyHostToDevice));
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, grad_scale = 0.5f;
+    const int step = 3;
+    adamw_update(d_params, d_master, d_grads, d_m, d_v, table, num, lr, b1, b2, eps, grad_scale, step, 42);
+    std::vector<double> p = dbl(master), md = dbl(m), vd = dbl(v), g(total);
+    for (size_t i = 0; i < total; i++) g[i] = grad_scale * (double)grads[i];
+    for (int i = 0; i < num; i++) {
+        const size_t o = table.offset[i];
+        adamw_update(p.data() + o, g.data() + o, md.data() + o, vd.data() + o, sizes[i], (double)lr, (double)b1,
+                     (double)b2, (double)eps, (double)wd[i], step);
+    }
+    std::vector<double> dp(total), ref_delta(total);
+    std::vector<float> got_master = kFloatXIsBF16 ? download_f32(d_master, total) : download(d_params, total);
+    for (size_t i = 0; i < total; i++) {
+        dp[i] = (double)got_master[i] - master[i];
+        ref_delta[i] = p[i] - master[i];
+    }
+    check("adamw update (new - old weights)", std::vector<float>(dp.begin(), dp.end()), ref_delta, 1e-4);
+    check("adamw m", download_f32(d_m, total), md, 1e-5);
+    check("adamw v", download_f32(d_v, total), vd, 1e-5);
+    if (kFloatXIsBF16) {
+        // Stochastic rounding: each bf16 param is one of the two bf16 neighbours of its master weight.
+        std::vector<float> got = download(d_params, total);
+        size_t bad = 0, up = 0;
+        for (size_t i = 0; i < total; i++) {
+            uint32_t bits;
+            memcpy(&bits, &got_master[i], 4);
+            uint32_t down_bits = bits & 0xFFFF0000u, up_bits = down_bits + 0x10000u;
+            float down, upv;
+            memcpy(&down, &down_bits, 4);
+            memcpy(&upv, &up_bits, 4);
+            if (got[i] != down && got[i] != upv) bad++;
+            up += got[i] == upv && upv != down;
+        }
+        checks++;
+        failures += bad != 0;
+        printf("%-52s %zu not a bf16 neighbour, %zu of %zu rounded away from zero  %s\n",
+               "adamw stochastic rounding", bad, up, total, bad == 0 && up > 0 ? "OK" : "FAIL");
+        if (up == 0) failures++;
+    }
+    cudaFree(d_params); cudaFree(d_grads); cudaFree(d_master); cudaFree(d_m); cudaFree(d_v);
+}
+
+int main(int argc, char** argv) {
+    const uint64_t seed = argc > 1 ? strtoull(argv[1], nullptr, 10) : 1;
+    rng.reseed(seed);
+    printf("device: %s, precision %s, seed %llu\n", device_info().prop.name, PRECISION_NAME, (unsigned long long)seed);
+    matmul_init();
+    test_encoder(3, 37, 96, 301);
+    test_encoder(4, 64, 768, 1000);
+    test_layernorm(3 * 37, 96);
+    test_layernorm(257, 768);
+    for (bool fuse : {false, true}) {
+        if (fuse && !kFloatXIsBF16) continue;  // FP32 builds never fuse GELU (exactness)
+        test_matmul(3 * 37, 96, 384, true, fuse, 0.5f);
+        test_matmul_dgelu(3 * 37, 384, 96, fuse);
+    }
+    test_matmul(3 * 37, 96, 288, false, false, 0.25f);
+    test_matmul(256, 768, 2304, false, false, 1.0f);
+    test_attention(AttentionBackend::Materialized, 2, 37, 3, 32);
+    test_attention(AttentionBackend::Materialized, 2, 128, 4, 64);
+    std::string why;
+    if (attention_backend_supported(AttentionBackend::Flash, 256, 4, &why)) {
+        test_attention(AttentionBackend::Flash, 2, 37, 4, 64);
+        test_attention(AttentionBackend::Flash, 2, 128, 4, 64);
+    } else {
+        printf("flash attention: skipped (%s)\n", why.c_str());
+    }
+    test_classifier(3 * 37, 1000, 1024);
+    test_classifier(8, 50257, 50304);
+    test_global_norm(1000003);
+    test_adamw();
+    printf("%s: %d of %d checks failed\n", failures ? "FAIL" : "PASS", failures, checks);
+    return failures ? 1 : 0;
+}
