@@ -105,12 +105,21 @@ tests/unit_tests: $(UNIT_TEST_SOURCES) $(LLMC_HEADERS)
 	$(CXX) $(CXXFLAGS) $(UNIT_TEST_SOURCES) -o $@ $(GTEST_LIBS) -lm
 
 # ---------------------------------------------------------------- GPU programs
-GPU_PROGRAMS := train_gpt2cu test_gpt2cu
+GPU_PROGRAMS := train_gpt2cu test_gpt2cu tests/test_kernels
 
-train_gpt2cu: train_gpt2.cu $(LLMC_HEADERS)
+# GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
+BUILD_STAMP := .build-config
+$(shell echo "$(PRECISION) sm_$(GPU_COMPUTE_CAPABILITY)" | cmp -s - $(BUILD_STAMP) || \
+        echo "$(PRECISION) sm_$(GPU_COMPUTE_CAPABILITY)" > $(BUILD_STAMP))
+
+train_gpt2cu: train_gpt2.cu $(LLMC_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
-test_gpt2cu: test_gpt2.cu $(LLMC_HEADERS)
+test_gpt2cu: test_gpt2.cu $(LLMC_HEADERS) $(BUILD_STAMP)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
+# every engine kernel against the double-precision CPU reference
+tests/test_kernels: tests/test_kernels.cu $(LLMC_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # ---------------------------------------------------------------- aggregate targets
@@ -131,7 +140,7 @@ endif
 check: test
 
 clean:
-	rm -f test_gpt2 tests/unit_tests $(TOOLS) $(GPU_PROGRAMS) *.o
+	rm -f test_gpt2 tests/unit_tests $(TOOLS) $(GPU_PROGRAMS) $(BUILD_STAMP) *.o
 	$(MAKE) -C dev/cuda clean 2>/dev/null || true
 
 .PHONY: all test check clean

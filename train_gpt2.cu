@@ -137,8 +137,11 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     std::string err = resolve_batch_layout(a, mg.world, &layout);
     if (!err.empty()) fail(err);
 
-    AttentionBackend backend;
-    if (!parse_attention_backend(a.attention, &backend)) fail("flag -ab: unknown attention backend " + a.attention);
+    // "auto" is resolved once the model shape is known (below).
+    AttentionBackend backend = AttentionBackend::Flash;
+    if (a.attention != "auto" && !parse_attention_backend(a.attention, &backend)) {
+        fail("flag -ab: unknown attention backend " + a.attention);
+    }
 
     // ---- resume point
     int resume_step = -1;
@@ -155,7 +158,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     if (resume_step >= 0) {
         init_desc = checkpoint_model_path(a.output_dir, resume_step);
         gpt2_build_from_checkpoint(&model, init_desc);
-    } else if (gpt2_preset(a.init_from, &preset)) {
+    } else if (gpt2_preset(a.init_from, &preset, std::max(1024, a.T))) {  // positions for T > 1024 too
         init_desc = a.init_from + " random init (seed " + std::to_string(a.seed) + ")";
         gpt2_build_random(&model, preset, a.seed);
     } else {
@@ -170,6 +173,10 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         fail("flag -g: " + std::to_string(a.gen_tokens) + " tokens do not fit in T = " + std::to_string(a.T) + " (need -g < -t)");
     }
     std::string why;
+    if (a.attention == "auto" && !attention_backend_supported(backend, c.channels, c.num_heads, &why)) {
+        backend = AttentionBackend::Materialized;  // flash cannot run this build or shape: fall back, and say so
+        printf("note: attention backend auto -> materialized (%s)\n", why.c_str());
+    }
     if (!attention_backend_supported(backend, c.channels, c.num_heads, &why)) fail("flag -ab: " + why);
 
     const MathMode math = kFloatXIsBF16 ? MathMode::BF16 : (a.tf32 ? MathMode::TF32 : MathMode::FP32);

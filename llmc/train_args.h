@@ -49,7 +49,7 @@ struct TrainArgs {
     int recompute = 1;                   // -r 0 none, 1 recompute GELU in backward, 2 also LayerNorm
     bool tf32 = true;                    // -f TF32 tensor cores for fp32 matmuls (FP32 builds)
     bool master_weights = true;          // -w keep fp32 master weights (BF16 builds)
-    std::string attention = "materialized";  // -ab attention backend: materialized | flash
+    std::string attention = "auto";  // -ab auto (flash where the build and head size allow it) | flash | materialized
     uint64_t seed = 42;                  // -seed weight init, data shuffling, sampling, stochastic rounding
     // multi-GPU (one process per GPU)
     int num_processes = 1;               // -pn
@@ -69,7 +69,8 @@ inline std::string train_usage(const std::string& program) {
              "data and model\n"
              "  -i <glob>    train token shards (default %s)\n"
              "  -j <glob>    validation token shards (default %s)\n"
-             "  -e <s>       init from a model file, or d6|d12|d24|d36|d48 for random init (default %s)\n"
+             "  -e <s>       init from a model file, or d6|d12|d24|d36|d48 for random init\n"
+             "               (random init: max sequence length max(1024, -t)) (default %s)\n"
              "  -o <dir>     output dir for main.log and checkpoints (default: none)\n"
              "  -tok <file>  tokenizer .bin for printing samples (default %s)\n"
              "batch\n"
@@ -99,7 +100,8 @@ inline std::string train_usage(const std::string& program) {
              "  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)\n"
              "  -f <0|1>     TF32 matmuls in FP32 builds (default %d)\n"
              "  -w <0|1>     fp32 master weights in BF16 builds (default %d)\n"
-             "  -ab <s>      attention backend materialized|flash (default %s)\n"
+             "  -ab <s>      attention backend auto|flash|materialized; auto = flash in BF16 builds\n"
+             "               with head size 64 or 128, else materialized (default %s)\n"
              "  -seed <int>  seed for init, data order, sampling, rounding (default %llu)\n"
              "multi-GPU (one process per GPU)\n"
              "  -pn <int>    number of processes (default 1; with MPI taken from mpirun)\n"
@@ -213,7 +215,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-f") { if (!get_bool(&a->tf32)) return fail("0 or 1"); }
         else if (flag == "-w") { if (!get_bool(&a->master_weights)) return fail("0 or 1"); }
         else if (flag == "-ab") {
-            if (v != "materialized" && v != "flash") return fail("materialized or flash");
+            if (v != "auto" && v != "materialized" && v != "flash") return fail("auto, materialized or flash");
             a->attention = v;
         }
         else if (flag == "-seed") {

@@ -25,7 +25,27 @@ run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
 
 # ---- GPU suites (only when a GPU is visible)
 if [ "${GPU_TESTS:-0}" = 1 ]; then
-    run_suite gpu-reference-tiny ./test_gpt2cu -r tests/fixtures/tiny
+    backends="materialized"
+    [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash"   # flash attention is bf16-only
+    run_suite gpu-kernels ./tests/test_kernels
+    for backend in $backends; do
+        run_suite "gpu-reference-tiny-$backend" ./test_gpt2cu tests/fixtures/tiny --backend "$backend"
+    done
+    # The d12 (124M) reference is made here, never committed: PyTorch pre-trains it 300 steps on Tiny
+    # Shakespeare so activations and gradients are realistic, then writes the files test_gpt2cu reads.
+    if python3 -c "import torch" 2>/dev/null; then
+        d12=ref/d12
+        if [ ! -f ${d12}_trajectory.txt ]; then
+            run_suite d12-reference-data make -s data DATA_MIRROR="$DATA_MIRROR"
+            run_suite d12-reference-make python3 scripts/train_gpt2.py --preset d12 -b 4 -t 64 --pretrain-steps 300 \
+                --pretrain-data data/tinyshakespeare/tiny_shakespeare_train.bin -o $d12
+        fi
+        for backend in $backends; do
+            run_suite "gpu-reference-d12-$backend" ./test_gpt2cu $d12 --backend "$backend"
+        done
+    else
+        echo "note: python3 with PyTorch not found: the d12 reference suites are skipped"
+    fi
 fi
 
 [ ${#failed_names[@]} -gt 0 ] && echo "failed suites: ${failed_names[*]}"

@@ -57,6 +57,7 @@ TEST(TrainArgs, DefaultsMatchLlmc) {
     EXPECT_EQ(a.recompute, 1);
     EXPECT_TRUE(a.tf32);
     EXPECT_TRUE(a.master_weights);
+    EXPECT_EQ(a.attention, "auto");  // flash wherever the build and head size allow it
     EXPECT_TRUE(a.output_dir.empty());
 }
 
@@ -166,7 +167,7 @@ TEST(TrainArgs, EnumsAndBooleansAreStrict) {
     expect_rejected({"-w", "-1"}, "flag -w");
     expect_rejected({"-r", "3"}, "flag -r: expected 0, 1 or 2");
     expect_rejected({"-pi", "tcp"}, "mpi or fs");
-    expect_rejected({"-ab", "cudnn"}, "materialized or flash");
+    expect_rejected({"-ab", "cudnn"}, "auto, materialized or flash");
 }
 
 TEST(TrainArgs, CrossFlagChecks) {
