@@ -28,9 +28,9 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     backends="materialized"
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash"   # flash attention is bf16-only
     run_suite gpu-kernels ./tests/test_kernels
-    for backend in $backends; do
-        run_suite "gpu-reference-tiny-$backend" ./test_gpt2cu tests/fixtures/tiny --backend "$backend"
-    done
+    # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only
+    # (flash is checked by tests/test_kernels and by the d12 reference below)
+    run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized
     # The d12 (124M) reference is made here, never committed: PyTorch pre-trains it 300 steps on Tiny
     # Shakespeare so activations and gradients are realistic, then writes the files test_gpt2cu reads.
     if python3 -c "import torch" 2>/dev/null; then
