@@ -165,6 +165,26 @@ static void test_layernorm(int N, int C) {
     cudaFree(d_rstd); cudaFree(d_scratch); cudaFree(d_dout); cudaFree(d_dinp); cudaFree(d_dw); cudaFree(d_db);
 }
 
+// Bias-gradient column sums on their own: the 16-byte path (cols a multiple of the vector) and the scalar
+// fallback (odd width), with a row count that leaves a partial last chunk.
+static void test_column_sum(int rows, int cols, float scale) {
+    auto x = random_vec((size_t)rows * cols, 1.0f), out0 = random_vec(cols, 1.0f);
+    floatX *d_x = upload(x), *d_out = upload(out0);
+    float* d_scratch;
+    cudaCheck(cudaMalloc(&d_scratch, column_sum_scratch_floats(rows, cols) * 4));
+    column_sum_accumulate(d_out, d_x, rows, cols, scale, d_scratch);
+    std::vector<double> ref(cols);
+    for (int j = 0; j < cols; j++) {
+        double acc = 0.0;
+        for (int i = 0; i < rows; i++) acc += x[(size_t)i * cols + j];
+        ref[j] = out0[j] + scale * acc;
+    }
+    char tag[96];
+    snprintf(tag, sizeof(tag), "column sum rows=%d cols=%d scale=%g (+=)", rows, cols, scale);
+    check(tag, download(d_out, cols), ref, kTolSimple);
+    cudaFree(d_x); cudaFree(d_out); cudaFree(d_scratch);
+}
+
 // Linear layer, optionally followed by GELU (fused into the cuBLASLt epilogue or as separate kernels).
 static void test_matmul(int N, int C, int OC, bool gelu, bool fuse, float scale) {
     auto inp = random_vec((size_t)N * C, 1.0f), w = random_vec((size_t)OC * C, 1.0f / std::sqrt((float)C));
@@ -389,6 +409,8 @@ int main(int argc, char** argv) {
     }
     test_matmul(3 * 37, 96, 288, false, false, 0.25f);
     test_matmul(256, 768, 2304, false, false, 1.0f);
+    test_column_sum(1000, 768, 0.5f);   // vector path, last chunk partial
+    test_column_sum(77, 1001, 1.0f);    // scalar fallback
     test_attention(AttentionBackend::Materialized, 2, 37, 3, 32);
     test_attention(AttentionBackend::Materialized, 2, 128, 4, 64);
     std::string why;
