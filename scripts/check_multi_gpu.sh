@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Multi-GPU check (needs 2 GPUs): 2 data-parallel ranks must train like 1 GPU with 2 accumulation micro-steps,
+# because rank r of a 2-rank run reads slice r of each global window: the same tokens the single GPU reads
+# in its two micro-steps. Losses agree up to the order of the gradient sums (bf16), so the check is a tolerance
+# per step, not bit equality. Both launch paths are run: mpirun (USE_MPI builds) and the file rendezvous.
+#   scripts/check_multi_gpu.sh         env: DATA_MIRROR, STEPS (10), TOL (0.02), LOGS ($OUT or mgpu_logs)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-10}; TOL=${TOL:-0.02}; LOGS=${LOGS:-${OUT:-mgpu_logs}}
+mkdir -p "$LOGS"
+n=$(nvidia-smi -L | grep -c GPU); [ "$n" -ge 2 ] || { echo "error: needs 2 GPUs, found $n" >&2; exit 1; }
+[ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make -s data || exit 1
+make -s -j16 train_gpt2cu || exit 1
+common=(-e d12 -b 4 -t 256 -d 2048 -x "$STEPS" -v 0 -s 0 -i data/tinyshakespeare/tiny_shakespeare_train.bin)
+losses() { sed -n 's/^step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) .*/\1 \2/p' "$1"; }
+
+./train_gpt2cu "${common[@]}" >"$LOGS/single.log" 2>&1 || { tail -n 5 "$LOGS/single.log"; exit 1; }
+rc=0
+if command -v mpirun >/dev/null; then
+    mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 ./train_gpt2cu "${common[@]}" >"$LOGS/mpi.log" 2>&1 \
+        || { tail -n 5 "$LOGS/mpi.log"; rc=1; }
+fi
+rdv=$(mktemp -d)
+./train_gpt2cu "${common[@]}" -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/fs_rank1.log" 2>&1 &
+./train_gpt2cu "${common[@]}" -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/fs.log" 2>&1 || { tail -n 5 "$LOGS/fs.log"; rc=1; }
+wait $! || { tail -n 5 "$LOGS/fs_rank1.log"; rc=1; }
+
+for run in mpi fs; do
+    [ -f "$LOGS/$run.log" ] || continue
+    worst=$(join <(losses "$LOGS/single.log" | sort) <(losses "$LOGS/$run.log" | sort) | \
+            awk '{d = $2 - $3; if (d < 0) d = -d; if (d > w) w = d; n++} END {printf "%d %.3e", n, w}')
+    read -r steps diff <<<"$worst"
+    verdict=$(awk -v d="$diff" -v t="$TOL" -v n="$steps" -v s="$STEPS" 'BEGIN {print (n == s && d <= t) ? "OK" : "FAIL"}')
+    echo "2 GPUs ($run) vs 1 GPU with 2 micro-steps: $steps steps compared, max |loss diff| $diff (tol $TOL) $verdict"
+    [ "$verdict" = OK ] || rc=1
+done
+echo "single: $(losses "$LOGS/single.log" | tail -n 1)   mpi: $(losses "$LOGS/mpi.log" 2>/dev/null | tail -n 1)   fs: $(losses "$LOGS/fs.log" | tail -n 1)"
+exit $rc
