@@ -186,7 +186,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     const MemoryPlan plan = model.plan;
 
     // ---- data
-    DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, /*shuffle=*/true, a.seed, c.vocab_size);
+    DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, a.shuffle, a.seed, c.vocab_size);
     std::unique_ptr<DataLoader> val_loader;
     if (a.val_every > 0) {
         val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, mg.rank, mg.world, false, a.seed, c.vocab_size);

@@ -27,6 +27,7 @@ struct TrainArgs {
     int T = 1024;                        // -t sequence length
     int64_t total_batch_size = -1;       // -d tokens per optimizer step over all processes; -1 = B*T*processes
     int max_steps = -1;                  // -x optimizer steps; -1 = one epoch of the training data
+    bool shuffle = true;                 // -sh shuffle the training windows each epoch (val never is)
     // optimizer
     LRSchedule lr_schedule = LRSchedule::Cosine;  // -k
     float learning_rate = 3e-4f;         // -l
@@ -78,6 +79,7 @@ inline std::string train_usage(const std::string& program) {
              "  -t <int>     sequence length (default %d)\n"
              "  -d <int>     total tokens per step, a multiple of B*T*processes; -1 = B*T*processes (default -1)\n"
              "  -x <int>     number of steps; -1 = one epoch (default -1)\n"
+             "  -sh <0|1>    shuffle the training windows every epoch (default 1)\n"
              "optimizer\n"
              "  -k <s>       lr schedule cosine|linear|constant|wsd (default cosine)\n"
              "  -l <float>   learning rate (default %g)\n"
@@ -211,6 +213,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-n") { if (!get_int(&a->checkpoint_every, 0, kIntMax)) return fail("an integer >= 0"); }
         else if (flag == "-nk") { if (!get_int(&a->checkpoint_keep, 0, kIntMax)) return fail("an integer >= 0"); }
         else if (flag == "-y") { if (!get_bool(&a->resume)) return fail("0 or 1"); }
+        else if (flag == "-sh") { if (!get_bool(&a->shuffle)) return fail("0 or 1"); }
         else if (flag == "-r") { if (!get_int(&a->recompute, 0, 2)) return fail("0, 1 or 2"); }
         else if (flag == "-f") { if (!get_bool(&a->tf32)) return fail("0 or 1"); }
         else if (flag == "-w") { if (!get_bool(&a->master_weights)) return fail("0 or 1"); }
