@@ -14,29 +14,12 @@ DATA_MIRROR ?= ../shared/data
 
 # ---------------------------------------------------------------- host compiler
 CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I.
-OPENMP_OK := $(shell echo 'int main(){return 0;}' | $(CXX) -fopenmp -x c++ - -o /dev/null 2>/dev/null && echo 1)
-ifeq ($(OPENMP_OK),1)
-  OPENMP_FLAGS := -fopenmp
-else
-  $(info note: OpenMP not available, CPU reference runs single-threaded)
-endif
+include detect.mk
 CXXFLAGS := $(CXXFLAGS_COMMON) $(OPENMP_FLAGS)
 
 GTEST_LIBS := -lgtest -lgtest_main -pthread
 
 # ---------------------------------------------------------------- GPU compiler
-NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
-GPU_VISIBLE := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo 1)
-ifeq ($(GPU_COMPUTE_CAPABILITY),)
-  ifeq ($(GPU_VISIBLE),1)
-    GPU_COMPUTE_CAPABILITY := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '. ')
-  else
-    GPU_COMPUTE_CAPABILITY := 90
-    ifneq ($(NVCC_FOUND),)
-      $(info note: no GPU visible, CUDA code is built for sm_90 (set GPU_COMPUTE_CAPABILITY to change))
-    endif
-  endif
-endif
 ifeq ($(NVCC_FOUND),)
   $(info note: nvcc not found, GPU programs are skipped)
 endif

@@ -208,6 +208,31 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
 //   lse (B,NH,T): optional (may be null): per query row, the log-sum-exp of the scaled scores,
 //                 lse = max_t2(S) + log(sum_t2 exp(S - max)), S[t2] = Q[t]·K[t2] / sqrt(HS) for t2 <= t;
 //                 so P[t2] = exp(S[t2] - lse) (what a flash-attention forward saves for its backward).
+// One query row (b, t, h) of causal attention: p[t2] = exp(S[t2] - m) for t2 <= t, unnormalised, where
+// S[t2] = Q[t]·K[t2]·scale; *m = max S, *l = sum p. Shared by the forward and the backward (which recomputes P).
+template <typename Real>
+void attention_row_exp_scores(Real* p, Real* m_out, Real* l_out, const Real* inp, int b, int t, int h, int T, int C,
+                              int HS, Real scale) {
+    const size_t C3 = (size_t)C * 3;
+    const Real* q = inp + ((size_t)b * T + t) * C3 + (size_t)h * HS;
+    Real m = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++) {
+        const Real* k = inp + ((size_t)b * T + t2) * C3 + C + (size_t)h * HS;
+        Real s = 0;
+        for (int d = 0; d < HS; d++) s += q[d] * k[d];
+        s *= scale;
+        p[t2] = s;
+        if (s > m) m = s;
+    }
+    Real l = 0;
+    for (int t2 = 0; t2 <= t; t2++) {
+        p[t2] = std::exp(p[t2] - m);
+        l += p[t2];
+    }
+    *m_out = m;
+    *l_out = l;
+}
+
 template <typename Real>
 void attention_forward(Real* out, Real* lse, const Real* inp, int B, int T, int C, int NH) {
     const int HS = C / NH;
@@ -220,21 +245,8 @@ void attention_forward(Real* out, Real* lse, const Real* inp, int B, int T, int 
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
                 for (int t = 0; t < T; t++) {
-                    const Real* q = inp + ((size_t)b * T + t) * C3 + (size_t)h * HS;
-                    Real m = -INFINITY;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const Real* k = inp + ((size_t)b * T + t2) * C3 + C + (size_t)h * HS;
-                        Real s = 0;
-                        for (int d = 0; d < HS; d++) s += q[d] * k[d];
-                        s *= scale;
-                        p[t2] = s;
-                        if (s > m) m = s;
-                    }
-                    Real l = 0;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        p[t2] = std::exp(p[t2] - m);
-                        l += p[t2];
-                    }
+                    Real m, l;
+                    attention_row_exp_scores(p.data(), &m, &l, inp, b, t, h, T, C, HS, scale);
                     const Real inv_l = Real(1) / l;
                     Real* o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
                     for (int d = 0; d < HS; d++) o[d] = 0;
@@ -271,21 +283,8 @@ void attention_backward(Real* dinp, const Real* dout, const Real* inp, int B, in
                     const Real* q = inp + row;
                     Real* dq = dinp + row;
                     const Real* dO = dout + ((size_t)b * T + t) * C + (size_t)h * HS;
-                    // recompute this row of P
-                    Real m = -INFINITY;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const Real* k = inp + ((size_t)b * T + t2) * C3 + C + (size_t)h * HS;
-                        Real s = 0;
-                        for (int d = 0; d < HS; d++) s += q[d] * k[d];
-                        s *= scale;
-                        p[t2] = s;
-                        if (s > m) m = s;
-                    }
-                    Real l = 0;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        p[t2] = std::exp(p[t2] - m);
-                        l += p[t2];
-                    }
+                    Real m, l;  // recompute this row of P
+                    attention_row_exp_scores(p.data(), &m, &l, inp, b, t, h, T, C, HS, scale);
                     const Real inv_l = Real(1) / l;
                     Real D = 0;
                     for (int t2 = 0; t2 <= t; t2++) {
