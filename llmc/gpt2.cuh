@@ -417,8 +417,11 @@ inline void gpt2_backward(GPT2* m, const int* inputs, const int* targets, float 
     matmul_backward(scratch, grad(m, WTE), nullptr, buf<floatX>(m, kLogits), buf<floatX>(m, kLnf), param(m, WTE), BT,
                     C, Vp, reduce, nullptr, false, loss_scale, s);
     cudaCheck(cudaMemsetAsync(dresidual, 0, (size_t)BT * C * sizeof(floatX), s));
+    // Each LayerNorm backward also sums its dinp over rows: the bias gradient of the projection (fcproj or
+    // attproj) whose output gradient that residual stream is, so those two GEMMs need no bias pass.
     layernorm_backward(dresidual, grad(m, LNFW), grad(m, LNFB), scratch, buf<floatX>(m, kResidual3) + (L - 1) * ld * C,
-                       param(m, LNFW), buf<float>(m, kLnfMean), buf<float>(m, kLnfRstd), BT, C, reduce, s);
+                       param(m, LNFW), buf<float>(m, kLnfMean), buf<float>(m, kLnfRstd), BT, C, reduce, s,
+                       grad(m, FCPROJB, L - 1));
     for (int l = L - 1; l >= 0; l--) {
         const floatX* residual = l == 0 ? buf<floatX>(m, kEncoded) : buf<floatX>(m, kResidual3) + (l - 1) * ld * C;
         const floatX* qkv = buf<floatX>(m, kQkv) + l * ld * 3 * C;
@@ -438,20 +441,20 @@ inline void gpt2_backward(GPT2* m, const int* inputs, const int* targets, float 
         }
         // MLP: dresidual is d(residual3) here. fch_gelu may live in scratch4: matmul_backward reads it for the
         // weight gradient before it writes dfch into scratch4.
-        matmul_backward(scratch4, grad(m, FCPROJW, l), grad(m, FCPROJB, l), dresidual, fch_gelu, param(m, FCPROJW, l),
+        matmul_backward(scratch4, grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, param(m, FCPROJW, l),
                         BT, 4 * C, C, reduce, fch, m->fuse_gelu, 1.0f, s);
         matmul_backward(scratch, grad(m, FCW, l), grad(m, FCB, l), scratch4, ln2(l), param(m, FCW, l), BT, C, 4 * C,
                         reduce, nullptr, false, 1.0f, s);
         layernorm_backward(dresidual, grad(m, LN2W, l), grad(m, LN2B, l), scratch, residual2, param(m, LN2W, l),
-                           ln2_mean, ln2_rstd, BT, C, reduce, s);
+                           ln2_mean, ln2_rstd, BT, C, reduce, s, grad(m, ATTPROJB, l));
         // Attention: dresidual is now d(residual2).
-        matmul_backward(scratch, grad(m, ATTPROJW, l), grad(m, ATTPROJB, l), dresidual, atty, param(m, ATTPROJW, l),
+        matmul_backward(scratch, grad(m, ATTPROJW, l), nullptr, dresidual, atty, param(m, ATTPROJW, l),
                         BT, C, C, reduce, nullptr, false, 1.0f, s);
         attention_backward(m->backend, dqkv, scratch, qkv, atty, saved, attn_ws, B, T, C, NH, s);
         matmul_backward(scratch, grad(m, QKVW, l), grad(m, QKVB, l), dqkv, ln1(l), param(m, QKVW, l), BT, C, 3 * C,
                         reduce, nullptr, false, 1.0f, s);
         layernorm_backward(dresidual, grad(m, LN1W, l), grad(m, LN1B, l), scratch, residual, param(m, LN1W, l),
-                           ln1_mean, ln1_rstd, BT, C, reduce, s);
+                           ln1_mean, ln1_rstd, BT, C, reduce, s, l > 0 ? grad(m, FCPROJB, l - 1) : nullptr);
     }
     encoder_backward(grad(m, WTE), grad(m, WPE), dresidual, buf<int>(m, kInputs), B, T, C, c.vocab_size,
                      m->encoder_scratch, s);

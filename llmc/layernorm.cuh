@@ -90,91 +90,118 @@ inline void fused_residual_layernorm_forward(floatX* residual_out, floatX* out, 
     cudaCheckLaunch();
 }
 
-// dinp += LayerNorm backward; one warp per row, 128-bit packs.
-__global__ void layernorm_backward_dinp_kernel(floatX* __restrict__ dinp, const floatX* __restrict__ dout,
-                                               const floatX* __restrict__ inp, const floatX* __restrict__ weight,
-                                               const float* __restrict__ mean, const float* __restrict__ rstd, int N,
-                                               int C) {
-    const int lane = threadIdx.x % kWarpSize;
-    const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-    if (row >= N) return;
+// ---------------------------------------------------------------- backward
+// One kernel reads dout and inp once and produces everything: dinp += ∂loss/∂inp per row (one warp per row,
+// 128-bit packs), and per block the column sums over its rows of dout·norm (→ dweight), dout (→ dbias) and,
+// optionally, of the updated dinp itself. That last sum is the bias gradient of the linear layer whose output
+// feeds this residual stream (attproj for ln2, fcproj for the next ln1 or lnf), so that layer's backward has
+// no bias pass of its own. Each warp keeps its column sums in its own slice of shared memory; the block then
+// adds the warps' slices in a fixed order and writes one row of partials, and a second kernel adds the rows in
+// a fixed order. No atomics: results repeat bit for bit.
+constexpr int kLayerNormBackwardWarps = 4;
+constexpr int kLayerNormRowsPerBlock = 32;  // 8 rows per warp; N/32 partial rows to add at the end
+inline int layernorm_num_chunks(int N) { return ceil_div(N, kLayerNormRowsPerBlock); }
+inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)layernorm_num_chunks(N) * 3 * C; }
+inline size_t layernorm_backward_smem_bytes(int C) { return (size_t)kLayerNormBackwardWarps * 3 * C * sizeof(float); }
+
+// partials[block][0][c] = Σ dout·norm, [1][c] = Σ dout, [2][c] = Σ dinp (after the update; only if sum_dinp).
+__global__ void __launch_bounds__(kLayerNormBackwardWarps * kWarpSize)
+    layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials, const floatX* __restrict__ dout,
+                              const floatX* __restrict__ inp, const floatX* __restrict__ weight,
+                              const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
+                              bool sum_dinp) {
+    // [warp][3][k][pack]: element k of every pack, packs contiguous, so a warp's 32 lanes (consecutive packs)
+    // touch 32 consecutive floats: no bank conflicts.
+    extern __shared__ float ln_sums[];
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
     const int packs = C / x128::size;
-    const size_t base = (size_t)row * C;
-    const float m = mean[row], s = rstd[row];
-    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-    for (int pk = lane; pk < packs; pk += kWarpSize) {
-        const int c = pk * x128::size;
-        const x128 d = load128(dout + base + c), x = load128(inp + base + c), w = load128(weight + c);
-        for (int k = 0; k < x128::size; k++) {
-            const float norm = (to_float(x[k]) - m) * s;
-            const float dnorm = to_float(d[k]) * to_float(w[k]);
-            dnorm_sum += dnorm;
-            dnorm_norm_sum += dnorm * norm;
+    float* my_sums = ln_sums + (size_t)warp * 3 * C;
+    for (int i = lane; i < 3 * C; i += kWarpSize) my_sums[i] = 0.0f;
+    __syncwarp();
+    const int r0 = blockIdx.x * kLayerNormRowsPerBlock, r1 = min(N, r0 + kLayerNormRowsPerBlock);
+    for (int row = r0 + warp; row < r1; row += kLayerNormBackwardWarps) {
+        const size_t base = (size_t)row * C;
+        const float m = mean[row], s = rstd[row];
+        float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+        for (int pk = lane; pk < packs; pk += kWarpSize) {
+            const int c = pk * x128::size;
+            const x128 d = load128(dout + base + c), x = load128(inp + base + c), w = load128(weight + c);
+            for (int k = 0; k < x128::size; k++) {
+                const float norm = (to_float(x[k]) - m) * s;
+                const float dnorm = to_float(d[k]) * to_float(w[k]);
+                dnorm_sum += dnorm;
+                dnorm_norm_sum += dnorm * norm;
+            }
+        }
+        const float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
+        const float dnorm_norm_mean = warp_reduce_sum(dnorm_norm_sum) / C;
+        // Second pass: the row is in L1 now. A lane's columns are the same in every row, so its slice of the
+        // shared sums is private to it (no races, no atomics).
+        for (int pk = lane; pk < packs; pk += kWarpSize) {
+            const int c = pk * x128::size;
+            const x128 d = load128cs(dout + base + c), x = load128cs(inp + base + c), w = load128(weight + c);
+            x128 g = load128(dinp + base + c);
+            for (int k = 0; k < x128::size; k++) {
+                const float norm = (to_float(x[k]) - m) * s;
+                const float dnorm = to_float(d[k]) * to_float(w[k]);
+                g[k] = from_float<floatX>(to_float(g[k]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+                const int at = k * packs + pk;
+                my_sums[at] += to_float(d[k]) * norm;
+                my_sums[C + at] += to_float(d[k]);
+                if (sum_dinp) my_sums[2 * C + at] += to_float(g[k]);
+            }
+            store128(dinp + base + c, g);
         }
     }
-    const float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
-    const float dnorm_norm_mean = warp_reduce_sum(dnorm_norm_sum) / C;
-    for (int pk = lane; pk < packs; pk += kWarpSize) {
-        const int c = pk * x128::size;
-        const x128 d = load128(dout + base + c), x = load128(inp + base + c), w = load128(weight + c);
-        x128 g = load128(dinp + base + c);
-        for (int k = 0; k < x128::size; k++) {
-            const float norm = (to_float(x[k]) - m) * s;
-            const float dnorm = to_float(d[k]) * to_float(w[k]);
-            g[k] = from_float<floatX>(to_float(g[k]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
-        }
-        store128(dinp + base + c, g);
+    __syncthreads();
+    const int sums = sum_dinp ? 3 * C : 2 * C;
+    for (int i = threadIdx.x; i < sums; i += blockDim.x) {
+        const int q = i / C, col = i % C;
+        const int at = q * C + (col % x128::size) * packs + col / x128::size;
+        float acc = 0.0f;
+        for (int w = 0; w < kLayerNormBackwardWarps; w++) acc += ln_sums[(size_t)w * 3 * C + at];
+        partials[(size_t)blockIdx.x * 3 * C + i] = acc;
     }
 }
 
-constexpr int kLayerNormRowsPerChunk = 128;
-inline int layernorm_num_chunks(int N) { return ceil_div(N, kLayerNormRowsPerChunk); }
-inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)layernorm_num_chunks(N) * 2 * C; }
-
-// partials[chunk][0][c] = Σ dout·norm, partials[chunk][1][c] = Σ dout over the chunk's rows.
-__global__ void layernorm_backward_params_partials_kernel(float* partials, const floatX* dout, const floatX* inp,
-                                                          const float* mean, const float* rstd, int N, int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    const int r0 = blockIdx.y * kLayerNormRowsPerChunk, r1 = min(N, r0 + kLayerNormRowsPerChunk);
-    float dw = 0.0f, db = 0.0f;
-    for (int r = r0; r < r1; r++) {
-        float d = to_float(dout[(size_t)r * C + c]);
-        float norm = (to_float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
-        dw += d * norm;
-        db += d;
+// Adds the blocks' partial rows in a fixed order: a block per 32 columns of the [3][C] rows, 8 threads per
+// column each summing every 8th row, then the 8 in order.
+__global__ void layernorm_backward_finish_kernel(floatX* dweight, floatX* dbias, floatX* dinp_sum,
+                                                 const float* partials, int num_chunks, int C) {
+    __shared__ float part[8][kWarpSize];
+    const int i = blockIdx.x * kWarpSize + threadIdx.x;  // index into one [3][C] row
+    const int used = dinp_sum ? 3 * C : 2 * C;
+    float acc = 0.0f;
+    if (i < used) {
+        for (int k = threadIdx.y; k < num_chunks; k += 8) acc += partials[(size_t)k * 3 * C + i];
     }
-    partials[((size_t)blockIdx.y * 2) * C + c] = dw;
-    partials[((size_t)blockIdx.y * 2 + 1) * C + c] = db;
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || i >= used) return;
+    for (int y = 1; y < 8; y++) acc += part[y][threadIdx.x];
+    floatX* out = i < C ? dweight + i : i < 2 * C ? dbias + (i - C) : dinp_sum + (i - 2 * C);
+    *out = from_float<floatX>(to_float(*out) + acc);
 }
 
-__global__ void layernorm_backward_params_finish_kernel(floatX* dweight, floatX* dbias, const float* partials,
-                                                        int num_chunks, int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float dw = 0.0f, db = 0.0f;
-    for (int k = 0; k < num_chunks; k++) {
-        dw += partials[((size_t)k * 2) * C + c];
-        db += partials[((size_t)k * 2 + 1) * C + c];
-    }
-    dweight[c] = from_float<floatX>(to_float(dweight[c]) + dw);
-    dbias[c] = from_float<floatX>(to_float(dbias[c]) + db);
-}
-
-// dinp, dweight, dbias accumulate. scratch: layernorm_backward_scratch_floats(N, C) floats.
+// dinp, dweight, dbias accumulate; so does dinp_sum (C entries: += Σ_rows of dinp after the update) when given.
+// scratch: layernorm_backward_scratch_floats(N, C) floats.
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                const floatX* weight, const float* mean, const float* rstd, int N, int C,
-                               float* scratch, cudaStream_t stream = 0) {
+                               float* scratch, cudaStream_t stream = 0, floatX* dinp_sum = nullptr) {
     check_layernorm_channels(C);
-    const int threads = 256, rows_per_block = threads / kWarpSize;
-    layernorm_backward_dinp_kernel<<<ceil_div(N, rows_per_block), threads, 0, stream>>>(dinp, dout, inp, weight, mean,
-                                                                                        rstd, N, C);
-    cudaCheckLaunch();
+    const size_t smem = layernorm_backward_smem_bytes(C);
+    static size_t smem_allowed = 48 * 1024;  // the default; raised once when a wider model needs more
+    if (smem > smem_allowed) {
+        cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        smem_allowed = smem;
+    }
     const int chunks = layernorm_num_chunks(N);
-    layernorm_backward_params_partials_kernel<<<dim3(ceil_div(C, threads), chunks), threads, 0, stream>>>(
-        scratch, dout, inp, mean, rstd, N, C);
+    layernorm_backward_kernel<<<chunks, kLayerNormBackwardWarps * kWarpSize, smem, stream>>>(
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, dinp_sum != nullptr);
     cudaCheckLaunch();
-    layernorm_backward_params_finish_kernel<<<ceil_div(C, threads), threads, 0, stream>>>(dweight, dbias, scratch,
-                                                                                         chunks, C);
+    const int used = dinp_sum ? 3 * C : 2 * C;
+    layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, 8), 0, stream>>>(
+        dweight, dbias, dinp_sum, scratch, chunks, C);
     cudaCheckLaunch();
 }

@@ -22,6 +22,8 @@ enum class MatmulEpilogue {
     Bias,      // C = A·B + bias (bias has N entries: one per output column)
     GeluBias,  // pre_gelu = A·B + bias, C = gelu(pre_gelu): both written
     DGelu,     // C = (A·B) * gelu'(pre_gelu)   (backward through GELU)
+    BiasGrad,  // C = alpha·A·B + beta·C, and bias_grad[i] = Σ_k A[i][k] (A transposed: the rows of op(A) summed
+               // over K). Used for dweight = doutᵀ·inp, where it yields dbias = Σ_rows dout inside the same GEMM.
 };
 
 namespace matmul_detail {
@@ -29,18 +31,20 @@ namespace matmul_detail {
 struct Key {
     int M, N, K, transA, transB, batch;
     long long strideA, strideB, strideC;
-    int epilogue, has_beta;
+    int epilogue, has_beta, bias_type;
     bool operator<(const Key& o) const {
-        return std::tie(M, N, K, transA, transB, batch, strideA, strideB, strideC, epilogue, has_beta) <
+        return std::tie(M, N, K, transA, transB, batch, strideA, strideB, strideC, epilogue, has_beta, bias_type) <
                std::tie(o.M, o.N, o.K, o.transA, o.transB, o.batch, o.strideA, o.strideB, o.strideC, o.epilogue,
-                        o.has_beta);
+                        o.has_beta, o.bias_type);
     }
 };
 
+// supported = false records that cuBLASLt has no algorithm for the key, so the question is asked once.
 struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo;
+    bool supported = false;
 };
 
 struct State {
@@ -91,72 +95,84 @@ inline void matmul_set_tf32(bool on) {
     s.plans.clear();
 }
 
-// The general entry point (row-major view, see the top of the file). Strides are in elements, used when batch > 1.
-// bias: N entries (Bias, GeluBias). pre_gelu: M x N, written by GeluBias, read by DGelu.
-inline void matmul(floatX* C, const floatX* A, const floatX* B, int M, int N, int K, bool transA, bool transB,
-                   float alpha = 1.0f, float beta = 0.0f, MatmulEpilogue epilogue = MatmulEpilogue::None,
-                   const floatX* bias = nullptr, floatX* pre_gelu = nullptr, int batch = 1, long long strideA = 0,
-                   long long strideB = 0, long long strideC = 0, cudaStream_t stream = 0) {
-    using namespace matmul_detail;
+namespace matmul_detail {
+
+// The plan for a key: descriptors, layouts and the heuristic's first algorithm, made on first use and cached.
+// Returns nullptr where cuBLASLt has no algorithm (or rejects the combination) for it.
+inline Plan* find_plan(const Key& key) {
     State& s = state();
-    if (!s.handle) matmul_init();
+    auto it = s.plans.find(key);
+    if (it != s.plans.end()) return it->second.supported ? &it->second : nullptr;
+    Plan p;
+    const MatmulEpilogue epilogue = (MatmulEpilogue)key.epilogue;
+    const cudaDataType_t type = cuda_datatype_of_floatX();
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    if (!kFloatXIsBF16 && s.tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    cublasCheck(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+    // Column-major problem: D (N x M) = opB' (N x K) · opA' (K x M), where B' = B and A' = A as stored.
+    cublasOperation_t opFirst = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;   // B viewed column-major
+    cublasOperation_t opSecond = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;  // A viewed column-major
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opFirst, sizeof(opFirst)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opSecond, sizeof(opSecond)));
+    // Stored shapes (column-major rows x cols, leading dimension = rows).
+    const int M = key.M, N = key.N, K = key.K;
+    p.a = key.transB ? make_layout(type, K, N, K, key.batch, key.strideB) : make_layout(type, N, K, N, key.batch, key.strideB);
+    p.b = key.transA ? make_layout(type, M, K, M, key.batch, key.strideA) : make_layout(type, K, M, K, key.batch, key.strideA);
+    p.c = make_layout(type, N, M, N, key.batch, key.strideC);
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (epilogue == MatmulEpilogue::Bias) epi = CUBLASLT_EPILOGUE_BIAS;
+    if (epilogue == MatmulEpilogue::GeluBias) epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    if (epilogue == MatmulEpilogue::DGelu) epi = CUBLASLT_EPILOGUE_DGELU;
+    // Our A is the column-major problem's second operand ("B"), so its row sums are cuBLASLt's BGRADB.
+    if (epilogue == MatmulEpilogue::BiasGrad) epi = CUBLASLT_EPILOGUE_BGRADB;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::GeluBias ||
+        epilogue == MatmulEpilogue::BiasGrad) {
+        cudaDataType_t bias_type = (cudaDataType_t)key.bias_type;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                   sizeof(bias_type)));
+    }
+    if (epilogue == MatmulEpilogue::GeluBias || epilogue == MatmulEpilogue::DGelu) {
+        int64_t ld = N;
+        cudaDataType_t aux_type = type;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+                                                   sizeof(aux_type)));
+    }
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &s.workspace_bytes, sizeof(s.workspace_bytes)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    // Not cublasCheck: an unsupported combination (e.g. a bias-gradient type) is an answer, not an error.
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.supported = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p.supported) p.algo = result.algo;
+    Plan& stored = s.plans.emplace(key, p).first->second;
+    return stored.supported ? &stored : nullptr;
+}
+
+inline Key make_key(int M, int N, int K, bool transA, bool transB, float beta, MatmulEpilogue epilogue,
+                    cudaDataType_t bias_type, int batch, long long strideA, long long strideB, long long strideC) {
+    return Key{M, N, K, transA, transB, batch, strideA, strideB, strideC, (int)epilogue, beta != 0.0f, (int)bias_type};
+}
+
+inline void check_alignment(const void* A, const void* B, const void* C, const void* bias, const void* pre_gelu) {
     if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)bias | (uintptr_t)pre_gelu) % 16 != 0) {
         fprintf(stderr, "error: matmul: operands must be 16-byte aligned\n");
         exit(EXIT_FAILURE);
     }
-    Key key{M, N, K, transA, transB, batch, strideA, strideB, strideC, (int)epilogue, beta != 0.0f};
-    auto it = s.plans.find(key);
-    if (it == s.plans.end()) {
-        Plan p;
-        const cudaDataType_t type = cuda_datatype_of_floatX();
-        cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-        if (!kFloatXIsBF16 && s.tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-        cublasCheck(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
-        // Column-major problem: D (N x M) = opB' (N x K) · opA' (K x M), where B' = B and A' = A as stored.
-        cublasOperation_t opFirst = transB ? CUBLAS_OP_T : CUBLAS_OP_N;   // B viewed column-major
-        cublasOperation_t opSecond = transA ? CUBLAS_OP_T : CUBLAS_OP_N;  // A viewed column-major
-        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opFirst, sizeof(opFirst)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opSecond, sizeof(opSecond)));
-        // Stored shapes (column-major rows x cols, leading dimension = rows).
-        p.a = transB ? make_layout(type, K, N, K, batch, strideB) : make_layout(type, N, K, N, batch, strideB);
-        p.b = transA ? make_layout(type, M, K, M, batch, strideA) : make_layout(type, K, M, K, batch, strideA);
-        p.c = make_layout(type, N, M, N, batch, strideC);
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-        if (epilogue == MatmulEpilogue::Bias) epi = CUBLASLT_EPILOGUE_BIAS;
-        if (epilogue == MatmulEpilogue::GeluBias) epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        if (epilogue == MatmulEpilogue::DGelu) epi = CUBLASLT_EPILOGUE_DGELU;
-        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-        if (epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::GeluBias) {
-            cudaDataType_t bias_type = type;
-            cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                       sizeof(bias_type)));
-        }
-        if (epilogue == MatmulEpilogue::GeluBias || epilogue == MatmulEpilogue::DGelu) {
-            int64_t ld = N;
-            cudaDataType_t aux_type = type;
-            cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-            cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
-                                                       sizeof(aux_type)));
-        }
-        cublasLtMatmulPreference_t pref;
-        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &s.workspace_bytes, sizeof(s.workspace_bytes)));
-        cublasLtMatmulHeuristicResult_t result;
-        int found = 0;
-        cublasCheck(cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
-        cublasLtMatmulPreferenceDestroy(pref);
-        if (found == 0) {
-            fprintf(stderr, "error: matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d transA=%d transB=%d "
-                            "batch=%d epilogue=%d\n", M, N, K, (int)transA, (int)transB, batch, (int)epilogue);
-            exit(EXIT_FAILURE);
-        }
-        p.algo = result.algo;
-        it = s.plans.emplace(key, p).first;
-    }
-    Plan& p = it->second;
+}
+
+inline void run_plan(Plan& p, MatmulEpilogue epilogue, floatX* C, const floatX* A, const floatX* B, float alpha,
+                     float beta, const void* bias, const floatX* pre_gelu, cudaStream_t stream) {
+    State& s = state();
     // Pointers change between calls (layers, buffers), so they are set per call; the rest is cached.
-    if (epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::GeluBias) {
+    if (epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::GeluBias ||
+        epilogue == MatmulEpilogue::BiasGrad) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     if (epilogue == MatmulEpilogue::GeluBias || epilogue == MatmulEpilogue::DGelu) {
@@ -165,6 +181,50 @@ inline void matmul(floatX* C, const floatX* A, const floatX* B, int M, int N, in
     }
     cublasCheck(cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, s.workspace,
                                s.workspace_bytes, stream));
+}
+
+}  // namespace matmul_detail
+
+// The general entry point (row-major view, see the top of the file). Strides are in elements, used when batch > 1.
+// bias: N entries (Bias, GeluBias). pre_gelu: M x N, written by GeluBias, read by DGelu.
+inline void matmul(floatX* C, const floatX* A, const floatX* B, int M, int N, int K, bool transA, bool transB,
+                   float alpha = 1.0f, float beta = 0.0f, MatmulEpilogue epilogue = MatmulEpilogue::None,
+                   const floatX* bias = nullptr, floatX* pre_gelu = nullptr, int batch = 1, long long strideA = 0,
+                   long long strideB = 0, long long strideC = 0, cudaStream_t stream = 0) {
+    using namespace matmul_detail;
+    if (!state().handle) matmul_init();
+    check_alignment(A, B, C, bias, pre_gelu);
+    if (epilogue == MatmulEpilogue::BiasGrad) {
+        fprintf(stderr, "error: matmul: BiasGrad goes through matmul_with_bias_grad\n");
+        exit(EXIT_FAILURE);
+    }
+    const Key key = make_key(M, N, K, transA, transB, beta, epilogue, cuda_datatype_of_floatX(), batch, strideA,
+                             strideB, strideC);
+    Plan* p = find_plan(key);
+    if (!p) {
+        fprintf(stderr, "error: matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d transA=%d transB=%d "
+                        "batch=%d epilogue=%d\n", M, N, K, (int)transA, (int)transB, batch, (int)epilogue);
+        exit(EXIT_FAILURE);
+    }
+    run_plan(*p, epilogue, C, A, B, alpha, beta, bias, pre_gelu, stream);
+}
+
+// C (M x N) = alpha · Aᵀ·B + beta·C with A stored K x M, and the bias gradient bias_grad[i] = Σ_k A[k][i] (M
+// entries, NOT scaled by alpha) written in the same GEMM. bias_grad is fp32 where cuBLASLt can write fp32, else
+// floatX; *bias_grad_type says which. Returns false (nothing run) where cuBLASLt offers no such epilogue.
+inline bool matmul_with_bias_grad(floatX* C, const floatX* A, const floatX* B, int M, int N, int K, float alpha,
+                                  float beta, void* bias_grad, cudaDataType_t* bias_grad_type, cudaStream_t stream = 0) {
+    using namespace matmul_detail;
+    if (!state().handle) matmul_init();
+    check_alignment(A, B, C, bias_grad, nullptr);
+    for (cudaDataType_t type : {CUDA_R_32F, cuda_datatype_of_floatX()}) {
+        Plan* p = find_plan(make_key(M, N, K, true, false, beta, MatmulEpilogue::BiasGrad, type, 1, 0, 0, 0));
+        if (!p) continue;
+        run_plan(*p, MatmulEpilogue::BiasGrad, C, A, B, alpha, beta, bias_grad, nullptr, stream);
+        *bias_grad_type = type;
+        return true;
+    }
+    return false;
 }
 
 // ---------------------------------------------------------------- bias gradient (deterministic)
@@ -233,6 +293,14 @@ inline void column_sum_accumulate(floatX* out, const floatX* x, int rows, int co
     cudaCheckLaunch();
 }
 
+// dbias[i] += scale · bias_grad[i]: folds the GEMM's bias gradient (unscaled, one step's worth) into the
+// accumulated gradient.
+template <typename T>
+__global__ void bias_grad_accumulate_kernel(floatX* dbias, const T* bias_grad, int n, float scale) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dbias[i] = from_float<floatX>(to_float(dbias[i]) + scale * to_float(bias_grad[i]));
+}
+
 // ---------------------------------------------------------------- the model's two uses
 // Forward of a linear layer: out (N x OC) = inp (N x C) · weightᵀ + bias; weight is (OC, C) like nn.Linear.
 // With pre_gelu: pre_gelu = inp·weightᵀ + bias and out = gelu(pre_gelu) (GELU fused when `fuse_gelu`).
@@ -259,9 +327,22 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const 
                             const floatX* weight, int N, int C, int OC, float* scratch,
                             const floatX* pre_gelu = nullptr, bool fuse_gelu = true, float scale = 1.0f,
                             cudaStream_t stream = 0) {
-    if (dbias) column_sum_accumulate(dbias, dout, N, OC, scale, scratch, stream);
-    matmul(dweight, dout, inp, OC, C, N, true, false, scale, 1.0f, MatmulEpilogue::None, nullptr, nullptr, 1, 0, 0,
-           0, stream);
+    // dbias rides along in the dweight GEMM (which reads dout anyway) where cuBLASLt can do it; otherwise it is
+    // a separate pass over dout.
+    cudaDataType_t bias_grad_type;
+    if (dbias && matmul_with_bias_grad(dweight, dout, inp, OC, C, N, scale, 1.0f, scratch, &bias_grad_type, stream)) {
+        if (bias_grad_type == CUDA_R_32F) {
+            bias_grad_accumulate_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, scratch, OC, scale);
+        } else {
+            bias_grad_accumulate_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, (const floatX*)scratch, OC,
+                                                                               scale);
+        }
+        cudaCheckLaunch();
+    } else {
+        if (dbias) column_sum_accumulate(dbias, dout, N, OC, scale, scratch, stream);
+        matmul(dweight, dout, inp, OC, C, N, true, false, scale, 1.0f, MatmulEpilogue::None, nullptr, nullptr, 1, 0,
+               0, 0, stream);
+    }
     if (pre_gelu && fuse_gelu) {
         matmul(dinp, dout, weight, N, C, OC, false, false, scale, 0.0f, MatmulEpilogue::DGelu, nullptr,
                const_cast<floatX*>(pre_gelu), 1, 0, 0, 0, stream);

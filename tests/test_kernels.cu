@@ -130,7 +130,7 @@ static void test_layernorm(int N, int C) {
     auto a = random_vec((size_t)N * C, 1.0f, 0.3f), b = random_vec((size_t)N * C, 1.0f);
     auto w = random_vec(C, 0.2f, 1.0f), bias = random_vec(C, 0.2f);
     auto dout = random_vec((size_t)N * C, 1.0f), dinp0 = random_vec((size_t)N * C, 1.0f);
-    auto dw0 = random_vec(C, 1.0f), db0 = random_vec(C, 1.0f);
+    auto dw0 = random_vec(C, 1.0f), db0 = random_vec(C, 1.0f), dsum0 = random_vec(C, 1.0f);
     floatX *d_a = upload(a), *d_b = upload(b), *d_w = upload(w), *d_bias = upload(bias);
     floatX *d_res = poisoned((size_t)N * C), *d_out = poisoned((size_t)N * C);
     float *d_mean, *d_rstd, *d_scratch;
@@ -154,13 +154,22 @@ static void test_layernorm(int N, int C) {
     check(std::string(tag) + " mean", download_f32(d_mean, N), mean, 1e-5);
     check(std::string(tag) + " rstd", download_f32(d_rstd, N), rstd, 1e-5);
     floatX *d_dout = upload(dout), *d_dinp = upload(dinp0), *d_dw = upload(dw0), *d_db = upload(db0);
+    floatX* d_dsum = upload(dsum0);
+    // Twice: without and with the row sum of dinp (the upstream projection's bias gradient).
     layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_res, d_w, d_mean, d_rstd, N, C, d_scratch);
-    std::vector<double> dinp = dbl(dinp0), dw = dbl(dw0), db = dbl(db0), dout_d = dbl(dout);
-    layernorm_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), res_d.data(), w_d.data(), mean.data(),
-                       rstd.data(), 1, N, C);
-    check(std::string(tag) + " dinp (+=)", download(d_dinp, dinp.size()), dinp, kTolSimple);
-    check(std::string(tag) + " dweight (+=)", download(d_dw, C), dw, kTolSimple);
-    check(std::string(tag) + " dbias (+=)", download(d_db, C), db, kTolSimple);
+    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_res, d_w, d_mean, d_rstd, N, C, d_scratch, 0, d_dsum);
+    std::vector<double> dinp = dbl(dinp0), dw = dbl(dw0), db = dbl(db0), dout_d = dbl(dout), dsum = dbl(dsum0);
+    for (int rep = 0; rep < 2; rep++) {
+        layernorm_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), res_d.data(), w_d.data(), mean.data(),
+                           rstd.data(), 1, N, C);
+    }
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) dsum[c] += dinp[(size_t)n * C + c];
+    check(std::string(tag) + " dinp (+= twice)", download(d_dinp, dinp.size()), dinp, kTolSimple);
+    check(std::string(tag) + " dweight (+= twice)", download(d_dw, C), dw, kTolSimple);
+    check(std::string(tag) + " dbias (+= twice)", download(d_db, C), db, kTolSimple);
+    check(std::string(tag) + " row sum of dinp (+=)", download(d_dsum, C), dsum, kTolSimple);
+    cudaFree(d_dsum);
     cudaFree(d_a); cudaFree(d_b); cudaFree(d_w); cudaFree(d_bias); cudaFree(d_res); cudaFree(d_out); cudaFree(d_mean);
     cudaFree(d_rstd); cudaFree(d_scratch); cudaFree(d_dout); cudaFree(d_dinp); cudaFree(d_dw); cudaFree(d_db);
 }
@@ -402,6 +411,7 @@ int main(int argc, char** argv) {
     test_encoder(4, 64, 768, 1000);
     test_layernorm(3 * 37, 96);
     test_layernorm(257, 768);
+    test_layernorm(2048, 1600);  // d48 width: more shared memory than the default 48 KB, many partial rows
     for (bool fuse : {false, true}) {
         if (fuse && !kFloatXIsBF16) continue;  // FP32 builds never fuse GELU (exactness)
         test_matmul(3 * 37, 96, 384, true, fuse, 0.5f);
@@ -409,6 +419,7 @@ int main(int argc, char** argv) {
     }
     test_matmul(3 * 37, 96, 288, false, false, 0.25f);
     test_matmul(256, 768, 2304, false, false, 1.0f);
+    test_matmul(4096, 64, 768, false, false, 0.5f);  // long reduction for the GEMM-fused bias gradient
     test_column_sum(1000, 768, 0.5f);   // vector path, last chunk partial
     test_column_sum(77, 1001, 1.0f);    // scalar fallback
     test_attention(AttentionBackend::Materialized, 2, 37, 3, 32);

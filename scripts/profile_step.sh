@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Where the time of one d12 training step goes, kernel by kernel (GPU machine with Nsight Compute).
+# ncu times every kernel of a short run with the caches left alone (--cache-control none: flushing them
+# before each kernel inflates short memory-bound kernels) and the clocks untouched; the last whole step
+# (steps end with the AdamW kernel) is summed per kernel name.
+#   scripts/profile_step.sh                      d12, B=16, T=1024, flash attention
+#   B=8 TRAIN_FLAGS="-ab materialized" scripts/profile_step.sh
+# Env: OUT or LOGDIR (where the CSV and tables go), B, T, TRAIN_FLAGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${B:-16}
+T=${T:-1024}
+TRAIN_FLAGS=${TRAIN_FLAGS:-"-ab flash"}
+LOGDIR=${LOGDIR:-${OUT:-profile_logs}}
+mkdir -p "$LOGDIR"
+command -v ncu >/dev/null || { echo "error: ncu (Nsight Compute) not on PATH" >&2; exit 1; }
+[ -x ./train_gpt2cu ] || { echo "error: ./train_gpt2cu not built (make train_gpt2cu)" >&2; exit 1; }
+
+SHARD="$LOGDIR/random_tokens_train_000000.bin"
+python3 - "$SHARD" <<'PY'
+import sys, numpy as np
+n = 1_000_000
+header = np.zeros(256, dtype=np.int32); header[0] = 20240520; header[1] = 1; header[2] = n
+tokens = np.random.default_rng(0).integers(0, 50257, size=n, dtype=np.uint16)
+with open(sys.argv[1], "wb") as f:
+    f.write(header.tobytes()); f.write(tokens.tobytes())
+PY
+
+CSV="$LOGDIR/profile_B${B}_T${T}.csv"
+ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    --log-file "$CSV" ./train_gpt2cu -e d12 -b "$B" -t "$T" -x 3 -v 0 -s 0 -i "$SHARD" $TRAIN_FLAGS \
+    >"$LOGDIR/profile_train.log" 2>&1 || { tail -n 20 "$LOGDIR/profile_train.log"; exit 1; }
+
+python3 - "$CSV" "$LOGDIR/profile_B${B}_T${T}_sequence.txt" <<'PY'
+import csv, collections, re, sys
+rows = []
+with open(sys.argv[1]) as f:
+    lines = [l for l in f if l.startswith('"')]
+for r in csv.DictReader(lines):
+    if r.get("Metric Name") == "gpu__time_duration.sum":
+        rows.append((r["Kernel Name"], float(r["Metric Value"].replace(",", "")) / 1e3))  # ns -> us
+def short(name):
+    name = re.sub(r"\(.*$", "", name) if not name.startswith("void ") else re.sub(r"^void ", "", name)
+    name = re.sub(r"<.*", "", name)
+    return name[:70]
+ends = [i for i, (n, _) in enumerate(rows) if "adamw" in n.lower()]
+if len(ends) < 2:
+    sys.exit("error: fewer than two AdamW kernels in the profile; cannot isolate a step")
+step = rows[ends[-2] + 1: ends[-1] + 1]
+total = sum(t for _, t in step)
+by = collections.defaultdict(lambda: [0.0, 0])
+for n, t in step:
+    by[short(n)][0] += t; by[short(n)][1] += 1
+print(f"one step: {len(step)} kernels, {total / 1e3:.2f} ms of kernel time (ncu, caches not flushed)")
+print(f"{'kernel':70s} {'calls':>6s} {'total ms':>9s} {'share':>6s} {'us/call':>8s}")
+for n, (t, c) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+    print(f"{n:70s} {c:6d} {t / 1e3:9.3f} {100 * t / total:5.1f}% {t / c:8.1f}")
+with open(sys.argv[2], "w") as f:
+    for n, t in step:
+        f.write(f"{t:9.1f} us  {short(n)}\n")
+PY
