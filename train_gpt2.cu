@@ -181,7 +181,6 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
 
     const MathMode math = kFloatXIsBF16 ? MathMode::BF16 : (a.tf32 ? MathMode::TF32 : MathMode::FP32);
     matmul_set_tf32(a.tf32);
-    matmul_set_autotune(a.matmul_autotune);
     model.use_master_weights = a.master_weights;
     gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
     const MemoryPlan plan = model.plan;
@@ -256,8 +255,6 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     row("precision", std::string(PRECISION_NAME) + (kFloatXIsBF16 ? (a.master_weights ? " + fp32 master weights" : ", no master weights")
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
     row("attention / recompute", std::string(attention_backend_name(backend)) + " / " + std::to_string(a.recompute));
-    row("matmul algorithms", a.matmul_autotune ? "autotuned (fastest of cuBLASLt's first 8, timed once per shape)"
-                                               : "cuBLASLt heuristic (bit-reproducible)");
     row("B / T / processes", std::to_string(a.B) + " / " + std::to_string(a.T) + " / " + std::to_string(mg.world));
     row("tokens per step", std::to_string(layout.tokens_per_step) + " (grad accum " + std::to_string(layout.grad_accum_steps) + ")");
     row("steps", std::to_string(start_step) + " -> " + std::to_string(total_steps) +

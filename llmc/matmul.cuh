@@ -8,17 +8,11 @@
 //
 // Precision: bf16 operands with fp32 accumulation in BF16 builds; in FP32 builds plain fp32 (TF32 only
 // when matmul_set_tf32(true), e.g. the trainer's -f 1: the reference tests need it off).
-// Algorithm: cuBLASLt's first heuristic pick, or with matmul_set_autotune(true) (the trainer's -ma 1) the
-// fastest of its first kAutotuneCandidates picks, timed once per problem on its first call. The heuristic's
-// pick is the same in every run; a timed pick can differ between runs when two algorithms are within noise,
-// and each algorithm rounds differently, so autotuned runs are not bit-reproducible across processes.
 #pragma once
 
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
-#include <vector>
 
 #include "cuda_common.h"
 #include "gelu.cuh"
@@ -46,14 +40,11 @@ struct Key {
 };
 
 // supported = false records that cuBLASLt has no algorithm for the key, so the question is asked once.
-constexpr int kAutotuneCandidates = 8;
-
 struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo;
     bool supported = false;
-    std::vector<cublasLtMatmulAlgo_t> candidates;  // autotune: the heuristic's picks, timed on the first call
 };
 
 struct State {
@@ -61,7 +52,6 @@ struct State {
     void* workspace = nullptr;
     size_t workspace_bytes = 32u << 20;  // cuBLASLt asks for up to 32 MiB on Hopper
     bool tf32 = false;
-    bool autotune = false;
     std::map<Key, Plan> plans;
 };
 inline State& state() {
@@ -91,9 +81,11 @@ inline void matmul_init() {
 }
 inline size_t matmul_workspace_bytes() { return matmul_detail::state().workspace_bytes; }
 
-namespace matmul_detail {
-inline void clear_plans() {
-    auto& s = state();
+// TF32 tensor cores for fp32 builds (no effect on bf16 builds). Clears cached plans.
+inline void matmul_set_tf32(bool on) {
+    auto& s = matmul_detail::state();
+    if (s.tf32 == on) return;
+    s.tf32 = on;
     for (auto& kv : s.plans) {
         cublasLtMatmulDescDestroy(kv.second.desc);
         cublasLtMatrixLayoutDestroy(kv.second.a);
@@ -101,22 +93,6 @@ inline void clear_plans() {
         cublasLtMatrixLayoutDestroy(kv.second.c);
     }
     s.plans.clear();
-}
-}  // namespace matmul_detail
-
-// TF32 tensor cores for fp32 builds (no effect on bf16 builds). Clears cached plans.
-inline void matmul_set_tf32(bool on) {
-    if (matmul_detail::state().tf32 == on) return;
-    matmul_detail::state().tf32 = on;
-    matmul_detail::clear_plans();
-}
-
-// Time the heuristic's first picks on each problem's first call and keep the fastest (see the top of the file).
-// Clears cached plans.
-inline void matmul_set_autotune(bool on) {
-    if (matmul_detail::state().autotune == on) return;
-    matmul_detail::state().autotune = on;
-    matmul_detail::clear_plans();
 }
 
 namespace matmul_detail {
@@ -167,17 +143,14 @@ inline Plan* find_plan(const Key& key) {
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &s.workspace_bytes, sizeof(s.workspace_bytes)));
-    cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates];
+    cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     // Not cublasCheck: an unsupported combination (e.g. a bias-gradient type) is an answer, not an error.
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref,
-                                                                 s.autotune ? kAutotuneCandidates : 1, results, &found);
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     p.supported = status == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p.supported) p.algo = results[0].algo;
-    if (p.supported && found > 1) {
-        for (int i = 0; i < found; i++) p.candidates.push_back(results[i].algo);
-    }
+    if (p.supported) p.algo = result.algo;
     Plan& stored = s.plans.emplace(key, p).first->second;
     return stored.supported ? &stored : nullptr;
 }
@@ -194,66 +167,6 @@ inline void check_alignment(const void* A, const void* B, const void* C, const v
     }
 }
 
-// Times each candidate algorithm on the real operands (median of a few calls after a warm-up) and keeps the
-// fastest; the heuristic's first pick stays unless another is at least 3% faster, so near-ties don't flip.
-// Trial calls write C (and the epilogue outputs), which the real call then overwrites; where C accumulates
-// (beta != 0) it is saved first and restored after.
-inline void autotune_plan(Plan& p, floatX* C, const floatX* A, const floatX* B, float alpha, float beta,
-                          cudaStream_t stream) {
-    State& s = state();
-    const size_t c_bytes = [&] {
-        size_t rows, cols, batch = 1;
-        int64_t stride = 0;
-        cublasCheck(cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof(rows), nullptr));
-        cublasCheck(cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols), nullptr));
-        int32_t count = 1;
-        cublasCheck(cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count),
-                                                     nullptr));
-        cublasCheck(cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                     sizeof(stride), nullptr));
-        batch = count;
-        return ((batch - 1) * (size_t)stride + rows * cols) * sizeof(floatX);
-    }();
-    void* saved = nullptr;
-    if (beta != 0.0f) {
-        cudaCheck(cudaMalloc(&saved, c_bytes));
-        cudaCheck(cudaMemcpyAsync(saved, C, c_bytes, cudaMemcpyDeviceToDevice, stream));
-    }
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    float best_ms = 0.0f;
-    int best = -1;
-    for (int i = 0; i < (int)p.candidates.size(); i++) {
-        float times[5];
-        bool ok = true;
-        for (int r = -1; r < 5 && ok; r++) {  // r = -1: warm-up
-            cudaCheck(cudaEventRecord(start, stream));
-            ok = cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.candidates[i],
-                                s.workspace, s.workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
-            cudaCheck(cudaEventRecord(stop, stream));
-            cudaCheck(cudaEventSynchronize(stop));
-            if (r >= 0) cudaCheck(cudaEventElapsedTime(&times[r], start, stop));
-        }
-        if (!ok) continue;  // a candidate that refuses to run is skipped, not an error
-        std::sort(times, times + 5);
-        const float ms = times[2];
-        if (best < 0 || ms < best_ms * (best == 0 ? 0.97f : 1.0f)) {
-            best = i;
-            best_ms = ms;
-        }
-    }
-    if (best >= 0) p.algo = p.candidates[best];
-    p.candidates.clear();
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    if (saved) {
-        cudaCheck(cudaMemcpyAsync(C, saved, c_bytes, cudaMemcpyDeviceToDevice, stream));
-        cudaCheck(cudaStreamSynchronize(stream));
-        cudaCheck(cudaFree(saved));
-    }
-}
-
 inline void run_plan(Plan& p, MatmulEpilogue epilogue, floatX* C, const floatX* A, const floatX* B, float alpha,
                      float beta, const void* bias, const floatX* pre_gelu, cudaStream_t stream) {
     State& s = state();
@@ -266,7 +179,6 @@ inline void run_plan(Plan& p, MatmulEpilogue epilogue, floatX* C, const floatX* 
         cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu,
                                                    sizeof(pre_gelu)));
     }
-    if (!p.candidates.empty()) autotune_plan(p, C, A, B, alpha, beta, stream);
     cublasCheck(cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, s.workspace,
                                s.workspace_bytes, stream));
 }

@@ -48,7 +48,6 @@ struct TrainArgs {
     bool resume = false;                 // -y 1: continue from the newest complete checkpoint in -o
     // memory and numerics
     int recompute = 1;                   // -r 0 none, 1 recompute GELU in backward, 2 also LayerNorm
-    bool matmul_autotune = false;        // -ma time cuBLASLt's candidate algorithms once per GEMM shape
     bool tf32 = true;                    // -f TF32 tensor cores for fp32 matmuls (FP32 builds)
     bool master_weights = true;          // -w keep fp32 master weights (BF16 builds)
     std::string attention = "auto";  // -ab auto (flash where the build and head size allow it) | flash | materialized
@@ -102,9 +101,6 @@ inline std::string train_usage(const std::string& program) {
              "memory and numerics\n"
              "  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)\n"
              "  -f <0|1>     TF32 matmuls in FP32 builds (default %d)\n"
-             "  -ma <0|1>    matmul autotune: time cuBLASLt's first 8 algorithms per GEMM shape on its first\n"
-             "               call and keep the fastest; faster, but runs are no longer bit-reproducible\n"
-             "               across processes (resume included) (default %d)\n"
              "  -w <0|1>     fp32 master weights in BF16 builds (default %d)\n"
              "  -ab <s>      attention backend auto|flash|materialized; auto = flash in BF16 builds\n"
              "               with head size 64 or 128, else materialized (default %s)\n"
@@ -119,8 +115,7 @@ inline std::string train_usage(const std::string& program) {
              program.c_str(), d.train_pattern.c_str(), d.val_pattern.c_str(), d.init_from.c_str(),
              d.tokenizer_path.c_str(), d.B, d.T, d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay,
              d.grad_clip, d.val_every, d.val_max_batches, d.sample_every, d.gen_tokens, d.temperature, d.top_k,
-             d.checkpoint_every, d.checkpoint_keep, d.recompute, d.tf32 ? 1 : 0, d.matmul_autotune ? 1 : 0,
-             d.master_weights ? 1 : 0,
+             d.checkpoint_every, d.checkpoint_keep, d.recompute, d.tf32 ? 1 : 0, d.master_weights ? 1 : 0,
              d.attention.c_str(), (unsigned long long)d.seed, d.gpus_per_node, d.init_method.c_str(), d.rendezvous_dir.c_str());
     return buf;
 }
@@ -221,7 +216,6 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-sh") { if (!get_bool(&a->shuffle)) return fail("0 or 1"); }
         else if (flag == "-r") { if (!get_int(&a->recompute, 0, 2)) return fail("0, 1 or 2"); }
         else if (flag == "-f") { if (!get_bool(&a->tf32)) return fail("0 or 1"); }
-        else if (flag == "-ma") { if (!get_bool(&a->matmul_autotune)) return fail("0 or 1"); }
         else if (flag == "-w") { if (!get_bool(&a->master_weights)) return fail("0 or 1"); }
         else if (flag == "-ab") {
             if (v != "auto" && v != "materialized" && v != "flash") return fail("auto, materialized or flash");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: the whole check in one go, logs under $OUT (or ./verify_logs).
 #   scripts/gpu_verify.sh tests   make test in FP32, then in BF16 (GPU suites, d12 reference included)
-#   scripts/gpu_verify.sh bench   d12 training throughput, flash (also with -ma 1) and materialized attention, against the
+#   scripts/gpu_verify.sh bench   d12 training throughput, flash and materialized attention, against the
 #                                 torch.compile baseline at B=16 T=1024; device memory at T=1024 and T=4096
 # Env: DATA_MIRROR (GPT-2 vocab + corpora), ANCHORS (folder with the fixed PyTorch baselines).
 set -uo pipefail
@@ -27,7 +27,6 @@ tests)
 bench)
     make -j16 train_gpt2cu PRECISION=BF16 >"$LOGS/build_bench.log" 2>&1 || { tail -n 30 "$LOGS/build_bench.log"; exit 1; }
     BATCHES=16 NO_BASELINE=1 LOGDIR="$LOGS/flash" TRAIN_FLAGS="-ab flash" bash scripts/bench_train.sh | tail -n 1
-    BATCHES=16 NO_BASELINE=1 LOGDIR="$LOGS/flash_autotune" TRAIN_FLAGS="-ab flash -ma 1" bash scripts/bench_train.sh | tail -n 1
     BATCHES=16 NO_BASELINE=1 LOGDIR="$LOGS/materialized" TRAIN_FLAGS="-ab materialized" bash scripts/bench_train.sh | tail -n 1
     PYTHONUNBUFFERED=1 python3 "$ANCHORS/torch_gpt2_baseline.py" --depth 12 --B 16 --T 1024 | tee "$LOGS/baseline.log"
     shard=$(ls "$LOGS"/flash/random_tokens_train_000000.bin)

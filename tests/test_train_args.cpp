@@ -59,7 +59,6 @@ TEST(TrainArgs, DefaultsMatchLlmc) {
     EXPECT_TRUE(a.master_weights);
     EXPECT_EQ(a.attention, "auto");  // flash wherever the build and head size allow it
     EXPECT_TRUE(a.shuffle);
-    EXPECT_FALSE(a.matmul_autotune);
     EXPECT_TRUE(a.output_dir.empty());
 }
 
@@ -67,7 +66,7 @@ TEST(TrainArgs, EveryFlagIsParsed) {
     Parsed p = parse({"-i", "tr_*.bin", "-j", "va_*.bin", "-e", "d24", "-o", "out", "-tok", "tok.bin", "-b", "16",
                       "-t", "512", "-d", "524288", "-x", "100", "-k", "wsd", "-l", "6e-4", "-u", "10", "-q", "0.1",
                       "-c", "0.1", "-gc", "0.5", "-v", "25", "-m", "-1", "-s", "50", "-g", "32", "-st", "0.8", "-sk",
-                      "40", "-n", "10", "-nk", "2", "-y", "1", "-sh", "0", "-r", "2", "-f", "0", "-ma", "1", "-w", "0", "-ab", "flash", "-seed", "7", "-pn",
+                      "40", "-n", "10", "-nk", "2", "-y", "1", "-sh", "0", "-r", "2", "-f", "0", "-w", "0", "-ab", "flash", "-seed", "7", "-pn",
                       "2", "-pr", "1", "-pg", "4", "-pi", "fs", "-pf", "/shared"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     const TrainArgs& a = p.args;
@@ -100,7 +99,6 @@ TEST(TrainArgs, EveryFlagIsParsed) {
     EXPECT_FALSE(a.master_weights);
     EXPECT_EQ(a.attention, "flash");
     EXPECT_FALSE(a.shuffle);
-    EXPECT_TRUE(a.matmul_autotune);
     EXPECT_EQ(a.seed, 7u);
     EXPECT_EQ(a.num_processes, 2);
     EXPECT_EQ(a.process_rank, 1);
