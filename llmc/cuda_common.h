@@ -14,18 +14,21 @@
 #include "utils.h"
 
 // ---------------------------------------------------------------- error checks
+// One message shape for every library (CUDA, cuBLAS, NCCL in multi_gpu.cuh): what failed, why, and where.
+[[noreturn]] inline void library_call_failed(const char* library, const char* what, int code, const char* file,
+                                             int line) {
+    fprintf(stderr, "error: %s: %s (%d) at %s:%d\n", library, what, code, file, line);
+    exit(EXIT_FAILURE);
+}
+
 inline void cuda_check(cudaError_t err, const char* file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "error: CUDA: %s at %s:%d\n", cudaGetErrorString(err), file, line);
-        exit(EXIT_FAILURE);
-    }
+    if (err != cudaSuccess) library_call_failed("CUDA", cudaGetErrorString(err), (int)err, file, line);
 }
 #define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
 
 inline void cublas_check(cublasStatus_t status, const char* file, int line) {
     if (status != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "error: cuBLAS: %s (%d) at %s:%d\n", cublasGetStatusString(status), (int)status, file, line);
-        exit(EXIT_FAILURE);
+        library_call_failed("cuBLAS", cublasGetStatusString(status), (int)status, file, line);
     }
 }
 #define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)

@@ -33,10 +33,7 @@
 
 #ifdef MULTI_GPU
 inline void nccl_check(ncclResult_t r, const char* file, int line) {
-    if (r != ncclSuccess) {
-        fprintf(stderr, "error: NCCL: %s at %s:%d\n", ncclGetErrorString(r), file, line);
-        exit(EXIT_FAILURE);
-    }
+    if (r != ncclSuccess) library_call_failed("NCCL", ncclGetErrorString(r), (int)r, file, line);
 }
 #define ncclCheck(r) nccl_check((r), __FILE__, __LINE__)
 #endif
