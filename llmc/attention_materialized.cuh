@@ -145,10 +145,22 @@ __global__ void attention_softmax_backward_kernel(floatX* dP, const floatX* P, f
     }
 }
 
-// Launches the 128-bit variant when every row starts 16-byte aligned.
+// Threads per block of the layout and softmax kernels. The engine always uses the default; dev/cuda sweeps it.
+constexpr int kAttentionDefaultBlockSize = 256;
+
+inline void check_block_size(int threads) {
+    if (threads < kWarpSize || threads > 1024 || threads % kWarpSize != 0) {
+        fprintf(stderr, "error: materialized attention: block size %d must be a multiple of %d in [%d, 1024]\n",
+                threads, kWarpSize, kWarpSize);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Launches the 128-bit variant when every row starts 16-byte aligned. One warp per row, threads / 32 rows a block.
 inline void attention_softmax(bool backward, floatX* out, const floatX* in, float scale, int rows, int T,
-                              cudaStream_t stream) {
-    const int threads = 256, rows_per_block = threads / kWarpSize, blocks = ceil_div(rows, rows_per_block);
+                              cudaStream_t stream, int threads = kAttentionDefaultBlockSize) {
+    check_block_size(threads);
+    const int rows_per_block = threads / kWarpSize, blocks = ceil_div(rows, rows_per_block);
     const bool vec = (T * sizeof(floatX)) % 16 == 0;
     if (backward) {
         if (vec) attention_softmax_backward_kernel<x128::size><<<blocks, threads, 0, stream>>>(out, in, scale, rows, T);
@@ -176,8 +188,10 @@ inline void check_head_size(int HS) {
     }
 }
 
+// `threads`: block size of the permute, softmax and unpermute kernels (a multiple of 32, at most 1024).
 inline void attention_materialized_forward(floatX* out, floatX* att, const floatX* qkv, void* workspace, int B, int T,
-                                           int C, int NH, cudaStream_t stream = 0) {
+                                           int C, int NH, cudaStream_t stream = 0,
+                                           int threads = kAttentionDefaultBlockSize) {
     const int HS = C / NH;
     check_head_size(HS);
     const size_t btc = (size_t)B * T * C;
@@ -186,23 +200,23 @@ inline void attention_materialized_forward(floatX* out, floatX* att, const float
     floatX* v = k + btc;
     floatX* y = v + btc;
     floatX* S = y + 4 * btc;  // leaves room for the backward's dQ,dK,dV, so both passes share one layout
-    const int threads = 256;
     attention_permute_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(q, k, v, qkv, B, T, NH, HS);
     cudaCheckLaunch();
     const int heads = B * NH;
     matmul(S, q, k, T, T, HS, false, true, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads,
            (long long)T * HS, (long long)T * HS, (long long)T * T, stream);
     const float scale = 1.0f / sqrtf((float)HS);
-    attention_softmax(false, att, S, scale, heads * T, T, stream);
+    attention_softmax(false, att, S, scale, heads * T, T, stream, threads);
     matmul(y, att, v, T, HS, T, false, false, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads,
            (long long)T * T, (long long)T * HS, (long long)T * HS, stream);
     attention_unpermute_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(out, y, B, T, NH, HS, false);
     cudaCheckLaunch();
 }
 
-// dqkv is overwritten. att is the forward's P for this qkv.
+// dqkv is overwritten. att is the forward's P for this qkv. `threads` as in the forward.
 inline void attention_materialized_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att,
-                                            void* workspace, int B, int T, int C, int NH, cudaStream_t stream = 0) {
+                                            void* workspace, int B, int T, int C, int NH, cudaStream_t stream = 0,
+                                            int threads = kAttentionDefaultBlockSize) {
     const int HS = C / NH;
     const size_t btc = (size_t)B * T * C;
     floatX* q = (floatX*)workspace;
@@ -213,7 +227,6 @@ inline void attention_materialized_backward(floatX* dqkv, const floatX* dout, co
     floatX* dk = dq + btc;
     floatX* dv = dk + btc;
     floatX* dP = dv + btc;
-    const int threads = 256;
     attention_permute_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(q, k, v, qkv, B, T, NH, HS);
     cudaCheckLaunch();
     attention_unpermute_kernel<<<ceil_div(btc / x128::size, threads), threads, 0, stream>>>(const_cast<floatX*>(dout), dy, B, T,
@@ -226,7 +239,7 @@ inline void attention_materialized_backward(floatX* dqkv, const floatX* dout, co
     matmul(dv, att, dy, T, HS, T, true, false, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads, sTT, sTH,
            sTH, stream);
     const float scale = 1.0f / sqrtf((float)HS);
-    attention_softmax(true, dP, att, scale, heads * T, T, stream);
+    attention_softmax(true, dP, att, scale, heads * T, T, stream, threads);
     matmul(dq, dP, k, T, HS, T, false, false, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads, sTT, sTH, sTH,
            stream);
     matmul(dk, dP, q, T, HS, T, true, false, 1.0f, 0.0f, MatmulEpilogue::None, nullptr, nullptr, heads, sTT, sTH, sTH,

@@ -1,7 +1,9 @@
 // Causal self-attention backward: dqkv (B, T, 3, NH, HS) from dout (B, T, NH·HS), the input qkv and the
 // forward's out and LSE.
-//   1  materialised (Step A backward), fp32: recompute att with the cuBLAS forward, then datt = dO·Vᵀ,
-//      dV = attᵀ·dO, softmax backward (block per row), dQ = dpre·K, dK = dpreᵀ·Q, all batched cuBLAS GEMMs
+//   1  materialised (Step A backward): the engine's backend, llmc/attention_materialized.cuh, built in fp32
+//      (this directory builds with -DENABLE_FP32): dP = dO·Vᵀ, dV = Pᵀ·dO, softmax backward in place (a warp
+//      per row), dQ = dS·K, dK = dSᵀ·Q, all strided-batched cuBLASLt GEMMs; P comes from the engine's forward,
+//      run before and not timed, as training saves it; "block" = threads per block of its permute/softmax kernels
 //   2  FlashAttention-2 backward, fp32: D = rowsum(dO∘O); a dQ kernel (a quad of threads per query row, K/V
 //      tiles streamed) and a dK/dV kernel (a quad per key row, Q/dO/LSE/D tiles streamed); P recomputed from
 //      Q, K and LSE; no atomics
@@ -12,8 +14,8 @@
 // SDPA baseline does.
 // Build: make -C dev/cuda attention_backward     Run: ./attention_backward [-v 3] [-s "8,12,1024,64;..."]
 #include "common.h"
-#include "attention_materialized.cuh"
 #include "llmc/attention_flash.cuh"
+#include "llmc/attention_materialized.cuh"
 #include "llmc/gpt2_cpu.h"
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -172,8 +174,7 @@ struct Problem {
     AttentionShape s;
     DeviceBuffer<float> qkv32, dinp32, dout32, out32, lse, D;
     DeviceBuffer<__nv_bfloat16> qkv16, dinp16, dout16, out16;
-    materialized::Buffers mat;
-    materialized::GradBuffers mat_grad;
+    MaterializedScratch mat;
     size_t n_inp() const { return (size_t)s.B * s.T * 3 * s.NH * s.HS; }
     size_t n_out() const { return (size_t)s.B * s.T * s.NH * s.HS; }
     size_t n_rows() const { return (size_t)s.B * s.NH * s.T; }
@@ -185,13 +186,17 @@ struct Problem {
         } else {
             qkv32.resize(n_inp()); dinp32.resize(n_inp()); dout32.resize(n_out()); out32.resize(n_out());
         }
-        if (v.id == 1) {
-            mat.allocate(s.B, s.T, s.NH, s.HS);
-            mat_grad.allocate(s.B, s.T, s.NH, s.HS);
-        }
+        if (v.id == 1) mat.allocate(s);
     }
     void forward16(int block) {  // out16, lse from qkv16 with the engine's flash forward
         cudaCheck(attention_flash_forward(out16.ptr, lse.ptr, qkv16.ptr, s.B, s.T, s.NH, s.HS, 0, block));
+    }
+    // out32 and P (saved for variant 1) from qkv32 with the engine's materialized forward; the workspace is then
+    // poisoned, since training lends it to other layers between the passes.
+    void forward_materialized(int block) {
+        attention_materialized_forward(out32.ptr, mat.att.ptr, qkv32.ptr, mat.workspace.ptr, s.B, s.T, s.NH * s.HS,
+                                       s.NH, 0, block);
+        mat.workspace.poison();
     }
 };
 
@@ -214,12 +219,12 @@ void run_flash2_fp32(int block, Problem& p) {
     cudaCheckLaunch();
 }
 
-void run_backward(int variant, int block, Problem& p, cublasHandle_t handle) {
+void run_backward(int variant, int block, Problem& p) {
     const AttentionShape& s = p.s;
     switch (variant) {
         case 1:
-            materialized::backward(handle, p.mat, p.mat_grad, p.dinp32.ptr, p.dout32.ptr, p.qkv32.ptr, s.B, s.T, s.NH,
-                                   s.HS, block);
+            attention_materialized_backward(p.dinp32.ptr, p.dout32.ptr, p.qkv32.ptr, p.mat.att.ptr,
+                                            p.mat.workspace.ptr, s.B, s.T, s.NH * s.HS, s.NH, 0, block);
             break;
         case 2:
             if (s.HS == 64) run_flash2_fp32<64>(block, p);
@@ -243,7 +248,7 @@ std::vector<T> part_of(const std::vector<T>& x, const AttentionShape& s, int whi
     return out;
 }
 
-bool check(const Variant& v, int block, const AttentionShape& s, cublasHandle_t handle) {
+bool check(const Variant& v, int block, const AttentionShape& s) {
     Problem p(s, v);
     const int C = s.NH * s.HS;
     std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
@@ -260,16 +265,19 @@ bool check(const Variant& v, int block, const AttentionShape& s, cublasHandle_t 
         p.dout32.upload(dout);
         p.out32.upload(to_float(out_d));
         p.lse.upload(to_float(lse_d));
+        if (v.id == 1) {  // P as the engine's forward saves it (variant 1 reads neither out nor LSE)
+            p.mat.att.poison();
+            p.forward_materialized(block);
+        }
     }
     std::vector<double> inp_d = to_double(inp), dout_d = to_double(dout);
     attention_backward<double>(dinp_ref.data(), dout_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
 
     if (v.bf16) p.dinp16.poison(); else p.dinp32.poison();
     p.D.poison();
-    run_backward(v.id, block, p, handle);
+    run_backward(v.id, block, p);
     cudaCheck(cudaDeviceSynchronize());
 
-    printf("  v%d %-22s block %3d  B%d NH%d T%d HS%d\n", v.id, v.name, block, s.B, s.NH, s.T, s.HS);
     bool ok = true;
     const char* names[3] = {"dQ", "dK", "dV"};
     for (int which = 0; which < 3; which++) {
@@ -282,91 +290,63 @@ bool check(const Variant& v, int block, const AttentionShape& s, cublasHandle_t 
     return ok;
 }
 
-int main(int argc, char** argv) {
-    Options opt = parse_options(argc, argv, "1 materialized, 2 flash2 fp32, 3 flash2 bf16");
-    print_device();
-    cublasHandle_t handle;
-    cublasCheck(cublasCreate(&handle));
+// Determinism: the bf16 backward twice on the same inputs must agree bit for bit (no atomics).
+bool check_determinism() {
+    AttentionShape s = {4, 12, 1000, 64};
+    Problem p(s, kVariants[2]);
+    std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
+    p.qkv16.upload(round_to_bf16(inp));
+    p.dout16.upload(round_to_bf16(dout));
+    p.forward16(0);
+    run_backward(3, 0, p);
+    std::vector<__nv_bfloat16> first = p.dinp16.download();
+    p.dinp16.poison();
+    run_backward(3, 0, p);
+    std::vector<__nv_bfloat16> second = p.dinp16.download();
+    bool same = memcmp(first.data(), second.data(), first.size() * sizeof(__nv_bfloat16)) == 0;
+    printf("  v3 determinism (two runs, B4 NH12 T1000 HS64): %s\n", same ? "bit-identical" : "DIFFERENT");
+    return same;
+}
 
-    const std::vector<AttentionShape> checks = {
-        {2, 3, 1, 64}, {2, 4, 77, 64}, {1, 2, 333, 128}, {16, 12, 130, 64}, {1, 1, 1024, 64}, {2, 2, 515, 128},
-    };
-    int failures = 0, total = 0;
-    printf("validation against the fp64 CPU reference (fp32 variants: rel-L2 <= 1e-5; bf16: <= 5e-3)\n");
-    for (const AttentionShape& s : checks)
-        for (const Variant& v : kVariants)
-            for (int block : v.blocks) {
-                total++;
-                if (!check(v, block, s, handle)) failures++;
-            }
-    // Determinism: the bf16 backward twice on the same inputs must agree bit for bit (no atomics).
-    {
-        AttentionShape s = {4, 12, 1000, 64};
-        Problem p(s, kVariants[2]);
-        std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
+void time_variant(const Variant& v, int block, const AttentionShape& s, int repeats) {
+    const double fwd_flops = attention_forward_flops(s.B, s.NH, s.T, s.HS);
+    Problem p(s, v);
+    std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
+    if (v.bf16) {
         p.qkv16.upload(round_to_bf16(inp));
         p.dout16.upload(round_to_bf16(dout));
         p.forward16(0);
-        run_backward(3, 0, p, handle);
-        std::vector<__nv_bfloat16> first = p.dinp16.download();
-        p.dinp16.poison();
-        run_backward(3, 0, p, handle);
-        std::vector<__nv_bfloat16> second = p.dinp16.download();
-        bool same = memcmp(first.data(), second.data(), first.size() * sizeof(__nv_bfloat16)) == 0;
-        printf("  v3 determinism (two runs, B4 NH12 T1000 HS64): %s\n", same ? "bit-identical" : "DIFFERENT");
-        total++;
-        if (!same) failures++;
+    } else {
+        p.qkv32.upload(inp);
+        p.dout32.upload(dout);
+        std::vector<float> out = random_normal(p.n_out()), lse(p.n_rows(), (float)std::log((double)s.T));
+        p.out32.upload(out);  // timing only: values do not change the work done
+        p.lse.upload(lse);
+        if (v.id == 1) p.forward_materialized(block);
     }
-    if (failures) {
-        printf("VALIDATION FAILED: %d of %d checks\n", failures, total);
-        return 1;
+    Timing t = benchmark([&] { run_backward(v.id, block, p); }, repeats);
+    print_result("bwd", v.id, v.name, block, s, 2.5 * fwd_flops, t);
+    if (v.bf16) {
+        Timing tf = benchmark([&] {
+            p.forward16(0);
+            run_backward(v.id, block, p);
+        }, repeats);
+        print_result("fwdbwd", v.id, v.name, block, s, 3.5 * fwd_flops, tf);
     }
-    printf("validation: all %d checks passed\n", total);
-    if (opt.validate_only) return 0;
+}
 
-    printf("\nbenchmark: median of %d calls; cold = L2 flushed before each call, warm = back-to-back (as the SDPA "
-           "script); TFLOP/s from warm; bwd FLOPs = 2.5x fwd, fwd+bwd = 3.5x fwd (fwd = 2*B*NH*T*T*HS)\n",
-           opt.repeats);
-    print_table_header();
-    for (size_t si = 0; si < opt.shapes.size(); si++) {
-        const AttentionShape& s = opt.shapes[si];
-        const double fwd_flops = attention_forward_flops(s.B, s.NH, s.T, s.HS);
-        for (const Variant& v : kVariants) {
-            if (!wants(opt, v.id)) continue;
-            // without -v, the slow teaching variants run at the first shape only
-            if (opt.variants.empty() && si > 0 && v.id != 3) continue;
-            if (v.id == 1 && materialized::bytes_needed(s.B, s.T, s.NH, s.HS) * 1.5 > (16ull << 30)) {
-                printf("bwd     %2d %-24s skipped: T×T buffers too large\n", v.id, v.name);
-                continue;
-            }
-            std::vector<int> blocks = opt.block_size ? std::vector<int>{opt.block_size} : v.blocks;
-            for (int block : blocks) {
-                if (std::find(v.blocks.begin(), v.blocks.end(), block) == v.blocks.end()) continue;
-                Problem p(s, v);
-                std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
-                if (v.bf16) {
-                    p.qkv16.upload(round_to_bf16(inp));
-                    p.dout16.upload(round_to_bf16(dout));
-                    p.forward16(0);
-                } else {
-                    p.qkv32.upload(inp);
-                    p.dout32.upload(dout);
-                    std::vector<float> out = random_normal(p.n_out()), lse(p.n_rows(), (float)std::log((double)s.T));
-                    p.out32.upload(out);  // timing only: values do not change the work done
-                    p.lse.upload(lse);
-                }
-                Timing t = benchmark([&] { run_backward(v.id, block, p, handle); }, opt.repeats);
-                print_result("bwd", v.id, v.name, block, s, 2.5 * fwd_flops, t);
-                if (v.bf16) {
-                    Timing tf = benchmark([&] {
-                        p.forward16(0);
-                        run_backward(v.id, block, p, handle);
-                    }, opt.repeats);
-                    print_result("fwdbwd", v.id, v.name, block, s, 3.5 * fwd_flops, tf);
-                }
-            }
-        }
-    }
-    cublasCheck(cublasDestroy(handle));
-    return 0;
+int main(int argc, char** argv) {
+    AttentionProgram<Variant> prog;
+    prog.pass = "bwd";
+    prog.variants_help = "1 materialized, 2 flash2 fp32, 3 flash2 bf16";
+    prog.flops_note = "; bwd FLOPs = 2.5x fwd, fwd+bwd = 3.5x fwd (fwd = 2*B*NH*T*T*HS)";
+    prog.engine_variant = 3;
+    prog.variants = kVariants;
+    prog.validate_variant = check;
+    prog.extra_checks = {check_determinism};
+    prog.scratch_bytes = [](const Variant& v, const AttentionShape& s) {
+        return v.id == 1 ? MaterializedScratch::bytes(s) : 0;
+    };
+    prog.time_variant = time_variant;
+    return run_attention_program(argc, argv, prog);
 }

@@ -1,7 +1,9 @@
 // Causal self-attention forward, from the CPU algorithm on the GPU to flash attention on bf16 tensor cores.
 // Input qkv (B, T, 3, NH, HS) as the QKV projection writes it; output (B, T, NH·HS); scale 1/sqrt(HS).
 //   1  naive: one thread per (b, t, h) query row, online softmax, fp32
-//   2  materialised (Step A): permute, cuBLAS Q·Kᵀ, fused scale+mask+softmax, cuBLAS att·V, unpermute, fp32
+//   2  materialised (Step A): the engine's backend, llmc/attention_materialized.cuh, built in fp32 (this
+//      directory builds with -DENABLE_FP32): permute, cuBLASLt S = Q·Kᵀ, causal softmax with the scale folded in
+//      (a warp per row), cuBLASLt P·V, unpermute; "block" = threads per block of its permute/softmax kernels
 //   3  minimal flash (Step B): a block per (b, h), one thread per query row, O/m/l in device memory, fp32;
 //      made causal (tiles above the diagonal skipped, diagonal masked) and correct for any T
 //   4  FlashAttention-2 loop order, fp32: a block per (query tile, b, h), a quad of threads per query row,
@@ -14,8 +16,8 @@
 // benchmarked.
 // Build: make -C dev/cuda attention_forward     Run: ./attention_forward [-v 5] [-s "8,12,1024,64;..."]
 #include "common.h"
-#include "attention_materialized.cuh"
 #include "llmc/attention_flash.cuh"
+#include "llmc/attention_materialized.cuh"
 #include "llmc/gpt2_cpu.h"
 
 // ------------------------------------------------------------------------------------------ variant 1
@@ -225,7 +227,7 @@ struct Problem {
     AttentionShape s;
     DeviceBuffer<float> qkv32, out32, lse, m, l;
     DeviceBuffer<__nv_bfloat16> qkv16, out16;
-    materialized::Buffers mat;
+    MaterializedScratch mat;
     size_t n_inp() const { return (size_t)s.B * s.T * 3 * s.NH * s.HS; }
     size_t n_out() const { return (size_t)s.B * s.T * s.NH * s.HS; }
     size_t n_rows() const { return (size_t)s.B * s.NH * s.T; }
@@ -238,13 +240,13 @@ struct Problem {
             qkv32.resize(n_inp());
             out32.resize(n_out());
         }
-        if (v.id == 2) mat.allocate(s.B, s.T, s.NH, s.HS);
+        if (v.id == 2) mat.allocate(s);
         if (v.id == 3) { m.resize(n_rows()); l.resize(n_rows()); }
     }
 };
 
 template <int HS>
-void run_fp32(int variant, int block, Problem& p, cublasHandle_t handle) {
+void run_fp32(int variant, int block, Problem& p) {
     const AttentionShape& s = p.s;
     switch (variant) {
         case 1: {
@@ -254,7 +256,8 @@ void run_fp32(int variant, int block, Problem& p, cublasHandle_t handle) {
             break;
         }
         case 2:
-            materialized::forward(handle, p.mat, p.out32.ptr, p.qkv32.ptr, s.B, s.T, s.NH, s.HS, block);
+            attention_materialized_forward(p.out32.ptr, p.mat.att.ptr, p.qkv32.ptr, p.mat.workspace.ptr, s.B, s.T,
+                                           s.NH * s.HS, s.NH, 0, block);
             break;
         case 3: {
             size_t smem = sizeof(float) * (block * (HS + 1) + 2 * block * HS + block * (block + 1));
@@ -280,18 +283,18 @@ void run_fp32(int variant, int block, Problem& p, cublasHandle_t handle) {
     }
 }
 
-void run_variant(int variant, int block, Problem& p, cublasHandle_t handle) {
+void run_variant(int variant, int block, Problem& p) {
     if (variant == 5) {
         cudaCheck(attention_flash_forward(p.out16.ptr, p.lse.ptr, p.qkv16.ptr, p.s.B, p.s.T, p.s.NH, p.s.HS, 0, block));
         return;
     }
-    if (p.s.HS == 64) run_fp32<64>(variant, block, p, handle);
-    else if (p.s.HS == 128) run_fp32<128>(variant, block, p, handle);
+    if (p.s.HS == 64) run_fp32<64>(variant, block, p);
+    else if (p.s.HS == 128) run_fp32<128>(variant, block, p);
     else { fprintf(stderr, "error: head size %d: the dev variants are built for 64 and 128\n", p.s.HS); exit(1); }
 }
 
 // Fresh inputs, fp64 reference on the same (bf16-rounded where the kernel is bf16) values, poisoned outputs.
-bool check(const Variant& v, int block, const AttentionShape& s, cublasHandle_t handle) {
+bool check(const Variant& v, int block, const AttentionShape& s) {
     Problem p(s, v);
     std::vector<float> inp = random_normal(p.n_inp());
     if (v.bf16) p.qkv16.upload(round_to_bf16(inp));
@@ -301,66 +304,35 @@ bool check(const Variant& v, int block, const AttentionShape& s, cublasHandle_t 
 
     p.lse.poison();
     if (v.bf16) p.out16.poison(); else p.out32.poison();
-    run_variant(v.id, block, p, handle);
+    if (v.id == 2) { p.mat.att.poison(); p.mat.workspace.poison(); }
+    run_variant(v.id, block, p);
     cudaCheck(cudaDeviceSynchronize());
 
-    printf("  v%d %-22s block %3d  B%d NH%d T%d HS%d\n", v.id, v.name, block, s.B, s.NH, s.T, s.HS);
     bool ok = v.bf16 ? validate("out", p.out16.download(), out_ref, bf16_tolerance(rms(out_ref)))
                      : validate("out", p.out32.download(), out_ref, fp32_tolerance());
     if (v.has_lse) ok &= validate("lse", p.lse.download(), lse_ref, Tolerance{1e-4, 1e-5, 1e-5});
     return ok;
 }
 
+void time_variant(const Variant& v, int block, const AttentionShape& s, int repeats) {
+    Problem p(s, v);
+    std::vector<float> inp = random_normal(p.n_inp());
+    if (v.bf16) p.qkv16.upload(round_to_bf16(inp)); else p.qkv32.upload(inp);
+    Timing t = benchmark([&] { run_variant(v.id, block, p); }, repeats);
+    print_result("fwd", v.id, v.name, block, s, attention_forward_flops(s.B, s.NH, s.T, s.HS), t);
+}
+
 int main(int argc, char** argv) {
-    Options opt = parse_options(argc, argv, "1 naive, 2 materialized, 3 minimal flash, 4 flash2 fp32, 5 flash2 bf16");
-    print_device();
-    cublasHandle_t handle;
-    cublasCheck(cublasCreate(&handle));
-
-    // T = 1; T not a multiple of any tile; HS 64 and 128; B·NH large (192) and small (1).
-    const std::vector<AttentionShape> checks = {
-        {2, 3, 1, 64}, {2, 4, 77, 64}, {1, 2, 333, 128}, {16, 12, 130, 64}, {1, 1, 1024, 64}, {2, 2, 515, 128},
+    AttentionProgram<Variant> prog;
+    prog.pass = "fwd";
+    prog.variants_help = "1 naive, 2 materialized, 3 minimal flash, 4 flash2 fp32, 5 flash2 bf16";
+    prog.flops_note = ", causal FLOPs 2*B*NH*T*T*HS";
+    prog.engine_variant = 5;
+    prog.variants = kVariants;
+    prog.validate_variant = check;
+    prog.scratch_bytes = [](const Variant& v, const AttentionShape& s) {
+        return v.id == 2 ? MaterializedScratch::bytes(s) : 0;
     };
-    int failures = 0, total = 0;
-    printf("validation against the fp64 CPU reference (fp32 variants: rel-L2 <= 1e-5; bf16: <= 5e-3)\n");
-    for (const AttentionShape& s : checks)
-        for (const Variant& v : kVariants)
-            for (int block : v.blocks) {
-                total++;
-                if (!check(v, block, s, handle)) failures++;
-            }
-    if (failures) {
-        printf("VALIDATION FAILED: %d of %d checks\n", failures, total);
-        return 1;
-    }
-    printf("validation: all %d checks passed\n", total);
-    if (opt.validate_only) return 0;
-
-    printf("\nbenchmark: median of %d calls; cold = L2 flushed before each call, warm = back-to-back (as the SDPA "
-           "script); TFLOP/s from warm, causal FLOPs 2*B*NH*T*T*HS\n", opt.repeats);
-    print_table_header();
-    for (size_t si = 0; si < opt.shapes.size(); si++) {
-        const AttentionShape& s = opt.shapes[si];
-        for (const Variant& v : kVariants) {
-            if (!wants(opt, v.id)) continue;
-            // without -v, the slow teaching variants run at the first shape only
-            if (opt.variants.empty() && si > 0 && v.id != 5) continue;
-            if (v.id == 2 && materialized::bytes_needed(s.B, s.T, s.NH, s.HS) > (16ull << 30)) {
-                printf("fwd     %2d %-24s skipped: T×T buffers need %.1f GB\n", v.id, v.name,
-                       materialized::bytes_needed(s.B, s.T, s.NH, s.HS) / 1e9);
-                continue;
-            }
-            std::vector<int> blocks = opt.block_size ? std::vector<int>{opt.block_size} : v.blocks;
-            for (int block : blocks) {
-                if (std::find(v.blocks.begin(), v.blocks.end(), block) == v.blocks.end()) continue;
-                Problem p(s, v);
-                std::vector<float> inp = random_normal(p.n_inp());
-                if (v.bf16) p.qkv16.upload(round_to_bf16(inp)); else p.qkv32.upload(inp);
-                Timing t = benchmark([&] { run_variant(v.id, block, p, handle); }, opt.repeats);
-                print_result("fwd", v.id, v.name, block, s, attention_forward_flops(s.B, s.NH, s.T, s.HS), t);
-            }
-        }
-    }
-    cublasCheck(cublasDestroy(handle));
-    return 0;
+    prog.time_variant = time_variant;
+    return run_attention_program(argc, argv, prog);
 }

@@ -1,8 +1,9 @@
-// The harness every dev/cuda program shares: error checks, device buffers, seeded random inputs, validation
-// against a higher-precision reference, timing, causal-attention FLOP counting and the command line.
+// The harness every dev/cuda program shares: device buffers, seeded random inputs, validation against a
+// higher-precision reference, timing, causal-attention FLOP counting, the command line, and the driver that
+// validates every variant and then benchmarks them (a program only declares its variants).
+// Error checks (cudaCheck, cudaCheckLaunch) are the engine's, from llmc/cuda_common.h.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -13,31 +14,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "llmc/attention_materialized.cuh"
 #include "llmc/bf16.h"
+#include "llmc/cuda_common.h"
 #include "llmc/rand.h"
 
-// ------------------------------------------------------------------------------------------ error checks
-inline void cuda_check(cudaError_t err, const char* file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "error: CUDA at %s:%d: %s\n", file, line, cudaGetErrorString(err));
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudaCheck(call) cuda_check((call), __FILE__, __LINE__)
-
-inline void cublas_check(cublasStatus_t status, const char* file, int line) {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "error: cuBLAS at %s:%d: status %d\n", file, line, (int)status);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cublasCheck(call) cublas_check((call), __FILE__, __LINE__)
-
-// After a kernel launch: the launch error now, and (in validation runs) the execution error.
-#define cudaCheckLaunch() cudaCheck(cudaGetLastError())
+// The fp32 teaching variants call the engine's floatX code (the materialized backend) as fp32.
+static_assert(!kFloatXIsBF16, "dev/cuda programs are built with -DENABLE_FP32 (see dev/cuda/Makefile)");
 
 // ------------------------------------------------------------------------------------------ device memory
 template <typename T>
@@ -207,10 +194,26 @@ Timing benchmark(F&& fn, int repeats) {
 // a backward is 2.5x that, forward + backward 3.5x.
 inline double attention_forward_flops(int B, int NH, int T, int HS) { return 2.0 * B * NH * (double)T * T * HS; }
 
-// ------------------------------------------------------------------------------------------ command line
 struct AttentionShape {
     int B, NH, T, HS;
 };
+
+// ------------------------------------------------------------------------------------------ engine backend
+// Memory of the engine's materialized attention (llmc/attention_materialized.cuh), sized as the engine sizes
+// it: P (saved by the forward for the backward) and the workspace both passes share.
+struct MaterializedScratch {
+    DeviceBuffer<floatX> att, workspace;
+    static size_t bytes(const AttentionShape& s) {
+        return attention_materialized_saved_bytes(s.B, s.T, s.NH) +
+               attention_materialized_workspace_bytes(s.B, s.T, s.NH * s.HS, s.NH);
+    }
+    void allocate(const AttentionShape& s) {
+        att.resize(attention_materialized_saved_bytes(s.B, s.T, s.NH) / sizeof(floatX));
+        workspace.resize(attention_materialized_workspace_bytes(s.B, s.T, s.NH * s.HS, s.NH) / sizeof(floatX));
+    }
+};
+
+// ------------------------------------------------------------------------------------------ command line
 
 struct Options {
     std::vector<int> variants;          // to benchmark; empty = all
@@ -312,4 +315,79 @@ inline void print_result(const char* pass, int variant, const char* name, int bl
 inline void print_table_header() {
     printf("%-7s %2s %-22s %5s  %-30s %9s %9s %8s\n", "pass", "v", "variant", "block", "shape", "cold_ms", "warm_ms",
            "TFLOP/s");
+}
+
+// ------------------------------------------------------------------------------------------ the driver
+// What an attention dev program declares. `Variant` has at least: int id; const char* name; std::vector<int>
+// blocks (the block sizes, or configurations, it is validated and swept at).
+template <typename Variant>
+struct AttentionProgram {
+    const char* pass = "";           // first column of the skip lines ("fwd", "bwd")
+    const char* variants_help = "";  // the -v list of the usage text
+    const char* flops_note = "";     // how TFLOP/s counts, appended to the benchmark headline
+    int engine_variant = 0;          // what trains: benchmarked at every shape; the rest at the first only (unless -v)
+    std::vector<Variant> variants;
+    // Runs one variant at one block size on fresh inputs, poisoned outputs, and validates it.
+    std::function<bool(const Variant&, int block, const AttentionShape&)> validate_variant;
+    // Further checks after the variant checks, one count each (e.g. determinism).
+    std::vector<std::function<bool()>> extra_checks;
+    // Scratch a variant needs at a shape (0 if little): over kMaxScratchBytes it is not benchmarked there.
+    std::function<size_t(const Variant&, const AttentionShape&)> scratch_bytes;
+    // Times one variant at one block size and prints its result row(s) with print_result.
+    std::function<void(const Variant&, int block, const AttentionShape&, int repeats)> time_variant;
+};
+
+constexpr size_t kMaxScratchBytes = 16ull << 30;
+
+// Validates every variant at every block size on a fixed list of shapes (T = 1; T not a multiple of any tile;
+// HS 64 and 128; B·NH large (192) and small (1)), stops at any failure, then benchmarks. Returns the exit code.
+template <typename Variant>
+int run_attention_program(int argc, char** argv, const AttentionProgram<Variant>& prog) {
+    const Options opt = parse_options(argc, argv, prog.variants_help);
+    print_device();
+    const std::vector<AttentionShape> checks = {
+        {2, 3, 1, 64}, {2, 4, 77, 64}, {1, 2, 333, 128}, {16, 12, 130, 64}, {1, 1, 1024, 64}, {2, 2, 515, 128},
+    };
+    int failures = 0, total = 0;
+    printf("validation against the fp64 CPU reference (fp32 variants: rel-L2 <= 1e-5; bf16: <= 5e-3)\n");
+    for (const AttentionShape& s : checks)
+        for (const Variant& v : prog.variants)
+            for (int block : v.blocks) {
+                printf("  v%d %-22s block %3d  B%d NH%d T%d HS%d\n", v.id, v.name, block, s.B, s.NH, s.T, s.HS);
+                total++;
+                if (!prog.validate_variant(v, block, s)) failures++;
+            }
+    for (const auto& extra : prog.extra_checks) {
+        total++;
+        if (!extra()) failures++;
+    }
+    if (failures) {
+        printf("VALIDATION FAILED: %d of %d checks\n", failures, total);
+        return 1;
+    }
+    printf("validation: all %d checks passed\n", total);
+    if (opt.validate_only) return 0;
+
+    printf("\nbenchmark: median of %d calls; cold = L2 flushed before each call, warm = back-to-back (as the SDPA "
+           "script); TFLOP/s from warm%s\n", opt.repeats, prog.flops_note);
+    print_table_header();
+    for (size_t si = 0; si < opt.shapes.size(); si++) {
+        const AttentionShape& s = opt.shapes[si];
+        for (const Variant& v : prog.variants) {
+            if (!wants(opt, v.id)) continue;
+            // without -v, the slow teaching variants run at the first shape only
+            if (opt.variants.empty() && si > 0 && v.id != prog.engine_variant) continue;
+            const size_t scratch = prog.scratch_bytes ? prog.scratch_bytes(v, s) : 0;
+            if (scratch > kMaxScratchBytes) {
+                printf("%-7s %2d %-24s skipped: T×T buffers need %.1f GB\n", prog.pass, v.id, v.name, scratch / 1e9);
+                continue;
+            }
+            const std::vector<int> blocks = opt.block_size ? std::vector<int>{opt.block_size} : v.blocks;
+            for (int block : blocks) {
+                if (std::find(v.blocks.begin(), v.blocks.end(), block) == v.blocks.end()) continue;
+                prog.time_variant(v, block, s, opt.repeats);
+            }
+        }
+    }
+    return 0;
 }
