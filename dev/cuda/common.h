@@ -242,9 +242,9 @@ inline bool parse_shapes(const char* s, std::vector<AttentionShape>* out) {
 inline void usage_and_exit(const char* prog, const char* variants_help, const char* problem) {
     if (problem) fprintf(stderr, "error: %s\n", problem);
     fprintf(stderr,
-            "usage: %s [-v V[,V...]] [-k block] [-s \"B,NH,T,HS;...\"] [-b B -n NH -t T -d HS] [-r repeats] [-c]\n"
+            "usage: %s [V] [-v V[,V...]] [-k block] [-s \"B,NH,T,HS;...\"] [-b B -n NH -t T -d HS] [-r repeats] [-c]\n"
             "  validates every variant at a fixed list of shapes, then benchmarks the chosen variants\n"
-            "  -v  variants to benchmark (default: all at the first shape, the bf16 flash variant at every shape): %s\n"
+            "  V, -v  variants to benchmark (default: all at the first shape, the bf16 flash variant at every shape): %s\n"
             "  -k  block size (default: sweep)      -s  benchmark shapes (default 8,12,1024,64)\n"
             "  -b -n -t -d  one benchmark shape     -r  timed repeats (default 50)\n"
             "  -c  check only (validate, no benchmark)\n",
@@ -260,6 +260,14 @@ inline Options parse_options(int argc, char** argv, const char* variants_help) {
         std::string a = argv[i];
         if (a == "-h" || a == "--help") usage_and_exit(argv[0], variants_help, nullptr);
         if (a == "-c") { o.validate_only = true; continue; }
+        if (!a.empty() && a[0] != '-') {  // llm.c style: a bare number picks the variant (`./attention_forward 4`)
+            const int x = atoi(a.c_str());
+            if (x < 1 || a.find_first_not_of("0123456789") != std::string::npos) {
+                usage_and_exit(argv[0], variants_help, ("expected a variant number, got " + a).c_str());
+            }
+            o.variants.push_back(x);
+            continue;
+        }
         if (i + 1 >= argc) usage_and_exit(argv[0], variants_help, ("missing value after " + a).c_str());
         const char* v = argv[++i];
         char* end = nullptr;
