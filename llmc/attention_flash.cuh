@@ -354,6 +354,44 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)  // kMinBlocks per SM
 }
 
 // ------------------------------------------------------------------------------------------ backward
+// The two score products both backward kernels recompute for a warp's 16 rows against a tile of kCols rows:
+//   s = A1 · B1ᵀ,  dp = A2 · B2ᵀ.
+// A1, A2 are the warp's rows row0..row0+15 of tiles sA1, sA2, or (kHoist) their fragments already in registers;
+// B1, B2 are the tiles tB1, tB2. The dQ kernel passes A = Q, dO and B = K, V (S and dP); the dK/dV kernel passes
+// A = K, V and B = Q, dO (Sᵀ and dPᵀ).
+template <int HS, int kCols, bool kHoist>
+__device__ __forceinline__ void backward_score_products(float (&s)[kCols / 8][4], float (&dp)[kCols / 8][4],
+                                                        const uint32_t (&a1_frag)[kHoist ? HS / 16 : 1][4],
+                                                        const uint32_t (&a2_frag)[kHoist ? HS / 16 : 1][4],
+                                                        uint32_t sA1, uint32_t sA2, int row0, uint32_t tB1,
+                                                        uint32_t tB2, int lane) {
+#pragma unroll
+    for (int n = 0; n < kCols / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t a1[4], a2[4];
+        if constexpr (kHoist) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) a1[e] = a1_frag[kk][e], a2[e] = a2_frag[kk][e];
+        } else {
+            load_a_frag<HS>(a1, sA1, row0, kk, lane);
+            load_a_frag<HS>(a2, sA2, row0, kk, lane);
+        }
+#pragma unroll
+        for (int nn = 0; nn < kCols / 16; nn++) {
+            uint32_t b1[4], b2[4];
+            load_b_frag_rows_n<HS>(b1, tB1, nn * 16, kk, lane);
+            load_b_frag_rows_n<HS>(b2, tB2, nn * 16, kk, lane);
+            mma_16816(s[2 * nn], a1, b1[0], b1[1]);
+            mma_16816(s[2 * nn + 1], a1, b1[2], b1[3]);
+            mma_16816(dp[2 * nn], a2, b2[0], b2[1]);
+            mma_16816(dp[2 * nn + 1], a2, b2[2], b2[3]);
+        }
+    }
+}
+
 // Kernel 1: a block per (query tile, b, h). D = rowsum(dO∘O) for its rows (saved for kernel 2), then streams
 // K/V tiles j <= diagonal: S = Q Kᵀ, P = exp2(S·scale·log2e − LSE·log2e), dP = dO Vᵀ, dS = P∘(dP − D), dQ += dS K.
 template <int HS, int kWarps, int Bc>
@@ -467,31 +505,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         const int k0 = j * Bc;
 
         float s[Bc / 8][4], dp[Bc / 8][4];
-#pragma unroll
-        for (int n = 0; n < Bc / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) {
-            uint32_t qa[4], da[4];
-            if constexpr (kHoist) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) qa[e] = q_frag[kk][e], da[e] = do_frag[kk][e];
-            } else {
-                load_a_frag<HS>(qa, sQ, warp * 16, kk, lane);
-                load_a_frag<HS>(da, sdO, warp * 16, kk, lane);
-            }
-#pragma unroll
-            for (int nn = 0; nn < Bc / 16; nn++) {
-                uint32_t kb[4], vb[4];
-                load_b_frag_rows_n<HS>(kb, tK, nn * 16, kk, lane);
-                load_b_frag_rows_n<HS>(vb, tV, nn * 16, kk, lane);
-                mma_16816(s[2 * nn], qa, kb[0], kb[1]);
-                mma_16816(s[2 * nn + 1], qa, kb[2], kb[3]);
-                mma_16816(dp[2 * nn], da, vb[0], vb[1]);
-                mma_16816(dp[2 * nn + 1], da, vb[2], vb[3]);
-            }
-        }
+        backward_score_products<HS, Bc, kHoist>(s, dp, q_frag, do_frag, sQ, sdO, warp * 16, tK, tV, lane);
 
         const bool needs_mask = k0 + Bc - 1 > q0 + warp * 16 || k0 + Bc > T;
 #pragma unroll
@@ -619,31 +633,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         const int q0 = i * Br;
 
         float s[Br / 8][4], dp[Br / 8][4];
-#pragma unroll
-        for (int n = 0; n < Br / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) {
-            uint32_t ka[4], va[4];
-            if constexpr (kHoist) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) ka[e] = k_frag[kk][e], va[e] = v_frag[kk][e];
-            } else {
-                load_a_frag<HS>(ka, sK, warp * 16, kk, lane);
-                load_a_frag<HS>(va, sV, warp * 16, kk, lane);
-            }
-#pragma unroll
-            for (int nn = 0; nn < Br / 16; nn++) {
-                uint32_t qb[4], db[4];
-                load_b_frag_rows_n<HS>(qb, tQ, nn * 16, kk, lane);
-                load_b_frag_rows_n<HS>(db, tdO, nn * 16, kk, lane);
-                mma_16816(s[2 * nn], ka, qb[0], qb[1]);
-                mma_16816(s[2 * nn + 1], ka, qb[2], qb[3]);
-                mma_16816(dp[2 * nn], va, db[0], db[1]);
-                mma_16816(dp[2 * nn + 1], va, db[2], db[3]);
-            }
-        }
+        backward_score_products<HS, Br, kHoist>(s, dp, k_frag, v_frag, sK, sV, warp * 16, tQ, tdO, lane);
 
         // Pᵀ into s, dSᵀ into dp. Queries before this warp's keys are masked (rows past T have LSE = +inf).
         const bool needs_mask = q0 < k0 + warp * 16 + 15;
