@@ -26,18 +26,8 @@ if [ "${NO_BASELINE:-0}" != 1 ] && [ ! -f "$BASELINE" ]; then
     echo "error: baseline script $BASELINE not found (set BASELINE=...)" >&2; exit 1
 fi
 
-# 2M random GPT-2 tokens in the 20240520 shard format (header of 256 int32, then uint16 tokens).
 SHARD="$LOGDIR/random_tokens_train_000000.bin"
-if [ ! -f "$SHARD" ]; then
-    python3 - "$SHARD" <<'EOF'
-import sys, numpy as np
-n = 2_000_000
-header = np.zeros(256, dtype=np.int32); header[0] = 20240520; header[1] = 1; header[2] = n
-tokens = np.random.default_rng(0).integers(0, 50257, size=n, dtype=np.uint16)
-with open(sys.argv[1], "wb") as f:
-    f.write(header.tobytes()); f.write(tokens.tobytes())
-EOF
-fi
+[ -f "$SHARD" ] || python3 scripts/make_random_shard.py "$SHARD"
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || true
 summary=()

@@ -17,14 +17,7 @@ command -v ncu >/dev/null || { echo "error: ncu (Nsight Compute) not on PATH" >&
 [ -x ./train_gpt2cu ] || { echo "error: ./train_gpt2cu not built (make train_gpt2cu)" >&2; exit 1; }
 
 SHARD="$LOGDIR/random_tokens_train_000000.bin"
-python3 - "$SHARD" <<'PY'
-import sys, numpy as np
-n = 1_000_000
-header = np.zeros(256, dtype=np.int32); header[0] = 20240520; header[1] = 1; header[2] = n
-tokens = np.random.default_rng(0).integers(0, 50257, size=n, dtype=np.uint16)
-with open(sys.argv[1], "wb") as f:
-    f.write(header.tobytes()); f.write(tokens.tobytes())
-PY
+python3 scripts/make_random_shard.py "$SHARD" 1000000
 
 CSV="$LOGDIR/profile_B${B}_T${T}.csv"
 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
