@@ -64,11 +64,7 @@ __global__ void __launch_bounds__(4 * Br) flash2_dq_fp32_kernel(float* dinp, con
     const int kv_len = min(T, q0 + Br), num_kv = (kv_len + Bc - 1) / Bc;
     for (int j = 0; j < num_kv; j++) {
         __syncthreads();
-        for (int idx = tid; idx < Bc * HS; idx += 4 * Br) {
-            const int r = idx / HS, d = idx % HS, key = j * Bc + r;
-            Ks[r][d] = key < T ? base[(size_t)key * stride + C + d] : 0.f;
-            Vs[r][d] = key < T ? base[(size_t)key * stride + 2 * C + d] : 0.f;
-        }
+        load_kv_tile_fp32<Bc, HS>(Ks, Vs, base, stride, C, j * Bc, T, tid, 4 * Br);
         __syncthreads();
         for (int y = 0; y < Bc; y++) {
             float s = 0.f, dp = 0.f;

@@ -164,11 +164,7 @@ __global__ void __launch_bounds__(4 * Br) flash2_fp32_kernel(float* out, float* 
     const int kv_len = min(T, q0 + Br), num_kv = (kv_len + Bc - 1) / Bc;
     for (int j = 0; j < num_kv; j++) {
         __syncthreads();
-        for (int idx = tid; idx < Bc * HS; idx += 4 * Br) {
-            const int r = idx / HS, d = idx % HS, key = j * Bc + r;
-            Ks[r][d] = key < T ? base[(size_t)key * stride + C + d] : 0.f;
-            Vs[r][d] = key < T ? base[(size_t)key * stride + 2 * C + d] : 0.f;
-        }
+        load_kv_tile_fp32<Bc, HS>(Ks, Vs, base, stride, C, j * Bc, T, tid, 4 * Br);
         __syncthreads();
         float s[Bc];
         float mx = m;

@@ -149,6 +149,19 @@ inline double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+// The fp32 flash variants' key/value tile: rows [k0, k0 + Bc) of one head's K and V, read from the packed qkv
+// rows (`base` points at the head's Q, `stride` elements per token, K at +C, V at +2C) by `threads` threads into
+// shared memory; rows past T become zeros. Callers synchronise around it.
+template <int Bc, int HS>
+__device__ void load_kv_tile_fp32(float (&Ks)[Bc][HS], float (&Vs)[Bc][HS], const float* base, size_t stride, int C,
+                                  int k0, int T, int tid, int threads) {
+    for (int idx = tid; idx < Bc * HS; idx += threads) {
+        const int r = idx / HS, d = idx % HS, key = k0 + r;
+        Ks[r][d] = key < T ? base[(size_t)key * stride + C + d] : 0.f;
+        Vs[r][d] = key < T ? base[(size_t)key * stride + 2 * C + d] : 0.f;
+    }
+}
+
 // Times fn() `repeats` times each way with CUDA events after a warm-up.
 template <typename F>
 Timing benchmark(F&& fn, int repeats) {
@@ -164,26 +177,21 @@ Timing benchmark(F&& fn, int repeats) {
     cudaCheck(cudaEventCreate(&stop));
     for (int i = 0; i < 3; i++) fn();
     cudaCheck(cudaDeviceSynchronize());
+    auto timed_ms = [&] {
+        cudaCheck(cudaEventRecord(start));
+        fn();
+        cudaCheck(cudaEventRecord(stop));
+        cudaCheck(cudaEventSynchronize(stop));
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+        return (double)ms;
+    };
     std::vector<double> cold, warm;
     for (int i = 0; i < repeats; i++) {
-        cudaCheck(cudaMemsetAsync(flush.ptr, i & 0xFF, flush.bytes()));
-        cudaCheck(cudaEventRecord(start));
-        fn();
-        cudaCheck(cudaEventRecord(stop));
-        cudaCheck(cudaEventSynchronize(stop));
-        float ms;
-        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-        cold.push_back(ms);
+        cudaCheck(cudaMemsetAsync(flush.ptr, i & 0xFF, flush.bytes()));  // L2 overwritten: a cold call
+        cold.push_back(timed_ms());
     }
-    for (int i = 0; i < repeats; i++) {
-        cudaCheck(cudaEventRecord(start));
-        fn();
-        cudaCheck(cudaEventRecord(stop));
-        cudaCheck(cudaEventSynchronize(stop));
-        float ms;
-        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-        warm.push_back(ms);
-    }
+    for (int i = 0; i < repeats; i++) warm.push_back(timed_ms());
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(stop));
