@@ -124,6 +124,26 @@ __device__ __forceinline__ void load_b_frag_rows_k(uint32_t (&b)[4], uint32_t ti
     ldmatrix_x4_trans(b, tile_chunk_addr<HS>(tile, row, chunk));
 }
 
+// One step of the two-stage cp.async pipeline every kernel here runs: if there is a next tile, start copying rows
+// [next_row0, next_row0 + kRows) of X and Y into the other stage and run `while_copying` (work that overlaps the
+// copies); then wait until this stage's tiles have landed and the whole block can see them.
+template <int kRows, int HS, int kThreads, typename F>
+__device__ __forceinline__ void pipeline_step(uint32_t sX, uint32_t sY, int stage, bool has_next, const bf16* Xg,
+                                              size_t x_stride, const bf16* Yg, size_t y_stride, int next_row0, int T,
+                                              F&& while_copying) {
+    if (has_next) {
+        const uint32_t next = (stage ^ 1) * kRows * HS * 2;
+        load_tile_async<kRows, HS, kThreads>(sX + next, Xg, x_stride, next_row0, T);
+        load_tile_async<kRows, HS, kThreads>(sY + next, Yg, y_stride, next_row0, T);
+        cp_async_commit();
+        while_copying();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
 // Writes a warp's 16 x HS fp32 accumulator (times `mul`) as bf16 to global rows t0..t0+15 (< T), staging
 // through the warp's own 16 rows of a shared tile so that global stores are 16 bytes wide.
 template <int HS>
@@ -218,16 +238,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)  // kMinBlocks per SM
 
     for (int j = 0; j < num_kv; j++) {
         const int stage = j & 1;
-        if (j + 1 < num_kv) {
-            const uint32_t next = (stage ^ 1) * Bc * HS * 2;
-            load_tile_async<Bc, HS, Cfg::kThreads>(sK + next, Kg, stride, (j + 1) * Bc, T);
-            load_tile_async<Bc, HS, Cfg::kThreads>(sV + next, Vg, stride, (j + 1) * Bc, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        pipeline_step<Bc, HS, Cfg::kThreads>(sK, sV, stage, j + 1 < num_kv, Kg, stride, Vg, stride, (j + 1) * Bc, T,
+                                             [] {});
         if (j == 0) {
 #pragma unroll
             for (int mt = 0; mt < kMT; mt++)
@@ -484,16 +496,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
 
     for (int j = 0; j < num_kv; j++) {
         const int stage = j & 1;
-        if (j + 1 < num_kv) {
-            const uint32_t next = (stage ^ 1) * Bc * HS * 2;
-            load_tile_async<Bc, HS, Cfg::kThreads>(sK + next, Kg, stride, (j + 1) * Bc, T);
-            load_tile_async<Bc, HS, Cfg::kThreads>(sV + next, Vg, stride, (j + 1) * Bc, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        pipeline_step<Bc, HS, Cfg::kThreads>(sK, sV, stage, j + 1 < num_kv, Kg, stride, Vg, stride, (j + 1) * Bc, T,
+                                             [] {});
         if (kHoist && j == 0) {
 #pragma unroll
             for (int kk = 0; kk < HS / 16; kk++) {
@@ -609,17 +613,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
 
     for (int i = first_q; i < num_q; i++) {
         const int stage = (i - first_q) & 1;
-        if (i + 1 < num_q) {
-            const uint32_t next = (stage ^ 1) * Br * HS * 2;
-            load_tile_async<Br, HS, Cfg::kThreads>(sQ + next, Qg, stride, (i + 1) * Br, T);
-            load_tile_async<Br, HS, Cfg::kThreads>(sdO + next, dOg, C, (i + 1) * Br, T);
-            cp_async_commit();
-            load_row_stats(stage ^ 1, i + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        pipeline_step<Br, HS, Cfg::kThreads>(sQ, sdO, stage, i + 1 < num_q, Qg, stride, dOg, C, (i + 1) * Br, T,
+                                             [&] { load_row_stats(stage ^ 1, i + 1); });
         if (kHoist && i == first_q) {
 #pragma unroll
             for (int kk = 0; kk < HS / 16; kk++) {
