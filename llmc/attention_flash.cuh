@@ -732,11 +732,10 @@ inline cudaError_t launch_backward(bf16* dqkv, float* D, const bf16* dout, const
 constexpr int kFlashForwardConfigs = 6;
 constexpr int kFlashBackwardConfigs = 4;
 // Defaults measured on an H200 (docs/PERFORMANCE.md, Attention): Bc 128 pays for HS 64; HS 128 wants Bc 64.
-// Backward at HS 64: three blocks per SM (config 4, a small register spill) hide more latency than two up to
-// T = 1024 (3-7% faster at B = 8..32); at T = 4096 and beyond the spill costs more than it hides (2-10% slower);
-// the switch sits between those two measured lengths.
+// Backward at HS 64: three blocks per SM (config 4, registers capped, a small spill) hide more of the ldmatrix
+// latency than two; measured at B8..32 T1024, B2 T2048, B4 T4096 and B1 T16384 it is level or faster everywhere.
 inline int attention_flash_forward_default_config(int HS) { return HS == 64 ? 3 : 1; }
-inline int attention_flash_backward_default_config(int HS, int T) { return HS == 64 ? (T <= 2048 ? 4 : 2) : 1; }
+inline int attention_flash_backward_default_config(int HS) { return HS == 64 ? 4 : 1; }
 
 inline cudaError_t attention_flash_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
                                            int NH, int HS, cudaStream_t stream, int config = 0) {
@@ -770,7 +769,7 @@ inline cudaError_t attention_flash_backward(__nv_bfloat16* dqkv, const __nv_bflo
                                             const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                                             float* workspace, cudaStream_t stream, int config = 0) {
     if (!flash::head_size_supported(HS, "attention_flash_backward")) return cudaErrorInvalidValue;
-    if (config == 0) config = attention_flash_backward_default_config(HS, T);
+    if (config == 0) config = attention_flash_backward_default_config(HS);
     float* D = workspace;
     switch (HS * 10 + config) {
         case 641: return flash::launch_backward<64, 4, 64, false>(dqkv, D, dout, out, lse, qkv, B, T, NH, stream);
