@@ -62,17 +62,20 @@ else
 endif
 
 # ---------------------------------------------------------------- sources
-LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
+# Three audiences, three places (docs/ARCHITECTURE.md): the engine, the tokenizer and data tools, the references.
+ENGINE_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
+TOKENIZER_HEADERS := $(wildcard data/tokenizer/*.h)
+REFERENCE_HEADERS := $(wildcard tests/reference/*.h tests/*.h)
 
 # ---------------------------------------------------------------- CPU programs and tests
 CPU_TESTS := test_gpt2 tests/unit_tests
 TOOLS := tokenizer data/prepro
 
 # GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md).
-tokenizer: tokenizer.cpp $(LLMC_HEADERS)
+tokenizer: data/tokenizer.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
-data/prepro: data/prepro.cpp $(LLMC_HEADERS)
+data/prepro: data/prepro.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
 # Tiny Shakespeare: tokenizer files + text (online, else from DATA_MIRROR) -> gpt2_tokenizer.bin + shards.
@@ -80,11 +83,11 @@ data: tokenizer data/prepro
 	DATA_MIRROR=$(DATA_MIRROR) bash scripts/prepare_tinyshakespeare.sh
 .PHONY: data
 
-test_gpt2: test_gpt2.cpp $(LLMC_HEADERS)
+test_gpt2: test_gpt2.cpp $(REFERENCE_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -lm
 
 UNIT_TEST_SOURCES := $(wildcard tests/test_*.cpp)
-tests/unit_tests: $(UNIT_TEST_SOURCES) $(LLMC_HEADERS)
+tests/unit_tests: $(UNIT_TEST_SOURCES) $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(REFERENCE_HEADERS)
 	$(CXX) $(CXXFLAGS) $(UNIT_TEST_SOURCES) -o $@ $(GTEST_LIBS) -lm
 
 # ---------------------------------------------------------------- GPU programs
@@ -95,14 +98,14 @@ BUILD_STAMP := .build-config
 $(shell echo "$(PRECISION) sm_$(GPU_COMPUTE_CAPABILITY)" | cmp -s - $(BUILD_STAMP) || \
         echo "$(PRECISION) sm_$(GPU_COMPUTE_CAPABILITY)" > $(BUILD_STAMP))
 
-train_gpt2cu: train_gpt2.cu $(LLMC_HEADERS) $(BUILD_STAMP)
+train_gpt2cu: train_gpt2.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
-test_gpt2cu: test_gpt2.cu $(LLMC_HEADERS) $(BUILD_STAMP)
+test_gpt2cu: test_gpt2.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # every engine kernel against the double-precision CPU reference
-tests/test_kernels: tests/test_kernels.cu $(LLMC_HEADERS) $(BUILD_STAMP)
+tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # ---------------------------------------------------------------- aggregate targets

@@ -1,4 +1,4 @@
-// Checks the CPU reference GPT-2 (llmc/gpt2_cpu.h) against PyTorch (scripts/train_gpt2.py):
+// Checks the CPU reference GPT-2 (tests/reference/gpt2_cpu.h) against PyTorch (scripts/train_gpt2.py):
 //   ./test_gpt2 <prefix>     e.g. tests/fixtures/tiny  ->  reads <prefix>_model.bin, _model_bf16.bin,
 //                            _debug_state.bin, _trajectory.txt
 // Checks: logits rel-L2 <= 1e-5; mean loss within 1e-5; every gradient tensor rel-L2 <= 1e-4 (and the wte
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "llmc/bf16.h"
-#include "llmc/debug_state.h"
-#include "llmc/gpt2_cpu.h"
+#include "tests/reference/debug_state.h"
+#include "tests/reference/gpt2_cpu.h"
 #include "llmc/model_file.h"
 #include "llmc/rand.h"
-#include "llmc/reference_trajectory.h"
+#include "tests/reference/reference_trajectory.h"
 
 constexpr double kLogitsTol = 1e-5;      // rel-L2
 constexpr double kLossTol = 1e-5;        // absolute

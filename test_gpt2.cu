@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/debug_state.h"
+#include "tests/reference/debug_state.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/model_file.h"
-#include "llmc/reference_trajectory.h"
+#include "tests/reference/reference_trajectory.h"
 
 struct Tolerances {
     double logits_rel_l2, loss_abs, grad_rel_l2, trajectory_abs;

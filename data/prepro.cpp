@@ -16,9 +16,9 @@
 
 #include <dirent.h>
 
-#include "llmc/bpe_tokenizer.h"
+#include "data/tokenizer/bpe.h"
 #include "llmc/data_shard.h"
-#include "llmc/json_reader.h"
+#include "data/tokenizer/json_reader.h"
 #include "llmc/utils.h"
 
 static const char* kUsage =

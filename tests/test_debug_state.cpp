@@ -1,7 +1,7 @@
-// Debug state file (llmc/debug_state.h).
+// Debug state file (tests/reference/debug_state.h).
 #include <gtest/gtest.h>
 
-#include "llmc/debug_state.h"
+#include "tests/reference/debug_state.h"
 #include "llmc/rand.h"
 #include "tests/file_test_helpers.h"
 

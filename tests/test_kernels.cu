@@ -1,4 +1,4 @@
-// Every engine kernel module against the CPU reference (llmc/gpt2_cpu.h) computed in double from the same
+// Every engine kernel module against the CPU reference (tests/reference/gpt2_cpu.h) computed in double from the same
 // inputs the GPU sees (rounded to floatX first), on fresh random inputs at awkward shapes (odd T, B*T not a
 // multiple of any tile). GPU outputs that are overwritten are poisoned with NaN (0xFF bytes) before each run;
 // outputs that accumulate start from random values, so the accumulation itself is checked.
@@ -21,7 +21,7 @@
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/global_norm.cuh"
-#include "llmc/gpt2_cpu.h"
+#include "tests/reference/gpt2_cpu.h"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/rand.h"

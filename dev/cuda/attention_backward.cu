@@ -9,14 +9,14 @@
 //      Q, K and LSE; no atomics
 //   3  the same on bf16 tensor cores: llmc/attention_flash.cuh (what the engine trains with); its "block"
 //      column is the tile configuration of attention_flash_backward, 0 = the default
-// Every variant is validated against the fp64 CPU reference (llmc/gpt2_cpu.h) at several shapes first.
+// Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes first.
 // The benchmark also times forward + backward with the engine's flash kernels (variant 3), as PyTorch's
 // SDPA baseline does.
 // Build: make -C dev/cuda attention_backward     Run: ./attention_backward [-v 3] [-s "8,12,1024,64;..."]
 #include "common.h"
 #include "llmc/attention_flash.cuh"
 #include "llmc/attention_materialized.cuh"
-#include "llmc/gpt2_cpu.h"
+#include "tests/reference/gpt2_cpu.h"
 
 constexpr float kLog2e = 1.4426950408889634f;
 

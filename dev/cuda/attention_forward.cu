@@ -12,13 +12,13 @@
 //      cp.async double buffering, fp32 accumulation
 //      (the "block" column of variant 5 is the tile configuration of attention_flash_forward; 0 = the default)
 //   (6 is kept for a Hopper wgmma/TMA variant)
-// Every variant is validated against the fp64 CPU reference (llmc/gpt2_cpu.h) at several shapes before any is
+// Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes before any is
 // benchmarked.
 // Build: make -C dev/cuda attention_forward     Run: ./attention_forward [-v 5] [-s "8,12,1024,64;..."]
 #include "common.h"
 #include "llmc/attention_flash.cuh"
 #include "llmc/attention_materialized.cuh"
-#include "llmc/gpt2_cpu.h"
+#include "tests/reference/gpt2_cpu.h"
 
 // ------------------------------------------------------------------------------------------ variant 1
 template <int HS>

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "utils.h"
+#include "llmc/utils.h"
 
 struct ReferenceTrajectory {
     float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;

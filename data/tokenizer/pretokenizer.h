@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <string_view>
 
-#include "unicode_classes.h"
+#include "data/tokenizer/unicode_classes.h"
 
 struct CharAt {
     CharClass cls;

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "file_header.h"
-#include "gpt2_config.h"
-#include "model_file.h"
-#include "utils.h"
+#include "llmc/file_header.h"
+#include "llmc/gpt2_config.h"
+#include "llmc/model_file.h"
+#include "llmc/utils.h"
 
 struct DebugState {
     int B = 0, T = 0;

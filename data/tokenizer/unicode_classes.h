@@ -1,7 +1,7 @@
 // The three Unicode classes the GPT-2 pre-tokenization pattern asks about, for every code point:
 // \p{L} (general category Letter), \p{N} (general category Number) and \s (the White_Space
 // property, which is what \s means in the Rust regex crate that tiktoken uses). The ranges come
-// from ICU through scripts/gen_unicode_classes.cpp (llmc/unicode_class_ranges.h, committed, so no
+// from ICU through data/tokenizer/gen_unicode_classes.cpp (data/tokenizer/unicode_class_ranges.h, committed, so no
 // library is needed to build). At first use they are expanded into a two-level table (256 code
 // points per block, identical blocks shared: about 100 KB) so a lookup is two loads.
 // Plus a strict UTF-8 decoder with the rules of Rust's str::from_utf8 (no overlongs, no
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "unicode_class_ranges.h"
+#include "data/tokenizer/unicode_class_ranges.h"
 
 enum CharClass : uint8_t { kCharOther = 0, kCharLetter = 1, kCharNumber = 2, kCharSpace = 3 };
 

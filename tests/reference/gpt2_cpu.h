@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "gpt2_config.h"
-#include "model_file.h"
-#include "utils.h"
+#include "llmc/gpt2_config.h"
+#include "llmc/model_file.h"
+#include "llmc/utils.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -7,7 +7,7 @@
 //   std::string text2 = tok.decode(ids.data(), ids.size());
 //
 // How tiktoken encodes, and so how we do: the text is cut into pieces by GPT-2's pattern
-// (gpt2_pretokenizer.h); a piece that is itself a token becomes that token; otherwise it starts as
+// (pretokenizer.h); a piece that is itself a token becomes that token; otherwise it starts as
 // one token per byte and the adjacent pair whose concatenation has the lowest rank (leftmost on a
 // tie) is merged until no pair is a token. A token's rank is its id (tiktoken checks that
 // encoder.json's ids follow vocab.bpe's merge order; we check the same at load). Pairs are looked
@@ -34,9 +34,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gpt2_pretokenizer.h"
-#include "json_reader.h"
-#include "utils.h"
+#include "data/tokenizer/pretokenizer.h"
+#include "data/tokenizer/json_reader.h"
+#include "llmc/utils.h"
 
 inline uint64_t bpe_hash_bytes(const unsigned char* p, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;

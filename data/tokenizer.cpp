@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bpe_tokenizer.h"
-#include "llmc/sha256.h"
+#include "data/tokenizer/bpe.h"
+#include "data/tokenizer/sha256.h"
 #include "llmc/tokenizer_file.h"
 #include "llmc/utils.h"
 
