@@ -53,10 +53,10 @@ static void report(const char* what, double value, double tol, const char* extra
 // Poisons every activation and workspace buffer with 0xFF bytes (NaN in fp32 and bf16): a kernel that reads
 // something nobody wrote produces NaN and fails the comparisons.
 static void poison_activations(GPT2* m) {
-    for (int i = 0; i < kNumMemoryIds; i++) {
+    for (int i = 0; i < mem::Count; i++) {
         const MemoryTensor& t = m->memory_table[i];
         if (!m->memory[i] || (t.group != MemoryGroup::Activations && t.group != MemoryGroup::Workspace)) continue;
-        if (i == kInputs || i == kTargets || i == kEncoderScratch) continue;
+        if (i == mem::Inputs || i == mem::Targets || i == mem::EncoderScratch) continue;
         cudaCheck(cudaMemset(m->memory[i], 0xFF, t.bytes()));
     }
 }

@@ -27,12 +27,11 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "cuda_common.h"
+
 namespace flash {
 
 using bf16 = __nv_bfloat16;
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // ------------------------------------------------------------------------------------------ PTX wrappers
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

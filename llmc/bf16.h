@@ -3,6 +3,7 @@
 // bf16 is the top 16 bits of an IEEE float: 1 sign, 8 exponent, 7 mantissa bits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -27,4 +28,15 @@ inline float bf16_bits_to_float(uint16_t h) {
     float f;
     std::memcpy(&f, &bits, sizeof(f));
     return f;
+}
+
+// A float rounded to the nearest bf16 value (what a bf16 tensor holding it stores).
+inline float round_to_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+// Whole arrays, for checkpoints and host <-> device copies of bf16 tensors.
+inline void floats_to_bf16_bits(const float* in, uint16_t* out, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = float_to_bf16_bits(in[i]);
+}
+inline void bf16_bits_to_floats(const uint16_t* in, float* out, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = bf16_bits_to_float(in[i]);
 }

@@ -11,6 +11,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <vector>
+
+#include "bf16.h"
 #include "utils.h"
 
 // ---------------------------------------------------------------- error checks
@@ -57,7 +60,30 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 inline cudaDataType_t cuda_datatype_of_floatX() { return kFloatXIsBF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 constexpr int kWarpSize = 32;
+// Softmax in the log2 domain (exp2 is one instruction): exp(x) = exp2(x * kLog2e), ln(x) = log2(x) * kLn2.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+// ---------------------------------------------------------------- host <-> device as fp32
+// n elements of a device tensor (fp32 or bf16) copied to host floats (bf16 widened exactly), and host floats
+// copied into one (rounded to the nearest bf16). Synchronous.
+inline void device_to_host_floats(float* host, const float* device, size_t n) {
+    cudaCheck(cudaMemcpy(host, device, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+inline void device_to_host_floats(float* host, const __nv_bfloat16* device, size_t n) {
+    std::vector<uint16_t> bits(n);
+    cudaCheck(cudaMemcpy(bits.data(), device, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    bf16_bits_to_floats(bits.data(), host, n);
+}
+inline void host_floats_to_device(float* device, const float* host, size_t n) {
+    cudaCheck(cudaMemcpy(device, host, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+inline void host_floats_to_device(__nv_bfloat16* device, const float* host, size_t n) {
+    std::vector<uint16_t> bits(n);
+    floats_to_bf16_bits(host, bits.data(), n);
+    cudaCheck(cudaMemcpy(device, bits.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+}
 
 // ---------------------------------------------------------------- 128-bit packed access
 // A 16-byte vector of T; loads and stores compile to single 128-bit memory instructions.

@@ -50,12 +50,14 @@ struct MemoryPlan {
 };
 
 // Indices of the table's rows (the order of this enum is the order of the table).
-enum MemoryId {
-    kParams, kGrads, kMaster, kAdamM, kAdamV,
-    kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kAtty, kAttSaved, kResidual2, kLn2, kLn2Mean, kLn2Rstd, kFch,
-    kFchGelu, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
-    kDResidual, kScratchBTC, kScratchBT4C, kReduceScratch, kInputs, kTargets, kEncoderScratch, kNumMemoryIds
+namespace mem {
+enum Id {
+    Params, Grads, Master, AdamM, AdamV,
+    Encoded, Ln1, Ln1Mean, Ln1Rstd, Qkv, Atty, AttSaved, Residual2, Ln2, Ln2Mean, Ln2Rstd, Fch,
+    FchGelu, Residual3, Lnf, LnfMean, LnfRstd, Logits, Losses,
+    DResidual, ScratchBTC, ScratchBT4C, ReduceScratch, Inputs, Targets, EncoderScratch, Count
 };
+}  // namespace mem
 
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
                                                    AttentionBackend backend, bool master_weights = kFloatXIsBF16) {
@@ -70,39 +72,39 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     const size_t reduce_floats = std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
                                            column_sum_scratch_floats((int)BT, (int)(4 * C)),
                                            global_norm_scratch_floats()});
-    std::vector<MemoryTensor> t(kNumMemoryIds);
-    t[kParams] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};
-    t[kGrads] = {"gradients (" PRECISION_NAME ")", G::Gradients, N, X};
-    t[kMaster] = {"master weights (fp32)", G::MasterWeights, master_weights && kFloatXIsBF16 ? N : 0, F};
-    t[kAdamM] = {"AdamW m (fp32)", G::Optimizer, N, F};
-    t[kAdamV] = {"AdamW v (fp32)", G::Optimizer, N, F};
-    t[kEncoded] = {"encoded", G::Activations, BT * C, X};
-    t[kLn1] = {"ln1", G::Activations, ln_layers * BT * C, X};
-    t[kLn1Mean] = {"ln1_mean", G::Activations, L * BT, F};
-    t[kLn1Rstd] = {"ln1_rstd", G::Activations, L * BT, F};
-    t[kQkv] = {"qkv", G::Activations, L * BT * 3 * C, X};
-    t[kAtty] = {"atty", G::Activations, L * BT * C, X};
-    t[kAttSaved] = {std::string("attention saved (") + attention_backend_name(backend) + ")", G::Activations,
+    std::vector<MemoryTensor> t(mem::Count);
+    t[mem::Params] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};
+    t[mem::Grads] = {"gradients (" PRECISION_NAME ")", G::Gradients, N, X};
+    t[mem::Master] = {"master weights (fp32)", G::MasterWeights, master_weights && kFloatXIsBF16 ? N : 0, F};
+    t[mem::AdamM] = {"AdamW m (fp32)", G::Optimizer, N, F};
+    t[mem::AdamV] = {"AdamW v (fp32)", G::Optimizer, N, F};
+    t[mem::Encoded] = {"encoded", G::Activations, BT * C, X};
+    t[mem::Ln1] = {"ln1", G::Activations, ln_layers * BT * C, X};
+    t[mem::Ln1Mean] = {"ln1_mean", G::Activations, L * BT, F};
+    t[mem::Ln1Rstd] = {"ln1_rstd", G::Activations, L * BT, F};
+    t[mem::Qkv] = {"qkv", G::Activations, L * BT * 3 * C, X};
+    t[mem::Atty] = {"atty", G::Activations, L * BT * C, X};
+    t[mem::AttSaved] = {std::string("attention saved (") + attention_backend_name(backend) + ")", G::Activations,
                     L * attention_saved_bytes(backend, B, T, (int)NH), 1};
-    t[kResidual2] = {"residual2", G::Activations, L * BT * C, X};
-    t[kLn2] = {"ln2", G::Activations, ln_layers * BT * C, X};
-    t[kLn2Mean] = {"ln2_mean", G::Activations, L * BT, F};
-    t[kLn2Rstd] = {"ln2_rstd", G::Activations, L * BT, F};
-    t[kFch] = {"fch (pre-GELU)", G::Activations, L * BT * 4 * C, X};
-    t[kFchGelu] = {"fch_gelu", G::Activations, gelu_layers * BT * 4 * C, X};
-    t[kResidual3] = {"residual3", G::Activations, L * BT * C, X};
-    t[kLnf] = {"lnf", G::Activations, BT * C, X};
-    t[kLnfMean] = {"lnf_mean", G::Activations, BT, F};
-    t[kLnfRstd] = {"lnf_rstd", G::Activations, BT, F};
-    t[kLogits] = {"logits / scratch", G::Activations, logits_elems, X};
-    t[kLosses] = {"losses", G::Activations, BT, F};
-    t[kDResidual] = {"dresidual", G::Workspace, BT * C, X};
-    t[kScratchBTC] = {"scratch (B,T,C)", G::Workspace, BT * C, X};
-    t[kScratchBT4C] = {"scratch (B,T,4C)", G::Workspace, BT * 4 * C, X};
-    t[kReduceScratch] = {"reduction partials", G::Workspace, reduce_floats, F};
-    t[kInputs] = {"inputs", G::Workspace, BT, sizeof(int)};
-    t[kTargets] = {"targets", G::Workspace, BT, sizeof(int)};
-    t[kEncoderScratch] = {"encoder backward sort", G::Workspace,
+    t[mem::Residual2] = {"residual2", G::Activations, L * BT * C, X};
+    t[mem::Ln2] = {"ln2", G::Activations, ln_layers * BT * C, X};
+    t[mem::Ln2Mean] = {"ln2_mean", G::Activations, L * BT, F};
+    t[mem::Ln2Rstd] = {"ln2_rstd", G::Activations, L * BT, F};
+    t[mem::Fch] = {"fch (pre-GELU)", G::Activations, L * BT * 4 * C, X};
+    t[mem::FchGelu] = {"fch_gelu", G::Activations, gelu_layers * BT * 4 * C, X};
+    t[mem::Residual3] = {"residual3", G::Activations, L * BT * C, X};
+    t[mem::Lnf] = {"lnf", G::Activations, BT * C, X};
+    t[mem::LnfMean] = {"lnf_mean", G::Activations, BT, F};
+    t[mem::LnfRstd] = {"lnf_rstd", G::Activations, BT, F};
+    t[mem::Logits] = {"logits / scratch", G::Activations, logits_elems, X};
+    t[mem::Losses] = {"losses", G::Activations, BT, F};
+    t[mem::DResidual] = {"dresidual", G::Workspace, BT * C, X};
+    t[mem::ScratchBTC] = {"scratch (B,T,C)", G::Workspace, BT * C, X};
+    t[mem::ScratchBT4C] = {"scratch (B,T,4C)", G::Workspace, BT * 4 * C, X};
+    t[mem::ReduceScratch] = {"reduction partials", G::Workspace, reduce_floats, F};
+    t[mem::Inputs] = {"inputs", G::Workspace, BT, sizeof(int)};
+    t[mem::Targets] = {"targets", G::Workspace, BT, sizeof(int)};
+    t[mem::EncoderScratch] = {"encoder backward sort", G::Workspace,
                           encoder_backward_scratch_bytes((int)BT, c.vocab_size), 1};
     return t;
 }
@@ -155,7 +157,7 @@ struct GPT2 {
     int B = 0, T = 0, recompute = 1;
     AttentionBackend backend = AttentionBackend::Materialized;
     std::vector<MemoryTensor> memory_table;
-    std::vector<void*> memory;  // device pointer per MemoryId
+    std::vector<void*> memory;  // device pointer per mem::Id
     void* device_block = nullptr;
     MemoryPlan plan;
     EncoderBackwardScratch encoder_scratch;
@@ -170,14 +172,14 @@ struct GPT2 {
 
 namespace gpt2_detail {
 
-template <typename T> inline T* buf(GPT2* m, MemoryId id) { return (T*)m->memory[id]; }
+template <typename T> inline T* buf(GPT2* m, mem::Id id) { return (T*)m->memory[id]; }
 inline floatX* param(GPT2* m, int tensor, int layer = 0) {
     const TensorSpec spec = gpt2_parameter_table(m->config)[tensor];
     const size_t per_layer = tensor >= 2 && tensor < 14 ? spec.numel / m->config.num_layers : 0;  // ln1w..fcprojb
-    return buf<floatX>(m, kParams) + m->param_offsets[tensor] + (size_t)layer * per_layer;
+    return buf<floatX>(m, mem::Params) + m->param_offsets[tensor] + (size_t)layer * per_layer;
 }
 inline floatX* grad(GPT2* m, int tensor, int layer = 0) {
-    return buf<floatX>(m, kGrads) + (param(m, tensor, layer) - buf<floatX>(m, kParams));
+    return buf<floatX>(m, mem::Grads) + (param(m, tensor, layer) - buf<floatX>(m, mem::Params));
 }
 // Parameter tensor indices in gpt2_parameter_table order.
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
@@ -193,7 +195,7 @@ inline void set_config(GPT2* m, const GPT2Config& c) {
     m->param_offsets = gpt2_parameter_offsets(c);
 }
 
-inline void upload_tokens(GPT2* m, MemoryId id, const int* host, int B, int T, const char* what) {
+inline void upload_tokens(GPT2* m, mem::Id id, const int* host, int B, int T, const char* what) {
     const int V = m->config.vocab_size;
     for (int i = 0; i < B * T; i++) {
         if (host[i] < 0 || host[i] >= V) {
@@ -283,29 +285,29 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         }
         exit(EXIT_FAILURE);
     }
-    m->memory.assign(kNumMemoryIds, nullptr);
+    m->memory.assign(mem::Count, nullptr);
     char* at = (char*)m->device_block;
-    for (int i = 0; i < kNumMemoryIds; i++) {
+    for (int i = 0; i < mem::Count; i++) {
         m->memory[i] = m->memory_table[i].elems ? at : nullptr;
         at += m->memory_table[i].bytes();
     }
-    m->encoder_scratch = encoder_backward_scratch_at(m->memory[kEncoderScratch], B * T, c.vocab_size);
+    m->encoder_scratch = encoder_backward_scratch_at(m->memory[mem::EncoderScratch], B * T, c.vocab_size);
 
     // Upload the parameters: fp32 -> floatX (round to nearest), and the fp32 master copy.
     const size_t N = m->num_parameters;
-    if (m->memory[kMaster]) {
-        cudaCheck(cudaMemcpy(m->memory[kMaster], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    if (m->memory[mem::Master]) {
+        cudaCheck(cudaMemcpy(m->memory[mem::Master], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
     }
     if (kFloatXIsBF16) {
         std::vector<uint16_t> bits(N);
         for (size_t i = 0; i < N; i++) bits[i] = float_to_bf16_bits(m->host_params[i]);
-        cudaCheck(cudaMemcpy(m->memory[kParams], bits.data(), N * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->memory[mem::Params], bits.data(), N * sizeof(uint16_t), cudaMemcpyHostToDevice));
     } else {
-        cudaCheck(cudaMemcpy(m->memory[kParams], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->memory[mem::Params], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
     }
-    cudaCheck(cudaMemset(m->memory[kGrads], 0, N * sizeof(floatX)));
-    cudaCheck(cudaMemset(m->memory[kAdamM], 0, N * sizeof(float)));
-    cudaCheck(cudaMemset(m->memory[kAdamV], 0, N * sizeof(float)));
+    cudaCheck(cudaMemset(m->memory[mem::Grads], 0, N * sizeof(floatX)));
+    cudaCheck(cudaMemset(m->memory[mem::AdamM], 0, N * sizeof(float)));
+    cudaCheck(cudaMemset(m->memory[mem::AdamV], 0, N * sizeof(float)));
     m->host_params.clear();
     m->host_params.shrink_to_fit();
 }
@@ -324,45 +326,45 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     const int BT = B * T;
     const size_t ld = (size_t)m->B * m->T;  // per-layer strides use the allocated size
     cudaStream_t s = m->stream;
-    upload_tokens(m, kInputs, inputs, B, T, "input");
-    if (targets) upload_tokens(m, kTargets, targets, B, T, "target");
+    upload_tokens(m, mem::Inputs, inputs, B, T, "input");
+    if (targets) upload_tokens(m, mem::Targets, targets, B, T, "target");
 
-    floatX* scratch = buf<floatX>(m, kScratchBTC);
+    floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
     const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
-    encoder_forward(buf<floatX>(m, kEncoded), buf<int>(m, kInputs), param(m, WTE), param(m, WPE), B, T, C, s);
-    auto ln1 = [&](int l) { return buf<floatX>(m, kLn1) + (m->recompute >= 2 ? 0 : l * ld * C); };
-    auto ln2 = [&](int l) { return buf<floatX>(m, kLn2) + (m->recompute >= 2 ? 0 : l * ld * C); };
-    layernorm_forward(ln1(0), buf<float>(m, kLn1Mean), buf<float>(m, kLn1Rstd), buf<floatX>(m, kEncoded),
+    encoder_forward(buf<floatX>(m, mem::Encoded), buf<int>(m, mem::Inputs), param(m, WTE), param(m, WPE), B, T, C, s);
+    auto ln1 = [&](int l) { return buf<floatX>(m, mem::Ln1) + (m->recompute >= 2 ? 0 : l * ld * C); };
+    auto ln2 = [&](int l) { return buf<floatX>(m, mem::Ln2) + (m->recompute >= 2 ? 0 : l * ld * C); };
+    layernorm_forward(ln1(0), buf<float>(m, mem::Ln1Mean), buf<float>(m, mem::Ln1Rstd), buf<floatX>(m, mem::Encoded),
                       param(m, LN1W), param(m, LN1B), BT, C, s);
     for (int l = 0; l < L; l++) {
-        const floatX* residual = l == 0 ? buf<floatX>(m, kEncoded) : buf<floatX>(m, kResidual3) + (l - 1) * ld * C;
-        floatX* qkv = buf<floatX>(m, kQkv) + l * ld * 3 * C;
-        floatX* atty = buf<floatX>(m, kAtty) + l * ld * C;
-        void* saved = buf<char>(m, kAttSaved) + l * saved_stride;
-        floatX* residual2 = buf<floatX>(m, kResidual2) + l * ld * C;
-        floatX* fch = buf<floatX>(m, kFch) + l * ld * 4 * C;
-        floatX* fch_gelu = buf<floatX>(m, kFchGelu) + (m->recompute >= 1 ? 0 : l * ld * 4 * C);
-        floatX* residual3 = buf<floatX>(m, kResidual3) + l * ld * C;
+        const floatX* residual = l == 0 ? buf<floatX>(m, mem::Encoded) : buf<floatX>(m, mem::Residual3) + (l - 1) * ld * C;
+        floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
+        floatX* atty = buf<floatX>(m, mem::Atty) + l * ld * C;
+        void* saved = buf<char>(m, mem::AttSaved) + l * saved_stride;
+        floatX* residual2 = buf<floatX>(m, mem::Residual2) + l * ld * C;
+        floatX* fch = buf<floatX>(m, mem::Fch) + l * ld * 4 * C;
+        floatX* fch_gelu = buf<floatX>(m, mem::FchGelu) + (m->recompute >= 1 ? 0 : l * ld * 4 * C);
+        floatX* residual3 = buf<floatX>(m, mem::Residual3) + l * ld * C;
         matmul_forward(qkv, ln1(l), param(m, QKVW, l), param(m, QKVB, l), BT, C, 3 * C, nullptr, false, s);
-        attention_forward(m->backend, atty, saved, qkv, buf<floatX>(m, kLogits), B, T, C, NH, s);
+        attention_forward(m->backend, atty, saved, qkv, buf<floatX>(m, mem::Logits), B, T, C, NH, s);
         matmul_forward(scratch, atty, param(m, ATTPROJW, l), param(m, ATTPROJB, l), BT, C, C, nullptr, false, s);
-        fused_residual_layernorm_forward(residual2, ln2(l), buf<float>(m, kLn2Mean) + l * ld,
-                                         buf<float>(m, kLn2Rstd) + l * ld, residual, scratch, param(m, LN2W, l),
+        fused_residual_layernorm_forward(residual2, ln2(l), buf<float>(m, mem::Ln2Mean) + l * ld,
+                                         buf<float>(m, mem::Ln2Rstd) + l * ld, residual, scratch, param(m, LN2W, l),
                                          param(m, LN2B, l), BT, C, s);
         matmul_forward(fch_gelu, ln2(l), param(m, FCW, l), param(m, FCB, l), BT, C, 4 * C, fch, m->fuse_gelu, s);
         matmul_forward(scratch, fch_gelu, param(m, FCPROJW, l), param(m, FCPROJB, l), BT, 4 * C, C, nullptr, false,
                        s);
         if (l + 1 < L) {
-            fused_residual_layernorm_forward(residual3, ln1(l + 1), buf<float>(m, kLn1Mean) + (l + 1) * ld,
-                                             buf<float>(m, kLn1Rstd) + (l + 1) * ld, residual2, scratch,
+            fused_residual_layernorm_forward(residual3, ln1(l + 1), buf<float>(m, mem::Ln1Mean) + (l + 1) * ld,
+                                             buf<float>(m, mem::Ln1Rstd) + (l + 1) * ld, residual2, scratch,
                                              param(m, LN1W, l + 1), param(m, LN1B, l + 1), BT, C, s);
         } else {
-            fused_residual_layernorm_forward(residual3, buf<floatX>(m, kLnf), buf<float>(m, kLnfMean),
-                                             buf<float>(m, kLnfRstd), residual2, scratch, param(m, LNFW),
+            fused_residual_layernorm_forward(residual3, buf<floatX>(m, mem::Lnf), buf<float>(m, mem::LnfMean),
+                                             buf<float>(m, mem::LnfRstd), residual2, scratch, param(m, LNFW),
                                              param(m, LNFB), BT, C, s);
         }
     }
-    matmul_forward(buf<floatX>(m, kLogits), buf<floatX>(m, kLnf), param(m, WTE), nullptr, BT, C, Vp, nullptr, false, s);
+    matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, BT, C, Vp, nullptr, false, s);
     m->last_B = B;
     m->last_T = T;
     if (!targets) {
@@ -371,10 +373,10 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
         m->last_loss = NAN;
         return NAN;
     }
-    fused_classifier(buf<floatX>(m, kLogits), buf<float>(m, kLosses), buf<int>(m, kTargets), BT, V, Vp,
+    fused_classifier(buf<floatX>(m, mem::Logits), buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
                      1.0f / (float)BT, s);
     std::vector<float> losses(BT);
-    cudaCheck(cudaMemcpyAsync(losses.data(), m->memory[kLosses], BT * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaMemcpyAsync(losses.data(), m->memory[mem::Losses], BT * sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     double sum = 0.0;
     for (int i = 0; i < BT; i++) sum += losses[i];
@@ -385,7 +387,7 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
 }
 
 inline void gpt2_zero_grad(GPT2* m) {
-    cudaCheck(cudaMemsetAsync(m->memory[kGrads], 0, m->num_parameters * sizeof(floatX), m->stream));
+    cudaCheck(cudaMemsetAsync(m->memory[mem::Grads], 0, m->num_parameters * sizeof(floatX), m->stream));
 }
 
 // Accumulates the gradient of loss_scale · (mean loss of the last forward) into the gradients.
@@ -403,37 +405,37 @@ inline void gpt2_backward(GPT2* m, const int* inputs, const int* targets, float 
     const int B = m->last_B, T = m->last_T, BT = B * T;
     const size_t ld = (size_t)m->B * m->T;
     cudaStream_t s = m->stream;
-    floatX* dresidual = buf<floatX>(m, kDResidual);
-    floatX* scratch = buf<floatX>(m, kScratchBTC);
-    floatX* scratch4 = buf<floatX>(m, kScratchBT4C);
-    float* reduce = buf<float>(m, kReduceScratch);
-    floatX* dqkv = buf<floatX>(m, kLogits);
+    floatX* dresidual = buf<floatX>(m, mem::DResidual);
+    floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
+    floatX* scratch4 = buf<floatX>(m, mem::ScratchBT4C);
+    float* reduce = buf<float>(m, mem::ReduceScratch);
+    floatX* dqkv = buf<floatX>(m, mem::Logits);
     void* attn_ws = dqkv + (size_t)BT * 3 * C;
     const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
-    auto ln1 = [&](int l) { return buf<floatX>(m, kLn1) + (m->recompute >= 2 ? 0 : l * ld * C); };
-    auto ln2 = [&](int l) { return buf<floatX>(m, kLn2) + (m->recompute >= 2 ? 0 : l * ld * C); };
+    auto ln1 = [&](int l) { return buf<floatX>(m, mem::Ln1) + (m->recompute >= 2 ? 0 : l * ld * C); };
+    auto ln2 = [&](int l) { return buf<floatX>(m, mem::Ln2) + (m->recompute >= 2 ? 0 : l * ld * C); };
 
     // Classifier: the logits buffer holds dlogits of the mean loss; loss_scale enters as the GEMMs' alpha.
-    matmul_backward(scratch, grad(m, WTE), nullptr, buf<floatX>(m, kLogits), buf<floatX>(m, kLnf), param(m, WTE), BT,
+    matmul_backward(scratch, grad(m, WTE), nullptr, buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), BT,
                     C, Vp, reduce, nullptr, false, loss_scale, s);
     cudaCheck(cudaMemsetAsync(dresidual, 0, (size_t)BT * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums its dinp over rows: the bias gradient of the projection (fcproj or
     // attproj) whose output gradient that residual stream is, so those two GEMMs need no bias pass.
-    layernorm_backward(dresidual, grad(m, LNFW), grad(m, LNFB), scratch, buf<floatX>(m, kResidual3) + (L - 1) * ld * C,
-                       param(m, LNFW), buf<float>(m, kLnfMean), buf<float>(m, kLnfRstd), BT, C, reduce, s,
+    layernorm_backward(dresidual, grad(m, LNFW), grad(m, LNFB), scratch, buf<floatX>(m, mem::Residual3) + (L - 1) * ld * C,
+                       param(m, LNFW), buf<float>(m, mem::LnfMean), buf<float>(m, mem::LnfRstd), BT, C, reduce, s,
                        grad(m, FCPROJB, L - 1));
     for (int l = L - 1; l >= 0; l--) {
-        const floatX* residual = l == 0 ? buf<floatX>(m, kEncoded) : buf<floatX>(m, kResidual3) + (l - 1) * ld * C;
-        const floatX* qkv = buf<floatX>(m, kQkv) + l * ld * 3 * C;
-        const floatX* atty = buf<floatX>(m, kAtty) + l * ld * C;
-        const void* saved = buf<char>(m, kAttSaved) + l * saved_stride;
-        const floatX* residual2 = buf<floatX>(m, kResidual2) + l * ld * C;
-        const floatX* fch = buf<floatX>(m, kFch) + l * ld * 4 * C;
-        float* ln1_mean = buf<float>(m, kLn1Mean) + l * ld;
-        float* ln1_rstd = buf<float>(m, kLn1Rstd) + l * ld;
-        float* ln2_mean = buf<float>(m, kLn2Mean) + l * ld;
-        float* ln2_rstd = buf<float>(m, kLn2Rstd) + l * ld;
-        floatX* fch_gelu = buf<floatX>(m, kFchGelu) + (m->recompute >= 1 ? 0 : l * ld * 4 * C);
+        const floatX* residual = l == 0 ? buf<floatX>(m, mem::Encoded) : buf<floatX>(m, mem::Residual3) + (l - 1) * ld * C;
+        const floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
+        const floatX* atty = buf<floatX>(m, mem::Atty) + l * ld * C;
+        const void* saved = buf<char>(m, mem::AttSaved) + l * saved_stride;
+        const floatX* residual2 = buf<floatX>(m, mem::Residual2) + l * ld * C;
+        const floatX* fch = buf<floatX>(m, mem::Fch) + l * ld * 4 * C;
+        float* ln1_mean = buf<float>(m, mem::Ln1Mean) + l * ld;
+        float* ln1_rstd = buf<float>(m, mem::Ln1Rstd) + l * ld;
+        float* ln2_mean = buf<float>(m, mem::Ln2Mean) + l * ld;
+        float* ln2_rstd = buf<float>(m, mem::Ln2Rstd) + l * ld;
+        floatX* fch_gelu = buf<floatX>(m, mem::FchGelu) + (m->recompute >= 1 ? 0 : l * ld * 4 * C);
         if (m->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C, s);
         if (m->recompute >= 2) {  // same kernel, same inputs: bit-identical to the forward's outputs
             layernorm_forward(ln1(l), ln1_mean, ln1_rstd, residual, param(m, LN1W, l), param(m, LN1B, l), BT, C, s);
@@ -456,13 +458,13 @@ inline void gpt2_backward(GPT2* m, const int* inputs, const int* targets, float 
         layernorm_backward(dresidual, grad(m, LN1W, l), grad(m, LN1B, l), scratch, residual, param(m, LN1W, l),
                            ln1_mean, ln1_rstd, BT, C, reduce, s, l > 0 ? grad(m, FCPROJB, l - 1) : nullptr);
     }
-    encoder_backward(grad(m, WTE), grad(m, WPE), dresidual, buf<int>(m, kInputs), B, T, C, c.vocab_size,
+    encoder_backward(grad(m, WTE), grad(m, WPE), dresidual, buf<int>(m, mem::Inputs), B, T, C, c.vocab_size,
                      m->encoder_scratch, s);
     cudaCheck(cudaStreamSynchronize(s));
 }
 
 inline float gpt2_grad_norm(GPT2* m) {
-    return global_norm((const floatX*)m->memory[kGrads], m->num_parameters, (float*)m->memory[kReduceScratch],
+    return global_norm((const floatX*)m->memory[mem::Grads], m->num_parameters, (float*)m->memory[mem::ReduceScratch],
                        m->stream);
 }
 
@@ -483,8 +485,8 @@ inline void gpt2_update(GPT2* m, const AdamWParams& p, float grad_scale, int ste
         table.size[i] = specs[i].numel;
         table.weight_decay[i] = specs[i].weight_decay ? p.weight_decay : 0.0f;
     }
-    adamw_update((floatX*)m->memory[kParams], (float*)m->memory[kMaster], (const floatX*)m->memory[kGrads],
-                 (float*)m->memory[kAdamM], (float*)m->memory[kAdamV], table, kNumParameterTensors, p.lr, p.beta1,
+    adamw_update((floatX*)m->memory[mem::Params], (float*)m->memory[mem::Master], (const floatX*)m->memory[mem::Grads],
+                 (float*)m->memory[mem::AdamM], (float*)m->memory[mem::AdamV], table, kNumParameterTensors, p.lr, p.beta1,
                  p.beta2, p.eps, grad_scale, step, seed, m->stream);
     cudaCheck(cudaStreamSynchronize(m->stream));
 }
@@ -496,7 +498,7 @@ inline void gpt2_copy_logits(GPT2* m, int b, int t, float* host_out) {
         exit(EXIT_FAILURE);
     }
     const int Vp = m->config.padded_vocab_size;
-    const floatX* src = (const floatX*)m->memory[kLogits] + ((size_t)b * m->last_T + t) * Vp;
+    const floatX* src = (const floatX*)m->memory[mem::Logits] + ((size_t)b * m->last_T + t) * Vp;
     if (kFloatXIsBF16) {
         std::vector<uint16_t> bits(Vp);
         cudaCheck(cudaMemcpy(bits.data(), src, Vp * sizeof(uint16_t), cudaMemcpyDeviceToHost));
@@ -512,10 +514,10 @@ inline std::vector<float> gpt2_download_params(GPT2* m) {
     std::vector<float> out(N);
     if (kFloatXIsBF16) {
         std::vector<uint16_t> bits(N);
-        cudaCheck(cudaMemcpy(bits.data(), m->memory[kParams], N * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(bits.data(), m->memory[mem::Params], N * sizeof(uint16_t), cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < N; i++) out[i] = bf16_bits_to_float(bits[i]);
     } else {
-        cudaCheck(cudaMemcpy(out.data(), m->memory[kParams], N * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(out.data(), m->memory[mem::Params], N * sizeof(float), cudaMemcpyDeviceToHost));
     }
     return out;
 }
@@ -526,10 +528,10 @@ inline std::vector<float> gpt2_download_grads(GPT2* m) {
     std::vector<float> out(N);
     if (kFloatXIsBF16) {
         std::vector<uint16_t> bits(N);
-        cudaCheck(cudaMemcpy(bits.data(), m->memory[kGrads], N * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(bits.data(), m->memory[mem::Grads], N * sizeof(uint16_t), cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < N; i++) out[i] = bf16_bits_to_float(bits[i]);
     } else {
-        cudaCheck(cudaMemcpy(out.data(), m->memory[kGrads], N * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(out.data(), m->memory[mem::Grads], N * sizeof(float), cudaMemcpyDeviceToHost));
     }
     return out;
 }
@@ -542,33 +544,33 @@ inline void gpt2_write_model(GPT2* m, const std::string& path) {
 
 // Optimizer state for resume: [master weights (fp32, BF16 builds with master weights)] [m (fp32)] [v (fp32)].
 inline size_t gpt2_optimizer_state_bytes(const GPT2* m) {
-    size_t master = m->memory.size() && m->memory[kMaster] ? m->num_parameters : 0;
+    size_t master = m->memory.size() && m->memory[mem::Master] ? m->num_parameters : 0;
     return (master + 2 * m->num_parameters) * sizeof(float);
 }
 // Copies the device's optimizer state into host (gpt2_optimizer_state_bytes bytes): for saving a checkpoint.
 inline void gpt2_read_optimizer_state(GPT2* m, void* host) {
     char* dst = (char*)host;
     const size_t bytes = m->num_parameters * sizeof(float);
-    if (m->memory[kMaster]) {
-        cudaCheck(cudaMemcpy(dst, m->memory[kMaster], bytes, cudaMemcpyDeviceToHost));
+    if (m->memory[mem::Master]) {
+        cudaCheck(cudaMemcpy(dst, m->memory[mem::Master], bytes, cudaMemcpyDeviceToHost));
         dst += bytes;
     }
-    cudaCheck(cudaMemcpy(dst, m->memory[kAdamM], bytes, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(dst + bytes, m->memory[kAdamV], bytes, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(dst, m->memory[mem::AdamM], bytes, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(dst + bytes, m->memory[mem::AdamV], bytes, cudaMemcpyDeviceToHost));
 }
 // Restores the optimizer state from host (the layout above): for resuming.
 inline void gpt2_write_optimizer_state(GPT2* m, const void* host) {
     const char* src = (const char*)host;
     const size_t bytes = m->num_parameters * sizeof(float);
-    if (m->memory[kMaster]) {
-        cudaCheck(cudaMemcpy(m->memory[kMaster], src, bytes, cudaMemcpyHostToDevice));
+    if (m->memory[mem::Master]) {
+        cudaCheck(cudaMemcpy(m->memory[mem::Master], src, bytes, cudaMemcpyHostToDevice));
         src += bytes;
     }
-    cudaCheck(cudaMemcpy(m->memory[kAdamM], src, bytes, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->memory[kAdamV], src + bytes, bytes, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->memory[mem::AdamM], src, bytes, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m->memory[mem::AdamV], src + bytes, bytes, cudaMemcpyHostToDevice));
 }
 
-inline floatX* gpt2_grads(GPT2* m) { return (floatX*)m->memory[kGrads]; }
+inline floatX* gpt2_grads(GPT2* m) { return (floatX*)m->memory[mem::Grads]; }
 inline size_t gpt2_num_parameters(const GPT2* m) { return m->num_parameters; }
 
 inline void gpt2_free(GPT2* m) {

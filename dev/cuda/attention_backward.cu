@@ -18,7 +18,6 @@
 #include "llmc/attention_materialized.cuh"
 #include "tests/reference/gpt2_cpu.h"
 
-constexpr float kLog2e = 1.4426950408889634f;
 
 // ------------------------------------------------------------------------------------------ variant 2
 // D[b,h,t] = dO[b,t,h,:]·O[b,t,h,:], one thread per row.

@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(4 * Br) flash2_fp32_kernel(float* out, float* 
     const size_t stride = 3 * (size_t)C;
     const float* base = qkv + (size_t)b * T * stride + h * HS;
     const int q0 = q_tile * Br, row = q0 + tid / 4;
-    const float scale_log2 = 1.4426950408889634f / sqrtf((float)HS);
+    const float scale_log2 = kLog2e / sqrtf((float)HS);
 
     float q[P], o[P];
 #pragma unroll
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(4 * Br) flash2_fp32_kernel(float* out, float* 
         const float inv = 1.f / l;
 #pragma unroll
         for (int i = 0; i < P; i++) dst[part + 4 * i] = o[i] * inv;
-        if (part == 0) lse[((size_t)b * NH + h) * T + row] = (m + log2f(l)) * 0.6931471805599453f;
+        if (part == 0) lse[((size_t)b * NH + h) * T + row] = (m + log2f(l)) * kLn2;
     }
 }
 
