@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "llmc/bf16.h"
-#include "tests/reference/debug_state.h"
-#include "tests/reference/gpt2_cpu.h"
 #include "llmc/model_file.h"
 #include "llmc/rand.h"
+#include "tests/compare.h"
+#include "tests/reference/debug_state.h"
+#include "tests/reference/gpt2_cpu.h"
 #include "tests/reference/reference_trajectory.h"
 
 constexpr double kLogitsTol = 1e-5;      // rel-L2
@@ -35,23 +36,6 @@ struct Tally {
 // max that keeps a NaN (std::max would drop it), so a NaN error fails the check.
 static double nan_max(double a, double b) { return (b > a || std::isnan(b)) ? b : a; }
 
-struct Errors {
-    double rel_l2, max_abs, ref_norm;
-};
-
-// rel-L2 = ||out - ref|| / ||ref|| and max |out - ref| over n values; out_at(i) maps index i of ref to ours.
-template <typename OutAt>
-Errors compare(const float* ref, size_t n, OutAt out_at) {
-    double diff2 = 0, ref2 = 0, max_abs = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)out_at(i) - (double)ref[i];
-        diff2 += d * d;
-        ref2 += (double)ref[i] * ref[i];
-        max_abs = nan_max(max_abs, std::fabs(d));
-    }
-    double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);  // all-zero reference: absolute norm
-    return {rel, max_abs, std::sqrt(ref2)};
-}
 
 static const char* verdict(bool ok) { return ok ? "OK" : "FAIL"; }
 
@@ -71,7 +55,7 @@ void check_matmul_edges(Tally* tally) {
         for (double& v : b) v = rng.normal_double();
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             std::fill(out.begin(), out.end(), NAN);
-            matmul_forward<double>(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, B, T, C, OC);
+            cpu::matmul_forward<double>(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, B, T, C, OC);
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < OC; j++) {
                     double sum = with_bias ? b[j] : 0.0;
@@ -97,7 +81,7 @@ void check_attention_double(Tally* tally) {
     std::vector<double> inp(n_inp), w(n_out), out(n_out, NAN), lse((size_t)B * NH * T, NAN);
     for (double& x : inp) x = 2.0 * rng.normal_double();
     for (double& x : w) x = rng.normal_double();
-    attention_forward<double>(out.data(), lse.data(), inp.data(), B, T, C, NH);
+    cpu::attention_forward<double>(out.data(), lse.data(), inp.data(), B, T, C, NH);
 
     // P = exp(S - lse) must sum to 1 over t2 <= t and reproduce out = P·V
     double sum_err = 0, out_err = 0;
@@ -128,9 +112,9 @@ void check_attention_double(Tally* tally) {
 
     // d(sum(out * w))/d(inp) by attention_backward vs central differences on every input element
     std::vector<double> dinp(n_inp, 0.0), fd(n_inp);
-    attention_backward<double>(dinp.data(), w.data(), inp.data(), B, T, C, NH);
+    cpu::attention_backward<double>(dinp.data(), w.data(), inp.data(), B, T, C, NH);
     auto objective = [&](std::vector<double>& x) {
-        attention_forward<double>(out.data(), (double*)nullptr, x.data(), B, T, C, NH);
+        cpu::attention_forward<double>(out.data(), (double*)nullptr, x.data(), B, T, C, NH);
         double f = 0;
         for (size_t i = 0; i < n_out; i++) f += out[i] * w[i];
         return f;
@@ -145,23 +129,17 @@ void check_attention_double(Tally* tally) {
         inp[i] = x0;
         fd[i] = (fp - fm) / (2 * h);
     }
-    double diff2 = 0, ref2 = 0, max_abs = 0;
-    for (size_t i = 0; i < n_inp; i++) {
-        diff2 += (dinp[i] - fd[i]) * (dinp[i] - fd[i]);
-        ref2 += fd[i] * fd[i];
-        max_abs = nan_max(max_abs, std::fabs(dinp[i] - fd[i]));
-    }
-    const double rel = std::sqrt(diff2 / ref2);
-    ok = rel <= kFiniteDiffTol;
+    const ErrorStats e = compare(dinp.data(), fd.data(), n_inp);
+    ok = e.rel_l2 <= kFiniteDiffTol;
     tally->check(ok);
     printf("attention_backward<double> vs central differences (h=%g, %zu inputs): rel-L2 %.3e  max-abs %.3e "
-           "(tol rel-L2 %.0e)  %s\n", h, n_inp, rel, max_abs, kFiniteDiffTol, verdict(ok));
+           "(tol rel-L2 %.0e)  %s\n", h, n_inp, e.rel_l2, e.max_abs, kFiniteDiffTol, verdict(ok));
 }
 
 int run(const std::string& prefix) {
     Tally tally;
-    GPT2CPU model;
-    gpt2cpu_build_from_checkpoint(&model, prefix + "_model.bin");
+    cpu::GPT2 model;
+    cpu::gpt2_build_from_checkpoint(&model, prefix + "_model.bin");
     const GPT2Config& c = model.config;
     DebugState ref = read_debug_state(prefix + "_debug_state.bin", c);
     ReferenceTrajectory traj = read_reference_trajectory(prefix + "_trajectory.txt");
@@ -175,12 +153,12 @@ int run(const std::string& prefix) {
            c.num_layers, c.num_heads, c.channels, V, Vp, c.max_seq_len, gpt2_num_parameters(c), B, T, threads);
 
     // ---- forward: activations poisoned first, so anything left unwritten shows up as NaN
-    gpt2cpu_allocate(&model, B, T);
+    cpu::gpt2_allocate(&model, B, T);
     std::fill(model.acts.begin(), model.acts.end(), NAN);
-    const float loss = gpt2cpu_forward(&model, ref.inputs.data(), ref.targets.data(), B, T);
-    const float* logits = model.act(ACT_LOGITS);
-    Errors e = compare(ref.logits.data(), ref.logits.size(),
-                       [&](size_t i) { return logits[(i / V) * Vp + i % V]; });
+    const float loss = cpu::gpt2_forward(&model, ref.inputs.data(), ref.targets.data(), B, T);
+    const float* logits = model.act(cpu::ACT_LOGITS);
+    ErrorStats e = compare_by(ref.logits.size(), [&](size_t i) { return logits[(i / V) * Vp + i % V]; },
+                              [&](size_t i) { return ref.logits[i]; });
     bool ok = e.rel_l2 <= kLogitsTol;
     tally.check(ok);
     printf("logits      rel-L2 %.3e  max-abs %.3e  (tol rel-L2 %.0e)  %s\n", e.rel_l2, e.max_abs, kLogitsTol,
@@ -192,14 +170,14 @@ int run(const std::string& prefix) {
            verdict(ok));
 
     // ---- backward
-    gpt2cpu_zero_grad(&model);
-    gpt2cpu_backward(&model);
+    cpu::gpt2_zero_grad(&model);
+    cpu::gpt2_backward(&model);
     auto table = gpt2_parameter_table(c);
     printf("gradients (tol rel-L2 %.0e per tensor):\n", kGradTol);
     for (int i = 0; i < kNumParameterTensors; i++) {
         const size_t off = model.param_offsets[i];
         const float* g = model.grads.data() + off;
-        Errors ge = compare(ref.grads.data() + off, table[i].numel, [&](size_t k) { return g[k]; });
+        ErrorStats ge = compare(g, ref.grads.data() + off, table[i].numel);
         ok = ge.rel_l2 <= kGradTol;
         tally.check(ok);
         printf("  %-9s rel-L2 %.3e  max-abs %.3e  |ref| %.3e  %s\n", table[i].name, ge.rel_l2, ge.max_abs,
@@ -208,7 +186,7 @@ int run(const std::string& prefix) {
     // the padded vocabulary rows never see a gradient
     double pad_max = 0;
     for (size_t k = (size_t)V * c.channels; k < (size_t)Vp * c.channels; k++) {
-        pad_max = nan_max(pad_max, std::fabs((double)model.grads[model.param_offsets[P_WTE] + k]));
+        pad_max = nan_max(pad_max, std::fabs((double)model.grads[model.param_offsets[WTE] + k]));
     }
     ok = pad_max == 0.0;
     tally.check(ok);
@@ -235,9 +213,9 @@ int run(const std::string& prefix) {
     }
 
     // ---- AdamW trajectory from the checkpoint, fresh optimizer state
-    GPT2CPU trainee;
-    gpt2cpu_build_from_checkpoint(&trainee, prefix + "_model.bin");
-    GPT2CPUAdamW opt;
+    cpu::GPT2 trainee;
+    cpu::gpt2_build_from_checkpoint(&trainee, prefix + "_model.bin");
+    cpu::AdamWSettings opt;
     opt.lr = traj.lr;
     opt.beta1 = traj.beta1;
     opt.beta2 = traj.beta2;
@@ -246,10 +224,10 @@ int run(const std::string& prefix) {
     printf("AdamW trajectory: %zu steps, lr %g beta1 %g beta2 %g eps %g weight_decay %g (tol |diff| %.0e):\n",
            traj.losses.size(), opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, kTrajectoryTol);
     for (size_t step = 0; step < traj.losses.size(); step++) {
-        float l = gpt2cpu_forward(&trainee, ref.inputs.data(), ref.targets.data(), B, T);
-        gpt2cpu_zero_grad(&trainee);
-        gpt2cpu_backward(&trainee);
-        gpt2cpu_update(&trainee, opt, (int)step + 1);
+        float l = cpu::gpt2_forward(&trainee, ref.inputs.data(), ref.targets.data(), B, T);
+        cpu::gpt2_zero_grad(&trainee);
+        cpu::gpt2_backward(&trainee);
+        cpu::gpt2_update(&trainee, opt, (int)step + 1);
         double d = std::fabs((double)l - (double)traj.losses[step]);
         ok = d <= kTrajectoryTol;
         tally.check(ok);

@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/reference/debug_state.h"
 #include "llmc/gpt2.cuh"
+#include "llmc/logger.h"
 #include "llmc/model_file.h"
+#include "tests/compare.h"
+#include "tests/reference/debug_state.h"
 #include "tests/reference/reference_trajectory.h"
 
 struct Tolerances {
@@ -24,24 +26,6 @@ constexpr Tolerances kTol = {1e-5, 1e-5, 1e-4, 1e-4};
 #else
 constexpr Tolerances kTol = {1e-2, 5e-3, 8e-2, 2e-2};
 #endif
-
-struct ErrorStats {
-    double rel_l2 = NAN, max_abs = NAN;
-};
-// rel-L2 = ||out - ref|| / ||ref|| in double; NaN anywhere in out makes it NaN (and fails the check).
-static ErrorStats compare(const float* out, const float* ref, size_t n) {
-    double diff2 = 0, ref2 = 0, max_abs = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)out[i] - (double)ref[i];
-        diff2 += d * d;
-        ref2 += (double)ref[i] * ref[i];
-        if (!(std::fabs(d) <= max_abs)) max_abs = std::fabs(d);  // keeps NaN
-    }
-    ErrorStats e;
-    e.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-    e.max_abs = max_abs;
-    return e;
-}
 
 static int failures = 0;
 static void report(const char* what, double value, double tol, const char* extra = "") {
@@ -68,7 +52,7 @@ static std::vector<float> run_trajectory(GPT2* m, const DebugState& ds, const Re
     for (size_t i = 0; i < ref.losses.size(); i++) {
         float loss = gpt2_forward(m, ds.inputs.data(), ds.targets.data(), ds.B, ds.T);
         gpt2_zero_grad(m);
-        gpt2_backward(m, ds.inputs.data(), ds.targets.data(), 1.0f);
+        gpt2_backward(m, 1.0f);
         gpt2_update(m, p, 1.0f, (int)i + 1, 1234);
         losses.push_back(loss);
     }
@@ -124,7 +108,9 @@ int main(int argc, char** argv) {
 
         GPT2 model;
         build(&model, model_path, ds, backend, recompute);
-        gpt2_print_memory_plan(model.plan);
+        for (const auto& [label, bytes] : memory_plan_rows(model.plan)) {
+            printf("%s\n", format_table_row(label, format_bytes((double)bytes)).c_str());
+        }
         const int B = ds.B, T = ds.T, V = c.vocab_size, Vp = c.padded_vocab_size;
 
         // ---- logits (forward without targets keeps them)
@@ -133,7 +119,7 @@ int main(int argc, char** argv) {
         int padded_nonzero = 0;
         for (int b = 0; b < B; b++) {
             for (int t = 0; t < T; t++) {
-                gpt2_copy_logits(&model, b, t, row.data());
+                gpt2_logits_to_host(&model, b, t, row.data());
                 memcpy(&logits[((size_t)b * T + t) * V], row.data(), V * sizeof(float));
                 for (int i = V; i < Vp; i++) padded_nonzero += row[i] != 0.0f;  // wte padding rows are zero
             }
@@ -156,7 +142,7 @@ int main(int argc, char** argv) {
             std::vector<float> got((size_t)B * Tp * V, NAN), want((size_t)B * Tp * V);
             for (int b = 0; b < B; b++) {
                 for (int t = 0; t < Tp; t++) {
-                    gpt2_copy_logits(&model, b, t, row.data());
+                    gpt2_logits_to_host(&model, b, t, row.data());
                     memcpy(&got[((size_t)b * Tp + t) * V], row.data(), V * sizeof(float));
                     memcpy(&want[((size_t)b * Tp + t) * V], &ds.logits[((size_t)b * T + t) * V], V * sizeof(float));
                 }
@@ -173,8 +159,8 @@ int main(int argc, char** argv) {
 
         // ---- gradients, per tensor
         gpt2_zero_grad(&model);
-        gpt2_backward(&model, ds.inputs.data(), ds.targets.data(), 1.0f);
-        std::vector<float> grads = gpt2_download_grads(&model);
+        gpt2_backward(&model, 1.0f);
+        std::vector<float> grads = gpt2_grads_to_host(&model);
         auto table = gpt2_parameter_table(c);
         auto offsets = gpt2_parameter_offsets(c);
         double worst = 0;

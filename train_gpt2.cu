@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "llmc/checkpoint.cuh"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/logger.h"
 #include "llmc/mfu.h"
 #include "llmc/multi_gpu.cuh"
-#include "llmc/run_state.h"
 #include "llmc/sampler.h"
 #include "llmc/schedulers.h"
 #include "llmc/tokenizer_file.h"
@@ -85,7 +85,7 @@ void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile
     printf("generating:\n---\n");
     for (int t = 1; t <= a.gen_tokens; t++) {
         gpt2_forward(&model, tokens.data(), nullptr, 1, Tg);
-        gpt2_copy_logits(&model, 0, t - 1, logits.data());
+        gpt2_logits_to_host(&model, 0, t - 1, logits.data());
         const int next = sample_token(logits.data(), c.vocab_size, a.temperature, a.top_k, rng.uniform());
         tokens[t] = next;
         if (tok) printf("%s", printable_token(*tok, next).c_str());
@@ -95,32 +95,9 @@ void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile
     printf("\n---\n");
 }
 
-struct Checkpointer {
-    std::string dir;
-    int keep = 0;
-    // Weights first, run state last (each atomic): the state file marks a complete pair.
-    void save(GPT2& model, int step, const BatchLayout& layout, const TrainArgs& a, int nproc, const Rng& sampler_rng,
-              const DataLoader& train, const DataLoader* val) {
-        const std::string model_path = checkpoint_model_path(dir, step);
-        gpt2_write_model(&model, model_path);
-        RunState s;
-        s.step = step;
-        s.B = a.B;
-        s.T = a.T;
-        s.num_processes = nproc;
-        s.grad_accum_steps = layout.grad_accum_steps;
-        s.sampler_rng = sampler_rng.get_state();
-        s.train_loader = train.get_state();
-        if (val) s.val_loader = val->get_state();
-        s.optimizer_state.resize(gpt2_optimizer_state_bytes(&model));
-        gpt2_read_optimizer_state(&model, s.optimizer_state.data());
-        write_run_state(checkpoint_state_path(dir, step), s);
-        remove_old_checkpoints(dir, keep);
-        printf("saved checkpoint %s (+ state)\n", model_path.c_str());
-    }
-};
-
-int train(const TrainArgs& a, int* argc, char*** argv) {
+// ---------------------------------------------------------------- set-up phases
+// One process per GPU; ranks other than 0 print nothing (errors still reach stderr).
+MultiGpu start_processes(const TrainArgs& a, int* argc, char*** argv) {
     MultiGpuOptions mo;
     mo.num_processes = a.num_processes;
     mo.process_rank = a.process_rank;
@@ -128,174 +105,232 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     mo.init_method = a.init_method;
     mo.rendezvous_dir = a.rendezvous_dir;
     MultiGpu mg = multi_gpu_init(mo, argc, argv);
-    const bool main_rank = mg.rank == 0;
-    if (!main_rank) {  // only rank 0 prints; errors still reach stderr
-        if (!freopen("/dev/null", "w", stdout)) fail("cannot silence stdout on rank " + std::to_string(mg.rank));
+    if (mg.rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        fail("cannot silence stdout on rank " + std::to_string(mg.rank));
     }
+    return mg;
+}
 
-    BatchLayout layout;
-    std::string err = resolve_batch_layout(a, mg.world, &layout);
-    if (!err.empty()) fail(err);
-
-    // "auto" is resolved once the model shape is known (below).
-    AttentionBackend backend = AttentionBackend::Flash;
-    if (a.attention != "auto" && !parse_attention_backend(a.attention, &backend)) {
-        fail("flag -ab: unknown attention backend " + a.attention);
-    }
-
-    // ---- resume point
-    int resume_step = -1;
-    if (a.resume) {
-        resume_step = latest_checkpoint(a.output_dir);
-        if (resume_step < 0) printf("note: -y 1 but no complete checkpoint in %s: starting from scratch\n", a.output_dir.c_str());
-    }
-    if (!a.output_dir.empty() && main_rank) ensure_directory(a.output_dir);
-
-    // ---- model
-    GPT2 model;
+// The model's weights: the checkpoint to resume (resume_step >= 0), a random-init preset (-e d12), or a model
+// file (-e path). Returns how it was made, for the start-up table.
+std::string build_model(GPT2* model, const TrainArgs& a, const Checkpointer& ckpt, int resume_step) {
     GPT2Config preset;
-    std::string init_desc;
     if (resume_step >= 0) {
-        init_desc = checkpoint_model_path(a.output_dir, resume_step);
-        gpt2_build_from_checkpoint(&model, init_desc);
-    } else if (gpt2_preset(a.init_from, &preset, std::max(1024, a.T))) {  // positions for T > 1024 too
-        init_desc = a.init_from + " random init (seed " + std::to_string(a.seed) + ")";
-        gpt2_build_random(&model, preset, a.seed);
-    } else {
-        init_desc = a.init_from;
-        gpt2_build_from_checkpoint(&model, a.init_from);
+        gpt2_build_from_checkpoint(model, ckpt.model_path(resume_step));
+        return ckpt.model_path(resume_step);
     }
-    const GPT2Config& c = model.config;
+    if (gpt2_preset(a.init_from, &preset, std::max(1024, a.T))) {  // positions for T > 1024 too
+        gpt2_build_random(model, preset, a.seed);
+        return a.init_from + " random init (seed " + std::to_string(a.seed) + ")";
+    }
+    gpt2_build_from_checkpoint(model, a.init_from);
+    return a.init_from;
+}
+
+// Flags that can only be checked against the model's shape.
+void check_flags_against_model(const TrainArgs& a, const GPT2Config& c) {
     if (a.T > c.max_seq_len) {
-        fail("flag -t: T = " + std::to_string(a.T) + " exceeds the model's max sequence length " + std::to_string(c.max_seq_len));
+        fail("flag -t: T = " + std::to_string(a.T) + " exceeds the model's max sequence length " +
+             std::to_string(c.max_seq_len));
     }
     if (a.sample_every > 0 && a.gen_tokens >= a.T) {
-        fail("flag -g: " + std::to_string(a.gen_tokens) + " tokens do not fit in T = " + std::to_string(a.T) + " (need -g < -t)");
+        fail("flag -g: " + std::to_string(a.gen_tokens) + " tokens do not fit in T = " + std::to_string(a.T) +
+             " (need -g < -t)");
     }
-    std::string why;
-    if (a.attention == "auto" && !attention_backend_supported(backend, c.channels, c.num_heads, &why)) {
-        backend = AttentionBackend::Materialized;  // flash cannot run this build or shape: fall back, and say so
-        printf("note: attention backend auto -> materialized (%s)\n", why.c_str());
-    }
-    if (!attention_backend_supported(backend, c.channels, c.num_heads, &why)) fail("flag -ab: " + why);
+}
 
-    const MathMode math = kFloatXIsBF16 ? MathMode::BF16 : (a.tf32 ? MathMode::TF32 : MathMode::FP32);
-    matmul_set_tf32(a.tf32);
-    model.use_master_weights = a.master_weights;
-    gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
-    const MemoryPlan plan = model.plan;
+// Optimizer steps of the run: -x, or one epoch of the training data.
+int count_steps(const TrainArgs& a, const DataLoader& train, const BatchLayout& layout) {
+    if (a.max_steps != -1) return a.max_steps;
+    const int steps = (int)(train.num_batches_per_epoch() / layout.grad_accum_steps);
+    if (steps < 1) {
+        fail(a.train_pattern + ": one epoch has " + std::to_string(train.num_batches_per_epoch()) +
+             " micro-batches, fewer than one step's " + std::to_string(layout.grad_accum_steps) +
+             " (lower -d or set -x)");
+    }
+    return steps;
+}
 
-    // ---- data
-    DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, a.shuffle, a.seed, c.vocab_size);
-    std::unique_ptr<DataLoader> val_loader;
-    if (a.val_every > 0) {
-        val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, mg.rank, mg.world, false, a.seed, c.vocab_size);
-    }
-    int total_steps = a.max_steps;
-    if (total_steps == -1) {
-        total_steps = (int)(train_loader.num_batches_per_epoch() / layout.grad_accum_steps);
-        if (total_steps < 1) {
-            fail(a.train_pattern + ": one epoch has " + std::to_string(train_loader.num_batches_per_epoch()) +
-                 " micro-batches, fewer than one step's " + std::to_string(layout.grad_accum_steps) + " (lower -d or set -x)");
-        }
-    }
+LRScheduler make_schedule(const TrainArgs& a, int total_steps) {
     LRScheduler sched;
     sched.type = a.lr_schedule;
     sched.max_lr = a.learning_rate;
     sched.warmup_steps = a.warmup_steps;
     sched.total_steps = total_steps;
     sched.final_lr_frac = a.final_lr_frac;
-    if (!(err = sched.invalid_reason()).empty()) fail("learning-rate schedule: " + err);
+    const std::string err = sched.invalid_reason();
+    if (!err.empty()) fail("learning-rate schedule: " + err);
+    return sched;
+}
 
-    std::unique_ptr<TokenizerFile> tokenizer;
-    if (a.sample_every > 0 && main_rank) {
-        try {
-            tokenizer = std::make_unique<TokenizerFile>(read_tokenizer_file(a.tokenizer_path));
-        } catch (const FileError& e) {
-            printf("note: samples are printed as token ids (%s)\n", e.what());
-        }
+// The tokenizer for printing samples (rank 0, when sampling): missing or bad means samples print token ids.
+std::unique_ptr<TokenizerFile> load_sample_tokenizer(const TrainArgs& a, bool main_rank) {
+    if (a.sample_every <= 0 || !main_rank) return nullptr;
+    try {
+        return std::make_unique<TokenizerFile>(read_tokenizer_file(a.tokenizer_path));
+    } catch (const FileError& e) {
+        printf("note: samples are printed as token ids (%s)\n", e.what());
+        return nullptr;
     }
+}
+
+struct StartupInfo {
+    std::string init_desc;
+    AttentionBackend backend;
+    BatchLayout layout;
+    int world, start_step, total_steps;
+    MathMode math;
+    DeviceSummary dev;
+    double flops_per_token;
+};
+
+void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInfo& s, const DataLoader& train,
+                         const DataLoader* val) {
+    const GPT2Config& c = model.config;
+    auto row = [](const std::string& k, const std::string& v) { printf("%s\n", format_table_row(k, v).c_str()); };
+    auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
+    auto str = [](long long x) { return std::to_string(x); };
+    const std::string rule = format_table_rule();
+    printf("%s\n", rule.c_str());
+    row("model", s.init_desc);
+    row("L / NH / C", str(c.num_layers) + " / " + str(c.num_heads) + " / " + str(c.channels));
+    row("max T / V / Vp", str(c.max_seq_len) + " / " + str(c.vocab_size) + " / " + str(c.padded_vocab_size));
+    row("parameters", str((long long)gpt2_num_parameters(c)));
+    row("precision", std::string(PRECISION_NAME) + (kFloatXIsBF16 ? (a.master_weights ? " + fp32 master weights"
+                                                                                      : ", no master weights")
+                                                                 : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
+    row("attention / recompute", std::string(attention_backend_name(s.backend)) + " / " + str(a.recompute));
+    row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
+    row("tokens per step",
+        str(s.layout.tokens_per_step) + " (grad accum " + str(s.layout.grad_accum_steps) + ")");
+    row("steps", str(s.start_step) + " -> " + str(s.total_steps) + (a.max_steps == -1 ? " (one epoch)" : ""));
+    row("lr schedule", std::string(lr_schedule_name(a.lr_schedule)) + " max " + num(a.learning_rate) + " warmup " +
+                           str(a.warmup_steps) + " final x" + num(a.final_lr_frac));
+    row("weight decay / clip", num(a.weight_decay) + " / " + num(a.grad_clip));
+    row("train data", a.train_pattern + " (" + str(train.num_shards()) + " shards, " +
+                          str((long long)train.num_batches_per_epoch()) + " batches)");
+    if (val) row("val data", a.val_pattern + " (" + str((long long)val->num_batches_per_epoch()) + " batches)");
+    row("output", a.output_dir.empty() ? "(none)" : a.output_dir);
+    printf("%s\n", rule.c_str());
+    const DeviceSummary& d = s.dev;
+    char devdesc[256];
+    snprintf(devdesc, sizeof(devdesc), "%s (sm_%d%d, %d SMs, %.0f MHz)", d.name.c_str(), d.cc_major, d.cc_minor,
+             d.sm_count, d.clock_khz / 1e3);
+    row("device", devdesc);
+    row("device memory", format_bytes((double)d.total_memory));
+    row("peak " + std::string(s.math == MathMode::BF16 ? "bf16" : s.math == MathMode::TF32 ? "tf32" : "fp32") +
+            " FLOP/s",
+        d.peak_flops > 0 ? num(d.peak_flops / 1e12) + " TFLOP/s" + (d.peak_assumed ? " (assumed arch)" : "")
+                         : "unknown (MFU not reported)");
+    row("model FLOPs per token", num(s.flops_per_token));
+    printf("%s\n", rule.c_str());
+    for (const auto& [label, bytes] : memory_plan_rows(model.plan)) row(label, format_bytes((double)bytes));
+    printf("%s\n", rule.c_str());
+    fflush(stdout);
+}
+
+// ---------------------------------------------------------------- one optimizer step
+struct StepResult {
+    float loss, grad_norm, lr;
+    double ms;
+};
+
+// zero grad -> grad_accum_steps × (forward, backward) -> all-reduce -> clip -> AdamW, timed to the end of the update.
+StepResult train_step(GPT2& model, DataLoader& train, const TrainArgs& a, const BatchLayout& layout,
+                      const LRScheduler& sched, MultiGpu& mg, int step) {
+    cudaCheck(cudaDeviceSynchronize());
+    const auto t0 = std::chrono::steady_clock::now();
+    gpt2_zero_grad(&model);
+    double loss_sum = 0;
+    for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
+        train.next_batch();
+        loss_sum += gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T);
+        gpt2_backward(&model, 1.0f / layout.grad_accum_steps);
+    }
+    multi_gpu_average(mg, gpt2_grads(&model), gpt2_num_parameters(&model));
+    StepResult r;
+    r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
+    r.grad_norm = gpt2_grad_norm(&model);
+    const float grad_scale = (a.grad_clip > 0 && r.grad_norm > a.grad_clip) ? a.grad_clip / r.grad_norm : 1.0f;
+    r.lr = sched.lr_at(step);
+    const AdamWParams opt{r.lr, kBeta1, kBeta2, kEps, a.weight_decay};
+    gpt2_update(&model, opt, grad_scale, step + 1, mix_seed(a.seed, (uint64_t)step + 1));
+    cudaCheck(cudaDeviceSynchronize());
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+        fail("step " + std::to_string(step + 1) + ": loss " + std::to_string(r.loss) + ", grad norm " +
+             std::to_string(r.grad_norm) + " (diverged: lower -l or raise -u)");
+    }
+    return r;
+}
+
+// ---------------------------------------------------------------- the run
+int train(const TrainArgs& a, int* argc, char*** argv) {
+    MultiGpu mg = start_processes(a, argc, argv);
+    const bool main_rank = mg.rank == 0;
+    BatchLayout layout;
+    const std::string layout_error = resolve_batch_layout(a, mg.world, &layout);
+    if (!layout_error.empty()) fail(layout_error);
+    const Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
+
+    // ---- model
+    int resume_step = -1;
+    if (a.resume) {
+        resume_step = ckpt.latest();
+        if (resume_step < 0) printf("note: -y 1 but no complete checkpoint in %s: starting from scratch\n", a.output_dir.c_str());
+    }
+    if (!a.output_dir.empty() && main_rank) ensure_directory(a.output_dir);
+    GPT2 model;
+    const std::string init_desc = build_model(&model, a, ckpt, resume_step);
+    const GPT2Config& c = model.config;
+    check_flags_against_model(a, c);
+    std::string note;
+    const AttentionBackend backend = resolve_attention_backend(a.attention, c.channels, c.num_heads, &note);
+    if (!note.empty()) printf("note: %s\n", note.c_str());
+    matmul_set_tf32(a.tf32);
+    model.use_master_weights = a.master_weights;
+    gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
+
+    // ---- data, schedule, samples
+    DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, a.shuffle, a.seed, c.vocab_size);
+    std::unique_ptr<DataLoader> val_loader;
+    if (a.val_every > 0) {
+        val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, mg.rank, mg.world, false, a.seed, c.vocab_size);
+    }
+    const int total_steps = count_steps(a, train_loader, layout);
+    const LRScheduler sched = make_schedule(a, total_steps);
+    const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, main_rank);
     const int eot = tokenizer ? tokenizer->eot_token : 50256;
     if (eot >= c.vocab_size) fail("end-of-text token " + std::to_string(eot) + " is outside the model's vocabulary");
     Rng sampler_rng(mix_seed(a.seed, 0x73616d706c65ull));  // "sample"
 
-    // ---- restore the run state
-    int start_step = 0;
-    if (resume_step >= 0) {
-        const std::string state_path = checkpoint_state_path(a.output_dir, resume_step);
-        RunState s = read_run_state(state_path);
-        if (s.B != a.B || s.T != a.T || s.num_processes != mg.world || s.grad_accum_steps != layout.grad_accum_steps) {
-            file_error(state_path, "was written with B=%d T=%d processes=%d grad_accum=%d; this run has B=%d T=%d "
-                       "processes=%d grad_accum=%d (resume with the same -b -t -d and process count)",
-                       s.B, s.T, s.num_processes, s.grad_accum_steps, a.B, a.T, mg.world, layout.grad_accum_steps);
-        }
-        if (s.optimizer_state.size() != gpt2_optimizer_state_bytes(&model)) {
-            file_error(state_path, "optimizer state is %zu bytes, this model needs %zu (different model or -w?)",
-                       s.optimizer_state.size(), gpt2_optimizer_state_bytes(&model));
-        }
-        gpt2_write_optimizer_state(&model, s.optimizer_state.data());
-        sampler_rng.set_state(s.sampler_rng);
-        s.train_loader.process_rank = mg.rank;  // rank 0's position; every rank is at the same one
-        train_loader.set_state(s.train_loader);
-        start_step = s.step;
-    }
+    // ---- resume: optimizer state, data position, sampler
+    const RunShape shape{a.B, a.T, mg.world, layout.grad_accum_steps};
+    const int start_step =
+        resume_step >= 0 ? ckpt.restore(&model, resume_step, shape, &sampler_rng, &train_loader, mg.rank) : 0;
     MainLog log;
     if (main_rank) log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
 
-    // ---- start-up table
-    const DeviceSummary dev = query_device(mg.local_device, math);
-    const double flops_per_token = gpt2_flops_per_token(c, a.T);
-    auto row = [](const std::string& k, const std::string& v) { printf("%s\n", format_table_row(k, v).c_str()); };
-    auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
-    printf("%s\n", format_table_rule().c_str());
-    row("model", init_desc);
-    row("L / NH / C", std::to_string(c.num_layers) + " / " + std::to_string(c.num_heads) + " / " + std::to_string(c.channels));
-    row("max T / V / Vp", std::to_string(c.max_seq_len) + " / " + std::to_string(c.vocab_size) + " / " + std::to_string(c.padded_vocab_size));
-    row("parameters", std::to_string(gpt2_num_parameters(c)));
-    row("precision", std::string(PRECISION_NAME) + (kFloatXIsBF16 ? (a.master_weights ? " + fp32 master weights" : ", no master weights")
-                                                                 : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
-    row("attention / recompute", std::string(attention_backend_name(backend)) + " / " + std::to_string(a.recompute));
-    row("B / T / processes", std::to_string(a.B) + " / " + std::to_string(a.T) + " / " + std::to_string(mg.world));
-    row("tokens per step", std::to_string(layout.tokens_per_step) + " (grad accum " + std::to_string(layout.grad_accum_steps) + ")");
-    row("steps", std::to_string(start_step) + " -> " + std::to_string(total_steps) +
-                     (a.max_steps == -1 ? " (one epoch)" : ""));
-    row("lr schedule", std::string(lr_schedule_name(a.lr_schedule)) + " max " + num(a.learning_rate) + " warmup " +
-                           std::to_string(a.warmup_steps) + " final x" + num(a.final_lr_frac));
-    row("weight decay / clip", num(a.weight_decay) + " / " + num(a.grad_clip));
-    row("train data", a.train_pattern + " (" + std::to_string(train_loader.num_shards()) + " shards, " +
-                          std::to_string(train_loader.num_batches_per_epoch()) + " batches)");
-    if (val_loader) row("val data", a.val_pattern + " (" + std::to_string(val_loader->num_batches_per_epoch()) + " batches)");
-    row("output", a.output_dir.empty() ? "(none)" : a.output_dir);
-    printf("%s\n", format_table_rule().c_str());
-    char devdesc[256];
-    snprintf(devdesc, sizeof(devdesc), "%s (sm_%d%d, %d SMs, %.0f MHz)", dev.name.c_str(), dev.cc_major, dev.cc_minor,
-             dev.sm_count, dev.clock_khz / 1e3);
-    row("device", devdesc);
-    row("device memory", format_bytes((double)dev.total_memory));
-    row("peak " + std::string(math == MathMode::BF16 ? "bf16" : math == MathMode::TF32 ? "tf32" : "fp32") + " FLOP/s",
-        dev.peak_flops > 0 ? num(dev.peak_flops / 1e12) + " TFLOP/s" + (dev.peak_assumed ? " (assumed arch)" : "")
-                           : "unknown (MFU not reported)");
-    row("model FLOPs per token", num(flops_per_token));
-    printf("%s\n", format_table_rule().c_str());
-    row("memory: parameters", format_bytes((double)plan.parameters));
-    row("memory: gradients", format_bytes((double)plan.gradients));
-    row("memory: optimizer m, v", format_bytes((double)plan.optimizer));
-    row("memory: master weights", format_bytes((double)plan.master_weights));
-    row("memory: activations", format_bytes((double)plan.activations));
-    row("memory: workspace", format_bytes((double)plan.workspace));
-    row("memory: total (plan)", format_bytes((double)plan.total()));
-    printf("%s\n", format_table_rule().c_str());
-    fflush(stdout);
+    StartupInfo info;
+    info.init_desc = init_desc;
+    info.backend = backend;
+    info.layout = layout;
+    info.world = mg.world;
+    info.start_step = start_step;
+    info.total_steps = total_steps;
+    info.math = kFloatXIsBF16 ? MathMode::BF16 : (a.tf32 ? MathMode::TF32 : MathMode::FP32);
+    info.dev = query_device(mg.local_device, info.math);
+    info.flops_per_token = gpt2_flops_per_token(c, a.T);
+    print_startup_table(a, model, info, train_loader, val_loader.get());
 
-    // ---- training loop
-    Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
+    // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
     double sum_ms = 0;
     int timed_steps = 0;
     for (int step = start_step;; step++) {
         const bool last = step == total_steps;
         if (a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || last)) {
             multi_gpu_barrier(mg);
-            if (main_rank) ckpt.save(model, step, layout, a, mg.world, sampler_rng, train_loader, val_loader.get());
+            if (main_rank) ckpt.save(model, step, shape, sampler_rng, train_loader, val_loader.get());
             multi_gpu_barrier(mg);
         }
         if (val_loader && (step % a.val_every == 0 || last)) {
@@ -308,45 +343,24 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         }
         if (last) break;
 
-        cudaCheck(cudaDeviceSynchronize());
-        const auto t0 = std::chrono::steady_clock::now();
-        gpt2_zero_grad(&model);
-        double loss_sum = 0;
-        for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
-            train_loader.next_batch();
-            loss_sum += gpt2_forward(&model, train_loader.inputs(), train_loader.targets(), a.B, a.T);
-            gpt2_backward(&model, train_loader.inputs(), train_loader.targets(), 1.0f / layout.grad_accum_steps);
-        }
-        multi_gpu_average(mg, gpt2_grads(&model), gpt2_num_parameters(&model));
-        const float loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
-        const float norm = gpt2_grad_norm(&model);
-        const float grad_scale = (a.grad_clip > 0 && norm > a.grad_clip) ? a.grad_clip / norm : 1.0f;
-        const float lr = sched.lr_at(step);
-        const AdamWParams opt{lr, kBeta1, kBeta2, kEps, a.weight_decay};
-        gpt2_update(&model, opt, grad_scale, step + 1, mix_seed(a.seed, (uint64_t)step + 1));
-        cudaCheck(cudaDeviceSynchronize());
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-
-        if (!std::isfinite(loss) || !std::isfinite(norm)) {
-            fail("step " + std::to_string(step + 1) + ": loss " + std::to_string(loss) + ", grad norm " +
-                 std::to_string(norm) + " (diverged: lower -l or raise -u)");
-        }
+        const StepResult r = train_step(model, train_loader, a, layout, sched, mg, step);
         StepStats st;
         st.step = step + 1;
         st.total_steps = total_steps;
-        st.loss = loss;
-        st.grad_norm = norm;
-        st.lr = lr;
-        st.ms = ms;
-        st.tokens_per_s = layout.tokens_per_step / (ms / 1e3);
-        st.mfu = dev.peak_flops > 0
-                     ? model_flops_utilization(flops_per_token, (double)layout.tokens_per_step / mg.world, ms / 1e3, dev.peak_flops)
-                     : -1;
+        st.loss = r.loss;
+        st.grad_norm = r.grad_norm;
+        st.lr = r.lr;
+        st.ms = r.ms;
+        st.tokens_per_s = layout.tokens_per_step / (r.ms / 1e3);
+        st.mfu = info.dev.peak_flops > 0 ? model_flops_utilization(info.flops_per_token,
+                                                                   (double)layout.tokens_per_step / mg.world,
+                                                                   r.ms / 1e3, info.dev.peak_flops)
+                                         : -1;
         printf("%s\n", format_step_line(st).c_str());
         fflush(stdout);
-        log.log_train(step, loss);
+        log.log_train(step, r.loss);
         if (step > start_step) {  // the first step pays for cuBLAS plans and caches
-            sum_ms += ms;
+            sum_ms += r.ms;
             timed_steps++;
         }
         if (step == start_step) {

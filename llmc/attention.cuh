@@ -6,6 +6,7 @@
 // backward overwrites dqkv.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
 #include "attention_materialized.cuh"
@@ -39,6 +40,21 @@ inline bool attention_backend_supported(AttentionBackend b, int C, int NH, std::
     }
     return true;
 #endif
+}
+
+// The backend a run uses, from -ab's value: "flash" or "materialized" as asked (an error if it cannot run this
+// build and shape), or "auto": flash where it can run, else materialized with *note saying why. Errors throw
+// std::runtime_error with one line naming the flag.
+inline AttentionBackend resolve_attention_backend(const std::string& name, int C, int NH, std::string* note) {
+    AttentionBackend b = AttentionBackend::Flash;
+    if (name != "auto" && !parse_attention_backend(name, &b)) {
+        throw std::runtime_error("flag -ab: unknown attention backend " + name);
+    }
+    std::string why;
+    if (attention_backend_supported(b, C, NH, &why)) return b;
+    if (name != "auto") throw std::runtime_error("flag -ab: " + why);
+    if (note) *note = "attention backend auto -> materialized (" + why + ")";
+    return AttentionBackend::Materialized;
 }
 
 inline size_t attention_saved_bytes(AttentionBackend b, int B, int T, int NH) {

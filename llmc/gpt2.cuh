@@ -1,16 +1,11 @@
-// GPT-2 on the GPU: parameters, gradients, optimizer state and activations, forward, backward, AdamW.
+// GPT-2 on the GPU: build, allocate, forward, backward, gradient norm, AdamW, and copies to the host.
 //
-// Memory is one table of named tensors (gpt2_memory_table): every buffer the model owns is a row with a
-// name, an element count, an element size and a group (parameters, gradients, optimizer, master weights,
-// activations, workspace). Offsets into the single device allocation, the MemoryPlan and its printout all
-// come from that table. Parameters are floatX (bf16 or fp32) in gpt2_parameter_table order; BF16 builds keep
-// fp32 master weights that AdamW updates (rounded stochastically into the bf16 copy).
+// Memory is one table of named tensors (gpt2_memory.cuh), allocated as one device block. Parameters are floatX
+// (bf16 or fp32) in gpt2_parameter_table order; BF16 builds keep fp32 master weights that AdamW updates
+// (rounded stochastically into the bf16 copy).
 //
 // One layer (llm.c's layout): ln1 -> qkv -> attention -> attproj -> (+residual, ln2 fused) -> fc + GELU ->
-// fcproj -> (+residual, next ln1 or lnf fused). The logits buffer doubles as scratch for the attention and
-// for dqkv once the classifier's gradient has been consumed.
-// recompute: 0 keeps every activation; 1 recomputes GELU(fch) in backward instead of storing it per layer;
-// 2 additionally recomputes the ln1/ln2 outputs from the saved residuals and statistics.
+// fcproj -> (+residual, next ln1 or lnf fused).
 #pragma once
 
 #include <array>
@@ -21,125 +16,17 @@
 
 #include "adamw.cuh"
 #include "attention.cuh"
-#include "bf16.h"
 #include "cuda_common.h"
 #include "encoder.cuh"
 #include "fused_classifier.cuh"
 #include "gelu.cuh"
 #include "global_norm.cuh"
 #include "gpt2_config.h"
+#include "gpt2_memory.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "model_file.h"
 #include "rand.h"
-
-// ---------------------------------------------------------------- the memory table
-enum class MemoryGroup { Parameters, Gradients, Optimizer, MasterWeights, Activations, Workspace };
-
-struct MemoryTensor {
-    std::string name;
-    MemoryGroup group;
-    size_t elems;
-    size_t elem_bytes;
-    size_t bytes() const { return round_up(elems * elem_bytes, 256); }  // every tensor 256-byte aligned
-};
-
-struct MemoryPlan {
-    size_t parameters = 0, gradients = 0, optimizer = 0, master_weights = 0, activations = 0, workspace = 0;
-    size_t total() const { return parameters + gradients + optimizer + master_weights + activations + workspace; }
-};
-
-// Indices of the table's rows (the order of this enum is the order of the table).
-namespace mem {
-enum Id {
-    Params, Grads, Master, AdamM, AdamV,
-    Encoded, Ln1, Ln1Mean, Ln1Rstd, Qkv, Atty, AttSaved, Residual2, Ln2, Ln2Mean, Ln2Rstd, Fch,
-    FchGelu, Residual3, Lnf, LnfMean, LnfRstd, Logits, Losses,
-    DResidual, ScratchBTC, ScratchBT4C, ReduceScratch, Inputs, Targets, EncoderScratch, Count
-};
-}  // namespace mem
-
-inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
-                                                   AttentionBackend backend, bool master_weights = kFloatXIsBF16) {
-    const size_t N = gpt2_num_parameters(c), L = c.num_layers, C = c.channels, NH = c.num_heads,
-                 Vp = c.padded_vocab_size, BT = (size_t)B * T;
-    const size_t X = sizeof(floatX), F = sizeof(float);
-    using G = MemoryGroup;
-    const size_t ln_layers = recompute >= 2 ? 1 : L;    // ln1/ln2 outputs kept per layer unless recomputed
-    const size_t gelu_layers = recompute >= 1 ? 1 : L;  // GELU outputs kept per layer unless recomputed
-    const size_t attn_ws = attention_workspace_bytes(backend, B, T, (int)C, (int)NH);
-    const size_t logits_elems = std::max(BT * Vp, 3 * BT * C + (attn_ws + X - 1) / X);
-    const size_t reduce_floats = std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
-                                           column_sum_scratch_floats((int)BT, (int)(4 * C)),
-                                           global_norm_scratch_floats()});
-    std::vector<MemoryTensor> t(mem::Count);
-    t[mem::Params] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};
-    t[mem::Grads] = {"gradients (" PRECISION_NAME ")", G::Gradients, N, X};
-    t[mem::Master] = {"master weights (fp32)", G::MasterWeights, master_weights && kFloatXIsBF16 ? N : 0, F};
-    t[mem::AdamM] = {"AdamW m (fp32)", G::Optimizer, N, F};
-    t[mem::AdamV] = {"AdamW v (fp32)", G::Optimizer, N, F};
-    t[mem::Encoded] = {"encoded", G::Activations, BT * C, X};
-    t[mem::Ln1] = {"ln1", G::Activations, ln_layers * BT * C, X};
-    t[mem::Ln1Mean] = {"ln1_mean", G::Activations, L * BT, F};
-    t[mem::Ln1Rstd] = {"ln1_rstd", G::Activations, L * BT, F};
-    t[mem::Qkv] = {"qkv", G::Activations, L * BT * 3 * C, X};
-    t[mem::Atty] = {"atty", G::Activations, L * BT * C, X};
-    t[mem::AttSaved] = {std::string("attention saved (") + attention_backend_name(backend) + ")", G::Activations,
-                    L * attention_saved_bytes(backend, B, T, (int)NH), 1};
-    t[mem::Residual2] = {"residual2", G::Activations, L * BT * C, X};
-    t[mem::Ln2] = {"ln2", G::Activations, ln_layers * BT * C, X};
-    t[mem::Ln2Mean] = {"ln2_mean", G::Activations, L * BT, F};
-    t[mem::Ln2Rstd] = {"ln2_rstd", G::Activations, L * BT, F};
-    t[mem::Fch] = {"fch (pre-GELU)", G::Activations, L * BT * 4 * C, X};
-    t[mem::FchGelu] = {"fch_gelu", G::Activations, gelu_layers * BT * 4 * C, X};
-    t[mem::Residual3] = {"residual3", G::Activations, L * BT * C, X};
-    t[mem::Lnf] = {"lnf", G::Activations, BT * C, X};
-    t[mem::LnfMean] = {"lnf_mean", G::Activations, BT, F};
-    t[mem::LnfRstd] = {"lnf_rstd", G::Activations, BT, F};
-    t[mem::Logits] = {"logits / scratch", G::Activations, logits_elems, X};
-    t[mem::Losses] = {"losses", G::Activations, BT, F};
-    t[mem::DResidual] = {"dresidual", G::Workspace, BT * C, X};
-    t[mem::ScratchBTC] = {"scratch (B,T,C)", G::Workspace, BT * C, X};
-    t[mem::ScratchBT4C] = {"scratch (B,T,4C)", G::Workspace, BT * 4 * C, X};
-    t[mem::ReduceScratch] = {"reduction partials", G::Workspace, reduce_floats, F};
-    t[mem::Inputs] = {"inputs", G::Workspace, BT, sizeof(int)};
-    t[mem::Targets] = {"targets", G::Workspace, BT, sizeof(int)};
-    t[mem::EncoderScratch] = {"encoder backward sort", G::Workspace,
-                          encoder_backward_scratch_bytes((int)BT, c.vocab_size), 1};
-    return t;
-}
-
-inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
-    MemoryPlan p;
-    for (const MemoryTensor& t : table) {
-        size_t b = t.bytes();
-        switch (t.group) {
-            case MemoryGroup::Parameters: p.parameters += b; break;
-            case MemoryGroup::Gradients: p.gradients += b; break;
-            case MemoryGroup::Optimizer: p.optimizer += b; break;
-            case MemoryGroup::MasterWeights: p.master_weights += b; break;
-            case MemoryGroup::Activations: p.activations += b; break;
-            case MemoryGroup::Workspace: p.workspace += b; break;
-        }
-    }
-    p.workspace += matmul_workspace_bytes();  // cuBLASLt's own workspace, allocated by matmul_init
-    return p;
-}
-
-inline MemoryPlan gpt2_memory_plan(const GPT2Config& c, int B, int T, int recompute, AttentionBackend backend) {
-    return memory_plan_of(gpt2_memory_table(c, B, T, recompute, backend));
-}
-
-inline void gpt2_print_memory_plan(const MemoryPlan& p, FILE* out = stdout) {
-    const double MiB = 1024.0 * 1024.0;
-    fprintf(out, "| memory: parameters     %10.1f MiB |\n", p.parameters / MiB);
-    fprintf(out, "| memory: gradients      %10.1f MiB |\n", p.gradients / MiB);
-    fprintf(out, "| memory: optimizer m,v  %10.1f MiB |\n", p.optimizer / MiB);
-    fprintf(out, "| memory: master weights %10.1f MiB |\n", p.master_weights / MiB);
-    fprintf(out, "| memory: activations    %10.1f MiB |\n", p.activations / MiB);
-    fprintf(out, "| memory: workspace      %10.1f MiB |\n", p.workspace / MiB);
-    fprintf(out, "| memory: total          %10.1f MiB |\n", p.total() / MiB);
-}
 
 // ---------------------------------------------------------------- the model
 struct GPT2 {
@@ -173,16 +60,15 @@ struct GPT2 {
 namespace gpt2_detail {
 
 template <typename T> inline T* buf(GPT2* m, mem::Id id) { return (T*)m->memory[id]; }
-inline floatX* param(GPT2* m, int tensor, int layer = 0) {
+// Layer `layer`'s slice of a parameter tensor (the whole tensor for the ones that are not per layer).
+inline floatX* param(GPT2* m, ParamTensor tensor, int layer = 0) {
     const TensorSpec spec = gpt2_parameter_table(m->config)[tensor];
-    const size_t per_layer = tensor >= 2 && tensor < 14 ? spec.numel / m->config.num_layers : 0;  // ln1w..fcprojb
-    return buf<floatX>(m, mem::Params) + m->param_offsets[tensor] + (size_t)layer * per_layer;
+    const size_t layer_stride = spec.per_layer ? spec.numel / m->config.num_layers : 0;
+    return buf<floatX>(m, mem::Params) + m->param_offsets[tensor] + (size_t)layer * layer_stride;
 }
-inline floatX* grad(GPT2* m, int tensor, int layer = 0) {
+inline floatX* grad(GPT2* m, ParamTensor tensor, int layer = 0) {
     return buf<floatX>(m, mem::Grads) + (param(m, tensor, layer) - buf<floatX>(m, mem::Params));
 }
-// Parameter tensor indices in gpt2_parameter_table order.
-enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 
 inline void set_config(GPT2* m, const GPT2Config& c) {
     validate_gpt2_config("model", c, "invalid GPT-2 config");
@@ -224,7 +110,8 @@ inline void gpt2_build_random(GPT2* m, const GPT2Config& c, uint64_t seed) {
     auto table = gpt2_parameter_table(c);
     Rng rng(seed);
     const float residual_std = 0.02f / sqrtf(2.0f * c.num_layers);
-    for (int i = 0; i < kNumParameterTensors; i++) {
+    for (int t = 0; t < kNumParameterTensors; t++) {
+        const ParamTensor i = (ParamTensor)t;
         float* p = m->host_params.data() + m->param_offsets[i];
         size_t n = table[i].numel;
         if (i == LN1W || i == LN2W || i == LNFW) {
@@ -240,6 +127,7 @@ inline void gpt2_build_random(GPT2* m, const GPT2Config& c, uint64_t seed) {
 }
 
 inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend backend) {
+    using namespace gpt2_detail;
     const GPT2Config& c = m->config;
     if (m->num_parameters == 0) {
         fprintf(stderr, "error: gpt2_allocate: build the model first\n");
@@ -298,13 +186,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     if (m->memory[mem::Master]) {
         cudaCheck(cudaMemcpy(m->memory[mem::Master], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
     }
-    if (kFloatXIsBF16) {
-        std::vector<uint16_t> bits(N);
-        for (size_t i = 0; i < N; i++) bits[i] = float_to_bf16_bits(m->host_params[i]);
-        cudaCheck(cudaMemcpy(m->memory[mem::Params], bits.data(), N * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    } else {
-        cudaCheck(cudaMemcpy(m->memory[mem::Params], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
-    }
+    host_floats_to_device(buf<floatX>(m, mem::Params), m->host_params.data(), N);
     cudaCheck(cudaMemset(m->memory[mem::Grads], 0, N * sizeof(floatX)));
     cudaCheck(cudaMemset(m->memory[mem::AdamM], 0, N * sizeof(float)));
     cudaCheck(cudaMemset(m->memory[mem::AdamV], 0, N * sizeof(float)));
@@ -313,7 +195,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
 }
 
 // Forward pass on host token arrays (B*T each, B <= allocated B, T <= allocated T). Returns the mean loss,
-// or NAN when targets is null (then the logits stay readable through gpt2_copy_logits). With targets the
+// or NAN when targets is null (then the logits stay readable through gpt2_logits_to_host). With targets the
 // logits are replaced by the gradient of the mean loss (the fused classifier), ready for gpt2_backward.
 inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
     using namespace gpt2_detail;
@@ -391,11 +273,10 @@ inline void gpt2_zero_grad(GPT2* m) {
 }
 
 // Accumulates the gradient of loss_scale · (mean loss of the last forward) into the gradients.
-// Must follow a gpt2_forward with targets on the same inputs (inputs/targets are the same host arrays;
-// they are already on the device, so they are not read again).
-inline void gpt2_backward(GPT2* m, const int* inputs, const int* targets, float loss_scale) {
+// Must follow a gpt2_forward with targets (its inputs and targets are still on the device).
+inline void gpt2_backward(GPT2* m, float loss_scale) {
     using namespace gpt2_detail;
-    if (!m->dlogits_ready || !targets || !inputs) {
+    if (!m->dlogits_ready) {
         fprintf(stderr, "error: gpt2_backward: needs a preceding gpt2_forward with targets\n");
         exit(EXIT_FAILURE);
     }
@@ -492,82 +373,33 @@ inline void gpt2_update(GPT2* m, const AdamWParams& p, float grad_scale, int ste
 }
 
 // Vp logits of position (b, t) of the last forward, which must have been run without targets.
-inline void gpt2_copy_logits(GPT2* m, int b, int t, float* host_out) {
+inline void gpt2_logits_to_host(GPT2* m, int b, int t, float* host_out) {
     if (!m->logits_valid || b < 0 || b >= m->last_B || t < 0 || t >= m->last_T) {
-        fprintf(stderr, "error: gpt2_copy_logits: needs a preceding gpt2_forward without targets and b < B, t < T\n");
+        fprintf(stderr, "error: gpt2_logits_to_host: needs a preceding gpt2_forward without targets and b < B, t < T\n");
         exit(EXIT_FAILURE);
     }
     const int Vp = m->config.padded_vocab_size;
-    const floatX* src = (const floatX*)m->memory[mem::Logits] + ((size_t)b * m->last_T + t) * Vp;
-    if (kFloatXIsBF16) {
-        std::vector<uint16_t> bits(Vp);
-        cudaCheck(cudaMemcpy(bits.data(), src, Vp * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        for (int i = 0; i < Vp; i++) host_out[i] = bf16_bits_to_float(bits[i]);
-    } else {
-        cudaCheck(cudaMemcpy(host_out, src, Vp * sizeof(float), cudaMemcpyDeviceToHost));
-    }
+    device_to_host_floats(host_out, (const floatX*)m->memory[mem::Logits] + ((size_t)b * m->last_T + t) * Vp, Vp);
 }
 
 // The parameters as fp32 on the host (bf16 widened exactly).
-inline std::vector<float> gpt2_download_params(GPT2* m) {
-    const size_t N = m->num_parameters;
-    std::vector<float> out(N);
-    if (kFloatXIsBF16) {
-        std::vector<uint16_t> bits(N);
-        cudaCheck(cudaMemcpy(bits.data(), m->memory[mem::Params], N * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < N; i++) out[i] = bf16_bits_to_float(bits[i]);
-    } else {
-        cudaCheck(cudaMemcpy(out.data(), m->memory[mem::Params], N * sizeof(float), cudaMemcpyDeviceToHost));
-    }
+inline std::vector<float> gpt2_params_to_host(GPT2* m) {
+    std::vector<float> out(m->num_parameters);
+    device_to_host_floats(out.data(), (const floatX*)m->memory[mem::Params], out.size());
     return out;
 }
 
 // The gradients as fp32 on the host (for tests).
-inline std::vector<float> gpt2_download_grads(GPT2* m) {
-    const size_t N = m->num_parameters;
-    std::vector<float> out(N);
-    if (kFloatXIsBF16) {
-        std::vector<uint16_t> bits(N);
-        cudaCheck(cudaMemcpy(bits.data(), m->memory[mem::Grads], N * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < N; i++) out[i] = bf16_bits_to_float(bits[i]);
-    } else {
-        cudaCheck(cudaMemcpy(out.data(), m->memory[mem::Grads], N * sizeof(float), cudaMemcpyDeviceToHost));
-    }
+inline std::vector<float> gpt2_grads_to_host(GPT2* m) {
+    std::vector<float> out(m->num_parameters);
+    device_to_host_floats(out.data(), (const floatX*)m->memory[mem::Grads], out.size());
     return out;
 }
 
 // The model as computed with: fp32 v3 in FP32 builds, bf16 v5 (the bf16 parameters, exactly) in BF16 builds.
 inline void gpt2_write_model(GPT2* m, const std::string& path) {
-    std::vector<float> params = gpt2_download_params(m);
+    std::vector<float> params = gpt2_params_to_host(m);
     write_model_file(path, m->config, params.data(), kFloatXIsBF16 ? ParamDtype::BF16 : ParamDtype::FP32);
-}
-
-// Optimizer state for resume: [master weights (fp32, BF16 builds with master weights)] [m (fp32)] [v (fp32)].
-inline size_t gpt2_optimizer_state_bytes(const GPT2* m) {
-    size_t master = m->memory.size() && m->memory[mem::Master] ? m->num_parameters : 0;
-    return (master + 2 * m->num_parameters) * sizeof(float);
-}
-// Copies the device's optimizer state into host (gpt2_optimizer_state_bytes bytes): for saving a checkpoint.
-inline void gpt2_read_optimizer_state(GPT2* m, void* host) {
-    char* dst = (char*)host;
-    const size_t bytes = m->num_parameters * sizeof(float);
-    if (m->memory[mem::Master]) {
-        cudaCheck(cudaMemcpy(dst, m->memory[mem::Master], bytes, cudaMemcpyDeviceToHost));
-        dst += bytes;
-    }
-    cudaCheck(cudaMemcpy(dst, m->memory[mem::AdamM], bytes, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(dst + bytes, m->memory[mem::AdamV], bytes, cudaMemcpyDeviceToHost));
-}
-// Restores the optimizer state from host (the layout above): for resuming.
-inline void gpt2_write_optimizer_state(GPT2* m, const void* host) {
-    const char* src = (const char*)host;
-    const size_t bytes = m->num_parameters * sizeof(float);
-    if (m->memory[mem::Master]) {
-        cudaCheck(cudaMemcpy(m->memory[mem::Master], src, bytes, cudaMemcpyHostToDevice));
-        src += bytes;
-    }
-    cudaCheck(cudaMemcpy(m->memory[mem::AdamM], src, bytes, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(m->memory[mem::AdamV], src + bytes, bytes, cudaMemcpyHostToDevice));
 }
 
 inline floatX* gpt2_grads(GPT2* m) { return (floatX*)m->memory[mem::Grads]; }

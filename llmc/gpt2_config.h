@@ -41,7 +41,14 @@ inline bool gpt2_preset(const std::string& name, GPT2Config* out, int max_seq_le
     return true;
 }
 
-constexpr int kNumParameterTensors = 16;
+// nn.LayerNorm's default epsilon, as GPT-2 uses it (the GPU kernels and the CPU reference both read this one).
+constexpr double kLayerNormEps = 1e-5;
+
+// The parameter tensors, in checkpoint order: the row index of gpt2_parameter_table().
+enum ParamTensor {
+    WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB,
+    kNumParameterTensors
+};
 
 struct TensorSpec {
     const char* name;
@@ -49,6 +56,7 @@ struct TensorSpec {
     size_t shape[3];      // unused trailing dims are 1
     size_t numel;
     bool weight_decay;    // AdamW decays matrices (2-D per layer), not biases or LayerNorm
+    bool per_layer;       // the leading dimension is the layer (L): layer l's slice is numel / L elements at l
 };
 
 // The parameters in checkpoint order: wte (Vp,C), wpe (maxT,C), ln1w (L,C), ln1b (L,C), qkvw (L,3C,C),
@@ -56,26 +64,26 @@ struct TensorSpec {
 // fcprojw (L,C,4C), fcprojb (L,C), lnfw (C), lnfb (C).
 inline std::array<TensorSpec, kNumParameterTensors> gpt2_parameter_table(const GPT2Config& c) {
     const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, T = c.max_seq_len;
-    auto t1 = [](const char* n, size_t a, bool wd) { return TensorSpec{n, 1, {a, 1, 1}, a, wd}; };
-    auto t2 = [](const char* n, size_t a, size_t b, bool wd) { return TensorSpec{n, 2, {a, b, 1}, a * b, wd}; };
-    auto t3 = [](const char* n, size_t a, size_t b, size_t d, bool wd) {
-        return TensorSpec{n, 3, {a, b, d}, a * b * d, wd};
-    };
+    auto t1 = [](const char* n, size_t a, bool wd) { return TensorSpec{n, 1, {a, 1, 1}, a, wd, false}; };
+    auto t2 = [](const char* n, size_t a, size_t b, bool wd) { return TensorSpec{n, 2, {a, b, 1}, a * b, wd, false}; };
+    // per layer: the leading dimension is L
+    auto l2 = [&](const char* n, size_t b, bool wd) { return TensorSpec{n, 2, {L, b, 1}, L * b, wd, true}; };
+    auto l3 = [&](const char* n, size_t b, size_t d, bool wd) { return TensorSpec{n, 3, {L, b, d}, L * b * d, wd, true}; };
     return {{
         t2("wte", Vp, C, true),
         t2("wpe", T, C, true),
-        t2("ln1w", L, C, false),
-        t2("ln1b", L, C, false),
-        t3("qkvw", L, 3 * C, C, true),
-        t2("qkvb", L, 3 * C, false),
-        t3("attprojw", L, C, C, true),
-        t2("attprojb", L, C, false),
-        t2("ln2w", L, C, false),
-        t2("ln2b", L, C, false),
-        t3("fcw", L, 4 * C, C, true),
-        t2("fcb", L, 4 * C, false),
-        t3("fcprojw", L, C, 4 * C, true),
-        t2("fcprojb", L, C, false),
+        l2("ln1w", C, false),
+        l2("ln1b", C, false),
+        l3("qkvw", 3 * C, C, true),
+        l2("qkvb", 3 * C, false),
+        l3("attprojw", C, C, true),
+        l2("attprojb", C, false),
+        l2("ln2w", C, false),
+        l2("ln2b", C, false),
+        l3("fcw", 4 * C, C, true),
+        l2("fcb", 4 * C, false),
+        l3("fcprojw", C, 4 * C, true),
+        l2("fcprojb", C, false),
         t1("lnfw", C, false),
         t1("lnfb", C, false),
     }};

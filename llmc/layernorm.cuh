@@ -1,4 +1,4 @@
-// LayerNorm over the channel dimension, eps 1e-5 as in GPT-2, with mean and 1/std saved for backward.
+// LayerNorm over the channel dimension, eps kLayerNormEps (gpt2_config.h), with mean and 1/std saved for backward.
 // fused_residual_layernorm_forward adds the residual stream and normalises in one kernel (the block's
 // output leaves the residual add and goes straight into the next LayerNorm).
 // Backward: dinp accumulates (it is the residual stream's gradient); dweight/dbias are reduced over rows
@@ -6,8 +6,7 @@
 #pragma once
 
 #include "cuda_common.h"
-
-constexpr float kLayerNormEpsilon = 1e-5f;
+#include "gpt2_config.h"
 
 // One warp per row, 128-bit packs (C is a multiple of x128::size). `residual_a`/`residual_b` non-null:
 // residual_out = a + b is written and normalised.
@@ -47,7 +46,7 @@ __global__ void layernorm_forward_kernel(floatX* __restrict__ out, float* __rest
             var += d * d;
         }
     }
-    const float s = rsqrtf(warp_reduce_sum(var) / C + kLayerNormEpsilon);
+    const float s = rsqrtf(warp_reduce_sum(var) / C + (float)kLayerNormEps);
     for (int pk = lane; pk < packs; pk += kWarpSize) {
         const int c = pk * x128::size;
         const x128 v = load128cs(x + c), w = load128(weight + c), b = load128(bias + c);

@@ -129,3 +129,10 @@ inline void* malloc_or_die(size_t bytes, const char* what) {
 }
 
 inline size_t round_up(size_t x, size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+// Creates `dir` (one level, like mkdir) if it does not exist.
+inline void ensure_directory(const std::string& dir) {
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) file_error(dir, "cannot create directory (%s)", strerror(errno));
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) file_error(dir, "exists but is not a directory");
+}

@@ -1,6 +1,6 @@
-// Every engine kernel module against the CPU reference (tests/reference/gpt2_cpu.h) computed in double from the same
-// inputs the GPU sees (rounded to floatX first), on fresh random inputs at awkward shapes (odd T, B*T not a
-// multiple of any tile). GPU outputs that are overwritten are poisoned with NaN (0xFF bytes) before each run;
+// Every engine kernel module against the CPU reference (tests/reference/gpt2_cpu.h, namespace cpu) computed in
+// double from the same inputs the GPU sees (rounded to floatX first), on fresh random inputs at awkward shapes
+// (odd T, B*T not a multiple of any tile). GPU outputs that are overwritten are poisoned with NaN (0xFF bytes) before each run;
 // outputs that accumulate start from random values, so the accumulation itself is checked.
 // Prints rel-L2 and max-abs per output and the tolerance; exit code 0/1.
 //   ./test_kernels [seed]
@@ -21,10 +21,11 @@
 #include "llmc/fused_classifier.cuh"
 #include "llmc/gelu.cuh"
 #include "llmc/global_norm.cuh"
-#include "tests/reference/gpt2_cpu.h"
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/rand.h"
+#include "tests/compare.h"
+#include "tests/reference/gpt2_cpu.h"
 
 #if defined(ENABLE_FP32)
 constexpr double kTolSimple = 1e-5, kTolChain = 1e-4, kTolAttnBwd = 1e-4;
@@ -36,7 +37,7 @@ static int failures = 0, checks = 0;
 static Rng rng(1);
 
 // ---------------------------------------------------------------- host <-> device in floatX
-static float round_to_floatX(float x) { return kFloatXIsBF16 ? bf16_bits_to_float(float_to_bf16_bits(x)) : x; }
+static float round_to_floatX(float x) { return kFloatXIsBF16 ? round_to_bf16(x) : x; }
 static std::vector<float> random_vec(size_t n, float std, float mean = 0.0f) {
     std::vector<float> v(n);
     rng.fill_normal(v.data(), n, mean, std);
@@ -46,13 +47,7 @@ static std::vector<float> random_vec(size_t n, float std, float mean = 0.0f) {
 static floatX* upload(const std::vector<float>& v) {
     floatX* d;
     cudaCheck(cudaMalloc(&d, std::max<size_t>(v.size(), 1) * sizeof(floatX)));
-    if (kFloatXIsBF16) {
-        std::vector<uint16_t> bits(v.size());
-        for (size_t i = 0; i < v.size(); i++) bits[i] = float_to_bf16_bits(v[i]);
-        cudaCheck(cudaMemcpy(d, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
-    } else {
-        cudaCheck(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
-    }
+    host_floats_to_device(d, v.data(), v.size());
     return d;
 }
 static floatX* poisoned(size_t n) {
@@ -61,39 +56,22 @@ static floatX* poisoned(size_t n) {
     cudaCheck(cudaMemset(d, 0xFF, n * sizeof(floatX)));
     return d;
 }
-static std::vector<float> download(const floatX* d, size_t n) {
+// A device tensor (floatX or fp32) as host floats, after the work queued before it has finished.
+template <typename T>
+static std::vector<float> download(const T* d, size_t n) {
     cudaCheck(cudaDeviceSynchronize());
     std::vector<float> v(n);
-    if (kFloatXIsBF16) {
-        std::vector<uint16_t> bits(n);
-        cudaCheck(cudaMemcpy(bits.data(), d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) v[i] = bf16_bits_to_float(bits[i]);
-    } else {
-        cudaCheck(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost));
-    }
-    return v;
-}
-static std::vector<float> download_f32(const float* d, size_t n) {
-    cudaCheck(cudaDeviceSynchronize());
-    std::vector<float> v(n);
-    cudaCheck(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost));
+    device_to_host_floats(v.data(), d, n);
     return v;
 }
 static std::vector<double> dbl(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 static void check(const std::string& what, const std::vector<float>& gpu, const std::vector<double>& ref, double tol) {
-    double diff2 = 0, ref2 = 0, max_abs = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        double d = (double)gpu[i] - ref[i];
-        diff2 += d * d;
-        ref2 += ref[i] * ref[i];
-        if (!(std::fabs(d) <= max_abs)) max_abs = std::fabs(d);
-    }
-    double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-    bool ok = rel <= tol;
+    const ErrorStats e = compare(gpu.data(), ref.data(), ref.size());
+    const bool ok = e.rel_l2 <= tol;  // NaN fails
     checks++;
     failures += !ok;
-    printf("%-52s rel-L2 %.3e  max-abs %.3e  (tol %.0e)  %s\n", what.c_str(), rel, max_abs, tol, ok ? "OK" : "FAIL");
+    printf("%-52s rel-L2 %.3e  max-abs %.3e  (tol %.0e)  %s\n", what.c_str(), e.rel_l2, e.max_abs, tol, ok ? "OK" : "FAIL");
 }
 
 // ---------------------------------------------------------------- tests
@@ -115,8 +93,8 @@ static void test_encoder(int B, int T, int C, int V) {
     encoder_backward(d_dwte, d_dwpe, d_dout, d_tokens, B, T, C, V, s);
     std::vector<double> out((size_t)B * T * C), dwte = dbl(dwte0), dwpe = dbl(dwpe0);
     auto wte_d = dbl(wte), wpe_d = dbl(wpe), dout_d = dbl(dout);
-    encoder_forward(out.data(), tokens.data(), wte_d.data(), wpe_d.data(), B, T, C);
-    encoder_backward(dwte.data(), dwpe.data(), dout_d.data(), tokens.data(), B, T, C);
+    cpu::encoder_forward(out.data(), tokens.data(), wte_d.data(), wpe_d.data(), B, T, C);
+    cpu::encoder_backward(dwte.data(), dwpe.data(), dout_d.data(), tokens.data(), B, T, C);
     char tag[96];
     snprintf(tag, sizeof(tag), "encoder B=%d T=%d C=%d V=%d", B, T, C, V);
     check(std::string(tag) + " out", download(d_out, out.size()), out, kTolSimple);
@@ -144,15 +122,15 @@ static void test_layernorm(int N, int C) {
     std::vector<float> res(a.size());
     for (size_t i = 0; i < a.size(); i++) res[i] = round_to_floatX(a[i] + b[i]);
     std::vector<double> res_d = dbl(res), w_d = dbl(w), b_d = dbl(bias), out((size_t)N * C), mean(N), rstd(N);
-    layernorm_forward(out.data(), mean.data(), rstd.data(), res_d.data(), w_d.data(), b_d.data(), 1, N, C);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res_d.data(), w_d.data(), b_d.data(), 1, N, C);
     char tag[96];
     snprintf(tag, sizeof(tag), "layernorm N=%d C=%d", N, C);
     std::vector<double> res_ref(a.size());
     for (size_t i = 0; i < a.size(); i++) res_ref[i] = (double)a[i] + b[i];
     check(std::string(tag) + " residual", download(d_res, res.size()), res_ref, kTolSimple);
     check(std::string(tag) + " out", download(d_out, out.size()), out, kTolSimple);
-    check(std::string(tag) + " mean", download_f32(d_mean, N), mean, 1e-5);
-    check(std::string(tag) + " rstd", download_f32(d_rstd, N), rstd, 1e-5);
+    check(std::string(tag) + " mean", download(d_mean, N), mean, 1e-5);
+    check(std::string(tag) + " rstd", download(d_rstd, N), rstd, 1e-5);
     floatX *d_dout = upload(dout), *d_dinp = upload(dinp0), *d_dw = upload(dw0), *d_db = upload(db0);
     floatX* d_dsum = upload(dsum0);
     // Twice: without and with the row sum of dinp (the upstream projection's bias gradient).
@@ -160,7 +138,7 @@ static void test_layernorm(int N, int C) {
     layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_res, d_w, d_mean, d_rstd, N, C, d_scratch, 0, d_dsum);
     std::vector<double> dinp = dbl(dinp0), dw = dbl(dw0), db = dbl(db0), dout_d = dbl(dout), dsum = dbl(dsum0);
     for (int rep = 0; rep < 2; rep++) {
-        layernorm_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), res_d.data(), w_d.data(), mean.data(),
+        cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), res_d.data(), w_d.data(), mean.data(),
                            rstd.data(), 1, N, C);
     }
     for (int n = 0; n < N; n++)
@@ -205,14 +183,14 @@ static void test_matmul(int N, int C, int OC, bool gelu, bool fuse, float scale)
     cudaCheck(cudaMalloc(&d_scratch, column_sum_scratch_floats(N, OC) * 4));
     matmul_forward(d_out, d_inp, d_w, d_bias, N, C, OC, d_pre, fuse);
     std::vector<double> inp_d = dbl(inp), w_d = dbl(w), b_d = dbl(bias), pre((size_t)N * OC), out((size_t)N * OC);
-    matmul_forward(pre.data(), inp_d.data(), w_d.data(), b_d.data(), 1, N, C, OC);
+    cpu::matmul_forward(pre.data(), inp_d.data(), w_d.data(), b_d.data(), 1, N, C, OC);
     char tag[128];
     snprintf(tag, sizeof(tag), "matmul N=%d C=%d OC=%d%s scale=%g", N, C, OC,
              gelu ? (fuse ? " +gelu(fused)" : " +gelu") : "", scale);
     if (gelu) {
         // Fused: GELU of the fp32 accumulator; unfused: of the stored pre-activation. Either is within one
         // output rounding of GELU(exact pre-activation).
-        gelu_forward(out.data(), pre.data(), pre.size());
+        cpu::gelu_forward(out.data(), pre.data(), pre.size());
         check(std::string(tag) + " pre_gelu", download(d_pre, pre.size()), pre, kTolSimple);
     } else {
         out = pre;
@@ -223,7 +201,7 @@ static void test_matmul(int N, int C, int OC, bool gelu, bool fuse, float scale)
     floatX *d_dout = upload(dout), *d_dinp = poisoned((size_t)N * C), *d_dw = upload(dw0), *d_db = upload(db0);
     matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, d_scratch, nullptr, false, scale);
     std::vector<double> dout_d = dbl(dout), dinp((size_t)N * C, 0.0), dw(dw0.size(), 0.0), db(OC, 0.0);
-    matmul_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), inp_d.data(), w_d.data(), 1, N, C, OC);
+    cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), inp_d.data(), w_d.data(), 1, N, C, OC);
     for (double& x : dinp) x *= scale;
     for (size_t i = 0; i < dw.size(); i++) dw[i] = dw0[i] + scale * dw[i];
     for (int i = 0; i < OC; i++) db[i] = db0[i] + scale * db[i];
@@ -248,9 +226,9 @@ static void test_matmul_dgelu(int N, int C, int OC, bool fuse) {
     matmul_backward(d_dinp, d_dw, nullptr, d_dout, d_act, d_w, N, C, OC, d_scratch, d_pre, fuse, 1.0f);
     std::vector<double> dgelu_out((size_t)N * C, 0.0), dw((size_t)OC * C, 0.0), dinp((size_t)N * C, 0.0);
     auto dout_d = dbl(dout), w_d = dbl(w), act_d = dbl(act), pre_d = dbl(pre);
-    matmul_backward(dgelu_out.data(), dw.data(), (double*)nullptr, dout_d.data(), act_d.data(), w_d.data(), 1, N, C,
+    cpu::matmul_backward(dgelu_out.data(), dw.data(), (double*)nullptr, dout_d.data(), act_d.data(), w_d.data(), 1, N, C,
                     OC);
-    gelu_backward(dinp.data(), pre_d.data(), dgelu_out.data(), dinp.size());
+    cpu::gelu_backward(dinp.data(), pre_d.data(), dgelu_out.data(), dinp.size());
     char tag[96];
     snprintf(tag, sizeof(tag), "matmul backward N=%d C=%d OC=%d dgelu%s", N, C, OC, fuse ? "(fused)" : "");
     check(std::string(tag) + " dinp", download(d_dinp, dinp.size()), dinp, kTolSimple);
@@ -273,13 +251,13 @@ static void test_attention(AttentionBackend backend, int B, int T, int NH, int H
     attention_backward(backend, d_dqkv, d_dout, d_qkv, d_out, saved, ws, B, T, C, NH);
     std::vector<double> qkv_d = dbl(qkv), dout_d = dbl(dout), out((size_t)B * T * C), dqkv(qkv.size(), 0.0);
     std::vector<double> lse((size_t)B * NH * T);
-    attention_forward(out.data(), lse.data(), qkv_d.data(), B, T, C, NH);
-    attention_backward(dqkv.data(), dout_d.data(), qkv_d.data(), B, T, C, NH);
+    cpu::attention_forward(out.data(), lse.data(), qkv_d.data(), B, T, C, NH);
+    cpu::attention_backward(dqkv.data(), dout_d.data(), qkv_d.data(), B, T, C, NH);
     char tag[96];
     snprintf(tag, sizeof(tag), "attention %s B=%d T=%d NH=%d HS=%d", attention_backend_name(backend), B, T, NH, HS);
     check(std::string(tag) + " out", download(d_out, out.size()), out, kTolChain);
     if (backend == AttentionBackend::Flash) {
-        check(std::string(tag) + " lse", download_f32((const float*)saved, lse.size()), lse, kTolSimple);
+        check(std::string(tag) + " lse", download((const float*)saved, lse.size()), lse, kTolSimple);
     }
     check(std::string(tag) + " dqkv", download(d_dqkv, dqkv.size()), dqkv, kTolAttnBwd);
     cudaFree(d_qkv); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dqkv); cudaFree(saved); cudaFree(ws);
@@ -301,11 +279,11 @@ static void test_classifier(int N, int V, int Vp) {
     fused_classifier(d_logits, d_losses, d_targets, N, V, Vp, dloss);
     std::vector<double> logits_d = dbl(logits), probs(logits.size()), losses(N), dlogits(logits.size(), 0.0);
     std::vector<double> dlosses(N, (double)dloss);
-    crossentropy_softmax_forward(losses.data(), probs.data(), logits_d.data(), targets.data(), 1, N, V, Vp);
-    crossentropy_softmax_backward(dlogits.data(), dlosses.data(), probs.data(), targets.data(), 1, N, V, Vp);
+    cpu::crossentropy_softmax_forward(losses.data(), probs.data(), logits_d.data(), targets.data(), 1, N, V, Vp);
+    cpu::crossentropy_softmax_backward(dlogits.data(), dlosses.data(), probs.data(), targets.data(), 1, N, V, Vp);
     char tag[96];
     snprintf(tag, sizeof(tag), "fused classifier N=%d V=%d Vp=%d", N, V, Vp);
-    check(std::string(tag) + " losses", download_f32(d_losses, N), losses, 1e-5);
+    check(std::string(tag) + " losses", download(d_losses, N), losses, 1e-5);
     check(std::string(tag) + " dlogits (padding must be 0)", download(d_logits, dlogits.size()), dlogits, kTolSimple);
     cudaFree(d_targets); cudaFree(d_logits); cudaFree(d_losses);
 }
@@ -367,18 +345,18 @@ static void test_adamw() {
     for (size_t i = 0; i < total; i++) g[i] = grad_scale * (double)grads[i];
     for (int i = 0; i < num; i++) {
         const size_t o = table.offset[i];
-        adamw_update(p.data() + o, g.data() + o, md.data() + o, vd.data() + o, sizes[i], (double)lr, (double)b1,
+        cpu::adamw_update(p.data() + o, g.data() + o, md.data() + o, vd.data() + o, sizes[i], (double)lr, (double)b1,
                      (double)b2, (double)eps, (double)wd[i], step);
     }
     std::vector<double> dp(total), ref_delta(total);
-    std::vector<float> got_master = kFloatXIsBF16 ? download_f32(d_master, total) : download(d_params, total);
+    std::vector<float> got_master = kFloatXIsBF16 ? download(d_master, total) : download(d_params, total);
     for (size_t i = 0; i < total; i++) {
         dp[i] = (double)got_master[i] - master[i];
         ref_delta[i] = p[i] - master[i];
     }
     check("adamw update (new - old weights)", std::vector<float>(dp.begin(), dp.end()), ref_delta, 1e-4);
-    check("adamw m", download_f32(d_m, total), md, 1e-5);
-    check("adamw v", download_f32(d_v, total), vd, 1e-5);
+    check("adamw m", download(d_m, total), md, 1e-5);
+    check("adamw v", download(d_v, total), vd, 1e-5);
     if (kFloatXIsBF16) {
         // Stochastic rounding: each bf16 param is one of the two bf16 neighbours of its master weight.
         std::vector<float> got = download(d_params, total);

@@ -1,6 +1,8 @@
 // CPU reference GPT-2: one function per layer (forward + backward), templated on the scalar type
-// (`float` for the reference model, `double` when dev/cuda programs validate GPU kernels), and the
-// fp32 model GPT2CPU built from them (forward, backward, AdamW).
+// (`float` for the reference model, `double` when tests and dev/cuda programs validate GPU kernels), and the
+// fp32 model cpu::GPT2 built from them (forward, backward, AdamW).
+// Everything lives in namespace cpu: the layer functions have the GPU launchers' names (matmul_forward,
+// attention_forward, ...), and a call must never resolve to the other one (in an FP32 build both take float*).
 //
 // Conventions shared by every function below:
 // - Shapes are row-major; N = B*T positions; C channels; OC output channels; Vp padded vocab.
@@ -26,6 +28,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+namespace cpu {
 
 // ------------------------------------------------------------------------------------------------ encoder
 // out (B,T,C) = wte[inp[b,t]] + wpe[t].  inp (B,T) token ids < V.
@@ -58,8 +62,6 @@ void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const int* inp, 
 }
 
 // ------------------------------------------------------------------------------------------------ layernorm
-constexpr double kLayerNormEps = 1e-5;  // nn.LayerNorm's default, as GPT-2 uses
-
 // out (B,T,C) = (inp - mean) * rstd * weight + bias per position; saves mean (B,T) and rstd (B,T) for the
 // backward pass (either may be null when not needed). Biased variance, like nn.LayerNorm.
 template <typename Real>
@@ -424,7 +426,7 @@ void adamw_update(Real* params, const Real* grads, Real* m, Real* v, size_t n, R
 // ================================================================================================ the model
 // Activations of one forward pass, described by one table (name, element count) and laid out in one
 // buffer in table order; the gradient buffer uses the same table. Per-layer tensors have a leading L.
-enum GPT2CPUActivation {
+enum Activation {
     ACT_ENCODED,     // (B,T,C)      wte + wpe
     ACT_LN1,         // (L,B,T,C)
     ACT_LN1_MEAN,    // (L,B,T)
@@ -447,7 +449,7 @@ enum GPT2CPUActivation {
     ACT_LOGITS,      // (B,T,Vp)
     ACT_PROBS,       // (B,T,Vp)
     ACT_LOSSES,      // (B,T)
-    kNumGPT2CPUActivations
+    kNumActivations
 };
 
 struct ActivationSpec {
@@ -455,7 +457,7 @@ struct ActivationSpec {
     size_t numel;
 };
 
-inline std::array<ActivationSpec, kNumGPT2CPUActivations> gpt2cpu_activation_table(const GPT2Config& c, int B, int T) {
+inline std::array<ActivationSpec, kNumActivations> activation_table(const GPT2Config& c, int B, int T) {
     const size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
     const size_t N = (size_t)B * T;
     return {{
@@ -484,19 +486,13 @@ inline std::array<ActivationSpec, kNumGPT2CPUActivations> gpt2cpu_activation_tab
     }};
 }
 
-// Parameter tensor indices in gpt2_parameter_table order.
-enum GPT2Param {
-    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
-    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB
-};
-
-struct GPT2CPU {
+struct GPT2 {
     GPT2Config config;
     std::array<size_t, kNumParameterTensors> param_offsets{};
     std::vector<float> params, grads, m, v;  // flat, table order; m/v are AdamW moments
 
     int B = 0, T = 0;                         // shape the activations are sized for
-    std::array<size_t, kNumGPT2CPUActivations> act_offsets{};
+    std::array<size_t, kNumActivations> act_offsets{};
     std::vector<float> acts, grad_acts;        // grad_acts: d(loss)/d(activation), same table
     std::vector<int> inputs, targets;          // of the last forward
     bool has_targets = false;
@@ -509,7 +505,7 @@ struct GPT2CPU {
 };
 
 // Builds the model from a flat parameter buffer in table order (gpt2_num_parameters(c) floats).
-inline void gpt2cpu_build(GPT2CPU* model, const GPT2Config& c, const float* params) {
+inline void gpt2_build(GPT2* model, const GPT2Config& c, const float* params) {
     model->config = c;
     model->param_offsets = gpt2_parameter_offsets(c);
     const size_t n = gpt2_num_parameters(c);
@@ -523,17 +519,17 @@ inline void gpt2cpu_build(GPT2CPU* model, const GPT2Config& c, const float* para
 }
 
 // Loads a checkpoint (fp32 v3 or bf16 v5, see model_file.h); throws FileError on a bad file.
-inline void gpt2cpu_build_from_checkpoint(GPT2CPU* model, const std::string& path) {
+inline void gpt2_build_from_checkpoint(GPT2* model, const std::string& path) {
     ModelFile file = read_model_file(path);
-    gpt2cpu_build(model, file.config, file.params.data());
+    gpt2_build(model, file.config, file.params.data());
 }
 
 // Sizes the activation buffers for (B, T) when the shape changes.
-inline void gpt2cpu_allocate(GPT2CPU* model, int B, int T) {
+inline void gpt2_allocate(GPT2* model, int B, int T) {
     if (model->B == B && model->T == T && !model->acts.empty()) return;
-    auto table = gpt2cpu_activation_table(model->config, B, T);
+    auto table = activation_table(model->config, B, T);
     size_t at = 0;
-    for (int i = 0; i < kNumGPT2CPUActivations; i++) {
+    for (int i = 0; i < kNumActivations; i++) {
         model->act_offsets[i] = at;
         at += table[i].numel;
     }
@@ -545,26 +541,26 @@ inline void gpt2cpu_allocate(GPT2CPU* model, int B, int T) {
 
 // Forward pass over inputs (B,T); returns the mean cross-entropy loss, or NAN when targets is null.
 // Logits (B,T,Vp) stay in model->act(ACT_LOGITS); probabilities in ACT_PROBS.
-inline float gpt2cpu_forward(GPT2CPU* model, const int* inputs, const int* targets, int B, int T) {
+inline float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     const GPT2Config& c = model->config;
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
     if (T < 1 || T > c.max_seq_len || B < 1) {
-        fprintf(stderr, "error: gpt2cpu_forward: need 1 <= T <= %d and B >= 1 (got B=%d T=%d)\n", c.max_seq_len, B, T);
+        fprintf(stderr, "error: cpu::gpt2_forward: need 1 <= T <= %d and B >= 1 (got B=%d T=%d)\n", c.max_seq_len, B, T);
         exit(EXIT_FAILURE);
     }
     const size_t N = (size_t)B * T;
     for (size_t i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V))) {
-            fprintf(stderr, "error: gpt2cpu_forward: token out of range [0, %d) at position %zu\n", V, i);
+            fprintf(stderr, "error: cpu::gpt2_forward: token out of range [0, %d) at position %zu\n", V, i);
             exit(EXIT_FAILURE);
         }
     }
-    gpt2cpu_allocate(model, B, T);
+    gpt2_allocate(model, B, T);
     model->inputs.assign(inputs, inputs + N);
     model->has_targets = targets != nullptr;
     if (targets) model->targets.assign(targets, targets + N);
 
-    encoder_forward(model->act(ACT_ENCODED), inputs, model->param(P_WTE), model->param(P_WPE), B, T, C);
+    encoder_forward(model->act(ACT_ENCODED), inputs, model->param(WTE), model->param(WPE), B, T, C);
     const float* residual = model->act(ACT_ENCODED);
     for (int l = 0; l < L; l++) {
         const size_t lC = (size_t)l * C, lNC = (size_t)l * N * C, lN = (size_t)l * N;
@@ -580,24 +576,24 @@ inline float gpt2cpu_forward(GPT2CPU* model, const int* inputs, const int* targe
         float* residual3 = model->act(ACT_RESIDUAL3) + lNC;
 
         layernorm_forward(ln1, model->act(ACT_LN1_MEAN) + lN, model->act(ACT_LN1_RSTD) + lN, residual,
-                          model->param(P_LN1W) + lC, model->param(P_LN1B) + lC, B, T, C);
-        matmul_forward(qkv, ln1, model->param(P_QKVW) + lC * 3 * C, model->param(P_QKVB) + lC * 3, B, T, C, 3 * C);
+                          model->param(LN1W) + lC, model->param(LN1B) + lC, B, T, C);
+        matmul_forward(qkv, ln1, model->param(QKVW) + lC * 3 * C, model->param(QKVB) + lC * 3, B, T, C, 3 * C);
         attention_forward(atty, model->act(ACT_ATT_LSE) + (size_t)l * NH * N, qkv, B, T, C, NH);
-        matmul_forward(attproj, atty, model->param(P_ATTPROJW) + lC * C, model->param(P_ATTPROJB) + lC, B, T, C, C);
+        matmul_forward(attproj, atty, model->param(ATTPROJW) + lC * C, model->param(ATTPROJB) + lC, B, T, C, C);
         residual_forward(residual2, residual, attproj, N * C);
         layernorm_forward(ln2, model->act(ACT_LN2_MEAN) + lN, model->act(ACT_LN2_RSTD) + lN, residual2,
-                          model->param(P_LN2W) + lC, model->param(P_LN2B) + lC, B, T, C);
-        matmul_forward(fch, ln2, model->param(P_FCW) + lC * 4 * C, model->param(P_FCB) + lC * 4, B, T, C, 4 * C);
+                          model->param(LN2W) + lC, model->param(LN2B) + lC, B, T, C);
+        matmul_forward(fch, ln2, model->param(FCW) + lC * 4 * C, model->param(FCB) + lC * 4, B, T, C, 4 * C);
         gelu_forward(fch_gelu, fch, N * 4 * C);
-        matmul_forward(fcproj, fch_gelu, model->param(P_FCPROJW) + lC * 4 * C, model->param(P_FCPROJB) + lC, B, T,
+        matmul_forward(fcproj, fch_gelu, model->param(FCPROJW) + lC * 4 * C, model->param(FCPROJB) + lC, B, T,
                        4 * C, C);
         residual_forward(residual3, residual2, fcproj, N * C);
         residual = residual3;
     }
     layernorm_forward(model->act(ACT_LNF), model->act(ACT_LNF_MEAN), model->act(ACT_LNF_RSTD), residual,
-                      model->param(P_LNFW), model->param(P_LNFB), B, T, C);
+                      model->param(LNFW), model->param(LNFB), B, T, C);
     // classifier tied to wte: logits over all Vp rows (the padded rows are zero and ignored by the loss)
-    matmul_forward(model->act(ACT_LOGITS), model->act(ACT_LNF), model->param(P_WTE), (const float*)nullptr, B, T, C,
+    matmul_forward(model->act(ACT_LOGITS), model->act(ACT_LNF), model->param(WTE), (const float*)nullptr, B, T, C,
                    Vp);
     crossentropy_softmax_forward(model->act(ACT_LOSSES), model->act(ACT_PROBS), model->act(ACT_LOGITS), targets, B, T,
                                  V, Vp);
@@ -612,13 +608,13 @@ inline float gpt2cpu_forward(GPT2CPU* model, const int* inputs, const int* targe
     return model->mean_loss;
 }
 
-inline void gpt2cpu_zero_grad(GPT2CPU* model) { std::fill(model->grads.begin(), model->grads.end(), 0.0f); }
+inline void gpt2_zero_grad(GPT2* model) { std::fill(model->grads.begin(), model->grads.end(), 0.0f); }
 
 // Backward pass of the last forward (which must have had targets): ACCUMULATES d(mean loss)/d(param) into
-// model->grads (call gpt2cpu_zero_grad first for a fresh gradient).
-inline void gpt2cpu_backward(GPT2CPU* model) {
+// model->grads (call gpt2_zero_grad first for a fresh gradient).
+inline void gpt2_backward(GPT2* model) {
     if (!model->has_targets || model->acts.empty()) {
-        fprintf(stderr, "error: gpt2cpu_backward needs a forward pass with targets first\n");
+        fprintf(stderr, "error: cpu::gpt2_backward needs a forward pass with targets first\n");
         exit(EXIT_FAILURE);
     }
     const GPT2Config& c = model->config;
@@ -632,12 +628,12 @@ inline void gpt2cpu_backward(GPT2CPU* model) {
     for (size_t i = 0; i < N; i++) dlosses[i] = 1.0f / (float)N;
     crossentropy_softmax_backward(model->grad_act(ACT_LOGITS), dlosses, model->act(ACT_PROBS), model->targets.data(),
                                   B, T, V, Vp);
-    matmul_backward(model->grad_act(ACT_LNF), model->grad(P_WTE), (float*)nullptr, model->grad_act(ACT_LOGITS),
-                    model->act(ACT_LNF), model->param(P_WTE), B, T, C, Vp);
+    matmul_backward(model->grad_act(ACT_LNF), model->grad(WTE), (float*)nullptr, model->grad_act(ACT_LOGITS),
+                    model->act(ACT_LNF), model->param(WTE), B, T, C, Vp);
     const float* residual = L > 0 ? model->act(ACT_RESIDUAL3) + (size_t)(L - 1) * N * C : model->act(ACT_ENCODED);
     float* dresidual = L > 0 ? model->grad_act(ACT_RESIDUAL3) + (size_t)(L - 1) * N * C : model->grad_act(ACT_ENCODED);
-    layernorm_backward(dresidual, model->grad(P_LNFW), model->grad(P_LNFB), model->grad_act(ACT_LNF), residual,
-                       model->param(P_LNFW), model->act(ACT_LNF_MEAN), model->act(ACT_LNF_RSTD), B, T, C);
+    layernorm_backward(dresidual, model->grad(LNFW), model->grad(LNFB), model->grad_act(ACT_LNF), residual,
+                       model->param(LNFW), model->act(ACT_LNF_MEAN), model->act(ACT_LNF_RSTD), B, T, C);
 
     for (int l = L - 1; l >= 0; l--) {
         const size_t lC = (size_t)l * C, lNC = (size_t)l * N * C, lN = (size_t)l * N;
@@ -650,41 +646,41 @@ inline void gpt2cpu_backward(GPT2CPU* model) {
         float* dresidual2 = model->grad_act(ACT_RESIDUAL2) + lNC;
         float* dfcproj = model->grad_act(ACT_FCPROJ) + lNC;
         residual_backward(dresidual2, dfcproj, dresidual3, N * C);
-        matmul_backward(model->grad_act(ACT_FCH_GELU) + lNC * 4, model->grad(P_FCPROJW) + lC * 4 * C,
-                        model->grad(P_FCPROJB) + lC, dfcproj, model->act(ACT_FCH_GELU) + lNC * 4,
-                        model->param(P_FCPROJW) + lC * 4 * C, B, T, 4 * C, C);
+        matmul_backward(model->grad_act(ACT_FCH_GELU) + lNC * 4, model->grad(FCPROJW) + lC * 4 * C,
+                        model->grad(FCPROJB) + lC, dfcproj, model->act(ACT_FCH_GELU) + lNC * 4,
+                        model->param(FCPROJW) + lC * 4 * C, B, T, 4 * C, C);
         gelu_backward(model->grad_act(ACT_FCH) + lNC * 4, model->act(ACT_FCH) + lNC * 4,
                       model->grad_act(ACT_FCH_GELU) + lNC * 4, N * 4 * C);
-        matmul_backward(model->grad_act(ACT_LN2) + lNC, model->grad(P_FCW) + lC * 4 * C, model->grad(P_FCB) + lC * 4,
+        matmul_backward(model->grad_act(ACT_LN2) + lNC, model->grad(FCW) + lC * 4 * C, model->grad(FCB) + lC * 4,
                         model->grad_act(ACT_FCH) + lNC * 4, model->act(ACT_LN2) + lNC,
-                        model->param(P_FCW) + lC * 4 * C, B, T, C, 4 * C);
-        layernorm_backward(dresidual2, model->grad(P_LN2W) + lC, model->grad(P_LN2B) + lC,
-                           model->grad_act(ACT_LN2) + lNC, model->act(ACT_RESIDUAL2) + lNC, model->param(P_LN2W) + lC,
+                        model->param(FCW) + lC * 4 * C, B, T, C, 4 * C);
+        layernorm_backward(dresidual2, model->grad(LN2W) + lC, model->grad(LN2B) + lC,
+                           model->grad_act(ACT_LN2) + lNC, model->act(ACT_RESIDUAL2) + lNC, model->param(LN2W) + lC,
                            model->act(ACT_LN2_MEAN) + lN, model->act(ACT_LN2_RSTD) + lN, B, T, C);
 
         // attention block: residual2 = layer_in + attproj(attention(qkv(ln1(layer_in))))
         float* dattproj = model->grad_act(ACT_ATTPROJ) + lNC;
         residual_backward(dlayer_in, dattproj, dresidual2, N * C);
-        matmul_backward(model->grad_act(ACT_ATTY) + lNC, model->grad(P_ATTPROJW) + lC * C, model->grad(P_ATTPROJB) + lC,
-                        dattproj, model->act(ACT_ATTY) + lNC, model->param(P_ATTPROJW) + lC * C, B, T, C, C);
+        matmul_backward(model->grad_act(ACT_ATTY) + lNC, model->grad(ATTPROJW) + lC * C, model->grad(ATTPROJB) + lC,
+                        dattproj, model->act(ACT_ATTY) + lNC, model->param(ATTPROJW) + lC * C, B, T, C, C);
         attention_backward(model->grad_act(ACT_QKV) + lNC * 3, model->grad_act(ACT_ATTY) + lNC,
                            model->act(ACT_QKV) + lNC * 3, B, T, C, NH);
-        matmul_backward(model->grad_act(ACT_LN1) + lNC, model->grad(P_QKVW) + lC * 3 * C, model->grad(P_QKVB) + lC * 3,
+        matmul_backward(model->grad_act(ACT_LN1) + lNC, model->grad(QKVW) + lC * 3 * C, model->grad(QKVB) + lC * 3,
                         model->grad_act(ACT_QKV) + lNC * 3, model->act(ACT_LN1) + lNC,
-                        model->param(P_QKVW) + lC * 3 * C, B, T, C, 3 * C);
-        layernorm_backward(dlayer_in, model->grad(P_LN1W) + lC, model->grad(P_LN1B) + lC,
-                           model->grad_act(ACT_LN1) + lNC, layer_in, model->param(P_LN1W) + lC,
+                        model->param(QKVW) + lC * 3 * C, B, T, C, 3 * C);
+        layernorm_backward(dlayer_in, model->grad(LN1W) + lC, model->grad(LN1B) + lC,
+                           model->grad_act(ACT_LN1) + lNC, layer_in, model->param(LN1W) + lC,
                            model->act(ACT_LN1_MEAN) + lN, model->act(ACT_LN1_RSTD) + lN, B, T, C);
     }
-    encoder_backward(model->grad(P_WTE), model->grad(P_WPE), model->grad_act(ACT_ENCODED), inputs, B, T, C);
+    encoder_backward(model->grad(WTE), model->grad(WPE), model->grad_act(ACT_ENCODED), inputs, B, T, C);
 }
 
-struct GPT2CPUAdamW {
+struct AdamWSettings {
     float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
 };
 
 // One AdamW step (t >= 1) on every parameter tensor; weight decay only where the table's weight_decay flag is set.
-inline void gpt2cpu_update(GPT2CPU* model, const GPT2CPUAdamW& opt, int t) {
+inline void gpt2_update(GPT2* model, const AdamWSettings& opt, int t) {
     auto table = gpt2_parameter_table(model->config);
     for (int i = 0; i < kNumParameterTensors; i++) {
         const size_t off = model->param_offsets[i];
@@ -693,3 +689,5 @@ inline void gpt2cpu_update(GPT2CPU* model, const GPT2CPUAdamW& opt, int t) {
                      table[i].weight_decay ? opt.weight_decay : 0.0f, t);
     }
 }
+
+}  // namespace cpu

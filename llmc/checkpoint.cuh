@@ -1,0 +1,109 @@
+// Checkpoints of a training run: save and restore side by side.
+//
+// A checkpoint is a model file and a run-state file (llmc/checkpoint_files.h names them). save() writes the
+// weights first and the run state last, each atomically. Restoring is two steps because the model must be
+// built before it is allocated: gpt2_build_from_checkpoint(model_path(step)), gpt2_allocate, then restore().
+//
+// Optimizer state inside the run-state file, opaque to the file format, laid out here:
+//   [fp32 master weights (BF16 builds that keep them)] [AdamW m (fp32)] [AdamW v (fp32)]
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "checkpoint_files.h"
+#include "dataloader.h"
+#include "gpt2.cuh"
+#include "rand.h"
+#include "run_state.h"
+
+// ---------------------------------------------------------------- optimizer state bytes
+inline size_t gpt2_optimizer_state_bytes(const GPT2* m) {
+    const size_t master = m->memory.size() && m->memory[mem::Master] ? m->num_parameters : 0;
+    return (master + 2 * m->num_parameters) * sizeof(float);
+}
+
+// Copies the optimizer state off the device (gpt2_optimizer_state_bytes bytes), for saving.
+inline std::vector<uint8_t> gpt2_optimizer_state_to_host(GPT2* m) {
+    std::vector<uint8_t> out(gpt2_optimizer_state_bytes(m));
+    uint8_t* dst = out.data();
+    const size_t bytes = m->num_parameters * sizeof(float);
+    for (mem::Id id : {mem::Master, mem::AdamM, mem::AdamV}) {
+        if (!m->memory[id]) continue;  // no master weights
+        cudaCheck(cudaMemcpy(dst, m->memory[id], bytes, cudaMemcpyDeviceToHost));
+        dst += bytes;
+    }
+    return out;
+}
+
+// Puts a saved optimizer state back on the device, for resuming; the size must match this model.
+inline void gpt2_optimizer_state_from_host(GPT2* m, const std::vector<uint8_t>& state, const std::string& path) {
+    if (state.size() != gpt2_optimizer_state_bytes(m)) {
+        file_error(path, "optimizer state is %zu bytes, this model needs %zu (different model or -w?)", state.size(),
+                   gpt2_optimizer_state_bytes(m));
+    }
+    const uint8_t* src = state.data();
+    const size_t bytes = m->num_parameters * sizeof(float);
+    for (mem::Id id : {mem::Master, mem::AdamM, mem::AdamV}) {
+        if (!m->memory[id]) continue;
+        cudaCheck(cudaMemcpy(m->memory[id], src, bytes, cudaMemcpyHostToDevice));
+        src += bytes;
+    }
+}
+
+// ---------------------------------------------------------------- save and restore
+// What a run must keep to resume bit-exactly: the batch shape, which also fixes the data order.
+struct RunShape {
+    int B = 0, T = 0, num_processes = 0, grad_accum_steps = 0;
+};
+
+struct Checkpointer {
+    std::string dir;  // the run's output directory (-o)
+    int keep = 0;     // -nk: keep the newest `keep` complete checkpoints (0 = all)
+
+    std::string model_path(int step) const { return checkpoint_model_path(dir, step); }
+    std::string state_path(int step) const { return checkpoint_state_path(dir, step); }
+
+    // The newest complete checkpoint step, or -1.
+    int latest() const { return latest_checkpoint(dir); }
+
+    // Writes the checkpoint after `step` optimizer steps (rank 0 only: the state holds rank 0's positions).
+    void save(GPT2& model, int step, const RunShape& shape, const Rng& sampler_rng, const DataLoader& train,
+              const DataLoader* val) const {
+        gpt2_write_model(&model, model_path(step));
+        RunState s;
+        s.step = step;
+        s.B = shape.B;
+        s.T = shape.T;
+        s.num_processes = shape.num_processes;
+        s.grad_accum_steps = shape.grad_accum_steps;
+        s.sampler_rng = sampler_rng.get_state();
+        s.train_loader = train.get_state();
+        if (val) s.val_loader = val->get_state();
+        s.optimizer_state = gpt2_optimizer_state_to_host(&model);
+        write_run_state(state_path(step), s);
+        remove_old_checkpoints(dir, keep);
+        printf("saved checkpoint %s (+ state)\n", model_path(step).c_str());
+    }
+
+    // Restores everything but the weights (already loaded from model_path(step)) into an allocated model, the
+    // sampler and this rank's train loader; returns the step to continue from. The shape must match the run's.
+    int restore(GPT2* model, int step, const RunShape& shape, Rng* sampler_rng, DataLoader* train, int rank) const {
+        const std::string path = state_path(step);
+        RunState s = read_run_state(path);
+        if (s.B != shape.B || s.T != shape.T || s.num_processes != shape.num_processes ||
+            s.grad_accum_steps != shape.grad_accum_steps) {
+            file_error(path, "was written with B=%d T=%d processes=%d grad_accum=%d; this run has B=%d T=%d "
+                       "processes=%d grad_accum=%d (resume with the same -b -t -d and process count)",
+                       s.B, s.T, s.num_processes, s.grad_accum_steps, shape.B, shape.T, shape.num_processes,
+                       shape.grad_accum_steps);
+        }
+        gpt2_optimizer_state_from_host(model, s.optimizer_state, path);
+        sampler_rng->set_state(s.sampler_rng);
+        s.train_loader.process_rank = rank;  // rank 0's position; every rank is at the same one
+        train->set_state(s.train_loader);
+        return s.step;
+    }
+};
