@@ -104,3 +104,42 @@ TEST(ReferenceTrajectory, EmptyFile) {
     write_bytes(path, {});
     EXPECT_FILE_ERROR([&] { read_reference_trajectory(path); }, path, "empty");
 }
+
+// Edits of a valid file that must be rejected: (file name, text replaced, replacement, expected problem).
+struct BadEdit {
+    const char* name;
+    std::string from, to, problem;
+};
+
+void expect_rejected(const std::vector<BadEdit>& edits) {
+    for (const BadEdit& e : edits) {
+        std::string path = edited(e.name, e.from, e.to);
+        EXPECT_FILE_ERROR([&] { read_reference_trajectory(path); }, path, e.problem);
+    }
+}
+
+// A value beyond float's range must not become inf (or 0) on the way from the double strtod returns.
+TEST(ReferenceTrajectory, ValuesOutsideFloatRange) {
+    expect_rejected({
+        {"overflow.txt", "loss 2 6.29927349", "loss 2 1e39", "line 13: loss: '1e39' is outside the float range"},
+        {"overflow_neg.txt", "lr 0.00100000005", "lr -3.5e38", "lr: '-3.5e38' is outside the float range"},
+        {"underflow.txt", "eps 9.99999994e-09", "eps 1e-50", "eps: '1e-50' is outside the float range"},
+        {"double_overflow.txt", "beta1 0.899999976", "beta1 1e400", "beta1: '1e400' is outside the float range"},
+    });
+    // The largest float (written with 9 digits, so a little above FLT_MAX) is fine.
+    std::string ok = edited("max.txt", "loss 2 6.29927349", "loss 2 3.40282347e38");
+    EXPECT_EQ(read_reference_trajectory(ok).losses[2], 3.40282347e38f);
+}
+
+// A NUL (or any control byte) must not silently end a number or a line: the file is ASCII text.
+TEST(ReferenceTrajectory, ControlBytesAreRejected) {
+    expect_rejected({
+        {"nul.txt", "loss 1 6.81224203", std::string("loss 1 6.8\0" "1224203", 17), "line 12, column 11: byte 0x00 (NUL)"},
+        {"nul_end.txt", "steps 4", std::string("steps 4\0", 8), "line 5, column 8: byte 0x00 (NUL)"},
+        {"esc.txt", "\neps ", "\n\x1b[2Jeps ", "byte 0x1B is not text"},
+        {"high.txt", "\neps ", "\n\xc2\x9b" "eps ", "byte 0xC2 is not ASCII"},
+    });
+    // Comments may hold any UTF-8 text, blank lines may hold tabs, CRLF line ends are fine.
+    std::string ok = edited("comment.txt", "\neps ", "\n# caf\xc3\xa9 \t\r\n\t\r\neps ");
+    EXPECT_EQ(read_reference_trajectory(ok).losses.size(), 4u);
+}
