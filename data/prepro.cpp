@@ -55,19 +55,23 @@ static bool ends_with(const std::string& s, const std::string& suffix) {
 
 static Options parse_args(int argc, char** argv) {
     Options o;
-    int val_modes = 0;
+    std::string val_mode;  // the val option given, if any
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError(a + " needs a value");
+            if (i + 1 >= argc) throw UsageError(a + ": needs a value");
             return argv[++i];
         };
         auto int_value = [&](int64_t lo) {
             std::string v = value();
             char* end = nullptr;
             long long x = strtoll(v.c_str(), &end, 10);
-            if (v.empty() || *end != '\0' || x < lo) throw UsageError(a + " needs an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+            if (v.empty() || *end != '\0' || x < lo) throw UsageError(a + ": needs an integer >= " + std::to_string(lo) + ", got '" + v + "'");
             return (int64_t)x;
+        };
+        auto set_val_mode = [&]() {
+            if (!val_mode.empty()) throw UsageError(a + ": give at most one of --val-tokens, --val-fraction, --val-file (" + val_mode + " given too)");
+            val_mode = a;
         };
         if (a == "-h" || a == "--help") {
             fputs(kUsage, stdout);
@@ -81,31 +85,30 @@ static Options parse_args(int argc, char** argv) {
         } else if (a == "--split-blank-lines") {
             o.split_blank_lines = true;
         } else if (a == "--val-tokens") {
+            set_val_mode();
             o.val_tokens = int_value(0);
-            val_modes++;
         } else if (a == "--val-fraction") {
+            set_val_mode();
             std::string v = value();
             char* end = nullptr;
             o.val_fraction = strtod(v.c_str(), &end);
             if (v.empty() || *end != '\0' || !(o.val_fraction >= 0 && o.val_fraction < 1)) {
-                throw UsageError("--val-fraction needs a number in [0, 1), got '" + v + "'");
+                throw UsageError("--val-fraction: needs a number in [0, 1), got '" + v + "'");
             }
-            val_modes++;
         } else if (a == "--val-file") {
+            set_val_mode();
             o.val_file = value();
-            val_modes++;
         } else if (a == "--shard-tokens") {
             o.shard_tokens = int_value(1);
         } else if (a == "-j") {
             o.threads = (int)std::min<int64_t>(int_value(1), 4096);
         } else if (a.size() > 1 && a[0] == '-') {
-            throw UsageError("unknown option '" + a + "'");
+            throw UsageError(a + ": unknown option");
         } else {
             o.inputs.push_back(a);
         }
     }
-    if (o.inputs.empty()) throw UsageError("no INPUT given");
-    if (val_modes > 1) throw UsageError("give at most one of --val-tokens, --val-fraction, --val-file");
+    if (o.inputs.empty()) throw UsageError("INPUT: missing (a text file, a directory or a .jsonl file)");
     if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
     return o;
 }
@@ -201,6 +204,34 @@ static FileDocs read_documents(const std::string& path, bool jsonl, bool split_b
     return d;
 }
 
+// The progress bar is drawn (on stderr, redrawn in place with \r) only when stderr is a terminal, so
+// a log or a test sees just the result lines or the one error line.
+static bool g_progress_line_open = false;
+static void end_progress_line() {
+    if (g_progress_line_open) fputc('\n', stderr);
+    g_progress_line_open = false;
+}
+
+struct Progress {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point start = Clock::now(), last = start;
+    int64_t total_bytes = 0, done_bytes = 0, tokens = 0;
+    const bool enabled = isatty(STDERR_FILENO);
+    void update(bool final) {
+        if (!enabled) return;
+        g_progress_line_open = true;
+        auto now = Clock::now();
+        if (!final && std::chrono::duration<double>(now - last).count() < 0.25) return;
+        last = now;
+        double secs = std::max(1e-9, std::chrono::duration<double>(now - start).count());
+        double frac = total_bytes > 0 ? (double)done_bytes / (double)total_bytes : 1.0;
+        int filled = (int)(frac * 30);
+        fprintf(stderr, "\r[%.*s%*s] %5.1f%% %8.2f MB/s %12lld tokens %7.1f s", filled, "==============================",
+                30 - filled, "", 100 * frac, done_bytes / secs / 1e6, (long long)tokens, secs);
+        fflush(stderr);
+    }
+};
+
 // A split (train or val) written as consecutive shards of at most shard_tokens tokens.
 class ShardedOutput {
 public:
@@ -221,7 +252,8 @@ public:
     void close() {
         if (!writer_) return;
         writer_->commit();
-        fprintf(stderr, "\nwrote %s (%lld tokens)", path_.c_str(), (long long)writer_->num_tokens());
+        end_progress_line();
+        fprintf(stderr, "wrote %s (%lld tokens)\n", path_.c_str(), (long long)writer_->num_tokens());
         writer_.reset();
     }
     int64_t total() const { return total_; }
@@ -237,23 +269,6 @@ private:
         snprintf(name, sizeof(name), "_%06d.bin", next_index_++);
         path_ = prefix_ + "_" + split_ + name;
         writer_ = std::make_unique<ShardWriter>(path_);
-    }
-};
-
-struct Progress {
-    using Clock = std::chrono::steady_clock;
-    Clock::time_point start = Clock::now(), last = start;
-    int64_t total_bytes = 0, done_bytes = 0, tokens = 0;
-    void update(bool final) {
-        auto now = Clock::now();
-        if (!final && std::chrono::duration<double>(now - last).count() < 0.25) return;
-        last = now;
-        double secs = std::max(1e-9, std::chrono::duration<double>(now - start).count());
-        double frac = total_bytes > 0 ? (double)done_bytes / (double)total_bytes : 1.0;
-        int filled = (int)(frac * 30);
-        fprintf(stderr, "\r[%.*s%*s] %5.1f%% %8.2f MB/s %12lld tokens %7.1f s", filled, "==============================",
-                30 - filled, "", 100 * frac, done_bytes / secs / 1e6, (long long)tokens, secs);
-        fflush(stderr);
     }
 };
 
@@ -347,14 +362,16 @@ int main(int argc, char** argv) {
         if (progress.tokens == 0) throw FileError(files.empty() ? o.inputs[0] : files[0] + ": no documents in the input (empty)");
         val.close();
         train.close();
-        fprintf(stderr, "\n%zu files, %lld bytes -> val %lld tokens in %d shards, train %lld tokens in %d shards\n",
+        end_progress_line();
+        fprintf(stderr, "%zu files, %lld bytes -> val %lld tokens in %d shards, train %lld tokens in %d shards\n",
                 files.size(), (long long)progress.total_bytes, (long long)val.total(), val.shards(),
                 (long long)train.total(), train.shards());
     } catch (const UsageError& e) {
-        fprintf(stderr, "%serror: %s\n", kUsage, e.what());
+        fprintf(stderr, "error: %s; see data/prepro --help\n", e.what());
         return 1;
     } catch (const std::exception& e) {
-        fprintf(stderr, "\nerror: %s\n", e.what());
+        end_progress_line();
+        fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
     return 0;

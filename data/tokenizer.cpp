@@ -1,9 +1,11 @@
 // tokenizer: GPT-2 BPE from the command line (ids identical to tiktoken's "gpt2" encoding).
 //   tokenizer encode [--vocab-dir DIR] [--raw] [--allow-special] [-j N] [FILE]   ids of FILE (or stdin)
-//   tokenizer decode [--vocab-dir DIR | --bin FILE.bin] [--raw] [FILE]           text of ids (or stdin)
+//   tokenizer decode [--vocab-dir DIR | --bin FILE.bin] [--raw] [--escape | --bytes] [FILE]  text of ids
 //   tokenizer export [--vocab-dir DIR] -o OUT.bin                                llm.c tokenizer .bin
 //   tokenizer bench  [--vocab-dir DIR] [-j N] [--repeat R] FILE...               encoding speed, MB/s
 // See docs/TOKENIZER.md.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,8 +23,10 @@ static const char* kUsage =
     "  tokenizer encode [--vocab-dir DIR] [--raw] [--allow-special] [-j N] [FILE]\n"
     "      writes the token ids of FILE (default: stdin) one per line, or with --raw as little-endian uint16.\n"
     "      <|endoftext|> in the text is ordinary text unless --allow-special. -j: threads (default: all cores).\n"
-    "  tokenizer decode [--vocab-dir DIR | --bin TOKENIZER.bin] [--raw] [FILE]\n"
-    "      reads ids (one per line / whitespace separated, or --raw uint16) and writes the text.\n"
+    "  tokenizer decode [--vocab-dir DIR | --bin TOKENIZER.bin] [--raw] [--escape | --bytes] [FILE]\n"
+    "      reads ids (one per line / whitespace separated, or --raw uint16) and writes the text: the exact\n"
+    "      bytes, except on a terminal, where control characters and invalid UTF-8 are shown as \\xNN.\n"
+    "      --escape: escape them whatever the output is; --bytes: exact bytes even on a terminal.\n"
     "  tokenizer export [--vocab-dir DIR] -o OUT.bin\n"
     "      writes the llm.c tokenizer file (version 2, with the EOT id) for decoding in train_gpt2cu.\n"
     "  tokenizer bench [--vocab-dir DIR] [-j N] [--repeat R] FILE...\n"
@@ -33,9 +37,14 @@ struct UsageError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// How decode writes the text: exact bytes, or escaped for a terminal (control characters and invalid
+// UTF-8 as \xNN, llmc/tokenizer_file.h append_printable). Auto: escaped when stdout is a terminal.
+enum class DecodeOutput { Auto, Escape, Bytes };
+
 struct Options {
     std::string command, vocab_dir = "data/cache/gpt2", bin, output;
     bool raw = false, allow_special = false;
+    DecodeOutput decode_output = DecodeOutput::Auto;
     int threads = 0, repeat = 5;
     std::vector<std::string> files;
 };
@@ -44,13 +53,13 @@ static int parse_int_arg(const std::string& flag, const char* value, int lo) {
     char* end = nullptr;
     long v = strtol(value, &end, 10);
     if (*value == '\0' || *end != '\0' || v < lo || v > 1000000) {
-        throw UsageError(flag + " needs an integer >= " + std::to_string(lo) + ", got '" + value + "'");
+        throw UsageError(flag + ": needs an integer in [" + std::to_string(lo) + ", 1000000], got '" + value + "'");
     }
     return (int)v;
 }
 
 static Options parse_args(int argc, char** argv) {
-    if (argc < 2) throw UsageError("missing command");
+    if (argc < 2) throw UsageError("command: missing (encode, decode, export or bench)");
     Options o;
     o.command = argv[1];
     if (o.command == "-h" || o.command == "--help") {
@@ -58,12 +67,12 @@ static Options parse_args(int argc, char** argv) {
         exit(0);
     }
     if (o.command != "encode" && o.command != "decode" && o.command != "export" && o.command != "bench") {
-        throw UsageError("unknown command '" + o.command + "'");
+        throw UsageError(o.command + ": unknown command (encode, decode, export or bench)");
     }
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
         auto value = [&]() -> const char* {
-            if (i + 1 >= argc) throw UsageError(a + " needs a value");
+            if (i + 1 >= argc) throw UsageError(a + ": needs a value");
             return argv[++i];
         };
         if (a == "-h" || a == "--help") {
@@ -77,6 +86,12 @@ static Options parse_args(int argc, char** argv) {
             o.output = value();
         } else if (a == "--raw" && (o.command == "encode" || o.command == "decode")) {
             o.raw = true;
+        } else if ((a == "--escape" || a == "--bytes") && o.command == "decode") {
+            DecodeOutput d = a == "--escape" ? DecodeOutput::Escape : DecodeOutput::Bytes;
+            if (o.decode_output != DecodeOutput::Auto && o.decode_output != d) {
+                throw UsageError(a + ": give at most one of --escape and --bytes");
+            }
+            o.decode_output = d;
         } else if (a == "--allow-special" && o.command == "encode") {
             o.allow_special = true;
         } else if (a == "-j" && (o.command == "encode" || o.command == "bench")) {
@@ -84,14 +99,14 @@ static Options parse_args(int argc, char** argv) {
         } else if (a == "--repeat" && o.command == "bench") {
             o.repeat = parse_int_arg(a, value(), 1);
         } else if (a.size() > 1 && a[0] == '-') {
-            throw UsageError("unknown option '" + a + "' for '" + o.command + "'");
+            throw UsageError(a + ": unknown option for '" + o.command + "'");
         } else {
             o.files.push_back(a);
         }
     }
-    if (o.command == "export" && o.output.empty()) throw UsageError("export needs -o OUT.bin");
-    if ((o.command == "encode" || o.command == "decode") && o.files.size() > 1) throw UsageError("at most one FILE");
-    if (o.command == "bench" && o.files.empty()) throw UsageError("bench needs at least one FILE");
+    if (o.command == "export" && o.output.empty()) throw UsageError("-o: missing (export writes the file given by -o OUT.bin)");
+    if ((o.command == "encode" || o.command == "decode") && o.files.size() > 1) throw UsageError(o.files[1] + ": " + o.command + " takes at most one FILE");
+    if (o.command == "bench" && o.files.empty()) throw UsageError("FILE: missing (bench needs at least one)");
     if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
     return o;
 }
@@ -157,12 +172,21 @@ static void cmd_decode(const Options& o) {
         while (i < n) {
             if (isspace((unsigned char)input[i])) { i++; continue; }
             size_t start = i;
-            long v = 0;
-            while (i < n && input[i] >= '0' && input[i] <= '9' && v <= 100000000) v = v * 10 + (input[i++] - '0');
+            int64_t v = 0;
+            while (i < n && input[i] >= '0' && input[i] <= '9') {
+                if (v <= (int64_t)tokens.size()) v = v * 10 + (input[i] - '0');  // stops growing once out of range
+                i++;
+            }
             if (i == start || (i < n && !isspace((unsigned char)input[i]))) {
                 throw FileError(source + ": byte " + std::to_string(start) + ": expected a token id (a non-negative integer)");
             }
-            ids.push_back((int)std::min<long>(v, INT_MAX));
+            if (v >= (int64_t)tokens.size()) {
+                std::string digits = input.substr(start, std::min<size_t>(i - start, 24));
+                if (i - start > 24) digits += "... (" + std::to_string(i - start) + " digits)";
+                throw FileError(source + ": byte " + std::to_string(start) + ": token id " + digits +
+                                " is outside the vocabulary (ids 0.." + std::to_string(tokens.size() - 1) + ")");
+            }
+            ids.push_back((int)v);
         }
     }
     std::string text;
@@ -171,7 +195,9 @@ static void cmd_decode(const Options& o) {
     } catch (const std::out_of_range& e) {
         throw FileError(source + ": " + e.what());
     }
-    write_stdout(text);
+    const bool escape = o.decode_output == DecodeOutput::Escape ||
+                        (o.decode_output == DecodeOutput::Auto && isatty(STDOUT_FILENO));
+    write_stdout(escape ? printable_bytes(text) : text);
 }
 
 static void cmd_export(const Options& o) {
@@ -235,7 +261,7 @@ int main(int argc, char** argv) {
         else if (o.command == "export") cmd_export(o);
         else cmd_bench(o);
     } catch (const UsageError& e) {
-        fprintf(stderr, "%serror: %s\n", kUsage, e.what());
+        fprintf(stderr, "error: %s; see tokenizer --help\n", e.what());
         return 1;
     } catch (const std::exception& e) {
         fprintf(stderr, "error: %s\n", e.what());

@@ -66,19 +66,46 @@ inline int sample_token(const float* logits, int vocab_size, float temperature, 
     return ids[n - 1];
 }
 
-// A token's text for the console: its bytes, except that single control bytes other than newline
-// and tab are shown as <0xNN> so a sample cannot garble the terminal. Out-of-range ids -> <id N>.
+// A token's text for the console. Token bytes come from the tokenizer file, so they are printed
+// through append_printable (tokenizer_file.h): valid UTF-8 stays as it is, control characters (C0
+// except newline and tab, DEL, C1) and bytes that are not valid UTF-8 become \xNN, so a crafted
+// tokenizer cannot send terminal escape sequences. EOT -> <|endoftext|>, an id outside the vocabulary
+// -> <id N>. This looks at one token alone: a character split across two tokens (common for non-ASCII
+// text in GPT-2) shows as \xNN escapes; TokenPrinter below prints such characters whole.
 inline std::string printable_token(const TokenizerFile& tok, int id) {
     if (id < 0 || id >= (int)tok.tokens.size()) return "<id " + std::to_string(id) + ">";
     if (id == tok.eot_token) return "<|endoftext|>";
-    const std::string& s = tok.tokens[id];
-    if (s.size() == 1) {
-        const unsigned char c = (unsigned char)s[0];
-        if ((c < 32 && c != '\n' && c != '\t') || c == 127) {
-            char buf[16];
-            snprintf(buf, sizeof(buf), "<0x%02X>", c);
-            return buf;
-        }
-    }
-    return s;
+    return printable_bytes(tok.tokens[id]);
 }
+
+// Prints a stream of tokens, such as a sample, one token at a time: like printable_token, but the
+// bytes of a UTF-8 character split across tokens are held back until the character is complete,
+// so it prints as the character. Only complete, valid, non-control characters are ever printed raw.
+class TokenPrinter {
+public:
+    explicit TokenPrinter(const TokenizerFile& tok) : tok_(tok) {}
+    // The text this token completes (possibly empty while a character is unfinished).
+    std::string next(int id) {
+        std::string out;
+        if (id < 0 || id >= (int)tok_.tokens.size() || id == tok_.eot_token) {
+            out = finish();
+            out += printable_token(tok_, id);
+            return out;
+        }
+        pending_ += tok_.tokens[id];
+        size_t held = 0;
+        append_printable(out, pending_, &held);
+        pending_.erase(0, pending_.size() - held);
+        return out;
+    }
+    // The held bytes of an unfinished character, escaped (call at the end of the stream).
+    std::string finish() {
+        std::string out = printable_bytes(pending_);
+        pending_.clear();
+        return out;
+    }
+
+private:
+    const TokenizerFile& tok_;
+    std::string pending_;
+};

@@ -3,10 +3,13 @@
 //   version 1 has no eot field and means eot = 50256 (GPT-2's <|endoftext|>).
 //   then for each token id in order: uint8 length (1..255), then that many raw bytes (not NUL-terminated).
 // The reader rejects zero lengths, truncation and trailing bytes; the writer always writes version 2.
+// Token bytes come from a file, so anything that prints them goes through append_printable (below).
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "file_header.h"
@@ -103,4 +106,68 @@ inline void write_tokenizer_file(const std::string& path, const TokenizerFile& t
     out.write(h, sizeof(h));
     out.write(body.data(), body.size());
     out.commit();
+}
+
+// ---- printing bytes that came from a file
+// A token (or a decoded text, or a quoted key in an error message) may hold any bytes, including
+// terminal escape sequences. append_printable keeps valid UTF-8 text as it is, except control
+// characters: C0 (U+0000..U+001F) other than newline and tab, DEL (U+007F) and C1 (U+0080..U+009F).
+// Each byte of those, and each byte that is not part of a valid UTF-8 sequence, becomes "\xNN".
+
+// Length (1..4) of the valid UTF-8 sequence at p[0..n), 0 if invalid (overlong, surrogate,
+// > U+10FFFF, bad continuation), or -k if the k bytes left are a valid but unfinished prefix.
+inline int utf8_valid_prefix(const unsigned char* p, size_t n) {
+    const unsigned char c = p[0];
+    int len;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return 0;
+    for (int i = 1; i < len; i++) {
+        if ((size_t)i >= n) return -i;
+        const unsigned char lo_i = i == 1 ? lo : 0x80, hi_i = i == 1 ? hi : 0xBF;
+        if (p[i] < lo_i || p[i] > hi_i) return 0;
+    }
+    return len;
+}
+
+// Appends the printable form of `bytes` to out. With `held` non-null, a valid but unfinished UTF-8
+// sequence at the very end is not escaped: its length goes to *held and those bytes are not
+// consumed (a stream prints them once the next piece completes them; see TokenPrinter).
+inline void append_printable(std::string& out, std::string_view bytes, size_t* held = nullptr) {
+    const unsigned char* p = (const unsigned char*)bytes.data();
+    const size_t n = bytes.size();
+    if (held) *held = 0;
+    auto escape = [&](unsigned char b) {
+        char buf[5];
+        snprintf(buf, sizeof(buf), "\\x%02X", b);
+        out += buf;
+    };
+    for (size_t i = 0; i < n;) {
+        const int len = utf8_valid_prefix(p + i, n - i);
+        if (len < 0 && held) {
+            *held = n - i;
+            return;
+        }
+        if (len <= 0) {
+            escape(p[i++]);
+            continue;
+        }
+        const bool c0 = len == 1 && ((p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7F);
+        const bool c1 = len == 2 && p[i] == 0xC2 && p[i + 1] <= 0x9F;
+        if (c0 || c1) {
+            for (int k = 0; k < len; k++) escape(p[i + k]);
+        } else {
+            out.append((const char*)p + i, (size_t)len);
+        }
+        i += (size_t)len;
+    }
+}
+
+inline std::string printable_bytes(std::string_view bytes) {
+    std::string out;
+    append_printable(out, bytes);
+    return out;
 }

@@ -16,16 +16,26 @@ LINE = re.compile(r"^s:(\d+) (trl|tel):([-+0-9.eEinfa]+)")
 
 
 def read_log(path):
+    """(train, val) lists of (step, loss); any problem exits with one line "error: <path>: <problem>"."""
     train, val = [], []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            m = LINE.match(line)
-            if not m:
-                if line.strip():
-                    sys.exit(f"error: {path}:{n}: not a main.log line: {line.strip()!r}")
-                continue
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        sys.exit(f"error: {path}: cannot read ({e.strerror or e})")
+    except UnicodeDecodeError as e:
+        sys.exit(f"error: {path}: not a text file (byte {e.start} is not UTF-8)")
+    for n, line in enumerate(lines, 1):
+        m = LINE.match(line)
+        if not m:
+            if line.strip():
+                sys.exit(f"error: {path}: line {n}: not a main.log line: {line.strip()[:80]!r}")
+            continue
+        try:
             step, kind, loss = int(m.group(1)), m.group(2), float(m.group(3))
-            (train if kind == "trl" else val).append((step, loss))
+        except ValueError:
+            sys.exit(f"error: {path}: line {n}: bad loss value {m.group(3)!r}")
+        (train if kind == "trl" else val).append((step, loss))
     if not train and not val:
         sys.exit(f"error: {path}: no loss lines")
     return train, val
@@ -163,13 +173,16 @@ def main():
     out = a.out or (a.log.rsplit("/", 1)[0] + "/loss.png" if "/" in a.log else "loss.png")
     train, val = read_log(a.log)
     try:
-        if a.builtin:
-            raise ImportError
-        plot_matplotlib(train, val, out, a.title)
-        how = "matplotlib"
-    except ImportError:
-        plot_builtin(train, val, out)
-        how = "built-in renderer"
+        try:
+            if a.builtin:
+                raise ImportError
+            plot_matplotlib(train, val, out, a.title)
+            how = "matplotlib"
+        except ImportError:
+            plot_builtin(train, val, out)
+            how = "built-in renderer"
+    except OSError as e:
+        sys.exit(f"error: {out}: cannot write ({e.strerror or e})")
     first = f"train {train[0][1]:.4f} -> {train[-1][1]:.4f}" if train else "no train lines"
     vals = f", val {val[0][1]:.4f} -> {val[-1][1]:.4f}" if val else ""
     print(f"wrote {out} ({how}; {len(train)} train / {len(val)} val points; {first}{vals})")

@@ -273,6 +273,48 @@ TEST(BPETokenizer, CorruptVocabularyIsAClearError) {
     expect_error(good_json, swapped, bpe, "merge order");
     expect_error(good_json, good_bpe.substr(0, good_bpe.size() / 2), bpe, "merges");
     expect_error(good_json, "#version: 0.2\nabc\n", bpe, "not two space-separated tokens");
+    // A repeated key is encoder.json's fault (it used to be blamed on vocab.bpe).
+    const std::string eot_entry = "\"<|endoftext|>\": 50256";
+    std::string dup_eot = good_json;
+    dup_eot.replace(dup_eot.find(eot_entry), eot_entry.size(), eot_entry + ", \"<|endoftext|>\": 50257");
+    expect_error(dup_eot, good_bpe, json, "\"<|endoftext|>\" appears twice (ids 50256 and 50257)");
+    std::string dup_token = good_json;
+    dup_token.replace(dup_token.find(eot_entry), eot_entry.size(), eot_entry + ", \"!\": 50257");
+    expect_error(dup_token, good_bpe, json, "token \"!\" appears twice (ids 0 and 50257)");
+    // A key with control characters is quoted escaped, so the message cannot drive the terminal.
+    std::string escape_key = good_json;
+    escape_key.replace(escape_key.find(eot_entry), eot_entry.size(), eot_entry + ", \"\\u001b[2J\": 50257");
+    expect_error(escape_key, good_bpe, json, "token 50257 (\"\\x1B[2J\") is not in GPT-2's byte-to-unicode alphabet");
+    remove(json.c_str());
+    remove(bpe.c_str());
+}
+
+// Files saved by Windows editors: CRLF line ends in vocab.bpe, a UTF-8 byte order mark at the start of
+// either file. They load, and give the same tokenizer.
+TEST(BPETokenizer, VocabularyWithCrlfOrByteOrderMarkLoads) {
+    const std::string good_json = read_file(data_mirror() + "/gpt2/encoder.json");
+    const std::string good_bpe = read_file(data_mirror() + "/gpt2/vocab.bpe");
+    std::string crlf_bpe;
+    for (char c : good_bpe) {
+        if (c == '\n') crlf_bpe += '\r';
+        crlf_bpe += c;
+    }
+    const std::string bom = "\xEF\xBB\xBF";
+    const std::string json = temp_path("bom_encoder.json"), bpe = temp_path("crlf_vocab.bpe");
+    const std::pair<std::string, std::string> variants[] = {
+        {good_json, crlf_bpe}, {bom + good_json, good_bpe}, {good_json, bom + good_bpe}, {bom + good_json, bom + crlf_bpe}};
+    for (const auto& [json_text, bpe_text] : variants) {
+        write_file(json, json_text);
+        write_file(bpe, bpe_text);
+        try {
+            BPETokenizer tok(json, bpe);
+            EXPECT_EQ(tok.tokens(), gpt2().tokens());
+            BPEEncoder enc(tok);
+            EXPECT_EQ(enc.encode_ordinary(tiktoken_cases()[0].text), tiktoken_cases()[0].ids);
+        } catch (const FileError& e) {
+            ADD_FAILURE() << e.what();
+        }
+    }
     remove(json.c_str());
     remove(bpe.c_str());
 }

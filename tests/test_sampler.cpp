@@ -119,13 +119,54 @@ TEST(Sampler, NonFiniteLogitsAreAnError) {
 
 TEST(Sampler, PrintableToken) {
     TokenizerFile t;
-    t.tokens = {"Hello", " world", "\n", std::string(1, '\x01'), "<|endoftext|>"};
+    t.tokens = {"Hello", " world", "\n", std::string(1, '\x01'), "<|endoftext|>", "\t\xc3\xa9\xe4\xb8\xad\xf0\x9f\x91\x8d",
+                "\x1b[2J", "\xc2\x9b" "1m", "\x9b", "\xe2\x80", "\x7f\xff"};
     t.eot_token = 4;
     EXPECT_EQ(printable_token(t, 0), "Hello");
     EXPECT_EQ(printable_token(t, 1), " world");
     EXPECT_EQ(printable_token(t, 2), "\n");
-    EXPECT_EQ(printable_token(t, 3), "<0x01>");
+    EXPECT_EQ(printable_token(t, 3), "\\x01");
     EXPECT_EQ(printable_token(t, 4), "<|endoftext|>");
-    EXPECT_EQ(printable_token(t, 9), "<id 9>");
+    EXPECT_EQ(printable_token(t, 5), t.tokens[5]);           // tab and valid UTF-8 (2, 3, 4 bytes) stay
+    EXPECT_EQ(printable_token(t, 6), "\\x1B[2J");            // ESC: no terminal escape sequence gets out
+    EXPECT_EQ(printable_token(t, 7), "\\xC2\\x9B" "1m");    // C1 CSI written as UTF-8
+    EXPECT_EQ(printable_token(t, 8), "\\x9B");               // C1 CSI as a raw byte (invalid UTF-8)
+    EXPECT_EQ(printable_token(t, 9), "\\xE2\\x80");         // an unfinished character, alone
+    EXPECT_EQ(printable_token(t, 10), "\\x7F\\xFF");        // DEL, a byte never valid in UTF-8
+    EXPECT_EQ(printable_token(t, 11), "<id 11>");
     EXPECT_EQ(printable_token(t, -1), "<id -1>");
+}
+
+// Bytes from a file, printed: only complete, valid, non-control characters pass unescaped.
+TEST(Sampler, PrintableBytes) {
+    EXPECT_EQ(printable_bytes(""), "");
+    EXPECT_EQ(printable_bytes(std::string("a\0b", 3)), "a\\x00b");
+    EXPECT_EQ(printable_bytes("\r\n\t"), "\\x0D\n\t");
+    EXPECT_EQ(printable_bytes("\xc2\xa0\xc2\x85\xc2\x9f"), "\xc2\xa0\\xC2\\x85\\xC2\\x9F");  // NBSP kept, C1 escaped
+    EXPECT_EQ(printable_bytes("\xc0\xaf"), "\\xC0\\xAF");          // overlong '/'
+    EXPECT_EQ(printable_bytes("\xed\xa0\x80"), "\\xED\\xA0\\x80");  // a surrogate
+    EXPECT_EQ(printable_bytes("\xf4\x90\x80\x80"), "\\xF4\\x90\\x80\\x80");  // above U+10FFFF
+    EXPECT_EQ(printable_bytes("\xe2\x28\xa1"), "\\xE2(\\xA1");      // bad continuation
+}
+
+// A character split across tokens prints whole; a control character split across tokens is still
+// escaped; bytes left unfinished are escaped at the end.
+TEST(Sampler, TokenPrinterJoinsSplitCharacters) {
+    TokenizerFile t;
+    t.tokens = {"\xe2\x80", "\x99", " it", "\xc2", "\x9b", "<|endoftext|>", "\xf0\x9f", "\x91"};
+    t.eot_token = 5;
+    TokenPrinter p(t);
+    std::string out;
+    for (int id : {2, 0, 1, 2}) out += p.next(id);
+    EXPECT_EQ(out, " it\xe2\x80\x99 it");  // the right single quote, whole
+    EXPECT_EQ(p.next(3), "");
+    EXPECT_EQ(p.next(4), "\\xC2\\x9B");
+    EXPECT_EQ(p.next(6), "");
+    EXPECT_EQ(p.next(7), "");
+    EXPECT_EQ(p.next(5), "\\xF0\\x9F\\x91<|endoftext|>");  // EOT ends the unfinished character
+    EXPECT_EQ(p.next(0), "");
+    EXPECT_EQ(p.next(9), "\\xE2\\x80<id 9>");
+    EXPECT_EQ(p.next(0), "");
+    EXPECT_EQ(p.finish(), "\\xE2\\x80");
+    EXPECT_EQ(p.finish(), "");
 }

@@ -3,10 +3,20 @@
 # binary garbage, empty file), clear errors (missing vocabulary, bad ids, bad JSONL, empty input),
 # Tiny Shakespeare shards byte-identical to llm.c's tinyshakespeare.py run with tiktoken (SHA-256
 # below), thread-count independence. Prints one line per check; exit 1 if any failed.
+#
+# Every check is a function that must fail when the tools fail: each checks the exit status of every
+# command it runs (pipefail) and never compares two outputs that could both be empty. The self-check
+# at the end runs every check against stand-in tools that fail, or succeed with no output, and
+# requires every check to fail.
 set -u
+set -o pipefail
 cd "$(dirname "$0")/.."
 DATA_MIRROR=${DATA_MIRROR:-../shared/data}
 VOCAB=$DATA_MIRROR/gpt2
+SHAKESPEARE=$DATA_MIRROR/tinyshakespeare/input.txt
+ALICE=$DATA_MIRROR/alice/pg11.txt
+TOK=./tokenizer
+PREPRO=./data/prepro
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fails=0
@@ -14,55 +24,136 @@ check() {  # description, command...
     local what=$1; shift
     if "$@" >"$TMP/out.log" 2>&1; then echo "ok   $what"; else echo "FAIL $what"; sed 's/^/     /' "$TMP/out.log" | tail -5; fails=$((fails + 1)); fi
 }
-expect_error() {  # description, expected stderr substring, command...
+expect_error() {  # description, expected substring, command...: exit non-zero, stderr one line "error: ..."
     local what=$1 needle=$2; shift 2
     if "$@" >"$TMP/err.out" 2>"$TMP/err.log"; then echo "FAIL $what (exit 0)"; fails=$((fails + 1)); return; fi
-    if grep -qF -- "$needle" "$TMP/err.log"; then echo "ok   $what: $(tail -1 "$TMP/err.log")"
-    else echo "FAIL $what: stderr lacks '$needle':"; tail -3 "$TMP/err.log"; fails=$((fails + 1)); fi
+    if [ "$(wc -l <"$TMP/err.log")" = 1 ] && grep -q '^error: ' "$TMP/err.log" && grep -qF -- "$needle" "$TMP/err.log"; then
+        echo "ok   $what: $(cat "$TMP/err.log")"
+    else echo "FAIL $what: stderr is not one line 'error: ...$needle...':"; tail -5 "$TMP/err.log"; fails=$((fails + 1)); fi
 }
-roundtrip() {  # file, extra flags: encode then decode gives the same bytes
-    ./tokenizer encode --vocab-dir "$VOCAB" $2 "$1" >"$TMP/ids" && ./tokenizer decode --vocab-dir "$VOCAB" $2 "$TMP/ids" >"$TMP/back" && cmp "$1" "$TMP/back"
+roundtrip() {  # file, extra flags: encode then decode gives the same bytes (and some ids in between)
+    "$TOK" encode --vocab-dir "$VOCAB" $2 "$1" >"$TMP/ids" && [ -s "$TMP/ids" ] &&
+        "$TOK" decode --vocab-dir "$VOCAB" $2 "$TMP/ids" >"$TMP/back" && cmp "$1" "$TMP/back"
 }
 
-check "round trip Tiny Shakespeare (ids one per line)" roundtrip "$DATA_MIRROR/tinyshakespeare/input.txt" ""
-check "round trip Alice with CRLF (--raw)" roundtrip "$DATA_MIRROR/alice/pg11.txt" --raw
+# ---- the checks (each one a function, so the self-check below can run it against broken tools)
 head -c 200000 ./tokenizer >"$TMP/binary.bin"
-check "round trip binary file (the tokenizer executable, 200 KB)" roundtrip "$TMP/binary.bin" --raw
 printf 'caf\xc3 \xff\xfe ok\x80' >"$TMP/invalid.txt"
-check "round trip invalid UTF-8" roundtrip "$TMP/invalid.txt" ""
 : >"$TMP/empty.txt"
-check "empty file encodes to nothing" bash -c "./tokenizer encode --vocab-dir '$VOCAB' '$TMP/empty.txt' | cmp - /dev/null"
-check "stdin works and -j 1 == -j 4" bash -c "cmp <(./tokenizer encode --vocab-dir '$VOCAB' -j 1 <'$DATA_MIRROR/alice/pg11.txt') <(./tokenizer encode --vocab-dir '$VOCAB' -j 4 '$DATA_MIRROR/alice/pg11.txt')"
-check "ids of 'Hello world' = tiktoken's 15496 995" bash -c "[ \"\$(printf 'Hello world' | ./tokenizer encode --vocab-dir '$VOCAB' | tr '\n' ' ')\" = '15496 995 ' ]"
-check "--allow-special maps <|endoftext|> to 50256" bash -c "[ \"\$(printf 'a<|endoftext|>' | ./tokenizer encode --allow-special --vocab-dir '$VOCAB' | tr '\n' ' ')\" = '64 50256 ' ]"
-check "export .bin, decode with --bin" bash -c "./tokenizer export --vocab-dir '$VOCAB' -o '$TMP/tok.bin' && ./tokenizer encode --vocab-dir '$VOCAB' '$DATA_MIRROR/alice/pg11.txt' | ./tokenizer decode --bin '$TMP/tok.bin' | cmp - '$DATA_MIRROR/alice/pg11.txt'"
-expect_error "missing vocabulary" "error: /nonexistent/encoder.json: cannot open" ./tokenizer encode --vocab-dir /nonexistent "$TMP/empty.txt"
-expect_error "missing input file" "$TMP/nope.txt: cannot open" ./tokenizer encode --vocab-dir "$VOCAB" "$TMP/nope.txt"
-expect_error "id outside the vocabulary" "token id 50257 at position 1 is outside the vocabulary" bash -c "printf '1 50257\n' | ./tokenizer decode --vocab-dir '$VOCAB'"
-expect_error "not an id" "expected a token id" bash -c "printf '1 x\n' | ./tokenizer decode --vocab-dir '$VOCAB'"
-expect_error "odd --raw length" "odd number of bytes" bash -c "printf 'abc' | ./tokenizer decode --raw --vocab-dir '$VOCAB'"
-expect_error "unknown option" "unknown option '--bogus'" ./tokenizer encode --bogus
-
-# Tiny Shakespeare as llm.c's tinyshakespeare.py makes it (tiktoken ids; SHA-256 of the shard files).
-check "Tiny Shakespeare shards = llm.c + tiktoken" bash -c "
-    ./data/prepro --vocab-dir '$VOCAB' --split-blank-lines --val-tokens 32768 -o '$TMP/ts' '$DATA_MIRROR/tinyshakespeare/input.txt' 2>/dev/null &&
-    echo 'fe99db720dc7c83e694806d4e047a952909411da1daccde4ccc2e55f40882a62  $TMP/ts_val_000000.bin' | sha256sum -c --status &&
-    echo '8a70606be574040c26d225694f5f9759973b419852d22f7fe5c118e1b359dcc8  $TMP/ts_train_000000.bin' | sha256sum -c --status"
-check "prepro output independent of threads and shard size splits exactly" bash -c "
-    ./data/prepro --vocab-dir '$VOCAB' --split-blank-lines --val-fraction 0.1 --shard-tokens 100000 -j 1 -o '$TMP/a' '$DATA_MIRROR/tinyshakespeare/input.txt' '$DATA_MIRROR/alice' 2>/dev/null &&
-    ./data/prepro --vocab-dir '$VOCAB' --split-blank-lines --val-fraction 0.1 --shard-tokens 100000 -j 4 -o '$TMP/b' '$DATA_MIRROR/tinyshakespeare/input.txt' '$DATA_MIRROR/alice' 2>/dev/null &&
-    cd '$TMP' && for f in a_*.bin; do cmp \"\$f\" \"b_\${f#a_}\" || exit 1; done &&
-    [ \$(ls a_train_*.bin | wc -l) -ge 3 ] && [ \$(ls b_*.bin | wc -l) = \$(ls a_*.bin | wc -l) ] && [ -f a_val_000000.bin ]"
 printf '{"id": 1, "text": "Hello world"}\n\n{"meta": {"x": [1, 2.5e3, null]}, "text": "caf\\u00e9 \\ud83d\\udc4d"}\n' >"$TMP/docs.jsonl"
-check "JSONL: <|endoftext|> before each document, escapes decoded" bash -c "
-    ./data/prepro --vocab-dir '$VOCAB' -o '$TMP/j' '$TMP/docs.jsonl' 2>/dev/null &&
-    [ \"\$(tail -c +1025 '$TMP/j_train_000000.bin' | ./tokenizer decode --raw --vocab-dir '$VOCAB')\" = \"\$(printf '<|endoftext|>Hello world<|endoftext|>caf\xc3\xa9 \xf0\x9f\x91\x8d')\" ]"
+
+c_roundtrip_shakespeare() { roundtrip "$SHAKESPEARE" ""; }
+c_roundtrip_alice_raw() { roundtrip "$ALICE" --raw; }
+c_roundtrip_binary() { roundtrip "$TMP/binary.bin" --raw; }
+c_roundtrip_invalid_utf8() { roundtrip "$TMP/invalid.txt" ""; }
+c_empty_file() {  # exit 0 and no output (the one check where empty output is the right answer)
+    "$TOK" encode --vocab-dir "$VOCAB" "$TMP/empty.txt" >"$TMP/empty.ids" && [ ! -s "$TMP/empty.ids" ]
+}
+c_stdin_and_threads() {
+    "$TOK" encode --vocab-dir "$VOCAB" -j 1 <"$ALICE" >"$TMP/j1" &&
+        "$TOK" encode --vocab-dir "$VOCAB" -j 4 "$ALICE" >"$TMP/j4" && [ -s "$TMP/j1" ] && cmp "$TMP/j1" "$TMP/j4"
+}
+c_hello_world() { [ "$(printf 'Hello world' | "$TOK" encode --vocab-dir "$VOCAB" | tr '\n' ' ')" = '15496 995 ' ]; }
+c_allow_special() {
+    [ "$(printf 'a<|endoftext|>' | "$TOK" encode --allow-special --vocab-dir "$VOCAB" | tr '\n' ' ')" = '64 50256 ' ]
+}
+c_export_bin() {
+    "$TOK" export --vocab-dir "$VOCAB" -o "$TMP/tok.bin" && [ -s "$TMP/tok.bin" ] &&
+        "$TOK" encode --vocab-dir "$VOCAB" "$ALICE" | "$TOK" decode --bin "$TMP/tok.bin" | cmp - "$ALICE"
+}
+# Tiny Shakespeare as llm.c's tinyshakespeare.py makes it (tiktoken ids; SHA-256 of the shard files).
+c_shakespeare_shards() {
+    rm -f "$TMP"/ts_*
+    "$PREPRO" --vocab-dir "$VOCAB" --split-blank-lines --val-tokens 32768 -o "$TMP/ts" "$SHAKESPEARE" 2>/dev/null &&
+        echo "fe99db720dc7c83e694806d4e047a952909411da1daccde4ccc2e55f40882a62  $TMP/ts_val_000000.bin" | sha256sum -c --status &&
+        echo "8a70606be574040c26d225694f5f9759973b419852d22f7fe5c118e1b359dcc8  $TMP/ts_train_000000.bin" | sha256sum -c --status
+}
+c_prepro_threads() (
+    rm -f "$TMP"/a_* "$TMP"/b_*
+    for j in 1 4; do
+        o=$([ $j = 1 ] && echo a || echo b)
+        "$PREPRO" --vocab-dir "$VOCAB" --split-blank-lines --val-fraction 0.1 --shard-tokens 100000 -j $j -o "$TMP/$o" \
+            "$SHAKESPEARE" "$DATA_MIRROR/alice" 2>/dev/null || exit 1
+    done
+    cd "$TMP" && [ -f a_val_000000.bin ] && [ "$(ls a_train_*.bin | wc -l)" -ge 3 ] &&
+        [ "$(ls b_*.bin | wc -l)" = "$(ls a_*.bin | wc -l)" ] || exit 1
+    for f in a_*.bin; do cmp "$f" "b_${f#a_}" || exit 1; done
+)
+# decode escapes control characters and invalid UTF-8 as \xNN with --escape, and by default on a
+# terminal (script(1) gives it one); --bytes and a pipe get the exact bytes.
+printf 'a\x1b[2Jb\xc2\x9b\xe2\x80\x99\xff\tz' >"$TMP/controls.txt"
+c_decode_escape() {
+    "$TOK" encode --vocab-dir "$VOCAB" "$TMP/controls.txt" >"$TMP/controls.ids" && [ -s "$TMP/controls.ids" ] &&
+        "$TOK" decode --escape --vocab-dir "$VOCAB" "$TMP/controls.ids" >"$TMP/controls.esc" &&
+        [ "$(cat "$TMP/controls.esc")" = "$(printf 'a\\x1B[2Jb\\xC2\\x9B\xe2\x80\x99\\xFF\tz')" ]
+}
+c_decode_terminal() {
+    "$TOK" encode --vocab-dir "$VOCAB" "$TMP/controls.txt" >"$TMP/controls.ids" && [ -s "$TMP/controls.ids" ] &&
+        script -qec "$TOK decode --vocab-dir '$VOCAB' '$TMP/controls.ids'" /dev/null >"$TMP/tty.out" &&
+        [ "$(cat "$TMP/tty.out")" = "$(printf 'a\\x1B[2Jb\\xC2\\x9B\xe2\x80\x99\\xFF\tz')" ] &&
+        script -qec "$TOK decode --bytes --vocab-dir '$VOCAB' '$TMP/controls.ids'" /dev/null >"$TMP/tty.out" &&
+        cmp "$TMP/tty.out" "$TMP/controls.txt"
+}
+c_jsonl() {
+    rm -f "$TMP"/j_*
+    "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/j" "$TMP/docs.jsonl" 2>/dev/null &&
+        tail -c +1025 "$TMP/j_train_000000.bin" | "$TOK" decode --raw --vocab-dir "$VOCAB" >"$TMP/j.txt" &&
+        [ "$(cat "$TMP/j.txt")" = "$(printf '<|endoftext|>Hello world<|endoftext|>caf\xc3\xa9 \xf0\x9f\x91\x8d')" ]
+}
+
+CHECKS=(
+    "c_roundtrip_shakespeare|round trip Tiny Shakespeare (ids one per line)"
+    "c_roundtrip_alice_raw|round trip Alice with CRLF (--raw)"
+    "c_roundtrip_binary|round trip binary file (the tokenizer executable, 200 KB)"
+    "c_roundtrip_invalid_utf8|round trip invalid UTF-8"
+    "c_empty_file|empty file encodes to nothing"
+    "c_stdin_and_threads|stdin works and -j 1 == -j 4"
+    "c_hello_world|ids of 'Hello world' = tiktoken's 15496 995"
+    "c_allow_special|--allow-special maps <|endoftext|> to 50256"
+    "c_export_bin|export .bin, decode with --bin"
+    "c_shakespeare_shards|Tiny Shakespeare shards = llm.c + tiktoken"
+    "c_prepro_threads|prepro output independent of threads and shard size splits exactly"
+    "c_jsonl|JSONL: <|endoftext|> before each document, escapes decoded"
+    "c_decode_escape|decode --escape shows control characters and invalid UTF-8 as \\xNN"
+)
+if command -v script >/dev/null; then CHECKS+=("c_decode_terminal|decode escapes on a terminal, --bytes gives the exact bytes there")
+else echo "skip decode on a terminal (no script(1) to make one)"; fi
+for entry in "${CHECKS[@]}"; do check "${entry#*|}" "${entry%%|*}"; done
+
+expect_error "missing vocabulary" "error: /nonexistent/encoder.json: cannot open" "$TOK" encode --vocab-dir /nonexistent "$TMP/empty.txt"
+expect_error "missing input file" "$TMP/nope.txt: cannot open" "$TOK" encode --vocab-dir "$VOCAB" "$TMP/nope.txt"
+expect_error "id outside the vocabulary" "<stdin>: byte 2: token id 50257 is outside the vocabulary (ids 0..50256)" bash -c "printf '1 50257\n' | $TOK decode --vocab-dir '$VOCAB'"
+expect_error "--raw id outside the vocabulary" "<stdin>: token id 65535 at position 1 is outside the vocabulary (ids 0..50256)" bash -c "printf 'a\0\377\377' | $TOK decode --raw --vocab-dir '$VOCAB'"
+expect_error "not an id" "expected a token id" bash -c "printf '1 x\n' | $TOK decode --vocab-dir '$VOCAB'"
+expect_error "odd --raw length" "odd number of bytes" bash -c "printf 'abc' | $TOK decode --raw --vocab-dir '$VOCAB'"
+expect_error "id too large for any vocabulary" "byte 0: token id 99999999999 is outside the vocabulary (ids 0..50256)" bash -c "echo 99999999999 | $TOK decode --vocab-dir '$VOCAB'"
+expect_error "unknown option" "error: --bogus: unknown option for 'encode'" "$TOK" encode --bogus
+if command -v python3 >/dev/null; then
+    expect_error "plot_loss.py on a missing log" "error: $TMP/nope.log: cannot read (No such file or directory)" python3 scripts/plot_loss.py "$TMP/nope.log"
+else echo "skip plot_loss.py (no python3)"; fi
 printf '{"text": "ok"}\n{"text": "bad\n' >"$TMP/bad.jsonl"
-expect_error "bad JSONL names file and line" "bad.jsonl: line 2: invalid JSON" ./data/prepro --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/bad.jsonl"
+expect_error "bad JSONL names file and line" "bad.jsonl: line 2: invalid JSON" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/bad.jsonl"
 printf '{"title": "no text"}\n' >"$TMP/notext.jsonl"
-expect_error "JSONL without text field" "line 1 has no \"text\" string field" ./data/prepro --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/notext.jsonl"
-expect_error "empty input" "no documents" ./data/prepro --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/empty.txt"
-expect_error "prepro missing vocabulary" "/nonexistent/encoder.json: cannot open" ./data/prepro --vocab-dir /nonexistent -o "$TMP/x" "$TMP/empty.txt"
+expect_error "JSONL without text field" "line 1 has no \"text\" string field" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/notext.jsonl"
+expect_error "empty input" "no documents" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/empty.txt"
+expect_error "prepro missing vocabulary" "/nonexistent/encoder.json: cannot open" "$PREPRO" --vocab-dir /nonexistent -o "$TMP/x" "$TMP/empty.txt"
+
+# ---- self-check: every check above must fail when the tools are broken. Stand-ins for ./tokenizer
+# and ./data/prepro that exit 1, and that exit 0 writing nothing (the "empty == empty" trap); the
+# empty-file check is exempt from the second (no output is its right answer).
+printf '#!/bin/sh\nexit 1\n' >"$TMP/failing_tool"
+printf '#!/bin/sh\nexit 0\n' >"$TMP/silent_tool"
+chmod +x "$TMP/failing_tool" "$TMP/silent_tool"
+vacuous=()
+for stub in failing_tool silent_tool; do
+    for entry in "${CHECKS[@]}"; do
+        fn=${entry%%|*}
+        [ "$stub" = silent_tool ] && [ "$fn" = c_empty_file ] && continue
+        if (TOK="$TMP/$stub"; PREPRO="$TMP/$stub"; "$fn") >/dev/null 2>&1; then vacuous+=("$fn ($stub)"); fi
+    done
+done
+if [ ${#vacuous[@]} -eq 0 ]; then echo "ok   self-check: every check fails when the tools fail or write nothing"
+else echo "FAIL self-check: these checks pass with broken tools: ${vacuous[*]}"; fails=$((fails + 1)); fi
 
 echo "tokenizer tools: $fails failed"
 [ "$fails" -eq 0 ]

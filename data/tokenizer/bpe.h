@@ -36,6 +36,7 @@
 
 #include "data/tokenizer/pretokenizer.h"
 #include "data/tokenizer/json_reader.h"
+#include "llmc/tokenizer_file.h"
 #include "llmc/utils.h"
 
 inline uint64_t bpe_hash_bytes(const unsigned char* p, size_t n) {
@@ -78,8 +79,8 @@ public:
     }
 
     BPETokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-        load_encoder_json(encoder_json_path);
-        check_vocab_bpe(vocab_bpe_path);
+        std::unordered_map<std::string, int> index = load_encoder_json(encoder_json_path);
+        check_vocab_bpe(vocab_bpe_path, index);
         build_tables();
         UnicodeClassTable::get();  // build it now, not inside the first (timed) encode
     }
@@ -100,7 +101,7 @@ public:
         for (size_t i = 0; i < n; i++) {
             if (ids[i] < 0 || (size_t)ids[i] >= tokens.size()) {
                 throw std::out_of_range("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                                        " is outside the vocabulary (size " + std::to_string(tokens.size()) + ")");
+                                        " is outside the vocabulary (ids 0.." + std::to_string(tokens.size() - 1) + ")");
             }
             out += tokens[(size_t)ids[i]];
         }
@@ -179,7 +180,9 @@ private:
         return true;
     }
 
-    void load_encoder_json(const std::string& path) {
+    // Reads encoder.json into tokens_ and returns its index (token bytes -> id, without EOT).
+    // A UTF-8 byte order mark at the start is skipped.
+    std::unordered_map<std::string, int> load_encoder_json(const std::string& path) {
         uint32_t b2u[256];
         gpt2_byte_to_unicode(b2u);
         for (uint32_t& v : unicode_to_byte_) v = 0xFFFFFFFFu;
@@ -189,6 +192,7 @@ private:
         std::vector<std::pair<std::string, int64_t>> entries;
         try {
             JsonCursor cur(text);
+            cur.skip_byte_order_mark();
             cur.expect('{');
             if (!cur.accept('}')) {
                 do {
@@ -206,20 +210,30 @@ private:
         if (entries.size() < 257) file_error(path, "has %zu entries, expected at least 257 (256 bytes + <|endoftext|>)", entries.size());
         tokens_.assign(entries.size(), std::string());
         std::vector<char> seen(entries.size(), 0);
+        std::unordered_map<std::string, int> index;  // bytes -> id, every token but EOT
+        index.reserve(entries.size() * 2);
         std::string bytes;
         for (const auto& [key, id] : entries) {
             if (id < 0 || id >= (int64_t)entries.size()) {
-                file_error(path, "token \"%s\" has id %lld, outside 0..%zu", key.c_str(), (long long)id, entries.size() - 1);
+                file_error(path, "token \"%s\" has id %lld, outside 0..%zu", printable_bytes(key).c_str(), (long long)id,
+                           entries.size() - 1);
             }
             if (seen[(size_t)id]) file_error(path, "id %lld is used twice", (long long)id);
             seen[(size_t)id] = 1;
             if (key == kEndOfText) {
+                if (eot_ >= 0) file_error(path, "\"%s\" appears twice (ids %d and %lld)", kEndOfText, eot_, (long long)id);
                 eot_ = (int)id;
                 tokens_[(size_t)id] = key;
                 continue;
             }
             if (key.empty() || !to_bytes(key, bytes)) {
-                file_error(path, "token %lld (\"%s\") is not in GPT-2's byte-to-unicode alphabet", (long long)id, key.c_str());
+                file_error(path, "token %lld (\"%s\") is not in GPT-2's byte-to-unicode alphabet", (long long)id,
+                           printable_bytes(key).c_str());
+            }
+            auto [it, inserted] = index.emplace(bytes, (int)id);
+            if (!inserted) {
+                file_error(path, "token \"%s\" appears twice (ids %d and %lld)", printable_bytes(key).c_str(), it->second,
+                           (long long)id);
             }
             tokens_[(size_t)id] = bytes;
         }
@@ -231,26 +245,23 @@ private:
         for (int b = 0; b < 256; b++) {
             if (byte_token_[b] < 0) file_error(path, "has no token for the single byte 0x%02x", b);
         }
+        return index;
     }
 
     // vocab.bpe lists the merges in rank order: merge i makes the token of rank (= id) 256 + i.
-    // tiktoken refuses a vocabulary where that does not hold, and so do we.
-    void check_vocab_bpe(const std::string& path) {
+    // tiktoken refuses a vocabulary where that does not hold, and so do we. `index` maps token bytes
+    // to ids (from load_encoder_json). Lines may end in LF or CRLF; a UTF-8 byte order mark at the
+    // start is skipped.
+    void check_vocab_bpe(const std::string& path, const std::unordered_map<std::string, int>& index) {
         std::string text = read_whole_file(path);
-        size_t pos = 0, line_no = 0;
+        size_t pos = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0, line_no = 0;
         int merges = 0;
         std::string left, right;
-        // Index the tokens by their bytes first (the hash table is built later, so use a local map).
-        std::unordered_map<std::string, int> index;
-        index.reserve(tokens_.size() * 2);
-        for (size_t id = 0; id < tokens_.size(); id++) {
-            if ((int)id != eot_) index.emplace(tokens_[id], (int)id);
-        }
-        if (index.size() + 1 != tokens_.size()) file_error(path, "encoder.json maps two ids to the same bytes");
         while (pos < text.size()) {
             size_t end = text.find('\n', pos);
             if (end == std::string::npos) end = text.size();
             std::string line = text.substr(pos, end - pos);
+            if (!line.empty() && line.back() == '\r') line.pop_back();
             pos = end + 1;
             line_no++;
             if (line_no == 1 && line.rfind("#version", 0) == 0) continue;

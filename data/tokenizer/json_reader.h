@@ -23,6 +23,10 @@ public:
     size_t offset() const { return pos_; }
     bool at_end() { skip_ws(); return pos_ == s_.size(); }
 
+    // Skips a UTF-8 byte order mark (EF BB BF) at the very start, which some editors write.
+    void skip_byte_order_mark() {
+        if (pos_ == 0 && s_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = 3;
+    }
     void skip_ws() {
         while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) pos_++;
     }
