@@ -108,6 +108,10 @@ test_gpt2cu: test_gpt2.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
+# the standalone kernel programs (dev/cuda/Makefile builds them with the same flags)
+dev:
+	$(MAKE) -C dev/cuda
+
 # ---------------------------------------------------------------- aggregate targets
 ifneq ($(NVCC_FOUND),)
 all: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS)
@@ -116,11 +120,13 @@ all: $(CPU_TESTS) $(TOOLS)
 endif
 
 # `make test`: CPU tests everywhere, GPU tests when a GPU is visible; ends with "N passed, N failed".
+# With a GPU: the GPU programs and the dev/cuda programs (their -c validation) too. Without one but with nvcc:
+# train_gpt2cu, to check it fails in one clear line there.
 ifeq ($(GPU_VISIBLE),1)
-test: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS)
+test: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS) dev
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 PRECISION=$(PRECISION) bash tests/run_tests.sh
 else
-test: $(CPU_TESTS) $(TOOLS)
+test: $(CPU_TESTS) $(TOOLS) $(if $(NVCC_FOUND),train_gpt2cu)
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 PRECISION=$(PRECISION) bash tests/run_tests.sh
 endif
 check: test
@@ -129,4 +135,4 @@ clean:
 	rm -f test_gpt2 tests/unit_tests $(TOOLS) $(GPU_PROGRAMS) $(BUILD_STAMP) *.o
 	$(MAKE) -C dev/cuda clean 2>/dev/null || true
 
-.PHONY: all test check clean
+.PHONY: all test check clean dev

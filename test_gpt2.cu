@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: %s <reference prefix> [--backend materialized|flash] [--recompute 0|1|2]\n", argv[0]);
         return 1;
     }
+    require_cuda_device(argv[0]);
     const std::string prefix = argv[1];
     AttentionBackend backend = AttentionBackend::Materialized;
     int recompute = 1;

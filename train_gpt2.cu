@@ -390,10 +390,10 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (st == ParseStatus::Error) {
-        fprintf(stderr, "%s", train_usage(argv[0]).c_str());
-        fprintf(stderr, "error: %s\n", error.c_str());
+        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
         return 1;
     }
+    require_cuda_device(argv[0]);
     try {
         return train(args, &argc, &argv);
     } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <string>
 #include <vector>
 
 #include "bf16.h"
@@ -161,6 +162,31 @@ __device__ __forceinline__ void store_param(__nv_bfloat16* dst, float x, uint32_
 }
 
 // ---------------------------------------------------------------- device properties
+// Every GPU program calls this first: without a usable GPU it exits with one line saying what is missing
+// (no driver, a driver too old for this build, or no device) instead of the runtime's first error.
+inline void require_cuda_device(const char* program) {
+    int driver = 0, runtime = 0, count = 0;
+    cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+    cudaRuntimeGetVersion(&runtime);
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    std::string why;
+    if (driver == 0) {
+        why = "no NVIDIA driver found: it needs an NVIDIA GPU with its driver (nvidia-smi lists them); "
+              "the CPU tests run anywhere (make test)";
+    } else if (driver < runtime) {
+        why = "the NVIDIA driver supports CUDA " + version(driver) + ", this build needs " + version(runtime) +
+              ": update the driver, or build with a CUDA toolkit no newer than the driver";
+    } else if (err != cudaSuccess || count == 0) {
+        why = "no CUDA device found (driver " + version(driver) + ", " + cudaGetErrorString(err) +
+              "): check nvidia-smi and CUDA_VISIBLE_DEVICES";
+    }
+    if (why.empty()) return;
+    cudaGetLastError();  // clear the sticky error of the failed query
+    fprintf(stderr, "error: %s: %s\n", program, why.c_str());
+    exit(EXIT_FAILURE);
+}
+
 struct DeviceInfo {
     int device = 0;
     cudaDeviceProp prop;

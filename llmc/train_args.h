@@ -1,5 +1,5 @@
 // Command-line flags of train_gpt2cu, named and defaulted like llm.c's train_gpt2.cu so its users
-// feel at home. Every flag takes one value ("-b 16"); "--help" prints the usage.
+// feel at home. Every flag takes one value ("-b 16"); "-h" or "--help" prints the usage.
 // Parsing is strict: an unknown flag, a missing value, text where a number belongs, or a value out of
 // range is an error whose message names the flag, the value and what was expected.
 // Checks that need the model or the process count (T <= maxT, -d a multiple of B*T*processes) are in
@@ -111,7 +111,7 @@ inline std::string train_usage(const std::string& program) {
              "  -pg <int>    GPUs per node (default %d)\n"
              "  -pi <s>      NCCL rendezvous: mpi | fs (default %s)\n"
              "  -pf <dir>    shared directory for -pi fs (default %s)\n"
-             "  --help       print this and exit\n",
+             "  -h, --help   print this and exit\n",
              program.c_str(), d.train_pattern.c_str(), d.val_pattern.c_str(), d.init_from.c_str(),
              d.tokenizer_path.c_str(), d.B, d.T, d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay,
              d.grad_clip, d.val_every, d.val_max_batches, d.sample_every, d.gen_tokens, d.temperature, d.top_k,
@@ -152,7 +152,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
     constexpr int64_t kIntMax = 2147483647;
     for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];
-        if (flag == "--help") return ParseStatus::Help;
+        if (flag == "--help" || flag == "-h") return ParseStatus::Help;
         if (flag.size() < 2 || flag[0] != '-') {
             *error = "unexpected argument '" + flag + "' (flags look like -b 16)";
             return ParseStatus::Error;
@@ -236,6 +236,14 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
             return ParseStatus::Error;
         }
     }
+    // Checked products: B*T indexes int tensors in the kernels; B*T*processes counts tokens per micro-step.
+    const int64_t tokens_per_micro_batch = (int64_t)a->B * a->T;  // < 2^62: both are ints
+    if (tokens_per_micro_batch > kIntMax) {
+        *error = "flags -b/-t: B*T = " + std::to_string(a->B) + "*" + std::to_string(a->T) + " = " +
+                 std::to_string(tokens_per_micro_batch) + " tokens per micro-batch, more than " +
+                 std::to_string(kIntMax);
+        return ParseStatus::Error;
+    }
     if (a->process_rank >= a->num_processes) {
         *error = "flag -pr: rank " + std::to_string(a->process_rank) + " is not below -pn " +
                  std::to_string(a->num_processes);
@@ -260,7 +268,12 @@ struct BatchLayout {
 
 // Empty string on success, else why -d does not fit B, T and the process count.
 inline std::string resolve_batch_layout(const TrainArgs& a, int num_processes, BatchLayout* out) {
-    const int64_t per_micro = (int64_t)a.B * a.T * num_processes;
+    int64_t per_micro = 0;
+    if (a.B < 1 || a.T < 1 || num_processes < 1 ||
+        __builtin_mul_overflow((int64_t)a.B * a.T, (int64_t)num_processes, &per_micro)) {
+        return "flags -b/-t: B*T*processes = " + std::to_string(a.B) + "*" + std::to_string(a.T) + "*" +
+               std::to_string(num_processes) + " tokens per micro-step does not fit in 64 bits";
+    }
     const int64_t total = a.total_batch_size == -1 ? per_micro : a.total_batch_size;
     if (total % per_micro != 0) {
         return "flag -d: " + std::to_string(total) + " tokens per step is not a multiple of B*T*processes = " +

@@ -23,20 +23,31 @@ run_suite cpu-reference ./test_gpt2 tests/fixtures/tiny
 run_suite unit-tests ./tests/unit_tests
 run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
 
+# ---- without a GPU: the GPU trainer (built when nvcc is present) fails in one clear line
+if [ "${GPU_TESTS:-0}" != 1 ] && [ -x ./train_gpt2cu ]; then
+    run_suite gpu-programs-without-gpu bash tests/test_without_gpu.sh
+fi
+
 # ---- GPU suites (only when a GPU is visible)
 if [ "${GPU_TESTS:-0}" = 1 ]; then
     backends="materialized"
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash"   # flash attention is bf16-only
     run_suite gpu-kernels ./tests/test_kernels
+    # the dev programs' strict validation: every variant at every shape against the fp64 reference, no timing
+    run_suite dev-attention-forward ./dev/cuda/attention_forward -c
+    run_suite dev-attention-backward ./dev/cuda/attention_backward -c
     # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only
     # (flash is checked by tests/test_kernels and by the d12 reference below)
     run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized
+    # Tiny Shakespeare shards for the resume check and the d12 reference
+    run_suite gpu-data make -s data DATA_MIRROR="$DATA_MIRROR"
+    # checkpoint + resume must continue bit for bit (weights, optimizer state, data position, log, console)
+    run_suite resume-bit-exact bash scripts/check_resume.sh
     # The d12 (124M) reference is made here, never committed: PyTorch pre-trains it 300 steps on Tiny
     # Shakespeare so activations and gradients are realistic, then writes the files test_gpt2cu reads.
     if python3 -c "import torch" 2>/dev/null; then
         d12=ref/d12
         if [ ! -f ${d12}_trajectory.txt ]; then
-            run_suite d12-reference-data make -s data DATA_MIRROR="$DATA_MIRROR"
             run_suite d12-reference-make python3 scripts/train_gpt2.py --preset d12 -b 4 -t 64 --pretrain-steps 300 \
                 --pretrain-data data/tinyshakespeare/tiny_shakespeare_train.bin -o $d12
         fi

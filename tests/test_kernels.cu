@@ -381,6 +381,7 @@ static void test_adamw() {
 }
 
 int main(int argc, char** argv) {
+    require_cuda_device(argv[0]);
     const uint64_t seed = argc > 1 ? strtoull(argv[1], nullptr, 10) : 1;
     rng.reseed(seed);
     printf("device: %s, precision %s, seed %llu\n", device_info().prop.name, PRECISION_NAME, (unsigned long long)seed);

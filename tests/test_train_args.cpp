@@ -120,18 +120,18 @@ TEST(TrainArgs, EachScheduleName) {
 
 TEST(TrainArgs, HelpIsRecognisedAnywhere) {
     EXPECT_EQ(parse({"--help"}).status, ParseStatus::Help);
+    EXPECT_EQ(parse({"-h"}).status, ParseStatus::Help);
     EXPECT_EQ(parse({"-b", "8", "--help"}).status, ParseStatus::Help);
     const std::string usage = train_usage("train_gpt2cu");
     for (const char* flag : {"-i ", "-j ", "-e ", "-o ", "-b ", "-t ", "-d ", "-x ", "-k ", "-l ", "-u ", "-q ", "-c ",
                              "-v ", "-m ", "-s ", "-g ", "-st ", "-sk ", "-n ", "-nk ", "-y ", "-r ", "-f ", "-w ",
-                             "--help"}) {
+                             "-h, --help"}) {
         EXPECT_NE(usage.find(std::string("  ") + flag), std::string::npos) << "usage lacks " << flag;
     }
 }
 
 TEST(TrainArgs, UnknownFlagsAndStrayArguments) {
     expect_rejected({"-zz", "1"}, "unknown flag -zz");
-    expect_rejected({"-h", "1"}, "unknown flag -h");
     expect_rejected({"model.bin"}, "unexpected argument 'model.bin'");
     expect_rejected({"-b"}, "flag -b needs a value");
 }
@@ -218,4 +218,19 @@ TEST(BatchLayout, TotalNotAMultipleIsAnError) {
     a.total_batch_size = 16 * 1024 * 3;
     err = resolve_batch_layout(a, 2, &l);
     EXPECT_NE(err.find("16*1024*2 = 32768"), std::string::npos) << err;
+}
+
+// Regression: -b 1073741824 -t 1073741824 -pn 16 overflowed B*T*processes to 0 and divided by it.
+TEST(BatchLayout, HugeBatchIsOneClearErrorNotAnOverflow) {
+    expect_rejected({"-b", "1073741824", "-t", "1073741824", "-pn", "16"},
+                    "flags -b/-t: B*T = 1073741824*1073741824 = 1152921504606846976 tokens per micro-batch, more "
+                    "than 2147483647");
+    expect_rejected({"-b", "65536", "-t", "65536"}, "flags -b/-t: B*T = 65536*65536 = 4294967296");
+    EXPECT_EQ(parse({"-b", "32768", "-t", "65535"}).status, ParseStatus::Ok);  // 2^31 - 32768 fits
+    TrainArgs a;
+    a.B = 2147483647;
+    a.T = 2147483647;
+    BatchLayout l;
+    const std::string err = resolve_batch_layout(a, 65536, &l);
+    EXPECT_NE(err.find("does not fit in 64 bits"), std::string::npos) << err;
 }
