@@ -3,7 +3,6 @@
 // Each document becomes <|endoftext|> followed by its ids (tiktoken's encode_ordinary), as llm.c's
 // scripts do. Documents are encoded on all cores; the output depends only on the inputs and the
 // options (never on the thread count): results are written in input order.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,11 +13,9 @@
 #include <string>
 #include <vector>
 
-#include <dirent.h>
-
+#include "data/prepro_input.h"
 #include "data/tokenizer/bpe.h"
 #include "llmc/data_shard.h"
-#include "data/tokenizer/json_reader.h"
 #include "llmc/utils.h"
 
 static const char* kUsage =
@@ -48,10 +45,6 @@ struct Options {
     double val_fraction = -1;
     int threads = 0;
 };
-
-static bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 static Options parse_args(int argc, char** argv) {
     Options o;
@@ -111,97 +104,6 @@ static Options parse_args(int argc, char** argv) {
     if (o.inputs.empty()) throw UsageError("INPUT: missing (a text file, a directory or a .jsonl file)");
     if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
     return o;
-}
-
-// Every regular file of `path` (itself, or below it if a directory), sorted by path.
-static void list_files(const std::string& path, std::vector<std::string>& out) {
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) file_error(path, "cannot open (%s)", strerror(errno));
-    if (S_ISREG(st.st_mode)) {
-        out.push_back(path);
-        return;
-    }
-    if (!S_ISDIR(st.st_mode)) file_error(path, "neither a file nor a directory");
-    DIR* dir = opendir(path.c_str());
-    if (!dir) file_error(path, "cannot open directory (%s)", strerror(errno));
-    std::vector<std::string> names;
-    while (struct dirent* e = readdir(dir)) {
-        std::string name = e->d_name;
-        if (name != "." && name != "..") names.push_back(name);
-    }
-    closedir(dir);
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) list_files(path + "/" + n, out);
-}
-
-static std::string read_file(const std::string& path) {
-    InputFile in(path);
-    std::string s((size_t)in.size(), '\0');
-    if (!s.empty()) in.read(&s[0], s.size(), "the text");
-    return s;
-}
-
-// One file's documents, with the input byte offset (over all inputs) where each starts.
-struct FileDocs {
-    std::string storage;  // the file text, or for JSONL the concatenated "text" fields
-    std::vector<std::pair<size_t, size_t>> spans;  // (offset, length) into storage
-    std::vector<int64_t> input_offsets;
-};
-
-static FileDocs read_documents(const std::string& path, bool jsonl, bool split_blank_lines, int64_t base_offset) {
-    FileDocs d;
-    std::string raw = read_file(path);
-    if (jsonl) {
-        size_t pos = 0, line_no = 0;
-        while (pos < raw.size()) {
-            size_t end = raw.find('\n', pos);
-            if (end == std::string::npos) end = raw.size();
-            std::string_view line(raw.data() + pos, end - pos);
-            line_no++;
-            const int64_t line_offset = base_offset + (int64_t)pos;
-            pos = end + 1;
-            if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank line
-            try {
-                JsonCursor cur(line);
-                cur.expect('{');
-                bool found = false;
-                if (!cur.accept('}')) {
-                    do {
-                        std::string key = cur.parse_string();
-                        cur.expect(':');
-                        if (key == "text" && cur.peek() == '"') {
-                            std::string text = cur.parse_string();
-                            d.spans.emplace_back(d.storage.size(), text.size());
-                            d.storage += text;
-                            found = true;
-                        } else {
-                            cur.skip_value();
-                        }
-                    } while (cur.accept(','));
-                    cur.expect('}');
-                }
-                if (!cur.at_end()) cur.fail("trailing characters after the object");
-                if (!found) file_error(path, "line %zu has no \"text\" string field", line_no);
-                d.input_offsets.push_back(line_offset);
-            } catch (const JsonError& e) {
-                file_error(path, "line %zu: %s", line_no, e.what());
-            }
-        }
-        return d;
-    }
-    d.storage = std::move(raw);
-    size_t pos = 0;
-    while (pos < d.storage.size()) {
-        size_t end = d.storage.size();
-        if (split_blank_lines) {
-            size_t hit = d.storage.find("\n\n", pos);
-            if (hit != std::string::npos) end = hit + 2;  // the "\n\n" stays with the document before it
-        }
-        d.spans.emplace_back(pos, end - pos);
-        d.input_offsets.push_back(base_offset + (int64_t)pos);
-        pos = end;
-    }
-    return d;
 }
 
 // The progress bar is drawn (on stderr, redrawn in place with \r) only when stderr is a terminal, so
@@ -283,10 +185,13 @@ int main(int argc, char** argv) {
         std::vector<std::string> files;
         size_t num_val_files = 0;
         if (!o.val_file.empty()) {
-            list_files(o.val_file, files);
+            files = list_input_files(o.val_file);
             num_val_files = files.size();
         }
-        for (const auto& in : o.inputs) list_files(in, files);
+        for (const auto& in : o.inputs) {
+            std::vector<std::string> more = list_input_files(in);
+            files.insert(files.end(), more.begin(), more.end());
+        }
         Progress progress;
         std::vector<int64_t> file_offset;
         for (const auto& f : files) {
@@ -298,18 +203,18 @@ int main(int argc, char** argv) {
         ShardedOutput val(o.prefix, "val", o.shard_tokens), train(o.prefix, "train", o.shard_tokens);
         const size_t kChunk = 1 << 20;  // long documents are encoded in ~1 MB pieces in parallel
         for (size_t fi = 0; fi < files.size(); fi++) {
-            const bool jsonl = o.jsonl || ends_with(files[fi], ".jsonl");
-            FileDocs d = read_documents(files[fi], jsonl, o.split_blank_lines, file_offset[fi]);
+            const bool jsonl = o.jsonl || is_jsonl_path(files[fi]);
+            FileDocuments d = parse_documents(read_input_file(files[fi]), files[fi], jsonl, o.split_blank_lines, file_offset[fi]);
             // Work items: (document, chunk) in order; a chunk boundary is a safe split point.
-            struct Item { size_t doc; std::string_view text; };
+            struct Item { size_t doc; std::string_view text; bool doc_start; };
             std::vector<Item> items;
-            for (size_t k = 0; k < d.spans.size(); k++) {
-                std::string_view doc(d.storage.data() + d.spans[k].first, d.spans[k].second);
+            for (size_t k = 0; k < d.docs.size(); k++) {
+                std::string_view doc = d.text(d.docs[k]);
                 size_t pos = 0;
                 do {
                     size_t end = std::min(doc.size(), pos + kChunk);
                     while (end < doc.size() && !is_safe_split_point(doc, end)) end++;
-                    items.push_back({k, doc.substr(pos, end - pos)});
+                    items.push_back({k, doc.substr(pos, end - pos), pos == 0});
                     pos = end;
                 } while (pos < doc.size());
             }
@@ -326,8 +231,7 @@ int main(int argc, char** argv) {
                 for (size_t i = b0; i < b1; i++) {
                     const size_t k = items[i].doc;
                     buf.clear();
-                    bool doc_start = items[i].text.data() == d.storage.data() + d.spans[k].first;
-                    if (doc_start) buf.push_back(eot);
+                    if (items[i].doc_start) buf.push_back(eot);
                     for (int id : ids[i - b0]) buf.push_back((uint16_t)id);
                     // Route to val or train.
                     const uint16_t* t = buf.data();
@@ -343,7 +247,7 @@ int main(int argc, char** argv) {
                     } else if (!o.val_file.empty()) {
                         to_val = fi < num_val_files;
                     } else if (o.val_fraction >= 0) {
-                        to_val = d.input_offsets[k] < val_bytes_limit;
+                        to_val = d.docs[k].input_offset < val_bytes_limit;
                     } else {
                         to_val = false;
                     }
@@ -351,8 +255,8 @@ int main(int argc, char** argv) {
                     progress.tokens += (int64_t)buf.size();
                 }
                 size_t last_doc = items[b1 - 1].doc;
-                int64_t done = (last_doc + 1 < d.input_offsets.size()) ? d.input_offsets[last_doc + 1]
-                                                                      : file_offset[fi] + file_size_or_throw(files[fi]);
+                int64_t done = (last_doc + 1 < d.docs.size()) ? d.docs[last_doc + 1].input_offset
+                                                              : file_offset[fi] + file_size_or_throw(files[fi]);
                 progress.done_bytes = done;
                 progress.update(false);
             }

@@ -133,6 +133,8 @@ if command -v python3 >/dev/null; then
 else echo "skip plot_loss.py (no python3)"; fi
 printf '{"text": "ok"}\n{"text": "bad\n' >"$TMP/bad.jsonl"
 expect_error "bad JSONL names file and line" "bad.jsonl: line 2: invalid JSON" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/bad.jsonl"
+printf '{"text": "a", "text": "b"}\n{"text": "c"}\n' >"$TMP/dup.jsonl"
+expect_error "JSONL key given twice" "dup.jsonl: line 1: key \"text\" appears twice" "$PREPRO" --vocab-dir "$VOCAB" --val-fraction 0.5 -o "$TMP/x" "$TMP/dup.jsonl"
 printf '{"title": "no text"}\n' >"$TMP/notext.jsonl"
 expect_error "JSONL without text field" "line 1 has no \"text\" string field" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/notext.jsonl"
 expect_error "empty input" "no documents" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/empty.txt"
