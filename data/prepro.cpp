@@ -3,9 +3,13 @@
 // Each document becomes <|endoftext|> followed by its ids (tiktoken's encode_ordinary), as llm.c's
 // scripts do. Documents are encoded on all cores; the output depends only on the inputs and the
 // options (never on the thread count): results are written in input order.
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,13 +27,15 @@ static const char* kUsage =
     "  INPUT: a text file (one document), a directory (every regular file below it, sorted by path),\n"
     "         or a .jsonl file (one JSON object per line; its \"text\" string is a document).\n"
     "  -o PREFIX            output prefix (default data/out/data): PREFIX_val_000000.bin, PREFIX_train_000000.bin, ...\n"
+    "                       Its directories are made. After a run PREFIX_{train,val}_*.bin are exactly that run's\n"
+    "                       shards (an earlier run's extra shards are removed); a failed run changes nothing there.\n"
     "  --vocab-dir DIR      encoder.json + vocab.bpe (default data/cache/gpt2)\n"
     "  --jsonl              read every INPUT file as JSONL, whatever its name\n"
     "  --split-blank-lines  cut text files into documents after every \"\\n\\n\" (llm.c's Tiny Shakespeare rule)\n"
     "  --val-tokens N       the first N tokens of the stream form the val split (cut mid-document, as llm.c)\n"
     "  --val-fraction F     documents starting in the first F of the input bytes form the val split\n"
     "  --val-file FILE      the val split is FILE's documents; INPUTs are all train\n"
-    "                       (no val option: no val split)\n"
+    "                       (no val option: no val split; an empty train split is an error)\n"
     "  --shard-tokens N     tokens per shard (default 100000000)\n"
     "  -j N                 threads (default: all cores)\n";
 
@@ -55,11 +61,15 @@ static Options parse_args(int argc, char** argv) {
             if (i + 1 >= argc) throw UsageError(a + ": needs a value");
             return argv[++i];
         };
-        auto int_value = [&](int64_t lo) {
+        auto int_value = [&](int64_t lo, int64_t hi) {
             std::string v = value();
             char* end = nullptr;
+            errno = 0;
             long long x = strtoll(v.c_str(), &end, 10);
-            if (v.empty() || *end != '\0' || x < lo) throw UsageError(a + ": needs an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+            if (v.empty() || *end != '\0') throw UsageError(a + ": needs an integer, got '" + v + "'");
+            if (errno == ERANGE || x < lo || x > hi) {
+                throw UsageError(a + ": " + v + " is out of range (" + std::to_string(lo) + " to " + std::to_string(hi) + ")");
+            }
             return (int64_t)x;
         };
         auto set_val_mode = [&]() {
@@ -79,7 +89,7 @@ static Options parse_args(int argc, char** argv) {
             o.split_blank_lines = true;
         } else if (a == "--val-tokens") {
             set_val_mode();
-            o.val_tokens = int_value(0);
+            o.val_tokens = int_value(0, INT64_MAX);
         } else if (a == "--val-fraction") {
             set_val_mode();
             std::string v = value();
@@ -92,9 +102,9 @@ static Options parse_args(int argc, char** argv) {
             set_val_mode();
             o.val_file = value();
         } else if (a == "--shard-tokens") {
-            o.shard_tokens = int_value(1);
+            o.shard_tokens = int_value(1, kShardMaxTokens);  // the shard header holds an int32
         } else if (a == "-j") {
-            o.threads = (int)std::min<int64_t>(int_value(1), 4096);
+            o.threads = (int)int_value(1, 4096);
         } else if (a.size() > 1 && a[0] == '-') {
             throw UsageError(a + ": unknown option");
         } else {
@@ -134,11 +144,37 @@ struct Progress {
     }
 };
 
-// A split (train or val) written as consecutive shards of at most shard_tokens tokens.
+// Creates the directories above `prefix` that do not exist yet (mkdir -p of its directory part) and
+// returns them, outermost first, so a failed run can remove them again.
+static std::vector<std::string> make_parent_directories(const std::string& prefix) {
+    std::vector<std::string> created;
+    for (size_t slash = prefix.find('/', 1); slash != std::string::npos; slash = prefix.find('/', slash + 1)) {
+        const std::string dir = prefix.substr(0, slash);
+        if (mkdir(dir.c_str(), 0755) == 0) {
+            created.push_back(dir);
+        } else if (errno != EEXIST) {
+            file_error(dir, "cannot create directory for -o %s (%s)", prefix.c_str(), strerror(errno));
+        }
+        struct stat st;
+        if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) file_error(dir, "not a directory (in -o %s)", prefix.c_str());
+    }
+    return created;
+}
+
+// A split (train or val) written as consecutive shards of at most shard_tokens tokens. Each shard is
+// committed under a temporary name (<shard>.incomplete.<pid>) and gets its real name only in
+// publish(), once the whole run has succeeded; destroyed before that (an error midway), it removes
+// every shard it wrote, so a failed run leaves the prefix as it was.
 class ShardedOutput {
 public:
     ShardedOutput(std::string prefix, std::string split, int64_t shard_tokens)
         : prefix_(std::move(prefix)), split_(std::move(split)), shard_tokens_(shard_tokens) {}
+    ShardedOutput(const ShardedOutput&) = delete;
+    ShardedOutput& operator=(const ShardedOutput&) = delete;
+    ~ShardedOutput() {
+        writer_.reset();  // an uncommitted shard removes its own temporary file
+        for (size_t i = published_; i < shards_.size(); i++) remove(shards_[i].staged.c_str());
+    }
     void append(const uint16_t* t, int64_t n) {
         while (n > 0) {
             if (!writer_) open_next();
@@ -151,28 +187,93 @@ public:
             if (writer_->num_tokens() == shard_tokens_) close();
         }
     }
+    // Commits the shard being written (under its temporary name).
     void close() {
         if (!writer_) return;
         writer_->commit();
-        end_progress_line();
-        fprintf(stderr, "wrote %s (%lld tokens)\n", path_.c_str(), (long long)writer_->num_tokens());
+        shards_.back().tokens = writer_->num_tokens();
         writer_.reset();
     }
+    // Renames every shard to its real name (replacing a file of that name).
+    void publish() {
+        close();
+        for (; published_ < shards_.size(); published_++) {
+            const Shard& s = shards_[published_];
+            if (rename(s.staged.c_str(), s.path.c_str()) != 0) {
+                file_error(s.path, "cannot rename %s into place (%s)", s.staged.c_str(), strerror(errno));
+            }
+            fprintf(stderr, "wrote %s (%lld tokens)\n", s.path.c_str(), (long long)s.tokens);
+        }
+    }
     int64_t total() const { return total_; }
-    int shards() const { return next_index_; }
+    int shards() const { return (int)shards_.size(); }
+    std::vector<std::string> paths() const {
+        std::vector<std::string> p;
+        for (const Shard& s : shards_) p.push_back(s.path);
+        return p;
+    }
 
 private:
-    std::string prefix_, split_, path_;
+    struct Shard {
+        std::string path, staged;
+        int64_t tokens = 0;
+    };
+    std::string prefix_, split_;
     int64_t shard_tokens_, total_ = 0;
-    int next_index_ = 0;
+    std::vector<Shard> shards_;
+    size_t published_ = 0;
     std::unique_ptr<ShardWriter> writer_;
     void open_next() {
         char name[32];
-        snprintf(name, sizeof(name), "_%06d.bin", next_index_++);
-        path_ = prefix_ + "_" + split_ + name;
-        writer_ = std::make_unique<ShardWriter>(path_);
+        snprintf(name, sizeof(name), "_%06d.bin", (int)shards_.size());
+        Shard s;
+        s.path = prefix_ + "_" + split_ + name;
+        s.staged = s.path + ".incomplete." + std::to_string((long)getpid());
+        shards_.push_back(s);
+        writer_ = std::make_unique<ShardWriter>(s.staged);
     }
 };
+
+// True for the names prepro gives PREFIX's shards: <base>_train_NNNNNN.bin or <base>_val_NNNNNN.bin.
+static bool is_shard_name_of(const std::string& name, const std::string& base) {
+    if (name.compare(0, base.size() + 1, base + "_") != 0) return false;
+    std::string rest = name.substr(base.size() + 1);
+    for (const char* split : {"train_", "val_"}) {
+        const size_t n = strlen(split);
+        if (rest.compare(0, n, split) != 0) continue;
+        std::string num = rest.substr(n);
+        if (num.size() < 6 + 4 || num.compare(num.size() - 4, 4, ".bin") != 0) return false;
+        num.resize(num.size() - 4);
+        return num.find_first_not_of("0123456789") == std::string::npos;
+    }
+    return false;
+}
+
+// After a successful run, PREFIX_train_*.bin and PREFIX_val_*.bin must be exactly this run's shards: a
+// shard of that name that this run did not write is left from an earlier run into the same prefix (more
+// shards, or a val split this run has not), and is removed. Returns the removed paths.
+static std::vector<std::string> remove_stale_shards(const std::string& prefix, const std::vector<std::string>& written) {
+    const size_t slash = prefix.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : prefix.substr(0, slash == 0 ? 1 : slash);
+    const std::string base = slash == std::string::npos ? prefix : prefix.substr(slash + 1);
+    const std::string path_prefix = slash == std::string::npos ? "" : prefix.substr(0, slash + 1);
+    DIR* d = opendir(dir.c_str());
+    if (!d) file_error(dir, "cannot list the directory of -o %s (%s)", prefix.c_str(), strerror(errno));
+    std::vector<std::string> stale;
+    while (struct dirent* e = readdir(d)) {
+        const std::string path = path_prefix + e->d_name;
+        if (is_shard_name_of(e->d_name, base) && std::find(written.begin(), written.end(), path) == written.end()) {
+            stale.push_back(path);
+        }
+    }
+    closedir(d);
+    std::sort(stale.begin(), stale.end());
+    for (const std::string& path : stale) {
+        if (remove(path.c_str()) != 0) file_error(path, "cannot remove this shard of an earlier run (%s)", strerror(errno));
+        fprintf(stderr, "removed %s (a shard of an earlier run into this prefix)\n", path.c_str());
+    }
+    return stale;
+}
 
 int main(int argc, char** argv) {
     try {
@@ -192,6 +293,16 @@ int main(int argc, char** argv) {
             std::vector<std::string> more = list_input_files(in);
             files.insert(files.end(), more.begin(), more.end());
         }
+        // Directories made for -o are removed again if the run fails (rmdir: only while empty).
+        struct CreatedDirectories {
+            std::vector<std::string> dirs;
+            bool keep = false;
+            ~CreatedDirectories() {
+                for (size_t i = dirs.size(); !keep && i-- > 0;) rmdir(dirs[i].c_str());
+            }
+        } created;
+        created.dirs = make_parent_directories(o.prefix);
+
         Progress progress;
         std::vector<int64_t> file_offset;
         for (const auto& f : files) {
@@ -263,10 +374,28 @@ int main(int argc, char** argv) {
             progress.done_bytes = file_offset[fi] + file_size_or_throw(files[fi]);
         }
         progress.update(true);
-        if (progress.tokens == 0) throw FileError(files.empty() ? o.inputs[0] : files[0] + ": no documents in the input (empty)");
-        val.close();
-        train.close();
         end_progress_line();
+        if (progress.tokens == 0) {
+            if (files.size() == 1) file_error(files[0], "no documents in the input (empty)");
+            throw FileError("INPUT: no documents in any of the " + std::to_string(files.size()) + " input files (all empty)");
+        }
+        if (train.total() == 0) {
+            if (o.val_tokens >= 0) {
+                file_error("--val-tokens", "%lld takes all %lld tokens of the input, so the train split would be empty",
+                           (long long)o.val_tokens, (long long)val.total());
+            }
+            if (o.val_fraction >= 0) {
+                file_error("--val-fraction", "%.9g puts every document into val, so the train split would be empty",
+                           o.val_fraction);
+            }
+            file_error(o.inputs[0], "no documents for the train split (--val-file %s holds all the text)", o.val_file.c_str());
+        }
+        val.publish();
+        train.publish();
+        std::vector<std::string> written = val.paths(), train_paths = train.paths();
+        written.insert(written.end(), train_paths.begin(), train_paths.end());
+        remove_stale_shards(o.prefix, written);
+        created.keep = true;
         fprintf(stderr, "%zu files, %lld bytes -> val %lld tokens in %d shards, train %lld tokens in %d shards\n",
                 files.size(), (long long)progress.total_bytes, (long long)val.total(), val.shards(),
                 (long long)train.total(), train.shards());

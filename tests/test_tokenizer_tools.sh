@@ -101,6 +101,33 @@ c_jsonl() {
         [ "$(cat "$TMP/j.txt")" = "$(printf '<|endoftext|>Hello world<|endoftext|>caf\xc3\xa9 \xf0\x9f\x91\x8d')" ]
 }
 
+# Where prepro writes: the default prefix data/out/data (its directories are made), a rerun into a prefix
+# leaves exactly its own shards there, a failed run leaves the prefix as it was.
+c_prepro_default_prefix() (
+    prepro=$(cd "$(dirname "$PREPRO")" && pwd)/$(basename "$PREPRO")
+    rm -rf "$TMP/cwd" && mkdir "$TMP/cwd" && cd "$TMP/cwd" &&
+        "$prepro" --vocab-dir "$OLDPWD/$VOCAB" "$OLDPWD/$SHAKESPEARE" 2>/dev/null &&
+        [ -s data/out/data_train_000000.bin ] && [ "$(ls data/out)" = data_train_000000.bin ]
+)
+c_prepro_rerun_replaces_shards() (
+    rm -rf "$TMP/re" "$TMP/fresh" && mkdir "$TMP/fresh" || exit 1
+    "$PREPRO" --vocab-dir "$VOCAB" --shard-tokens 100000 --val-tokens 1000 -o "$TMP/re/p" "$SHAKESPEARE" 2>/dev/null &&
+        [ "$(ls "$TMP/re" | wc -l)" = 5 ] &&
+        "$PREPRO" --vocab-dir "$VOCAB" --shard-tokens 200000 -o "$TMP/re/p" "$SHAKESPEARE" 2>/dev/null &&
+        "$PREPRO" --vocab-dir "$VOCAB" --shard-tokens 200000 -o "$TMP/fresh/p" "$SHAKESPEARE" 2>/dev/null &&
+        [ "$(ls "$TMP/re")" = "$(printf 'p_train_000000.bin\np_train_000001.bin')" ] && diff -r "$TMP/re" "$TMP/fresh"
+)
+c_prepro_failed_run_leaves_prefix() (
+    rm -rf "$TMP/keep" && printf '{"text": "ok"}\nnot json\n' >"$TMP/late_error.jsonl" || exit 1
+    "$PREPRO" --vocab-dir "$VOCAB" --shard-tokens 300000 -o "$TMP/keep/p" "$SHAKESPEARE" 2>/dev/null &&
+        [ "$(ls "$TMP/keep" | wc -l)" = 2 ] && cp -r "$TMP/keep" "$TMP/keep.before" || exit 1
+    # Shakespeare fills 6 shards of 50,000 tokens before the JSONL file fails.
+    "$PREPRO" --vocab-dir "$VOCAB" --shard-tokens 50000 -o "$TMP/keep/p" "$SHAKESPEARE" "$TMP/late_error.jsonl" 2>"$TMP/late.err"
+    [ $? = 1 ] && grep -q 'late_error.jsonl: line 2: invalid JSON' "$TMP/late.err" && diff -r "$TMP/keep.before" "$TMP/keep" &&
+        "$PREPRO" --vocab-dir "$VOCAB" --shard-tokens 50000 -o "$TMP/new/dir/p" "$SHAKESPEARE" "$TMP/late_error.jsonl" 2>/dev/null
+    [ $? = 1 ] && [ ! -e "$TMP/new" ]
+)
+
 CHECKS=(
     "c_roundtrip_shakespeare|round trip Tiny Shakespeare (ids one per line)"
     "c_roundtrip_alice_raw|round trip Alice with CRLF (--raw)"
@@ -115,6 +142,9 @@ CHECKS=(
     "c_prepro_threads|prepro output independent of threads and shard size splits exactly"
     "c_jsonl|JSONL: <|endoftext|> before each document, escapes decoded"
     "c_decode_escape|decode --escape shows control characters and invalid UTF-8 as \\xNN"
+    "c_prepro_default_prefix|prepro default prefix data/out/data: its directories are made"
+    "c_prepro_rerun_replaces_shards|prepro rerun into a prefix: its shards are exactly the new run's"
+    "c_prepro_failed_run_leaves_prefix|prepro run failing midway: the prefix is as before, nothing of the run is left"
 )
 if command -v script >/dev/null; then CHECKS+=("c_decode_terminal|decode escapes on a terminal, --bytes gives the exact bytes there")
 else echo "skip decode on a terminal (no script(1) to make one)"; fi
@@ -137,7 +167,14 @@ printf '{"text": "a", "text": "b"}\n{"text": "c"}\n' >"$TMP/dup.jsonl"
 expect_error "JSONL key given twice" "dup.jsonl: line 1: key \"text\" appears twice" "$PREPRO" --vocab-dir "$VOCAB" --val-fraction 0.5 -o "$TMP/x" "$TMP/dup.jsonl"
 printf '{"title": "no text"}\n' >"$TMP/notext.jsonl"
 expect_error "JSONL without text field" "line 1 has no \"text\" string field" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/notext.jsonl"
-expect_error "empty input" "no documents" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/empty.txt"
+expect_error "empty input" "empty.txt: no documents in the input (empty)" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/empty.txt"
+mkdir -p "$TMP/empty_dir/sub"
+expect_error "empty input directory" "empty_dir: empty directory (no files below it)" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/empty_dir"
+expect_error "empty train split" "error: --val-tokens: 999999999 takes all 338026 tokens of the input, so the train split would be empty" \
+    "$PREPRO" --vocab-dir "$VOCAB" --val-tokens 999999999 -o "$TMP/all_val/p" "$SHAKESPEARE"
+check "empty train split writes nothing" test ! -e "$TMP/all_val"
+expect_error "--val-tokens out of range" "error: --val-tokens: 99999999999999999999 is out of range (0 to 9223372036854775807)" \
+    "$PREPRO" --vocab-dir "$VOCAB" --val-tokens 99999999999999999999 -o "$TMP/x" "$SHAKESPEARE"
 expect_error "prepro missing vocabulary" "/nonexistent/encoder.json: cannot open" "$PREPRO" --vocab-dir /nonexistent -o "$TMP/x" "$TMP/empty.txt"
 
 # ---- self-check: every check above must fail when the tools are broken. Stand-ins for ./tokenizer
