@@ -7,17 +7,16 @@
 //   2  FlashAttention-2 backward, fp32: D = rowsum(dO∘O); a dQ kernel (a quad of threads per query row, K/V
 //      tiles streamed) and a dK/dV kernel (a quad per key row, Q/dO/LSE/D tiles streamed); P recomputed from
 //      Q, K and LSE; no atomics
-//   3  the same on bf16 tensor cores: llmc/attention_flash.cuh (what the engine trains with); its "block"
-//      column is the tile configuration of attention_flash_backward, 0 = the default
+//   3  the same on bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with); its "block"
+//      column is a tile configuration of attention_flash_configs.cuh, 0 = the default
 // Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes first.
 // The benchmark also times forward + backward with the engine's flash kernels (variant 3), as PyTorch's
 // SDPA baseline does.
 // Build: make -C dev/cuda attention_backward     Run: ./attention_backward [-v 3] [-s "8,12,1024,64;..."]
 #include "common.h"
-#include "llmc/attention_flash.cuh"
+#include "attention_flash_configs.cuh"
 #include "llmc/attention_materialized.cuh"
 #include "tests/reference/gpt2_cpu.h"
-
 
 // ------------------------------------------------------------------------------------------ variant 2
 // D[b,h,t] = dO[b,t,h,:]·O[b,t,h,:], one thread per row.
@@ -76,9 +75,9 @@ __global__ void __launch_bounds__(4 * Br) flash2_dq_fp32_kernel(float* dinp, con
             dp = quad_sum(dp);
             const int key = j * Bc + y;
             const float p = key <= row ? exp2f(s - lse2) : 0.f;
-            const float ds = p * (dp - Drow);
+            const float dS = p * (dp - Drow);
 #pragma unroll
-            for (int i = 0; i < P; i++) dq[i] += ds * Ks[y][part + 4 * i];
+            for (int i = 0; i < P; i++) dq[i] += dS * Ks[y][part + 4 * i];
         }
     }
     if (row < T) {
@@ -88,17 +87,17 @@ __global__ void __launch_bounds__(4 * Br) flash2_dq_fp32_kernel(float* dinp, con
 }
 
 // dK, dV: a quad per key row; tiles of 32 queries (Q, dO, LSE, D) in shared memory, from the diagonal on.
-template <int HS, int Bk>
-__global__ void __launch_bounds__(4 * Bk) flash2_dkv_fp32_kernel(float* dinp, const float* dout, const float* lse,
+template <int HS, int Bc>
+__global__ void __launch_bounds__(4 * Bc) flash2_dkv_fp32_kernel(float* dinp, const float* dout, const float* lse,
                                                                  const float* D, const float* qkv, int T, int NH) {
-    constexpr int Bq = 32, P = HS / 4;
-    __shared__ float Qs[Bq][HS], dOs[Bq][HS], Ls[Bq], Ds[Bq];
+    constexpr int Br = 32, P = HS / 4;
+    __shared__ float Qs[Br][HS], dOs[Br][HS], Ls[Br], Ds[Br];
     const int tid = threadIdx.x, part = tid & 3;
     const int b = blockIdx.y / NH, h = blockIdx.y % NH;
     const int C = NH * HS;
     const size_t stride = 3 * (size_t)C;
     const float* base = qkv + (size_t)b * T * stride + h * HS;
-    const int k0 = blockIdx.x * Bk, key = k0 + tid / 4;
+    const int k0 = blockIdx.x * Bc, key = k0 + tid / 4;
     const float scale = 1.f / sqrtf((float)HS);
     const size_t stat0 = ((size_t)b * NH + h) * T;
 
@@ -109,21 +108,21 @@ __global__ void __launch_bounds__(4 * Bk) flash2_dkv_fp32_kernel(float* dinp, co
         v[i] = key < T ? base[(size_t)key * stride + 2 * C + part + 4 * i] : 0.f;
         dk[i] = dv[i] = 0.f;
     }
-    const int num_q = (T + Bq - 1) / Bq;
-    for (int i0 = k0 / Bq; i0 < num_q; i0++) {
+    const int num_q = (T + Br - 1) / Br;
+    for (int i0 = k0 / Br; i0 < num_q; i0++) {
         __syncthreads();
-        for (int idx = tid; idx < Bq * HS; idx += 4 * Bk) {
-            const int r = idx / HS, d = idx % HS, row = i0 * Bq + r;
+        for (int idx = tid; idx < Br * HS; idx += 4 * Bc) {
+            const int r = idx / HS, d = idx % HS, row = i0 * Br + r;
             Qs[r][d] = row < T ? base[(size_t)row * stride + d] : 0.f;
             dOs[r][d] = row < T ? dout[((size_t)b * T + row) * C + h * HS + d] : 0.f;
         }
-        for (int r = tid; r < Bq; r += 4 * Bk) {
-            const int row = i0 * Bq + r;
+        for (int r = tid; r < Br; r += 4 * Bc) {
+            const int row = i0 * Br + r;
             Ls[r] = row < T ? lse[stat0 + row] * kLog2e : INFINITY;
             Ds[r] = row < T ? D[stat0 + row] : 0.f;
         }
         __syncthreads();
-        for (int y = 0; y < Bq; y++) {
+        for (int y = 0; y < Br; y++) {
             float s = 0.f, dp = 0.f;
 #pragma unroll
             for (int i = 0; i < P; i++) {
@@ -132,13 +131,13 @@ __global__ void __launch_bounds__(4 * Bk) flash2_dkv_fp32_kernel(float* dinp, co
             }
             s = quad_sum(s);
             dp = quad_sum(dp);
-            const int row = i0 * Bq + y;
+            const int row = i0 * Br + y;
             const float p = row >= key ? exp2f(s - Ls[y]) : 0.f;  // rows past T: Ls = +inf, p = 0
-            const float ds = p * (dp - Ds[y]);
+            const float dS = p * (dp - Ds[y]);
 #pragma unroll
             for (int i = 0; i < P; i++) {
                 dv[i] += p * dOs[y][part + 4 * i];
-                dk[i] += ds * Qs[y][part + 4 * i];
+                dk[i] += dS * Qs[y][part + 4 * i];
             }
         }
     }
@@ -162,7 +161,7 @@ struct Variant {
 static const std::vector<Variant> kVariants = {
     {1, "materialized-cublas", false, {32, 64, 128, 256, 512}},
     {2, "flash2-fp32", false, {32, 64}},
-    {3, "flash2-bf16-mma", true, {0, 1, 2, 3, 4}},  // "block" = config of attention_flash_backward, 0 = default
+    {3, "flash2-bf16-mma", true, {0, 1, 2, 3, 4}},  // "block" = flash config, 0 = default
 };
 
 struct Problem {
@@ -184,7 +183,7 @@ struct Problem {
         if (v.id == 1) mat.allocate(s);
     }
     void forward16(int block) {  // out16, lse from qkv16 with the engine's flash forward
-        cudaCheck(attention_flash_forward(out16.ptr, lse.ptr, qkv16.ptr, s.B, s.T, s.NH, s.HS, 0, block));
+        cudaCheck(attention_flash_forward_config(out16.ptr, lse.ptr, qkv16.ptr, s.B, s.T, s.NH, s.HS, 0, block));
     }
     // out32 and P (saved for variant 1) from qkv32 with the engine's materialized forward; the workspace is then
     // poisoned, since training lends it to other layers between the passes.
@@ -227,8 +226,8 @@ void run_backward(int variant, int block, Problem& p) {
             else { fprintf(stderr, "error: head size %d: the dev variants are built for 64 and 128\n", s.HS); exit(1); }
             break;
         case 3:
-            cudaCheck(attention_flash_backward(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr, p.qkv16.ptr, s.B,
-                                               s.T, s.NH, s.HS, p.D.ptr, 0, block));
+            cudaCheck(attention_flash_backward_config(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr, p.qkv16.ptr,
+                                                      s.B, s.T, s.NH, s.HS, p.D.ptr, 0, block));
             break;
     }
 }
@@ -255,7 +254,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
     } else {
         // out and LSE from the fp64 reference forward, rounded to fp32
         std::vector<double> inp_d = to_double(inp), out_d(p.n_out()), lse_d(p.n_rows());
-        attention_forward<double>(out_d.data(), lse_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
+        cpu::attention_forward<double>(out_d.data(), lse_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
         p.qkv32.upload(inp);
         p.dout32.upload(dout);
         p.out32.upload(to_float(out_d));
@@ -266,7 +265,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
         }
     }
     std::vector<double> inp_d = to_double(inp), dout_d = to_double(dout);
-    attention_backward<double>(dinp_ref.data(), dout_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
+    cpu::attention_backward<double>(dinp_ref.data(), dout_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
 
     if (v.bf16) p.dinp16.poison(); else p.dinp32.poison();
     p.D.poison();

@@ -8,15 +8,15 @@
 //      made causal (tiles above the diagonal skipped, diagonal masked) and correct for any T
 //   4  FlashAttention-2 loop order, fp32: a block per (query tile, b, h), a quad of threads per query row,
 //      K/V tiles in shared memory, m/l/O in registers, one normalisation at the end, LSE saved
-//   5  bf16 tensor cores: llmc/attention_flash.cuh (what the engine trains with): mma.sync m16n8k16, ldmatrix,
+//   5  bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with): mma.sync m16n8k16, ldmatrix,
 //      cp.async double buffering, fp32 accumulation
-//      (the "block" column of variant 5 is the tile configuration of attention_flash_forward; 0 = the default)
+//      (the "block" column of variant 5 is a tile configuration of attention_flash_configs.cuh; 0 = the default)
 //   (6 is kept for a Hopper wgmma/TMA variant)
 // Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes before any is
 // benchmarked.
 // Build: make -C dev/cuda attention_forward     Run: ./attention_forward [-v 5] [-s "8,12,1024,64;..."]
 #include "common.h"
-#include "llmc/attention_flash.cuh"
+#include "attention_flash_configs.cuh"
 #include "llmc/attention_materialized.cuh"
 #include "tests/reference/gpt2_cpu.h"
 
@@ -215,7 +215,7 @@ static const std::vector<Variant> kVariants = {
     {2, "materialized-cublas", false, false, {32, 64, 128, 256, 512}},
     {3, "minimal-flash-fa1", false, true, {32, 64}},
     {4, "flash2-fp32", false, true, {32, 64, 128}},
-    {5, "flash2-bf16-mma", true, true, {0, 1, 2, 3, 4, 5, 6}},  // "block" = config of attention_flash_forward, 0 = default
+    {5, "flash2-bf16-mma", true, true, {0, 1, 2, 3, 4, 5, 6}},  // "block" = flash config, 0 = default
 };
 
 // Device state for one shape; fp32 variants read qkv32 and write out32, the bf16 variant qkv16/out16.
@@ -281,7 +281,8 @@ void run_fp32(int variant, int block, Problem& p) {
 
 void run_variant(int variant, int block, Problem& p) {
     if (variant == 5) {
-        cudaCheck(attention_flash_forward(p.out16.ptr, p.lse.ptr, p.qkv16.ptr, p.s.B, p.s.T, p.s.NH, p.s.HS, 0, block));
+        cudaCheck(attention_flash_forward_config(p.out16.ptr, p.lse.ptr, p.qkv16.ptr, p.s.B, p.s.T, p.s.NH, p.s.HS, 0,
+                                                block));
         return;
     }
     if (p.s.HS == 64) run_fp32<64>(variant, block, p);
@@ -296,7 +297,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
     if (v.bf16) p.qkv16.upload(round_to_bf16(inp));
     else p.qkv32.upload(inp);
     std::vector<double> inp_d = to_double(inp), out_ref(p.n_out()), lse_ref(p.n_rows());
-    attention_forward<double>(out_ref.data(), lse_ref.data(), inp_d.data(), s.B, s.T, s.NH * s.HS, s.NH);
+    cpu::attention_forward<double>(out_ref.data(), lse_ref.data(), inp_d.data(), s.B, s.T, s.NH * s.HS, s.NH);
 
     p.lse.poison();
     if (v.bf16) p.out16.poison(); else p.out32.poison();
