@@ -111,6 +111,38 @@ MultiGpu start_processes(const TrainArgs& a, int* argc, char*** argv) {
     return mg;
 }
 
+// The output directory (-o) and where the run starts: the newest checkpoint that belongs together (-y 1), else
+// step 0 as a new run, which may not mix its files with another run's checkpoints there (-ow 1 deletes them).
+// Crashed writers' temporary files are cleaned up. Returns the step to resume from, or -1.
+int prepare_output_dir(const TrainArgs& a, Checkpointer* ckpt, MultiGpu& mg) {
+    const bool main_rank = mg.rank == 0;
+    std::vector<std::string> notes;
+    if (!a.output_dir.empty() && main_rank) {
+        ensure_directory(a.output_dir);
+        notes = clean_stale_temporaries(a.output_dir);
+    }
+    const int resume_step = a.resume ? ckpt->latest(&notes) : -1;
+    if (a.resume && resume_step < 0) {
+        notes.push_back("-y 1 but no complete checkpoint in " + a.output_dir + ": starting from scratch");
+    }
+    if (resume_step < 0) {
+        ckpt->run_id = new_run_id();
+        const std::string conflict = a.output_dir.empty() ? "" : fresh_run_conflict(a.output_dir);
+        if (!conflict.empty() && !a.overwrite_output) fail(conflict);
+        if (!conflict.empty()) {
+            multi_gpu_barrier(mg);  // every rank has looked at the directory before rank 0 changes it
+            if (main_rank) {
+                const int removed = remove_all_checkpoints(a.output_dir);
+                notes.push_back("-ow 1: deleted " + std::to_string(removed) + " checkpoint files of an earlier run in " +
+                                a.output_dir);
+            }
+            multi_gpu_barrier(mg);
+        }
+    }
+    for (const std::string& n : notes) printf("note: %s\n", n.c_str());
+    return resume_step;
+}
+
 // The model's weights: the checkpoint to resume (resume_step >= 0), a random-init preset (-e d12), or a model
 // file (-e path). Returns how it was made, for the start-up table.
 std::string build_model(GPT2* model, const TrainArgs& a, const Checkpointer& ckpt, int resume_step) {
@@ -176,6 +208,7 @@ std::unique_ptr<TokenizerFile> load_sample_tokenizer(const TrainArgs& a, bool ma
 
 struct StartupInfo {
     std::string init_desc;
+    uint64_t run_id;
     AttentionBackend backend;
     BatchLayout layout;
     int world, start_step, total_steps;
@@ -210,7 +243,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
     row("train data", a.train_pattern + " (" + str(train.num_shards()) + " shards, " +
                           str((long long)train.num_batches_per_epoch()) + " batches)");
     if (val) row("val data", a.val_pattern + " (" + str((long long)val->num_batches_per_epoch()) + " batches)");
-    row("output", a.output_dir.empty() ? "(none)" : a.output_dir);
+    row("output", a.output_dir.empty() ? "(none)" : a.output_dir + " (run " + run_id_hex(s.run_id) + ")");
     printf("%s\n", rule.c_str());
     const DeviceSummary& d = s.dev;
     char devdesc[256];
@@ -271,15 +304,10 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     BatchLayout layout;
     const std::string layout_error = resolve_batch_layout(a, mg.world, &layout);
     if (!layout_error.empty()) fail(layout_error);
-    const Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
+    Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
+    const int resume_step = prepare_output_dir(a, &ckpt, mg);
 
     // ---- model
-    int resume_step = -1;
-    if (a.resume) {
-        resume_step = ckpt.latest();
-        if (resume_step < 0) printf("note: -y 1 but no complete checkpoint in %s: starting from scratch\n", a.output_dir.c_str());
-    }
-    if (!a.output_dir.empty() && main_rank) ensure_directory(a.output_dir);
     GPT2 model;
     const std::string init_desc = build_model(&model, a, ckpt, resume_step);
     const GPT2Config& c = model.config;
@@ -313,6 +341,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
 
     StartupInfo info;
     info.init_desc = init_desc;
+    info.run_id = ckpt.run_id;
     info.backend = backend;
     info.layout = layout;
     info.world = mg.world;

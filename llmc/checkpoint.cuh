@@ -1,8 +1,10 @@
 // Checkpoints of a training run: save and restore side by side.
 //
-// A checkpoint is a model file and a run-state file (llmc/checkpoint_files.h names them). save() writes the
-// weights first and the run state last, each atomically. Restoring is two steps because the model must be
-// built before it is allocated: gpt2_build_from_checkpoint(model_path(step)), gpt2_allocate, then restore().
+// A checkpoint is a model file and a run-state file (llmc/checkpoint_files.h names them and tells which pairs
+// belong together). save() writes the weights first and the run state last, each atomically; the state records
+// the model file's fingerprint and the run's id. Restoring is two steps because the model must be built before
+// it is allocated: gpt2_build_from_checkpoint(model_path(step)), gpt2_allocate, then restore(), which also takes
+// the run's id over, so a resumed run keeps managing its own checkpoints (-nk).
 //
 // Optimizer state inside the run-state file, opaque to the file format, laid out here:
 //   [fp32 master weights (BF16 builds that keep them)] [AdamW m (fp32)] [AdamW v (fp32)]
@@ -60,14 +62,15 @@ struct RunShape {
 };
 
 struct Checkpointer {
-    std::string dir;  // the run's output directory (-o)
-    int keep = 0;     // -nk: keep the newest `keep` complete checkpoints (0 = all)
+    std::string dir;       // the run's output directory (-o)
+    int keep = 0;          // -nk: keep this run's newest `keep` checkpoints (0 = all)
+    uint64_t run_id = 0;   // new_run_id() for a fresh run; restore() takes the resumed run's
 
     std::string model_path(int step) const { return checkpoint_model_path(dir, step); }
     std::string state_path(int step) const { return checkpoint_state_path(dir, step); }
 
-    // The newest complete checkpoint step, or -1.
-    int latest() const { return latest_checkpoint(dir); }
+    // The newest checkpoint whose files belong together, or -1 (notes say why newer ones were skipped).
+    int latest(std::vector<std::string>* notes) const { return latest_checkpoint(dir, notes); }
 
     // Writes the checkpoint after `step` optimizer steps (rank 0 only: the state holds rank 0's positions).
     void save(GPT2& model, int step, const RunShape& shape, const Rng& sampler_rng, const DataLoader& train,
@@ -75,6 +78,8 @@ struct Checkpointer {
         gpt2_write_model(&model, model_path(step));
         RunState s;
         s.step = step;
+        s.run_id = run_id;
+        s.model_hash = file_hash64(model_path(step));  // from the page cache: the bytes just written
         s.B = shape.B;
         s.T = shape.T;
         s.num_processes = shape.num_processes;
@@ -84,13 +89,13 @@ struct Checkpointer {
         if (val) s.val_loader = val->get_state();
         s.optimizer_state = gpt2_optimizer_state_to_host(&model);
         write_run_state(state_path(step), s);
-        remove_old_checkpoints(dir, keep);
+        remove_old_checkpoints(dir, keep, run_id);
         printf("saved checkpoint %s (+ state)\n", model_path(step).c_str());
     }
 
     // Restores everything but the weights (already loaded from model_path(step)) into an allocated model, the
     // sampler and this rank's train loader; returns the step to continue from. The shape must match the run's.
-    int restore(GPT2* model, int step, const RunShape& shape, Rng* sampler_rng, DataLoader* train, int rank) const {
+    int restore(GPT2* model, int step, const RunShape& shape, Rng* sampler_rng, DataLoader* train, int rank) {
         const std::string path = state_path(step);
         RunState s = read_run_state(path);
         if (s.B != shape.B || s.T != shape.T || s.num_processes != shape.num_processes ||
@@ -101,6 +106,7 @@ struct Checkpointer {
                        shape.grad_accum_steps);
         }
         gpt2_optimizer_state_from_host(model, s.optimizer_state, path);
+        run_id = s.run_id;
         sampler_rng->set_state(s.sampler_rng);
         s.train_loader.process_rank = rank;  // rank 0's position; every rank is at the same one
         train->set_state(s.train_loader);

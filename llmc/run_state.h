@@ -2,9 +2,12 @@
 // file that pairs with a model file: llmc/checkpoint_files.h names them, llmc/checkpoint.cuh writes and reads both).
 //
 // Run-state file (little-endian):
-//   int32 header[256]: [0]=20241121 (magic), [1]=1 (version), [2]=step, [3]=B, [4]=T, [5]=num_processes,
+//   int32 header[256]: [0]=20241121 (magic), [1]=2 (version), [2]=step, [3]=B, [4]=T, [5]=num_processes,
 //                      [6]=grad_accum_steps, [7]=sizeof(RngState), [8]=sizeof(DataLoaderState),
-//                      [9]=optimizer bytes low 32 bits, [10]=high 32 bits; the rest zero.
+//                      [9]=optimizer bytes low 32 bits, [10]=high 32 bits,
+//                      [11..12]=run id (low, high 32 bits): the run that wrote it, the same across its resumes,
+//                      [13..14]=hash of the model file it pairs with (file_hash64, low, high); the rest zero.
+//                      Version 1 files (no run id or model hash; both read as 0) are still read.
 //   RngState sampler_rng; DataLoaderState train_loader; DataLoaderState val_loader;
 //   optimizer state: an opaque blob from the model (fp32 master weights, AdamW m and v).
 // The reader checks every header field and the exact file length.
@@ -23,11 +26,13 @@
 #include "utils.h"
 
 constexpr int kRunStateMagic = 20241121;
-constexpr int kRunStateVersion = 1;
+constexpr int kRunStateVersion = 2;
 
 struct RunState {
     int step = 0;              // optimizer steps completed
     int B = 0, T = 0, num_processes = 0, grad_accum_steps = 0;
+    uint64_t run_id = 0;       // 0: unknown (a version 1 file)
+    uint64_t model_hash = 0;   // file_hash64 of the paired model file; 0: unknown (a version 1 file)
     RngState sampler_rng{};
     DataLoaderState train_loader{};
     DataLoaderState val_loader{};
@@ -53,6 +58,10 @@ inline void write_run_state(const std::string& path, const RunState& s) {
     h[8] = (int32_t)sizeof(DataLoaderState);
     h[9] = (int32_t)(uint32_t)(opt_bytes & 0xffffffffu);
     h[10] = (int32_t)(uint32_t)(opt_bytes >> 32);
+    h[11] = (int32_t)(uint32_t)(s.run_id & 0xffffffffu);
+    h[12] = (int32_t)(uint32_t)(s.run_id >> 32);
+    h[13] = (int32_t)(uint32_t)(s.model_hash & 0xffffffffu);
+    h[14] = (int32_t)(uint32_t)(s.model_hash >> 32);
     AtomicOutputFile out(path);
     out.write(h, sizeof(h));
     out.write(&s.sampler_rng, sizeof(RngState));
@@ -62,13 +71,15 @@ inline void write_run_state(const std::string& path, const RunState& s) {
     out.commit();
 }
 
-inline RunState read_run_state(const std::string& path) {
-    InputFile in(path);
+// The validated header of an open run-state file (the file's length included): every field but the records
+// and the optimizer blob, whose size goes to *optimizer_bytes.
+inline RunState read_run_state_header(InputFile& in, uint64_t* optimizer_bytes) {
+    const std::string& path = in.path();
     int32_t h[kFileHeaderInts];
     read_file_header(in, h, "run state");
     if (h[0] != kRunStateMagic) file_error(path, "not a run-state file (magic %d, expected %d)", h[0], kRunStateMagic);
-    if (h[1] != kRunStateVersion) {
-        file_error(path, "unsupported run-state version %d (expected %d)", h[1], kRunStateVersion);
+    if (h[1] != 1 && h[1] != kRunStateVersion) {
+        file_error(path, "unsupported run-state version %d (expected 1 or %d)", h[1], kRunStateVersion);
     }
     auto check = [&](const char* name, int32_t value, int32_t lo) {
         if (value < lo) file_error(path, "bad run-state header: %s = %d, must be >= %d", name, value, lo);
@@ -82,7 +93,8 @@ inline RunState read_run_state(const std::string& path) {
         file_error(path, "bad run-state header: record sizes %d/%d, this build expects %d/%d", h[7], h[8],
                    (int)sizeof(RngState), (int)sizeof(DataLoaderState));
     }
-    const uint64_t opt_bytes = (uint64_t)(uint32_t)h[9] | ((uint64_t)(uint32_t)h[10] << 32);
+    auto u64 = [&](int lo) { return (uint64_t)(uint32_t)h[lo] | ((uint64_t)(uint32_t)h[lo + 1] << 32); };
+    const uint64_t opt_bytes = u64(9);
     if (opt_bytes > (uint64_t)INT64_MAX / 2) file_error(path, "bad run-state header: optimizer size %llu", (unsigned long long)opt_bytes);
     const int64_t expected = run_state_file_bytes(opt_bytes);
     if (in.size() != expected) {
@@ -90,7 +102,8 @@ inline RunState read_run_state(const std::string& path) {
                    (long long)in.size(), (unsigned long long)opt_bytes, (long long)expected,
                    in.size() < expected ? "truncated" : "trailing bytes");
     }
-    for (int i = 11; i < kFileHeaderInts; i++) {
+    const int first_reserved = h[1] == 1 ? 11 : 15;
+    for (int i = first_reserved; i < kFileHeaderInts; i++) {
         if (h[i] != 0) file_error(path, "bad run-state header: reserved field %d is %d, must be 0", i, h[i]);
     }
     RunState s;
@@ -99,6 +112,26 @@ inline RunState read_run_state(const std::string& path) {
     s.T = h[4];
     s.num_processes = h[5];
     s.grad_accum_steps = h[6];
+    if (h[1] >= 2) {
+        s.run_id = u64(11);
+        s.model_hash = u64(13);
+        if (s.run_id == 0 || s.model_hash == 0) file_error(path, "bad run-state header: run id or model hash is 0");
+    }
+    *optimizer_bytes = opt_bytes;
+    return s;
+}
+
+// Only the header (cheap: for telling which run and which model file a checkpoint belongs to).
+inline RunState read_run_state_header(const std::string& path) {
+    InputFile in(path);
+    uint64_t optimizer_bytes = 0;
+    return read_run_state_header(in, &optimizer_bytes);
+}
+
+inline RunState read_run_state(const std::string& path) {
+    InputFile in(path);
+    uint64_t opt_bytes = 0;
+    RunState s = read_run_state_header(in, &opt_bytes);
     in.read(&s.sampler_rng, sizeof(RngState), "sampler RNG state");
     in.read(&s.train_loader, sizeof(DataLoaderState), "train loader state");
     in.read(&s.val_loader, sizeof(DataLoaderState), "val loader state");

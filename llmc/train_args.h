@@ -44,8 +44,9 @@ struct TrainArgs {
     int top_k = 0;                       // -sk (0 = whole vocabulary)
     // checkpoints
     int checkpoint_every = 0;            // -n (0 = never; with N > 0 the last step is saved too)
-    int checkpoint_keep = 0;             // -nk keep the newest K checkpoints (0 = keep all)
+    int checkpoint_keep = 0;             // -nk keep this run's newest K checkpoints (0 = keep all)
     bool resume = false;                 // -y 1: continue from the newest complete checkpoint in -o
+    bool overwrite_output = false;       // -ow 1: a fresh run may delete another run's checkpoints in -o
     // memory and numerics
     int recompute = 1;                   // -r 0 none, 1 recompute GELU in backward, 2 also LayerNorm
     bool tf32 = true;                    // -f TF32 tensor cores for fp32 matmuls (FP32 builds)
@@ -96,8 +97,10 @@ inline std::string train_usage(const std::string& program) {
              "  -sk <int>    sample from the top k tokens, 0 = all (default %d)\n"
              "checkpoints\n"
              "  -n <int>     checkpoint every N steps (and at the end), 0 = never (default %d)\n"
-             "  -nk <int>    keep only the newest K checkpoints, 0 = keep all (default %d)\n"
+             "  -nk <int>    keep only this run's newest K checkpoints, 0 = keep all (default %d)\n"
              "  -y <0|1>     resume from the newest complete checkpoint in -o (default 0)\n"
+             "  -ow <0|1>    a fresh run in an -o holding another run's checkpoints deletes them; without it,\n"
+             "               such a run stops with an error (default 0)\n"
              "memory and numerics\n"
              "  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)\n"
              "  -f <0|1>     TF32 matmuls in FP32 builds (default %d)\n"
@@ -213,6 +216,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-n") { if (!get_int(&a->checkpoint_every, 0, kIntMax)) return fail("an integer >= 0"); }
         else if (flag == "-nk") { if (!get_int(&a->checkpoint_keep, 0, kIntMax)) return fail("an integer >= 0"); }
         else if (flag == "-y") { if (!get_bool(&a->resume)) return fail("0 or 1"); }
+        else if (flag == "-ow") { if (!get_bool(&a->overwrite_output)) return fail("0 or 1"); }
         else if (flag == "-sh") { if (!get_bool(&a->shuffle)) return fail("0 or 1"); }
         else if (flag == "-r") { if (!get_int(&a->recompute, 0, 2)) return fail("0, 1 or 2"); }
         else if (flag == "-f") { if (!get_bool(&a->tf32)) return fail("0 or 1"); }

@@ -1,9 +1,14 @@
 // Host-side helpers shared by every program and test: errors that name the file,
-// checked stdio, and atomic writes (temporary file + rename).
+// checked stdio, atomic writes (temporary file + rename + directory sync), file fingerprints.
 // Readers throw FileError so tests can inspect the message; programs catch it in main,
 // print the one line, and exit non-zero.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdint>
@@ -12,8 +17,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <vector>
 
 // An error about one file. what() is a single line: "<path>: <problem>".
 struct FileError : std::runtime_error {
@@ -111,12 +115,52 @@ public:
             remove(tmp_path_.c_str());
             file_error(path_, "cannot rename temporary file into place (%s)", strerror(err));
         }
+        sync_parent_directory();
     }
 
 private:
+    // The rename is durable only once the directory entry is on disk: a crash must not lose the new file.
+    void sync_parent_directory() {
+        const size_t slash = path_.rfind('/');
+        const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+        const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+        if (fd < 0 || fsync(fd) != 0) {
+            const int err = errno;
+            if (fd >= 0) close(fd);
+            file_error(path_, "cannot sync directory %s after the rename (%s)", dir.c_str(), strerror(err));
+        }
+        close(fd);
+    }
+
     std::string path_, tmp_path_;
     FILE* fp_ = nullptr;
 };
+
+// A 64-bit fingerprint of a file's bytes, for telling whether two files are the same (not a cryptographic hash):
+// a run state records the one of the model file it pairs with. Never 0 (0 means "unknown" there).
+inline uint64_t file_hash64(const std::string& path) {
+    FILE* fp = fopen(path.c_str(), "rb");
+    if (!fp) file_error(path, "cannot open (%s)", strerror(errno));
+    auto mix = [](uint64_t x) {  // murmur3's finaliser
+        x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; return x ^ (x >> 33);
+    };
+    std::vector<unsigned char> buf(1 << 22);
+    uint64_t h = 0x9e3779b97f4a7c15ull, total = 0;
+    size_t got;
+    while ((got = fread(buf.data(), 1, buf.size(), fp)) > 0) {
+        for (size_t i = 0; i < got; i += 8) {
+            uint64_t w = 0;
+            memcpy(&w, buf.data() + i, std::min<size_t>(8, got - i));  // the last word zero-padded
+            h = (h ^ mix(w + total + i)) * 0x9fb21c651e98df25ull;
+        }
+        total += got;
+    }
+    const bool failed = ferror(fp) != 0;
+    fclose(fp);
+    if (failed) file_error(path, "read failed while fingerprinting (%s)", strerror(errno));
+    h = mix(h ^ total);
+    return h ? h : 1;
+}
 
 // Host allocation that exits with a clear message instead of returning null.
 inline void* malloc_or_die(size_t bytes, const char* what) {

@@ -43,6 +43,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     run_suite gpu-data make -s data DATA_MIRROR="$DATA_MIRROR"
     # checkpoint + resume must continue bit for bit (weights, optimizer state, data position, log, console)
     run_suite resume-bit-exact bash scripts/check_resume.sh
+    # runs never mix or lose checkpoints: -nk, a fresh run among another's, -ow 1, a mixed pair, stale temporaries
+    run_suite checkpoint-directory bash scripts/check_checkpoint_dir.sh
     # The d12 (124M) reference is made here, never committed: PyTorch pre-trains it 300 steps on Tiny
     # Shakespeare so activations and gradients are realistic, then writes the files test_gpt2cu reads.
     if python3 -c "import torch" 2>/dev/null; then

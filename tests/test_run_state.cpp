@@ -16,6 +16,8 @@ RunState sample_state(size_t optimizer_bytes) {
     s.T = 1024;
     s.num_processes = 2;
     s.grad_accum_steps = 4;
+    s.run_id = 0x0123456789abcdefull;
+    s.model_hash = 0xfedcba9876543210ull;
     Rng rng(77);
     for (int i = 0; i < 100; i++) rng.next_u64();
     s.sampler_rng = rng.get_state();
@@ -48,6 +50,12 @@ TEST(RunState, RoundTrip) {
         EXPECT_EQ(r.T, s.T);
         EXPECT_EQ(r.num_processes, s.num_processes);
         EXPECT_EQ(r.grad_accum_steps, s.grad_accum_steps);
+        EXPECT_EQ(r.run_id, s.run_id);
+        EXPECT_EQ(r.model_hash, s.model_hash);
+        const RunState h = read_run_state_header(path);
+        EXPECT_EQ(h.step, s.step);
+        EXPECT_EQ(h.run_id, s.run_id);
+        EXPECT_EQ(h.model_hash, s.model_hash);
         EXPECT_TRUE(same_bytes(&r.sampler_rng, &s.sampler_rng, sizeof(RngState)));
         EXPECT_TRUE(same_bytes(&r.train_loader, &s.train_loader, sizeof(DataLoaderState)));
         EXPECT_TRUE(same_bytes(&r.val_loader, &s.val_loader, sizeof(DataLoaderState)));
@@ -73,8 +81,35 @@ TEST(RunState, WrongMagicAndVersion) {
     copy_with_header_slot(good, bad_magic, 0, 20240326);
     EXPECT_FILE_ERROR([&] { read_run_state(bad_magic); }, bad_magic, "not a run-state file (magic 20240326");
     const std::string bad_version = scratch_path("version.bin");
-    copy_with_header_slot(good, bad_version, 1, 2);
-    EXPECT_FILE_ERROR([&] { read_run_state(bad_version); }, bad_version, "unsupported run-state version 2");
+    copy_with_header_slot(good, bad_version, 1, 3);
+    EXPECT_FILE_ERROR([&] { read_run_state(bad_version); }, bad_version, "unsupported run-state version 3 (expected 1 or 2)");
+}
+
+TEST(RunState, Version2NeedsRunIdAndModelHash) {
+    const std::string good = write_valid("good.bin");
+    const std::string no_id = scratch_path("no_id.bin");
+    copy_with_header_slot(good, no_id, 11, 0);
+    copy_with_header_slot(no_id, no_id, 12, 0);
+    EXPECT_FILE_ERROR([&] { read_run_state(no_id); }, no_id, "run id or model hash is 0");
+    const std::string no_hash = scratch_path("no_hash.bin");
+    copy_with_header_slot(good, no_hash, 13, 0);
+    copy_with_header_slot(no_hash, no_hash, 14, 0);
+    EXPECT_FILE_ERROR([&] { read_run_state(no_hash); }, no_hash, "run id or model hash is 0");
+}
+
+// Version 1 (before run ids and model hashes) still reads, with both unknown (0); its slots 11.. are reserved.
+TEST(RunState, Version1StillReads) {
+    const std::string good = write_valid("good.bin");
+    const std::string v1 = scratch_path("v1.bin");
+    copy_with_header_slot(good, v1, 1, 1);
+    for (int slot = 11; slot <= 14; slot++) copy_with_header_slot(v1, v1, slot, 0);
+    const RunState r = read_run_state(v1);
+    EXPECT_EQ(r.step, 1234);
+    EXPECT_EQ(r.run_id, 0u);
+    EXPECT_EQ(r.model_hash, 0u);
+    const std::string v1_reserved = scratch_path("v1_reserved.bin");
+    copy_with_header_slot(v1, v1_reserved, 12, 7);
+    EXPECT_FILE_ERROR([&] { read_run_state(v1_reserved); }, v1_reserved, "reserved field 12 is 7");
 }
 
 TEST(RunState, EveryHeaderFieldCorrupted) {
@@ -90,7 +125,7 @@ TEST(RunState, EveryHeaderFieldCorrupted) {
         {8, 7, "record sizes"},
         {9, 999, "implies"},          // optimizer size no longer matches the file length
         {10, 1, "implies"},
-        {11, 5, "reserved field 11 is 5"},
+        {15, 5, "reserved field 15 is 5"},
         {255, 1, "reserved field 255 is 1"},
     };
     for (const Case& c : cases) {

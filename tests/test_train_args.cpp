@@ -54,6 +54,7 @@ TEST(TrainArgs, DefaultsMatchLlmc) {
     EXPECT_EQ(a.checkpoint_every, 0);
     EXPECT_EQ(a.checkpoint_keep, 0);
     EXPECT_FALSE(a.resume);
+    EXPECT_FALSE(a.overwrite_output);
     EXPECT_EQ(a.recompute, 1);
     EXPECT_TRUE(a.tf32);
     EXPECT_TRUE(a.master_weights);
@@ -66,7 +67,7 @@ TEST(TrainArgs, EveryFlagIsParsed) {
     Parsed p = parse({"-i", "tr_*.bin", "-j", "va_*.bin", "-e", "d24", "-o", "out", "-tok", "tok.bin", "-b", "16",
                       "-t", "512", "-d", "524288", "-x", "100", "-k", "wsd", "-l", "6e-4", "-u", "10", "-q", "0.1",
                       "-c", "0.1", "-gc", "0.5", "-v", "25", "-m", "-1", "-s", "50", "-g", "32", "-st", "0.8", "-sk",
-                      "40", "-n", "10", "-nk", "2", "-y", "1", "-sh", "0", "-r", "2", "-f", "0", "-w", "0", "-ab", "flash", "-seed", "7", "-pn",
+                      "40", "-n", "10", "-nk", "2", "-y", "1", "-ow", "1", "-sh", "0", "-r", "2", "-f", "0", "-w", "0", "-ab", "flash", "-seed", "7", "-pn",
                       "2", "-pr", "1", "-pg", "4", "-pi", "fs", "-pf", "/shared"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     const TrainArgs& a = p.args;
@@ -94,6 +95,7 @@ TEST(TrainArgs, EveryFlagIsParsed) {
     EXPECT_EQ(a.checkpoint_every, 10);
     EXPECT_EQ(a.checkpoint_keep, 2);
     EXPECT_TRUE(a.resume);
+    EXPECT_TRUE(a.overwrite_output);
     EXPECT_EQ(a.recompute, 2);
     EXPECT_FALSE(a.tf32);
     EXPECT_FALSE(a.master_weights);
@@ -124,7 +126,7 @@ TEST(TrainArgs, HelpIsRecognisedAnywhere) {
     EXPECT_EQ(parse({"-b", "8", "--help"}).status, ParseStatus::Help);
     const std::string usage = train_usage("train_gpt2cu");
     for (const char* flag : {"-i ", "-j ", "-e ", "-o ", "-b ", "-t ", "-d ", "-x ", "-k ", "-l ", "-u ", "-q ", "-c ",
-                             "-v ", "-m ", "-s ", "-g ", "-st ", "-sk ", "-n ", "-nk ", "-y ", "-r ", "-f ", "-w ",
+                             "-v ", "-m ", "-s ", "-g ", "-st ", "-sk ", "-n ", "-nk ", "-y ", "-ow ", "-r ", "-f ", "-w ",
                              "-h, --help"}) {
         EXPECT_NE(usage.find(std::string("  ") + flag), std::string::npos) << "usage lacks " << flag;
     }
