@@ -1,5 +1,5 @@
-// Attention backend "materialized" (Step A of ../shared/design/attention.md): the T×T score and probability
-// matrices exist in device memory.
+// Attention backend "materialized", the direct one: the T×T score and probability matrices exist in device
+// memory, made and consumed by cuBLASLt GEMMs and a row-wise softmax.
 // Forward:  permute qkv (B,T,3,NH,HS) -> Q,K,V (B,NH,T,HS); S = Q·Kᵀ (one strided-batched GEMM over B·NH heads);
 //           P = softmax(scale·S) with the causal mask (saved for backward as `att`); Y = P·V (second GEMM);
 //           unpermute Y -> out (B,T,NH·HS).

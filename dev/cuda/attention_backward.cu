@@ -1,6 +1,6 @@
 // Causal self-attention backward: dqkv (B, T, 3, NH, HS) from dout (B, T, NH·HS), the input qkv and the
 // forward's out and LSE.
-//   1  materialised (Step A backward): the engine's backend, llmc/attention_materialized.cuh, built in fp32
+//   1  materialised: the engine's backend, llmc/attention_materialized.cuh, built in fp32
 //      (this directory builds with -DENABLE_FP32): dP = dO·Vᵀ, dV = Pᵀ·dO, softmax backward in place (a warp
 //      per row), dQ = dS·K, dK = dSᵀ·Q, all strided-batched cuBLASLt GEMMs; P comes from the engine's forward,
 //      run before and not timed, as training saves it; "block" = threads per block of its permute/softmax kernels
@@ -13,7 +13,7 @@
 // The benchmark also times forward + backward with the engine's flash kernels (variant 3), as PyTorch's
 // SDPA baseline does.
 // Build: make -C dev/cuda attention_backward     Run: ./attention_backward [-v 3] [-s "8,12,1024,64;..."]
-#include "common.h"
+#include "attention_common.h"
 #include "attention_flash_configs.cuh"
 #include "llmc/attention_materialized.cuh"
 #include "tests/reference/gpt2_cpu.h"

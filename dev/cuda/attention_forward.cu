@@ -1,11 +1,12 @@
 // Causal self-attention forward, from the CPU algorithm on the GPU to flash attention on bf16 tensor cores.
 // Input qkv (B, T, 3, NH, HS) as the QKV projection writes it; output (B, T, NH·HS); scale 1/sqrt(HS).
 //   1  naive: one thread per (b, t, h) query row, online softmax, fp32
-//   2  materialised (Step A): the engine's backend, llmc/attention_materialized.cuh, built in fp32 (this
-//      directory builds with -DENABLE_FP32): permute, cuBLASLt S = Q·Kᵀ, causal softmax with the scale folded in
-//      (a warp per row), cuBLASLt P·V, unpermute; "block" = threads per block of its permute/softmax kernels
-//   3  minimal flash (Step B): a block per (b, h), one thread per query row, O/m/l in device memory, fp32;
-//      made causal (tiles above the diagonal skipped, diagonal masked) and correct for any T
+//   2  materialised (S and P exist as T×T matrices): the engine's backend, llmc/attention_materialized.cuh, built
+//      in fp32 (this directory builds with -DENABLE_FP32): permute, cuBLASLt S = Q·Kᵀ, causal softmax with the
+//      scale folded in (a warp per row), cuBLASLt P·V, unpermute; "block" = threads per block of its
+//      permute/softmax kernels
+//   3  minimal flash (FlashAttention-1 loop order): a block per (b, h), one thread per query row, O/m/l in device
+//      memory, fp32; made causal (tiles above the diagonal skipped, diagonal masked) and correct for any T
 //   4  FlashAttention-2 loop order, fp32: a block per (query tile, b, h), a quad of threads per query row,
 //      K/V tiles in shared memory, m/l/O in registers, one normalisation at the end, LSE saved
 //   5  bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with): mma.sync m16n8k16, ldmatrix,
@@ -15,7 +16,7 @@
 // Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes before any is
 // benchmarked.
 // Build: make -C dev/cuda attention_forward     Run: ./attention_forward [-v 5] [-s "8,12,1024,64;..."]
-#include "common.h"
+#include "attention_common.h"
 #include "attention_flash_configs.cuh"
 #include "llmc/attention_materialized.cuh"
 #include "tests/reference/gpt2_cpu.h"
