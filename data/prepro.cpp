@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
         const size_t kChunk = 1 << 20;  // long documents are encoded in ~1 MB pieces in parallel
         for (size_t fi = 0; fi < files.size(); fi++) {
             const bool jsonl = o.jsonl || is_jsonl_path(files[fi]);
-            FileDocuments d = parse_documents(read_input_file(files[fi]), files[fi], jsonl, o.split_blank_lines, file_offset[fi]);
+            FileDocuments d = parse_documents(read_file_bytes(files[fi]), files[fi], jsonl, o.split_blank_lines, file_offset[fi]);
             // Work items: (document, chunk) in order; a chunk boundary is a safe split point.
             struct Item { size_t doc; std::string_view text; bool doc_start; };
             std::vector<Item> items;

@@ -3,7 +3,7 @@
 // alone; every problem is a FileError naming the file (and the line, for JSONL).
 //
 //   std::vector<std::string> files = list_input_files("corpus/");          // sorted, regular files only
-//   FileDocuments d = parse_documents(read_input_file(files[0]), files[0], is_jsonl_path(files[0]), false, 0);
+//   FileDocuments d = parse_documents(read_file_bytes(files[0]), files[0], is_jsonl_path(files[0]), false, 0);
 //   for (const Document& doc : d.docs) use(d.text(doc));
 #pragma once
 
@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "data/read_file.h"
 #include "data/tokenizer/json_reader.h"
 #include "llmc/tokenizer_file.h"
 #include "llmc/utils.h"
@@ -148,10 +149,3 @@ inline FileDocuments parse_documents(std::string bytes, const std::string& path,
     return d;
 }
 
-// A whole input file's bytes.
-inline std::string read_input_file(const std::string& path) {
-    InputFile in(path);
-    std::string s((size_t)in.size(), '\0');
-    if (!s.empty()) in.read(&s[0], s.size(), "the text");
-    return s;
-}

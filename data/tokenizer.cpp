@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "data/read_file.h"
 #include "data/tokenizer/bpe.h"
 #include "data/tokenizer/sha256.h"
 #include "llmc/tokenizer_file.h"
@@ -112,18 +113,7 @@ static Options parse_args(int argc, char** argv) {
 }
 
 static std::string read_input(const std::vector<std::string>& files) {
-    std::string data;
-    if (files.empty()) {
-        char buf[1 << 16];
-        size_t got;
-        while ((got = fread(buf, 1, sizeof(buf), stdin)) > 0) data.append(buf, got);
-        if (ferror(stdin)) throw FileError("<stdin>: read failed");
-        return data;
-    }
-    InputFile in(files[0]);
-    data.resize((size_t)in.size());
-    if (!data.empty()) in.read(&data[0], data.size(), "the input");
-    return data;
+    return files.empty() ? read_stdin_bytes() : read_file_bytes(files[0]);
 }
 
 static void write_stdout(const std::string& s) {

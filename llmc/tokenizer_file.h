@@ -45,36 +45,35 @@ inline TokenizerFile read_tokenizer_file(const std::string& path) {
         file_error(path, "bad tokenizer header: eot token %u (version %u) is not below vocab_size %u", eot, h[1],
                    vocab_size);
     }
-    // Each token takes at least 2 bytes; checking that first bounds what we allocate by the file's size.
+    // Each token takes at least 2 bytes; checking that first bounds the token count by the file's size.
+    // The tokens are then read one by one (the file is buffered), so memory follows the bytes actually
+    // read: a sparse or padded file of terabytes fails at its first zero length, not in an allocation.
     const int64_t body = in.size() - kFileHeaderBytes;
     if (body < 2 * (int64_t)vocab_size) {
         file_error(path, "truncated: %lld bytes after the header cannot hold %u tokens (at least 2 bytes each)",
                    (long long)body, vocab_size);
     }
-    std::vector<unsigned char> buf((size_t)body);
-    in.read(buf.data(), buf.size(), "tokens");
     TokenizerFile t;
     t.eot_token = (int)eot;
-    t.tokens.resize(vocab_size);
-    size_t at = 0;
+    t.tokens.reserve(vocab_size);
+    int64_t at = 0;  // bytes of the body read
     for (uint32_t id = 0; id < vocab_size; id++) {
-        if (at >= buf.size()) {
-            file_error(path, "truncated: ends before the length of token %u of %u", id, vocab_size);
-        }
-        const size_t len = buf[at];
-        if (len == 0) {
-            file_error(path, "token %u has length 0 (at byte %lld)", id, (long long)(kFileHeaderBytes + at));
-        }
+        if (at >= body) file_error(path, "truncated: ends before the length of token %u of %u", id, vocab_size);
+        unsigned char len = 0;
+        in.read(&len, 1, "a token length");
+        if (len == 0) file_error(path, "token %u has length 0 (at byte %lld)", id, (long long)(kFileHeaderBytes + at));
         at++;
-        if (len > buf.size() - at) {
-            file_error(path, "truncated: token %u of %u needs %zu bytes, only %zu left", id, vocab_size, len,
-                       buf.size() - at);
+        if (len > body - at) {
+            file_error(path, "truncated: token %u of %u needs %u bytes, only %lld left", id, vocab_size, (unsigned)len,
+                       (long long)(body - at));
         }
-        t.tokens[id].assign((const char*)buf.data() + at, len);
+        std::string token(len, '\0');
+        in.read(&token[0], len, "a token");
+        t.tokens.push_back(std::move(token));
         at += len;
     }
-    if (at != buf.size()) {
-        file_error(path, "%zu trailing bytes after the last of %u tokens", buf.size() - at, vocab_size);
+    if (at != body) {
+        file_error(path, "%lld trailing bytes after the last of %u tokens", (long long)(body - at), vocab_size);
     }
     return t;
 }

@@ -4,6 +4,7 @@
 #include "tests/reference/debug_state.h"
 #include "llmc/rand.h"
 #include "tests/file_test_helpers.h"
+#include "tests/sparse_file.h"
 
 namespace {
 
@@ -162,4 +163,23 @@ TEST(DebugState, WriterValidatesSizes) {
     s.T = 17;
     EXPECT_FILE_ERROR([&] { write_debug_state(path, c, s); }, path, "cannot write debug state");
     EXPECT_FALSE(file_exists(path));
+}
+
+// A valid header in a sparse file of terabytes (B = 16384 rows of T = 1024 with GPT-2's vocabulary: 3.4 TB
+// of logits): one line naming the file and the size, not std::bad_alloc.
+TEST(DebugState, MoreDataThanMemory) {
+    GPT2Config c = debug_config();
+    c.max_seq_len = 1024;
+    c.vocab_size = 50257;
+    c.padded_vocab_size = 50304;
+    const int B = 16384, T = 1024;
+    int32_t h[256] = {20240327, 2, B, T};
+    const std::string path = scratch_path("huge_debug_state.bin");
+    const int64_t bytes = debug_state_bytes(c, B, T);
+    if (!make_sparse_file(path, h, sizeof(h), bytes)) GTEST_SKIP() << "no sparse files of 3.4 TB here";
+    char want[160];
+    snprintf(want, sizeof(want), "needs %lld bytes (%.1f GiB) for inputs, targets, logits and gradients, more than",
+             (long long)(bytes - 1024), (double)(bytes - 1024) / (1ull << 30));
+    EXPECT_FILE_ERROR([&] { read_debug_state(path, c); }, path, want);
+    remove(path.c_str());
 }

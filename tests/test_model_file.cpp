@@ -8,6 +8,7 @@
 #include "llmc/model_file.h"
 #include "llmc/rand.h"
 #include "tests/file_test_helpers.h"
+#include "tests/sparse_file.h"
 
 namespace {
 
@@ -292,4 +293,31 @@ TEST(ModelFile, AcceptsUnroundedPaddedVocab) {
     ModelFile m = read_model_file(path);
     EXPECT_EQ(m.config.padded_vocab_size, 60);
     EXPECT_EQ(m.params.size(), p.size());
+}
+
+// A valid header in a sparse file of terabytes asks for more memory than the machine has: the reader
+// says so in one line naming the file and the size (it used to throw std::bad_alloc, and test_gpt2
+// aborted). The header alone still reads, without allocating.
+TEST(ModelFile, MoreParametersThanMemory) {
+    GPT2Config c;
+    c.max_seq_len = 1024;
+    c.vocab_size = 50257;
+    c.padded_vocab_size = 50304;
+    c.num_heads = 1;
+    c.channels = 1 << 16;
+    for (c.num_layers = 1; model_file_bytes(c, ParamDtype::BF16) < kBeyondMemoryBytes; c.num_layers++) {}
+    const size_t n = gpt2_num_parameters(c);
+    for (ParamDtype d : {ParamDtype::FP32, ParamDtype::BF16}) {
+        int32_t h[256] = {20240326, d == ParamDtype::BF16 ? 5 : 3, c.max_seq_len, c.vocab_size, c.num_layers,
+                          c.num_heads, c.channels, c.padded_vocab_size};
+        const std::string path = scratch_path(std::string("huge_") + param_dtype_name(d) + ".bin");
+        if (!make_sparse_file(path, h, sizeof(h), model_file_bytes(c, d))) GTEST_SKIP() << "no sparse files of 4-9 TiB here";
+        EXPECT_EQ(read_model_header(path, nullptr).num_layers, c.num_layers);
+        // bf16 files are widened to fp32: 4 bytes per parameter either way.
+        char want[160];
+        snprintf(want, sizeof(want), "needs %zu bytes (%.1f GiB) for %zu parameters (as fp32), more than this machine's memory",
+                 n * 4, (double)(n * 4) / (1ull << 30), n);
+        EXPECT_FILE_ERROR([&] { read_model_file(path); }, path, want);
+        remove(path.c_str());
+    }
 }

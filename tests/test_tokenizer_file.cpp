@@ -3,6 +3,7 @@
 
 #include "llmc/tokenizer_file.h"
 #include "tests/file_test_helpers.h"
+#include "tests/sparse_file.h"
 
 namespace {
 
@@ -144,4 +145,19 @@ TEST(TokenizerFile, WriterRejectsWhatTheFormatCannotHold) {
 TEST(TokenizerFile, MissingFile) {
     std::string path = scratch_path("nope.bin");
     EXPECT_FILE_ERROR([&] { read_tokenizer_file(path); }, path, "cannot open");
+}
+
+// A valid header in a sparse file of terabytes: the reader stops at the first zero length (it used to
+// allocate the whole body first: std::bad_alloc, and 'tokenizer decode --bin' printed only that).
+TEST(TokenizerFile, SparseFileOfTerabytes) {
+    uint32_t h[256] = {20240328, 2, 50257, 50256};
+    const std::string path = scratch_path("huge_tokenizer.bin");
+    if (!make_sparse_file(path, h, sizeof(h), kBeyondMemoryBytes)) GTEST_SKIP() << "no sparse files of 4 TiB here";
+    EXPECT_FILE_ERROR([&] { read_tokenizer_file(path); }, path, "token 0 has length 0 (at byte 1024)");
+    // Valid tokens followed by a hole: the same, at the first token of the hole.
+    std::vector<unsigned char> b = raw_tokenizer(2, 50257, 50256, {"a", "bc"});
+    write_bytes(path, b);
+    ASSERT_EQ(truncate(path.c_str(), (off_t)kBeyondMemoryBytes), 0);
+    EXPECT_FILE_ERROR([&] { read_tokenizer_file(path); }, path, "token 2 has length 0 (at byte 1029)");
+    remove(path.c_str());
 }

@@ -163,6 +163,17 @@ if command -v python3 >/dev/null; then
 else echo "skip plot_loss.py (no python3)"; fi
 printf '{"text": "ok"}\n{"text": "bad\n' >"$TMP/bad.jsonl"
 expect_error "bad JSONL names file and line" "bad.jsonl: line 2: invalid JSON" "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/bad.jsonl"
+# Files whose size asks for more memory than there is (sparse, 4 TiB): one line naming the file and size.
+if truncate -s 4T "$TMP/huge.txt" 2>/dev/null; then
+    expect_error "encode a 4 TiB file" "huge.txt: needs 4398046511104 bytes (4096.0 GiB) for its contents, more than this machine's memory" \
+        "$TOK" encode --vocab-dir "$VOCAB" "$TMP/huge.txt"
+    expect_error "prepro a 4 TiB file" "huge.txt: needs 4398046511104 bytes (4096.0 GiB) for its contents, more than this machine's memory" \
+        "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/huge.txt"
+    "$TOK" export --vocab-dir "$VOCAB" -o "$TMP/huge_tok.bin" 2>/dev/null && truncate -s 1024 "$TMP/huge_tok.bin" && truncate -s 4T "$TMP/huge_tok.bin"
+    expect_error "decode --bin with a 4 TiB tokenizer file" "huge_tok.bin: token 0 has length 0 (at byte 1024)" \
+        bash -c "echo 1 | $TOK decode --bin '$TMP/huge_tok.bin'"
+    rm -f "$TMP/huge.txt" "$TMP/huge_tok.bin"
+else echo "skip files of 4 TiB (the file system cannot hold a sparse one)"; fi
 printf '{"text": "a", "text": "b"}\n{"text": "c"}\n' >"$TMP/dup.jsonl"
 expect_error "JSONL key given twice" "dup.jsonl: line 1: key \"text\" appears twice" "$PREPRO" --vocab-dir "$VOCAB" --val-fraction 0.5 -o "$TMP/x" "$TMP/dup.jsonl"
 printf '{"title": "no text"}\n' >"$TMP/notext.jsonl"

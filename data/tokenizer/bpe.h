@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "data/tokenizer/pretokenizer.h"
+#include "data/read_file.h"
 #include "data/tokenizer/json_reader.h"
 #include "llmc/tokenizer_file.h"
 #include "llmc/utils.h"
@@ -157,13 +158,6 @@ private:
     size_t pair_mask_ = 0;
     uint32_t unicode_to_byte_[512];  // inverse of gpt2_byte_to_unicode (all its code points are < 512)
 
-    static std::string read_whole_file(const std::string& path) {
-        InputFile in(path);
-        std::string s((size_t)in.size(), '\0');
-        if (!s.empty()) in.read(&s[0], s.size(), "the file");
-        return s;
-    }
-
     // Maps a vocabulary string (GPT-2's printable form) back to bytes; false if it has a code point
     // outside the byte map.
     bool to_bytes(const std::string& printable, std::string& out) const {
@@ -188,7 +182,7 @@ private:
         for (uint32_t& v : unicode_to_byte_) v = 0xFFFFFFFFu;
         for (int b = 0; b < 256; b++) unicode_to_byte_[b2u[b]] = (uint32_t)b;
 
-        std::string text = read_whole_file(path);
+        std::string text = read_file_bytes(path);
         std::vector<std::pair<std::string, int64_t>> entries;
         try {
             JsonCursor cur(text);
@@ -253,7 +247,7 @@ private:
     // to ids (from load_encoder_json). Lines may end in LF or CRLF; a UTF-8 byte order mark at the
     // start is skipped.
     void check_vocab_bpe(const std::string& path, const std::unordered_map<std::string, int>& index) {
-        std::string text = read_whole_file(path);
+        std::string text = read_file_bytes(path);
         size_t pos = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0, line_no = 0;
         int merges = 0;
         std::string left, right;

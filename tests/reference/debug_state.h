@@ -72,10 +72,12 @@ inline DebugState read_debug_state(const std::string& path, const GPT2Config& c)
                    in.size() < expected ? "truncated, or a different model" : "trailing bytes, or a different model");
     }
     const size_t BT = (size_t)s.B * s.T;
-    s.inputs.resize(BT);
-    s.targets.resize(BT);
-    s.logits.resize(BT * c.vocab_size);
-    s.grads.resize(gpt2_num_parameters(c));
+    allocate_for_file(path, (uint64_t)(expected - kFileHeaderBytes), "inputs, targets, logits and gradients", [&] {
+        s.inputs.resize(BT);
+        s.targets.resize(BT);
+        s.logits.resize(BT * c.vocab_size);
+        s.grads.resize(gpt2_num_parameters(c));
+    });
     in.read(s.inputs.data(), BT * sizeof(int), "inputs");
     in.read(s.targets.data(), BT * sizeof(int), "targets");
     in.read(s.logits.data(), s.logits.size() * sizeof(float), "logits");
