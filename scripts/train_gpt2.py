@@ -8,13 +8,17 @@ writes, for one batch of B x T tokens:
   <prefix>_model_bf16.bin   the same weights in bf16 (version 5, round to nearest even)
   <prefix>_debug_state.bin  inputs, targets, logits (B,T,V), mean loss, all parameter gradients
   <prefix>_trajectory.txt   the losses of `--steps` AdamW steps on that batch, with the optimizer settings
-All math is fp32 with TF32 off. Runs with PyTorch 1.13 (CPU) and 2.x (CPU or CUDA).
+  <prefix>_bf16_error.txt   what PyTorch itself gets in bf16 on this reference (all-bf16 and autocast): the
+                            yardstick for the engine's BF16 build (test_gpt2cu derives its bounds from it)
+All reference math is fp32 with TF32 off. Runs with PyTorch 1.13 (CPU) and 2.x (CPU or CUDA).
 
   tiny fixture:  scripts/make_fixture.sh
   124M (d12):    python3 scripts/train_gpt2.py --preset d12 -b 4 -t 64 -o ref/d12 \
                      [--pretrain-steps 300 --pretrain-data <20240520 token shard>]
 """
 import argparse
+import contextlib
+import copy
 import math
 import os
 import sys
@@ -31,7 +35,10 @@ MODEL_MAGIC, MODEL_V_FP32, MODEL_V_BF16 = 20240326, 3, 5
 DEBUG_MAGIC, DEBUG_VERSION = 20240327, 2
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 TRAJECTORY_VERSION = 1
+BF16_ERROR_VERSION = 1
 HEADER_INTS = 256
+TENSOR_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
+                "fcprojw", "fcprojb", "lnfw", "lnfb"]
 
 
 # ----------------------------------------------------------------------------------------------- model
@@ -152,6 +159,23 @@ class GPT(nn.Module):
         return [t.contiguous().numpy().astype(np.float32) for t in tensors]
 
 
+    def load_table_tensors(self, tensors):
+        """Sets the parameters from the 16 checkpoint-order tensors (the inverse of table_tensors)."""
+        with torch.no_grad():
+            def put(p, t):
+                p.copy_(torch.as_tensor(np.ascontiguousarray(t)).reshape(p.shape).to(p.dtype))
+            put(self.wte.weight, tensors[0][: self.V])
+            put(self.wpe.weight, tensors[1])
+            for l, b in enumerate(self.h):
+                for p, t in zip([b.ln_1.weight, b.ln_1.bias, b.attn.c_attn.weight, b.attn.c_attn.bias,
+                                 b.attn.c_proj.weight, b.attn.c_proj.bias, b.ln_2.weight, b.ln_2.bias,
+                                 b.mlp.c_fc.weight, b.mlp.c_fc.bias, b.mlp.c_proj.weight, b.mlp.c_proj.bias],
+                                tensors[2:14]):
+                    put(p, t[l])
+            put(self.ln_f.weight, tensors[14])
+            put(self.ln_f.bias, tensors[15])
+
+
 def padded_vocab(V):
     return (V + 127) // 128 * 128
 
@@ -228,6 +252,73 @@ def write_trajectory(path, args, losses):
     for key in ("lr", "beta1", "beta2", "eps", "weight_decay"):
         lines.append(f"{key} {float(np.float32(getattr(args, key))):.9g}")
     lines += [f"loss {i} {float(np.float32(v)):.9g}" for i, v in enumerate(losses)]
+    atomic_write(path, [("\n".join(lines) + "\n").encode()])
+
+
+def rel_l2(out, ref):
+    out, ref = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    ref_norm = np.linalg.norm(ref)
+    err = np.linalg.norm(out - ref)
+    return float(err / ref_norm) if ref_norm > 0 else float(err)
+
+
+def bf16_errors(model, x, y, ref_logits, ref_loss, ref_grads, opt_settings, ref_losses):
+    """PyTorch's own error in bf16 on this reference, against its fp32 values, two ways:
+    all_bf16: weights, activations and AdamW all in bf16 (model.to(bfloat16));
+    autocast: fp32 weights and AdamW, matmuls in bf16 (torch.autocast).
+    `model` holds the reference weights (fp32) and is not changed. Returns {mode: {logits, loss, grads, trajectory}}."""
+    device = next(model.parameters()).device
+    out = {}
+    for mode in ("all_bf16", "autocast"):
+        def fresh():
+            m = copy.deepcopy(model)
+            return m.to(torch.bfloat16) if mode == "all_bf16" else m
+
+        def context():
+            if mode == "autocast":
+                return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+            return contextlib.nullcontext()
+
+        m = fresh()
+        m.zero_grad(set_to_none=True)
+        with context():
+            logits, loss = m(x, y)
+        loss.backward()
+        grads = m.table_tensors(grads=True)
+        r = {"logits": rel_l2(logits.detach().float().cpu().numpy(), ref_logits),
+             "loss": abs(loss.item() - ref_loss),
+             "grads": [rel_l2(g, ref) for g, ref in zip(grads, ref_grads)]}
+        m = fresh()
+        opt = make_adamw(m, *opt_settings)
+        losses = []
+        for _ in ref_losses:
+            opt.zero_grad(set_to_none=True)
+            with context():
+                _, loss = m(x, y)
+            loss.backward()
+            losses.append(loss.item())
+            opt.step()
+        r["trajectory"] = [abs(l - ref) for l, ref in zip(losses, ref_losses)]
+        out[mode] = r
+    return out
+
+
+def write_bf16_error(path, errors, device, writer="scripts/train_gpt2.py"):
+    a, c = errors["all_bf16"], errors["autocast"]
+    lines = [
+        "# PyTorch's own error in bf16 on this reference, against the reference's fp32 values: rel-L2 for the",
+        "# logits and each gradient, |difference| for the loss and each trajectory loss. Two columns, two ways of",
+        "# running bf16: all_bf16 (weights, activations and AdamW in bf16) and autocast (fp32 weights and AdamW,",
+        "# bf16 matmuls). test_gpt2cu's BF16 bounds are a factor of the larger of the two (tests/reference/bf16_error.h).",
+        f"# written by {writer} (PyTorch {torch.__version__}, device {device})",
+        f"gpt2_bf16_error {BF16_ERROR_VERSION}",
+        f"steps {len(a['trajectory'])}",
+        f"logits_rel_l2 {a['logits']:.6e} {c['logits']:.6e}",
+        f"loss_abs {a['loss']:.6e} {c['loss']:.6e}",
+    ]
+    lines += [f"grad_rel_l2 {n} {ga:.6e} {gc:.6e}" for n, ga, gc in zip(TENSOR_NAMES, a["grads"], c["grads"])]
+    lines += [f"trajectory_abs {i} {ta:.6e} {tc:.6e}"
+              for i, (ta, tc) in enumerate(zip(a["trajectory"], c["trajectory"]))]
     atomic_write(path, [("\n".join(lines) + "\n").encode()])
 
 
@@ -380,6 +471,9 @@ def main():
     write_model(out + "_model_bf16.bin", model, bf16=True)
     write_debug_state(out + "_debug_state.bin", model, x, y, logits, loss.item())
     print(f"reference batch loss {loss.item():.6f}")
+    reference = copy.deepcopy(model)  # the weights the trajectory and the bf16 comparison start from
+    ref_logits, ref_loss = logits.detach().cpu().numpy(), loss.item()
+    ref_grads = model.table_tensors(grads=True)
 
     # trajectory: fresh AdamW state, `steps` steps on the same batch
     opt = make_adamw(model, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay)
@@ -392,7 +486,14 @@ def main():
         opt.step()
         print(f"trajectory step {step}: loss {losses[-1]:.6f}")
     write_trajectory(out + "_trajectory.txt", args, losses)
-    for suffix in ("_model.bin", "_model_bf16.bin", "_debug_state.bin", "_trajectory.txt"):
+    # the losses as the file holds them (fp32), so a reference read back from disk gives the same record
+    losses32 = [float(np.float32(v)) for v in losses]
+    settings = [float(np.float32(getattr(args, k))) for k in ("lr", "beta1", "beta2", "eps", "weight_decay")]
+    errors = bf16_errors(reference, x, y, ref_logits, ref_loss, ref_grads, settings, losses32)
+    write_bf16_error(out + "_bf16_error.txt", errors, args.device)
+    print(f"PyTorch bf16 error: logits rel-L2 {errors['all_bf16']['logits']:.3e} (all-bf16), "
+          f"{errors['autocast']['logits']:.3e} (autocast)")
+    for suffix in ("_model.bin", "_model_bf16.bin", "_debug_state.bin", "_trajectory.txt", "_bf16_error.txt"):
         print(f"wrote {out + suffix} ({os.path.getsize(out + suffix)} bytes)")
 
 
