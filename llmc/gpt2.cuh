@@ -175,8 +175,11 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     }
     m->memory.assign(mem::Count, nullptr);
     char* at = (char*)m->device_block;
+    const bool print_map = getenv("LLMC_PRINT_MEMORY_MAP") != nullptr;  // to read sanitizer reports' addresses
     for (int i = 0; i < mem::Count; i++) {
         m->memory[i] = m->memory_table[i].elems ? at : nullptr;
+        if (print_map) printf("memory map: %p .. %p  %s\n", (void*)at, (void*)(at + m->memory_table[i].bytes()),
+                              m->memory_table[i].name.c_str());
         at += m->memory_table[i].bytes();
     }
     m->encoder_scratch = encoder_backward_scratch_at(m->memory[mem::EncoderScratch], B * T, c.vocab_size);

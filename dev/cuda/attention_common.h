@@ -73,17 +73,18 @@ struct Options {
     std::vector<AttentionShape> shapes; // benchmark shapes
     int repeats = 50;
     bool validate_only = false;
+    bool small_checks = false;          // -cs: validate at the small shapes only (for compute-sanitizer runs)
 };
 
 inline void usage_and_exit(const char* prog, const char* variants_help, const char* problem) {
     if (problem) fprintf(stderr, "error: %s\n", problem);
     fprintf(stderr,
-            "usage: %s [V] [-v V[,V...]] [-k block] [-s \"B,NH,T,HS;...\"] [-b B -n NH -t T -d HS] [-r repeats] [-c]\n"
+            "usage: %s [V] [-v V[,V...]] [-k block] [-s \"B,NH,T,HS;...\"] [-b B -n NH -t T -d HS] [-r repeats] [-c|-cs]\n"
             "  validates every variant at a fixed list of shapes, then benchmarks the chosen variants\n"
             "  V, -v  variants to benchmark (default: all at the first shape, the bf16 flash variant at every shape): %s\n"
             "  -k  block size (default: sweep)      -s  benchmark shapes (default 8,12,1024,64)\n"
             "  -b -n -t -d  one benchmark shape     -r  timed repeats (default 50)\n"
-            "  -c  check only (validate, no benchmark)\n",
+            "  -c  check only (validate, no benchmark)   -cs  check only, at the three smallest shapes (sanitizers)\n",
             prog, variants_help);
     exit(problem ? EXIT_FAILURE : EXIT_SUCCESS);
 }
@@ -96,6 +97,7 @@ inline Options parse_options(int argc, char** argv, const char* variants_help) {
         std::string a = argv[i];
         if (a == "-h" || a == "--help") usage_and_exit(argv[0], variants_help, nullptr);
         if (a == "-c") { o.validate_only = true; continue; }
+        if (a == "-cs") { o.validate_only = o.small_checks = true; continue; }
         if (!a.empty() && a[0] != '-') {  // llm.c style: a bare number picks the variant (`./attention_forward 4`)
             const int x = positive_int(a);
             if (x < 1) usage_and_exit(argv[0], variants_help, ("expected a variant number, got " + a).c_str());
@@ -165,9 +167,10 @@ template <typename Variant>
 int run_attention_program(int argc, char** argv, const AttentionProgram<Variant>& prog) {
     const Options opt = parse_options(argc, argv, prog.variants_help);
     print_device();
-    const std::vector<AttentionShape> checks = {
+    std::vector<AttentionShape> checks = {
         {2, 3, 1, 64}, {2, 4, 77, 64}, {1, 2, 333, 128}, {16, 12, 130, 64}, {1, 1, 1024, 64}, {2, 2, 515, 128},
     };
+    if (opt.small_checks) checks.resize(3);  // still T = 1, a T no tile divides, and both head sizes
     int failures = 0, total = 0;
     printf("validation against the fp64 CPU reference (fp32 variants: rel-L2 <= 1e-5; bf16: <= 5e-3)\n");
     for (const AttentionShape& s : checks)
