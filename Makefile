@@ -78,7 +78,8 @@ tokenizer: data/tokenizer.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
 data/prepro: data/prepro.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
-# Tiny Shakespeare: tokenizer files + text (online, else from DATA_MIRROR) -> gpt2_tokenizer.bin + shards.
+# Every data file the tests and the Tiny Shakespeare run read (online, else from DATA_MIRROR; SHA-256 checked)
+# into data/cache, then gpt2_tokenizer.bin + the Tiny Shakespeare shards. The tests read DATA_MIRROR, else data/cache.
 data: tokenizer data/prepro
 	DATA_MIRROR=$(DATA_MIRROR) bash scripts/prepare_tinyshakespeare.sh
 .PHONY: data

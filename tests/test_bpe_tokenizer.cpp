@@ -2,7 +2,7 @@
 // Expected ids below were produced by tiktoken (Rust core, via its WASM build 1.0.22, loading the
 // same encoder.json/vocab.bpe with the gpt2 pattern; re-checked with Python tiktoken by
 // scripts/bench_tokenizer.sh). Whole files are checked by token count and the SHA-256 of the ids
-// written as little-endian uint32. Reads the vocabulary from $DATA_MIRROR/gpt2.
+// written as little-endian uint32. Reads the vocabulary and texts from $DATA_MIRROR, else data/cache.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -17,14 +17,50 @@
 
 namespace {
 
+// The test data, by the rule tests/test_tokenizer_tools.sh uses too: $DATA_MIRROR (default
+// ../shared/data) if it holds every file below, else data/cache (what `make data` downloads).
+const char* const kDataFiles[] = {"gpt2/encoder.json", "gpt2/vocab.bpe", "tinyshakespeare/input.txt", "alice/pg11.txt",
+                                  "alice/pg11_lf.txt"};
+
 std::string data_mirror() {
     const char* d = getenv("DATA_MIRROR");
     return d && *d ? d : "../shared/data";
 }
 
+std::string find_data_root(const std::vector<std::string>& candidates) {
+    for (const std::string& root : candidates) {
+        bool all = true;
+        for (const char* f : kDataFiles) all = all && std::ifstream(root + "/" + f).good();
+        if (all) return root;
+    }
+    return "";
+}
+
+// One line: which files are missing and how to get them.
+std::string missing_data_message(const std::string& mirror) {
+    std::string missing;
+    for (const char* f : kDataFiles) {
+        if (!std::ifstream(mirror + "/" + f).good()) missing += (missing.empty() ? "" : " ") + std::string(f);
+    }
+    return "test data missing: " + missing + " (not in DATA_MIRROR=" + mirror +
+           " nor data/cache): run 'make data' (downloads it) or set DATA_MIRROR=DIR to a copy holding gpt2/, "
+           "tinyshakespeare/, alice/";
+}
+
+const std::string& data_root() {
+    static const std::string root = find_data_root({data_mirror(), "data/cache"});
+    return root;
+}
+
+// The first line of every test that reads the data: without the data it fails, saying so in one line.
+#define REQUIRE_TEST_DATA()                                                            \
+    do {                                                                               \
+        if (data_root().empty()) GTEST_FAIL() << missing_data_message(data_mirror()); \
+    } while (0)
+
 const BPETokenizer& gpt2() {
     static std::unique_ptr<BPETokenizer> tok;
-    if (!tok) tok = std::make_unique<BPETokenizer>(BPETokenizer::load(data_mirror() + "/gpt2"));
+    if (!tok) tok = std::make_unique<BPETokenizer>(BPETokenizer::load(data_root() + "/gpt2"));
     return *tok;
 }
 
@@ -121,7 +157,8 @@ std::vector<int> encode(const std::string& text) {
 }  // namespace
 
 TEST(BPETokenizer, LoadsGPT2Vocabulary) {
-    ASSERT_NO_THROW(gpt2()) << "vocabulary expected at " << data_mirror() << "/gpt2 (set DATA_MIRROR)";
+    REQUIRE_TEST_DATA();
+    ASSERT_NO_THROW(gpt2()) << "vocabulary expected at " << data_root() << "/gpt2";
     EXPECT_EQ(gpt2().vocab_size(), 50257);
     EXPECT_EQ(gpt2().eot_token(), 50256);
     EXPECT_EQ(gpt2().tokens()[50256], "<|endoftext|>");
@@ -130,6 +167,7 @@ TEST(BPETokenizer, LoadsGPT2Vocabulary) {
 }
 
 TEST(BPETokenizer, IdsMatchTiktoken) {
+    REQUIRE_TEST_DATA();
     for (const IdCase& c : tiktoken_cases()) {
         std::vector<int> got = encode(c.text);
         EXPECT_EQ(got, c.ids) << "case " << c.name;
@@ -138,6 +176,7 @@ TEST(BPETokenizer, IdsMatchTiktoken) {
 }
 
 TEST(BPETokenizer, CacheGivesSameIdsOnRepeat) {
+    REQUIRE_TEST_DATA();
     BPEEncoder enc(gpt2());
     for (int round = 0; round < 3; round++) {
         for (const IdCase& c : tiktoken_cases()) {
@@ -149,6 +188,7 @@ TEST(BPETokenizer, CacheGivesSameIdsOnRepeat) {
 }
 
 TEST(BPETokenizer, EndOfTextOnlyWhenAllowed) {
+    REQUIRE_TEST_DATA();
     const std::string text = "text <|endoftext|> more<|endoftext|>";
     BPEEncoder enc(gpt2());
     std::vector<int> special;
@@ -161,6 +201,7 @@ TEST(BPETokenizer, EndOfTextOnlyWhenAllowed) {
 }
 
 TEST(BPETokenizer, EmptyText) {
+    REQUIRE_TEST_DATA();
     EXPECT_TRUE(encode("").empty());
     EXPECT_EQ(gpt2().decode(nullptr, 0), "");
 }
@@ -169,6 +210,7 @@ TEST(BPETokenizer, EmptyText) {
 // class (neither letter, number nor space), so nothing is lost. tiktoken 0.14.0's
 // CoreBPE._encode_bytes returns these same ids for all six inputs (scripts/bench_tokenizer.py).
 TEST(BPETokenizer, InvalidUtf8HasDefinedIds) {
+    REQUIRE_TEST_DATA();
     const int b_ff = 187, b_fe = 186, b_c3 = 127, b_80 = gpt2().byte_token(0x80);
     EXPECT_EQ(encode(std::string("\xff", 1)), (std::vector<int>{b_ff}));
     EXPECT_EQ(encode(std::string("hello \xff\xfe", 8)), (std::vector<int>{31373, 220, b_ff, b_fe}));
@@ -181,6 +223,7 @@ TEST(BPETokenizer, InvalidUtf8HasDefinedIds) {
 }
 
 TEST(BPETokenizer, RandomBytesRoundTrip) {
+    REQUIRE_TEST_DATA();
     // Binary garbage (NULs, invalid UTF-8, stray continuation bytes, mixed with text): ids in range
     // and decode(encode(x)) == x.
     Rng rng(1234);
@@ -199,6 +242,7 @@ TEST(BPETokenizer, RandomBytesRoundTrip) {
 }
 
 TEST(BPETokenizer, DecodeRejectsOutOfRangeIds) {
+    REQUIRE_TEST_DATA();
     std::vector<int> bad = {15496, 50257};
     EXPECT_THROW(gpt2().decode(bad.data(), bad.size()), std::out_of_range);
     bad = {-1};
@@ -214,13 +258,14 @@ struct WholeFile {
 }  // namespace
 
 TEST(BPETokenizer, WholeFilesMatchTiktoken) {
+    REQUIRE_TEST_DATA();
     const WholeFile files[] = {
         {"tinyshakespeare/input.txt", 338025, "0c00ab83dc7f46665805762aa7688fb7852f03f28c4a5d84061871e85ea7c815"},
         {"alice/pg11.txt", 43052, "d5f1f311761a3451617dac06bc40589814fab2ca58ed12c9b55177a11abcc8bf"},  // CRLF
         {"alice/pg11_lf.txt", 39638, "9721b273f9d20a797e7b0994c84ce3a1200a8b7276686f60ba1dfb5ead8b854d"},
     };
     for (const WholeFile& f : files) {
-        std::string text = read_file(data_mirror() + "/" + f.path);
+        std::string text = read_file(data_root() + "/" + f.path);
         std::vector<int> ids = encode(text);
         EXPECT_EQ(ids.size(), f.tokens) << f.path;
         EXPECT_EQ(sha256_of_ids_le32(ids.data(), ids.size()), f.sha256_le32) << f.path;
@@ -241,8 +286,9 @@ TEST(BPETokenizer, MissingVocabularyIsAClearError) {
 }
 
 TEST(BPETokenizer, CorruptVocabularyIsAClearError) {
-    const std::string good_json = read_file(data_mirror() + "/gpt2/encoder.json");
-    const std::string good_bpe = read_file(data_mirror() + "/gpt2/vocab.bpe");
+    REQUIRE_TEST_DATA();
+    const std::string good_json = read_file(data_root() + "/gpt2/encoder.json");
+    const std::string good_bpe = read_file(data_root() + "/gpt2/vocab.bpe");
     const std::string json = temp_path("encoder.json"), bpe = temp_path("vocab.bpe");
     auto expect_error = [&](const std::string& json_text, const std::string& bpe_text, const std::string& path,
                             const std::string& what) {
@@ -292,8 +338,9 @@ TEST(BPETokenizer, CorruptVocabularyIsAClearError) {
 // Files saved by Windows editors: CRLF line ends in vocab.bpe, a UTF-8 byte order mark at the start of
 // either file. They load, and give the same tokenizer.
 TEST(BPETokenizer, VocabularyWithCrlfOrByteOrderMarkLoads) {
-    const std::string good_json = read_file(data_mirror() + "/gpt2/encoder.json");
-    const std::string good_bpe = read_file(data_mirror() + "/gpt2/vocab.bpe");
+    REQUIRE_TEST_DATA();
+    const std::string good_json = read_file(data_root() + "/gpt2/encoder.json");
+    const std::string good_bpe = read_file(data_root() + "/gpt2/vocab.bpe");
     std::string crlf_bpe;
     for (char c : good_bpe) {
         if (c == '\n') crlf_bpe += '\r';
@@ -317,4 +364,16 @@ TEST(BPETokenizer, VocabularyWithCrlfOrByteOrderMarkLoads) {
     }
     remove(json.c_str());
     remove(bpe.c_str());
+}
+
+// Without the data (no mirror, no `make data`), the tests fail with one line that names the missing
+// files and both ways to get them (they used to fail with a stream of 'cannot open' exceptions).
+TEST(BPETokenizer, MissingTestDataIsOneClearLine) {
+    EXPECT_EQ(find_data_root({"/nonexistent", "/nonexistent/cache"}), "");
+    const std::string msg = missing_data_message("/nonexistent");
+    EXPECT_EQ(msg, "test data missing: gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt "
+                   "alice/pg11_lf.txt (not in DATA_MIRROR=/nonexistent nor data/cache): run 'make data' (downloads it) "
+                   "or set DATA_MIRROR=DIR to a copy holding gpt2/, tinyshakespeare/, alice/");
+    REQUIRE_TEST_DATA();
+    EXPECT_EQ(find_data_root({"/nonexistent", data_root()}), data_root());
 }

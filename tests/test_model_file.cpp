@@ -300,11 +300,9 @@ TEST(ModelFile, AcceptsUnroundedPaddedVocab) {
 // aborted). The header alone still reads, without allocating.
 TEST(ModelFile, MoreParametersThanMemory) {
     GPT2Config c;
-    c.max_seq_len = 1024;
-    c.vocab_size = 50257;
-    c.padded_vocab_size = 50304;
+    ASSERT_TRUE(gpt2_preset("d12", &c));
+    c.channels = 1 << 16;  // the widest a header may be, and enough layers for 4 TiB in bf16
     c.num_heads = 1;
-    c.channels = 1 << 16;
     for (c.num_layers = 1; model_file_bytes(c, ParamDtype::BF16) < kBeyondMemoryBytes; c.num_layers++) {}
     const size_t n = gpt2_num_parameters(c);
     for (ParamDtype d : {ParamDtype::FP32, ParamDtype::BF16}) {

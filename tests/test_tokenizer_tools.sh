@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end checks of ./tokenizer and ./data/prepro on the data mirror: round trips (text, CRLF,
+# End-to-end checks of ./tokenizer and ./data/prepro on the data mirror (or data/cache): round trips (text, CRLF,
 # binary garbage, empty file), clear errors (missing vocabulary, bad ids, bad JSONL, empty input),
 # Tiny Shakespeare shards byte-identical to llm.c's tinyshakespeare.py run with tiktoken (SHA-256
 # below), thread-count independence. Prints one line per check; exit 1 if any failed.
@@ -11,10 +11,24 @@
 set -u
 set -o pipefail
 cd "$(dirname "$0")/.."
+# The data: $DATA_MIRROR (default ../shared/data) if it holds every file below, else data/cache (what
+# `make data` downloads). Without either: one line saying what is missing and how to get it, and fail.
 DATA_MIRROR=${DATA_MIRROR:-../shared/data}
-VOCAB=$DATA_MIRROR/gpt2
-SHAKESPEARE=$DATA_MIRROR/tinyshakespeare/input.txt
-ALICE=$DATA_MIRROR/alice/pg11.txt
+TEST_DATA_CACHE=${TEST_DATA_CACHE:-data/cache}  # (only the check of this message points it elsewhere)
+NEEDED="gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt"
+DATA=
+for root in "$DATA_MIRROR" "$TEST_DATA_CACHE"; do
+    missing=$(for f in $NEEDED; do [ -f "$root/$f" ] || echo "$f"; done)
+    [ -z "$missing" ] && { DATA=$(cd "$root" && pwd); break; }
+done
+if [ -z "$DATA" ]; then
+    missing=$(for f in $NEEDED; do [ -f "$DATA_MIRROR/$f" ] || printf '%s ' "$f"; done)
+    echo "error: test data missing: ${missing% } (not in DATA_MIRROR=$DATA_MIRROR nor data/cache): run 'make data' (downloads it) or set DATA_MIRROR=DIR to a copy holding gpt2/, tinyshakespeare/, alice/"
+    exit 1
+fi
+VOCAB=$DATA/gpt2
+SHAKESPEARE=$DATA/tinyshakespeare/input.txt
+ALICE=$DATA/alice/pg11.txt
 TOK=./tokenizer
 PREPRO=./data/prepro
 TMP=$(mktemp -d)
@@ -73,7 +87,7 @@ c_prepro_threads() (
     for j in 1 4; do
         o=$([ $j = 1 ] && echo a || echo b)
         "$PREPRO" --vocab-dir "$VOCAB" --split-blank-lines --val-fraction 0.1 --shard-tokens 100000 -j $j -o "$TMP/$o" \
-            "$SHAKESPEARE" "$DATA_MIRROR/alice" 2>/dev/null || exit 1
+            "$SHAKESPEARE" "$DATA/alice" 2>/dev/null || exit 1
     done
     cd "$TMP" && [ -f a_val_000000.bin ] && [ "$(ls a_train_*.bin | wc -l)" -ge 3 ] &&
         [ "$(ls b_*.bin | wc -l)" = "$(ls a_*.bin | wc -l)" ] || exit 1
@@ -106,7 +120,7 @@ c_jsonl() {
 c_prepro_default_prefix() (
     prepro=$(cd "$(dirname "$PREPRO")" && pwd)/$(basename "$PREPRO")
     rm -rf "$TMP/cwd" && mkdir "$TMP/cwd" && cd "$TMP/cwd" &&
-        "$prepro" --vocab-dir "$OLDPWD/$VOCAB" "$OLDPWD/$SHAKESPEARE" 2>/dev/null &&
+        "$prepro" --vocab-dir "$VOCAB" "$SHAKESPEARE" 2>/dev/null &&
         [ -s data/out/data_train_000000.bin ] && [ "$(ls data/out)" = data_train_000000.bin ]
 )
 c_prepro_rerun_replaces_shards() (
@@ -187,6 +201,14 @@ check "empty train split writes nothing" test ! -e "$TMP/all_val"
 expect_error "--val-tokens out of range" "error: --val-tokens: 99999999999999999999 is out of range (0 to 9223372036854775807)" \
     "$PREPRO" --vocab-dir "$VOCAB" --val-tokens 99999999999999999999 -o "$TMP/x" "$SHAKESPEARE"
 expect_error "prepro missing vocabulary" "/nonexistent/encoder.json: cannot open" "$PREPRO" --vocab-dir /nonexistent -o "$TMP/x" "$TMP/empty.txt"
+
+# Without the data, this suite (and the unit tests) says what is missing in one line, and fails.
+c_no_data_is_one_line() {
+    DATA_MIRROR="$TMP/no_mirror" TEST_DATA_CACHE="$TMP/no_cache" bash tests/test_tokenizer_tools.sh >"$TMP/nodata.out" 2>&1
+    [ $? = 1 ] && [ "$(wc -l <"$TMP/nodata.out")" = 1 ] &&
+        grep -qF "error: test data missing: gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt (not in DATA_MIRROR=$TMP/no_mirror nor data/cache): run 'make data'" "$TMP/nodata.out"
+}
+check "no test data: one line saying what is missing and how to get it, and exit 1" c_no_data_is_one_line
 
 # ---- self-check: every check above must fail when the tools are broken. Stand-ins for ./tokenizer
 # and ./data/prepro that exit 1, and that exit 0 writing nothing (the "empty == empty" trap); the
