@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${OUTDIR:-out_tinyshakespeare}; STEPS=${STEPS:-300}
-[ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make data
-[ -x ./train_gpt2cu ] || make train_gpt2cu
+# Always ask make: it rebuilds train_gpt2cu when its sources changed (a binary that merely exists may be
+# stale), and `make data` re-checks the inputs' SHA-256 and remakes the shards with the current prepro.
+make -s data
+make -s train_gpt2cu
 mkdir -p "$OUTDIR"
 ./train_gpt2cu -e d12 -i data/tinyshakespeare/tiny_shakespeare_train.bin -j data/tinyshakespeare/tiny_shakespeare_val.bin \
     -o "$OUTDIR" -b 8 -t 512 -x "$STEPS" -k cosine -l 6e-4 -u 20 -q 0.1 -c 0.1 -v 25 -m -1 -s "$STEPS" -g 128 -sk 40 \

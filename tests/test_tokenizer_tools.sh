@@ -210,6 +210,24 @@ c_no_data_is_one_line() {
 }
 check "no test data: one line saying what is missing and how to get it, and exit 1" c_no_data_is_one_line
 
+# scripts/run_tinyshakespeare.sh asks make for the data and the trainer every time (make decides what is
+# stale); it used to skip make whenever ./train_gpt2cu existed, however old. Run in a copy of the
+# repository's layout with stand-ins for make, the trainer and python3 that record their calls.
+c_run_script_calls_make() (
+    fake=$TMP/fake_repo
+    rm -rf "$fake" && mkdir -p "$fake/scripts" "$fake/bin" "$fake/data/tinyshakespeare" || exit 1
+    cp scripts/run_tinyshakespeare.sh "$fake/scripts/"
+    : >"$fake/data/tinyshakespeare/tiny_shakespeare_train.bin"
+    printf '#!/bin/sh\necho "make $*" >>"%s/calls"\n' "$fake" >"$fake/bin/make"
+    printf '#!/bin/sh\necho "python3 $*" >>"%s/calls"\n' "$fake" >"$fake/bin/python3"
+    printf '#!/bin/sh\necho "train_gpt2cu" >>"%s/calls"\n' "$fake" >"$fake/train_gpt2cu"
+    chmod +x "$fake/bin/make" "$fake/bin/python3" "$fake/train_gpt2cu"
+    PATH="$fake/bin:$PATH" OUTDIR="$fake/out" bash "$fake/scripts/run_tinyshakespeare.sh" >/dev/null 2>&1 &&
+        grep -qx "make -s data" "$fake/calls" && grep -qx "make -s train_gpt2cu" "$fake/calls" &&
+        [ "$(grep -n train_gpt2cu "$fake/calls" | head -1 | cut -d: -f1)" -lt "$(grep -nx train_gpt2cu "$fake/calls" | cut -d: -f1)" ]
+)
+check "run_tinyshakespeare.sh lets make decide on a rebuild (calls make before training, every time)" c_run_script_calls_make
+
 # ---- self-check: every check above must fail when the tools are broken. Stand-ins for ./tokenizer
 # and ./data/prepro that exit 1, and that exit 0 writing nothing (the "empty == empty" trap); the
 # empty-file check is exempt from the second (no output is its right answer).
