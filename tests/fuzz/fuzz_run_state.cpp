@@ -1,0 +1,42 @@
+// Fuzzes the run-state reader (llmc/run_state.h): read_run_state_header and read_run_state on the input as
+// a checkpoint's run-state file (versions 1 and 2). Expected: FileError.
+// Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb
+// (the optimizer blob is sized from the header), the two readers disagreeing, or an accepted file that does
+// not survive write_run_state + read_run_state (a version 2 file must come back byte for byte). Version 1
+// files are not rewritten: the writer writes version 2, which needs the run id and model hash a version 1
+// file does not have (write_run_state writes the zeros anyway, and read_run_state then rejects the file).
+#include <cstring>
+
+#include "llmc/run_state.h"
+#include "tests/fuzz/fuzz_common.h"
+
+static bool same_state(const RunState& a, const RunState& b) {
+    return a.step == b.step && a.B == b.B && a.T == b.T && a.num_processes == b.num_processes &&
+           a.grad_accum_steps == b.grad_accum_steps && a.run_id == b.run_id && a.model_hash == b.model_hash &&
+           memcmp(&a.sampler_rng, &b.sampler_rng, sizeof(RngState)) == 0 &&
+           memcmp(&a.train_loader, &b.train_loader, sizeof(DataLoaderState)) == 0 &&
+           memcmp(&a.val_loader, &b.val_loader, sizeof(DataLoaderState)) == 0 && a.optimizer_state == b.optimizer_state;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const std::string path = fuzz::write_scratch_file("run_state.bin", data, size);
+    RunState header, s;
+    const bool header_ok = fuzz::accepts([&] { header = read_run_state_header(path); });
+    const bool ok = fuzz::accepts([&] { s = read_run_state(path); });
+    FUZZ_REQUIRE(ok == header_ok, "read_run_state_header %s the file, read_run_state %s it",
+                 header_ok ? "accepts" : "rejects", ok ? "accepts" : "rejects");
+    if (!ok) return 0;
+    FUZZ_REQUIRE(header.step == s.step && header.run_id == s.run_id && header.model_hash == s.model_hash,
+                 "header and file readers disagree");
+
+    int32_t version = 0;
+    memcpy(&version, data + 4, sizeof(version));
+    if (version != kRunStateVersion) return 0;
+    const std::string again_path = fuzz::scratch_dir() + "/run_state_again.bin";
+    write_run_state(again_path, s);
+    FUZZ_REQUIRE(same_state(read_run_state(again_path), s), "run state changed on a rewrite");
+    const std::string bytes = fuzz::read_whole_scratch_file(again_path);
+    FUZZ_REQUIRE(bytes.size() == size && memcmp(bytes.data(), data, size) == 0,
+                 "a version %d file is not rewritten byte for byte", kRunStateVersion);
+    return 0;
+}
