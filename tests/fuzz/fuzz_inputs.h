@@ -7,11 +7,13 @@
 //   fuzz_prepro_input u8 flags (1 = JSONL, 2 = split on blank lines), u32 base offset, then the file
 //   fuzz_train_args  argv[1..] separated by NUL bytes
 //   fuzz_json        u8 mode, then the text
-// And the synthetic GPT-2-style vocabulary (encoder.json + vocab.bpe) the tokenizer targets load.
+// And the synthetic GPT-2-style vocabulary (encoder.json + vocab.bpe) the tokenizer targets load, and the
+// text of a bf16 error record (the format's writer is Python's).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -24,6 +26,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/gpt2_config.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "tests/reference/bf16_error.h"
 
 namespace fuzz {
 
@@ -292,6 +295,23 @@ inline std::vector<std::string> unpack_argv(const uint8_t* data, size_t size, si
         s = nul == std::string_view::npos ? std::string_view() : s.substr(nul + 1);
     }
     return args;
+}
+
+// ---- fuzz_bf16_error: a record as scripts/train_gpt2.py writes it (values as the floats the reader keeps).
+inline std::string format_bf16_error(const PyTorchBf16Error& e) {
+    std::string s = "# PyTorch's bf16 error\ngpt2_bf16_error " + std::to_string(kBf16ErrorVersion) + "\nsteps " +
+                    std::to_string(e.trajectory_abs.size()) + "\n";
+    auto line = [&](const std::string& key, const Bf16ErrorPair& p) {
+        char buf[64];
+        snprintf(buf, sizeof(buf), " %.9g %.9g\n", (double)(float)p.all_bf16, (double)(float)p.autocast);
+        s += key + buf;
+    };
+    line("logits_rel_l2", e.logits_rel_l2);
+    line("loss_abs", e.loss_abs);
+    const auto table = gpt2_parameter_table(GPT2Config{1, 1, 1, 1, 1, 1});
+    for (size_t i = 0; i < table.size(); i++) line(std::string("grad_rel_l2 ") + table[i].name, e.grad_rel_l2[i]);
+    for (size_t i = 0; i < e.trajectory_abs.size(); i++) line("trajectory_abs " + std::to_string(i), e.trajectory_abs[i]);
+    return s;
 }
 
 }  // namespace fuzz

@@ -16,6 +16,7 @@
 #include "llmc/tokenizer_file.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
+#include "tests/reference/bf16_error.h"
 #include "tests/reference/debug_state.h"
 #include "tests/reference/reference_trajectory.h"
 
@@ -150,6 +151,15 @@ static void trajectory_seeds() {
     put("trajectory", "three_steps.txt", written([&](const std::string& p) { write_reference_trajectory(p, t); }));
 }
 
+static void bf16_error_seeds() {
+    PyTorchBf16Error e;
+    e.logits_rel_l2 = {1.17e-2, 3.5e-3};
+    e.loss_abs = {2e-4, 0};
+    for (size_t i = 0; i < e.grad_rel_l2.size(); i++) e.grad_rel_l2[i] = {0.01 * (double)(i + 1), 5e-3};
+    e.trajectory_abs = {{2.4e-2, 1e-3}, {1e-38, 3.4e38}};
+    put("bf16_error", "two_steps.txt", fuzz::format_bf16_error(e));
+}
+
 static void json_seeds() {
     put("json", "any_value.json", std::string(1, '\0') +
         "{\"a\": [1, -2.5e+3, true, false, null, {\"b\": \"\\u00e9\\ud83d\\ude00\\n\"}], \"c\": \"caf\xC3\xA9\"}");
@@ -238,6 +248,7 @@ int main(int argc, char** argv) {
         run_state_seeds();
         debug_state_seeds();
         trajectory_seeds();
+        bf16_error_seeds();
         json_seeds();
         bpe_seeds();
         prepro_seeds();
