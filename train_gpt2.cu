@@ -329,7 +329,10 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     const LRScheduler sched = make_schedule(a, total_steps);
     const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, main_rank);
     const int eot = tokenizer ? tokenizer->eot_token : 50256;
-    if (eot >= c.vocab_size) fail("end-of-text token " + std::to_string(eot) + " is outside the model's vocabulary");
+    if (a.sample_every > 0 && eot >= c.vocab_size) {  // samples start from <|endoftext|>
+        fail("flag -s: samples start from the end-of-text token " + std::to_string(eot) +
+             ", which is outside the model's vocabulary (V = " + std::to_string(c.vocab_size) + "); use -s 0");
+    }
     Rng sampler_rng(mix_seed(a.seed, 0x73616d706c65ull));  // "sample"
 
     // ---- resume: optimizer state, data position, sampler

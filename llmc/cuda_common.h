@@ -10,6 +10,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExtMemCudaRt.h>
 
 #include <string>
 #include <vector>
@@ -65,6 +66,25 @@ constexpr int kWarpSize = 32;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+// ---------------------------------------------------------------- sanitizer annotations
+// Tells compute-sanitizer's initcheck that [ptr, ptr + bytes) was written by the work queued on `stream`. Needed
+// for memory written by library kernels whose stores initcheck does not see (cuBLASLt's Hopper GEMMs: after one,
+// initcheck reports every read of its output as uninitialized). NVTX is header-only and this is a no-op unless a
+// tool is attached.
+inline void sanitizer_mark_initialized(const void* ptr, size_t bytes, cudaStream_t stream) {
+    if (!ptr || bytes == 0) return;
+    static const nvtxDomainHandle_t domain = nvtxDomainCreateA("llmc");
+    nvtxMemVirtualRangeDesc_t range = {bytes, ptr};
+    nvtxMemMarkInitializedBatch_t batch = {};
+    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+    batch.structSize = sizeof(batch);
+    batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+    batch.regionDescCount = 1;
+    batch.regionDescElementSize = sizeof(range);
+    batch.regionDescElements = &range;
+    nvtxMemCudaMarkInitialized(domain, stream, 0, &batch);
+}
 
 // ---------------------------------------------------------------- host <-> device as fp32
 // n elements of a device tensor (fp32 or bf16) copied to host floats (bf16 widened exactly), and host floats

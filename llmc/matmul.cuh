@@ -167,8 +167,16 @@ inline void check_alignment(const void* A, const void* B, const void* C, const v
     }
 }
 
+// M x N outputs (batch of them, strideC apart), and what the epilogue writes besides: pre_gelu (GeluBias), the
+// bias gradient (BiasGrad: M entries of bias_grad_bytes each).
+struct Outputs {
+    int M, N, batch;
+    long long strideC;
+    size_t bias_grad_bytes;
+};
+
 inline void run_plan(Plan& p, MatmulEpilogue epilogue, floatX* C, const floatX* A, const floatX* B, float alpha,
-                     float beta, const void* bias, const floatX* pre_gelu, cudaStream_t stream) {
+                     float beta, const void* bias, const floatX* pre_gelu, const Outputs& out, cudaStream_t stream) {
     State& s = state();
     // Pointers change between calls (layers, buffers), so they are set per call; the rest is cached.
     if (epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::GeluBias ||
@@ -181,6 +189,11 @@ inline void run_plan(Plan& p, MatmulEpilogue epilogue, floatX* C, const floatX* 
     }
     cublasCheck(cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, s.workspace,
                                s.workspace_bytes, stream));
+    // initcheck cannot see cuBLASLt's (TMA) stores: say what the GEMM wrote, or every read of it is reported.
+    const size_t c_bytes = (size_t)out.M * out.N * sizeof(floatX);
+    for (int b = 0; b < out.batch; b++) sanitizer_mark_initialized(C + (size_t)b * out.strideC, c_bytes, stream);
+    if (epilogue == MatmulEpilogue::GeluBias) sanitizer_mark_initialized(pre_gelu, c_bytes, stream);
+    if (epilogue == MatmulEpilogue::BiasGrad) sanitizer_mark_initialized(bias, out.M * out.bias_grad_bytes, stream);
 }
 
 }  // namespace matmul_detail
@@ -206,7 +219,7 @@ inline void matmul(floatX* C, const floatX* A, const floatX* B, int M, int N, in
                         "batch=%d epilogue=%d\n", M, N, K, (int)transA, (int)transB, batch, (int)epilogue);
         exit(EXIT_FAILURE);
     }
-    run_plan(*p, epilogue, C, A, B, alpha, beta, bias, pre_gelu, stream);
+    run_plan(*p, epilogue, C, A, B, alpha, beta, bias, pre_gelu, Outputs{M, N, batch, strideC, 0}, stream);
 }
 
 // C (M x N) = alpha · Aᵀ·B + beta·C with A stored K x M, and the bias gradient bias_grad[i] = Σ_k A[k][i] (M
@@ -220,7 +233,9 @@ inline bool matmul_with_bias_grad(floatX* C, const floatX* A, const floatX* B, i
     for (cudaDataType_t type : {CUDA_R_32F, cuda_datatype_of_floatX()}) {
         Plan* p = find_plan(make_key(M, N, K, true, false, beta, MatmulEpilogue::BiasGrad, type, 1, 0, 0, 0));
         if (!p) continue;
-        run_plan(*p, MatmulEpilogue::BiasGrad, C, A, B, alpha, beta, bias_grad, nullptr, stream);
+        const size_t grad_bytes = type == CUDA_R_32F ? sizeof(float) : sizeof(floatX);
+        run_plan(*p, MatmulEpilogue::BiasGrad, C, A, B, alpha, beta, bias_grad, nullptr, Outputs{M, N, 1, 0, grad_bytes},
+                 stream);
         *bias_grad_type = type;
         return true;
     }
