@@ -160,6 +160,14 @@ static void bf16_error_seeds() {
     put("bf16_error", "two_steps.txt", fuzz::format_bf16_error(e));
 }
 
+static void main_log_seeds() {
+    fuzz::ByteWriter w;
+    w.put<uint32_t>(3);  // resume from step 3
+    w.bytes("s:0 trl:10.987654\ns:0 tel:10.950000\ns:1 trl:9.500000\ns:2 trl:8.250000\ns:3 trl:7.000000\n"
+            "s:3 tel:7.100000\ns:4 trl:6.5");  // the last line cut short by a crash
+    put("main_log", "resume_at_3.log", w.out);
+}
+
 static void json_seeds() {
     put("json", "any_value.json", std::string(1, '\0') +
         "{\"a\": [1, -2.5e+3, true, false, null, {\"b\": \"\\u00e9\\ud83d\\ude00\\n\"}], \"c\": \"caf\xC3\xA9\"}");
@@ -249,6 +257,7 @@ int main(int argc, char** argv) {
         debug_state_seeds();
         trajectory_seeds();
         bf16_error_seeds();
+        main_log_seeds();
         json_seeds();
         bpe_seeds();
         prepro_seeds();
