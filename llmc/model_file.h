@@ -7,8 +7,6 @@
 // the header says (truncated or padded files are errors), then widens bf16 to fp32.
 #pragma once
 
-#include <sys/sysinfo.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <new>
@@ -19,38 +17,6 @@
 #include "file_header.h"
 #include "gpt2_config.h"
 #include "utils.h"
-
-// ---- memory for a file's contents (used by every reader that sizes a buffer from a file)
-// A header or a file size can ask for more memory than the machine has: a corrupt header, or a sparse
-// file of terabytes that costs no disk space. allocate_for_file(path, bytes, what, fn) runs fn (which
-// allocates about `bytes`) only if RAM + swap can hold that much, and turns a failed allocation
-// (std::bad_alloc) into the same one-line FileError naming the file and the size:
-//   "<path>: needs 4398046511104 bytes (4096.0 GiB) for fp32 parameters, more than this machine's memory
-//    (23.4 GiB of RAM + swap)"
-// Checking first matters where the kernel overcommits memory: there the allocation succeeds and the
-// process is killed when the pages are touched.
-
-// RAM + swap in bytes (0 if unknown).
-inline uint64_t host_memory_bytes() {
-    struct sysinfo si;
-    if (sysinfo(&si) != 0) return 0;
-    return ((uint64_t)si.totalram + (uint64_t)si.totalswap) * (uint64_t)si.mem_unit;
-}
-
-template <typename Allocate>
-inline void allocate_for_file(const std::string& path, uint64_t bytes, const char* what, Allocate&& allocate) {
-    const double gib = (double)bytes / (double)(1ull << 30);
-    const uint64_t memory = host_memory_bytes();
-    if (memory > 0 && bytes > memory) {
-        file_error(path, "needs %llu bytes (%.1f GiB) for %s, more than this machine's memory (%.1f GiB of RAM + swap)",
-                   (unsigned long long)bytes, gib, what, (double)memory / (double)(1ull << 30));
-    }
-    try {
-        allocate();
-    } catch (const std::bad_alloc&) {
-        file_error(path, "needs %llu bytes (%.1f GiB) for %s: out of memory", (unsigned long long)bytes, gib, what);
-    }
-}
 
 enum class ParamDtype { FP32, BF16 };
 

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -179,4 +181,30 @@ inline void ensure_directory(const std::string& dir) {
     if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) file_error(dir, "cannot create directory (%s)", strerror(errno));
     struct stat st;
     if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) file_error(dir, "exists but is not a directory");
+}
+
+// Memory sized from a file's header or length: a valid header can ask for terabytes (a sparse file costs no disk).
+// allocate_for_file(path, bytes, what, fn) runs fn (which allocates about `bytes`) only if RAM + swap can hold it,
+// and turns a failed allocation (std::bad_alloc) into a one-line FileError naming the file and the size. Checking
+// first matters where the kernel overcommits memory: there the allocation succeeds and the process dies later.
+// RAM + swap in bytes (0 if unknown).
+inline uint64_t host_memory_bytes() {
+    struct sysinfo si;
+    if (sysinfo(&si) != 0) return 0;
+    return ((uint64_t)si.totalram + (uint64_t)si.totalswap) * (uint64_t)si.mem_unit;
+}
+
+template <typename Allocate>
+inline void allocate_for_file(const std::string& path, uint64_t bytes, const char* what, Allocate&& allocate) {
+    const double gib = (double)bytes / (double)(1ull << 30);
+    const uint64_t memory = host_memory_bytes();
+    if (memory > 0 && bytes > memory) {
+        file_error(path, "needs %llu bytes (%.1f GiB) for %s, more than this machine's memory (%.1f GiB of RAM + swap)",
+                   (unsigned long long)bytes, gib, what, (double)memory / (double)(1ull << 30));
+    }
+    try {
+        allocate();
+    } catch (const std::bad_alloc&) {
+        file_error(path, "needs %llu bytes (%.1f GiB) for %s: out of memory", (unsigned long long)bytes, gib, what);
+    }
 }
