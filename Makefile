@@ -87,9 +87,14 @@ data: tokenizer data/prepro
 test_gpt2: test_gpt2.cpp $(REFERENCE_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -lm
 
+# One object per test file, so make -j compiles them in parallel.
 UNIT_TEST_SOURCES := $(wildcard tests/test_*.cpp)
-tests/unit_tests: $(UNIT_TEST_SOURCES) $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(REFERENCE_HEADERS)
-	$(CXX) $(CXXFLAGS) $(UNIT_TEST_SOURCES) -o $@ $(GTEST_LIBS) -lm
+UNIT_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(UNIT_TEST_SOURCES))
+tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(REFERENCE_HEADERS)
+	@mkdir -p tests/obj
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+tests/unit_tests: $(UNIT_TEST_OBJECTS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) -lm
 
 # ---------------------------------------------------------------- GPU programs
 GPU_PROGRAMS := train_gpt2cu test_gpt2cu tests/test_kernels
@@ -134,6 +139,7 @@ check: test
 
 clean:
 	rm -f test_gpt2 tests/unit_tests $(TOOLS) $(GPU_PROGRAMS) $(BUILD_STAMP) *.o
+	rm -rf tests/obj
 	$(MAKE) -C dev/cuda clean 2>/dev/null || true
 
 .PHONY: all test check clean dev
