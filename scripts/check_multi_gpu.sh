@@ -8,6 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-10}; TOL=${TOL:-0.02}; LOGS=${LOGS:-${OUT:-mgpu_logs}}
 mkdir -p "$LOGS"
+rm -f "$LOGS"/{single,mpi,fs,fs_rank1}.log  # a log of an earlier run must never stand in for this one's
 n=$(nvidia-smi -L | grep -c GPU); [ "$n" -ge 2 ] || { echo "error: needs 2 GPUs, found $n" >&2; exit 1; }
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1

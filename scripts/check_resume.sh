@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 MODEL=${MODEL:-d12}; STEPS=${STEPS:-20}; WORK=${WORK:-resume_check}
 HALF=$((STEPS / 2))
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || { echo "error: no data (make data)" >&2; exit 1; }
+make -s train_gpt2cu PRECISION="${PRECISION:-BF16}" || exit 1  # never a stale binary
 FLAGS=(-e "$MODEL" -b 4 -t 256 -d 2048 -x "$STEPS" -n "$HALF" -v 5 -m 2 -s "$HALF" -g 16 -l 6e-4 -u 3 -c 0.1 -k cosine -q 0.1 "$@")
 rm -rf "$WORK"; mkdir -p "$WORK/a" "$WORK/b"
 echo "== run a: ${FLAGS[*]} -o $WORK/a"
@@ -28,7 +29,10 @@ for f_ in "model_$f.bin" "state_$f.bin" main.log; do
     if cmp -s "$WORK/a/$f_" "$WORK/b/$f_"; then echo "identical: $f_ ($(stat -c %s "$WORK/a/$f_") bytes)"
     else echo "DIFFERENT: $f_"; fail=1; fi
 done
-if diff <(strip "$WORK/a.log") <(strip "$WORK/b.log") >"$WORK/console.diff"; then
+lines=$(strip "$WORK/a.log" | LC_ALL=C grep -a -c '^step')
+if [ "$lines" -lt $((STEPS - HALF)) ]; then  # empty == empty must not pass: the resume point must be there
+    echo "DIFFERENT: run a's console has $lines step lines after step $HALF, expected $((STEPS - HALF))"; fail=1
+elif diff <(strip "$WORK/a.log") <(strip "$WORK/b.log") >"$WORK/console.diff"; then
     echo "identical: console output after step $HALF ($(strip "$WORK/a.log" | LC_ALL=C grep -a -c '^step') step lines)"
 else echo "DIFFERENT: console output (see $WORK/console.diff)"; head -n 20 "$WORK/console.diff"; fail=1; fi
 LC_ALL=C grep -a '^step' "$WORK/a.log" | tail -n 3
