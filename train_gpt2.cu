@@ -83,15 +83,17 @@ void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile
     std::vector<int> tokens((size_t)Tg, eot);
     std::vector<float> logits(c.padded_vocab_size);
     printf("generating:\n---\n");
+    std::unique_ptr<TokenPrinter> printer = tok ? std::make_unique<TokenPrinter>(*tok) : nullptr;
     for (int t = 1; t <= a.gen_tokens; t++) {
         gpt2_forward(&model, tokens.data(), nullptr, 1, Tg);
         gpt2_logits_to_host(&model, 0, t - 1, logits.data());
         const int next = sample_token(logits.data(), c.vocab_size, a.temperature, a.top_k, rng.uniform());
         tokens[t] = next;
-        if (tok) printf("%s", printable_token(*tok, next).c_str());
+        if (printer) printf("%s", printer->next(next).c_str());  // control bytes escaped, characters kept whole
         else printf("%d ", next);
         fflush(stdout);
     }
+    if (printer) printf("%s", printer->finish().c_str());
     printf("\n---\n");
 }
 
