@@ -118,6 +118,10 @@ tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS)
 dev:
 	$(MAKE) -C dev/cuda
 
+# libFuzzer targets for every reader (tests/fuzz/); one line and nothing else without clang++ with libFuzzer
+fuzz:
+	$(MAKE) -C tests/fuzz
+
 # ---------------------------------------------------------------- aggregate targets
 ifneq ($(NVCC_FOUND),)
 all: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS)
@@ -129,10 +133,10 @@ endif
 # With a GPU: the GPU programs and the dev/cuda programs (their -c validation) too. Without one but with nvcc:
 # train_gpt2cu, to check it fails in one clear line there.
 ifeq ($(GPU_VISIBLE),1)
-test: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS) dev
+test: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS) dev fuzz
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 PRECISION=$(PRECISION) bash tests/run_tests.sh
 else
-test: $(CPU_TESTS) $(TOOLS) $(if $(NVCC_FOUND),train_gpt2cu)
+test: $(CPU_TESTS) $(TOOLS) fuzz $(if $(NVCC_FOUND),train_gpt2cu)
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 PRECISION=$(PRECISION) bash tests/run_tests.sh
 endif
 check: test
@@ -141,5 +145,6 @@ clean:
 	rm -f test_gpt2 tests/unit_tests $(TOOLS) $(GPU_PROGRAMS) $(BUILD_STAMP) *.o
 	rm -rf tests/obj
 	$(MAKE) -C dev/cuda clean 2>/dev/null || true
+	$(MAKE) -C tests/fuzz clean 2>/dev/null || true
 
-.PHONY: all test check clean dev
+.PHONY: all test check clean dev fuzz

@@ -106,7 +106,7 @@ struct Checkpointer {
                        shape.grad_accum_steps);
         }
         gpt2_optimizer_state_from_host(model, s.optimizer_state, path);
-        run_id = s.run_id;
+        run_id = s.run_id ? s.run_id : new_run_id();  // a version 1 state has none: this run's checkpoints get one
         sampler_rng->set_state(s.sampler_rng);
         s.train_loader.process_rank = rank;  // rank 0's position; every rank is at the same one
         train->set_state(s.train_loader);

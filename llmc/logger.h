@@ -52,21 +52,27 @@ private:
         }
     }
 
-    // Rewrites the log (atomically) without lines at steps >= step. A missing log is fine.
+    // Rewrites the log (atomically) without lines at steps >= step. A missing log is fine. Read as bytes (a
+    // NUL inside a line must not cut it short and glue it to the next), split at each '\n'.
     void keep_lines_before(int step) {
-        FILE* in = fopen(path_.c_str(), "r");
+        FILE* in = fopen(path_.c_str(), "rb");
         if (!in) return;
+        std::string text;
+        char buf[1 << 16];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof(buf), in)) > 0) text.append(buf, got);
+        const bool failed = ferror(in) != 0;
+        fclose(in);
+        if (failed) file_error(path_, "read failed (%s)", strerror(errno));
         std::vector<std::string> kept;
-        char buf[512];
-        std::string line;
-        while (fgets(buf, sizeof(buf), in)) {
-            line += buf;
-            if (line.empty() || line.back() != '\n') continue;  // long line: keep reading
+        for (size_t at = 0; at < text.size();) {
+            size_t end = text.find('\n', at);
+            if (end == std::string::npos) break;  // an unfinished last line (a crash mid-write) is dropped
+            const std::string line = text.substr(at, end + 1 - at);
             const int s = line_step(line);
             if (s >= 0 && s < step) kept.push_back(line);
-            line.clear();
+            at = end + 1;
         }
-        fclose(in);
         AtomicOutputFile out(path_);
         for (const std::string& l : kept) out.write(l.data(), l.size());
         out.commit();

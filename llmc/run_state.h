@@ -45,6 +45,8 @@ inline int64_t run_state_file_bytes(uint64_t optimizer_bytes) {
 }
 
 inline void write_run_state(const std::string& path, const RunState& s) {
+    // the reader rejects both as 0 (unknown), so a file written with one would never be read back
+    if (s.run_id == 0 || s.model_hash == 0) file_error(path, "cannot write a run state without a run id and model hash");
     int32_t h[kFileHeaderInts] = {};
     const uint64_t opt_bytes = s.optimizer_state.size();
     h[0] = kRunStateMagic;

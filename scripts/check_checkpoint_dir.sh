@@ -5,7 +5,8 @@
 #   3. with -ow 1 it deletes them and starts over;
 #   4. a model file that is not the one its state was written with (a crash between the two writes) is skipped
 #      by -y 1, which resumes the newest pair that belongs together;
-#   5. a crashed writer's temporary file is removed with a note.
+#   5. a crashed writer's temporary file is removed with a note;
+#   6. a run resumed from a version 1 run state (no run id) writes checkpoints that -y 1 resumes from.
 #   scripts/check_checkpoint_dir.sh            env: WORK (checkpoint_check)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +52,16 @@ grep -q "note: removed $D/state_00000003.bin.tmp.999999999, left by a writer tha
     || bad "stale temporary file"
 run_a=$(sed -n 's/.*(run \([0-9a-f]*\)).*/\1/p' "$WORK/c.log"); run_d=$(sed -n 's/.*(run \([0-9a-f]*\)).*/\1/p' "$WORK/d.log")
 [ -n "$run_a" ] && [ "$run_a" = "$run_d" ] && ok "the resumed run kept its run id ($run_d)" || bad "run ids '$run_a' '$run_d'"
+
+# make state 4 a version 1 file (version field 1, run id and model hash zero), resume from it, then from the next
+f="$D/state_00000004.bin"
+printf '\x01\x00\x00\x00' | dd of="$f" bs=1 seek=4 conv=notrunc status=none
+head -c 16 /dev/zero | dd of="$f" bs=1 seek=44 conv=notrunc status=none
+./train_gpt2cu "${FLAGS[@]}" -o "$D" -x 5 -n 1 -y 1 >"$WORK/e.log" 2>&1 || { tail -n 5 "$WORK/e.log"; exit 1; }
+./train_gpt2cu "${FLAGS[@]}" -o "$D" -x 6 -n 1 -y 1 >"$WORK/f.log" 2>&1 || { tail -n 5 "$WORK/f.log"; exit 1; }
+grep -q "| steps .* 4 -> 5" "$WORK/e.log" && grep -q "| steps .* 5 -> 6" "$WORK/f.log" \
+    && ok "a run resumed from a version 1 state wrote checkpoints that resume" \
+    || { bad "resume after a version 1 state:"; grep -E "note|steps" "$WORK/e.log" "$WORK/f.log"; }
 
 [ $fail = 0 ] && echo "CHECKPOINT DIRECTORY: PASS" || echo "CHECKPOINT DIRECTORY: FAIL"
 exit $fail

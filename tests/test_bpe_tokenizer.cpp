@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "data/tokenizer/bpe.h"
-#include "llmc/rand.h"
 #include "data/tokenizer/sha256.h"
+#include "llmc/rand.h"
+#include "tests/fuzz/fuzz_inputs.h"
 
 namespace {
 
@@ -376,4 +377,32 @@ TEST(BPETokenizer, MissingTestDataIsOneClearLine) {
                    "or set DATA_MIRROR=DIR to a copy holding gpt2/, tinyshakespeare/, alice/");
     REQUIRE_TEST_DATA();
     EXPECT_EQ(find_data_root({"/nonexistent", data_root()}), data_root());
+}
+
+// Regression (fuzzer finding): with <|endoftext|> between merges, the merge right after it was checked against
+// the same id again, so a vocabulary with two or more merges after it was refused. Merge ranks now skip
+// <|endoftext|>'s id wherever encoder.json puts it (GPT-2's own has it last).
+TEST(BPETokenizer, EndOfTextAnywhereAmongTheMerges) {
+    fuzz::VocabBuilder b;
+    const char* merges[][2] = {{" ", "t"}, {"h", "e"}, {" t", "he"}, {"i", "n"}, {" ", "a"}};
+    for (const auto& m : merges) ASSERT_TRUE(b.merge(m[0], m[1]));
+    const std::string json = temp_path("eot_encoder.json"), bpe = temp_path("eot_vocab.bpe");
+    for (unsigned slot = 0; slot <= b.num_merges(); slot++) {
+        const fuzz::SyntheticVocab v = b.finish(slot);
+        write_file(json, v.encoder_json);
+        write_file(bpe, v.vocab_bpe);
+        try {
+            BPETokenizer tok(json, bpe);
+            EXPECT_EQ(tok.eot_token(), v.eot) << "slot " << slot;
+            BPEEncoder enc(tok);
+            const std::string text = " the thin a";
+            const std::vector<int> ids = enc.encode_ordinary(text);
+            EXPECT_EQ(tok.decode(ids.data(), ids.size()), text) << "slot " << slot;
+            EXPECT_EQ(ids.size(), 5u) << "slot " << slot;  // " the" | " t" "h" "in" | " a"
+        } catch (const FileError& e) {
+            ADD_FAILURE() << "slot " << slot << ": " << e.what();
+        }
+    }
+    remove(json.c_str());
+    remove(bpe.c_str());
 }

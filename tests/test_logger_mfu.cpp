@@ -126,3 +126,18 @@ TEST(Mfu, ModelFlopsPerToken) {
     EXPECT_DOUBLE_EQ(model_flops_utilization(f, 1000, 1.0, f * 1000), 1.0);
     EXPECT_EQ(model_flops_utilization(f, 1000, 1.0, 0.0), 0.0);
 }
+
+// Regression (fuzzer finding): a NUL byte in a line cut the rest of it off and glued the next line to it when a
+// resumed run rewrote main.log; bytes now pass through whole, line by line.
+TEST(MainLog, ResumeKeepsLinesWithANulByteWhole) {
+    const std::string dir = scratch_path("resume_nul");
+    ensure_directory(dir);
+    const std::string old_log("s:1 trl:1.0\0x\ns:2 trl:2.0\ns:3 trl:3.0\n", 38);
+    write_bytes(dir + "/main.log", std::vector<unsigned char>(old_log.begin(), old_log.end()));
+    {
+        MainLog log;
+        log.open(dir, 3);
+    }
+    const std::vector<unsigned char> got = read_bytes(dir + "/main.log");
+    EXPECT_EQ(std::string(got.begin(), got.end()), std::string("s:1 trl:1.0\0x\ns:2 trl:2.0\n", 26));
+}

@@ -165,3 +165,17 @@ TEST(RunState, WriteIsAtomicAndLeavesNoTemporaryFile) {
     closedir(d);
     EXPECT_EQ(files, 1);
 }
+
+// Regression (fuzzer finding): a run resumed from a version 1 state carried run id 0 into the states it wrote,
+// which the reader rejects, so -y 1 skipped them all. Neither 0 can be written now (the trainer gives such a run
+// a new id: scripts/check_checkpoint_dir.sh).
+TEST(RunState, RunIdAndModelHashZeroAreNotWritten) {
+    RunState s = sample_state(16);
+    s.run_id = 0;
+    const std::string path = scratch_path("no_id_written.bin");
+    EXPECT_FILE_ERROR([&] { write_run_state(path, s); }, path, "without a run id and model hash");
+    s = sample_state(16);
+    s.model_hash = 0;
+    EXPECT_FILE_ERROR([&] { write_run_state(path, s); }, path, "without a run id and model hash");
+    EXPECT_FALSE(file_exists(path));
+}

@@ -269,8 +269,8 @@ private:
             }
             auto l = index.find(left), r = index.find(right), m = index.find(left + right);
             if (l == index.end() || r == index.end()) file_error(path, "line %zu merges a part that is not a token", line_no);
-            int expected = 256 + merges;
-            if (expected == eot_) expected++;
+            // merge i makes the i-th id from 256 on, skipping <|endoftext|>'s id wherever encoder.json puts it
+            const int expected = 256 + merges + (256 + merges >= eot_ && eot_ >= 256 ? 1 : 0);
             if (m == index.end() || m->second != expected) {
                 file_error(path, "line %zu: merge %d does not make token id %d of encoder.json (ranks must follow the merge order)",
                            line_no, merges, expected);

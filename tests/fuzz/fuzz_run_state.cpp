@@ -3,8 +3,9 @@
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb
 // (the optimizer blob is sized from the header), the two readers disagreeing, or an accepted file that does
 // not survive write_run_state + read_run_state (what the reader accepts, the writer must write so that the
-// reader accepts it again; a version 2 file must come back byte for byte). Checkpointer::restore + save do
-// exactly this with a version 1 file (run id and model hash 0 there).
+// reader accepts it again; a version 2 file must come back byte for byte). A version 1 file has run id and
+// model hash 0, which the writer refuses (a FileError): Checkpointer::restore gives such a run a new id and
+// save() a real hash, as the rewrite here does.
 #include <cstring>
 
 #include "llmc/run_state.h"
@@ -30,6 +31,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  "header and file readers disagree");
 
     const std::string again_path = fuzz::scratch_dir() + "/run_state_again.bin";
+    FUZZ_REQUIRE(!fuzz::accepts([&] { RunState zero = s; zero.run_id = 0; write_run_state(again_path, zero); }),
+                 "write_run_state wrote a run id of 0");
+    if (s.run_id == 0) {  // version 1: as restore + save make it
+        s.run_id = 1;
+        s.model_hash = 2;
+    }
     write_run_state(again_path, s);
     RunState again;
     std::string why;
@@ -42,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_REQUIRE(same_state(again, s), "run state changed on a rewrite");
     int32_t version = 0;
     memcpy(&version, data + 4, sizeof(version));
-    if (version == kRunStateVersion) {
+    if (version == kRunStateVersion) {  // (a version 1 file comes back as version 2: other bytes)
         const std::string bytes = fuzz::read_whole_scratch_file(again_path);
         FUZZ_REQUIRE(bytes.size() == size && memcmp(bytes.data(), data, size) == 0,
                      "a version %d file is not rewritten byte for byte", kRunStateVersion);
