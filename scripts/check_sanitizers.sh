@@ -8,9 +8,10 @@
 # All runs go in parallel (one GPU is enough); each prints one line with its tool's error summary. Exit 1 on any
 # error or any run that does not finish.
 #   scripts/check_sanitizers.sh [tool...]      env: LOGDIR (sanitizer_logs), LIMIT (seconds per run, 480)
-# Nothing is filtered: cuBLASLt's kernels are checked too. Their output stores are invisible to initcheck, so
-# llmc/matmul.cuh marks each GEMM's outputs initialized (NVTX; see sanitizer_mark_initialized). A report names a
-# kernel and an address; LLMC_PRINT_MEMORY_MAP=1 makes train_gpt2cu print every buffer's address range.
+# cuBLASLt's kernels are checked too, but for racecheck (see the filter below, with its reason). Their stores are
+# invisible to initcheck, so llmc/matmul.cuh marks each GEMM's outputs initialized (NVTX) and zeroes the workspace
+# once. A report names a kernel and an address; LLMC_PRINT_MEMORY_MAP=1 makes train_gpt2cu print every buffer's
+# address range.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGDIR=${LOGDIR:-sanitizer_logs}
@@ -34,12 +35,15 @@ report=(./train_gpt2cu -e d6 -b 2 -t 128 -x 1 -v 1 -m 1 -s 0 "${data[@]}")
 
 check() {  # tool, name, command...
     local tool=$1 name=$2; shift 2
-    local log="$LOGDIR/${tool}_${name}.log" t0=$SECONDS
-    OMP_NUM_THREADS=2 timeout "$LIMIT" compute-sanitizer --tool "$tool" --print-limit 20 --error-exitcode 99 "$@" \
-        >"$log" 2>&1
+    local log="$LOGDIR/${tool}_${name}.log" t0=$SECONDS filter=()
+    # racecheck cannot follow the mbarrier/TMA synchronisation inside cuBLASLt's Hopper GEMMs (nvjet_*): it
+    # reports hazards in them between accesses those barriers order. They are not our kernels; ours stay checked.
+    [ "$tool" = racecheck ] && filter=(--kernel-name-exclude kns=nvjet --kernel-name-exclude kns=cublasLt)
+    OMP_NUM_THREADS=2 timeout "$LIMIT" compute-sanitizer --tool "$tool" "${filter[@]}" --print-limit 20 \
+        --error-exitcode 99 "$@" >"$log" 2>&1
     local rc=$? summary errors
-    summary=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
-    errors=$(echo "$summary" | grep -oE '[0-9]+ error' | grep -oE '^[0-9]+')
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)  # racecheck: "(N errors, M warnings)"
+    errors=$(echo "$summary" | grep -oE '[0-9]+ error' | grep -oE '^[0-9]+' | head -n 1)
     # the program itself must succeed too: a crash or a timeout is a failure, not a pass
     local line
     if [ -z "$summary" ] || { [ $rc -ne 0 ] && [ $rc -ne 99 ]; }; then
