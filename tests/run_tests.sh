@@ -22,8 +22,8 @@ run_suite() {  # name, command...
 run_suite cpu-reference ./test_gpt2 tests/fixtures/tiny
 run_suite unit-tests ./tests/unit_tests
 run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
-# a couple of seconds of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS)
-run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-2}" 2
+# a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)
+run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2
 
 # ---- without a GPU: the GPU trainer (built when nvcc is present) fails in one clear line
 if [ "${GPU_TESTS:-0}" != 1 ] && [ -x ./train_gpt2cu ]; then
