@@ -12,7 +12,7 @@
 //   grad_rel_l2 <tensor> <all_bf16> <autocast>    <- 16 lines, gpt2_parameter_table order and names
 //   trajectory_abs <i> <all_bf16> <autocast>      <- one line per step, i = 0 .. steps-1 in order
 //
-// Lines are checked as strictly as the trajectory file's (tests/reference/reference_trajectory.h).
+// Lines are read and checked as the trajectory file's are (tests/reference/text_record.h).
 #pragma once
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include "llmc/gpt2_config.h"
 #include "llmc/utils.h"
 #include "tests/reference/reference_trajectory.h"
+#include "tests/reference/text_record.h"
 
 struct Bf16ErrorPair {
     double all_bf16 = 0, autocast = 0;
@@ -40,29 +41,14 @@ constexpr int kBf16ErrorVersion = 1;
 
 // Any problem -> FileError "<path>: line N: <problem>".
 inline PyTorchBf16Error read_pytorch_bf16_error(const std::string& path) {
-    using namespace reference_trajectory_detail;
-    InputFile in(path);
-    if (in.size() > (1 << 20)) file_error(path, "%lld bytes is too large for a bf16 error record", (long long)in.size());
-    std::string text((size_t)in.size(), '\0');
-    in.read(&text[0], text.size(), "bf16 error record");
-
+    using namespace text_record;
     PyTorchBf16Error e;
     const GPT2Config any{1, 1, 1, 1, 1, 1};  // for the tensor names only
     const auto table = gpt2_parameter_table(any);
     bool have_header = false, have_logits = false, have_loss = false;
     long steps = -1;
     size_t grads = 0;
-    std::istringstream lines(text);
-    std::string raw;
-    int line = 0;
-    while (std::getline(lines, raw)) {
-        line++;
-        check_text_line(path, line, raw);
-        std::istringstream words(raw);
-        std::vector<std::string> w;
-        std::string word;
-        while (words >> word) w.push_back(word);
-        if (w.empty() || w[0][0] == '#') continue;
+    for_each_line(path, 1 << 20, "bf16 error record", [&](int line, const std::vector<std::string>& w) {
         const std::string& key = w[0];
         auto pair_at = [&](size_t i) {  // the two columns starting at word i, each >= 0
             if (w.size() != i + 2) file_error(path, "line %d: expected two values after '%s'", line, key.c_str());
@@ -101,7 +87,7 @@ inline PyTorchBf16Error read_pytorch_bf16_error(const std::string& path) {
         } else {
             file_error(path, "line %d: unexpected or repeated line '%s'", line, key.c_str());
         }
-    }
+    });
     if (!have_header) file_error(path, "empty: no 'gpt2_bf16_error' line");
     if (!have_logits || !have_loss || grads != table.size() || steps < 0 || (long)e.trajectory_abs.size() != steps) {
         file_error(path, "incomplete: needs logits_rel_l2, loss_abs, 16 grad_rel_l2 and 'steps' trajectory_abs lines");

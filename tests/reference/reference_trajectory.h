@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "llmc/utils.h"
+#include "tests/reference/text_record.h"
 
 struct ReferenceTrajectory {
     float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
@@ -39,63 +40,9 @@ struct ReferenceTrajectory {
 constexpr int kReferenceTrajectoryVersion = 1;
 constexpr int kReferenceTrajectoryMaxSteps = 100000;
 
-namespace reference_trajectory_detail {
-
-inline float parse_float(const std::string& path, int line, const std::string& key, const std::string& text) {
-    errno = 0;
-    char* end = nullptr;
-    const double x = strtod(text.c_str(), &end);
-    const bool double_range = errno == ERANGE;
-    if (text.empty() || end != text.c_str() + text.size() || std::isnan(x) || (std::isinf(x) && !double_range)) {
-        file_error(path, "line %d: %s: '%s' is not a finite number", line, key.c_str(), text.c_str());
-    }
-    // strtof rounds the text to float directly; beyond the largest float it gives inf, and a non-zero
-    // value below the smallest subnormal float gives 0: neither is the number written.
-    const float f = strtof(text.c_str(), nullptr);
-    if (double_range || std::isinf(f) || (x != 0 && f == 0.0f)) {
-        file_error(path, "line %d: %s: '%s' is outside the float range (magnitude %g to %g)", line, key.c_str(),
-                   text.c_str(), (double)FLT_TRUE_MIN, (double)FLT_MAX);
-    }
-    return f;
-}
-
-inline long parse_int(const std::string& path, int line, const std::string& key, const std::string& text) {
-    errno = 0;
-    char* end = nullptr;
-    long x = strtol(text.c_str(), &end, 10);
-    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE) {
-        file_error(path, "line %d: %s: '%s' is not an integer", line, key.c_str(), text.c_str());
-    }
-    return x;
-}
-
-// Control bytes (other than tab and a final CR) are errors on every line; non-ASCII bytes are
-// allowed in comments only, so no quoted value can carry a terminal escape into a message.
-inline void check_text_line(const std::string& path, int line, const std::string& raw) {
-    const bool comment = raw.find_first_not_of(" \t") != std::string::npos && raw[raw.find_first_not_of(" \t")] == '#';
-    for (size_t i = 0; i < raw.size(); i++) {
-        const unsigned char c = (unsigned char)raw[i];
-        if (c == 0) file_error(path, "line %d, column %zu: byte 0x00 (NUL): not a text file", line, i + 1);
-        if ((c < 0x20 && c != '\t' && !(c == '\r' && i + 1 == raw.size())) || c == 0x7F) {
-            file_error(path, "line %d, column %zu: byte 0x%02X is not text (a control character)", line, i + 1, c);
-        }
-        if (c >= 0x80 && !comment) {
-            file_error(path, "line %d, column %zu: byte 0x%02X is not ASCII (only comments may hold other text)", line,
-                       i + 1, c);
-        }
-    }
-}
-
-}  // namespace reference_trajectory_detail
-
 // Reads and validates a trajectory file; any problem -> FileError "<path>: line N: <problem>".
 inline ReferenceTrajectory read_reference_trajectory(const std::string& path) {
-    using namespace reference_trajectory_detail;
-    InputFile in(path);
-    if (in.size() > (1 << 24)) file_error(path, "%lld bytes is too large for a trajectory file", (long long)in.size());
-    std::string text((size_t)in.size(), '\0');
-    in.read(&text[0], text.size(), "trajectory text");
-
+    using namespace text_record;
     ReferenceTrajectory t;
     bool have_header = false;
     long steps = -1;
@@ -103,18 +50,7 @@ inline ReferenceTrajectory read_reference_trajectory(const std::string& path) {
     const char* names[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
     float* fields[5] = {&t.lr, &t.beta1, &t.beta2, &t.eps, &t.weight_decay};
 
-    std::istringstream lines(text);
-    std::string raw;
-    int line = 0;
-    while (std::getline(lines, raw)) {
-        line++;
-        check_text_line(path, line, raw);
-        if (!raw.empty() && raw.back() == '\r') raw.pop_back();
-        std::istringstream words(raw);
-        std::vector<std::string> w;
-        std::string word;
-        while (words >> word) w.push_back(word);
-        if (w.empty() || w[0][0] == '#') continue;
+    for_each_line(path, 1 << 24, "trajectory file", [&](int line, const std::vector<std::string>& w) {
         const std::string& key = w[0];
         if (!have_header) {
             if (key != "gpt2_reference_trajectory" || w.size() != 2) {
@@ -127,7 +63,7 @@ inline ReferenceTrajectory read_reference_trajectory(const std::string& path) {
                            kReferenceTrajectoryVersion);
             }
             have_header = true;
-            continue;
+            return;
         }
         if (key == "loss") {
             if (w.size() != 3) file_error(path, "line %d: expected 'loss <step> <value>'", line);
@@ -139,7 +75,7 @@ inline ReferenceTrajectory read_reference_trajectory(const std::string& path) {
             }
             if (i >= steps) file_error(path, "line %d: loss for step %ld but steps = %ld", line, i, steps);
             t.losses.push_back(parse_float(path, line, key, w[2]));
-            continue;
+            return;
         }
         if (w.size() != 2) file_error(path, "line %d: expected '<key> <value>'", line);
         if (key == "steps") {
@@ -148,7 +84,7 @@ inline ReferenceTrajectory read_reference_trajectory(const std::string& path) {
             if (steps < 1 || steps > kReferenceTrajectoryMaxSteps) {
                 file_error(path, "line %d: steps = %ld, must be in [1, %d]", line, steps, kReferenceTrajectoryMaxSteps);
             }
-            continue;
+            return;
         }
         bool known = false;
         for (int k = 0; k < 5; k++) {
@@ -159,7 +95,7 @@ inline ReferenceTrajectory read_reference_trajectory(const std::string& path) {
             known = true;
         }
         if (!known) file_error(path, "line %d: unknown key '%s'", line, key.c_str());
-    }
+    });
     if (!have_header) file_error(path, "empty: no 'gpt2_reference_trajectory' line");
     if (steps < 0) file_error(path, "missing 'steps'");
     for (int k = 0; k < 5; k++) {
