@@ -131,9 +131,9 @@ int prepare_output_dir(const TrainArgs& a, Checkpointer* ckpt, MultiGpu& mg) {
         ckpt->run_id = new_run_id();
         const std::string conflict = a.output_dir.empty() ? "" : fresh_run_conflict(a.output_dir);
         if (!conflict.empty() && !a.overwrite_output) fail(conflict);
-        if (!conflict.empty()) {
+        if (a.overwrite_output) {  // the barriers on every rank alike, whatever each one's view of -o
             multi_gpu_barrier(mg);  // every rank has looked at the directory before rank 0 changes it
-            if (main_rank) {
+            if (main_rank && !conflict.empty()) {
                 const int removed = remove_all_checkpoints(a.output_dir);
                 notes.push_back("-ow 1: deleted " + std::to_string(removed) + " checkpoint files of an earlier run in " +
                                 a.output_dir);
