@@ -1,6 +1,7 @@
 # GPT-2 training and inference in C++/CUDA.
 #   make train_gpt2cu        the GPU trainer            make test   CPU tests (+ GPU tests when a GPU is visible)
 #   make test_gpt2cu         the GPU reference test     make clean
+#   make gpt2_convert        our model files <-> Hugging Face GPT-2 (safetensors)
 #   make -C dev/cuda NAME    a standalone kernel program
 # Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1
 
@@ -69,13 +70,17 @@ REFERENCE_HEADERS := $(wildcard tests/reference/*.h tests/*.h)
 
 # ---------------------------------------------------------------- CPU programs and tests
 CPU_TESTS := test_gpt2 tests/unit_tests
-TOOLS := tokenizer data/prepro
+TOOLS := tokenizer data/prepro gpt2_convert
 
 # GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md).
 tokenizer: data/tokenizer.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
 data/prepro: data/prepro.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
+
+# Our model files <-> Hugging Face GPT-2 directories (README, "Hugging Face models").
+gpt2_convert: gpt2_convert.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
 # Every data file the tests and the Tiny Shakespeare run read (online, else from DATA_MIRROR; SHA-256 checked)

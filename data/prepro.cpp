@@ -39,10 +39,6 @@ static const char* kUsage =
     "  --shard-tokens N     tokens per shard (default 100000000)\n"
     "  -j N                 threads (default: all cores)\n";
 
-struct UsageError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
 struct Options {
     std::vector<std::string> inputs;
     std::string prefix = "data/out/data", vocab_dir = "data/cache/gpt2", val_file;
@@ -276,7 +272,7 @@ static std::vector<std::string> remove_stale_shards(const std::string& prefix, c
 }
 
 int main(int argc, char** argv) {
-    try {
+    return run_tool("data/prepro", [&] {
         Options o = parse_args(argc, argv);
         BPETokenizer tok = BPETokenizer::load(o.vocab_dir);
         if (tok.vocab_size() > 65536) throw FileError(o.vocab_dir + ": vocabulary does not fit uint16 shards");
@@ -399,13 +395,5 @@ int main(int argc, char** argv) {
         fprintf(stderr, "%zu files, %lld bytes -> val %lld tokens in %d shards, train %lld tokens in %d shards\n",
                 files.size(), (long long)progress.total_bytes, (long long)val.total(), val.shards(),
                 (long long)train.total(), train.shards());
-    } catch (const UsageError& e) {
-        fprintf(stderr, "error: %s; see data/prepro --help\n", e.what());
-        return 1;
-    } catch (const std::exception& e) {
-        end_progress_line();
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-    return 0;
+    }, end_progress_line);
 }

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "data/read_file.h"
-#include "data/tokenizer/json_reader.h"
+#include "llmc/json_reader.h"
 #include "llmc/tokenizer_file.h"
 #include "llmc/utils.h"
 
@@ -70,28 +70,22 @@ inline void parse_jsonl_line(std::string_view line, bool first_line, std::unorde
     try {
         JsonCursor cur(line);
         if (first_line) cur.skip_byte_order_mark();
-        cur.expect('{');
-        if (!cur.accept('}')) {
-            do {
-                std::string key = cur.parse_string();
-                cur.expect(':');
-                if (keys.count(key)) {
-                    file_error(path, "line %zu: key \"%s\" appears twice", line_no, printable_bytes(key).c_str());
-                }
-                if (key == "text") {
-                    if (cur.peek() != '"') file_error(path, "line %zu: \"text\" is not a string", line_no);
-                    std::string text = cur.parse_string();
-                    text_at = d.storage.size();
-                    text_len = text.size();
-                    d.storage += text;
-                } else {
-                    cur.skip_value();
-                }
-                keys.insert(std::move(key));
-            } while (cur.accept(','));
-            cur.expect('}');
-        }
-        if (!cur.at_end()) cur.fail("trailing characters after the object");
+        cur.for_each_member([&](std::string& key) {
+            if (keys.count(key)) {
+                file_error(path, "line %zu: key \"%s\" appears twice", line_no, printable_bytes(key).c_str());
+            }
+            if (key == "text") {
+                if (cur.peek() != '"') file_error(path, "line %zu: \"text\" is not a string", line_no);
+                std::string text = cur.parse_string();
+                text_at = d.storage.size();
+                text_len = text.size();
+                d.storage += text;
+            } else {
+                cur.skip_value();
+            }
+            keys.insert(std::move(key));
+        });
+        cur.expect_end();
     } catch (const JsonError& e) {
         file_error(path, "line %zu: %s", line_no, e.what());
     }

@@ -34,10 +34,6 @@ static const char* kUsage =
     "      encodes the documents of FILEs (split at blank lines) on 1 thread and on N threads; prints MB/s.\n"
     "  DIR holds encoder.json and vocab.bpe (default: data/cache/gpt2, filled by `make data`).\n";
 
-struct UsageError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
 // How decode writes the text: exact bytes, or escaped for a terminal (control characters and invalid
 // UTF-8 as \xNN, llmc/tokenizer_file.h append_printable). Auto: escaped when stdout is a terminal.
 enum class DecodeOutput { Auto, Escape, Bytes };
@@ -244,18 +240,11 @@ static void cmd_bench(const Options& o) {
 }
 
 int main(int argc, char** argv) {
-    try {
+    return run_tool("tokenizer", [&] {
         Options o = parse_args(argc, argv);
         if (o.command == "encode") cmd_encode(o);
         else if (o.command == "decode") cmd_decode(o);
         else if (o.command == "export") cmd_export(o);
         else cmd_bench(o);
-    } catch (const UsageError& e) {
-        fprintf(stderr, "error: %s; see tokenizer --help\n", e.what());
-        return 1;
-    } catch (const std::exception& e) {
-        fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    }
-    return 0;
+    });
 }

@@ -1,5 +1,6 @@
 // bfloat16 <-> float on the host, by bit manipulation (no CUDA types), so checkpoint files,
-// CPU tests and GPU code all agree on the same rounding.
+// CPU tests and GPU code all agree on the same rounding; and IEEE half -> float, for the F16
+// tensors of Hugging Face files.
 // bf16 is the top 16 bits of an IEEE float: 1 sign, 8 exponent, 7 mantissa bits.
 #pragma once
 
@@ -39,4 +40,26 @@ inline void floats_to_bf16_bits(const float* in, uint16_t* out, size_t n) {
 }
 inline void bf16_bits_to_floats(const uint16_t* in, float* out, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = bf16_bits_to_float(in[i]);
+}
+
+// IEEE half (1 sign, 5 exponent, 10 mantissa bits) -> float. Exact: every half is a float. Inf and NaN
+// (payload included) carry over; subnormal halves become normal floats.
+inline float fp16_bits_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exponent = (h >> 10) & 0x1fu;
+    uint32_t mantissa = h & 0x3ffu, bits;
+    if (exponent == 0x1f) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else if (exponent != 0) {
+        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);  // rebias 15 -> 127
+    } else if (mantissa == 0) {
+        bits = sign;
+    } else {  // subnormal: mantissa * 2^-24; shift the leading 1 up to the implicit bit
+        uint32_t shift = 0;
+        while (!(mantissa & 0x400u)) { mantissa <<= 1; shift++; }
+        bits = sign | ((113 - shift) << 23) | ((mantissa & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
 }

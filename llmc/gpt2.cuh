@@ -23,6 +23,7 @@
 #include "global_norm.cuh"
 #include "gpt2_config.h"
 #include "gpt2_memory.cuh"
+#include "hf_gpt2.h"
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "model_file.h"
@@ -95,8 +96,9 @@ inline void upload_tokens(GPT2* m, mem::Id id, const int* host, int B, int T, co
 
 }  // namespace gpt2_detail
 
+// path: our model file, or a Hugging Face GPT-2 directory / .safetensors (read_model_any, llmc/hf_gpt2.h).
 inline void gpt2_build_from_checkpoint(GPT2* m, const std::string& path) {
-    ModelFile f = read_model_file(path);  // throws FileError naming the file
+    ModelFile f = read_model_any(path);  // throws FileError naming the file
     gpt2_detail::set_config(m, f.config);
     m->host_params = std::move(f.params);
 }

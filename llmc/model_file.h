@@ -125,42 +125,64 @@ inline ModelFile read_model_file(const std::string& path) {
     return m;
 }
 
-// Writes params (fp32, table order, gpt2_num_parameters(c) values) as fp32 (v3) or bf16 (v5,
-// round to nearest even). The wte padding rows V..Vp-1 are written as zero whatever params holds
-// there, as llm.c's files have them.
-inline void write_model_file(const std::string& path, const GPT2Config& c, const float* params, ParamDtype dtype) {
-    validate_gpt2_config(path, c, "cannot write model");
-    int32_t h[kFileHeaderInts] = {};
-    h[0] = kModelMagic;
-    h[1] = dtype == ParamDtype::BF16 ? kModelVersionBF16 : kModelVersionFP32;
-    h[2] = c.max_seq_len;
-    h[3] = c.vocab_size;
-    h[4] = c.num_layers;
-    h[5] = c.num_heads;
-    h[6] = c.channels;
-    h[7] = c.padded_vocab_size;
-    AtomicOutputFile out(path);
-    out.write(h, sizeof(h));
-    const size_t n = gpt2_num_parameters(c);
-    const size_t wte_real = (size_t)c.vocab_size * c.channels;      // wte is the first tensor
-    const size_t wte_padded = (size_t)c.padded_vocab_size * c.channels;
-    const size_t chunk_elems = (size_t)1 << 20;
-    std::vector<float> f32;
-    std::vector<uint16_t> b16;
-    for (size_t at = 0; at < n; at += chunk_elems) {
-        size_t count = std::min(chunk_elems, n - at);
-        f32.assign(params + at, params + at + count);
-        for (size_t i = 0; i < count; i++) {
-            size_t k = at + i;
-            if (k >= wte_real && k < wte_padded) f32[i] = 0.0f;
-        }
-        if (dtype == ParamDtype::FP32) {
-            out.write(f32.data(), count * sizeof(float));
-        } else {
-            b16.resize(count);
-            for (size_t i = 0; i < count; i++) b16[i] = float_to_bf16_bits(f32[i]);
-            out.write(b16.data(), count * sizeof(uint16_t));
+// Streams a model file: the header at construction, then the parameters (fp32, table order) in pieces of any
+// size, written as fp32 (v3) or bf16 (v5, round to nearest even). The wte padding rows V..Vp-1 are written as
+// zero whatever the input holds there, as llm.c's files have them. commit() checks that every parameter came and
+// renames the file into place (AtomicOutputFile).
+class ModelFileWriter {
+public:
+    ModelFileWriter(const std::string& path, const GPT2Config& c, ParamDtype dtype)
+        : path_(path), dtype_(dtype), out_((validate_gpt2_config(path, c, "cannot write model"), path)),
+          n_(gpt2_num_parameters(c)), wte_real_((size_t)c.vocab_size * c.channels),
+          wte_padded_((size_t)c.padded_vocab_size * c.channels) {
+        int32_t h[kFileHeaderInts] = {};
+        h[0] = kModelMagic;
+        h[1] = dtype == ParamDtype::BF16 ? kModelVersionBF16 : kModelVersionFP32;
+        h[2] = c.max_seq_len;
+        h[3] = c.vocab_size;
+        h[4] = c.num_layers;
+        h[5] = c.num_heads;
+        h[6] = c.channels;
+        h[7] = c.padded_vocab_size;
+        out_.write(h, sizeof(h));
+    }
+
+    void write(const float* params, size_t count) {
+        if (count > n_ - at_) file_error(path_, "writer got more than the %zu parameters of its shape", n_);
+        const size_t chunk_elems = (size_t)1 << 20;
+        for (size_t done = 0; done < count;) {
+            const size_t n = std::min(chunk_elems, count - done);
+            f32_.assign(params + done, params + done + n);
+            const size_t pad_lo = std::max(at_, wte_real_), pad_hi = std::min(at_ + n, wte_padded_);
+            if (pad_lo < pad_hi) std::fill(f32_.begin() + (pad_lo - at_), f32_.begin() + (pad_hi - at_), 0.0f);
+            if (dtype_ == ParamDtype::FP32) {
+                out_.write(f32_.data(), n * sizeof(float));
+            } else {
+                b16_.resize(n);
+                floats_to_bf16_bits(f32_.data(), b16_.data(), n);
+                out_.write(b16_.data(), n * sizeof(uint16_t));
+            }
+            at_ += n;
+            done += n;
         }
     }
-    out.commit();
+    void commit() {
+        if (at_ != n_) file_error(path_, "writer got %zu of the %zu parameters of its shape", at_, n_);
+        out_.commit();
+    }
+
+private:
+    std::string path_;
+    ParamDtype dtype_;
+    AtomicOutputFile out_;
+    size_t n_, wte_real_, wte_padded_, at_ = 0;  // wte is the first tensor
+    std::vector<float> f32_;
+    std::vector<uint16_t> b16_;
+};
+
+// Writes params (fp32, table order, gpt2_num_parameters(c) values) as one file; see ModelFileWriter.
+inline void write_model_file(const std::string& path, const GPT2Config& c, const float* params, ParamDtype dtype) {
+    ModelFileWriter w(path, c, dtype);
+    w.write(params, gpt2_num_parameters(c));
+    w.commit();
 }

@@ -19,7 +19,7 @@ struct TrainArgs {
     // data and model
     std::string train_pattern = "data/tinyshakespeare/tiny_shakespeare_train.bin";  // -i
     std::string val_pattern = "data/tinyshakespeare/tiny_shakespeare_val.bin";      // -j
-    std::string init_from = "d12";       // -e: model file, or d6|d12|d24|d36|d48 for random init
+    std::string init_from = "d12";       // -e: model file, HF GPT-2 directory / .safetensors, or d6|d12|d24|d36|d48
     std::string output_dir;              // -o: checkpoints and main.log; empty = write nothing
     std::string tokenizer_path = "gpt2_tokenizer.bin";  // -tok: for decoding samples (missing = print ids)
     // batch
@@ -71,8 +71,9 @@ inline std::string train_usage(const std::string& program) {
              "data and model\n"
              "  -i <glob>    train token shards (default %s)\n"
              "  -j <glob>    validation token shards (default %s)\n"
-             "  -e <s>       init from a model file, or d6|d12|d24|d36|d48 for random init\n"
-             "               (random init: max sequence length max(1024, -t)) (default %s)\n"
+             "  -e <s>       init from a model file, a Hugging Face GPT-2 directory or .safetensors file,\n"
+             "               or d6|d12|d24|d36|d48 for random init (max sequence length max(1024, -t))\n"
+             "               (default %s)\n"
              "  -o <dir>     output dir for main.log and checkpoints (default: none)\n"
              "  -tok <file>  tokenizer .bin for printing samples (default %s)\n"
              "batch\n"
@@ -190,7 +191,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
 
         if (flag == "-i") { if (v.empty()) return fail("a file pattern"); a->train_pattern = v; }
         else if (flag == "-j") { if (v.empty()) return fail("a file pattern"); a->val_pattern = v; }
-        else if (flag == "-e") { if (v.empty()) return fail("a model file or d6|d12|d24|d36|d48"); a->init_from = v; }
+        else if (flag == "-e") { if (v.empty()) return fail("a model file, HF GPT-2 model or d6..d48"); a->init_from = v; }
         else if (flag == "-o") { a->output_dir = v; }
         else if (flag == "-tok") { a->tokenizer_path = v; }
         else if (flag == "-b") { if (!get_int(&a->B, 1, kIntMax)) return fail("an integer >= 1"); }

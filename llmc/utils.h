@@ -11,14 +11,18 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 // An error about one file. what() is a single line: "<path>: <problem>".
@@ -43,6 +47,35 @@ inline int64_t file_size_or_throw(const std::string& path) {
     if (stat(path.c_str(), &st) != 0) file_error(path, "cannot open (%s)", strerror(errno));
     if (!S_ISREG(st.st_mode)) file_error(path, "not a regular file");
     return (int64_t)st.st_size;
+}
+
+// A bad command line: a tool's main prints it as one line pointing at --help.
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// A command-line tool's main around body(): exit status 0, or 1 after one line on stderr, "error: <what>" (for a
+// UsageError "error: <what>; see <program> --help"). on_error runs before the line (a progress line to end, say).
+template <typename Body>
+inline int run_tool(const char* program, Body&& body, void (*on_error)() = nullptr) {
+    try {
+        body();
+    } catch (const UsageError& e) {
+        if (on_error) on_error();
+        fprintf(stderr, "error: %s; see %s --help\n", e.what(), program);
+        return 1;
+    } catch (const std::exception& e) {
+        if (on_error) on_error();
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
+
+// The directory a path names its file in ("." for a bare name).
+inline std::string parent_directory(const std::string& path) {
+    const size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
 
 // An open file that closes itself; reads throw FileError naming the file.
@@ -123,8 +156,7 @@ public:
 private:
     // The rename is durable only once the directory entry is on disk: a crash must not lose the new file.
     void sync_parent_directory() {
-        const size_t slash = path_.rfind('/');
-        const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+        const std::string dir = parent_directory(path_);
         const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
         if (fd < 0 || fsync(fd) != 0) {
             const int err = errno;
@@ -207,4 +239,49 @@ inline void allocate_for_file(const std::string& path, uint64_t bytes, const cha
     } catch (const std::bad_alloc&) {
         file_error(path, "needs %llu bytes (%.1f GiB) for %s: out of memory", (unsigned long long)bytes, gib, what);
     }
+}
+
+// Two stages on two threads, two buffers in flight: produce(i, buffer) fills piece i here while consume(i, buffer)
+// takes piece i - 1 on a second thread, pieces in order. For streaming conversions: reading and transposing
+// the next tensor overlaps writing the last. The first exception on either side stops both and is rethrown here.
+template <typename Buffer, typename Produce, typename Consume>
+inline void run_pipeline(size_t pieces, Produce&& produce, Consume&& consume) {
+    Buffer buffers[2];
+    bool full[2] = {false, false}, stop = false;
+    std::exception_ptr error;
+    std::mutex mu;
+    std::condition_variable cv;
+    auto fail = [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        stop = true;
+        cv.notify_all();
+    };
+    auto hand_over = [&](size_t slot, bool now_full) {
+        std::lock_guard<std::mutex> lock(mu);
+        full[slot] = now_full;
+        cv.notify_all();
+    };
+    std::thread consumer([&] {
+        for (size_t i = 0; i < pieces; i++) {
+            {
+                std::unique_lock<std::mutex> lock(mu);
+                cv.wait(lock, [&] { return full[i % 2] || stop; });
+                if (stop) return;
+            }
+            try { consume(i, buffers[i % 2]); } catch (...) { return fail(); }
+            hand_over(i % 2, false);
+        }
+    });
+    for (size_t i = 0; i < pieces; i++) {
+        {
+            std::unique_lock<std::mutex> lock(mu);
+            cv.wait(lock, [&] { return !full[i % 2] || stop; });
+            if (stop) break;
+        }
+        try { produce(i, buffers[i % 2]); } catch (...) { fail(); break; }
+        hand_over(i % 2, true);
+    }
+    consumer.join();
+    if (error) std::rethrow_exception(error);
 }

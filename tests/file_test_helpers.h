@@ -71,6 +71,7 @@ inline std::vector<unsigned char> read_bytes(const std::string& path) {
 }
 
 inline void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+    remove(path.c_str());  // a new file: ext4 flushes a truncated-and-rewritten one on close (milliseconds each)
     FILE* f = fopen(path.c_str(), "wb");
     ASSERT_NE(f, nullptr) << path;
     if (!bytes.empty()) {

@@ -34,10 +34,7 @@ PREPRO=./data/prepro
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fails=0
-check() {  # description, command...
-    local what=$1; shift
-    if "$@" >"$TMP/out.log" 2>&1; then echo "ok   $what"; else echo "FAIL $what"; sed 's/^/     /' "$TMP/out.log" | tail -5; fails=$((fails + 1)); fi
-}
+source tests/cli_checks.sh  # check, self_check
 expect_error() {  # description, expected substring, command...: exit non-zero, stderr one line "error: ..."
     local what=$1 needle=$2; shift 2
     if "$@" >"$TMP/err.out" 2>"$TMP/err.log"; then echo "FAIL $what (exit 0)"; fails=$((fails + 1)); return; fi
@@ -228,22 +225,9 @@ c_run_script_calls_make() (
 )
 check "run_tinyshakespeare.sh lets make decide on a rebuild (calls make before training, every time)" c_run_script_calls_make
 
-# ---- self-check: every check above must fail when the tools are broken. Stand-ins for ./tokenizer
-# and ./data/prepro that exit 1, and that exit 0 writing nothing (the "empty == empty" trap); the
-# empty-file check is exempt from the second (no output is its right answer).
-printf '#!/bin/sh\nexit 1\n' >"$TMP/failing_tool"
-printf '#!/bin/sh\nexit 0\n' >"$TMP/silent_tool"
-chmod +x "$TMP/failing_tool" "$TMP/silent_tool"
-vacuous=()
-for stub in failing_tool silent_tool; do
-    for entry in "${CHECKS[@]}"; do
-        fn=${entry%%|*}
-        [ "$stub" = silent_tool ] && [ "$fn" = c_empty_file ] && continue
-        if (TOK="$TMP/$stub"; PREPRO="$TMP/$stub"; "$fn") >/dev/null 2>&1; then vacuous+=("$fn ($stub)"); fi
-    done
-done
-if [ ${#vacuous[@]} -eq 0 ]; then echo "ok   self-check: every check fails when the tools fail or write nothing"
-else echo "FAIL self-check: these checks pass with broken tools: ${vacuous[*]}"; fails=$((fails + 1)); fi
+# ---- self-check: every check above must fail when ./tokenizer and ./data/prepro are broken (the
+# "empty == empty" trap); the empty-file check is exempt from the silent stand-in (no output is its right answer).
+self_check "TOK PREPRO" c_empty_file
 
 echo "tokenizer tools: $fails failed"
 [ "$fails" -eq 0 ]

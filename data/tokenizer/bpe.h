@@ -36,7 +36,7 @@
 
 #include "data/tokenizer/pretokenizer.h"
 #include "data/read_file.h"
-#include "data/tokenizer/json_reader.h"
+#include "llmc/json_reader.h"
 #include "llmc/tokenizer_file.h"
 #include "llmc/utils.h"
 
@@ -187,17 +187,8 @@ private:
         try {
             JsonCursor cur(text);
             cur.skip_byte_order_mark();
-            cur.expect('{');
-            if (!cur.accept('}')) {
-                do {
-                    std::string key = cur.parse_string();
-                    cur.expect(':');
-                    int64_t id = cur.parse_int();
-                    entries.emplace_back(std::move(key), id);
-                } while (cur.accept(','));
-                cur.expect('}');
-            }
-            if (!cur.at_end()) cur.fail("trailing characters after the object");
+            cur.for_each_member([&](std::string& key) { entries.emplace_back(std::move(key), cur.parse_int()); });
+            cur.expect_end();
         } catch (const JsonError& e) {
             file_error(path, "%s", e.what());
         }

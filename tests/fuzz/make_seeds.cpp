@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "llmc/data_shard.h"
+#include "llmc/hf_gpt2.h"
 #include "llmc/model_file.h"
 #include "llmc/run_state.h"
 #include "llmc/tokenizer_file.h"
@@ -73,6 +74,20 @@ static void model_seeds() {
     const GPT2Config one{1, 1, 1, 1, 1, 1};
     const std::vector<float> p1 = some_floats(gpt2_num_parameters(one));
     put("model_file", "ones_bf16.bin", written([&](const std::string& p) { write_model_file(p, one, p1.data(), ParamDtype::BF16); }));
+}
+
+// fuzz_hf_gpt2's input: config.json, a NUL, model.safetensors (our tiny models exported by export_hf_gpt2).
+static void hf_gpt2_seeds() {
+    const GPT2Config c = tiny_config();
+    const std::vector<float> params = some_floats(gpt2_num_parameters(c));
+    for (ParamDtype dtype : {ParamDtype::FP32, ParamDtype::BF16}) {
+        const std::string model = fuzz::scratch_dir() + "/seed.bin", dir = fuzz::scratch_dir() + "/seed_hf";
+        write_model_file(model, c, params.data(), dtype);
+        export_hf_gpt2(model, dir);
+        put("hf_gpt2", dtype == ParamDtype::FP32 ? "tiny_f32" : "tiny_bf16",
+            fuzz::read_whole_scratch_file(dir + "/config.json") + std::string(1, '\0') +
+                fuzz::read_whole_scratch_file(dir + "/model.safetensors"));
+    }
 }
 
 static void shard_seeds() {
@@ -250,6 +265,7 @@ int main(int argc, char** argv) {
     try {
         ensure_directory(root);
         model_seeds();
+        hf_gpt2_seeds();
         shard_seeds();
         loader_seeds();
         tokenizer_seeds();

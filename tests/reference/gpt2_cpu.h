@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "llmc/gpt2_config.h"
+#include "llmc/hf_gpt2.h"
 #include "llmc/model_file.h"
 #include "llmc/utils.h"
 
@@ -518,9 +519,10 @@ inline void gpt2_build(GPT2* model, const GPT2Config& c, const float* params) {
     model->grad_acts.clear();
 }
 
-// Loads a checkpoint (fp32 v3 or bf16 v5, see model_file.h); throws FileError on a bad file.
+// Loads a checkpoint (fp32 v3 or bf16 v5, see model_file.h) or a Hugging Face GPT-2 model (llmc/hf_gpt2.h,
+// read_model_any); throws FileError on a bad file.
 inline void gpt2_build_from_checkpoint(GPT2* model, const std::string& path) {
-    ModelFile file = read_model_file(path);
+    ModelFile file = read_model_any(path);
     gpt2_build(model, file.config, file.params.data());
 }
 

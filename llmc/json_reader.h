@@ -1,11 +1,14 @@
-// A small strict JSON reader (RFC 8259) for the two places we read JSON: the GPT-2 vocabulary
-// (encoder.json, one object of string -> integer) and JSONL datasets (one object per line with a
-// "text" field). It is a cursor over a byte buffer: callers pull the values they expect and skip
-// the rest. Every violation throws JsonError with the byte offset, which callers turn into a
-// FileError naming the file (and line, for JSONL).
+// A small strict JSON reader (RFC 8259) for the places we read JSON: the GPT-2 vocabulary
+// (encoder.json, one object of string -> integer), JSONL datasets (one object per line with a
+// "text" field), safetensors headers and Hugging Face config files. It is a cursor over a byte
+// buffer: callers pull the values they expect and skip the rest. Every violation throws JsonError
+// with the byte offset, which callers turn into a FileError naming the file (and line, for JSONL).
+// json_quote is the one piece of writing our JSON writers need.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -120,6 +123,44 @@ public:
         return neg ? -(int64_t)v : (int64_t)v;
     }
 
+    // The members of the object at the cursor, in order: fn(key) is called with the cursor on the member's value,
+    // which fn must consume (parse or skip).
+    template <typename Fn>
+    void for_each_member(Fn&& fn) {
+        expect('{');
+        if (accept('}')) return;
+        do {
+            std::string key = parse_string();
+            expect(':');
+            fn(key);
+        } while (accept(','));
+        expect('}');
+    }
+    // Only whitespace may follow the top-level value.
+    void expect_end() {
+        if (!at_end()) fail("trailing characters after the object");
+    }
+
+    // Any number, as a double (syntax checked as strictly as skip_value does).
+    double parse_number() {
+        skip_ws();
+        const size_t start = pos_;
+        skip_number();
+        return strtod(std::string(s_.substr(start, pos_ - start)).c_str(), nullptr);
+    }
+    bool parse_bool() {
+        char c = peek();
+        if (c == 't') { expect_word("true"); return true; }
+        if (c == 'f') { expect_word("false"); return false; }
+        fail("expected true or false");
+    }
+    // Consumes null if it is next.
+    bool accept_null() {
+        if (peek() != 'n') return false;
+        expect_word("null");
+        return true;
+    }
+
     // Skips any value (object, array, string, number, true, false, null), checking its syntax.
     void skip_value(int depth = 0) {
         if (depth > 512) fail("nesting too deep");
@@ -229,3 +270,16 @@ private:
         }
     }
 };
+
+// `s` as a JSON string literal: quotes, backslashes and control characters escaped (UTF-8 passes through).
+inline std::string json_quote(std::string_view s) {
+    std::string out = "\"";
+    for (char ch : s) {
+        const unsigned char c = (unsigned char)ch;
+        if (c == '"' || c == '\\') { out += '\\'; out += ch; }
+        else if (c == '\n') out += "\\n";
+        else if (c < 0x20) { char esc[8]; snprintf(esc, sizeof(esc), "\\u%04x", c); out += esc; }
+        else out += ch;
+    }
+    return out + "\"";
+}
