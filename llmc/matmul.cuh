@@ -190,13 +190,20 @@ inline void run_plan(Plan& p, MatmulEpilogue epilogue, floatX* C, const floatX* 
         cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu,
                                                    sizeof(pre_gelu)));
     }
-    cublasCheck(cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, s.workspace,
-                               s.workspace_bytes, stream));
-    // initcheck cannot see cuBLASLt's (TMA) stores: say what the GEMM wrote, or every read of it is reported.
+    // initcheck cannot see cuBLASLt's (TMA) stores: say what the GEMM writes, or every read of it is reported.
+    // Outputs it only writes are marked before the call, because cuBLASLt may read them back inside it (a
+    // separate epilogue kernel reads C after the main kernel stored it, seen at C = 128); C read as an input
+    // (beta != 0) is marked after, so a C nobody initialised is still reported.
     const size_t c_bytes = (size_t)out.M * out.N * sizeof(floatX);
-    for (int b = 0; b < out.batch; b++) sanitizer_mark_initialized(C + (size_t)b * out.strideC, c_bytes, stream);
+    auto mark_c = [&] {
+        for (int b = 0; b < out.batch; b++) sanitizer_mark_initialized(C + (size_t)b * out.strideC, c_bytes, stream);
+    };
+    if (beta == 0.0f) mark_c();
     if (epilogue == MatmulEpilogue::GeluBias) sanitizer_mark_initialized(pre_gelu, c_bytes, stream);
     if (epilogue == MatmulEpilogue::BiasGrad) sanitizer_mark_initialized(bias, out.M * out.bias_grad_bytes, stream);
+    cublasCheck(cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, s.workspace,
+                               s.workspace_bytes, stream));
+    if (beta != 0.0f) mark_c();
 }
 
 }  // namespace matmul_detail

@@ -8,10 +8,10 @@
 # All runs go in parallel (one GPU is enough); each prints one line with its tool's error summary. Exit 1 on any
 # error or any run that does not finish.
 #   scripts/check_sanitizers.sh [tool...]      env: LOGDIR (sanitizer_logs), LIMIT (seconds per run, 480)
-# cuBLASLt's kernels are checked too, but for racecheck (see the filter below, with its reason). Their stores are
-# invisible to initcheck, so llmc/matmul.cuh marks each GEMM's outputs initialized (NVTX) and zeroes the workspace
-# once. A report names a kernel and an address; LLMC_PRINT_MEMORY_MAP=1 makes train_gpt2cu print every buffer's
-# address range.
+# cuBLASLt's kernels are checked too; racecheck's hazards inside them are counted apart (see the filter below, with
+# its reason). Their stores are invisible to initcheck, so llmc/matmul.cuh marks each GEMM's outputs initialized
+# (NVTX) and zeroes the workspace once. A report names a kernel and an address; LLMC_PRINT_MEMORY_MAP=1 makes
+# train_gpt2cu print every buffer's address range.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGDIR=${LOGDIR:-sanitizer_logs}
@@ -19,7 +19,8 @@ LIMIT=${LIMIT:-480}
 TOOLS=${*:-memcheck initcheck racecheck synccheck}
 mkdir -p "$LOGDIR"
 command -v compute-sanitizer >/dev/null || { echo "error: compute-sanitizer not found (it comes with the CUDA toolkit)" >&2; exit 1; }
-make -s -j16 train_gpt2cu dev >"$LOGDIR/build.log" 2>&1 && make -s data >>"$LOGDIR/build.log" 2>&1 \
+make -s -j16 train_gpt2cu >"$LOGDIR/build.log" 2>&1 && make -s -C dev/cuda -j16 attention_forward attention_backward >>"$LOGDIR/build.log" 2>&1 &&
+    make -s data >>"$LOGDIR/build.log" 2>&1 \
     || { tail -n 20 "$LOGDIR/build.log"; exit 1; }
 small=$LOGDIR/small
 if [ ! -f "${small}_model_bf16.bin" ]; then
@@ -35,15 +36,27 @@ report=(./train_gpt2cu -e d6 -b 2 -t 128 -x 1 -v 1 -m 1 -s 0 "${data[@]}")
 
 check() {  # tool, name, command...
     local tool=$1 name=$2; shift 2
-    local log="$LOGDIR/${tool}_${name}.log" t0=$SECONDS filter=()
-    # racecheck cannot follow the mbarrier/TMA synchronisation inside cuBLASLt's Hopper GEMMs (nvjet_*): it
-    # reports hazards in them between accesses those barriers order. They are not our kernels; ours stay checked.
-    [ "$tool" = racecheck ] && filter=(--kernel-name-exclude kns=nvjet --kernel-name-exclude kns=cublasLt)
-    OMP_NUM_THREADS=2 timeout "$LIMIT" compute-sanitizer --tool "$tool" "${filter[@]}" --print-limit 20 \
-        --error-exitcode 99 "$@" >"$log" 2>&1
+    local log="$LOGDIR/${tool}_${name}.log" t0=$SECONDS
+    OMP_NUM_THREADS=2 timeout "$LIMIT" compute-sanitizer --tool "$tool" --print-limit 10000 --error-exitcode 99 "$@" \
+        >"$log" 2>&1
     local rc=$? summary errors
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)  # racecheck: "(N errors, M warnings)"
     errors=$(echo "$summary" | grep -oE '[0-9]+ error' | grep -oE '^[0-9]+' | head -n 1)
+    if [ "$tool" = racecheck ] && [ -n "$summary" ]; then
+        # racecheck cannot follow the mbarrier/TMA ordering inside cuBLASLt's Hopper GEMMs (nvjet_*, seen in the
+        # split-K nvjet_sm90_tst_64x64_64x13_2x1_v_bz_splitK_NNT at C = 128): it reports a read and a write there
+        # that those barriers order. A hazard counts as cuBLASLt's only when both of its accesses are inside
+        # cuBLASLt's kernels; every other one is ours and fails the run. (Excluding those kernels with
+        # --kernel-name-exclude instead makes compute-sanitizer 2025 fail with "Internal Sanitizer Error: failed to
+        # handle a hardware exception" on this program, so they run instrumented and are filtered here.)
+        local library
+        library=$(awk '/Race reported between/ { a = $0; getline b; if (a ~ /nvjet|cublas/ && b ~ /nvjet|cublas/) n++ }
+                       END { print n + 0 }' "$log")
+        errors=$(awk '/Race reported between/ { a = $0; getline b; if (!(a ~ /nvjet|cublas/ && b ~ /nvjet|cublas/)) n++ }
+                      END { print n + 0 }' "$log")
+        summary="$summary; $library in cuBLASLt's kernels, $errors in ours"
+        [ $rc -eq 99 ] && rc=0
+    fi
     # the program itself must succeed too: a crash or a timeout is a failure, not a pass
     local line
     if [ -z "$summary" ] || { [ $rc -ne 0 ] && [ $rc -ne 99 ]; }; then
