@@ -36,7 +36,7 @@ else
   $(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
 endif
 
-NVCC_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=sm_$(GPU_COMPUTE_CAPABILITY)
+NVCC_ARCH := $(GPU_ARCH)
 NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math --expt-relaxed-constexpr $(NVCC_ARCH) $(PRECISION_FLAG) \
              -Xcompiler "-Wall -Wextra -Wno-unused-parameter $(OPENMP_FLAGS)" --Werror all-warnings
 NVCC_LIBS := -lcublas -lcublasLt

@@ -23,3 +23,13 @@ ifeq ($(GPU_COMPUTE_CAPABILITY),)
     endif
   endif
 endif
+
+# The architecture flags. Programs with Hopper kernels (wgmma, setmaxnreg: llmc/hopper.cuh) take HOPPER_ARCH, which
+# on compute capability 9.0 targets sm_90a (those instructions exist only there) and says so with -DLLMC_SM90A;
+# elsewhere it is GPU_ARCH and the Hopper kernels are left out at run time (hopper_available()).
+GPU_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=sm_$(GPU_COMPUTE_CAPABILITY)
+ifeq ($(GPU_COMPUTE_CAPABILITY),90)
+  HOPPER_ARCH := -gencode arch=compute_90a,code=sm_90a -DLLMC_SM90A
+else
+  HOPPER_ARCH := $(GPU_ARCH)
+endif

@@ -39,6 +39,7 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     # the dev programs' strict validation: every variant at every shape against the fp64 reference, no timing
     run_suite dev-attention-forward ./dev/cuda/attention_forward -c
     run_suite dev-attention-backward ./dev/cuda/attention_backward -c
+    run_suite dev-matmul-forward ./dev/cuda/matmul_forward -c
     # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only
     # (flash is checked by tests/test_kernels and by the d12 reference below)
     run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized
