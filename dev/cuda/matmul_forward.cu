@@ -17,8 +17,12 @@
 // tiles through L2 (the d12 classifier's weight is 77 MB: more than L2).
 // Rule for every variant: M, N >= 1, K >= 8 and K % 8 == 0 (rows of 16 bytes, for the 16-byte loads, cp.async and
 // TMA; every GPT-2 K is a multiple of 64); variants 1 and 2 would take any K.
-// TFLOP/s: measured in docs/PERFORMANCE.md
-// TODO(after the GPU run): fill in each variant's measured TFLOP/s (d12 and d48 shapes, H100) here and there.
+// What each bought (H200, bf16, warm TFLOP/s at d12 fc 16384x3072x768 / 8192^3; docs/PERFORMANCE.md has every shape):
+//   1 0.5 (every output re-reads its row and column from DRAM/L2)   2 7.2 (tiles reused from shared memory: 14x)
+//   3 42.0 / 42.8 (register reuse: 6x; 63% of the fp32 FMA peak, ~67 TFLOP/s: CUDA cores are the ceiling now)
+//   4 319 / 337 (tensor cores: 7.6x; mma.sync feeds them from registers, about half of Hopper's rate)
+//   5 548 / 684 (wgmma from shared memory fed by TMA, warp-specialised: 1.7x / 2.0x; 0.96x cuBLASLt over the engine's
+//     shapes, above it on the classifier)      6 cuBLASLt 607 / 682
 // Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes, with and
 // without bias, before any is benchmarked.
 // Build: make -C dev/cuda matmul_forward (built WITHOUT -DENABLE_FP32: floatX is bf16, so variant 6 is the engine's
