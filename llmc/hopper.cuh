@@ -80,6 +80,29 @@ inline CUtensorMap make_tensor_map_2d(const void* base, CUtensorMapDataType dtyp
     return map;
 }
 
+// A row-major [batches][rows][cols] tensor (cols contiguous; row_stride and batch_stride in elements) read or
+// written in boxes of box_rows x box_cols of one batch: rows past `rows` are zero-filled on reads and dropped on
+// writes within each batch (a 2D view of the same memory would spill into the next batch). Same rules as above.
+inline CUtensorMap make_tensor_map_3d(const void* base, CUtensorMapDataType dtype, int element_bytes, uint64_t batches,
+                                      uint64_t rows, uint64_t cols, uint64_t row_stride, uint64_t batch_stride,
+                                      uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle) {
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {cols, rows, batches};
+    const cuuint64_t strides[2] = {row_stride * element_bytes, batch_stride * element_bytes};
+    const cuuint32_t box[3] = {box_cols, box_rows, 1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const CUresult r = tensor_map_encoder()(&map, dtype, 3, const_cast<void*>(base), dims, strides, box,
+                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: cuTensorMapEncodeTiled: %llu x %llu x %llu tensor, box %u x %u: error %d\n",
+                (unsigned long long)batches, (unsigned long long)rows, (unsigned long long)cols, box_rows, box_cols,
+                (int)r);
+        exit(EXIT_FAILURE);
+    }
+    return map;
+}
+
 // ------------------------------------------------------------------------------------------ device side
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -132,10 +155,22 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
         ::"r"(smem_u32(dst)), "l"(map), "r"(col), "r"(row), "r"(smem_u32(bar))
         : "memory");
 }
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
+                                            int batch) {
+    LLMC_HOPPER_ASM(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+        "[%5];\n" ::"r"(smem_u32(dst)), "l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_u32(bar))
+        : "memory");
+}
 // shared -> global (rows and columns past the matrix are not written); tracked as a bulk group of this thread.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int col, int row) {
     LLMC_HOPPER_ASM("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n"
                     ::"l"(map), "r"(col), "r"(row), "r"(smem_u32(src))
+                    : "memory");
+}
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void* src, int col, int row, int batch) {
+    LLMC_HOPPER_ASM("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                    ::"l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_u32(src))
                     : "memory");
 }
 // shared -> global element-wise add (fp32 partial sums, e.g. the attention backward's dQ), a bulk group too.

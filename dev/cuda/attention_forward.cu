@@ -12,12 +12,15 @@
 //   5  bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with): mma.sync m16n8k16, ldmatrix,
 //      cp.async double buffering, fp32 accumulation
 //      (the "block" column of variant 5 is a tile configuration of attention_flash_configs.cuh; 0 = the default)
-//   (6 is kept for a Hopper wgmma/TMA variant)
+//   6  Hopper (llmc/attention_hopper_forward.cuh): TMA loads into a ring of stages on mbarriers, a producer warpgroup
+//      and two consumer warpgroups (setmaxnreg), S = Q·Kᵀ and O += P·V with wgmma (P from registers), output by TMA
+//      stores; needs an sm_90a build on a compute-capability 9.0 GPU, otherwise skipped
 // Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes before any is
 // benchmarked.
 // Build: make -C dev/cuda attention_forward     Run: ./attention_forward [-v 5] [-s "8,12,1024,64;..."]
 #include "attention_common.h"
 #include "attention_flash_configs.cuh"
+#include "llmc/attention_hopper_forward.cuh"
 #include "llmc/attention_materialized.cuh"
 #include "tests/reference/gpt2_cpu.h"
 
@@ -217,6 +220,7 @@ static const std::vector<Variant> kVariants = {
     {3, "minimal-flash-fa1", false, true, {32, 64}},
     {4, "flash2-fp32", false, true, {32, 64, 128}},
     {5, "flash2-bf16-mma", true, true, {0, 1, 2, 3, 4, 5, 6}},  // "block" = flash config, 0 = default
+    {6, "hopper-wgmma-tma", true, true, {0}},
 };
 
 // Device state for one shape; fp32 variants read qkv32 and write out32, the bf16 variant qkv16/out16.
@@ -281,6 +285,10 @@ void run_fp32(int variant, int block, Problem& p) {
 }
 
 void run_variant(int variant, int block, Problem& p) {
+    if (variant == 6) {
+        cudaCheck(attention_hopper_forward(p.out16.ptr, p.lse.ptr, p.qkv16.ptr, p.s.B, p.s.T, p.s.NH, p.s.HS));
+        return;
+    }
     if (variant == 5) {
         cudaCheck(attention_flash_forward_config(p.out16.ptr, p.lse.ptr, p.qkv16.ptr, p.s.B, p.s.T, p.s.NH, p.s.HS, 0,
                                                 block));
@@ -293,6 +301,10 @@ void run_variant(int variant, int block, Problem& p) {
 
 // Fresh inputs, fp64 reference on the same (bf16-rounded where the kernel is bf16) values, poisoned outputs.
 bool check(const Variant& v, int block, const AttentionShape& s) {
+    if (v.id == 6 && !hopper::hopper_available()) {
+        printf("    skipped: needs an sm_90a build on a compute-capability 9.0 GPU\n");
+        return true;
+    }
     Problem p(s, v);
     std::vector<float> inp = random_normal(p.n_inp());
     if (v.bf16) p.qkv16.upload(round_to_bf16(inp));
@@ -313,6 +325,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
 }
 
 void time_variant(const Variant& v, int block, const AttentionShape& s, int repeats) {
+    if (v.id == 6 && !hopper::hopper_available()) return;
     Problem p(s, v);
     std::vector<float> inp = random_normal(p.n_inp());
     if (v.bf16) p.qkv16.upload(round_to_bf16(inp)); else p.qkv32.upload(inp);
@@ -323,7 +336,7 @@ void time_variant(const Variant& v, int block, const AttentionShape& s, int repe
 int main(int argc, char** argv) {
     AttentionProgram<Variant> prog;
     prog.pass = "fwd";
-    prog.variants_help = "1 naive, 2 materialized, 3 minimal flash, 4 flash2 fp32, 5 flash2 bf16";
+    prog.variants_help = "1 naive, 2 materialized, 3 minimal flash, 4 flash2 fp32, 5 flash2 bf16, 6 hopper";
     prog.flops_note = ", causal FLOPs 2*B*NH*T*T*HS";
     prog.engine_variant = 5;
     prog.variants = kVariants;
