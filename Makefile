@@ -36,7 +36,7 @@ else
   $(error PRECISION must be BF16 or FP32, not '$(PRECISION)')
 endif
 
-NVCC_ARCH := $(GPU_ARCH)
+NVCC_ARCH := $(HOPPER_ARCH)  # sm_90a at compute capability 9.0: the Hopper kernels (detect.mk)
 NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math --expt-relaxed-constexpr $(NVCC_ARCH) $(PRECISION_FLAG) \
              -Xcompiler "-Wall -Wextra -Wno-unused-parameter $(OPENMP_FLAGS)" --Werror all-warnings
 NVCC_LIBS := -lcublas -lcublasLt

@@ -234,7 +234,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
     row("precision", std::string(PRECISION_NAME) + (kFloatXIsBF16 ? (a.master_weights ? " + fp32 master weights"
                                                                                       : ", no master weights")
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
-    row("attention / recompute", std::string(attention_backend_name(s.backend)) + " / " + str(a.recompute));
+    row("attention / recompute", attention_backend_description(s.backend) + " / " + str(a.recompute));
     row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
     row("tokens per step",
         str(s.layout.tokens_per_step) + " (grad accum " + str(s.layout.grad_accum_steps) + ")");

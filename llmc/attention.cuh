@@ -20,6 +20,13 @@ enum class AttentionBackend { Materialized, Flash };
 inline const char* attention_backend_name(AttentionBackend b) {
     return b == AttentionBackend::Flash ? "flash" : "materialized";
 }
+// What the backend runs here, for the start-up table: flash's forward is the Hopper kernel on sm_90a + H100/H200.
+inline std::string attention_backend_description(AttentionBackend b) {
+#if !defined(ENABLE_FP32)
+    if (b == AttentionBackend::Flash && hopper::hopper_available()) return "flash (Hopper TMA/wgmma forward)";
+#endif
+    return attention_backend_name(b);
+}
 inline bool parse_attention_backend(const std::string& s, AttentionBackend* out) {
     if (s == "materialized") { *out = AttentionBackend::Materialized; return true; }
     if (s == "flash") { *out = AttentionBackend::Flash; return true; }

@@ -1,5 +1,6 @@
 // Causal flash attention on bf16 tensor cores (FlashAttention-2 loop order), forward and backward: the engine's
-// entry points, each running the tuned default configuration for its head size. Only those configurations are
+// entry points, each running the tuned default configuration for its head size. On Hopper (sm_90a builds on
+// compute capability 9.0) the forward is llmc/attention_hopper_forward.cuh's TMA + wgmma kernel instead. Only those configurations are
 // compiled into the engine; the kernels and their tiling are in attention_flash_forward.cuh and
 // attention_flash_backward.cuh (tile primitives in attention_flash_tiles.cuh), and dev/cuda sweeps the others.
 //
@@ -22,6 +23,7 @@
 
 #include "attention_flash_backward.cuh"
 #include "attention_flash_forward.cuh"
+#include "attention_hopper_forward.cuh"
 
 namespace flash {
 
@@ -56,6 +58,9 @@ inline bool head_size_supported(int HS, const char* who) {
 inline cudaError_t attention_flash_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
                                            int NH, int HS, cudaStream_t stream) {
     if (!flash::head_size_supported(HS, "attention_flash_forward")) return cudaErrorInvalidValue;
+    // Hopper (TMA + wgmma) where the build and the GPU have it; same outputs and LSE convention, so the backward
+    // below takes either forward's
+    if (hopper::hopper_available()) return attention_hopper_forward(out, lse, qkv, B, T, NH, HS, stream);
     if (HS == 64) return flash::launch_forward<flash::DefaultConfigs<64>::Forward>(out, lse, qkv, B, T, NH, stream);
     return flash::launch_forward<flash::DefaultConfigs<128>::Forward>(out, lse, qkv, B, T, NH, stream);
 }

@@ -24,10 +24,13 @@
 namespace hopper {
 
 // ------------------------------------------------------------------------------------------ host side
-// True when this binary carries sm_90a code and the current device is compute capability 9.0 (H100, H200).
+// True when this binary carries sm_90a code and the current device is compute capability 9.0 (H100, H200), unless
+// LLMC_NO_HOPPER=1 in the environment asks for the pre-Hopper kernels (a fallback, and A/B timings in one build).
 inline bool hopper_available() {
 #if defined(LLMC_SM90A)
     static const bool yes = [] {
+        const char* off = getenv("LLMC_NO_HOPPER");
+        if (off && off[0] == '1') return false;
         int dev = 0, major = 0, minor = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
