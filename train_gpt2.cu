@@ -216,7 +216,8 @@ struct StartupInfo {
     int world, start_step, total_steps;
     MathMode math;
     DeviceSummary dev;
-    double flops_per_token;
+    double flops_per_token;       // 6N + 6LTC (llm.c's count, the MFU figure scripts read)
+    double flops_per_token_full;  // 6N + 12LTC (nanoGPT's)
 };
 
 void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInfo& s, const DataLoader& train,
@@ -257,7 +258,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
             " FLOP/s",
         d.peak_flops > 0 ? num(d.peak_flops / 1e12) + " TFLOP/s" + (d.peak_assumed ? " (assumed arch)" : "")
                          : "unknown (MFU not reported)");
-    row("model FLOPs per token", num(s.flops_per_token));
+    row("model FLOPs per token", num(s.flops_per_token) + " (6N+6LTC; 6N+12LTC " + num(s.flops_per_token_full) + ")");
     printf("%s\n", rule.c_str());
     for (const auto& [label, bytes] : memory_plan_rows(model.plan)) row(label, format_bytes((double)bytes));
     printf("%s\n", rule.c_str());
@@ -354,7 +355,8 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     info.total_steps = total_steps;
     info.math = kFloatXIsBF16 ? MathMode::BF16 : (a.tf32 ? MathMode::TF32 : MathMode::FP32);
     info.dev = query_device(mg.local_device, info.math);
-    info.flops_per_token = gpt2_flops_per_token(c, a.T);
+    info.flops_per_token = gpt2_flops_per_token(c, a.T, AttentionFlops::Causal);
+    info.flops_per_token_full = gpt2_flops_per_token(c, a.T, AttentionFlops::Full);
     print_startup_table(a, model, info, train_loader, val_loader.get());
 
     // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
@@ -386,10 +388,12 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         st.lr = r.lr;
         st.ms = r.ms;
         st.tokens_per_s = layout.tokens_per_step / (r.ms / 1e3);
-        st.mfu = info.dev.peak_flops > 0 ? model_flops_utilization(info.flops_per_token,
-                                                                   (double)layout.tokens_per_step / mg.world,
-                                                                   r.ms / 1e3, info.dev.peak_flops)
-                                         : -1;
+        const double tokens_per_device = (double)layout.tokens_per_step / mg.world;
+        if (info.dev.peak_flops > 0) {
+            st.mfu = model_flops_utilization(info.flops_per_token, tokens_per_device, r.ms / 1e3, info.dev.peak_flops);
+            st.mfu_full =
+                model_flops_utilization(info.flops_per_token_full, tokens_per_device, r.ms / 1e3, info.dev.peak_flops);
+        }
         printf("%s\n", format_step_line(st).c_str());
         fflush(stdout);
         log.log_train(step, r.loss);

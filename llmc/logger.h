@@ -106,14 +106,21 @@ struct StepStats {
     float loss = 0, grad_norm = 0, lr = 0;
     double ms = 0;           // wall time of the step
     double tokens_per_s = 0; // over all processes
-    double mfu = -1;         // fraction of peak, < 0 = unknown
+    double mfu = -1;         // fraction of peak with 6N + 6LTC FLOPs per token (llm.c's count), < 0 = unknown
+    double mfu_full = -1;    // the same with 6N + 12LTC (nanoGPT's count: attention without the causal half)
 };
 
+// "... | MFU 37.8% (6N+6LTC; 40.9% with 6N+12LTC)": the first figure stays where scripts read it.
 inline std::string format_step_line(const StepStats& s) {
-    char mfu[32];
-    if (s.mfu >= 0) snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * s.mfu);
-    else snprintf(mfu, sizeof(mfu), "n/a");
-    char buf[256];
+    char mfu[64];
+    if (s.mfu >= 0 && s.mfu_full >= 0) {
+        snprintf(mfu, sizeof(mfu), "%.1f%% (6N+6LTC; %.1f%% with 6N+12LTC)", 100.0 * s.mfu, 100.0 * s.mfu_full);
+    } else if (s.mfu >= 0) {
+        snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * s.mfu);
+    } else {
+        snprintf(mfu, sizeof(mfu), "n/a");
+    }
+    char buf[320];
     snprintf(buf, sizeof(buf), "step %5d/%d | loss %.6f | norm %8.4f | lr %.3e | %8.2f ms | %9.0f tok/s | MFU %s",
              s.step, s.total_steps, (double)s.loss, (double)s.grad_norm, (double)s.lr, s.ms, s.tokens_per_s, mfu);
     return buf;

@@ -15,7 +15,8 @@
 // Model FLOPs per token (forward + backward = 3 x forward, forward = 2 FLOPs per weight use):
 //   6 N  (N = all parameters; the tied wte is used by the classifier matmul; wpe is counted too, as llm.c does)
 //   + 6 L T C for attention (QK^T and PV are 2 x 2 T C FLOPs per token per layer forward, halved by the
-//     causal mask, times 3 for backward): PaLM's appendix B formula with the causal half.
+//     causal mask, times 3 for backward): PaLM's appendix B formula with the causal half, as llm.c counts.
+//   nanoGPT (and PaLM) count the attention without the causal half, 12 L T C: the step line prints both.
 // Recomputation (-r) is not counted: MFU counts the model's FLOPs, not the hardware's.
 #pragma once
 
@@ -66,9 +67,12 @@ inline double peak_flops(int cc_major, int cc_minor, int sm_count, double clock_
     return peak_rate_per_sm(cc_major, cc_minor, mode).flops_per_sm_per_clock * sm_count * clock_khz * 1e3;
 }
 
-inline double gpt2_flops_per_token(const GPT2Config& c, int T) {
+enum class AttentionFlops { Causal, Full };  // 6 L T C (llm.c) or 12 L T C (nanoGPT, PaLM)
+
+inline double gpt2_flops_per_token(const GPT2Config& c, int T, AttentionFlops attention = AttentionFlops::Causal) {
     const double N = (double)gpt2_num_parameters(c);
-    return 6.0 * N + 6.0 * c.num_layers * (double)T * c.channels;
+    const double per_layer = attention == AttentionFlops::Causal ? 6.0 : 12.0;
+    return 6.0 * N + per_layer * c.num_layers * (double)T * c.channels;
 }
 
 // Fraction of peak (0..1) for `tokens` processed by one device in `seconds`; 0 if the peak is unknown.

@@ -86,7 +86,11 @@ TEST(Console, StepLineAndTable) {
     EXPECT_NE(line.find("123.46 ms"), std::string::npos) << line;
     EXPECT_NE(line.find("132710 tok/s"), std::string::npos) << line;
     EXPECT_NE(line.find("MFU 45.6%"), std::string::npos) << line;
+    s.mfu_full = 0.5;
+    EXPECT_NE(format_step_line(s).find("MFU 45.6% (6N+6LTC; 50.0% with 6N+12LTC)"), std::string::npos)
+        << format_step_line(s);
     s.mfu = -1;
+    s.mfu_full = -1;
     EXPECT_NE(format_step_line(s).find("MFU n/a"), std::string::npos);
     EXPECT_EQ(format_bytes(512), "512 B");
     EXPECT_EQ(format_bytes(1536), "1.5 KiB");
@@ -122,6 +126,7 @@ TEST(Mfu, ModelFlopsPerToken) {
     EXPECT_EQ(N, 124475904.0);  // GPT-2 124M with Vp = 50304
     const double f = gpt2_flops_per_token(c, 1024);
     EXPECT_DOUBLE_EQ(f, 6 * N + 6.0 * 12 * 1024 * 768);
+    EXPECT_DOUBLE_EQ(gpt2_flops_per_token(c, 1024, AttentionFlops::Full), 6 * N + 12.0 * 12 * 1024 * 768);
     // 1 second for tokens worth exactly the peak -> MFU 1
     EXPECT_DOUBLE_EQ(model_flops_utilization(f, 1000, 1.0, f * 1000), 1.0);
     EXPECT_EQ(model_flops_utilization(f, 1000, 1.0, 0.0), 0.0);
