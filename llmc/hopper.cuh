@@ -249,6 +249,18 @@ __device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* tile, uint
 // wgmma_ss: A and B from shared memory (descriptors); wgmma_rs: A from registers. kTransB 1: B is MN-major.
 // scale_d 0 overwrites d (the first product of a sum), 1 accumulates.
 template <int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    LLMC_HOPPER_ASM(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+        " %16, %17, p, 1, 1, 0, %19;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+template <int kTransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     LLMC_HOPPER_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"

@@ -1,0 +1,458 @@
+// Causal attention backward on Hopper, on the machinery of llmc/hopper.cuh and the layouts of the forward
+// (llmc/attention_hopper_forward.cuh): qkv, dqkv (B, T, 3, NH, HS) bf16 (dqkv fully overwritten), out, dout
+// (B, T, NH·HS) bf16, lse and the workspace D (B, NH, T) fp32. HS 64 or 128, any T.
+//
+// STATUS: written, compiled (ptxas: see the commit), NOT yet validated on a GPU and not wired into anything.
+//
+// Deterministic by construction, like the mma.sync backward: every output element is written once, by one thread,
+// no atomics and no reduction across blocks (the scheme to defend against FA3's ordered dQ reduce-adds with numbers):
+//   1. D = rowsum(dO∘O) from the bf16 O (a warp per row);
+//   2. dK, dV: one block per 128 keys (two consumer warpgroups of 64), Q and dO tiles of 64 queries (32 at HS 128)
+//      streamed by TMA
+//      from the diagonal down; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with wgmma from shared memory, Pᵀ = exp(Sᵀ − LSE) and
+//      dSᵀ = Pᵀ∘(dPᵀ − D) in registers, then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands
+//      (the accumulator layout is the A layout) and dO, Q as MN-major B;
+//   3. dQ: one block per 128 queries, K and V tiles of 64 keys streamed up to the diagonal; S and dP again, dS in
+//      registers, dQ += dS·K (K as MN-major B).
+// Scale 1/sqrt(HS) is folded into the exponent and applied once to dK and dQ at the end.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "hopper.cuh"
+
+namespace flash_hopper {
+
+// ------------------------------------------------------------------------------------------ 1. D = rowsum(dO∘O)
+template <int kHS>
+__global__ void backward_d_kernel(float* __restrict__ D, const bf16* __restrict__ out, const bf16* __restrict__ dout,
+                                  int B, int T, int NH) {
+    const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+    const long long row = (long long)blockIdx.x * warps + threadIdx.x / 32;  // (b, t, h), h fastest
+    if (row >= (long long)B * T * NH) return;
+    const int h = (int)(row % NH);
+    const long long bt = row / NH;
+    const int b = (int)(bt / T), t = (int)(bt % T);
+    const bf16* o = out + bt * NH * kHS + h * kHS;
+    const bf16* d = dout + bt * NH * kHS + h * kHS;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 2 * lane; i < kHS; i += 64) {
+        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(o + i));
+        const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(d + i));
+        sum += a.x * c.x + a.y * c.y;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffff, sum, off);
+    if (lane == 0) D[((size_t)b * NH + h) * T + t] = sum;
+}
+
+// The MN-major B operand of a product over k (tile rows: queries or keys, HS contiguous) for k16 step kk: sub-tiles of
+// 64 columns are rows·128 bytes apart (leading byte offset), 8-row groups 1024 (as V in the forward).
+__device__ __forceinline__ uint64_t mn_major_descriptor(const uint8_t* tile, int rows, int kk) {
+    return hopper::smem_descriptor_sw128(tile + kk * 16 * 128, rows * 128, 1024);
+}
+
+// Packs the k16 slices of a 64 x kN fp32 accumulator (values already final) into bf16 A fragments.
+template <int kN>
+__device__ __forceinline__ void pack_a_fragments(const float (&acc)[kN / 2], uint32_t (&frag)[kN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
+            frag[kk][i] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+}
+
+// Writes a consumer's 64 x HS fp32 accumulator, times `scale`, as bf16 into its 64 rows of a [kSub][rows][64]
+// tile (128-byte swizzle) that TMA then stores.
+template <int kHS>
+__device__ __forceinline__ void stage_tile(uint8_t* tile_rows, int tile_row_count, const float (&acc)[kHS / 2],
+                                           float scale, int row_in, int lane) {
+#pragma unroll
+    for (int jj = 0; jj < kHS / 8; jj++) {
+        uint8_t* box = tile_rows + (jj / 8) * tile_row_count * 128;
+        const int chunk = jj % 8;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row_in + 8 * r;
+            const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * jj + 2 * r] * scale, acc[4 * jj + 2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162*>(box + row * 128 + ((chunk ^ (row % 8)) * 16) + 4 * (lane % 4)) = v;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------ 2. dK, dV
+template <int kHS>
+struct BackwardKVConfig {
+    // keys per block (64 per consumer), queries per streamed tile: 32 at HS 128, where dK and dV take 128 of the
+    // 232 registers (64 queries spill)
+    static constexpr int kBk = 128, kBq = kHS == 64 ? 64 : 32;
+    static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
+    static constexpr int kSub = kHS / 64;
+    static constexpr int kKBytes = kBk * kHS * 2, kQBytes = kBq * kHS * 2;
+    static constexpr int kStages = 4;
+    // K, V [kSub][kBk][64]; per stage Q, dO [kSub][kBq][64]; barriers
+    static constexpr int kVOffset = kKBytes, kStageOffset = 2 * kKBytes, kStageBytes = 2 * kQBytes;
+    static constexpr int kBarrierOffset = kStageOffset + kStages * kStageBytes;
+    static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+template <int kHS>
+__global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
+    backward_kv_kernel(const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_q,
+                       const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_dqkv,
+                       const float* __restrict__ lse, const float* __restrict__ D, int T, int NH) {
+    using Cfg = BackwardKVConfig<kHS>;
+    using namespace hopper;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* sK = smem;
+    uint8_t* sV = smem + Cfg::kVOffset;
+    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+    uint64_t* full = kv_full + 1;
+    uint64_t* empty = full + Cfg::kStages;
+
+    const int C = NH * kHS;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int k0 = blockIdx.x * Cfg::kBk;
+    const int i_first = k0 / Cfg::kBq, n_q = (T + Cfg::kBq - 1) / Cfg::kBq;  // query tiles from the diagonal down
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        tma_prefetch_map(&map_kv);
+        tma_prefetch_map(&map_q);
+        tma_prefetch_map(&map_dout);
+        tma_prefetch_map(&map_dqkv);
+        mbarrier_init(kv_full, 1);
+        for (int s = 0; s < Cfg::kStages; s++) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], Cfg::kConsumers * 4);
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {  // ---- producer
+        setmaxnreg_dec<Cfg::kProducerRegs>();
+        if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
+            for (int sub = 0; sub < Cfg::kSub; sub++) {
+                tma_load_3d(sK + sub * Cfg::kBk * 128, &map_kv, kv_full, C + h * kHS + 64 * sub, k0, b);
+                tma_load_3d(sV + sub * Cfg::kBk * 128, &map_kv, kv_full, 2 * C + h * kHS + 64 * sub, k0, b);
+            }
+            for (int i = i_first, n = 0; i < n_q; i++, n++) {
+                const int stage = n % Cfg::kStages;
+                mbarrier_wait(&empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
+                mbarrier_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
+                uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
+                uint8_t* do_tile = q_tile + Cfg::kQBytes;
+                for (int sub = 0; sub < Cfg::kSub; sub++) {
+                    tma_load_3d(q_tile + sub * Cfg::kBq * 128, &map_q, &full[stage], h * kHS + 64 * sub, i * Cfg::kBq, b);
+                    tma_load_3d(do_tile + sub * Cfg::kBq * 128, &map_dout, &full[stage], h * kHS + 64 * sub,
+                                i * Cfg::kBq, b);
+                }
+            }
+        }
+        return;
+    }
+
+    // ---- consumers: keys kc0 .. kc0 + 63
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int consumer = warpgroup - 1;
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int row_in = warp * 16 + lane / 4;
+    const int kc0 = k0 + consumer * 64;
+    const float scale = rsqrtf((float)kHS), scale_log2 = scale * 1.4426950408889634f;
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+
+    float dv[kHS / 2], dk[kHS / 2];
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
+
+    mbarrier_wait(kv_full, 0);
+    for (int i = i_first, n = 0; i < n_q; i++, n++) {
+        const int stage = n % Cfg::kStages;
+        mbarrier_wait(&full[stage], (n / Cfg::kStages) & 1);
+        const uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
+        const uint8_t* do_tile = q_tile + Cfg::kQBytes;
+
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys x 64 queries, over HS)
+        float st[Cfg::kBq / 2], dpt[Cfg::kBq / 2];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kHS / 16; kk++) {
+            const int sub = kk / 4, off = (kk % 4) * 32;
+            wgmma_ss<0>(st, smem_descriptor_sw128(sK + sub * Cfg::kBk * 128 + consumer * 64 * 128 + off),
+                        smem_descriptor_sw128(q_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
+        }
+#pragma unroll
+        for (int kk = 0; kk < kHS / 16; kk++) {
+            const int sub = kk / 4, off = (kk % 4) * 32;
+            wgmma_ss<0>(dpt, smem_descriptor_sw128(sV + sub * Cfg::kBk * 128 + consumer * 64 * 128 + off),
+                        smem_descriptor_sw128(do_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+
+        // Pᵀ = exp(scale·Sᵀ − LSE) (0 above the diagonal and past T) and dSᵀ = Pᵀ∘(dPᵀ − D), per query column
+#pragma unroll
+        for (int jj = 0; jj < Cfg::kBq / 8; jj++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int query = i * Cfg::kBq + 8 * jj + 2 * (lane % 4) + (e & 1);
+                const int key = kc0 + row_in + 8 * (e >> 1);
+                const bool live = query < T && key <= query;
+                const float l = live ? __ldg(lse_bh + query) * 1.4426950408889634f : 0.f;
+                const float p = live ? exp2f(st[4 * jj + e] * scale_log2 - l) : 0.f;
+                const float d = live ? __ldg(D_bh + query) : 0.f;
+                st[4 * jj + e] = p;
+                dpt[4 * jj + e] = p * (dpt[4 * jj + e] - d);
+            }
+        uint32_t p_frag[Cfg::kBq / 16][4], ds_frag[Cfg::kBq / 16][4];
+        pack_a_fragments<Cfg::kBq>(st, p_frag);
+        pack_a_fragments<Cfg::kBq>(dpt, ds_frag);
+
+        // dV += Pᵀ·dO and dK += dSᵀ·Q (over the 64 queries; dO and Q as MN-major B)
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dv, p_frag[kk], mn_major_descriptor(do_tile, Cfg::kBq, kk), 1);
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dk, ds_frag[kk], mn_major_descriptor(q_tile, Cfg::kBq, kk), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (lane == 0) mbarrier_arrive(&empty[stage]);
+    }
+
+    // ---- epilogue: dK·scale and dV into this consumer's rows of the K and V tiles (its own; every product that
+    // read them is done), then TMA stores into dqkv (rows past T dropped)
+    uint8_t* k_rows = sK + consumer * 64 * 128;
+    uint8_t* v_rows = sV + consumer * 64 * 128;
+    stage_tile<kHS>(k_rows, Cfg::kBk, dk, scale, row_in, lane);
+    stage_tile<kHS>(v_rows, Cfg::kBk, dv, 1.f, row_in, lane);
+    fence_proxy_async();
+    named_barrier_sync(1 + consumer, 128);
+    if (t == 0) {
+        for (int sub = 0; sub < Cfg::kSub; sub++) {
+            tma_store_3d(&map_dqkv, k_rows + sub * Cfg::kBk * 128, C + h * kHS + 64 * sub, kc0, b);
+            tma_store_3d(&map_dqkv, v_rows + sub * Cfg::kBk * 128, 2 * C + h * kHS + 64 * sub, kc0, b);
+        }
+        tma_store_commit();
+        tma_store_wait<0>();
+    }
+}
+
+// ------------------------------------------------------------------------------------------ 3. dQ
+template <int kHS>
+struct BackwardQConfig {
+    static constexpr int kBq = 128, kBk = 64;  // queries per block (64 per consumer), keys per streamed tile
+    static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
+    static constexpr int kSub = kHS / 64;
+    static constexpr int kQBytes = kBq * kHS * 2, kKBytes = kBk * kHS * 2;
+    static constexpr int kStages = 4;
+    // Q, dO [kSub][kBq][64]; per stage K, V [kSub][kBk][64]; barriers
+    static constexpr int kDoOffset = kQBytes, kStageOffset = 2 * kQBytes, kStageBytes = 2 * kKBytes;
+    static constexpr int kBarrierOffset = kStageOffset + kStages * kStageBytes;
+    static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+template <int kHS>
+__global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
+    backward_q_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_dout,
+                      const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_dqkv,
+                      const float* __restrict__ lse, const float* __restrict__ D, int T, int NH) {
+    using Cfg = BackwardQConfig<kHS>;
+    using namespace hopper;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* sQ = smem;
+    uint8_t* sdO = smem + Cfg::kDoOffset;
+    uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+    uint64_t* full = q_full + 1;
+    uint64_t* empty = full + Cfg::kStages;
+
+    const int C = NH * kHS;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q_block = gridDim.x - 1 - blockIdx.x;  // longest first
+    const int q0 = q_block * Cfg::kBq;
+    const int n_k = (min(T, q0 + Cfg::kBq) + Cfg::kBk - 1) / Cfg::kBk;  // key tiles up to the diagonal
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        tma_prefetch_map(&map_q);
+        tma_prefetch_map(&map_dout);
+        tma_prefetch_map(&map_kv);
+        tma_prefetch_map(&map_dqkv);
+        mbarrier_init(q_full, 1);
+        for (int s = 0; s < Cfg::kStages; s++) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], Cfg::kConsumers * 4);
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {  // ---- producer
+        setmaxnreg_dec<Cfg::kProducerRegs>();
+        if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(q_full, 2 * Cfg::kQBytes);
+            for (int sub = 0; sub < Cfg::kSub; sub++) {
+                tma_load_3d(sQ + sub * Cfg::kBq * 128, &map_q, q_full, h * kHS + 64 * sub, q0, b);
+                tma_load_3d(sdO + sub * Cfg::kBq * 128, &map_dout, q_full, h * kHS + 64 * sub, q0, b);
+            }
+            for (int j = 0; j < n_k; j++) {
+                const int stage = j % Cfg::kStages;
+                mbarrier_wait(&empty[stage], ((j / Cfg::kStages) & 1) ^ 1);
+                mbarrier_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
+                uint8_t* k_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
+                uint8_t* v_tile = k_tile + Cfg::kKBytes;
+                for (int sub = 0; sub < Cfg::kSub; sub++) {
+                    tma_load_3d(k_tile + sub * Cfg::kBk * 128, &map_kv, &full[stage], C + h * kHS + 64 * sub,
+                                j * Cfg::kBk, b);
+                    tma_load_3d(v_tile + sub * Cfg::kBk * 128, &map_kv, &full[stage], 2 * C + h * kHS + 64 * sub,
+                                j * Cfg::kBk, b);
+                }
+            }
+        }
+        return;
+    }
+
+    // ---- consumers: queries qc0 .. qc0 + 63
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int consumer = warpgroup - 1;
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int row_in = warp * 16 + lane / 4;
+    const int qc0 = q0 + consumer * 64;
+    const float scale = rsqrtf((float)kHS), scale_log2 = scale * 1.4426950408889634f;
+    float lse_row[2], d_row[2];  // this thread's rows row_in, row_in + 8
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int query = qc0 + row_in + 8 * r;
+        const size_t at = ((size_t)b * NH + h) * T + query;
+        lse_row[r] = query < T ? __ldg(lse + at) * 1.4426950408889634f : 0.f;
+        d_row[r] = query < T ? __ldg(D + at) : 0.f;
+    }
+    float dq[kHS / 2];
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) dq[i] = 0.f;
+
+    mbarrier_wait(q_full, 0);
+    for (int j = 0; j < n_k; j++) {
+        const int stage = j % Cfg::kStages;
+        mbarrier_wait(&full[stage], (j / Cfg::kStages) & 1);
+        const uint8_t* k_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
+        const uint8_t* v_tile = k_tile + Cfg::kKBytes;
+
+        // S = Q·Kᵀ and dP = dO·Vᵀ (64 queries x 64 keys, over HS)
+        float s[Cfg::kBk / 2], dp[Cfg::kBk / 2];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kHS / 16; kk++) {
+            const int sub = kk / 4, off = (kk % 4) * 32;
+            wgmma_ss<0>(s, smem_descriptor_sw128(sQ + sub * Cfg::kBq * 128 + consumer * 64 * 128 + off),
+                        smem_descriptor_sw128(k_tile + sub * Cfg::kBk * 128 + off), kk > 0 ? 1 : 0);
+        }
+#pragma unroll
+        for (int kk = 0; kk < kHS / 16; kk++) {
+            const int sub = kk / 4, off = (kk % 4) * 32;
+            wgmma_ss<0>(dp, smem_descriptor_sw128(sdO + sub * Cfg::kBq * 128 + consumer * 64 * 128 + off),
+                        smem_descriptor_sw128(v_tile + sub * Cfg::kBk * 128 + off), kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+
+        // dS = P∘(dP − D), P = exp(scale·S − LSE), 0 above the diagonal
+#pragma unroll
+        for (int jj = 0; jj < Cfg::kBk / 8; jj++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = j * Cfg::kBk + 8 * jj + 2 * (lane % 4) + (e & 1);
+                const int r = e >> 1;
+                const int query = qc0 + row_in + 8 * r;
+                const float p = key <= query ? exp2f(s[4 * jj + e] * scale_log2 - lse_row[r]) : 0.f;
+                dp[4 * jj + e] = p * (dp[4 * jj + e] - d_row[r]);
+            }
+        uint32_t ds_frag[Cfg::kBk / 16][4];
+        pack_a_fragments<Cfg::kBk>(dp, ds_frag);
+
+        // dQ += dS·K (over the 64 keys; K as MN-major B)
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kBk / 16; kk++) wgmma_rs<1>(dq, ds_frag[kk], mn_major_descriptor(k_tile, Cfg::kBk, kk), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (lane == 0) mbarrier_arrive(&empty[stage]);
+    }
+
+    // ---- epilogue: dQ·scale into this consumer's rows of the Q tile, then a TMA store into dqkv
+    uint8_t* q_rows = sQ + consumer * 64 * 128;
+    stage_tile<kHS>(q_rows, Cfg::kBq, dq, scale, row_in, lane);
+    fence_proxy_async();
+    named_barrier_sync(1 + consumer, 128);
+    if (t == 0) {
+        for (int sub = 0; sub < Cfg::kSub; sub++)
+            tma_store_3d(&map_dqkv, q_rows + sub * Cfg::kBq * 128, h * kHS + 64 * sub, qc0, b);
+        tma_store_commit();
+        tma_store_wait<0>();
+    }
+}
+
+template <typename Kernel>
+inline void allow_smem(Kernel kernel, int bytes, bool* done) {
+    if (!*done) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        *done = true;
+    }
+}
+
+template <int kHS>
+inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
+                            int B, int T, int NH, cudaStream_t stream) {
+    using KV = BackwardKVConfig<kHS>;
+    using Q = BackwardQConfig<kHS>;
+    static bool kv_ready = false, q_ready = false;
+    allow_smem(backward_kv_kernel<kHS>, KV::kSmemBytes, &kv_ready);
+    allow_smem(backward_q_kernel<kHS>, Q::kSmemBytes, &q_ready);
+    const int C = NH * kHS;
+    const long long rows = (long long)B * T * NH;
+    backward_d_kernel<kHS><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(D, out, dout, B, T, NH);
+    cudaCheckLaunch();
+    using hopper::make_tensor_map_3d;
+    const auto bf = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const auto sw = CU_TENSOR_MAP_SWIZZLE_128B;
+    const uint64_t qkv_batch = (uint64_t)T * 3 * C, o_batch = (uint64_t)T * C;
+    // boxes of 64 columns (one head's 64-column slice) x 128 or 64 rows
+    const CUtensorMap qkv_128 = make_tensor_map_3d(qkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, 128, 64, sw);
+    const CUtensorMap qkv_64 = make_tensor_map_3d(qkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, 64, 64, sw);
+    const CUtensorMap q_kv = make_tensor_map_3d(qkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, KV::kBq, 64, sw);
+    const CUtensorMap dout_128 = make_tensor_map_3d(dout, bf, 2, B, T, C, C, o_batch, 128, 64, sw);
+    const CUtensorMap dout_kv = make_tensor_map_3d(dout, bf, 2, B, T, C, C, o_batch, KV::kBq, 64, sw);
+    const CUtensorMap dqkv_64 = make_tensor_map_3d(dqkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, 64, 64, sw);
+    backward_kv_kernel<kHS><<<dim3((T + KV::kBk - 1) / KV::kBk, B * NH), KV::kThreads, KV::kSmemBytes, stream>>>(
+        qkv_128, q_kv, dout_kv, dqkv_64, lse, D, T, NH);
+    cudaCheckLaunch();
+    backward_q_kernel<kHS><<<dim3((T + Q::kBq - 1) / Q::kBq, B * NH), Q::kThreads, Q::kSmemBytes, stream>>>(
+        qkv_128, dout_128, qkv_64, dqkv_64, lse, D, T, NH);
+    cudaCheckLaunch();
+}
+
+}  // namespace flash_hopper
+
+// Scratch the backward needs: D, one float per (b, h, t).
+inline size_t attention_hopper_backward_workspace_bytes(int B, int T, int NH) { return (size_t)B * NH * T * sizeof(float); }
+
+// dqkv is overwritten; out and lse are the forward's outputs for the same qkv. HS 64 or 128.
+inline cudaError_t attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                                             const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
+                                             float* workspace, cudaStream_t stream = 0) {
+    if (HS == 64) flash_hopper::launch_backward<64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
+    else if (HS == 128) flash_hopper::launch_backward<128>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
