@@ -1,8 +1,9 @@
 // Picking the next token from a row of logits, and printing tokens.
 // Sampling: softmax(logits / temperature) over the real vocabulary (padded entries V..Vp-1 are never
-// chosen), optionally restricted to the top_k largest logits, then inverse-CDF with one uniform number
-// `coin` in [0, 1) from the caller's seeded Rng (llmc/rand.h), so a seed reproduces a sample exactly.
-// temperature 0 means greedy (argmax). Ties go to the lower token id.
+// chosen), optionally restricted to the top_k largest logits and then to the nucleus (top_p: the most likely
+// tokens whose probabilities sum to at least top_p, at least one; as Hugging Face's generate applies them, in that
+// order), then inverse-CDF with one uniform number `coin` in [0, 1) from the caller's seeded Rng (llmc/rand.h),
+// so a seed reproduces a sample exactly. temperature 0 means greedy (argmax). Ties go to the lower token id.
 #pragma once
 
 #include <algorithm>
@@ -23,9 +24,10 @@ inline int argmax_token(const float* logits, int vocab_size) {
     return best;
 }
 
-inline int sample_token(const float* logits, int vocab_size, float temperature, int top_k, float coin) {
+inline int sample_token(const float* logits, int vocab_size, float temperature, int top_k, float top_p, float coin) {
     if (vocab_size < 1) throw std::invalid_argument("sample_token: vocab_size must be >= 1");
     if (!(temperature >= 0.0f)) throw std::invalid_argument("sample_token: temperature must be >= 0");
+    if (!(top_p > 0.0f && top_p <= 1.0f)) throw std::invalid_argument("sample_token: top_p must be in (0, 1]");
     for (int i = 0; i < vocab_size; i++) {
         if (!std::isfinite(logits[i])) {
             throw std::runtime_error("sample_token: logit " + std::to_string(i) + " is not finite (" +
@@ -53,6 +55,25 @@ inline int sample_token(const float* logits, int vocab_size, float temperature, 
         weight[j] = std::exp(((double)logits[ids[j]] - max_logit) / temperature);
         sum += weight[j];
     }
+    if (top_p < 1.0f) {  // the nucleus: by probability, largest first (lower id on ties), until the sum reaches top_p
+        std::vector<int> order(n);
+        for (int j = 0; j < n; j++) order[j] = j;
+        std::sort(order.begin(), order.end(), [&](int a, int b) {
+            return weight[a] > weight[b] || (weight[a] == weight[b] && ids[a] < ids[b]);
+        });
+        std::vector<bool> keep(n, false);
+        double mass = 0.0;
+        for (int j : order) {
+            keep[j] = true;
+            mass += weight[j];
+            if (mass >= (double)top_p * sum) break;
+        }
+        sum = 0.0;
+        for (int j = 0; j < n; j++) {
+            if (!keep[j]) weight[j] = 0.0;
+            sum += weight[j];
+        }
+    }
     const double target = (double)coin * sum;
     double cdf = 0.0;
     for (int j = 0; j < n; j++) {
@@ -64,6 +85,11 @@ inline int sample_token(const float* logits, int vocab_size, float temperature, 
         if (weight[j] > 0.0) return ids[j];
     }
     return ids[n - 1];
+}
+
+// Without top-p (the trainer's samples).
+inline int sample_token(const float* logits, int vocab_size, float temperature, int top_k, float coin) {
+    return sample_token(logits, vocab_size, temperature, top_k, 1.0f, coin);
 }
 
 // A token's text for the console. Token bytes come from the tokenizer file, so they are printed

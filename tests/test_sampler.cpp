@@ -1,4 +1,4 @@
-// Token sampling (llmc/sampler.h): greedy, temperature, top-k, padded vocabulary, determinism,
+// Token sampling (llmc/sampler.h): greedy, temperature, top-k, top-p, padded vocabulary, determinism,
 // and the empirical distribution against the exact softmax.
 #include <gtest/gtest.h>
 
@@ -169,4 +169,31 @@ TEST(Sampler, TokenPrinterJoinsSplitCharacters) {
     EXPECT_EQ(p.next(0), "");
     EXPECT_EQ(p.finish(), "\\xE2\\x80");
     EXPECT_EQ(p.finish(), "");
+}
+
+TEST(Sampler, TopPKeepsTheSmallestNucleus) {
+    // probabilities 0.5, 0.25, 0.125, 0.125 (ids 2, 0, 1, 3): top_p 0.5 keeps {2}; 0.7 keeps {2, 0}; 0.8 keeps
+    // {2, 0, 1 or 3}: the tie at 0.125 goes to the lower id, 1
+    std::vector<float> l = {(float)std::log(2.0), 0.0f, (float)std::log(4.0), 0.0f};
+    Rng rng(5);
+    std::vector<int> count(4, 0);
+    for (int i = 0; i < 4000; i++) count[sample_token(l.data(), 4, 1.0f, 0, 0.5f, rng.uniform())]++;
+    EXPECT_EQ(count[2], 4000);
+    std::fill(count.begin(), count.end(), 0);
+    for (int i = 0; i < 30000; i++) count[sample_token(l.data(), 4, 1.0f, 0, 0.7f, rng.uniform())]++;
+    EXPECT_EQ(count[1] + count[3], 0);
+    EXPECT_NEAR(count[2] / 30000.0, 2.0 / 3.0, 0.015);  // renormalised over the nucleus: 0.5 / 0.75
+    std::fill(count.begin(), count.end(), 0);
+    for (int i = 0; i < 30000; i++) count[sample_token(l.data(), 4, 1.0f, 0, 0.8f, rng.uniform())]++;
+    EXPECT_GT(count[1], 0);
+    EXPECT_EQ(count[3], 0);
+    EXPECT_NEAR(count[1] / 30000.0, 0.125 / 0.875, 0.012);
+    // top_p 1 is no restriction: the same draw as without it, coin for coin
+    for (float coin : {0.0f, 0.3f, 0.6f, 0.9f, 0.99f}) {
+        EXPECT_EQ(sample_token(l.data(), 4, 0.7f, 0, 1.0f, coin), sample_token(l.data(), 4, 0.7f, 0, coin));
+    }
+    // after top-k: top_k 2 then top_p 0.6 of {2: 2/3, 0: 1/3} keeps {2}
+    for (int i = 0; i < 200; i++) EXPECT_EQ(sample_token(l.data(), 4, 1.0f, 2, 0.6f, rng.uniform()), 2);
+    EXPECT_THROW(sample_token(l.data(), 4, 1.0f, 0, 0.0f, 0.5f), std::invalid_argument);
+    EXPECT_THROW(sample_token(l.data(), 4, 1.0f, 0, 1.5f, 0.5f), std::invalid_argument);
 }
