@@ -254,6 +254,10 @@ static void train_args_seeds() {
                                                 "-pf", "/tmp/r", "-k", "wsd", "-l", "6e-4", "-q", "0.1", "-u", "10",
                                                 "-c", "0.1", "-gc", "0", "-ab", "flash", "-seed", "7", "-sh", "0"}));
     put("train_args", "help.bin", argv({"-b", "1", "--help"}));
+    put("generate_args", "prompt.bin", argv({"-e", "d12", "-p", "Hello, world"}));
+    put("generate_args", "file.bin", argv({"-e", "hf_dir", "-pf", "prompts.txt", "-n", "64", "-st", "0.7", "-sk", "40",
+                                           "-sp", "0.9", "-seed", "7", "--vocab-dir", "v"}));
+    put("generate_args", "lines.txt", "Once upon a time\r\nThe meaning of life is\nHello");
 }
 
 int main(int argc, char** argv) {
