@@ -7,31 +7,18 @@
 #include <vector>
 
 #include "llmc/generate_args.h"
+#include "tests/flag_test_helpers.h"
 #include "tests/file_test_helpers.h"
 
 namespace {
 
-struct Parsed {
-    ParseStatus status;
-    GenerateArgs args;
-    std::string error;
-};
+using Parsed = ParsedFlags<GenerateArgs>;
 
-Parsed parse(std::vector<std::string> flags) {
-    std::vector<const char*> argv = {"generate_gpt2cu"};
-    for (const std::string& f : flags) argv.push_back(f.c_str());
-    Parsed p;
-    p.status = parse_generate_args((int)argv.size(), argv.data(), &p.args, &p.error);
-    return p;
-}
+Parsed parse(const std::vector<std::string>& flags) { return parse_flags<GenerateArgs>(parse_generate_args, "generate_gpt2cu", flags); }
 
-void expect_rejected(std::vector<std::string> flags, const std::string& expect) {
-    Parsed p = parse(flags);
-    std::string joined;
-    for (const std::string& f : flags) joined += f + " ";
-    EXPECT_EQ(p.status, ParseStatus::Error) << joined;
-    EXPECT_NE(p.error.find(expect), std::string::npos) << joined << "-> '" << p.error << "' lacks '" << expect << "'";
-    EXPECT_EQ(p.error.find('\n'), std::string::npos) << p.error;
+// The flag must be rejected with a message naming it and containing `expect`.
+void expect_rejected(const std::vector<std::string>& flags, const std::string& expect) {
+    expect_rejected_flags(parse(flags), flags, expect);
 }
 
 void write_text(const std::string& path, const std::string& text) {

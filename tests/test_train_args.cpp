@@ -5,31 +5,17 @@
 #include <vector>
 
 #include "llmc/train_args.h"
+#include "tests/flag_test_helpers.h"
 
 namespace {
 
-struct Parsed {
-    ParseStatus status;
-    TrainArgs args;
-    std::string error;
-};
+using Parsed = ParsedFlags<TrainArgs>;
 
-Parsed parse(std::vector<std::string> flags) {
-    std::vector<const char*> argv = {"train_gpt2cu"};
-    for (const std::string& f : flags) argv.push_back(f.c_str());
-    Parsed p;
-    p.status = parse_train_args((int)argv.size(), argv.data(), &p.args, &p.error);
-    return p;
-}
+Parsed parse(const std::vector<std::string>& flags) { return parse_flags<TrainArgs>(parse_train_args, "train_gpt2cu", flags); }
 
 // The flag must be rejected with a message naming it and containing `expect`.
-void expect_rejected(std::vector<std::string> flags, const std::string& expect) {
-    Parsed p = parse(flags);
-    std::string joined;
-    for (const std::string& f : flags) joined += f + " ";
-    EXPECT_EQ(p.status, ParseStatus::Error) << joined;
-    EXPECT_NE(p.error.find(expect), std::string::npos) << joined << "-> '" << p.error << "' lacks '" << expect << "'";
-    EXPECT_EQ(p.error.find('\n'), std::string::npos) << p.error;
+void expect_rejected(const std::vector<std::string>& flags, const std::string& expect) {
+    expect_rejected_flags(parse(flags), flags, expect);
 }
 
 }  // namespace
