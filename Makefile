@@ -1,6 +1,7 @@
 # GPT-2 training and inference in C++/CUDA.
 #   make train_gpt2cu        the GPU trainer            make test   CPU tests (+ GPU tests when a GPU is visible)
 #   make test_gpt2cu         the GPU reference test     make clean
+#   make generate_gpt2cu     text for prompts (first version: no KV cache yet)
 #   make gpt2_convert        our model files <-> Hugging Face GPT-2 (safetensors)
 #   make -C dev/cuda NAME    a standalone kernel program
 # Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1
@@ -102,7 +103,7 @@ tests/unit_tests: $(UNIT_TEST_OBJECTS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) -lm
 
 # ---------------------------------------------------------------- GPU programs
-GPU_PROGRAMS := train_gpt2cu test_gpt2cu tests/test_kernels
+GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels
 
 # GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
 BUILD_STAMP := .build-config
@@ -113,6 +114,10 @@ train_gpt2cu: train_gpt2.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 test_gpt2cu: test_gpt2.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
+# Text for prompts (README, "Generate"; a first version: see the file's header).
+generate_gpt2cu: generate_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # every engine kernel against the double-precision CPU reference

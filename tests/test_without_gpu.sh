@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a machine without a GPU (where CI runs), the GPU trainer must fail in one clear line: no driver or
+# On a machine without a GPU (where CI runs), the GPU trainer and generator must fail in one clear line: no driver or
 # device is named as such (not the runtime's "driver version is insufficient"), a bad flag is one line
 # pointing at --help (not the whole usage), and -h / --help print the usage and succeed.
 set -u
@@ -25,5 +25,25 @@ check "bad flag: one line and a pointer to --help" 1 1 "error: flag -b: expected
 check "huge B*T: one line, no arithmetic trap" 1 1 "B\*T = 1073741824\*1073741824" ./train_gpt2cu -b 1073741824 -t 1073741824 -pn 16
 check "-h prints the usage" 0 0 "^usage: ./train_gpt2cu" ./train_gpt2cu -h
 check "--help prints the usage" 0 0 "^usage: ./train_gpt2cu" ./train_gpt2cu --help
+# generate_gpt2cu checks everything the user gives before it looks for a GPU (the fixture model has V = 1000: "!" is
+# token 0, "Hello" is not in its vocabulary)
+VOCAB=
+for root in "${DATA_MIRROR:-../shared/data}" data/cache; do
+    [ -f "$root/gpt2/encoder.json" ] && [ -f "$root/gpt2/vocab.bpe" ] && { VOCAB=$root/gpt2; break; }
+done
+if [ -x ./generate_gpt2cu ]; then
+    if [ -z "$VOCAB" ]; then
+        echo "FAIL: generate_gpt2cu checks: no GPT-2 vocabulary in \$DATA_MIRROR/gpt2 or data/cache/gpt2 (make data)"; fail=1
+    else
+        G=(./generate_gpt2cu --vocab-dir "$VOCAB")
+        empty=$(mktemp); trap 'rm -f "$empty"' EXIT
+        check "generate: no GPU after the inputs check out" 1 1 "no NVIDIA driver found" "${G[@]}" -e tests/fixtures/tiny_model.bin -p "!" -n 8
+        check "generate: bad flag, one line" 1 1 "error: flag -sp: expected a number in (0, 1], got '2' (./generate_gpt2cu --help lists the flags)" "${G[@]}" -e m -p x -sp 2
+        check "generate: missing model, one line naming it" 1 1 "error: no_such_model.bin" "${G[@]}" -e no_such_model.bin -p "!"
+        check "generate: prompt outside the model's vocabulary" 1 1 "error: -p: token id 15496 is outside the model's vocabulary (V = 1000)" "${G[@]}" -e tests/fixtures/tiny_model.bin -p "Hello"
+        check "generate: empty prompt file" 1 1 "is empty: one prompt per line" "${G[@]}" -e tests/fixtures/tiny_model.bin -pf "$empty"
+        check "generate: -h prints the usage" 0 0 "^usage: ./generate_gpt2cu" ./generate_gpt2cu -h
+    fi
+fi
 [ $fail = 0 ] && echo "GPU programs without a GPU: all checks passed"
 exit $fail
