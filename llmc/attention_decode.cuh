@@ -1,0 +1,160 @@
+// Attention for one new token per sequence against a KV cache (generation's decode step, issue 16), FlashDecoding's
+// split: the cache length is cut into chunks, a block per (chunk, b, h) computes that chunk's softmax partials, and
+// a second kernel merges the partials of each (b, h) through their log-sum-exp.
+//
+// STATUS: written and compiled; NOT yet validated on a GPU (dev/cuda/attention_decode.cu checks it against fp64).
+//
+// Layouts: q (B, NH, HS) bf16, the new token's queries; k_cache, v_cache (B, NH, max_T, HS) bf16, positions
+// 0 .. len[b]-1 valid (the new token's K and V already written at len[b]-1); out (B, NH·HS) bf16, as the
+// attention projection reads it. Scale 1/sqrt(HS). Decode is bound by reading the cache, so each warp reads whole
+// 64- or 128-element K and V rows (lanes take consecutive bf16 pairs: 128 or 256 contiguous bytes per row) and keeps
+// its own online softmax; the four warps of a block merge in shared memory.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "cuda_common.h"
+
+namespace decode_attention {
+
+constexpr int kWarps = 4;
+constexpr int kChunk = 64;  // keys per block: many blocks even at batch 1 (d12, T 512: 12 heads x 8 chunks)
+constexpr int kGroup = 8;   // keys a warp loads at once, so their memory latencies overlap
+
+// Partials of one chunk: m (max of the scaled scores, log2 domain), l (sum of exp2), o (unnormalised output).
+template <int HS>
+__global__ void __launch_bounds__(kWarps * 32)
+    partial_kernel(float* __restrict__ part_o, float* __restrict__ part_ml, const __nv_bfloat16* __restrict__ q,
+                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                   const int* __restrict__ len, int NH, int max_T, int num_chunks) {
+    constexpr int kPer = HS / 32;  // elements per lane: 2 (HS 64) or 4 (HS 128), consecutive
+    const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = len[b];
+    const int k_begin = chunk * kChunk, k_end = min(n, k_begin + kChunk);
+    if (k_begin >= n) return;  // past this sequence's length: the combine reads only the chunks that hold keys
+    const float scale_log2 = rsqrtf((float)HS) * 1.4426950408889634f;
+
+    float qv[kPer], o[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; i++) {
+        qv[i] = __bfloat162float(q[(size_t)bh * HS + lane * kPer + i]) * scale_log2;
+        o[i] = 0.f;
+    }
+    float m = -INFINITY, l = 0.f;
+    const __nv_bfloat16* k_base = k_cache + (size_t)bh * max_T * HS + lane * kPer;
+    const __nv_bfloat16* v_base = v_cache + (size_t)bh * max_T * HS + lane * kPer;
+    for (int k0 = k_begin + warp * kGroup; k0 < k_end; k0 += kWarps * kGroup) {
+        float s[kGroup];
+#pragma unroll
+        for (int j = 0; j < kGroup; j++) {  // the group's K rows, all loads issued before any is used
+            s[j] = 0.f;
+            if (k0 + j < k_end) {
+#pragma unroll
+                for (int i = 0; i < kPer; i++) s[j] += qv[i] * __bfloat162float(k_base[(size_t)(k0 + j) * HS + i]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kGroup; j++) {
+#pragma unroll
+            for (int off = 16; off > 0; off /= 2) s[j] += __shfl_xor_sync(0xffffffff, s[j], off);
+            if (k0 + j >= k_end) s[j] = -INFINITY;
+        }
+        float m_new = m;
+#pragma unroll
+        for (int j = 0; j < kGroup; j++) m_new = fmaxf(m_new, s[j]);
+        const float alpha = exp2f(m - m_new);  // m_new is finite: key k0 < k_end is in the group
+        l *= alpha;
+#pragma unroll
+        for (int i = 0; i < kPer; i++) o[i] *= alpha;
+#pragma unroll
+        for (int j = 0; j < kGroup; j++) {
+            if (k0 + j < k_end) {
+                const float p = exp2f(s[j] - m_new);
+                l += p;
+#pragma unroll
+                for (int i = 0; i < kPer; i++) o[i] += p * __bfloat162float(v_base[(size_t)(k0 + j) * HS + i]);
+            }
+        }
+        m = m_new;
+    }
+
+    // merge the warps: each warp's (m, l, o) into shared memory, then warp 0 combines
+    __shared__ float sm[kWarps], sl[kWarps], so[kWarps][HS];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+    for (int i = 0; i < kPer; i++) so[warp][lane * kPer + i] = o[i];
+    __syncthreads();
+    if (warp != 0) return;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; w++) M = fmaxf(M, sm[w]);
+    float L = 0.f, O[kPer] = {};
+#pragma unroll
+    for (int w = 0; w < kWarps; w++) {
+        const float f = sm[w] == -INFINITY ? 0.f : exp2f(sm[w] - M);  // a warp that saw no key adds nothing
+        L += sl[w] * f;
+#pragma unroll
+        for (int i = 0; i < kPer; i++) O[i] += so[w][lane * kPer + i] * f;
+    }
+    const size_t at = (size_t)bh * num_chunks + chunk;
+#pragma unroll
+    for (int i = 0; i < kPer; i++) part_o[at * HS + lane * kPer + i] = O[i];
+    if (lane == 0) part_ml[2 * at] = M, part_ml[2 * at + 1] = L;
+}
+
+// out (b, h) = Σ_chunks o·2^(m − M) / Σ_chunks l·2^(m − M), over the chunks that hold keys. A warp per (b, h).
+template <int HS>
+__global__ void combine_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ part_o,
+                               const float* __restrict__ part_ml, const int* __restrict__ len, int B, int NH,
+                               int num_chunks) {
+    constexpr int kPer = HS / 32;
+    const int bh = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (bh >= B * NH) return;
+    const int used = (len[bh / NH] + kChunk - 1) / kChunk;
+    float M = -INFINITY;
+    for (int c = 0; c < used; c++) M = fmaxf(M, part_ml[2 * ((size_t)bh * num_chunks + c)]);
+    float L = 0.f, O[kPer] = {};
+    for (int c = 0; c < used; c++) {
+        const size_t at = (size_t)bh * num_chunks + c;
+        const float f = exp2f(part_ml[2 * at] - M);
+        L += part_ml[2 * at + 1] * f;
+#pragma unroll
+        for (int i = 0; i < kPer; i++) O[i] += part_o[at * HS + lane * kPer + i] * f;
+    }
+    const float inv = 1.f / L;
+#pragma unroll
+    for (int i = 0; i < kPer; i++) out[(size_t)bh * HS + lane * kPer + i] = __float2bfloat16(O[i] * inv);
+}
+
+}  // namespace decode_attention
+
+// Scratch for the partials: (B·NH·chunks) x (HS + 2) floats, chunks = ceil(max_T / 64).
+inline size_t attention_decode_workspace_bytes(int B, int NH, int max_T, int HS) {
+    const size_t chunks = (size_t)(max_T + decode_attention::kChunk - 1) / decode_attention::kChunk;
+    return (size_t)B * NH * chunks * (HS + 2) * sizeof(float);
+}
+
+// len: device array of B lengths (>= 1, <= max_T). workspace: attention_decode_workspace_bytes. HS 64 or 128.
+inline cudaError_t attention_decode(__nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                                    const __nv_bfloat16* v_cache, const int* len, int B, int NH, int max_T, int HS,
+                                    void* workspace, cudaStream_t stream = 0) {
+    using namespace decode_attention;
+    const int chunks = (max_T + kChunk - 1) / kChunk;  // blocks past a sequence's length exit at once
+    float* part_o = (float*)workspace;
+    float* part_ml = part_o + (size_t)B * NH * chunks * HS;
+    const dim3 grid(chunks, B * NH);
+    const int combine_blocks = (B * NH + 3) / 4;
+    if (HS == 64) {
+        partial_kernel<64><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks);
+        combine_kernel<64><<<combine_blocks, 128, 0, stream>>>(out, part_o, part_ml, len, B, NH, chunks);
+    } else if (HS == 128) {
+        partial_kernel<128><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks);
+        combine_kernel<128><<<combine_blocks, 128, 0, stream>>>(out, part_o, part_ml, len, B, NH, chunks);
+    } else {
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
