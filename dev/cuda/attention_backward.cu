@@ -9,12 +9,16 @@
 //      Q, K and LSE; no atomics
 //   3  the same on bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with); its "block"
 //      column is a tile configuration of attention_flash_configs.cuh, 0 = the default
+//   4  Hopper (llmc/attention_hopper_backward.cuh): TMA + wgmma, the same deterministic two-kernel split. Written
+//      and compiled, NOT yet validated on a GPU: it runs only when asked for (-v 4), and needs an sm_90a build
+//      on a compute-capability 9.0 GPU
 // Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes first.
 // The benchmark also times forward + backward with the engine's flash kernels (variant 3), as PyTorch's
 // SDPA baseline does.
 // Build: make -C dev/cuda attention_backward     Run: ./attention_backward [-v 3] [-s "8,12,1024,64;..."]
 #include "attention_common.h"
 #include "attention_flash_configs.cuh"
+#include "llmc/attention_hopper_backward.cuh"
 #include "llmc/attention_materialized.cuh"
 #include "tests/reference/gpt2_cpu.h"
 
@@ -162,6 +166,7 @@ static const std::vector<Variant> kVariants = {
     {1, "materialized-cublas", false, {32, 64, 128, 256, 512}},
     {2, "flash2-fp32", false, {32, 64}},
     {3, "flash2-bf16-mma", true, {0, 1, 2, 3, 4}},  // "block" = flash config, 0 = default
+    {4, "hopper-wgmma-tma", true, {0}},             // opt-in (-v 4) until validated on a GPU
 };
 
 struct Problem {
@@ -228,6 +233,14 @@ void run_backward(int variant, int block, Problem& p) {
         case 3:
             cudaCheck(attention_flash_backward_config(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr, p.qkv16.ptr,
                                                       s.B, s.T, s.NH, s.HS, p.D.ptr, 0, block));
+            break;
+        case 4:
+            if (!hopper::hopper_available()) {
+                fprintf(stderr, "error: variant 4 needs an sm_90a build on a compute-capability 9.0 GPU\n");
+                exit(1);
+            }
+            cudaCheck(attention_hopper_backward(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr, p.qkv16.ptr, s.B,
+                                                s.T, s.NH, s.HS, p.D.ptr));
             break;
     }
 }
@@ -332,12 +345,13 @@ void time_variant(const Variant& v, int block, const AttentionShape& s, int repe
 int main(int argc, char** argv) {
     AttentionProgram<Variant> prog;
     prog.pass = "bwd";
-    prog.variants_help = "1 materialized, 2 flash2 fp32, 3 flash2 bf16";
+    prog.variants_help = "1 materialized, 2 flash2 fp32, 3 flash2 bf16, 4 hopper (opt-in)";
     prog.flops_note = "; bwd FLOPs = 2.5x fwd, fwd+bwd = 3.5x fwd (fwd = 2*B*NH*T*T*HS)";
     prog.engine_variant = 3;
     prog.variants = kVariants;
     prog.validate_variant = check;
     prog.extra_checks = {check_determinism};
+    prog.opt_in = {4};
     prog.scratch_bytes = [](const Variant& v, const AttentionShape& s) {
         return v.id == 1 ? MaterializedScratch::bytes(s) : 0;
     };
