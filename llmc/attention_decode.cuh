@@ -7,8 +7,9 @@
 // Layouts: q (B, NH, HS) bf16, the new token's queries; k_cache, v_cache (B, NH, max_T, HS) bf16, positions
 // 0 .. len[b]-1 valid (the new token's K and V already written at len[b]-1); out (B, NH·HS) bf16, as the
 // attention projection reads it. Scale 1/sqrt(HS). Decode is bound by reading the cache, so each warp reads whole
-// 64- or 128-element K and V rows (lanes take consecutive bf16 pairs: 128 or 256 contiguous bytes per row) and keeps
-// its own online softmax; the four warps of a block merge in shared memory.
+// 64- or 128-element K and V rows (each lane 2 or 4 consecutive bf16 in one load: 128 or 256 contiguous bytes per
+// row), 8 keys' rows at once, and keeps its own online softmax; the four warps of a block merge in shared memory.
+// Precondition: every len[b] >= 1 (the new token is in the cache).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,7 +22,24 @@ namespace decode_attention {
 
 constexpr int kWarps = 4;
 constexpr int kChunk = 64;  // keys per block: many blocks even at batch 1 (d12, T 512: 12 heads x 8 chunks)
-constexpr int kGroup = 8;   // keys a warp loads at once, so their memory latencies overlap
+// keys a warp loads at once (K and V rows together), so their memory latencies overlap: 8 at HS 64, 4 at HS 128
+// (the same bytes in flight; 8 rows of 128 spill)
+template <int HS>
+constexpr int kGroup = HS == 64 ? 8 : 4;
+
+// This lane's kPer consecutive elements of a bf16 row as floats, in one 4- or 8-byte load.
+template <int kPer>
+__device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&out)[kPer]) {
+    static_assert(kPer == 2 || kPer == 4, "HS 64 or 128");
+    if constexpr (kPer == 2) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+        out[0] = f.x, out[1] = f.y;
+    } else {  // bf16 -> fp32 is the 16 bits moved to the top: exact, and no address of a register is taken
+        const uint2 u = *reinterpret_cast<const uint2*>(p);
+        out[0] = __uint_as_float(u.x << 16), out[1] = __uint_as_float(u.x & 0xFFFF0000u);
+        out[2] = __uint_as_float(u.y << 16), out[3] = __uint_as_float(u.y & 0xFFFF0000u);
+    }
+}
 
 // Partials of one chunk: m (max of the scaled scores, log2 domain), l (sum of exp2), o (unnormalised output).
 template <int HS>
@@ -46,36 +64,43 @@ __global__ void __launch_bounds__(kWarps * 32)
     float m = -INFINITY, l = 0.f;
     const __nv_bfloat16* k_base = k_cache + (size_t)bh * max_T * HS + lane * kPer;
     const __nv_bfloat16* v_base = v_cache + (size_t)bh * max_T * HS + lane * kPer;
-    for (int k0 = k_begin + warp * kGroup; k0 < k_end; k0 += kWarps * kGroup) {
-        float s[kGroup];
+    for (int k0 = k_begin + warp * kGroup<HS>; k0 < k_end; k0 += kWarps * kGroup<HS>) {
+        float s[kGroup<HS>], kv[kGroup<HS>][kPer], vv[kGroup<HS>][kPer];
 #pragma unroll
-        for (int j = 0; j < kGroup; j++) {  // the group's K rows, all loads issued before any is used
-            s[j] = 0.f;
+        for (int j = 0; j < kGroup<HS>; j++) {  // the group's K and V rows, every load issued before any is used
+#pragma unroll
+            for (int i = 0; i < kPer; i++) kv[j][i] = vv[j][i] = 0.f;
             if (k0 + j < k_end) {
-#pragma unroll
-                for (int i = 0; i < kPer; i++) s[j] += qv[i] * __bfloat162float(k_base[(size_t)(k0 + j) * HS + i]);
+                load_elements<kPer>(k_base + (size_t)(k0 + j) * HS, kv[j]);
+                load_elements<kPer>(v_base + (size_t)(k0 + j) * HS, vv[j]);
             }
         }
 #pragma unroll
-        for (int j = 0; j < kGroup; j++) {
+        for (int j = 0; j < kGroup<HS>; j++) {
+            s[j] = 0.f;
+#pragma unroll
+            for (int i = 0; i < kPer; i++) s[j] += qv[i] * kv[j][i];
+        }
+#pragma unroll
+        for (int j = 0; j < kGroup<HS>; j++) {
 #pragma unroll
             for (int off = 16; off > 0; off /= 2) s[j] += __shfl_xor_sync(0xffffffff, s[j], off);
             if (k0 + j >= k_end) s[j] = -INFINITY;
         }
         float m_new = m;
 #pragma unroll
-        for (int j = 0; j < kGroup; j++) m_new = fmaxf(m_new, s[j]);
+        for (int j = 0; j < kGroup<HS>; j++) m_new = fmaxf(m_new, s[j]);
         const float alpha = exp2f(m - m_new);  // m_new is finite: key k0 < k_end is in the group
         l *= alpha;
 #pragma unroll
         for (int i = 0; i < kPer; i++) o[i] *= alpha;
 #pragma unroll
-        for (int j = 0; j < kGroup; j++) {
+        for (int j = 0; j < kGroup<HS>; j++) {
             if (k0 + j < k_end) {
                 const float p = exp2f(s[j] - m_new);
                 l += p;
 #pragma unroll
-                for (int i = 0; i < kPer; i++) o[i] += p * __bfloat162float(v_base[(size_t)(k0 + j) * HS + i]);
+                for (int i = 0; i < kPer; i++) o[i] += p * vv[j][i];
             }
         }
         m = m_new;

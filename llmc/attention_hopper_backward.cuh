@@ -23,6 +23,8 @@
 
 namespace flash_hopper {
 
+using bf16 = __nv_bfloat16;
+
 // ------------------------------------------------------------------------------------------ 1. D = rowsum(dO∘O)
 template <int kHS>
 __global__ void backward_d_kernel(float* __restrict__ D, const bf16* __restrict__ out, const bf16* __restrict__ dout,
@@ -182,7 +184,11 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
         const uint8_t* do_tile = q_tile + Cfg::kQBytes;
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys x 64 queries, over HS)
+        // zeroed although the first product overwrites them (scale-d 0): left undefined, the compiler copies
+        // registers into them between the fence and the wgmmas, and ptxas then serialises the products (C7519)
         float st[Cfg::kBq / 2], dpt[Cfg::kBq / 2];
+#pragma unroll
+        for (int x = 0; x < Cfg::kBq / 2; x++) st[x] = 0.f, dpt[x] = 0.f;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kHS / 16; kk++) {
@@ -350,7 +356,9 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
         const uint8_t* v_tile = k_tile + Cfg::kKBytes;
 
         // S = Q·Kᵀ and dP = dO·Vᵀ (64 queries x 64 keys, over HS)
-        float s[Cfg::kBk / 2], dp[Cfg::kBk / 2];
+        float s[Cfg::kBk / 2], dp[Cfg::kBk / 2];  // zeroed for the same reason as st, dpt above
+#pragma unroll
+        for (int x = 0; x < Cfg::kBk / 2; x++) s[x] = 0.f, dp[x] = 0.f;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kHS / 16; kk++) {
