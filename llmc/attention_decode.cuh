@@ -4,7 +4,8 @@
 //
 // STATUS: written and compiled; NOT yet validated on a GPU (dev/cuda/attention_decode.cu checks it against fp64).
 //
-// Layouts: q (B, NH, HS) bf16, the new token's queries; k_cache, v_cache (B, NH, max_T, HS) bf16, positions
+// Layouts: q (B, NH, HS) bf16 with batches q_stride elements apart (NH·HS packed; 3·NH·HS read straight from the
+// QKV projection's rows), the new token's queries; k_cache, v_cache (B, NH, max_T, HS) bf16, positions
 // 0 .. len[b]-1 valid (the new token's K and V already written at len[b]-1); out (B, NH·HS) bf16, as the
 // attention projection reads it. Scale 1/sqrt(HS). Decode is bound by reading the cache, so each warp reads whole
 // 64- or 128-element K and V rows (each lane 2 or 4 consecutive bf16 in one load: 128 or 256 contiguous bytes per
@@ -46,7 +47,7 @@ template <int HS>
 __global__ void __launch_bounds__(kWarps * 32)
     partial_kernel(float* __restrict__ part_o, float* __restrict__ part_ml, const __nv_bfloat16* __restrict__ q,
                    const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
-                   const int* __restrict__ len, int NH, int max_T, int num_chunks) {
+                   const int* __restrict__ len, int NH, int max_T, int num_chunks, size_t q_stride) {
     constexpr int kPer = HS / 32;  // elements per lane: 2 (HS 64) or 4 (HS 128), consecutive
     const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     float qv[kPer], o[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; i++) {
-        qv[i] = __bfloat162float(q[(size_t)bh * HS + lane * kPer + i]) * scale_log2;
+        qv[i] = __bfloat162float(q[b * q_stride + (size_t)(bh % NH) * HS + lane * kPer + i]) * scale_log2;
         o[i] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
@@ -163,9 +164,11 @@ inline size_t attention_decode_workspace_bytes(int B, int NH, int max_T, int HS)
 }
 
 // len: device array of B lengths (>= 1, <= max_T). workspace: attention_decode_workspace_bytes. HS 64 or 128.
+// q_stride: elements between consecutive sequences' queries (0: NH·HS, packed).
 inline cudaError_t attention_decode(__nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                                     const __nv_bfloat16* v_cache, const int* len, int B, int NH, int max_T, int HS,
-                                    void* workspace, cudaStream_t stream = 0) {
+                                    void* workspace, cudaStream_t stream = 0, size_t q_stride = 0) {
+    if (q_stride == 0) q_stride = (size_t)NH * HS;
     using namespace decode_attention;
     const int chunks = (max_T + kChunk - 1) / kChunk;  // blocks past a sequence's length exit at once
     float* part_o = (float*)workspace;
@@ -173,10 +176,12 @@ inline cudaError_t attention_decode(__nv_bfloat16* out, const __nv_bfloat16* q, 
     const dim3 grid(chunks, B * NH);
     const int combine_blocks = (B * NH + 3) / 4;
     if (HS == 64) {
-        partial_kernel<64><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks);
+        partial_kernel<64><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks,
+                                                             q_stride);
         combine_kernel<64><<<combine_blocks, 128, 0, stream>>>(out, part_o, part_ml, len, B, NH, chunks);
     } else if (HS == 128) {
-        partial_kernel<128><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks);
+        partial_kernel<128><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks,
+                                                              q_stride);
         combine_kernel<128><<<combine_blocks, 128, 0, stream>>>(out, part_o, part_ml, len, B, NH, chunks);
     } else {
         return cudaErrorInvalidValue;

@@ -77,7 +77,9 @@ template <typename T>
 inline void transpose_matrix(const T* src, T* dst, size_t rows, size_t cols) {
     constexpr size_t kTile = 32;
     // bands of rows in parallel (disjoint columns of dst): one thread transposes at ~1 GB/s, less than a disk
+#if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (rows * cols >= ((size_t)1 << 18))
+#endif
     for (size_t r0 = 0; r0 < rows; r0 += kTile) {
         for (size_t c0 = 0; c0 < cols; c0 += kTile) {
             const size_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);

@@ -1,0 +1,192 @@
+// Generation's KV cache and decode step (issue 16), on top of the model of gpt2.cuh (BF16 builds).
+//
+// STATUS: written and compiled; NOT yet run on a GPU and not used by generate_gpt2cu yet. Its first test (next):
+// each decode step's logits against gpt2_forward's logits at the same position for the same prefix.
+//
+//   KVCache cache = kv_cache_allocate(m, B, max_T);
+//   gpt2_forward(m, prompts padded with EOT, nullptr, B, Tp);    // the prefill, the trainer's forward
+//   kv_cache_fill(m, &cache, Tp, prompt_lengths);                 // K, V of every layer into the cache
+//   ... logits of position len-1 from the prefill; then per new token:
+//   gpt2_decode_step(m, &cache, new_tokens);                      // one token per sequence; len += 1
+//   gpt2_logits_to_host(m, b, 0, logits);
+// The cache is (L, B, NH, max_T, HS) bf16 for K and for V: one head's keys are contiguous, as decode attention
+// (llmc/attention_decode.cuh) reads them. Positions at or past a sequence's length hold stale values that nothing
+// reads (the prefill writes the padded positions too; decode overwrites them one by one). The decode step reuses
+// the model's activation buffers (layer 0's slices, B rows), so it must not run between a forward and its backward.
+#pragma once
+
+#include <vector>
+
+#include "attention_decode.cuh"
+#include "gpt2.cuh"
+
+#if !defined(ENABLE_FP32)
+
+struct KVCache {
+    int B = 0, max_T = 0, L = 0, NH = 0, HS = 0;
+    __nv_bfloat16* k = nullptr;  // (L, B, NH, max_T, HS)
+    __nv_bfloat16* v = nullptr;
+    int* len = nullptr;          // device: tokens in the cache per sequence
+    void* workspace = nullptr;   // decode attention's partials
+    std::vector<int> host_len;
+    size_t layer_elements() const { return (size_t)B * NH * max_T * HS; }
+};
+
+namespace gpt2_decode_detail {
+
+// cache (b, h, t, :) = qkv (b, t, part, h, :) for t < T, part 1 (K) or 2 (V): 8 bf16 per thread.
+__global__ void fill_kernel(__nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
+                            const __nv_bfloat16* __restrict__ qkv, int B, int T, int NH, int HS, int max_T) {
+    const int C = NH * HS, per_row = C / 8;
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over (b, t, 8-element groups of C)
+    if (idx >= (long long)B * T * per_row) return;
+    const int g = (int)(idx % per_row);
+    const long long bt = idx / per_row;
+    const int b = (int)(bt / T), t = (int)(bt % T);
+    const int h = g * 8 / HS, d = g * 8 % HS;
+    const __nv_bfloat16* row = qkv + bt * 3 * C;
+    const size_t at = (((size_t)b * NH + h) * max_T + t) * HS + d;
+    *reinterpret_cast<uint4*>(k_cache + at) = *reinterpret_cast<const uint4*>(row + C + g * 8);
+    *reinterpret_cast<uint4*>(v_cache + at) = *reinterpret_cast<const uint4*>(row + 2 * C + g * 8);
+}
+
+// The new token of each sequence: cache (b, h, len[b]-1, :) = qkv (b, part, h, :) of the decode step's rows.
+__global__ void append_kernel(__nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
+                              const __nv_bfloat16* __restrict__ qkv, const int* __restrict__ len, int B, int NH,
+                              int HS, int max_T) {
+    const int C = NH * HS, per_row = C / 8;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * per_row) return;
+    const int b = idx / per_row, g = idx % per_row;
+    const int h = g * 8 / HS, d = g * 8 % HS;
+    const int t = len[b] - 1;
+    const __nv_bfloat16* row = qkv + (size_t)b * 3 * C;
+    const size_t at = (((size_t)b * NH + h) * max_T + t) * HS + d;
+    *reinterpret_cast<uint4*>(k_cache + at) = *reinterpret_cast<const uint4*>(row + C + g * 8);
+    *reinterpret_cast<uint4*>(v_cache + at) = *reinterpret_cast<const uint4*>(row + 2 * C + g * 8);
+}
+
+// x (b, :) = wte (token[b], :) + wpe (len[b]-1, :), the new token at its position.
+__global__ void embed_kernel(__nv_bfloat16* __restrict__ x, const int* __restrict__ tokens, const int* __restrict__ len,
+                             const __nv_bfloat16* __restrict__ wte, const __nv_bfloat16* __restrict__ wpe, int B, int C) {
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= B * C) return;
+    const int b = idx / C, c = idx % C;
+    x[idx] = __float2bfloat16(__bfloat162float(wte[(size_t)tokens[b] * C + c]) +
+                              __bfloat162float(wpe[(size_t)(len[b] - 1) * C + c]));
+}
+
+}  // namespace gpt2_decode_detail
+
+inline KVCache kv_cache_allocate(GPT2* m, int B, int max_T) {
+    const GPT2Config& c = m->config;
+    KVCache cache;
+    cache.B = B;
+    cache.max_T = max_T;
+    cache.L = c.num_layers;
+    cache.NH = c.num_heads;
+    cache.HS = c.channels / c.num_heads;
+    if (B > m->B || max_T > c.max_seq_len || (cache.HS != 64 && cache.HS != 128)) {
+        fprintf(stderr, "error: kv_cache_allocate: B %d (model allocated for %d), max_T %d (context %d), HS %d (64 or 128)\n",
+                B, m->B, max_T, c.max_seq_len, cache.HS);
+        exit(EXIT_FAILURE);
+    }
+    const size_t bytes = cache.layer_elements() * cache.L * sizeof(__nv_bfloat16);
+    cudaCheck(cudaMalloc(&cache.k, bytes));
+    cudaCheck(cudaMalloc(&cache.v, bytes));
+    cudaCheck(cudaMalloc(&cache.len, B * sizeof(int)));
+    cudaCheck(cudaMalloc(&cache.workspace, attention_decode_workspace_bytes(B, cache.NH, max_T, cache.HS)));
+    cache.host_len.assign(B, 0);
+    return cache;
+}
+
+inline void kv_cache_free(KVCache* cache) {
+    cudaCheck(cudaFree(cache->k));
+    cudaCheck(cudaFree(cache->v));
+    cudaCheck(cudaFree(cache->len));
+    cudaCheck(cudaFree(cache->workspace));
+    *cache = KVCache{};
+}
+
+// After gpt2_forward(m, tokens, nullptr, B, T): every layer's K and V of positions 0..T-1 into the cache; the
+// sequences' lengths are `lengths` (each <= T: the prompt, without its padding).
+inline void kv_cache_fill(GPT2* m, KVCache* cache, int T, const std::vector<int>& lengths) {
+    using namespace gpt2_detail;
+    const int C = cache->NH * cache->HS, B = cache->B;
+    const size_t ld = (size_t)m->B * m->T;  // the forward's per-layer stride (allocated size)
+    const long long n = (long long)B * T * (C / 8);
+    for (int l = 0; l < cache->L; l++) {
+        const floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
+        gpt2_decode_detail::fill_kernel<<<(unsigned)((n + 255) / 256), 256, 0, m->stream>>>(
+            cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(), qkv, B, T, cache->NH,
+            cache->HS, cache->max_T);
+        cudaCheckLaunch();
+    }
+    cache->host_len = lengths;
+    cudaCheck(cudaMemcpyAsync(cache->len, lengths.data(), B * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+}
+
+// One new token per sequence (tokens: B host ids), appended at position len[b]; the logits of that position end in
+// the model's logits buffer (read with gpt2_logits_to_host(m, b, 0, ...)).
+inline void gpt2_decode_step(GPT2* m, KVCache* cache, const std::vector<int>& tokens) {
+    using namespace gpt2_detail;
+    const GPT2Config& c = m->config;
+    const int B = cache->B, C = c.channels, NH = c.num_heads, HS = C / NH, L = c.num_layers, Vp = c.padded_vocab_size;
+    cudaStream_t s = m->stream;
+    for (int b = 0; b < B; b++) {
+        if (tokens[b] < 0 || tokens[b] >= c.vocab_size || cache->host_len[b] >= cache->max_T) {
+            fprintf(stderr, "error: gpt2_decode_step: token %d of sequence %d (V %d), or the cache is full (%d of %d)\n",
+                    tokens[b], b, c.vocab_size, cache->host_len[b], cache->max_T);
+            exit(EXIT_FAILURE);
+        }
+        cache->host_len[b]++;
+    }
+    cudaCheck(cudaMemcpyAsync(buf<int>(m, mem::Inputs), tokens.data(), B * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(cache->len, cache->host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice, s));
+
+    floatX* x = buf<floatX>(m, mem::Encoded);
+    floatX* ln = buf<floatX>(m, mem::Ln1);
+    floatX* qkv = buf<floatX>(m, mem::Qkv);
+    floatX* atty = buf<floatX>(m, mem::Atty);
+    floatX* residual2 = buf<floatX>(m, mem::Residual2);
+    floatX* residual3 = buf<floatX>(m, mem::Residual3);
+    floatX* fch = buf<floatX>(m, mem::Fch);
+    floatX* fch_gelu = buf<floatX>(m, mem::FchGelu);
+    floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
+    float* mean = buf<float>(m, mem::Ln1Mean);
+    float* rstd = buf<float>(m, mem::Ln1Rstd);
+    gpt2_decode_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, s>>>(x, buf<int>(m, mem::Inputs), cache->len,
+                                                                         param(m, WTE), param(m, WPE), B, C);
+    cudaCheckLaunch();
+    layernorm_forward(ln, mean, rstd, x, param(m, LN1W), param(m, LN1B), B, C, s);
+    const floatX* residual = x;
+    for (int l = 0; l < L; l++) {
+        matmul_forward(qkv, ln, param(m, QKVW, l), param(m, QKVB, l), B, C, 3 * C, nullptr, false, s);
+        __nv_bfloat16* k_cache = cache->k + l * cache->layer_elements();
+        __nv_bfloat16* v_cache = cache->v + l * cache->layer_elements();
+        gpt2_decode_detail::append_kernel<<<(B * C / 8 + 255) / 256, 256, 0, s>>>(k_cache, v_cache, qkv, cache->len, B,
+                                                                                 NH, HS, cache->max_T);
+        cudaCheckLaunch();
+        cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS, cache->workspace,
+                                   s, (size_t)3 * C));
+        matmul_forward(scratch, atty, param(m, ATTPROJW, l), param(m, ATTPROJB, l), B, C, C, nullptr, false, s);
+        fused_residual_layernorm_forward(residual2, ln, mean, rstd, residual, scratch, param(m, LN2W, l),
+                                         param(m, LN2B, l), B, C, s);
+        matmul_forward(fch_gelu, ln, param(m, FCW, l), param(m, FCB, l), B, C, 4 * C, fch, m->fuse_gelu, s);
+        matmul_forward(scratch, fch_gelu, param(m, FCPROJW, l), param(m, FCPROJB, l), B, 4 * C, C, nullptr, false, s);
+        const bool last = l + 1 == L;
+        floatX* next_ln = last ? buf<floatX>(m, mem::Lnf) : ln;
+        fused_residual_layernorm_forward(residual3, next_ln, mean, rstd, residual2, scratch,
+                                         last ? param(m, LNFW) : param(m, LN1W, l + 1),
+                                         last ? param(m, LNFB) : param(m, LN1B, l + 1), B, C, s);
+        residual = residual3;  // the next layer reads it for its residual2, then overwrites it with its residual3
+    }
+    matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp, nullptr,
+                   false, s);
+    m->last_B = B;
+    m->last_T = 1;
+    m->logits_valid = true;
+    m->dlogits_ready = false;
+}
+
+#endif  // !ENABLE_FP32
