@@ -36,6 +36,9 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     backends="materialized"
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash"   # flash attention is bf16-only
     run_suite gpu-kernels ./tests/test_kernels
+    # generation's KV cache and decode step against the full forward (written in a session without a GPU: its first
+    # run is the next one on a GPU machine)
+    run_suite gpu-decode ./tests/test_decode
     # the dev programs' strict validation: every variant at every shape against the fp64 reference, no timing
     run_suite dev-attention-forward ./dev/cuda/attention_forward -c
     run_suite dev-attention-backward ./dev/cuda/attention_backward -c
