@@ -80,7 +80,7 @@ __device__ __forceinline__ void stage_tile(uint8_t* tile_rows, int tile_row_coun
         for (int r = 0; r < 2; r++) {
             const int row = row_in + 8 * r;
             const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * jj + 2 * r] * scale, acc[4 * jj + 2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162*>(box + row * 128 + ((chunk ^ (row % 8)) * 16) + 4 * (lane % 4)) = v;
+            *reinterpret_cast<__nv_bfloat162*>(box + row * 128 + hopper::sw128_chunk_offset(row, chunk) + 4 * (lane % 4)) = v;
         }
     }
 }
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     using Cfg = BackwardKVConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem = smem_align_1024(smem_raw);
     uint8_t* sK = smem;
     uint8_t* sV = smem + Cfg::kVOffset;
     uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
@@ -130,11 +130,7 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
         tma_prefetch_map(&map_dout);
         tma_prefetch_map(&map_dqkv);
         mbarrier_init(kv_full, 1);
-        for (int s = 0; s < Cfg::kStages; s++) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], Cfg::kConsumers * 4);
-        }
-        fence_barrier_init();
+        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
     }
     __syncthreads();
 
@@ -276,7 +272,7 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     using Cfg = BackwardQConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem = smem_align_1024(smem_raw);
     uint8_t* sQ = smem;
     uint8_t* sdO = smem + Cfg::kDoOffset;
     uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
@@ -296,11 +292,7 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
         tma_prefetch_map(&map_kv);
         tma_prefetch_map(&map_dqkv);
         mbarrier_init(q_full, 1);
-        for (int s = 0; s < Cfg::kStages; s++) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], Cfg::kConsumers * 4);
-        }
-        fence_barrier_init();
+        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
     }
     __syncthreads();
 
@@ -411,22 +403,14 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     }
 }
 
-template <typename Kernel>
-inline void allow_smem(Kernel kernel, int bytes, bool* done) {
-    if (!*done) {
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        *done = true;
-    }
-}
-
 template <int kHS>
 inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
                             int B, int T, int NH, cudaStream_t stream) {
     using KV = BackwardKVConfig<kHS>;
     using Q = BackwardQConfig<kHS>;
-    static bool kv_ready = false, q_ready = false;
-    allow_smem(backward_kv_kernel<kHS>, KV::kSmemBytes, &kv_ready);
-    allow_smem(backward_q_kernel<kHS>, Q::kSmemBytes, &q_ready);
+    static const bool smem_ready = (hopper::allow_dynamic_smem(backward_kv_kernel<kHS>, KV::kSmemBytes),
+                                    hopper::allow_dynamic_smem(backward_q_kernel<kHS>, Q::kSmemBytes), true);
+    (void)smem_ready;
     const int C = NH * kHS;
     const long long rows = (long long)B * T * NH;
     backward_d_kernel<kHS><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(D, out, dout, B, T, NH);

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     using Cfg = ForwardConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem = smem_align_1024(smem_raw);
     uint8_t* sQ = smem;
     uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
     uint64_t* full = q_full + 1;
@@ -73,11 +73,7 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
         tma_prefetch_map(&map_qkv);
         tma_prefetch_map(&map_out);
         mbarrier_init(q_full, 1);
-        for (int s = 0; s < Cfg::kStages; s++) {
-            mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], Cfg::kConsumers * 4);  // one arrival per consumer warp
-        }
-        fence_barrier_init();
+        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
     }
     __syncthreads();
 
@@ -215,7 +211,7 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
         for (int r = 0; r < 2; r++) {
             const int row = row_in + 8 * r;
             const __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[4 * jj + 2 * r] * inv[r], o_acc[4 * jj + 2 * r + 1] * inv[r]);
-            *reinterpret_cast<__nv_bfloat162*>(box + row * 128 + ((chunk ^ (row % 8)) * 16) + 4 * (lane % 4)) = v;
+            *reinterpret_cast<__nv_bfloat162*>(box + row * 128 + sw128_chunk_offset(row, chunk) + 4 * (lane % 4)) = v;
         }
     }
     fence_proxy_async();
@@ -238,11 +234,8 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
 template <int kHS>
 inline void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
     using Cfg = ForwardConfig<kHS>;
-    static bool configured = false;
-    if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(forward_kernel<kHS>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-        configured = true;
-    }
+    static const bool smem_ready = (hopper::allow_dynamic_smem(forward_kernel<kHS>, Cfg::kSmemBytes), true);
+    (void)smem_ready;
     const int C = NH * kHS;
     // qkv as [B][T][3C]: boxes of 128 rows x 64 columns (Q, K or V of one head, one 64-column slice)
     const CUtensorMap map_qkv = hopper::make_tensor_map_3d(qkv, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, 3 * C, 3 * C,

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "cuda_common.h"
 
@@ -58,6 +59,26 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
+// Encodes a tiled tensor map of rank 2 or 3 (dims and byte strides innermost first, a box of `box`), or exits with
+// one line saying what was asked for.
+inline CUtensorMap encode_tensor_map(const void* base, CUtensorMapDataType dtype, int rank, const cuuint64_t* dims,
+                                     const cuuint64_t* byte_strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
+    CUtensorMap map;
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const CUresult r = tensor_map_encoder()(&map, dtype, rank, const_cast<void*>(base), dims, byte_strides, box,
+                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: cuTensorMapEncodeTiled: %llu x %llu%s tensor (row stride %llu bytes), box %u x %u: error "
+                        "%d (base 16-byte aligned? row stride a multiple of 16 bytes?)\n",
+                (unsigned long long)dims[1], (unsigned long long)dims[0],
+                rank == 3 ? (" x " + std::to_string(dims[2]) + " batches").c_str() : "",
+                (unsigned long long)byte_strides[0], box[1], box[0], (int)r);
+        exit(EXIT_FAILURE);
+    }
+    return map;
+}
+
 // A row-major matrix [rows][cols] (cols contiguous, row_stride elements apart) read or written in boxes of
 // box_rows x box_cols. TMA's rules: base 16-byte aligned, row stride a multiple of 16 bytes, box sides <= 256,
 // box_cols x element bytes a multiple of 16 and, with the 128-byte swizzle, at most 128 (one swizzle row).
@@ -65,22 +86,10 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 inline CUtensorMap make_tensor_map_2d(const void* base, CUtensorMapDataType dtype, int element_bytes, uint64_t rows,
                                       uint64_t cols, uint64_t row_stride, uint32_t box_rows, uint32_t box_cols,
                                       CUtensorMapSwizzle swizzle) {
-    CUtensorMap map;
     const cuuint64_t dims[2] = {cols, rows};
     const cuuint64_t strides[1] = {row_stride * element_bytes};
     const cuuint32_t box[2] = {box_cols, box_rows};
-    const cuuint32_t element_strides[2] = {1, 1};
-    const CUresult r = tensor_map_encoder()(&map, dtype, 2, const_cast<void*>(base), dims, strides, box,
-                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "error: cuTensorMapEncodeTiled: %llu x %llu matrix (row stride %llu), box %u x %u: error %d "
-                        "(base 16-byte aligned? row stride a multiple of 16 bytes?)\n",
-                (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)row_stride, box_rows,
-                box_cols, (int)r);
-        exit(EXIT_FAILURE);
-    }
-    return map;
+    return encode_tensor_map(base, dtype, 2, dims, strides, box, swizzle);
 }
 
 // A row-major [batches][rows][cols] tensor (cols contiguous; row_stride and batch_stride in elements) read or
@@ -89,21 +98,17 @@ inline CUtensorMap make_tensor_map_2d(const void* base, CUtensorMapDataType dtyp
 inline CUtensorMap make_tensor_map_3d(const void* base, CUtensorMapDataType dtype, int element_bytes, uint64_t batches,
                                       uint64_t rows, uint64_t cols, uint64_t row_stride, uint64_t batch_stride,
                                       uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle) {
-    CUtensorMap map;
     const cuuint64_t dims[3] = {cols, rows, batches};
     const cuuint64_t strides[2] = {row_stride * element_bytes, batch_stride * element_bytes};
     const cuuint32_t box[3] = {box_cols, box_rows, 1};
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    const CUresult r = tensor_map_encoder()(&map, dtype, 3, const_cast<void*>(base), dims, strides, box,
-                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "error: cuTensorMapEncodeTiled: %llu x %llu x %llu tensor, box %u x %u: error %d\n",
-                (unsigned long long)batches, (unsigned long long)rows, (unsigned long long)cols, box_rows, box_cols,
-                (int)r);
-        exit(EXIT_FAILURE);
-    }
-    return map;
+    return encode_tensor_map(base, dtype, 3, dims, strides, box, swizzle);
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (over 48 KB needs the opt-in). Launchers call it once per
+// kernel: static const bool ready = (hopper::allow_dynamic_smem(kernel, bytes), true);
+template <typename Kernel>
+inline void allow_dynamic_smem(Kernel kernel, int bytes) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 // ------------------------------------------------------------------------------------------ device side
@@ -148,6 +153,27 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
     __trap();
 #endif
 }
+
+// ---- the kernels' common frame
+// The dynamic shared memory rounded up to 1024 bytes: 128-byte-swizzled tiles start on 1024-byte boundaries (TMA's
+// swizzle and the descriptors' base offset 0 assume it). Launch with 1024 bytes to spare.
+__device__ __forceinline__ uint8_t* smem_align_1024(uint8_t* raw) {
+    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+}
+// The barriers of a ring of `stages` buffers between one producer thread and consumer warps: full[s] completes on the
+// producer's arrive_expect_tx plus the bytes landing, empty[s] on one arrival per consumer warp. One thread calls
+// it (after any barriers of its own), then the block synchronises.
+__device__ __forceinline__ void ring_barriers_init(uint64_t* full, uint64_t* empty, int stages, int consumer_warps) {
+    for (int s = 0; s < stages; s++) {
+        mbarrier_init(&full[s], 1);
+        mbarrier_init(&empty[s], consumer_warps);
+    }
+    fence_barrier_init();
+}
+// Where 16-byte chunk `chunk` (0..7) of row `row` sits inside that row of a tile of 128-byte rows with the 128-byte
+// swizzle, as TMA reads and writes it: the chunk index XORed with the row's position in its 8-row atom. The chunk's
+// address is tile + row * 128 + sw128_chunk_offset(row, chunk).
+__device__ __forceinline__ int sw128_chunk_offset(int row, int chunk) { return (chunk ^ (row % 8)) * 16; }
 
 // ---- TMA: one thread moves a whole box. Coordinates are (column, row), innermost first, in elements; the map
 // is a __grid_constant__ kernel parameter (its address must stay in parameter space).

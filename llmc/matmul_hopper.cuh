@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
     using Cfg = Config<kBN>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem = smem_align_1024(smem_raw);
     uint8_t* sA = smem;                                  // [kStages][BM][BK]
     uint8_t* sB = smem + Cfg::kStages * Cfg::kABytes;    // [kStages][BN][BK]
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
@@ -79,11 +79,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
         tma_prefetch_map(&map_a);
         tma_prefetch_map(&map_b);
         if (kTmaStore) tma_prefetch_map(&map_out);
-        for (int s = 0; s < Cfg::kStages; s++) {
-            mbarrier_init(&full[s], 1);                     // the producer's arrive_expect_tx (+ the bytes)
-            mbarrier_init(&empty[s], Cfg::kConsumers * 4);  // one arrival per consumer warp
-        }
-        fence_barrier_init();
+        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
     }
     __syncthreads();
 
@@ -165,7 +161,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
                 for (int half = 0; half < 2; half++) {
                     const int r = row_in + 8 * half;
                     const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-                    *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + ((chunk ^ (r % 8)) * 16) + col_in * 2) = v;
+                    *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + sw128_chunk_offset(r, chunk) + col_in * 2) = v;
                 }
             }
             fence_proxy_async();  // st.shared above, read by TMA next
@@ -222,12 +218,8 @@ template <int kBN, bool kTmaStore>
 inline void launch(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int M, int N, int K,
                    int num_sms, cudaStream_t stream) {
     using Cfg = Config<kBN>;
-    static bool configured = false;
-    if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(forward_kernel<kBN, kTmaStore>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Cfg::kSmemBytes));
-        configured = true;
-    }
+    static const bool smem_ready = (hopper::allow_dynamic_smem(forward_kernel<kBN, kTmaStore>, Cfg::kSmemBytes), true);
+    (void)smem_ready;
     const CUtensorMap map_a = hopper::make_tensor_map_2d(inp, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, K, K, Cfg::BM,
                                                          Cfg::BK, CU_TENSOR_MAP_SWIZZLE_128B);
     const CUtensorMap map_b = hopper::make_tensor_map_2d(weight, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, N, K, K, kBN,
@@ -246,7 +238,7 @@ inline void launch(bf16* out, const bf16* inp, const bf16* weight, const bf16* b
 template <int kBN>
 inline void launch(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int M, int N, int K,
                    int num_sms, cudaStream_t stream) {
-    const bool tma_store = N % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 && !getenv("LLMC_GEMM_DIRECT_STORE");
+    const bool tma_store = N % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
     if (tma_store) launch<kBN, true>(out, inp, weight, bias, M, N, K, num_sms, stream);
     else launch<kBN, false>(out, inp, weight, bias, M, N, K, num_sms, stream);
 }
