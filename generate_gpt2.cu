@@ -29,11 +29,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// Our BPE vocabulary as the printer's token table (bytes per id, <|endoftext|>).
+// Our BPE vocabulary as the printer's token table (bytes per id, <|endoftext|>), as `tokenizer export` writes it.
 TokenizerFile token_table(const BPETokenizer& bpe) {
     TokenizerFile t;
-    t.tokens.resize(bpe.vocab_size());
-    for (int id = 0; id < bpe.vocab_size(); id++) t.tokens[id] = bpe.decode(&id, 1);
+    t.tokens = bpe.tokens();
     t.eot_token = bpe.eot_token();
     return t;
 }

@@ -34,9 +34,11 @@ struct KVCache {
 
 namespace gpt2_decode_detail {
 
-// cache (b, h, t, :) = qkv (b, t, part, h, :) for t < T, part 1 (K) or 2 (V): 8 bf16 per thread.
-__global__ void fill_kernel(__nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                            const __nv_bfloat16* __restrict__ qkv, int B, int T, int NH, int HS, int max_T) {
+// K and V of qkv rows (b, t) into the cache: cache (b, h, pos, :) = qkv (b, t, part, h, :), part 1 (K) or 2 (V), 8
+// bf16 per thread. pos = t for the prefill (len null), len[b] - 1 for a decode step's new token (T = 1).
+__global__ void copy_kv_kernel(__nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
+                               const __nv_bfloat16* __restrict__ qkv, const int* __restrict__ len, int B, int T,
+                               int NH, int HS, int max_T) {
     const int C = NH * HS, per_row = C / 8;
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over (b, t, 8-element groups of C)
     if (idx >= (long long)B * T * per_row) return;
@@ -44,24 +46,9 @@ __global__ void fill_kernel(__nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* 
     const long long bt = idx / per_row;
     const int b = (int)(bt / T), t = (int)(bt % T);
     const int h = g * 8 / HS, d = g * 8 % HS;
+    const int pos = len ? len[b] - 1 : t;
     const __nv_bfloat16* row = qkv + bt * 3 * C;
-    const size_t at = (((size_t)b * NH + h) * max_T + t) * HS + d;
-    *reinterpret_cast<uint4*>(k_cache + at) = *reinterpret_cast<const uint4*>(row + C + g * 8);
-    *reinterpret_cast<uint4*>(v_cache + at) = *reinterpret_cast<const uint4*>(row + 2 * C + g * 8);
-}
-
-// The new token of each sequence: cache (b, h, len[b]-1, :) = qkv (b, part, h, :) of the decode step's rows.
-__global__ void append_kernel(__nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                              const __nv_bfloat16* __restrict__ qkv, const int* __restrict__ len, int B, int NH,
-                              int HS, int max_T) {
-    const int C = NH * HS, per_row = C / 8;
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * per_row) return;
-    const int b = idx / per_row, g = idx % per_row;
-    const int h = g * 8 / HS, d = g * 8 % HS;
-    const int t = len[b] - 1;
-    const __nv_bfloat16* row = qkv + (size_t)b * 3 * C;
-    const size_t at = (((size_t)b * NH + h) * max_T + t) * HS + d;
+    const size_t at = (((size_t)b * NH + h) * max_T + pos) * HS + d;
     *reinterpret_cast<uint4*>(k_cache + at) = *reinterpret_cast<const uint4*>(row + C + g * 8);
     *reinterpret_cast<uint4*>(v_cache + at) = *reinterpret_cast<const uint4*>(row + 2 * C + g * 8);
 }
@@ -117,9 +104,9 @@ inline void kv_cache_fill(GPT2* m, KVCache* cache, int T, const std::vector<int>
     const long long n = (long long)B * T * (C / 8);
     for (int l = 0; l < cache->L; l++) {
         const floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
-        gpt2_decode_detail::fill_kernel<<<(unsigned)((n + 255) / 256), 256, 0, m->stream>>>(
-            cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(), qkv, B, T, cache->NH,
-            cache->HS, cache->max_T);
+        gpt2_decode_detail::copy_kv_kernel<<<(unsigned)((n + 255) / 256), 256, 0, m->stream>>>(
+            cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(), qkv, nullptr, B, T,
+            cache->NH, cache->HS, cache->max_T);
         cudaCheckLaunch();
     }
     cache->host_len = lengths;
@@ -164,8 +151,8 @@ inline void gpt2_decode_step(GPT2* m, KVCache* cache, const std::vector<int>& to
         matmul_forward(qkv, ln, param(m, QKVW, l), param(m, QKVB, l), B, C, 3 * C, nullptr, false, s);
         __nv_bfloat16* k_cache = cache->k + l * cache->layer_elements();
         __nv_bfloat16* v_cache = cache->v + l * cache->layer_elements();
-        gpt2_decode_detail::append_kernel<<<(B * C / 8 + 255) / 256, 256, 0, s>>>(k_cache, v_cache, qkv, cache->len, B,
-                                                                                 NH, HS, cache->max_T);
+        gpt2_decode_detail::copy_kv_kernel<<<(B * C / 8 + 255) / 256, 256, 0, s>>>(k_cache, v_cache, qkv, cache->len, B,
+                                                                                  1, NH, HS, cache->max_T);
         cudaCheckLaunch();
         cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS, cache->workspace,
                                    s, (size_t)3 * C));
