@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "train_args.h"  // ParseStatus and the number parsers every flag parser shares
+#include "flag_parse.h"
 #include "utils.h"
 
 struct GenerateArgs {
@@ -53,7 +53,7 @@ inline std::string generate_usage(const std::string& program) {
 
 // Parses argv[1..argc). On Error, *error holds one line naming the flag and the problem.
 inline ParseStatus parse_generate_args(int argc, const char* const* argv, GenerateArgs* a, std::string* error) {
-    using namespace train_args_detail;
+    using namespace flag_parse;
     constexpr int64_t kIntMax = 2147483647;
     for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "flag_parse.h"
 #include "schedulers.h"
 
 struct TrainArgs {
@@ -60,8 +61,6 @@ struct TrainArgs {
     std::string init_method = "mpi";     // -pi mpi | fs (file rendezvous in -pf)
     std::string rendezvous_dir = "/tmp"; // -pf
 };
-
-enum class ParseStatus { Ok, Help, Error };
 
 inline std::string train_usage(const std::string& program) {
     TrainArgs d;
@@ -124,35 +123,9 @@ inline std::string train_usage(const std::string& program) {
     return buf;
 }
 
-namespace train_args_detail {
-
-// Whole string must be a base-10 integer in [lo, hi].
-inline bool parse_int64(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
-    if (s.empty()) return false;
-    errno = 0;
-    char* end = nullptr;
-    long long v = strtoll(s.c_str(), &end, 10);
-    if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-// Whole string must be a finite number in [lo, hi].
-inline bool parse_float(const std::string& s, double lo, double hi, float* out) {
-    if (s.empty()) return false;
-    errno = 0;
-    char* end = nullptr;
-    double v = strtod(s.c_str(), &end);
-    if (errno != 0 || *end != '\0' || !std::isfinite(v) || v < lo || v > hi) return false;
-    *out = (float)v;
-    return true;
-}
-
-}  // namespace train_args_detail
-
 // Parses argv[1..argc). On Error, *error holds one line naming the flag and the problem.
 inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs* a, std::string* error) {
-    using namespace train_args_detail;
+    using namespace flag_parse;
     constexpr int64_t kIntMax = 2147483647;
     for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];

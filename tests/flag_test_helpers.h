@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/train_args.h"  // ParseStatus
+#include "llmc/flag_parse.h"
 
 template <typename Args>
 struct ParsedFlags {
