@@ -58,14 +58,17 @@ inline int sample_token(const float* logits, int vocab_size, float temperature, 
     if (top_p < 1.0f) {  // the nucleus: by probability, largest first (lower id on ties), until the sum reaches top_p
         std::vector<int> order(n);
         for (int j = 0; j < n; j++) order[j] = j;
-        std::sort(order.begin(), order.end(), [&](int a, int b) {
-            return weight[a] > weight[b] || (weight[a] == weight[b] && ids[a] < ids[b]);
-        });
+        auto heavier = [&](int a, int b) { return weight[a] > weight[b] || (weight[a] == weight[b] && ids[a] < ids[b]); };
+        // the heaviest 1024 first (a nucleus is usually far smaller than the vocabulary), the rest only if needed;
+        // the order is total, so this is the same sequence a full sort gives
+        const int head = std::min(n, 1024);
+        std::partial_sort(order.begin(), order.begin() + head, order.end(), heavier);
         std::vector<bool> keep(n, false);
         double mass = 0.0;
-        for (int j : order) {
-            keep[j] = true;
-            mass += weight[j];
+        for (int r = 0; r < n; r++) {
+            if (r == head) std::sort(order.begin() + head, order.end(), heavier);
+            keep[order[r]] = true;
+            mass += weight[order[r]];
             if (mass >= (double)top_p * sum) break;
         }
         sum = 0.0;

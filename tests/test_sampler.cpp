@@ -194,6 +194,12 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
     }
     // after top-k: top_k 2 then top_p 0.6 of {2: 2/3, 0: 1/3} keeps {2}
     for (int i = 0; i < 200; i++) EXPECT_EQ(sample_token(l.data(), 4, 1.0f, 2, 0.6f, rng.uniform()), 2);
+    // a nucleus larger than the first sorted 1024: 3000 equal logits, top_p 0.5 keeps ids 0..1499 (ties: lower id)
+    std::vector<float> flat(3000, 0.25f);
+    int highest = 0;
+    for (int i = 0; i < 3000; i++) highest = std::max(highest, sample_token(flat.data(), 3000, 1.0f, 0, 0.5f, rng.uniform()));
+    EXPECT_LT(highest, 1500);
+    EXPECT_GE(highest, 1400);  // the kept 1500 are all drawn from, up to near the end
     EXPECT_THROW(sample_token(l.data(), 4, 1.0f, 0, 0.0f, 0.5f), std::invalid_argument);
     EXPECT_THROW(sample_token(l.data(), 4, 1.0f, 0, 1.5f, 0.5f), std::invalid_argument);
 }
