@@ -50,10 +50,9 @@ check() {  # tool, name, command...
         # --kernel-name-exclude instead makes compute-sanitizer 2025 fail with "Internal Sanitizer Error: failed to
         # handle a hardware exception" on this program, so they run instrumented and are filtered here.)
         local library
-        library=$(awk '/Race reported between/ { a = $0; getline b; if (a ~ /nvjet|cublas/ && b ~ /nvjet|cublas/) n++ }
-                       END { print n + 0 }' "$log")
-        errors=$(awk '/Race reported between/ { a = $0; getline b; if (!(a ~ /nvjet|cublas/ && b ~ /nvjet|cublas/)) n++ }
-                      END { print n + 0 }' "$log")
+        read -r library errors < <(awk '/Race reported between/ { a = $0; getline b
+                                         if (a ~ /nvjet|cublas/ && b ~ /nvjet|cublas/) lib++; else ours++ }
+                                        END { print lib + 0, ours + 0 }' "$log")
         summary="$summary; $library in cuBLASLt's kernels, $errors in ours"
         [ $rc -eq 99 ] && rc=0
     fi
