@@ -403,6 +403,303 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     }
 }
 
+// ------------------------------------------------------------------------------------------ 4. fused dK, dV, dQ
+// One kernel, as FlashAttention-3: the dK/dV kernel above, plus dQ += dS·K for each query tile, added into an fp32
+// accumulator dQacc (B, T, NH·HS) by TMA reduce-adds, then converted to bf16 (scaled) by a small kernel.
+// dQ is computed transposed, dQᵀ(HS x queries) = Kᵀ·dSᵀ: A = Kᵀ read MN-major from the K tile already in shared
+// memory, B = dSᵀ written by the consumers into shared memory as [query][key] (K-major). Each consumer takes a
+// 64 x 32 piece (m64n32): at HS 128 its 64 head dims of the 32 queries, at HS 64 its 32 of the 64 queries (no
+// branch around a wgmma, which would serialise them). The piece goes transposed into a 128-byte-swizzled fp32
+// tile that TMA reduce-adds (two boxes of 32 x 32) add into dQacc.
+//   kOrdered (the default, deterministic): the additions into each query tile happen in a fixed order, key blocks
+//   from the diagonal down, through a semaphore per (b, h, query tile): the first contributor stores, the others
+//   wait for their turn. Blocks launch shortest first, so every block waits only on blocks launched before it.
+//   !kOrdered: unordered reduce-adds into a zeroed dQacc, blocks longest first: faster, not bit-reproducible.
+template <int kHS>
+struct BackwardFusedConfig {
+    static constexpr int kBk = 128, kBq = kHS == 64 ? 64 : 32;
+    static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
+    static constexpr int kSub = kHS / 64;
+    static constexpr int kKBytes = kBk * kHS * 2, kQBytes = kBq * kHS * 2;
+    static constexpr int kStages = 4;
+    static constexpr int kDsBytes = kBq * kBk * 2;   // dSᵀ of both consumers, [consumer][kBq][64 keys]
+    static constexpr int kDqBytes = 64 * 32 * 4;     // one consumer's dQ piece, [2][32 queries][32 dims] fp32
+    static constexpr int kVOffset = kKBytes, kStageOffset = 2 * kKBytes, kStageBytes = 2 * kQBytes;
+    static constexpr int kDsOffset = kStageOffset + kStages * kStageBytes;   // two buffers (by tile parity)
+    static constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;               // one per consumer
+    static constexpr int kBarrierOffset = kDqOffset + kConsumers * kDqBytes;
+    static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static constexpr int kUnits = kConsumers;  // semaphore increments per key block and tile (one per consumer)
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+// named barriers of the fused kernel (0 is __syncthreads)
+constexpr int kBarrierDs = 1;        // both consumers' dSᵀ written (256 threads)
+constexpr int kBarrierDq0 = 2;       // + consumer: that consumer's dQ tile (128 threads)
+
+template <int kHS, bool kOrdered>
+__global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
+    backward_fused_kernel(const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_q,
+                          const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_dqkv,
+                          const __grid_constant__ CUtensorMap map_dqacc, const float* __restrict__ lse,
+                          const float* __restrict__ D, int* __restrict__ semaphores, int T, int NH) {
+    using Cfg = BackwardFusedConfig<kHS>;
+    using namespace hopper;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = smem_align_1024(smem_raw);
+    uint8_t* sK = smem;
+    uint8_t* sV = smem + Cfg::kVOffset;
+    uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+    uint64_t* full = kv_full + 1;
+    uint64_t* empty = full + Cfg::kStages;
+
+    const int C = NH * kHS;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int n_kb = gridDim.x;
+    const int kb = kOrdered ? n_kb - 1 - (int)blockIdx.x : (int)blockIdx.x;  // ordered: shortest first
+    const int k0 = kb * Cfg::kBk;
+    const int i_first = k0 / Cfg::kBq, n_q = (T + Cfg::kBq - 1) / Cfg::kBq;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        tma_prefetch_map(&map_kv);
+        tma_prefetch_map(&map_q);
+        tma_prefetch_map(&map_dout);
+        tma_prefetch_map(&map_dqkv);
+        tma_prefetch_map(&map_dqacc);
+        mbarrier_init(kv_full, 1);
+        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {  // ---- producer (as in the dK/dV kernel)
+        setmaxnreg_dec<Cfg::kProducerRegs>();
+        if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
+            for (int sub = 0; sub < Cfg::kSub; sub++) {
+                tma_load_3d(sK + sub * Cfg::kBk * 128, &map_kv, kv_full, C + h * kHS + 64 * sub, k0, b);
+                tma_load_3d(sV + sub * Cfg::kBk * 128, &map_kv, kv_full, 2 * C + h * kHS + 64 * sub, k0, b);
+            }
+            for (int i = i_first, n = 0; i < n_q; i++, n++) {
+                const int stage = n % Cfg::kStages;
+                mbarrier_wait(&empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
+                mbarrier_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
+                uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
+                uint8_t* do_tile = q_tile + Cfg::kQBytes;
+                for (int sub = 0; sub < Cfg::kSub; sub++) {
+                    tma_load_3d(q_tile + sub * Cfg::kBq * 128, &map_q, &full[stage], h * kHS + 64 * sub, i * Cfg::kBq, b);
+                    tma_load_3d(do_tile + sub * Cfg::kBq * 128, &map_dout, &full[stage], h * kHS + 64 * sub,
+                                i * Cfg::kBq, b);
+                }
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int consumer = warpgroup - 1;
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int row_in = warp * 16 + lane / 4;
+    const int kc0 = k0 + consumer * 64;
+    const float scale = rsqrtf((float)kHS), scale_log2 = scale * 1.4426950408889634f;
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+    int* sem_bh = semaphores + (size_t)bh * n_q;
+    uint8_t* dq_tile = smem + Cfg::kDqOffset + consumer * Cfg::kDqBytes;
+    int pending = -1;  // the query tile whose dQ bulk group this thread (t == 0) has yet to complete and release
+
+    float dv[kHS / 2], dk[kHS / 2];
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
+
+    mbarrier_wait(kv_full, 0);
+    for (int i = i_first, n = 0; i < n_q; i++, n++) {
+        const int stage = n % Cfg::kStages;
+        mbarrier_wait(&full[stage], (n / Cfg::kStages) & 1);
+        const uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
+        const uint8_t* do_tile = q_tile + Cfg::kQBytes;
+        uint8_t* ds_tile = smem + Cfg::kDsOffset + (n % 2) * Cfg::kDsBytes;
+
+        float st[Cfg::kBq / 2], dpt[Cfg::kBq / 2];  // zeroed: see the dK/dV kernel
+#pragma unroll
+        for (int x = 0; x < Cfg::kBq / 2; x++) st[x] = 0.f, dpt[x] = 0.f;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kHS / 16; kk++) {
+            const int sub = kk / 4, off = (kk % 4) * 32;
+            wgmma_ss<0>(st, smem_descriptor_sw128(sK + sub * Cfg::kBk * 128 + consumer * 64 * 128 + off),
+                        smem_descriptor_sw128(q_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
+        }
+#pragma unroll
+        for (int kk = 0; kk < kHS / 16; kk++) {
+            const int sub = kk / 4, off = (kk % 4) * 32;
+            wgmma_ss<0>(dpt, smem_descriptor_sw128(sV + sub * Cfg::kBk * 128 + consumer * 64 * 128 + off),
+                        smem_descriptor_sw128(do_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+
+        // Pᵀ and dSᵀ as in the dK/dV kernel; dSᵀ also goes to shared memory as bf16 [query][key] for dQ
+        uint8_t* ds_rows = ds_tile + consumer * Cfg::kBq * 128;
+#pragma unroll
+        for (int jj = 0; jj < Cfg::kBq / 8; jj++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int q_local = 8 * jj + 2 * (lane % 4) + (e & 1);
+                const int key_local = row_in + 8 * (e >> 1);
+                const int query = i * Cfg::kBq + q_local;
+                const bool live = query < T && kc0 + key_local <= query;
+                const float l = live ? __ldg(lse_bh + query) * 1.4426950408889634f : 0.f;
+                const float p = live ? exp2f(st[4 * jj + e] * scale_log2 - l) : 0.f;
+                const float d = live ? __ldg(D_bh + query) : 0.f;
+                st[4 * jj + e] = p;
+                const float ds = p * (dpt[4 * jj + e] - d);
+                dpt[4 * jj + e] = ds;
+                *reinterpret_cast<bf16*>(ds_rows + q_local * 128 + sw128_chunk_offset(q_local, key_local / 8) +
+                                         (key_local % 8) * 2) = __float2bfloat16_rn(ds);
+            }
+        uint32_t p_frag[Cfg::kBq / 16][4], ds_frag[Cfg::kBq / 16][4];
+        pack_a_fragments<Cfg::kBq>(st, p_frag);
+        pack_a_fragments<Cfg::kBq>(dpt, ds_frag);
+        fence_proxy_async();
+        named_barrier_sync(kBarrierDs, 256);  // the dQ product reads both consumers' dSᵀ
+
+        const int dq_sub = kHS == 128 ? consumer : 0;   // which 64 head dims this consumer's dQ piece covers
+        const int q_off = kHS == 64 ? 32 * consumer : 0;  // and which 32 queries of the tile
+        float dqt[16];                                     // dQᵀ piece: 64 head dims x 32 queries
+#pragma unroll
+        for (int x = 0; x < 16; x++) dqt[x] = 0.f;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dv, p_frag[kk], mn_major_descriptor(do_tile, Cfg::kBq, kk), 1);
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dk, ds_frag[kk], mn_major_descriptor(q_tile, Cfg::kBq, kk), 1);
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kBk / 16; kk++)  // over the block's 128 keys
+            wgmma_ss<0, 1>(dqt, mn_major_descriptor(sK + dq_sub * Cfg::kBk * 128, Cfg::kBk, kk),
+                           smem_descriptor_sw128(ds_tile + (kk / 4) * Cfg::kBq * 128 + q_off * 128 + (kk % 4) * 32),
+                           kk > 0 ? 1 : 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (lane == 0) mbarrier_arrive(&empty[stage]);
+
+        if (t == 0 && pending >= 0) {  // the previous tile's additions: done reading dq_tile, and (ordered) released
+            tma_store_wait<0>();
+            if (kOrdered) semaphore_release_add(sem_bh + pending, 1);
+            pending = -1;
+        }
+        named_barrier_sync(kBarrierDq0 + consumer, 128);  // dq_tile free
+        // dQᵀ element (head dim d, query q) -> fp32 tile [d / 32][q][32], 128-byte swizzle (conflict-free)
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = row_in + 8 * (e >> 1);
+                *reinterpret_cast<float*>(dq_tile + (d / 32) * 32 * 128 + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
+                                          (d % 4) * 4) = dqt[4 * jj + e];
+            }
+        fence_proxy_async();
+        named_barrier_sync(kBarrierDq0 + consumer, 128);
+        if (t == 0) {
+            const int col = h * kHS + 64 * dq_sub, row = i * Cfg::kBq + q_off;
+            bool first = false;
+            if (kOrdered) {  // contributors to tile i, from the diagonal key block down to block 0
+                const int kb_diag = (min(T, (i + 1) * Cfg::kBq) - 1) / Cfg::kBk;
+                first = kb == kb_diag;
+                if (!first) semaphore_wait_at_least(sem_bh + i, Cfg::kUnits * (kb_diag - kb));
+            }
+            for (int box = 0; box < 2; box++) {
+                if (first) tma_store_3d(&map_dqacc, dq_tile + box * 32 * 128, col + 32 * box, row, b);
+                else tma_reduce_add_3d(&map_dqacc, dq_tile + box * 32 * 128, col + 32 * box, row, b);
+            }
+            tma_store_commit();
+            pending = i;
+        }
+    }
+    if (t == 0 && pending >= 0) {
+        tma_store_wait<0>();
+        if (kOrdered) semaphore_release_add(sem_bh + pending, 1);
+    }
+
+    // ---- epilogue as in the dK/dV kernel, once the other consumer's last dQ product has read sK
+    named_barrier_sync(kBarrierDs, 256);
+    uint8_t* k_rows = sK + consumer * 64 * 128;
+    uint8_t* v_rows = sV + consumer * 64 * 128;
+    stage_tile<kHS>(k_rows, Cfg::kBk, dk, scale, row_in, lane);
+    stage_tile<kHS>(v_rows, Cfg::kBk, dv, 1.f, row_in, lane);
+    fence_proxy_async();
+    named_barrier_sync(kBarrierDq0 + consumer, 128);
+    if (t == 0) {
+        for (int sub = 0; sub < Cfg::kSub; sub++) {
+            tma_store_3d(&map_dqkv, k_rows + sub * Cfg::kBk * 128, C + h * kHS + 64 * sub, kc0, b);
+            tma_store_3d(&map_dqkv, v_rows + sub * Cfg::kBk * 128, 2 * C + h * kHS + 64 * sub, kc0, b);
+        }
+        tma_store_commit();
+        tma_store_wait<0>();
+    }
+}
+
+// dQ (bf16, into dqkv's Q slots) = scale · dQacc, four elements per thread.
+__global__ void dq_convert_kernel(bf16* __restrict__ dqkv, const float* __restrict__ dqacc, long long n4, int C,
+                                  float scale) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n4) return;
+    const long long e = idx * 4, bt = e / C;
+    const int c = (int)(e % C);
+    const float4 v = *reinterpret_cast<const float4*>(dqacc + e);
+    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(dqkv + bt * 3 * C + c);
+    dst[0] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
+    dst[1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
+}
+
+enum class DqMode { TwoKernels, Ordered, Unordered };
+
+// Workspace of the fused backward: dQacc (B·T·C fp32), D (B·NH·T fp32), semaphores (B·NH·ceil(T/32) ints).
+inline size_t fused_workspace_bytes(int B, int T, int NH, int HS) {
+    return (size_t)B * NH * T * 4 + (size_t)B * T * NH * HS * 4 + (size_t)B * NH * ((T + 31) / 32) * 4;
+}
+
+template <int kHS>
+inline void launch_backward_fused(bf16* dqkv, float* workspace, const bf16* dout, const bf16* out, const float* lse,
+                                  const bf16* qkv, int B, int T, int NH, bool ordered, cudaStream_t stream) {
+    using F = BackwardFusedConfig<kHS>;
+    static const bool smem_ready = (hopper::allow_dynamic_smem(backward_fused_kernel<kHS, true>, F::kSmemBytes),
+                                    hopper::allow_dynamic_smem(backward_fused_kernel<kHS, false>, F::kSmemBytes), true);
+    (void)smem_ready;
+    const int C = NH * kHS;
+    const int n_q = (T + F::kBq - 1) / F::kBq;
+    float* dqacc = workspace;  // first: TMA and the float4 conversion want it 16-byte aligned
+    float* D = dqacc + (size_t)B * T * C;
+    int* semaphores = reinterpret_cast<int*>(D + (size_t)B * NH * T);
+    if (ordered) cudaCheck(cudaMemsetAsync(semaphores, 0, (size_t)B * NH * n_q * sizeof(int), stream));
+    else cudaCheck(cudaMemsetAsync(dqacc, 0, (size_t)B * T * C * sizeof(float), stream));
+    const long long rows = (long long)B * T * NH;
+    backward_d_kernel<kHS><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(D, out, dout, B, T, NH);
+    cudaCheckLaunch();
+    using hopper::make_tensor_map_3d;
+    const auto sw = CU_TENSOR_MAP_SWIZZLE_128B;
+    const uint64_t qkv_batch = (uint64_t)T * 3 * C, o_batch = (uint64_t)T * C;
+    const auto bf = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const CUtensorMap qkv_128 = make_tensor_map_3d(qkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, 128, 64, sw);
+    const CUtensorMap q_tiles = make_tensor_map_3d(qkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, F::kBq, 64, sw);
+    const CUtensorMap dout_tiles = make_tensor_map_3d(dout, bf, 2, B, T, C, C, o_batch, F::kBq, 64, sw);
+    const CUtensorMap dqkv_64 = make_tensor_map_3d(dqkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, 64, 64, sw);
+    const CUtensorMap dqacc_map = make_tensor_map_3d(dqacc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, C, C, o_batch,
+                                                     32, 32, sw);
+    const dim3 grid((T + F::kBk - 1) / F::kBk, B * NH);
+    if (ordered)
+        backward_fused_kernel<kHS, true><<<grid, F::kThreads, F::kSmemBytes, stream>>>(
+            qkv_128, q_tiles, dout_tiles, dqkv_64, dqacc_map, lse, D, semaphores, T, NH);
+    else
+        backward_fused_kernel<kHS, false><<<grid, F::kThreads, F::kSmemBytes, stream>>>(
+            qkv_128, q_tiles, dout_tiles, dqkv_64, dqacc_map, lse, D, semaphores, T, NH);
+    cudaCheckLaunch();
+    const long long n4 = (long long)B * T * C / 4;
+    dq_convert_kernel<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(dqkv, dqacc, n4, C, rsqrtf((float)kHS));
+    cudaCheckLaunch();
+}
+
 template <int kHS>
 inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
                             int B, int T, int NH, cudaStream_t stream) {
@@ -436,15 +733,27 @@ inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* 
 
 }  // namespace flash_hopper
 
-// Scratch the backward needs: D, one float per (b, h, t).
-inline size_t attention_hopper_backward_workspace_bytes(int B, int T, int NH) { return (size_t)B * NH * T * sizeof(float); }
+// Scratch the backward needs (HS 64 or 128): the fused modes' dQ accumulator, D and semaphores; D alone for the
+// two-kernel scheme.
+inline size_t attention_hopper_backward_workspace_bytes(int B, int T, int NH, int HS) {
+    return flash_hopper::fused_workspace_bytes(B, T, NH, HS);
+}
 
-// dqkv is overwritten; out and lse are the forward's outputs for the same qkv. HS 64 or 128.
+// dqkv is overwritten; out and lse are the forward's outputs for the same qkv. HS 64 or 128. mode: Ordered (the
+// default: deterministic), Unordered (faster, not bit-reproducible), TwoKernels (deterministic, dQ recomputed).
 inline cudaError_t attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                              const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                                             float* workspace, cudaStream_t stream = 0) {
-    if (HS == 64) flash_hopper::launch_backward<64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
-    else if (HS == 128) flash_hopper::launch_backward<128>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
-    else return cudaErrorInvalidValue;
+                                             float* workspace, cudaStream_t stream = 0,
+                                             flash_hopper::DqMode mode = flash_hopper::DqMode::Ordered) {
+    using flash_hopper::DqMode;
+    if (HS != 64 && HS != 128) return cudaErrorInvalidValue;
+    if (mode == DqMode::TwoKernels) {
+        if (HS == 64) flash_hopper::launch_backward<64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
+        else flash_hopper::launch_backward<128>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
+    } else {
+        const bool ordered = mode == DqMode::Ordered;
+        if (HS == 64) flash_hopper::launch_backward_fused<64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, ordered, stream);
+        else flash_hopper::launch_backward_fused<128>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, ordered, stream);
+    }
     return cudaGetLastError();
 }

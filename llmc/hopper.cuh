@@ -208,6 +208,11 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const 
                     ::"l"(map), "r"(col), "r"(row), "r"(smem_u32(src))
                     : "memory");
 }
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int col, int row, int batch) {
+    LLMC_HOPPER_ASM("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                    ::"l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_u32(src))
+                    : "memory");
+}
 __device__ __forceinline__ void tma_store_commit() { LLMC_HOPPER_ASM("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until at most kPending of this thread's bulk groups still read their shared-memory source (so it may be
 // overwritten); the global writes may still be in flight.
@@ -228,6 +233,30 @@ __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
 // ---- proxies: ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this fence in each writing
 // thread, then a barrier, because those units read through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { LLMC_HOPPER_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---- a semaphore in global memory that orders bulk writes of different blocks (the deterministic attention
+// backward adds its dQ partial sums in a fixed block order). The writer completes its bulk group
+// (tma_store_wait<0>), then releases; the next waits with acquire before issuing its own. The proxy fences order
+// the async proxy's global writes against the generic proxy's semaphore accesses on both sides.
+__device__ __forceinline__ void semaphore_wait_at_least(const int* sem, int target) {
+#if defined(LLMC_HOPPER_DEVICE)
+    int v;
+    do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+    } while (v < target);
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void semaphore_release_add(int* sem, int count) {
+#if defined(LLMC_HOPPER_DEVICE)
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(sem), "r"(count) : "memory");
+#else
+    __trap();
+#endif
+}
 
 // ---- named barriers 1..15 (0 is __syncthreads): `threads` (a multiple of 32) take part. sync waits; arrive
 // signals without waiting (a producer of a hand-off), as in FlashAttention-3's ping-pong of two warpgroups.
@@ -272,36 +301,37 @@ __device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* tile, uint
 // Accumulator layout (m64nN, fp32, per warpgroup thread t): warp w = t / 32 owns rows 16w..16w+15; lane l holds,
 // for each 8-column block j, d[4j + 0..1] at row 16w + l/4, columns 8j + 2(l%4) + 0..1, and d[4j + 2..3] at row
 // 16w + l/4 + 8, same columns. That is also the A-from-registers layout of the next product (4 bf16x2 per k16).
-// wgmma_ss: A and B from shared memory (descriptors); wgmma_rs: A from registers. kTransB 1: B is MN-major.
+// wgmma_ss: A and B from shared memory (descriptors); wgmma_rs: A from registers. kTransB 1: B is MN-major;
+// kTransA 1: A is MN-major (M contiguous, e.g. Kᵀ read from a K tile stored keys x head dims).
 // scale_d 0 overwrites d (the first product of a sum), 1 accumulates.
-template <int kTransB>
+template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     LLMC_HOPPER_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
-        " %16, %17, p, 1, 1, 0, %19;\n}\n"
+        " %16, %17, p, 1, 1, %20, %19;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB), "n"(kTransA));
 }
 
-template <int kTransB>
+template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     LLMC_HOPPER_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " %32, %33, p, 1, 1, 0, %35;\n}\n"
+        " %32, %33, p, 1, 1, %36, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB), "n"(kTransA));
 }
 
-template <int kTransB>
+template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     LLMC_HOPPER_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -310,7 +340,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1, 0, %67;\n}\n"
+        " %64, %65, p, 1, 1, %68, %67;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -319,10 +349,10 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB), "n"(kTransA));
 }
 
-template <int kTransB>
+template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     LLMC_HOPPER_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
@@ -333,7 +363,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[96], uint64_t desc_a, uint64
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
         "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95},"
-        " %96, %97, p, 1, 1, 0, %99;\n}\n"
+        " %96, %97, p, 1, 1, %100, %99;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -346,10 +376,10 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[96], uint64_t desc_a, uint64
           "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
           "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
           "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB), "n"(kTransA));
 }
 
-template <int kTransB>
+template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     LLMC_HOPPER_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -362,7 +392,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint6
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
-        " %128, %129, p, 1, 1, 0, %131;\n}\n"
+        " %128, %129, p, 1, 1, %132, %131;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -379,7 +409,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint6
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB), "n"(kTransA));
 }
 
 template <int kTransB>

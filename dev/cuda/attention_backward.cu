@@ -9,9 +9,12 @@
 //      Q, K and LSE; no atomics
 //   3  the same on bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with); its "block"
 //      column is a tile configuration of attention_flash_configs.cuh, 0 = the default
-//   4  Hopper (llmc/attention_hopper_backward.cuh): TMA + wgmma, the same deterministic two-kernel split. Written
-//      and compiled, NOT yet validated on a GPU: it runs only when asked for (-v 4), and needs an sm_90a build
-//      on a compute-capability 9.0 GPU
+//   4  Hopper (llmc/attention_hopper_backward.cuh), TMA + wgmma, the deterministic two-kernel split of 2 and 3:
+//      a dK/dV kernel (one block per 128 keys) and a dQ kernel (one per 128 queries) that recomputes S and dP
+//   5  Hopper, one fused kernel (FlashAttention-3's scheme): dQ partial sums added by TMA reduce-adds into an fp32
+//      accumulator in a fixed order (a semaphore per query tile): deterministic, the engine's default on Hopper
+//   6  the same with unordered reduce-adds: faster where the ordering waits, not bit-reproducible
+//      (4-6 need an sm_90a build on a compute-capability 9.0 GPU, else they are skipped)
 // Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes first.
 // The benchmark also times forward + backward with the engine's flash kernels (variant 3), as PyTorch's
 // SDPA baseline does.
@@ -166,13 +169,16 @@ static const std::vector<Variant> kVariants = {
     {1, "materialized-cublas", false, {32, 64, 128, 256, 512}},
     {2, "flash2-fp32", false, {32, 64}},
     {3, "flash2-bf16-mma", true, {0, 1, 2, 3, 4}},  // "block" = flash config, 0 = default
-    {4, "hopper-wgmma-tma", true, {0}},             // opt-in (-v 4) until validated on a GPU
+    {4, "hopper-two-kernels", true, {0}},          // sm_90a: dK/dV kernel + dQ kernel (deterministic)
+    {5, "hopper-fused-ordered", true, {0}},        // sm_90a: one kernel, dQ reduce-adds in a fixed order (default)
+    {6, "hopper-fused-unordered", true, {0}},      // sm_90a: one kernel, unordered dQ reduce-adds (not deterministic)
 };
 
 struct Problem {
     AttentionShape s;
     DeviceBuffer<float> qkv32, dinp32, dout32, out32, lse, D;
     DeviceBuffer<__nv_bfloat16> qkv16, dinp16, dout16, out16;
+    DeviceBuffer<float> hopper_ws;  // variants 4-6: dQ accumulator, D, semaphores
     MaterializedScratch mat;
     size_t n_inp() const { return (size_t)s.B * s.T * 3 * s.NH * s.HS; }
     size_t n_out() const { return (size_t)s.B * s.T * s.NH * s.HS; }
@@ -186,6 +192,7 @@ struct Problem {
             qkv32.resize(n_inp()); dinp32.resize(n_inp()); dout32.resize(n_out()); out32.resize(n_out());
         }
         if (v.id == 1) mat.allocate(s);
+        if (v.id >= 4) hopper_ws.resize((attention_hopper_backward_workspace_bytes(s.B, s.T, s.NH, s.HS) + 3) / 4);
     }
     void forward16(int block) {  // out16, lse from qkv16 with the engine's flash forward
         cudaCheck(attention_flash_forward_config(out16.ptr, lse.ptr, qkv16.ptr, s.B, s.T, s.NH, s.HS, 0, block));
@@ -235,13 +242,18 @@ void run_backward(int variant, int block, Problem& p) {
                                                       s.B, s.T, s.NH, s.HS, p.D.ptr, 0, block));
             break;
         case 4:
+        case 5:
+        case 6: {
             if (!hopper::hopper_available()) {
-                fprintf(stderr, "error: variant 4 needs an sm_90a build on a compute-capability 9.0 GPU\n");
+                fprintf(stderr, "error: variant %d needs an sm_90a build on a compute-capability 9.0 GPU\n", variant);
                 exit(1);
             }
+            using flash_hopper::DqMode;
+            const DqMode mode = variant == 4 ? DqMode::TwoKernels : variant == 5 ? DqMode::Ordered : DqMode::Unordered;
             cudaCheck(attention_hopper_backward(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr, p.qkv16.ptr, s.B,
-                                                s.T, s.NH, s.HS, p.D.ptr));
+                                                s.T, s.NH, s.HS, p.hopper_ws.ptr, 0, mode));
             break;
+        }
     }
 }
 
@@ -256,6 +268,10 @@ std::vector<T> part_of(const std::vector<T>& x, const AttentionShape& s, int whi
 }
 
 bool check(const Variant& v, int block, const AttentionShape& s) {
+    if (v.id >= 4 && !hopper::hopper_available()) {
+        printf("    skipped: needs an sm_90a build on a compute-capability 9.0 GPU\n");
+        return true;
+    }
     Problem p(s, v);
     const int C = s.NH * s.HS;
     std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
@@ -282,6 +298,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
 
     if (v.bf16) p.dinp16.poison(); else p.dinp32.poison();
     p.D.poison();
+    if (v.id >= 4) p.hopper_ws.poison();  // the ordered mode's first contributor must store, not add
     run_backward(v.id, block, p);
     cudaCheck(cudaDeviceSynchronize());
 
@@ -297,28 +314,37 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
     return ok;
 }
 
-// Determinism: the bf16 backward twice on the same inputs must agree bit for bit (no atomics).
+// Determinism: each deterministic bf16 backward (3, and on Hopper 4 and 5) twice on the same inputs must agree bit
+// for bit; the workspace is poisoned in between, so nothing left over from the first run can help the second.
 bool check_determinism() {
-    AttentionShape s = {4, 12, 1000, 64};
-    Problem p(s, kVariants[2]);
-    std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
-    p.qkv16.upload(round_to_bf16(inp));
-    p.dout16.upload(round_to_bf16(dout));
-    p.forward16(0);
-    run_backward(3, 0, p);
-    std::vector<__nv_bfloat16> first = p.dinp16.download();
-    p.dinp16.poison();
-    run_backward(3, 0, p);
-    std::vector<__nv_bfloat16> second = p.dinp16.download();
-    bool same = memcmp(first.data(), second.data(), first.size() * sizeof(__nv_bfloat16)) == 0;
-    printf("  v3 determinism (two runs, B4 NH12 T1000 HS64): %s\n", same ? "bit-identical" : "DIFFERENT");
-    return same;
+    const AttentionShape s = {4, 12, 1000, 64};
+    bool all_same = true;
+    for (int id : {3, 4, 5}) {
+        if (id >= 4 && !hopper::hopper_available()) continue;
+        const Variant& v = kVariants[id - 1];
+        Problem p(s, v);
+        std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
+        p.qkv16.upload(round_to_bf16(inp));
+        p.dout16.upload(round_to_bf16(dout));
+        p.forward16(0);
+        run_backward(id, 0, p);
+        std::vector<__nv_bfloat16> first = p.dinp16.download();
+        p.dinp16.poison();
+        if (id >= 4) p.hopper_ws.poison();
+        run_backward(id, 0, p);
+        std::vector<__nv_bfloat16> second = p.dinp16.download();
+        const bool same = memcmp(first.data(), second.data(), first.size() * sizeof(__nv_bfloat16)) == 0;
+        printf("  v%d determinism (two runs, B4 NH12 T1000 HS64): %s\n", id, same ? "bit-identical" : "DIFFERENT");
+        all_same &= same;
+    }
+    return all_same;
 }
 
 void time_variant(const Variant& v, int block, const AttentionShape& s, int repeats) {
     const double fwd_flops = attention_forward_flops(s.B, s.NH, s.T, s.HS);
     Problem p(s, v);
     std::vector<float> inp = random_normal(p.n_inp()), dout = random_normal(p.n_out());
+    if (v.id >= 4 && !hopper::hopper_available()) return;
     if (v.bf16) {
         p.qkv16.upload(round_to_bf16(inp));
         p.dout16.upload(round_to_bf16(dout));
@@ -345,13 +371,13 @@ void time_variant(const Variant& v, int block, const AttentionShape& s, int repe
 int main(int argc, char** argv) {
     AttentionProgram<Variant> prog;
     prog.pass = "bwd";
-    prog.variants_help = "1 materialized, 2 flash2 fp32, 3 flash2 bf16, 4 hopper (opt-in)";
+    prog.variants_help = "1 materialized, 2 flash2 fp32, 3 flash2 bf16, 4 hopper two kernels, 5 hopper fused ordered, "
+                         "6 hopper fused unordered";
     prog.flops_note = "; bwd FLOPs = 2.5x fwd, fwd+bwd = 3.5x fwd (fwd = 2*B*NH*T*T*HS)";
     prog.engine_variant = 3;
     prog.variants = kVariants;
     prog.validate_variant = check;
     prog.extra_checks = {check_determinism};
-    prog.opt_in = {4};
     prog.scratch_bytes = [](const Variant& v, const AttentionShape& s) {
         return v.id == 1 ? MaterializedScratch::bytes(s) : 0;
     };
