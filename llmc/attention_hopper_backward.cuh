@@ -406,14 +406,14 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
 // ------------------------------------------------------------------------------------------ 4. fused dK, dV, dQ
 // One kernel, as FlashAttention-3: the dK/dV kernel above, plus dQ += dS·K for each query tile, added into an fp32
 // accumulator dQacc (B, T, NH·HS) by TMA reduce-adds, then converted to bf16 (scaled) by a small kernel.
-// dQ is computed transposed, dQᵀ(HS x queries) = Kᵀ·dSᵀ, by each consumer over its own 64 keys: A = Kᵀ read
-// MN-major from its rows of the K tile, B = its dSᵀ written into shared memory as [query][key] (K-major). So the
-// two consumers never wait for each other (they drift apart, one's softmax under the other's products) at the
-// price of two partial sums per tile: each goes transposed into a 128-byte-swizzled fp32 tile that TMA
-// reduce-adds (boxes of kBq x 32) add into dQacc.
+// dQ is computed transposed, dQᵀ(HS x queries) = Kᵀ·dSᵀ: A = Kᵀ read MN-major from the K tile already in shared
+// memory, B = dSᵀ written by the consumers into shared memory as [query][key] (K-major). Each consumer takes a
+// 64 x 32 piece (m64n32): at HS 128 its 64 head dims of the 32 queries, at HS 64 its 32 of the 64 queries (no
+// branch around a wgmma, which would serialise them). The piece goes transposed into a 128-byte-swizzled fp32
+// tile that TMA reduce-adds (two boxes of 32 x 32) add into dQacc.
 //   kOrdered (the default, deterministic): the additions into each query tile happen in a fixed order, key blocks
-//   from the diagonal down and consumer 0 before 1, through a semaphore per (b, h, query tile): the first
-//   contributor stores, the others wait for their turn. Blocks launch shortest first, so every block waits only on blocks launched before it.
+//   from the diagonal down, through a semaphore per (b, h, query tile): the first contributor stores, the others
+//   wait for their turn. Blocks launch shortest first, so every block waits only on blocks launched before it.
 //   !kOrdered: unordered reduce-adds into a zeroed dQacc, blocks longest first: faster, not bit-reproducible.
 template <int kHS>
 struct BackwardFusedConfig {
@@ -422,21 +422,21 @@ struct BackwardFusedConfig {
     static constexpr int kSub = kHS / 64;
     static constexpr int kKBytes = kBk * kHS * 2, kQBytes = kBq * kHS * 2;
     static constexpr int kStages = 4;
-    static constexpr int kDsBytes = kBq * 64 * 2;    // one consumer's dSᵀ, [kBq][64 keys] bf16
-    static constexpr int kDqBytes = kHS * kBq * 4;   // one consumer's dQ partial, [HS / 32][kBq][32] fp32
+    static constexpr int kDsBytes = kBq * kBk * 2;   // dSᵀ of both consumers, [consumer][kBq][64 keys]
+    static constexpr int kDqBytes = 64 * 32 * 4;     // one consumer's dQ piece, [2][32 queries][32 dims] fp32
     static constexpr int kVOffset = kKBytes, kStageOffset = 2 * kKBytes, kStageBytes = 2 * kQBytes;
-    static constexpr int kDsOffset = kStageOffset + kStages * kStageBytes;   // one per consumer
-    static constexpr int kDqOffset = kDsOffset + kConsumers * kDsBytes;      // one per consumer
+    static constexpr int kDsOffset = kStageOffset + kStages * kStageBytes;   // two buffers (by tile parity)
+    static constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;               // one per consumer
     static constexpr int kBarrierOffset = kDqOffset + kConsumers * kDqBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     static constexpr int kUnits = kConsumers;  // semaphore increments per key block and tile (one per consumer)
-    static constexpr int kBoxes = kHS / 32;    // fp32 boxes of 32 head dims per partial
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-// named barrier of the fused kernel (0 is __syncthreads): + consumer, that consumer's 128 threads
-constexpr int kBarrierConsumer0 = 1;
+// named barriers of the fused kernel (0 is __syncthreads)
+constexpr int kBarrierDs = 1;        // both consumers' dSᵀ written (256 threads)
+constexpr int kBarrierDq0 = 2;       // + consumer: that consumer's dQ tile (128 threads)
 
 template <int kHS, bool kOrdered>
 __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
@@ -506,7 +506,6 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     const float* lse_bh = lse + ((size_t)b * NH + h) * T;
     const float* D_bh = D + ((size_t)b * NH + h) * T;
     int* sem_bh = semaphores + (size_t)bh * n_q;
-    uint8_t* ds_rows = smem + Cfg::kDsOffset + consumer * Cfg::kDsBytes;
     uint8_t* dq_tile = smem + Cfg::kDqOffset + consumer * Cfg::kDqBytes;
     int pending = -1;  // the query tile whose dQ bulk group this thread (t == 0) has yet to complete and release
 
@@ -520,6 +519,7 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         mbarrier_wait(&full[stage], (n / Cfg::kStages) & 1);
         const uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
         const uint8_t* do_tile = q_tile + Cfg::kQBytes;
+        uint8_t* ds_tile = smem + Cfg::kDsOffset + (n % 2) * Cfg::kDsBytes;
 
         float st[Cfg::kBq / 2], dpt[Cfg::kBq / 2];  // zeroed: see the dK/dV kernel
 #pragma unroll
@@ -541,6 +541,7 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         wgmma_wait<0>();
 
         // Pᵀ and dSᵀ as in the dK/dV kernel; dSᵀ also goes to shared memory as bf16 [query][key] for dQ
+        uint8_t* ds_rows = ds_tile + consumer * Cfg::kBq * 128;
 #pragma unroll
         for (int jj = 0; jj < Cfg::kBq / 8; jj++)
 #pragma unroll
@@ -561,58 +562,56 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         uint32_t p_frag[Cfg::kBq / 16][4], ds_frag[Cfg::kBq / 16][4];
         pack_a_fragments<Cfg::kBq>(st, p_frag);
         pack_a_fragments<Cfg::kBq>(dpt, ds_frag);
-        if (t == 0 && pending >= 0) {  // the previous tile's additions: done reading dq_tile, and (ordered) released
-            tma_store_wait<0>();
-            if (kOrdered) semaphore_release_add(sem_bh + pending, 1);
-            pending = -1;
-        }
         fence_proxy_async();
-        named_barrier_sync(kBarrierConsumer0 + consumer, 128);  // dSᵀ written, dq_tile free
+        named_barrier_sync(kBarrierDs, 256);  // the dQ product reads both consumers' dSᵀ
 
-        float dqt[Cfg::kSub][Cfg::kBq / 2];  // dQᵀ partial: 64 head dims per sub x kBq queries
+        const int dq_sub = kHS == 128 ? consumer : 0;   // which 64 head dims this consumer's dQ piece covers
+        const int q_off = kHS == 64 ? 32 * consumer : 0;  // and which 32 queries of the tile
+        float dqt[16];                                     // dQᵀ piece: 64 head dims x 32 queries
 #pragma unroll
-        for (int sub = 0; sub < Cfg::kSub; sub++)
-#pragma unroll
-            for (int x = 0; x < Cfg::kBq / 2; x++) dqt[sub][x] = 0.f;
+        for (int x = 0; x < 16; x++) dqt[x] = 0.f;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dv, p_frag[kk], mn_major_descriptor(do_tile, Cfg::kBq, kk), 1);
 #pragma unroll
         for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dk, ds_frag[kk], mn_major_descriptor(q_tile, Cfg::kBq, kk), 1);
 #pragma unroll
-        for (int sub = 0; sub < Cfg::kSub; sub++)
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)  // over this consumer's 64 keys
-                wgmma_ss<0, 1>(dqt[sub], mn_major_descriptor(sK + sub * Cfg::kBk * 128 + consumer * 64 * 128, Cfg::kBk, kk),
-                               smem_descriptor_sw128(ds_rows + kk * 32), kk > 0 ? 1 : 0);
+        for (int kk = 0; kk < Cfg::kBk / 16; kk++)  // over the block's 128 keys
+            wgmma_ss<0, 1>(dqt, mn_major_descriptor(sK + dq_sub * Cfg::kBk * 128, Cfg::kBk, kk),
+                           smem_descriptor_sw128(ds_tile + (kk / 4) * Cfg::kBq * 128 + q_off * 128 + (kk % 4) * 32),
+                           kk > 0 ? 1 : 0);
         wgmma_commit();
         wgmma_wait<0>();
         if (lane == 0) mbarrier_arrive(&empty[stage]);
 
+        if (t == 0 && pending >= 0) {  // the previous tile's additions: done reading dq_tile, and (ordered) released
+            tma_store_wait<0>();
+            if (kOrdered) semaphore_release_add(sem_bh + pending, 1);
+            pending = -1;
+        }
+        named_barrier_sync(kBarrierDq0 + consumer, 128);  // dq_tile free
         // dQᵀ element (head dim d, query q) -> fp32 tile [d / 32][q][32], 128-byte swizzle (conflict-free)
 #pragma unroll
-        for (int sub = 0; sub < Cfg::kSub; sub++)
+        for (int jj = 0; jj < 4; jj++)
 #pragma unroll
-            for (int jj = 0; jj < Cfg::kBq / 8; jj++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = 64 * sub + row_in + 8 * (e >> 1);
-                    *reinterpret_cast<float*>(dq_tile + (d / 32) * Cfg::kBq * 128 + q * 128 +
-                                              sw128_chunk_offset(q, (d % 32) / 4) + (d % 4) * 4) = dqt[sub][4 * jj + e];
-                }
-        fence_proxy_async();
-        named_barrier_sync(kBarrierConsumer0 + consumer, 128);
-        if (t == 0) {
-            bool first = false;
-            if (kOrdered) {  // contributors to tile i: key blocks from the diagonal down, consumer 0 before 1
-                const int kb_diag = (min(T, (i + 1) * Cfg::kBq) - 1) / Cfg::kBk;
-                first = kb == kb_diag && consumer == 0;
-                if (!first) semaphore_wait_at_least(sem_bh + i, Cfg::kUnits * (kb_diag - kb) + consumer);
+            for (int e = 0; e < 4; e++) {
+                const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = row_in + 8 * (e >> 1);
+                *reinterpret_cast<float*>(dq_tile + (d / 32) * 32 * 128 + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
+                                          (d % 4) * 4) = dqt[4 * jj + e];
             }
-            for (int box = 0; box < Cfg::kBoxes; box++) {
-                uint8_t* src = dq_tile + box * Cfg::kBq * 128;
-                if (first) tma_store_3d(&map_dqacc, src, h * kHS + 32 * box, i * Cfg::kBq, b);
-                else tma_reduce_add_3d(&map_dqacc, src, h * kHS + 32 * box, i * Cfg::kBq, b);
+        fence_proxy_async();
+        named_barrier_sync(kBarrierDq0 + consumer, 128);
+        if (t == 0) {
+            const int col = h * kHS + 64 * dq_sub, row = i * Cfg::kBq + q_off;
+            bool first = false;
+            if (kOrdered) {  // contributors to tile i, from the diagonal key block down to block 0
+                const int kb_diag = (min(T, (i + 1) * Cfg::kBq) - 1) / Cfg::kBk;
+                first = kb == kb_diag;
+                if (!first) semaphore_wait_at_least(sem_bh + i, Cfg::kUnits * (kb_diag - kb));
+            }
+            for (int box = 0; box < 2; box++) {
+                if (first) tma_store_3d(&map_dqacc, dq_tile + box * 32 * 128, col + 32 * box, row, b);
+                else tma_reduce_add_3d(&map_dqacc, dq_tile + box * 32 * 128, col + 32 * box, row, b);
             }
             tma_store_commit();
             pending = i;
@@ -623,13 +622,14 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         if (kOrdered) semaphore_release_add(sem_bh + pending, 1);
     }
 
-    // ---- epilogue as in the dK/dV kernel (only this consumer ever read its rows of sK and sV)
+    // ---- epilogue as in the dK/dV kernel, once the other consumer's last dQ product has read sK
+    named_barrier_sync(kBarrierDs, 256);
     uint8_t* k_rows = sK + consumer * 64 * 128;
     uint8_t* v_rows = sV + consumer * 64 * 128;
     stage_tile<kHS>(k_rows, Cfg::kBk, dk, scale, row_in, lane);
     stage_tile<kHS>(v_rows, Cfg::kBk, dv, 1.f, row_in, lane);
     fence_proxy_async();
-    named_barrier_sync(kBarrierConsumer0 + consumer, 128);
+    named_barrier_sync(kBarrierDq0 + consumer, 128);
     if (t == 0) {
         for (int sub = 0; sub < Cfg::kSub; sub++) {
             tma_store_3d(&map_dqkv, k_rows + sub * Cfg::kBk * 128, C + h * kHS + 64 * sub, kc0, b);
@@ -686,7 +686,7 @@ inline void launch_backward_fused(bf16* dqkv, float* workspace, const bf16* dout
     const CUtensorMap dout_tiles = make_tensor_map_3d(dout, bf, 2, B, T, C, C, o_batch, F::kBq, 64, sw);
     const CUtensorMap dqkv_64 = make_tensor_map_3d(dqkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, 64, 64, sw);
     const CUtensorMap dqacc_map = make_tensor_map_3d(dqacc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, C, C, o_batch,
-                                                     F::kBq, 32, sw);
+                                                     32, 32, sw);
     const dim3 grid((T + F::kBk - 1) / F::kBk, B * NH);
     if (ordered)
         backward_fused_kernel<kHS, true><<<grid, F::kThreads, F::kSmemBytes, stream>>>(
