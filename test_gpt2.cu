@@ -1,5 +1,5 @@
 // GPU model vs the PyTorch reference written by scripts/train_gpt2.py:
-//   ./test_gpt2cu <prefix> [--backend materialized|flash] [--recompute 0|1|2]
+//   ./test_gpt2cu <prefix> [--backend materialized|flash|flash-nondet] [--recompute 0|1|2]
 // reads <prefix>_model.bin (FP32 builds) or <prefix>_model_bf16.bin (BF16 builds), <prefix>_debug_state.bin and
 // <prefix>_trajectory.txt (BF16 builds also <prefix>_bf16_error.txt, see Bounds), then checks on the debug
 // state's batch:
@@ -147,7 +147,7 @@ static void build(GPT2* m, const std::string& model_path, const DebugState& ds, 
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s <reference prefix> [--backend materialized|flash] [--recompute 0|1|2]\n", argv[0]);
+        fprintf(stderr, "usage: %s <reference prefix> [--backend materialized|flash|flash-nondet] [--recompute 0|1|2]\n", argv[0]);
         return 1;
     }
     require_cuda_device(argv[0]);
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
         std::string value = argv[i + 1];
         if (flag == "--backend") {
             if (!parse_attention_backend(value, &backend)) {
-                fprintf(stderr, "error: --backend must be materialized or flash, not '%s'\n", value.c_str());
+                fprintf(stderr, "error: --backend must be materialized, flash or flash-nondet, not '%s'\n", value.c_str());
                 return 1;
             }
         } else if (flag == "--recompute") {
@@ -277,7 +277,11 @@ int main(int argc, char** argv) {
         gpt2_free(&run2);
         int differing = 0;
         for (size_t i = 0; i < losses1.size(); i++) differing += memcmp(&losses1[i], &losses2[i], sizeof(float)) != 0;
-        report("determinism: losses differing", differing, 0);
+        if (backend == AttentionBackend::FlashNondeterministic) {  // allowed to differ: shown, not checked
+            printf("determinism: losses differing    %d of %zu (flash-nondet: not required)\n", differing, losses1.size());
+        } else {
+            report("determinism: losses differing", differing, 0);
+        }
 
         printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
         return failures ? 1 : 0;

@@ -15,21 +15,28 @@
 #include "attention_flash.cuh"  // bf16 tensor-core kernels, BF16 builds only
 #endif
 
-enum class AttentionBackend { Materialized, Flash };
+// Flash is deterministic (bit-identical runs); FlashNondeterministic ("flash-nondet") trades that for speed where
+// a faster unordered kernel exists (the Hopper fused backward at head size 64), and is Flash elsewhere.
+enum class AttentionBackend { Materialized, Flash, FlashNondeterministic };
 
-inline const char* attention_backend_name(AttentionBackend b) {
-    return b == AttentionBackend::Flash ? "flash" : "materialized";
+inline bool is_flash(AttentionBackend b) {
+    return b == AttentionBackend::Flash || b == AttentionBackend::FlashNondeterministic;
 }
-// What the backend runs here, for the start-up table: flash's forward is the Hopper kernel on sm_90a + H100/H200.
+inline const char* attention_backend_name(AttentionBackend b) {
+    return b == AttentionBackend::Flash ? "flash" : b == AttentionBackend::FlashNondeterministic ? "flash-nondet"
+                                                                                                : "materialized";
+}
+// What the backend runs here, for the start-up table: flash runs the Hopper kernels on sm_90a + H100/H200.
 inline std::string attention_backend_description(AttentionBackend b) {
 #if !defined(ENABLE_FP32)
-    if (b == AttentionBackend::Flash && hopper::hopper_available()) return "flash (Hopper TMA/wgmma forward)";
+    if (is_flash(b) && hopper::hopper_available()) return std::string(attention_backend_name(b)) + " (Hopper TMA/wgmma)";
 #endif
     return attention_backend_name(b);
 }
 inline bool parse_attention_backend(const std::string& s, AttentionBackend* out) {
     if (s == "materialized") { *out = AttentionBackend::Materialized; return true; }
     if (s == "flash") { *out = AttentionBackend::Flash; return true; }
+    if (s == "flash-nondet") { *out = AttentionBackend::FlashNondeterministic; return true; }
     return false;
 }
 
@@ -65,13 +72,14 @@ inline AttentionBackend resolve_attention_backend(const std::string& name, int C
 }
 
 inline size_t attention_saved_bytes(AttentionBackend b, int B, int T, int NH) {
-    if (b == AttentionBackend::Flash) return (size_t)B * NH * T * sizeof(float);
+    if (is_flash(b)) return (size_t)B * NH * T * sizeof(float);
     return attention_materialized_saved_bytes(B, T, NH);
 }
 
 inline size_t attention_workspace_bytes(AttentionBackend b, int B, int T, int C, int NH) {
 #if !defined(ENABLE_FP32)
     if (b == AttentionBackend::Flash) return attention_flash_backward_workspace_bytes(B, T, NH);
+    if (b == AttentionBackend::FlashNondeterministic) return attention_flash_nondet_workspace_bytes(B, T, NH, C / NH);
 #endif
     return attention_materialized_workspace_bytes(B, T, C, NH);
 }
@@ -98,6 +106,11 @@ inline void attention_backward(AttentionBackend b, floatX* dqkv, const floatX* d
         return;
     }
 #if !defined(ENABLE_FP32)
+    if (b == AttentionBackend::FlashNondeterministic) {
+        cudaCheck(attention_flash_backward_nondet(dqkv, dout, out, (const float*)saved, qkv, B, T, NH, C / NH,
+                                                  (float*)workspace, stream));
+        return;
+    }
     cudaCheck(attention_flash_backward(dqkv, dout, out, (const float*)saved, qkv, B, T, NH, C / NH, (float*)workspace,
                                        stream));
 #else

@@ -1,7 +1,7 @@
 // Causal flash attention on bf16 tensor cores (FlashAttention-2 loop order), forward and backward: the engine's
 // entry points, each running the tuned default configuration for its head size. On Hopper (sm_90a builds on
-// compute capability 9.0) the forward is llmc/attention_hopper_forward.cuh's TMA + wgmma kernel instead. Only those configurations are
-// compiled into the engine; the kernels and their tiling are in attention_flash_forward.cuh and
+// compute capability 9.0) they run llmc/attention_hopper_forward.cuh's and attention_hopper_backward.cuh's TMA +
+// wgmma kernels instead (LLMC_NO_HOPPER=1 keeps these). Only those configurations are compiled into the engine; the kernels and their tiling are in attention_flash_forward.cuh and
 // attention_flash_backward.cuh (tile primitives in attention_flash_tiles.cuh), and dev/cuda sweeps the others.
 //
 // Layout, as the QKV projection writes it and the rest of the model reads it:
@@ -23,6 +23,7 @@
 
 #include "attention_flash_backward.cuh"
 #include "attention_flash_forward.cuh"
+#include "attention_hopper_backward.cuh"
 #include "attention_hopper_forward.cuh"
 
 namespace flash {
@@ -70,10 +71,11 @@ inline size_t attention_flash_backward_workspace_bytes(int B, int T, int NH) {
     return (size_t)B * NH * T * sizeof(float);
 }
 
-// dqkv is overwritten. out and lse are the forward's outputs for the same qkv. workspace: see above.
-inline cudaError_t attention_flash_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
-                                            const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                                            float* workspace, cudaStream_t stream) {
+// The mma.sync backward (any GPU since Ampere): dqkv is overwritten. out and lse are the forward's outputs for the
+// same qkv. workspace: see above.
+inline cudaError_t attention_flash_backward_mma(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
+                                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* qkv,
+                                                int B, int T, int NH, int HS, float* workspace, cudaStream_t stream) {
     if (!flash::head_size_supported(HS, "attention_flash_backward")) return cudaErrorInvalidValue;
     float* D = workspace;
     if (HS == 64) {
@@ -82,4 +84,35 @@ inline cudaError_t attention_flash_backward(__nv_bfloat16* dqkv, const __nv_bflo
     }
     return flash::launch_backward<flash::DefaultConfigs<128>::Backward>(dqkv, D, dout, out, lse, qkv, B, T, NH,
                                                                         stream);
+}
+
+// The engine's backward: on Hopper the TMA + wgmma kernels' deterministic two-kernel scheme (measured faster than
+// the fused kernel with ordered dQ additions, docs/PERFORMANCE.md), else the mma.sync kernels. Same workspace.
+inline cudaError_t attention_flash_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                                            const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
+                                            float* workspace, cudaStream_t stream) {
+    if (!flash::head_size_supported(HS, "attention_flash_backward")) return cudaErrorInvalidValue;
+    if (hopper::hopper_available()) {
+        return attention_hopper_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream,
+                                         flash_hopper::DqMode::TwoKernels);
+    }
+    return attention_flash_backward_mma(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
+}
+
+// The non-deterministic option (-ab flash-nondet): on Hopper at head size 64 the fused backward with unordered dQ
+// reduce-adds (faster there at long T; run-to-run differences in the last bits of dQ), else the default above.
+inline bool flash_nondet_uses_fused(int HS) { return HS == 64 && hopper::hopper_available(); }
+inline size_t attention_flash_nondet_workspace_bytes(int B, int T, int NH, int HS) {
+    return flash_nondet_uses_fused(HS) ? attention_hopper_backward_workspace_bytes(B, T, NH, HS)
+                                       : attention_flash_backward_workspace_bytes(B, T, NH);
+}
+inline cudaError_t attention_flash_backward_nondet(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
+                                                   const __nv_bfloat16* out, const float* lse,
+                                                   const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
+                                                   float* workspace, cudaStream_t stream) {
+    if (flash_nondet_uses_fused(HS)) {
+        return attention_hopper_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream,
+                                         flash_hopper::DqMode::Unordered);
+    }
+    return attention_flash_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
 }

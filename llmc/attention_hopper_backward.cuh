@@ -2,18 +2,20 @@
 // (llmc/attention_hopper_forward.cuh): qkv, dqkv (B, T, 3, NH, HS) bf16 (dqkv fully overwritten), out, dout
 // (B, T, NH·HS) bf16, lse and the workspace D (B, NH, T) fp32. HS 64 or 128, any T.
 //
-// STATUS: written, compiled (ptxas: see the commit), NOT yet validated on a GPU and not wired into anything.
-//
-// Deterministic by construction, like the mma.sync backward: every output element is written once, by one thread,
-// no atomics and no reduction across blocks (the scheme to defend against FA3's ordered dQ reduce-adds with numbers):
+// Two schemes, both validated against the fp64 reference (dev/cuda/attention_backward, variants 4-6):
+// A. Deterministic by construction, like the mma.sync backward (the engine's default on Hopper): every output
+//    element is written once, by one thread, no atomics and no reduction across blocks:
 //   1. D = rowsum(dO∘O) from the bf16 O (a warp per row);
 //   2. dK, dV: one block per 128 keys (two consumer warpgroups of 64), Q and dO tiles of 64 queries (32 at HS 128)
-//      streamed by TMA
-//      from the diagonal down; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with wgmma from shared memory, Pᵀ = exp(Sᵀ − LSE) and
-//      dSᵀ = Pᵀ∘(dPᵀ − D) in registers, then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands
-//      (the accumulator layout is the A layout) and dO, Q as MN-major B;
+//      streamed by TMA from the diagonal down; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with wgmma from shared memory,
+//      Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in registers, then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as
+//      register A operands (the accumulator layout is the A layout) and dO, Q as MN-major B;
 //   3. dQ: one block per 128 queries, K and V tiles of 64 keys streamed up to the diagonal; S and dP again, dS in
 //      registers, dQ += dS·K (K as MN-major B).
+//    It computes S and dP twice (7 products instead of 5), and still beats B on an H200 (docs/PERFORMANCE.md).
+// B. Fused, as FlashAttention-3 (section 4 below): dQ pieces added into an fp32 accumulator by TMA reduce-adds,
+//    either in a fixed order through a semaphore per query tile (deterministic, slower than A everywhere: the
+//    blocks wait for their turn) or unordered (not bit-reproducible; faster than A only at HS 64, T >= 4096).
 // Scale 1/sqrt(HS) is folded into the exponent and applied once to dK and dQ at the end.
 #pragma once
 

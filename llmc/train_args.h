@@ -52,7 +52,7 @@ struct TrainArgs {
     int recompute = 1;                   // -r 0 none, 1 recompute GELU in backward, 2 also LayerNorm
     bool tf32 = true;                    // -f TF32 tensor cores for fp32 matmuls (FP32 builds)
     bool master_weights = true;          // -w keep fp32 master weights (BF16 builds)
-    std::string attention = "auto";  // -ab auto (flash where the build and head size allow it) | flash | materialized
+    std::string attention = "auto";  // -ab auto (flash where the build and head size allow it) | flash | flash-nondet | materialized
     uint64_t seed = 42;                  // -seed weight init, data shuffling, sampling, stochastic rounding
     // multi-GPU (one process per GPU)
     int num_processes = 1;               // -pn
@@ -105,8 +105,11 @@ inline std::string train_usage(const std::string& program) {
              "  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)\n"
              "  -f <0|1>     TF32 matmuls in FP32 builds (default %d)\n"
              "  -w <0|1>     fp32 master weights in BF16 builds (default %d)\n"
-             "  -ab <s>      attention backend auto|flash|materialized; auto = flash in BF16 builds\n"
-             "               with head size 64 or 128, else materialized (default %s)\n"
+             "  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16\n"
+             "               builds with head size 64 or 128, else materialized (default %s). flash runs the\n"
+             "               Hopper TMA/wgmma kernels on H100/H200 (sm_90a builds), mma.sync elsewhere; all\n"
+             "               but flash-nondet are deterministic. flash-nondet: flash with unordered dQ\n"
+             "               additions in the Hopper backward at head size 64 (faster at T >= 4096 only)\n"
              "  -seed <int>  seed for init, data order, sampling, rounding (default %llu)\n"
              "multi-GPU (one process per GPU)\n"
              "  -pn <int>    number of processes (default 1; with MPI taken from mpirun)\n"
@@ -196,7 +199,8 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-f") { if (!get_bool(&a->tf32)) return fail("0 or 1"); }
         else if (flag == "-w") { if (!get_bool(&a->master_weights)) return fail("0 or 1"); }
         else if (flag == "-ab") {
-            if (v != "auto" && v != "materialized" && v != "flash") return fail("auto, materialized or flash");
+            if (v != "auto" && v != "materialized" && v != "flash" && v != "flash-nondet")
+                return fail("auto, materialized, flash or flash-nondet");
             a->attention = v;
         }
         else if (flag == "-seed") {

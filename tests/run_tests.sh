@@ -34,7 +34,7 @@ fi
 # ---- GPU suites (only when a GPU is visible)
 if [ "${GPU_TESTS:-0}" = 1 ]; then
     backends="materialized"
-    [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash"   # flash attention is bf16-only
+    [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash flash-nondet"   # flash attention is bf16-only
     run_suite gpu-kernels ./tests/test_kernels
     # generation's KV cache and decode step against the full forward (written in a session without a GPU: its first
     # run is the next one on a GPU machine)

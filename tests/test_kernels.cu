@@ -256,7 +256,7 @@ static void test_attention(AttentionBackend backend, int B, int T, int NH, int H
     char tag[96];
     snprintf(tag, sizeof(tag), "attention %s B=%d T=%d NH=%d HS=%d", attention_backend_name(backend), B, T, NH, HS);
     check(std::string(tag) + " out", download(d_out, out.size()), out, kTolChain);
-    if (backend == AttentionBackend::Flash) {
+    if (is_flash(backend)) {
         check(std::string(tag) + " lse", download((const float*)saved, lse.size()), lse, kTolSimple);
     }
     check(std::string(tag) + " dqkv", download(d_dqkv, dqkv.size()), dqkv, kTolAttnBwd);
@@ -407,6 +407,9 @@ int main(int argc, char** argv) {
     if (attention_backend_supported(AttentionBackend::Flash, 256, 4, &why)) {
         test_attention(AttentionBackend::Flash, 2, 37, 4, 64);
         test_attention(AttentionBackend::Flash, 2, 128, 4, 64);
+        test_attention(AttentionBackend::Flash, 1, 300, 2, 128);
+        test_attention(AttentionBackend::FlashNondeterministic, 2, 37, 4, 64);
+        test_attention(AttentionBackend::FlashNondeterministic, 2, 300, 4, 64);
     } else {
         printf("flash attention: skipped (%s)\n", why.c_str());
     }

@@ -157,7 +157,7 @@ TEST(TrainArgs, EnumsAndBooleansAreStrict) {
     expect_rejected({"-w", "-1"}, "flag -w");
     expect_rejected({"-r", "3"}, "flag -r: expected 0, 1 or 2");
     expect_rejected({"-pi", "tcp"}, "mpi or fs");
-    expect_rejected({"-ab", "cudnn"}, "auto, materialized or flash");
+    expect_rejected({"-ab", "cudnn"}, "auto, materialized, flash or flash-nondet");
 }
 
 TEST(TrainArgs, CrossFlagChecks) {

@@ -83,7 +83,8 @@ inline cudaError_t attention_flash_backward_config(__nv_bfloat16* dqkv, const __
                                                    const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                                                    float* workspace, cudaStream_t stream, int config) {
     using namespace flash_configs;
-    if (config == 0) return attention_flash_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
+    // config 0: the mma.sync default (the Hopper kernels are attention_backward's variants 4-6)
+    if (config == 0) return attention_flash_backward_mma(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
     if (!flash::head_size_supported(HS, "attention_flash_backward")) return cudaErrorInvalidValue;
     float* D = workspace;
     switch (HS * 10 + config) {
