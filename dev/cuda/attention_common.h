@@ -147,7 +147,9 @@ struct AttentionProgram {
     const char* pass = "";           // first column of the skip lines ("fwd", "bwd")
     const char* variants_help = "";  // the -v list of the usage text
     const char* flops_note = "";     // how TFLOP/s counts, appended to the benchmark headline
-    int engine_variant = 0;          // what trains: benchmarked at every shape; the rest at the first only (unless -v)
+    // what trains (on Hopper and before it, and the non-deterministic option): benchmarked at every shape; the
+    // rest at the first only (unless -v)
+    std::vector<int> engine_variants;
     std::vector<Variant> variants;
     // Variants run only when -v names them (not yet validated on a GPU: kept out of the default check).
     std::vector<int> opt_in;
@@ -208,7 +210,9 @@ int run_attention_program(int argc, char** argv, const AttentionProgram<Variant>
         for (const Variant& v : prog.variants) {
             if (!selected(v)) continue;
             // without -v, the slow teaching variants run at the first shape only
-            if (opt.variants.empty() && si > 0 && v.id != prog.engine_variant) continue;
+            if (opt.variants.empty() && si > 0 &&
+                std::find(prog.engine_variants.begin(), prog.engine_variants.end(), v.id) == prog.engine_variants.end())
+                continue;
             const size_t scratch = prog.scratch_bytes ? prog.scratch_bytes(v, s) : 0;
             if (scratch > kMaxScratchBytes) {
                 printf("%-7s %2d %-24s skipped: T×T buffers need %.1f GB\n", prog.pass, v.id, v.name, scratch / 1e9);

@@ -338,7 +338,7 @@ int main(int argc, char** argv) {
     prog.pass = "fwd";
     prog.variants_help = "1 naive, 2 materialized, 3 minimal flash, 4 flash2 fp32, 5 flash2 bf16, 6 hopper";
     prog.flops_note = ", causal FLOPs 2*B*NH*T*T*HS";
-    prog.engine_variant = 5;
+    prog.engine_variants = {5, 6};  // mma.sync; Hopper
     prog.variants = kVariants;
     prog.validate_variant = check;
     prog.scratch_bytes = [](const Variant& v, const AttentionShape& s) {
