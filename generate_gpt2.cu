@@ -5,15 +5,19 @@
 // GPT-2 BPE (--vocab-dir, default data/cache/gpt2 from `make data`). One prompt streams its text as it is made;
 // several print one block each at the end. Then: prefill time, decode ms/token and tokens/s.
 //
-// FIRST VERSION (issue 16 in progress): every new token recomputes the batch's whole sequence with the trainer's
-// forward (as its periodic samples do); the KV cache, the decode attention kernel, CUDA Graphs and sampling on
-// the GPU come next. What it already guarantees: everything the user gives is checked before the GPU is touched
-// (one line each); each prompt has its own random stream seeded by -seed alone, so the same seed gives the same
-// text, and a prompt the same text alone or in a batch up to near-ties (the GEMMs' shapes change with the batch, so
-// cuBLASLt may pick other kernels: the math is the same, the rounding may not be).
+// BF16 builds: the prompts are prefilled with the trainer's forward, their K and V kept in a KV cache
+// (llmc/gpt2_decode.cuh), then each new token is one decode step (decode attention over the cache, the classifier
+// on that position only), its ~100 kernels replayed as one CUDA Graph; greedy decoding (-st 0) picks tokens on the
+// GPU, sampling copies each live sequence's logits to the host sampler (top-k, top-p). FP32 builds (no bf16 cache)
+// recompute the batch's whole sequence for every token with the trainer's forward.
+// Everything the user gives is checked before the GPU is touched (one line each); each prompt has its own random
+// stream seeded by -seed alone, so the same seed gives the same text, and a prompt the same text alone or in a batch
+// up to near-ties (the GEMMs' shapes change with the batch, so cuBLASLt may pick other kernels: the math is the
+// same, the rounding may not be).
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +25,7 @@
 #include "llmc/attention.cuh"
 #include "llmc/generate_args.h"
 #include "llmc/gpt2.cuh"
+#include "llmc/gpt2_decode.cuh"
 #include "llmc/rand.h"
 #include "llmc/sampler.h"
 
@@ -68,15 +73,24 @@ int generate(const GenerateArgs& a, const char* program) {
     const int B = (int)texts.size();
     size_t longest = 0;
     for (const auto& p : ids) longest = std::max(longest, p.size());
-    // one length for every forward (a multiple of 64 where the context allows: the GEMM plans are built once);
-    // positions past a sequence's end hold <|endoftext|> and cannot change earlier logits (causal attention)
-    const int T = std::min(c.max_seq_len, (int)((longest + new_tokens + 63) / 64 * 64));
     std::string note;
     const AttentionBackend backend = resolve_attention_backend("auto", c.channels, c.num_heads, &note);
     if (!note.empty()) fprintf(stderr, "note: %s\n", note.c_str());
     model.use_master_weights = false;  // inference: no fp32 master copy (gradients and AdamW state are still
-                                       // allocated by the trainer's memory plan: the KV-cache version drops them)
+                                       // allocated by the trainer's memory plan)
+#if !defined(ENABLE_FP32)
+    const bool cached = is_flash(backend);  // the cache's decode attention is the flash path's (HS 64 or 128)
+#else
+    const bool cached = false;
+#endif
+    // recompute: one length for every forward (a multiple of 64 where the context allows: the GEMM plans are built
+    // once); positions past a sequence's end hold <|endoftext|> and cannot change earlier logits (causal attention).
+    // cached: the forward is the prefill only.
+    const int T = cached ? (int)longest : std::min(c.max_seq_len, (int)((longest + new_tokens + 63) / 64 * 64));
     gpt2_allocate(&model, B, T, /*recompute=*/2, backend);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    model.stream = stream;  // a created stream: the decode step is captured as a CUDA Graph
 
     std::vector<Sequence> seqs(B);
     for (int b = 0; b < B; b++) {
@@ -86,19 +100,75 @@ int generate(const GenerateArgs& a, const char* program) {
         seqs[b].rng = Rng(a.seed);  // the seed alone: a prompt's text does not depend on its batch
     }
     const TokenizerFile table = token_table(bpe);
-    std::unique_ptr<TokenPrinter> stream = B == 1 ? std::make_unique<TokenPrinter>(table) : nullptr;
-    if (stream) printf("%s", printable_bytes(texts[0]).c_str());
+    std::unique_ptr<TokenPrinter> stream_out = B == 1 ? std::make_unique<TokenPrinter>(table) : nullptr;
+    if (stream_out) printf("%s", printable_bytes(texts[0]).c_str());
+    long long generated = 0;
+    // appends sequence b's next token; true if the sequence goes on
+    auto emit = [&](int b, int next) {
+        Sequence& s = seqs[b];
+        s.tokens.push_back(next);
+        generated++;
+        if (stream_out) {
+            printf("%s", next == eot ? "" : stream_out->next(next).c_str());
+            fflush(stdout);
+        }
+        if (next == eot || (int)(s.tokens.size() - s.prompt_len) >= new_tokens) s.done = true;
+    };
+    std::vector<float> logits(c.padded_vocab_size);
+    auto sample_at = [&](int b, int t) {
+        gpt2_logits_to_host(&model, b, t, logits.data());
+        return sample_token(logits.data(), c.vocab_size, a.temperature, a.top_k, a.top_p, seqs[b].rng.uniform());
+    };
 
     std::vector<int> batch((size_t)B * T);
-    std::vector<float> logits(c.padded_vocab_size);
-    for (int b = 0; b < B; b++)  // one untimed forward: cuBLASLt plans and lazy kernel loading out of the timings
+    for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) batch[(size_t)b * T + t] = t < (int)seqs[b].tokens.size() ? seqs[b].tokens[t] : eot;
-    gpt2_forward(&model, batch.data(), nullptr, B, T);
-    cudaCheck(cudaDeviceSynchronize());
+    gpt2_forward(&model, batch.data(), nullptr, B, T);  // untimed: cuBLASLt plans and lazy kernel loading
+    cudaCheck(cudaStreamSynchronize(stream));
     double prefill_ms = 0, decode_ms = 0;
     int decode_steps = 0;
-    long long generated = 0;
-    for (int step = 0; step < new_tokens; step++) {
+#if !defined(ENABLE_FP32)
+    if (cached) {
+        KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
+        DecodeGraph graph;
+        int* device_next;
+        cudaCheck(cudaMalloc(&device_next, B * sizeof(int)));
+        const bool greedy = a.temperature <= 0.f;
+        auto t0 = Clock::now();
+        gpt2_forward(&model, batch.data(), nullptr, B, T);  // the prefill
+        std::vector<int> lengths(B);
+        for (int b = 0; b < B; b++) lengths[b] = (int)seqs[b].prompt_len;
+        kv_cache_fill(&model, &cache, T, lengths);
+        for (int b = 0; b < B; b++) emit(b, sample_at(b, lengths[b] - 1));
+        prefill_ms = ms_since(t0);
+        std::vector<int> next(B);
+        for (int step = 1; step < new_tokens; step++) {
+            bool any = false;
+            for (int b = 0; b < B; b++) {
+                any = any || !seqs[b].done;
+                next[b] = seqs[b].tokens.back();  // finished ones keep stepping (their output is dropped)
+                if (seqs[b].done) next[b] = eot;
+            }
+            if (!any) break;
+            t0 = Clock::now();
+            gpt2_decode_step_graph(&model, &cache, next, &graph);
+            if (greedy) {
+                std::vector<int> chosen;
+                gpt2_greedy_tokens(&model, 0, device_next, &chosen);
+                for (int b = 0; b < B; b++)
+                    if (!seqs[b].done) emit(b, chosen[b]);
+            } else {
+                for (int b = 0; b < B; b++)
+                    if (!seqs[b].done) emit(b, sample_at(b, 0));
+            }
+            decode_ms += ms_since(t0), decode_steps++;
+        }
+        decode_graph_free(&graph);
+        cudaCheck(cudaFree(device_next));
+        kv_cache_free(&cache);
+    }
+#endif
+    for (int step = 0; !cached && step < new_tokens; step++) {
         bool any = false;
         for (int b = 0; b < B; b++) {
             const Sequence& s = seqs[b];
@@ -108,24 +178,13 @@ int generate(const GenerateArgs& a, const char* program) {
         if (!any) break;
         const auto t0 = Clock::now();
         gpt2_forward(&model, batch.data(), nullptr, B, T);
-        for (int b = 0; b < B; b++) {
-            Sequence& s = seqs[b];
-            if (s.done) continue;
-            gpt2_logits_to_host(&model, b, (int)s.tokens.size() - 1, logits.data());
-            const int next = sample_token(logits.data(), c.vocab_size, a.temperature, a.top_k, a.top_p, s.rng.uniform());
-            s.tokens.push_back(next);
-            generated++;
-            if (stream) {
-                printf("%s", next == eot ? "" : stream->next(next).c_str());
-                fflush(stdout);
-            }
-            if (next == eot || (int)(s.tokens.size() - s.prompt_len) >= new_tokens) s.done = true;
-        }
+        for (int b = 0; b < B; b++)
+            if (!seqs[b].done) emit(b, sample_at(b, (int)seqs[b].tokens.size() - 1));
         const double ms = ms_since(t0);
         if (step == 0) prefill_ms = ms;
         else decode_ms += ms, decode_steps++;
     }
-    if (stream) printf("%s\n", stream->finish().c_str());
+    if (stream_out) printf("%s\n", stream_out->finish().c_str());
     for (int b = 0; B > 1 && b < B; b++) {
         TokenPrinter printer(table);
         std::string out = printable_bytes(seqs[b].text);
@@ -135,10 +194,24 @@ int generate(const GenerateArgs& a, const char* program) {
         out += printer.finish();
         printf("=== prompt %d (%s)\n%s\n", b + 1, where(b).c_str(), out.c_str());
     }
-    fprintf(stderr, "prefill %.2f ms (batch %d, first token) | decode %.3f ms/step over %d steps | %.0f tokens/s "
-                    "(batch %d, %lld tokens, full recompute per token)\n",
+    if (!a.ids_file.empty()) {  // written whole, then renamed: a reader never sees half a file
+        const std::string tmp = a.ids_file + ".tmp";
+        FILE* f = fopen(tmp.c_str(), "w");
+        if (!f) throw std::runtime_error("--ids " + a.ids_file + ": cannot write");
+        for (const Sequence& s : seqs) {
+            for (size_t i = s.prompt_len; i < s.tokens.size(); i++) fprintf(f, i > s.prompt_len ? " %d" : "%d", s.tokens[i]);
+            fprintf(f, "\n");
+        }
+        if (fclose(f) != 0 || rename(tmp.c_str(), a.ids_file.c_str()) != 0)
+            throw std::runtime_error("--ids " + a.ids_file + ": cannot write");
+    }
+    fprintf(stderr, "prefill %.2f ms (batch %d, to the first token) | decode %.3f ms/step over %d steps | %.0f tokens/s "
+                    "(batch %d, %lld tokens, %s)\n",
             prefill_ms, B, decode_steps ? decode_ms / decode_steps : 0.0, decode_steps,
-            generated / ((prefill_ms + decode_ms) / 1e3), B, generated);
+            generated / ((prefill_ms + decode_ms) / 1e3), B, generated,
+            cached ? "KV cache, CUDA Graph" : "full recompute per token");
+    model.stream = 0;
+    cudaCheck(cudaStreamDestroy(stream));
     gpt2_free(&model);
     return 0;
 }

@@ -30,6 +30,7 @@ struct GenerateArgs {
     float top_p = 1.0f;                      // -sp
     uint64_t seed = 1337;                    // -seed
     std::string vocab_dir = "data/cache/gpt2";  // --vocab-dir
+    std::string ids_file;                    // --ids: each prompt's generated token ids, a line per prompt
 };
 
 inline std::string generate_usage(const std::string& program) {
@@ -45,7 +46,8 @@ inline std::string generate_usage(const std::string& program) {
              "  -sk <int>    top-k (default %d = off)\n"
              "  -sp <float>  top-p, the nucleus (default %g = off)\n"
              "  -seed <int>  random seed (default %llu): the same seed gives the same text\n"
-             "  --vocab-dir <dir>  encoder.json + vocab.bpe (default %s; `make data` fills it)\n",
+             "  --vocab-dir <dir>  encoder.json + vocab.bpe (default %s; `make data` fills it)\n"
+             "  --ids <file>  also write each prompt's generated token ids there, one line per prompt\n",
              program.c_str(), d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              (unsigned long long)d.seed, d.vocab_dir.c_str());
     return buf;
@@ -86,6 +88,7 @@ inline ParseStatus parse_generate_args(int argc, const char* const* argv, Genera
             a->seed = (uint64_t)n;
         }
         else if (flag == "--vocab-dir") { if (v.empty()) return fail("a directory"); a->vocab_dir = v; }
+        else if (flag == "--ids") { if (v.empty()) return fail("a file"); a->ids_file = v; }
         else {
             *error = "unknown flag " + flag;
             return ParseStatus::Error;

@@ -384,6 +384,7 @@ inline void gpt2_logits_to_host(GPT2* m, int b, int t, float* host_out) {
         exit(EXIT_FAILURE);
     }
     const int Vp = m->config.padded_vocab_size;
+    cudaCheck(cudaStreamSynchronize(m->stream));  // the copy runs on the legacy stream; m->stream may not be it
     device_to_host_floats(host_out, (const floatX*)m->memory[mem::Logits] + ((size_t)b * m->last_T + t) * Vp, Vp);
 }
 

@@ -1,7 +1,7 @@
 // Generation's KV cache and decode step (issue 16), on top of the model of gpt2.cuh (BF16 builds).
 //
-// STATUS: written and compiled; NOT yet run on a GPU and not used by generate_gpt2cu yet. Its first test (next):
-// each decode step's logits against gpt2_forward's logits at the same position for the same prefix.
+// Tested by tests/test_decode.cu (each decode step's logits against gpt2_forward's at the same position for the
+// same prefix); generate_gpt2cu's path in BF16 builds.
 //
 //   KVCache cache = kv_cache_allocate(m, B, max_T);
 //   gpt2_forward(m, prompts padded with EOT, nullptr, B, Tp);    // the prefill, the trainer's forward
@@ -9,6 +9,8 @@
 //   ... logits of position len-1 from the prefill; then per new token:
 //   gpt2_decode_step(m, &cache, new_tokens);                      // one token per sequence; len += 1
 //   gpt2_logits_to_host(m, b, 0, logits);
+// or, replaying the step's kernels as one CUDA Graph (m->stream must be a created stream, not the legacy one):
+//   DecodeGraph g;  gpt2_decode_step_graph(m, &cache, new_tokens, &g);  ...  decode_graph_free(&g);
 // The cache is (L, B, NH, max_T, HS) bf16 for K and for V: one head's keys are contiguous, as decode attention
 // (llmc/attention_decode.cuh) reads them. Positions at or past a sequence's length hold stale values that nothing
 // reads (the prefill writes the padded positions too; decode overwrites them one by one). The decode step reuses
@@ -113,13 +115,11 @@ inline void kv_cache_fill(GPT2* m, KVCache* cache, int T, const std::vector<int>
     cudaCheck(cudaMemcpyAsync(cache->len, lengths.data(), B * sizeof(int), cudaMemcpyHostToDevice, m->stream));
 }
 
-// One new token per sequence (tokens: B host ids), appended at position len[b]; the logits of that position end in
-// the model's logits buffer (read with gpt2_logits_to_host(m, b, 0, ...)).
-inline void gpt2_decode_step(GPT2* m, KVCache* cache, const std::vector<int>& tokens) {
+// The host half of a decode step: checks the new tokens (B host ids), advances the lengths, and uploads both.
+inline void decode_upload(GPT2* m, KVCache* cache, const std::vector<int>& tokens) {
     using namespace gpt2_detail;
     const GPT2Config& c = m->config;
-    const int B = cache->B, C = c.channels, NH = c.num_heads, HS = C / NH, L = c.num_layers, Vp = c.padded_vocab_size;
-    cudaStream_t s = m->stream;
+    const int B = cache->B;
     for (int b = 0; b < B; b++) {
         if (tokens[b] < 0 || tokens[b] >= c.vocab_size || cache->host_len[b] >= cache->max_T) {
             fprintf(stderr, "error: gpt2_decode_step: token %d of sequence %d (V %d), or the cache is full (%d of %d)\n",
@@ -128,9 +128,19 @@ inline void gpt2_decode_step(GPT2* m, KVCache* cache, const std::vector<int>& to
         }
         cache->host_len[b]++;
     }
-    cudaCheck(cudaMemcpyAsync(buf<int>(m, mem::Inputs), tokens.data(), B * sizeof(int), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(cache->len, cache->host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(buf<int>(m, mem::Inputs), tokens.data(), B * sizeof(int), cudaMemcpyHostToDevice,
+                              m->stream));
+    cudaCheck(cudaMemcpyAsync(cache->len, cache->host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));  // the host vectors may change once we return
+}
 
+// The device half: every kernel of one decode step, reading the tokens and lengths decode_upload left on the
+// device; fixed pointers and shapes, so it can be captured once and replayed.
+inline void decode_forward(GPT2* m, KVCache* cache) {
+    using namespace gpt2_detail;
+    const GPT2Config& c = m->config;
+    const int B = cache->B, C = c.channels, NH = c.num_heads, HS = C / NH, L = c.num_layers, Vp = c.padded_vocab_size;
+    cudaStream_t s = m->stream;
     floatX* x = buf<floatX>(m, mem::Encoded);
     floatX* ln = buf<floatX>(m, mem::Ln1);
     floatX* qkv = buf<floatX>(m, mem::Qkv);
@@ -170,10 +180,102 @@ inline void gpt2_decode_step(GPT2* m, KVCache* cache, const std::vector<int>& to
     }
     matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp, nullptr,
                    false, s);
+}
+
+inline void decode_mark_logits(GPT2* m, int B) {
     m->last_B = B;
     m->last_T = 1;
     m->logits_valid = true;
     m->dlogits_ready = false;
+}
+
+// One new token per sequence (tokens: B host ids), appended at position len[b]; the logits of that position end in
+// the model's logits buffer (read with gpt2_logits_to_host(m, b, 0, ...)).
+inline void gpt2_decode_step(GPT2* m, KVCache* cache, const std::vector<int>& tokens) {
+    decode_upload(m, cache, tokens);
+    decode_forward(m, cache);
+    decode_mark_logits(m, cache->B);
+}
+
+// The same step with its kernels captured as a CUDA Graph on the first call and replayed after: about 100 launches
+// per step at d12 become one. The first call runs the kernels plainly first (cuBLASLt picks and caches its plans
+// outside the capture).
+struct DecodeGraph {
+    cudaGraphExec_t exec = nullptr;
+    bool warm = false;
+};
+inline void gpt2_decode_step_graph(GPT2* m, KVCache* cache, const std::vector<int>& tokens, DecodeGraph* g) {
+    decode_upload(m, cache, tokens);
+    if (!g->warm) {
+        decode_forward(m, cache);
+        g->warm = true;
+    } else {
+        if (!g->exec) {
+            if (m->stream == 0) {
+                fprintf(stderr, "error: gpt2_decode_step_graph: the model's stream is the legacy default stream\n");
+                exit(EXIT_FAILURE);
+            }
+            cudaGraph_t graph;
+            cudaCheck(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+            decode_forward(m, cache);
+            cudaCheck(cudaStreamEndCapture(m->stream, &graph));
+            cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
+            cudaCheck(cudaGraphDestroy(graph));
+        }
+        cudaCheck(cudaGraphLaunch(g->exec, m->stream));
+    }
+    decode_mark_logits(m, cache->B);
+}
+inline void decode_graph_free(DecodeGraph* g) {
+    if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
+    *g = DecodeGraph{};
+}
+
+// Greedy decoding on the GPU: next[b] = argmax of row b's logits over the real vocabulary (the lowest id among
+// equal maxima, as the host sampler), so no logits cross to the host.
+__global__ void logits_argmax_kernel(int* __restrict__ next, const floatX* __restrict__ logits, int V, int Vp) {
+    const floatX* row = logits + (size_t)blockIdx.x * Vp;
+    float best = -INFINITY;
+    int arg = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        const float v = (float)row[i];
+        if (v > best) best = v, arg = i;  // i increases: ties keep the first
+    }
+    __shared__ float s_best[32];
+    __shared__ int s_arg[32];
+    for (int off = 16; off > 0; off /= 2) {
+        const float ob = __shfl_down_sync(0xffffffff, best, off);
+        const int oa = __shfl_down_sync(0xffffffff, arg, off);
+        if (ob > best || (ob == best && oa < arg)) best = ob, arg = oa;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    if (lane == 0) s_best[warp] = best, s_arg[warp] = arg;
+    __syncthreads();
+    if (warp == 0) {
+        best = lane < warps ? s_best[lane] : -INFINITY;
+        arg = lane < warps ? s_arg[lane] : 0x7fffffff;
+        for (int off = 16; off > 0; off /= 2) {
+            const float ob = __shfl_down_sync(0xffffffff, best, off);
+            const int oa = __shfl_down_sync(0xffffffff, arg, off);
+            if (ob > best || (ob == best && oa < arg)) best = ob, arg = oa;
+        }
+        if (lane == 0) next[blockIdx.x] = arg == 0x7fffffff ? 0 : arg;
+    }
+}
+// next (host, B ids) = argmax of each sequence's logits after a forward or decode step at position t.
+inline void gpt2_greedy_tokens(GPT2* m, int t, int* device_next, std::vector<int>* next) {
+    const int B = m->last_B, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    if (!m->logits_valid || t < 0 || t >= m->last_T) {
+        fprintf(stderr, "error: gpt2_greedy_tokens: needs logits from a forward or decode step\n");
+        exit(EXIT_FAILURE);
+    }
+    // rows b * last_T + t: for a decode step last_T is 1; after a prefill, the caller passes each row's own t
+    logits_argmax_kernel<<<B, 1024, 0, m->stream>>>(device_next, (const floatX*)m->memory[mem::Logits] +
+                                                                     (size_t)t * Vp, V, Vp * m->last_T);
+    cudaCheckLaunch();
+    next->resize(B);
+    cudaCheck(cudaMemcpyAsync(next->data(), device_next, B * sizeof(int), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
 #endif  // !ENABLE_FP32

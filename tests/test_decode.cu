@@ -3,7 +3,9 @@
 // prefix at its last position. Both are bf16 computations that round in different orders (a GEMM of B rows against
 // one of B·T rows, decode attention against the flash forward), so the bound is on rel-L2 (2e-2, the order of the
 // BF16 reference bounds of test_gpt2cu) plus the same argmax wherever the top two logits are more than 0.1 apart.
-// A random-init model (L 2, C 128, 2 heads of 64, V 1000, max T 256), fresh random prompts and tokens.
+// A random-init model (L 2, C 128, 2 heads of 64, V 1000, max T 256), fresh random prompts and tokens. The steps
+// run as generate_gpt2cu runs them: the first plainly, then captured as a CUDA Graph and replayed. After each
+// step the GPU's greedy choice (gpt2_greedy_tokens) must be the argmax of the same logits read on the host.
 // BF16 builds only (the cache is bf16); FP32 builds print "skipped".
 #include <cmath>
 #include <cstdio>
@@ -26,6 +28,12 @@ int main() {
     const std::vector<int> prompt_len = {5, 64, 17};
     const int B = (int)prompt_len.size(), steps = 40, T = 128;
     gpt2_allocate(&m, B, T, 0, AttentionBackend::Flash);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    m.stream = stream;
+    DecodeGraph graph;
+    int* device_next;
+    cudaCheck(cudaMalloc(&device_next, B * sizeof(int)));
 
     Rng rng(42);
     std::vector<std::vector<int>> seq(B);
@@ -58,9 +66,20 @@ int main() {
             next[b] = (int)(rng.uniform() * c.vocab_size) % c.vocab_size;
             seq[b].push_back(next[b]);
         }
-        gpt2_decode_step(&m, &cache, next);
+        gpt2_decode_step_graph(&m, &cache, next, &graph);
         std::vector<std::vector<float>> got(B, std::vector<float>(c.padded_vocab_size));
         for (int b = 0; b < B; b++) gpt2_logits_to_host(&m, b, 0, got[b].data());
+        std::vector<int> greedy;
+        gpt2_greedy_tokens(&m, 0, device_next, &greedy);
+        for (int b = 0; b < B; b++) {
+            int host_arg = 0;
+            for (int i = 1; i < c.vocab_size; i++)
+                if (got[b][i] > got[b][host_arg]) host_arg = i;
+            if (greedy[b] != host_arg) {
+                if (failures < 10) printf("FAIL step %d sequence %d: GPU argmax %d, host %d\n", step, b, greedy[b], host_arg);
+                failures++;
+            }
+        }
         full_logits(&ref);
         for (int b = 0; b < B; b++) {
             const ErrorStats e = compare(got[b].data(), ref[b].data(), c.vocab_size);
@@ -80,10 +99,14 @@ int main() {
             }
         }
     }
+    decode_graph_free(&graph);
+    cudaCheck(cudaFree(device_next));
     kv_cache_free(&cache);
+    m.stream = 0;
+    cudaCheck(cudaStreamDestroy(stream));
     gpt2_free(&m);
-    printf("test_decode: %d decode steps x %d sequences, worst logits rel-L2 %.3e (<= 2e-2): %s\n", steps, B, worst,
-           failures ? "FAIL" : "PASS");
+    printf("test_decode: %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 %.3e "
+           "(<= 2e-2), GPU greedy = host argmax: %s\n", steps, B, worst, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 #endif
 }

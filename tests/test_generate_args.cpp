@@ -49,7 +49,7 @@ TEST(GenerateArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.vocab_dir, "data/cache/gpt2");
 
     p = parse({"-e", "hf_dir", "-pf", "prompts.txt", "-n", "64", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7",
-               "--vocab-dir", "v"});
+               "--vocab-dir", "v", "--ids", "out.txt"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     EXPECT_EQ(p.args.prompt_file, "prompts.txt");
     EXPECT_EQ(p.args.new_tokens, 64);
@@ -58,6 +58,7 @@ TEST(GenerateArgs, DefaultsAndEveryFlag) {
     EXPECT_FLOAT_EQ(p.args.top_p, 0.9f);
     EXPECT_EQ(p.args.seed, 7u);
     EXPECT_EQ(p.args.vocab_dir, "v");
+    EXPECT_EQ(p.args.ids_file, "out.txt");
     EXPECT_EQ(parse({"-h"}).status, ParseStatus::Help);
     EXPECT_NE(generate_usage("generate_gpt2cu").find("-sp <float>"), std::string::npos);
 }

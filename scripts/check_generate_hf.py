@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""generate_gpt2cu's greedy output against Hugging Face transformers' GPT2LMHeadModel.generate (greedy), on a GPU
+machine with PyTorch, transformers and tiktoken:
+
+  1. our model file (default ref/d12_model.bin, the d12 that `make test` pre-trains 300 steps on Tiny Shakespeare,
+     so its logits are not the near-uniform ones of a random init) -> ./gpt2_convert to-hf -> from_pretrained, fp32;
+  2. three prompts of different lengths, 64 new tokens each, greedy, stopping at <|endoftext|> as we do:
+     transformers prompt by prompt; ours in one batch (-pf, --ids) with the FP32 build (must be identical) and the
+     BF16 build (identical up to the first position where transformers' top two logits, given the common prefix,
+     are within bf16 noise: gap <= 0.02 * |top logit| + 0.02; from there on the texts may part);
+  3. BF16 each prompt alone (-p) against the batch: the same rule (a prompt gives what it gives alone).
+One line per check, a summary line, exit status 1 if any failed.
+
+    python3 scripts/check_generate_hf.py [--model ref/d12_model.bin] [--fp32 ./generate_gpt2cu_fp32]
+                                         [--bf16 ./generate_gpt2cu] [--out gen_check]
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import tiktoken
+import torch
+from transformers import GPT2LMHeadModel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPTS = [
+    "First Citizen:",
+    "ROMEO: What light through yonder window breaks? It is the east, and",
+    "The king is dead, and in the morning the lords of the realm came together in the great hall to choose, from "
+    "among the sons of the old house, the one who would",
+]
+N = 64
+EOT = 50256
+RESULTS = []
+
+
+def result(name, ok, detail=""):
+    RESULTS.append(ok)
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+
+
+def ours(binary, model, args, ids_path, log):
+    cmd = [binary, "-e", model, "-n", str(N), "-st", "0", "--ids", ids_path, "--vocab-dir", VOCAB] + args
+    with open(log, "w") as f:
+        rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if rc != 0:
+        print(open(log, errors="replace").read()[-2000:])
+        raise SystemExit(f"error: {' '.join(cmd)} exited {rc} (log {log})")
+    with open(ids_path) as f:
+        return [[int(x) for x in line.split()] for line in f.read().splitlines()]
+
+
+def first_difference(a, b):
+    for i in range(min(len(a), len(b))):
+        if a[i] != b[i]:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def near_tie(hf, prompt_ids, common):
+    """transformers' top-two gap at the position after prompt + common (fp32), and whether it is within bf16 noise."""
+    x = torch.tensor([prompt_ids + common], device="cuda")
+    with torch.no_grad():
+        logits = hf(x).logits[0, -1].float()
+    top = torch.topk(logits[:EOT + 1], 2).values
+    gap = (top[0] - top[1]).item()
+    return gap, gap <= 0.02 * abs(top[0].item()) + 0.02
+
+
+def compare(name, hf, prompts_ids, want, got, exact):
+    for i, (w, g) in enumerate(zip(want, got)):
+        d = first_difference(w, g)
+        if d is None:
+            result(f"{name}, prompt {i + 1}", True, f"{len(g)} tokens identical")
+        elif exact:
+            result(f"{name}, prompt {i + 1}", False, f"first difference at new token {d} ({w[d:d + 3]} vs {g[d:d + 3]})")
+        else:
+            gap, tie = near_tie(hf, prompts_ids[i], w[:d])
+            result(f"{name}, prompt {i + 1}", tie, f"identical for {d} of {len(w)} tokens, then a "
+                   f"{'near-tie' if tie else 'clear choice'} (transformers' top-two gap {gap:.4f})")
+
+
+def main():
+    global VOCAB
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="ref/d12_model.bin")
+    p.add_argument("--fp32", default="./generate_gpt2cu_fp32", help="generate_gpt2cu built with PRECISION=FP32")
+    p.add_argument("--bf16", default="./generate_gpt2cu")
+    p.add_argument("--vocab-dir", default="data/cache/gpt2")
+    p.add_argument("--out", default="gen_check")
+    a = p.parse_args()
+    VOCAB = a.vocab_dir
+    os.makedirs(a.out, exist_ok=True)
+    hf_dir = os.path.join(a.out, "hf")
+    rc = subprocess.call(["./gpt2_convert", "to-hf", a.model, hf_dir], cwd=ROOT)
+    if rc != 0:
+        raise SystemExit(f"error: gpt2_convert to-hf {a.model} {hf_dir} exited {rc}")
+    hf = GPT2LMHeadModel.from_pretrained(os.path.join(ROOT, hf_dir)).to("cuda", torch.float32).eval()
+    enc = tiktoken.get_encoding("gpt2")
+    prompts_ids = [enc.encode_ordinary(t) for t in PROMPTS]
+    want = []
+    for ids in prompts_ids:
+        x = torch.tensor([ids], device="cuda")
+        with torch.no_grad():
+            out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=N, do_sample=False,
+                              eos_token_id=EOT, pad_token_id=EOT)
+        new = out[0, len(ids):].tolist()
+        want.append(new[:new.index(EOT) + 1] if EOT in new else new)
+    prompt_file = os.path.join(a.out, "prompts.txt")
+    with open(prompt_file, "w") as f:
+        f.write("\n".join(PROMPTS) + "\n")
+
+    fp32 = ours(a.fp32, a.model, ["-pf", prompt_file], os.path.join(a.out, "fp32.ids"), os.path.join(a.out, "fp32.log"))
+    compare("FP32 batch of 3 vs transformers fp32", hf, prompts_ids, want, fp32, exact=True)
+    bf16 = ours(a.bf16, a.model, ["-pf", prompt_file], os.path.join(a.out, "bf16.ids"), os.path.join(a.out, "bf16.log"))
+    compare("BF16 batch of 3 (KV cache) vs transformers fp32", hf, prompts_ids, want, bf16, exact=False)
+    alone = [ours(a.bf16, a.model, ["-p", t], os.path.join(a.out, f"alone{i}.ids"), os.path.join(a.out, f"alone{i}.log"))[0]
+             for i, t in enumerate(PROMPTS)]
+    compare("BF16 each prompt alone vs in the batch", hf, prompts_ids, bf16, alone, exact=False)
+    failed = RESULTS.count(False)
+    print(f"generate vs transformers: {len(RESULTS) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
