@@ -130,8 +130,8 @@ inline void decode_upload(GPT2* m, KVCache* cache, const std::vector<int>& token
     }
     cudaCheck(cudaMemcpyAsync(buf<int>(m, mem::Inputs), tokens.data(), B * sizeof(int), cudaMemcpyHostToDevice,
                               m->stream));
+    // from pageable memory: each copy is staged before the call returns, so the vectors may change afterwards
     cudaCheck(cudaMemcpyAsync(cache->len, cache->host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice, m->stream));
-    cudaCheck(cudaStreamSynchronize(m->stream));  // the host vectors may change once we return
 }
 
 // The device half: every kernel of one decode step, reading the tokens and lengths decode_upload left on the

@@ -19,9 +19,10 @@ mkdir -p "$LOGDIR"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # a 64-token prompt on one line, from Tiny Shakespeare when `make data` has run, else a fixed sentence repeated
 python3 - "$LOGDIR/prompt.txt" <<'PY'
-import sys, tiktoken
-enc = tiktoken.get_encoding("gpt2")
-import glob, os
+import glob, os, sys
+sys.path.insert(0, "scripts")
+from bench_tokenizer import load_tiktoken  # tiktoken's gpt2 from data/cache/gpt2 (`make data`): no network
+enc, _ = load_tiktoken("data/cache/gpt2")
 files = sorted(glob.glob(os.path.join(os.environ.get("DATA_MIRROR", "../shared/data"), "tinyshakespeare", "*.txt")))
 try:
     text = open(files[0]).read()[:4000]

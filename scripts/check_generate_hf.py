@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """generate_gpt2cu's greedy output against Hugging Face transformers' GPT2LMHeadModel.generate (greedy), on a GPU
-machine with PyTorch, transformers and tiktoken:
+machine with PyTorch, transformers and tiktoken (built from --vocab-dir's files: no network):
 
   1. our model file (default ref/d12_model.bin, the d12 that `make test` pre-trains 300 steps on Tiny Shakespeare,
      so its logits are not the near-uniform ones of a random init) -> ./gpt2_convert to-hf -> from_pretrained, fp32;
@@ -19,9 +19,11 @@ import os
 import subprocess
 import sys
 
-import tiktoken
 import torch
 from transformers import GPT2LMHeadModel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_tokenizer import load_tiktoken  # noqa: E402  (tiktoken's gpt2 built from the local vocabulary files)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = [
@@ -97,7 +99,7 @@ def main():
     if rc != 0:
         raise SystemExit(f"error: gpt2_convert to-hf {a.model} {hf_dir} exited {rc}")
     hf = GPT2LMHeadModel.from_pretrained(os.path.join(ROOT, hf_dir)).to("cuda", torch.float32).eval()
-    enc = tiktoken.get_encoding("gpt2")
+    enc, _ = load_tiktoken(a.vocab_dir)
     prompts_ids = [enc.encode_ordinary(t) for t in PROMPTS]
     want = []
     for ids in prompts_ids:
