@@ -36,7 +36,7 @@ PY
 for B in $BATCHES; do
     for i in $(seq "$B"); do cat "$LOGDIR/prompt.txt"; done > "$LOGDIR/prompts_B$B.txt"
     ./generate_gpt2cu -e "$MODEL" -pf "$LOGDIR/prompts_B$B.txt" -n "$N" -st 0 > "$LOGDIR/ours_B$B.log" 2>&1
-    echo "ours B=$B: $(tail -n 1 "$LOGDIR/ours_B$B.log")"
+    echo "ours B=$B: $(grep -a "tokens/s" "$LOGDIR/ours_B$B.log" | sed 's/.*prefill/prefill/')"
 done
 if [ "${NO_BASELINE:-0}" != 1 ]; then
     HF_DIR="$LOGDIR/hf_model"
