@@ -2,7 +2,8 @@
 // split: the cache length is cut into chunks, a block per (chunk, b, h) computes that chunk's softmax partials, and
 // a second kernel merges the partials of each (b, h) through their log-sum-exp.
 //
-// STATUS: written and compiled; NOT yet validated on a GPU (dev/cuda/attention_decode.cu checks it against fp64).
+// Validated against fp64 by dev/cuda/attention_decode -c (in make test on GPU machines) and, inside the decode
+// step, by tests/test_decode.
 //
 // Layouts: q (B, NH, HS) bf16 with batches q_stride elements apart (NH·HS packed; 3·NH·HS read straight from the
 // QKV projection's rows), the new token's queries; k_cache, v_cache (B, NH, max_T, HS) bf16, positions

@@ -36,13 +36,13 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     backends="materialized"
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash flash-nondet"   # flash attention is bf16-only
     run_suite gpu-kernels ./tests/test_kernels
-    # generation's KV cache and decode step against the full forward (written in a session without a GPU: its first
-    # run is the next one on a GPU machine)
+    # generation's KV cache and decode step (as a CUDA Graph) against the full forward
     run_suite gpu-decode ./tests/test_decode
     # the dev programs' strict validation: every variant at every shape against the fp64 reference, no timing
     run_suite dev-attention-forward ./dev/cuda/attention_forward -c
     run_suite dev-attention-backward ./dev/cuda/attention_backward -c
     run_suite dev-matmul-forward ./dev/cuda/matmul_forward -c
+    run_suite dev-attention-decode ./dev/cuda/attention_decode -c
     # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only
     # (flash is checked by tests/test_kernels and by the d12 reference below)
     run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized

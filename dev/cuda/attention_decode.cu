@@ -2,7 +2,7 @@
 // split over blocks and the partials merged through their log-sum-exp. Validated against an fp64 CPU reference on
 // fresh random caches with different lengths per sequence (1, not a multiple of the chunk, exactly a chunk, long),
 // outputs poisoned; then timed at generation's shapes, with the bytes of cache read per second.
-// STATUS: written and compiled; not yet run on a GPU (issue 16 in progress). Not in make test until it has been.
+// -c (the check only) runs in make test on GPU machines.
 // Build: make -C dev/cuda attention_decode      Run: ./attention_decode [-c]
 #include "common.h"
 #include "llmc/attention_decode.cuh"
