@@ -64,6 +64,14 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
         for backend in $backends; do
             run_suite "gpu-reference-d12-$backend" ./test_gpt2cu $d12 --backend "$backend"
         done
+        # generate_gpt2cu's greedy text against transformers' generate on the d12 (identical in FP32; in BF16 up
+        # to the first near-tie), and each prompt alone against the batch
+        if python3 -c "import transformers, tiktoken" 2>/dev/null; then
+            run_suite generate-vs-transformers python3 scripts/check_generate_hf.py --precision "${PRECISION:-BF16}" \
+                --model ${d12}_model.bin --out ref/generate_check
+        else
+            skipped+=("generate vs transformers (no transformers/tiktoken)")
+        fi
     else
         echo "note: python3 with PyTorch not found: the d12 reference suites are skipped"
         skipped+=("d12 reference (no PyTorch)")
