@@ -1,0 +1,89 @@
+// ZeRO-1 groundwork (issue 15, docs/MULTI_GPU.md): which gradients are exchanged together, and which part of them
+// each rank owns. Host-only arithmetic on the parameter table; the NCCL side is not written yet.
+//
+// The checkpoint's flat parameter order is tensor-major (all layers' ln1w, then all layers' ln1b, ...), so one
+// layer's gradients are not contiguous. The layers' backward ends from the last layer to the first; a bucket is a
+// run of consecutive layers [first, last], which is one contiguous range per per-layer tensor (12 ranges), plus a
+// final bucket of the tensors outside the layers (wte, wpe, lnfw, lnfb: wte's gradient is complete only after the
+// encoder backward, the very end). For the exchange a bucket's ranges are packed, in table order, into a staging
+// buffer padded to a multiple of num_ranks · kZeroAlign elements; a reduce-scatter of that buffer leaves rank r the
+// summed slice [r · padded / N, (r + 1) · padded / N), whose master weights and AdamW moments only rank r keeps.
+// zero_staging_to_flat maps a staging index back to the flat index (checkpoints are written in flat order, so
+// they do not depend on N).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpt2_config.h"
+
+constexpr size_t kZeroAlign = 64;  // elements: every shard starts 128-byte aligned in bf16
+
+struct FlatRange {
+    size_t offset = 0, count = 0;  // in elements of the flat parameter buffer
+};
+
+struct GradBucket {
+    int first_layer = -1, last_layer = -1;  // -1, -1: the tensors outside the layers
+    std::vector<FlatRange> ranges;          // in table order: the staging buffer's order
+    size_t elements = 0;                    // sum of the ranges' counts
+    size_t padded = 0;                      // elements rounded up to a multiple of num_ranks * kZeroAlign
+    // rank r owns staging elements [r * shard_elements(N), (r + 1) * shard_elements(N))
+    size_t shard_elements(int num_ranks) const { return padded / (size_t)num_ranks; }
+};
+
+// Buckets in the order the backward completes them: layers from the last down, each bucket at least target_bytes
+// of bf16 gradients (or the layers left), then the non-layer tensors. target_bytes 0: one layer per bucket.
+inline std::vector<GradBucket> zero_bucket_plan(const GPT2Config& c, size_t target_bytes, int num_ranks) {
+    if (num_ranks < 1) throw std::invalid_argument("zero_bucket_plan: num_ranks must be >= 1");
+    const auto table = gpt2_parameter_table(c);
+    const int L = c.num_layers;
+    std::vector<size_t> offset(table.size());
+    size_t at = 0;
+    size_t per_layer = 0;  // elements of one layer, over every per-layer tensor
+    for (size_t i = 0; i < table.size(); i++) {
+        offset[i] = at;
+        at += table[i].numel;
+        if (table[i].per_layer) per_layer += table[i].numel / L;
+    }
+    const size_t quantum = (size_t)num_ranks * kZeroAlign;
+    auto finish = [&](GradBucket& b) {
+        for (const FlatRange& r : b.ranges) b.elements += r.count;
+        b.padded = (b.elements + quantum - 1) / quantum * quantum;
+    };
+    std::vector<GradBucket> plan;
+    const size_t layers_per_bucket =
+        per_layer == 0 ? 1 : std::max<size_t>(1, (target_bytes / 2 + per_layer - 1) / per_layer);
+    for (int last = L - 1; last >= 0;) {
+        const int first = (int)std::max<long long>(0, (long long)last - (long long)layers_per_bucket + 1);
+        GradBucket b;
+        b.first_layer = first;
+        b.last_layer = last;
+        for (size_t i = 0; i < table.size(); i++) {
+            if (!table[i].per_layer) continue;
+            const size_t each = table[i].numel / L;
+            b.ranges.push_back({offset[i] + (size_t)first * each, (size_t)(last - first + 1) * each});
+        }
+        finish(b);
+        plan.push_back(b);
+        last = first - 1;
+    }
+    GradBucket rest;
+    for (size_t i = 0; i < table.size(); i++)
+        if (!table[i].per_layer) rest.ranges.push_back({offset[i], table[i].numel});
+    finish(rest);
+    plan.push_back(rest);
+    return plan;
+}
+
+// The flat index of staging element i of bucket b (i < b.elements; the padding maps nowhere).
+inline size_t zero_staging_to_flat(const GradBucket& b, size_t i) {
+    for (const FlatRange& r : b.ranges) {
+        if (i < r.count) return r.offset + i;
+        i -= r.count;
+    }
+    throw std::out_of_range("zero_staging_to_flat: index " + std::to_string(i) + " is padding or past the bucket");
+}
