@@ -8,8 +8,10 @@
 // encoder backward, the very end). For the exchange a bucket's ranges are packed, in table order, into a staging
 // buffer padded to a multiple of num_ranks · kZeroAlign elements; a reduce-scatter of that buffer leaves rank r the
 // summed slice [r · padded / N, (r + 1) · padded / N), whose master weights and AdamW moments only rank r keeps.
-// zero_staging_to_flat maps a staging index back to the flat index (checkpoints are written in flat order, so
-// they do not depend on N).
+// zero_staging_to_flat maps a staging index back to the flat index; zero_owned_segments lists a rank's shard as
+// contiguous pieces of single tensors (what the sharded AdamW update walks); zero_shard_from_flat and
+// zero_flat_from_shards move optimizer state between shards and the flat order checkpoints keep, so they do not
+// depend on N.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +26,7 @@ constexpr size_t kZeroAlign = 64;  // elements: every shard starts 128-byte alig
 
 struct FlatRange {
     size_t offset = 0, count = 0;  // in elements of the flat parameter buffer
+    int tensor = -1;               // its row of gpt2_parameter_table (AdamW's weight decay is per tensor)
 };
 
 struct GradBucket {
@@ -65,7 +68,7 @@ inline std::vector<GradBucket> zero_bucket_plan(const GPT2Config& c, size_t targ
         for (size_t i = 0; i < table.size(); i++) {
             if (!table[i].per_layer) continue;
             const size_t each = table[i].numel / L;
-            b.ranges.push_back({offset[i] + (size_t)first * each, (size_t)(last - first + 1) * each});
+            b.ranges.push_back({offset[i] + (size_t)first * each, (size_t)(last - first + 1) * each, (int)i});
         }
         finish(b);
         plan.push_back(b);
@@ -73,7 +76,7 @@ inline std::vector<GradBucket> zero_bucket_plan(const GPT2Config& c, size_t targ
     }
     GradBucket rest;
     for (size_t i = 0; i < table.size(); i++)
-        if (!table[i].per_layer) rest.ranges.push_back({offset[i], table[i].numel});
+        if (!table[i].per_layer) rest.ranges.push_back({offset[i], table[i].numel, (int)i});
     finish(rest);
     plan.push_back(rest);
     return plan;
@@ -86,4 +89,61 @@ inline size_t zero_staging_to_flat(const GradBucket& b, size_t i) {
         i -= r.count;
     }
     throw std::out_of_range("zero_staging_to_flat: index " + std::to_string(i) + " is padding or past the bucket");
+}
+
+// Elements one rank keeps of a per-parameter array (fp32 master weights, AdamW m, v): its slice of every bucket.
+inline size_t zero_shard_size(const std::vector<GradBucket>& plan, int num_ranks) {
+    size_t n = 0;
+    for (const GradBucket& b : plan) n += b.shard_elements(num_ranks);
+    return n;
+}
+
+// The contiguous pieces of what rank `rank` owns, in shard order: shard[shard_offset .. + count) holds
+// flat[flat_offset .. + count), all of one tensor (the update kernel takes its weight decay from it). Padding is in
+// no segment.
+struct ZeroSegment {
+    size_t shard_offset = 0, flat_offset = 0, count = 0;
+    int tensor = -1;
+};
+inline std::vector<ZeroSegment> zero_owned_segments(const std::vector<GradBucket>& plan, int num_ranks, int rank) {
+    std::vector<ZeroSegment> out;
+    size_t shard_at = 0;
+    for (const GradBucket& b : plan) {
+        const size_t per = b.shard_elements(num_ranks), begin = (size_t)rank * per, end = begin + per;
+        size_t staging = 0;  // staging index of the current range's first element
+        for (const FlatRange& r : b.ranges) {
+            const size_t lo = std::max(begin, staging), hi = std::min(end, staging + r.count);
+            if (lo < hi) out.push_back({shard_at + (lo - begin), r.offset + (lo - staging), hi - lo, r.tensor});
+            staging += r.count;
+        }
+        shard_at += per;
+    }
+    return out;
+}
+
+// Calls f(shard_index, flat_index) for every element rank `rank` owns.
+template <typename F>
+inline void zero_for_each_owned(const std::vector<GradBucket>& plan, int num_ranks, int rank, F f) {
+    for (const ZeroSegment& g : zero_owned_segments(plan, num_ranks, rank))
+        for (size_t k = 0; k < g.count; k++) f(g.shard_offset + k, g.flat_offset + k);
+}
+
+// A rank's shard of a flat array (padding = pad), and the flat array back from every rank's shard: checkpoints
+// keep the flat order, so a state written with N ranks resumes with any other N.
+template <typename T>
+inline std::vector<T> zero_shard_from_flat(const std::vector<GradBucket>& plan, int num_ranks, int rank, const T* flat,
+                                           T pad = T{}) {
+    std::vector<T> shard(zero_shard_size(plan, num_ranks), pad);
+    zero_for_each_owned(plan, num_ranks, rank, [&](size_t s, size_t k) { shard[s] = flat[k]; });
+    return shard;
+}
+template <typename T>
+inline void zero_flat_from_shards(const std::vector<GradBucket>& plan, int num_ranks,
+                                  const std::vector<std::vector<T>>& shards, T* flat) {
+    if ((int)shards.size() != num_ranks) throw std::invalid_argument("zero_flat_from_shards: one shard per rank");
+    for (int r = 0; r < num_ranks; r++) {
+        if (shards[r].size() != zero_shard_size(plan, num_ranks))
+            throw std::invalid_argument("zero_flat_from_shards: shard " + std::to_string(r) + " has the wrong size");
+        zero_for_each_owned(plan, num_ranks, r, [&](size_t s, size_t k) { flat[k] = shards[r][s]; });
+    }
 }
