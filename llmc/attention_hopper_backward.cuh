@@ -201,6 +201,19 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
                         smem_descriptor_sw128(do_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
         }
         wgmma_commit();
+#if defined(LLMC_EXP_PREFETCH_LSE)
+        // EXPERIMENT (not yet measured, off by default): this tile's LSE and D loaded while the products run,
+        // instead of from L1 per element after the wait
+        float lse_q[Cfg::kBq / 8][2], d_q[Cfg::kBq / 8][2];
+#pragma unroll
+        for (int jj = 0; jj < Cfg::kBq / 8; jj++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int query = i * Cfg::kBq + 8 * jj + 2 * (lane % 4) + c;
+                lse_q[jj][c] = query < T ? __ldg(lse_bh + query) * 1.4426950408889634f : 0.f;
+                d_q[jj][c] = query < T ? __ldg(D_bh + query) : 0.f;
+            }
+#endif
         wgmma_wait<0>();
 
         // Pᵀ = exp(scale·Sᵀ − LSE) (0 above the diagonal and past T) and dSᵀ = Pᵀ∘(dPᵀ − D), per query column
@@ -211,9 +224,14 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
                 const int query = i * Cfg::kBq + 8 * jj + 2 * (lane % 4) + (e & 1);
                 const int key = kc0 + row_in + 8 * (e >> 1);
                 const bool live = query < T && key <= query;
+#if defined(LLMC_EXP_PREFETCH_LSE)
+                const float l = lse_q[jj][e & 1], d = live ? d_q[jj][e & 1] : 0.f;
+                const float p = live ? exp2f(st[4 * jj + e] * scale_log2 - l) : 0.f;
+#else
                 const float l = live ? __ldg(lse_bh + query) * 1.4426950408889634f : 0.f;
                 const float p = live ? exp2f(st[4 * jj + e] * scale_log2 - l) : 0.f;
                 const float d = live ? __ldg(D_bh + query) : 0.f;
+#endif
                 st[4 * jj + e] = p;
                 dpt[4 * jj + e] = p * (dpt[4 * jj + e] - d);
             }
