@@ -45,8 +45,10 @@ def result(name, ok, detail=""):
     print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
 
 
-def ours(binary, model, args, ids_path, log):
-    cmd = [binary, "-e", model, "-n", str(N), "-st", "0", "--ids", ids_path, "--vocab-dir", VOCAB] + args
+def ours(a, args, name):
+    """generate_gpt2cu greedy with extra args; its ids per prompt (a list per output line). Logs in --out."""
+    ids_path, log = os.path.join(a.out, name + ".ids"), os.path.join(a.out, name + ".log")
+    cmd = [a.binary, "-e", a.model, "-n", str(N), "-st", "0", "--ids", ids_path, "--vocab-dir", a.vocab_dir] + args
     with open(log, "w") as f:
         rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
     if rc != 0:
@@ -87,7 +89,6 @@ def compare(name, hf, prompts_ids, want, got, exact):
 
 
 def main():
-    global VOCAB
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="ref/d12_model.bin")
     p.add_argument("--precision", default="BF16", choices=["BF16", "FP32"], help="what --binary was built with")
@@ -95,7 +96,6 @@ def main():
     p.add_argument("--vocab-dir", default="data/cache/gpt2")
     p.add_argument("--out", default="gen_check")
     a = p.parse_args()
-    VOCAB = a.vocab_dir
     os.makedirs(a.out, exist_ok=True)
     hf_dir = os.path.join(a.out, "hf")
     rc = subprocess.call(["./gpt2_convert", "to-hf", a.model, hf_dir], cwd=ROOT)
@@ -117,10 +117,9 @@ def main():
         f.write("\n".join(PROMPTS) + "\n")
 
     exact = a.precision == "FP32"
-    batch = ours(a.binary, a.model, ["-pf", prompt_file], os.path.join(a.out, "batch.ids"), os.path.join(a.out, "batch.log"))
+    batch = ours(a, ["-pf", prompt_file], "batch")
     compare(f"{a.precision} batch of 3 vs transformers fp32", hf, prompts_ids, want, batch, exact)
-    alone = [ours(a.binary, a.model, ["-p", t], os.path.join(a.out, f"alone{i}.ids"), os.path.join(a.out, f"alone{i}.log"))[0]
-             for i, t in enumerate(PROMPTS)]
+    alone = [ours(a, ["-p", t], f"alone{i}")[0] for i, t in enumerate(PROMPTS)]
     # alone vs batch: near-ties may part them in either precision (the GEMM shapes change with the batch)
     compare(f"{a.precision} each prompt alone vs in the batch", hf, prompts_ids, batch, alone, exact=False)
     failed = RESULTS.count(False)
