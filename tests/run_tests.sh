@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test suite, prints each one's output, and ends with one summary line
 # "tests: N passed, N failed". Exits non-zero if any suite failed.
-# Environment: DATA_MIRROR (GPT-2 vocab + text corpora), GPU_TESTS=1 to add the GPU suites.
+# Environment: DATA_MIRROR (GPT-2 vocab + text corpora), GPU_TESTS=1 to add the GPU suites,
+#              TEST_ONLY (an extended regex: only the suites whose names match run, e.g. TEST_ONLY='d12|generate';
+#              the d12 reference is still made when a selected suite needs it).
 set -u
 cd "$(dirname "$0")/.."
 DATA_MIRROR=${DATA_MIRROR:-../shared/data}
 export DATA_MIRROR
 
-passed=0; failed=0; failed_names=(); skipped=()
+passed=0; failed=0; failed_names=(); skipped=(); deselected=0
+selected() { [ -z "${TEST_ONLY:-}" ] || [[ "$1" =~ $TEST_ONLY ]]; }
 run_suite() {  # name, command...
     local name=$1; shift
+    if [ "$name" != d12-reference-make ] && ! selected "$name"; then deselected=$((deselected + 1)); return; fi
     echo "==== $name: $*"
     if "$@"; then
         passed=$((passed + 1)); echo "==== $name: PASS"
@@ -57,7 +61,11 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     if python3 -c "import torch" 2>/dev/null; then
         d12=ref/d12
         # remade when missing or older than the script that writes it (a reference from an older script may lack a file)
-        if [ ! -f ${d12}_bf16_error.txt ] || [ scripts/train_gpt2.py -nt ${d12}_bf16_error.txt ]; then
+        needs_d12=0
+        for name in $(printf 'gpu-reference-d12-%s ' $backends) generate-vs-transformers; do
+            selected "$name" && needs_d12=1
+        done
+        if [ $needs_d12 = 1 ] && { [ ! -f ${d12}_bf16_error.txt ] || [ scripts/train_gpt2.py -nt ${d12}_bf16_error.txt ]; }; then
             run_suite d12-reference-make python3 scripts/train_gpt2.py --preset d12 -b 4 -t 64 --pretrain-steps 300 \
                 --pretrain-data data/tinyshakespeare/tiny_shakespeare_train.bin -o $d12
         fi
@@ -80,5 +88,6 @@ fi
 
 [ ${#failed_names[@]} -gt 0 ] && echo "failed suites: ${failed_names[*]}"
 [ ${#skipped[@]} -gt 0 ] && echo "skipped: ${skipped[*]}"
+[ $deselected -gt 0 ] && echo "TEST_ONLY='$TEST_ONLY': $deselected suites not selected"
 echo "tests: $passed passed, $failed failed${skipped:+, ${#skipped[@]} skipped}"
 [ "$failed" -eq 0 ]
