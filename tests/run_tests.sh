@@ -3,7 +3,7 @@
 # "tests: N passed, N failed". Exits non-zero if any suite failed.
 # Environment: DATA_MIRROR (GPT-2 vocab + text corpora), GPU_TESTS=1 to add the GPU suites,
 #              TEST_ONLY (an extended regex: only the suites whose names match run, e.g. TEST_ONLY='d12|generate';
-#              the d12 reference is still made when a selected suite needs it).
+#              the data and the d12 reference are still made when a selected suite needs them).
 set -u
 cd "$(dirname "$0")/.."
 DATA_MIRROR=${DATA_MIRROR:-../shared/data}
@@ -13,7 +13,7 @@ passed=0; failed=0; failed_names=(); skipped=(); deselected=0
 selected() { [ -z "${TEST_ONLY:-}" ] || [[ "$1" =~ $TEST_ONLY ]]; }
 run_suite() {  # name, command...
     local name=$1; shift
-    if [ "$name" != d12-reference-make ] && ! selected "$name"; then deselected=$((deselected + 1)); return; fi
+    if [ "${PREREQ:-0}" != 1 ] && ! selected "$name"; then deselected=$((deselected + 1)); return; fi
     echo "==== $name: $*"
     if "$@"; then
         passed=$((passed + 1)); echo "==== $name: PASS"
@@ -39,6 +39,12 @@ fi
 if [ "${GPU_TESTS:-0}" = 1 ]; then
     backends="materialized"
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash flash-nondet"   # flash attention is bf16-only
+    # what the selected suites need (TEST_ONLY): the d12 reference, the Tiny Shakespeare shards
+    needs_d12=0; needs_data=0
+    for name in $(printf 'gpu-reference-d12-%s ' $backends) generate-vs-transformers; do
+        selected "$name" && needs_d12=1 && needs_data=1
+    done
+    for name in gpu-data resume-bit-exact checkpoint-directory; do selected "$name" && needs_data=1; done
     run_suite gpu-kernels ./tests/test_kernels
     # generation's KV cache and decode step (as a CUDA Graph) against the full forward
     run_suite gpu-decode ./tests/test_decode
@@ -51,7 +57,7 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     # (flash is checked by tests/test_kernels and by the d12 reference below)
     run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized
     # Tiny Shakespeare shards for the resume check and the d12 reference
-    run_suite gpu-data make -s data DATA_MIRROR="$DATA_MIRROR"
+    [ $needs_data = 1 ] && PREREQ=1 run_suite gpu-data make -s data DATA_MIRROR="$DATA_MIRROR"
     # checkpoint + resume must continue bit for bit (weights, optimizer state, data position, log, console)
     run_suite resume-bit-exact bash scripts/check_resume.sh
     # runs never mix or lose checkpoints: -nk, a fresh run among another's, -ow 1, a mixed pair, stale temporaries
@@ -61,12 +67,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     if python3 -c "import torch" 2>/dev/null; then
         d12=ref/d12
         # remade when missing or older than the script that writes it (a reference from an older script may lack a file)
-        needs_d12=0
-        for name in $(printf 'gpu-reference-d12-%s ' $backends) generate-vs-transformers; do
-            selected "$name" && needs_d12=1
-        done
         if [ $needs_d12 = 1 ] && { [ ! -f ${d12}_bf16_error.txt ] || [ scripts/train_gpt2.py -nt ${d12}_bf16_error.txt ]; }; then
-            run_suite d12-reference-make python3 scripts/train_gpt2.py --preset d12 -b 4 -t 64 --pretrain-steps 300 \
+            PREREQ=1 run_suite d12-reference-make python3 scripts/train_gpt2.py --preset d12 -b 4 -t 64 --pretrain-steps 300 \
                 --pretrain-data data/tinyshakespeare/tiny_shakespeare_train.bin -o $d12
         fi
         for backend in $backends; do
