@@ -103,7 +103,7 @@ tests/unit_tests: $(UNIT_TEST_OBJECTS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) -lm
 
 # ---------------------------------------------------------------- GPU programs
-GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode
+GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling
 
 # GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
 BUILD_STAMP := .build-config
@@ -125,6 +125,10 @@ tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 tests/test_decode: tests/test_decode.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
+# the GPU token picker (greedy, temperature, top-k, top-p) against the host sampler
+tests/test_sampling: tests/test_sampling.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the standalone kernel programs (dev/cuda/Makefile builds them with the same flags)

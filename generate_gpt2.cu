@@ -7,9 +7,10 @@
 //
 // BF16 builds: the prompts are prefilled with the trainer's forward, their K and V kept in a KV cache
 // (llmc/gpt2_decode.cuh), then each new token is one decode step (decode attention over the cache, the classifier
-// on that position only), its ~100 kernels replayed as one CUDA Graph; greedy decoding (-st 0) picks tokens on the
-// GPU, sampling copies each live sequence's logits to the host sampler (top-k, top-p). FP32 builds (no bf16 cache)
-// recompute the batch's whole sequence for every token with the trainer's forward.
+// on that position only, then the token picker: greedy, temperature, top-k, top-p on the GPU, llmc/sampling.cuh),
+// its ~100 kernels replayed as one CUDA Graph; the picked token is the next step's input, so the host only launches
+// steps, up to 4 ahead, and reads the tokens from mapped memory. FP32 builds (no bf16 cache) recompute the batch's
+// whole sequence for every token with the trainer's forward and sample on the host (llmc/sampler.h, the same rule).
 // Everything the user gives is checked before the GPU is touched (one line each); each prompt has its own random
 // stream seeded by -seed alone, so the same seed gives the same text, and a prompt the same text alone or in a batch
 // up to near-ties (the GEMMs' shapes change with the batch, so cuBLASLt may pick other kernels: the math is the
@@ -130,41 +131,48 @@ int generate(const GenerateArgs& a, const char* program) {
 #if !defined(ENABLE_FP32)
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
-        DecodeGraph graph;
-        int* device_next;
-        cudaCheck(cudaMalloc(&device_next, B * sizeof(int)));
-        const bool greedy = a.temperature <= 0.f;
+        // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
+        std::vector<float> coins;
+        const PickParams pick{a.temperature, a.top_k, a.top_p};
+        if (!pick.greedy()) {
+            coins.resize((size_t)new_tokens * B);
+            for (int g = 0; g < new_tokens; g++)
+                for (int b = 0; b < B; b++) coins[(size_t)g * B + b] = seqs[b].rng.uniform();
+        }
+        // steps run ahead of the host by up to kAhead: the host reads step s's tokens while s+1.. are computed
+        constexpr int kAhead = 4;
+        cudaEvent_t done_ev[kAhead];
+        for (cudaEvent_t& e : done_ev) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         auto t0 = Clock::now();
         gpt2_forward(&model, batch.data(), nullptr, B, T);  // the prefill
         std::vector<int> lengths(B);
         for (int b = 0; b < B; b++) lengths[b] = (int)seqs[b].prompt_len;
         kv_cache_fill(&model, &cache, T, lengths);
-        for (int b = 0; b < B; b++) emit(b, sample_at(b, lengths[b] - 1));
-        prefill_ms = ms_since(t0);
-        std::vector<int> next(B);
-        for (int step = 1; step < new_tokens; step++) {
-            bool any = false;
+        DecodeLoop loop = decode_loop_begin(&model, &cache, pick, coins, new_tokens, /*graph=*/true);
+        cudaCheck(cudaEventRecord(done_ev[0], stream));
+        int launched = 1, consumed = 0;  // token rows 0..launched-1 are on their way; rows < consumed are emitted
+        bool all_done = false;
+        auto t_first = t0;
+        while (consumed < launched && !all_done) {
+            while (launched < new_tokens && launched - consumed < kAhead) {
+                decode_loop_step(&model, &cache, &loop);
+                cudaCheck(cudaEventRecord(done_ev[launched % kAhead], stream));
+                launched++;
+            }
+            cudaCheck(cudaEventSynchronize(done_ev[consumed % kAhead]));
+            all_done = true;
             for (int b = 0; b < B; b++) {
-                any = any || !seqs[b].done;
-                next[b] = seqs[b].tokens.back();  // finished ones keep stepping (their output is dropped)
-                if (seqs[b].done) next[b] = eot;
+                if (!seqs[b].done) emit(b, loop.tokens[(size_t)consumed * B + b]);
+                all_done = all_done && seqs[b].done;
             }
-            if (!any) break;
-            t0 = Clock::now();
-            gpt2_decode_step_graph(&model, &cache, next, &graph);
-            if (greedy) {
-                std::vector<int> chosen;
-                gpt2_greedy_tokens(&model, 0, device_next, &chosen);
-                for (int b = 0; b < B; b++)
-                    if (!seqs[b].done) emit(b, chosen[b]);
-            } else {
-                for (int b = 0; b < B; b++)
-                    if (!seqs[b].done) emit(b, sample_at(b, 0));
-            }
-            decode_ms += ms_since(t0), decode_steps++;
+            if (consumed == 0) prefill_ms = ms_since(t0), t_first = Clock::now();
+            consumed++;
         }
-        decode_graph_free(&graph);
-        cudaCheck(cudaFree(device_next));
+        decode_ms = consumed > 1 ? ms_since(t_first) : 0.0;
+        decode_steps = consumed - 1;
+        cudaCheck(cudaStreamSynchronize(stream));  // steps launched past the end
+        for (cudaEvent_t& e : done_ev) cudaCheck(cudaEventDestroy(e));
+        decode_loop_free(&loop);
         kv_cache_free(&cache);
     }
 #endif

@@ -15,6 +15,7 @@
 #include "llmc/checkpoint.cuh"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.cuh"
+#include "llmc/gpt2_decode.cuh"
 #include "llmc/logger.h"
 #include "llmc/mfu.h"
 #include "llmc/multi_gpu.cuh"
@@ -74,27 +75,50 @@ float evaluate(GPT2& model, DataLoader& val, int max_batches, int B, int T, Mult
     return multi_gpu_mean(mg, (float)(sum / (double)n));
 }
 
-// Generates gen_tokens after <|endoftext|> and prints them. Runs batch 1 at one fixed length Tg (a multiple
-// of 64, so the matmul plans are built once); causal attention means the filler after position t cannot
-// affect the logits at t.
+// Generates gen_tokens after <|endoftext|> and prints them, one coin per token from the sampler's stream (saved in
+// checkpoints). BF16 builds with a flash backend run generation's path (llmc/gpt2_decode.cuh: a KV cache, decode
+// steps, the token picker on the GPU); otherwise batch 1 at one fixed length Tg (a multiple of 64, so the matmul
+// plans are built once) is recomputed per token (causal attention: the filler after position t cannot affect the
+// logits at t) and the host sampler picks, by the same rule.
 void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile* tok, int eot) {
     const GPT2Config& c = model.config;
-    const int Tg = std::min(a.T, (a.gen_tokens + 1 + 63) / 64 * 64);  // > gen_tokens, since gen_tokens < T
-    std::vector<int> tokens((size_t)Tg, eot);
-    std::vector<float> logits(c.padded_vocab_size);
+    std::vector<float> coins((size_t)a.gen_tokens);
+    for (float& coin : coins) coin = rng.uniform();
+    std::vector<int> ids;
+#if !defined(ENABLE_FP32)
+    if (is_flash(model.backend)) {
+        KVCache cache = kv_cache_allocate(&model, 1, a.gen_tokens + 1);
+        gpt2_forward(&model, &eot, nullptr, 1, 1);
+        kv_cache_fill(&model, &cache, 1, {1});
+        DecodeLoop loop = decode_loop_begin(&model, &cache, PickParams{a.temperature, a.top_k, 1.f}, coins,
+                                            a.gen_tokens, /*graph=*/false);
+        for (int t = 1; t < a.gen_tokens; t++) decode_loop_step(&model, &cache, &loop);
+        cudaCheck(cudaStreamSynchronize(model.stream));
+        ids.assign(loop.tokens, loop.tokens + a.gen_tokens);
+        decode_loop_free(&loop);
+        kv_cache_free(&cache);
+    }
+#endif
+    if (ids.empty()) {
+        const int Tg = std::min(a.T, (a.gen_tokens + 1 + 63) / 64 * 64);  // > gen_tokens, since gen_tokens < T
+        std::vector<int> tokens((size_t)Tg, eot);
+        std::vector<float> logits(c.padded_vocab_size);
+        for (int t = 1; t <= a.gen_tokens; t++) {
+            gpt2_forward(&model, tokens.data(), nullptr, 1, Tg);
+            gpt2_logits_to_host(&model, 0, t - 1, logits.data());
+            tokens[t] = sample_token(logits.data(), c.vocab_size, a.temperature, a.top_k, coins[t - 1]);
+            ids.push_back(tokens[t]);
+        }
+    }
     printf("generating:\n---\n");
     std::unique_ptr<TokenPrinter> printer = tok ? std::make_unique<TokenPrinter>(*tok) : nullptr;
-    for (int t = 1; t <= a.gen_tokens; t++) {
-        gpt2_forward(&model, tokens.data(), nullptr, 1, Tg);
-        gpt2_logits_to_host(&model, 0, t - 1, logits.data());
-        const int next = sample_token(logits.data(), c.vocab_size, a.temperature, a.top_k, rng.uniform());
-        tokens[t] = next;
+    for (int next : ids) {
         if (printer) printf("%s", printer->next(next).c_str());  // control bytes escaped, characters kept whole
         else printf("%d ", next);
-        fflush(stdout);
     }
     if (printer) printf("%s", printer->finish().c_str());
     printf("\n---\n");
+    fflush(stdout);
 }
 
 // ---------------------------------------------------------------- set-up phases

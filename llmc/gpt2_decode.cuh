@@ -11,6 +11,12 @@
 //   gpt2_logits_to_host(m, b, 0, logits);
 // or, replaying the step's kernels as one CUDA Graph (m->stream must be a created stream, not the legacy one):
 //   DecodeGraph g;  gpt2_decode_step_graph(m, &cache, new_tokens, &g);  ...  decode_graph_free(&g);
+// or with the whole loop on the GPU (what generate_gpt2cu and train_gpt2cu's samples run): each step's kernels end
+// with the token picker (llmc/sampling.cuh: greedy or temperature/top-k/top-p with coins drawn up front), which
+// feeds the next step's input, so the host only launches steps and reads tokens from mapped memory, steps ahead:
+//   DecodeLoop loop = decode_loop_begin(m, &cache, pick, coins, max_new, /*graph=*/true);  // first token
+//   decode_loop_step(m, &cache, &loop);  ...  loop.tokens[g * B + b] once the step's work is done
+//   decode_loop_free(&loop);
 // The cache is (L, B, NH, max_T, HS) bf16 for K and for V: one head's keys are contiguous, as decode attention
 // (llmc/attention_decode.cuh) reads them. Positions at or past a sequence's length hold stale values that nothing
 // reads (the prefill writes the padded positions too; decode overwrites them one by one). The decode step reuses
@@ -21,6 +27,7 @@
 
 #include "attention_decode.cuh"
 #include "gpt2.cuh"
+#include "sampling.cuh"
 
 #if !defined(ENABLE_FP32)
 
@@ -204,26 +211,31 @@ struct DecodeGraph {
     cudaGraphExec_t exec = nullptr;
     bool warm = false;
 };
+// body() plainly on the first call, captured on the second, replayed from then on.
+template <typename Body>
+inline void run_as_graph(GPT2* m, DecodeGraph* g, Body&& body) {
+    if (!g->warm) {
+        body();
+        g->warm = true;
+        return;
+    }
+    if (!g->exec) {
+        if (m->stream == 0) {
+            fprintf(stderr, "error: decode step as a CUDA Graph: the model's stream is the legacy default stream\n");
+            exit(EXIT_FAILURE);
+        }
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+        body();
+        cudaCheck(cudaStreamEndCapture(m->stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    cudaCheck(cudaGraphLaunch(g->exec, m->stream));
+}
 inline void gpt2_decode_step_graph(GPT2* m, KVCache* cache, const std::vector<int>& tokens, DecodeGraph* g) {
     decode_upload(m, cache, tokens);
-    if (!g->warm) {
-        decode_forward(m, cache);
-        g->warm = true;
-    } else {
-        if (!g->exec) {
-            if (m->stream == 0) {
-                fprintf(stderr, "error: gpt2_decode_step_graph: the model's stream is the legacy default stream\n");
-                exit(EXIT_FAILURE);
-            }
-            cudaGraph_t graph;
-            cudaCheck(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
-            decode_forward(m, cache);
-            cudaCheck(cudaStreamEndCapture(m->stream, &graph));
-            cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
-            cudaCheck(cudaGraphDestroy(graph));
-        }
-        cudaCheck(cudaGraphLaunch(g->exec, m->stream));
-    }
+    run_as_graph(m, g, [&] { decode_forward(m, cache); });
     decode_mark_logits(m, cache->B);
 }
 inline void decode_graph_free(DecodeGraph* g) {
@@ -231,51 +243,77 @@ inline void decode_graph_free(DecodeGraph* g) {
     *g = DecodeGraph{};
 }
 
-// Greedy decoding on the GPU: next[b] = argmax of row b's logits over the real vocabulary (the lowest id among
-// equal maxima, as the host sampler), so no logits cross to the host.
-__global__ void logits_argmax_kernel(int* __restrict__ next, const floatX* __restrict__ logits, int V, int Vp) {
-    const floatX* row = logits + (size_t)blockIdx.x * Vp;
-    float best = -INFINITY;
-    int arg = 0x7fffffff;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = (float)row[i];
-        if (v > best) best = v, arg = i;  // i increases: ties keep the first
-    }
-    __shared__ float s_best[32];
-    __shared__ int s_arg[32];
-    for (int off = 16; off > 0; off /= 2) {
-        const float ob = __shfl_down_sync(0xffffffff, best, off);
-        const int oa = __shfl_down_sync(0xffffffff, arg, off);
-        if (ob > best || (ob == best && oa < arg)) best = ob, arg = oa;
-    }
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    if (lane == 0) s_best[warp] = best, s_arg[warp] = arg;
-    __syncthreads();
-    if (warp == 0) {
-        best = lane < warps ? s_best[lane] : -INFINITY;
-        arg = lane < warps ? s_arg[lane] : 0x7fffffff;
-        for (int off = 16; off > 0; off /= 2) {
-            const float ob = __shfl_down_sync(0xffffffff, best, off);
-            const int oa = __shfl_down_sync(0xffffffff, arg, off);
-            if (ob > best || (ob == best && oa < arg)) best = ob, arg = oa;
-        }
-        if (lane == 0) next[blockIdx.x] = arg == 0x7fffffff ? 0 : arg;
-    }
-}
-// next (host, B ids) = argmax of each sequence's logits after a forward or decode step at position t.
-inline void gpt2_greedy_tokens(GPT2* m, int t, int* device_next, std::vector<int>* next) {
-    const int B = m->last_B, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
-    if (!m->logits_valid || t < 0 || t >= m->last_T) {
-        fprintf(stderr, "error: gpt2_greedy_tokens: needs logits from a forward or decode step\n");
+// ---- the loop on the GPU
+struct DecodeLoop {
+    int B = 0, max_new = 0;
+    bool graph = false;
+    PickParams pick;
+    float* coins = nullptr;     // device (max_new, B)
+    int* prompt_len = nullptr;  // device (B)
+    int* tokens = nullptr;      // host, mapped (max_new, B): tokens[g * B + b] = sequence b's g-th new token
+    int* tokens_device = nullptr;
+    DecodeGraph step_graph;
+};
+
+// After the prefill (gpt2_forward over B x Tp) and kv_cache_fill: picks every sequence's first new token from the
+// prefill's logits at its last prompt position. coins: (max_new, B), sequence b's g-th coin at [g * B + b]
+// (unused when greedy: may be empty). graph: steps replayed as a CUDA Graph (m->stream a created stream).
+inline DecodeLoop decode_loop_begin(GPT2* m, KVCache* cache, const PickParams& pick, const std::vector<float>& coins,
+                                    int max_new, bool graph) {
+    using namespace gpt2_detail;
+    const GPT2Config& c = m->config;
+    DecodeLoop loop;
+    loop.B = cache->B, loop.max_new = max_new, loop.graph = graph, loop.pick = pick;
+    const int B = cache->B;
+    if (!m->logits_valid || m->last_B != B || max_new < 1 ||
+        (!pick.greedy() && coins.size() != (size_t)max_new * B)) {
+        fprintf(stderr, "error: decode_loop_begin: needs the prefill's logits for %d sequences, max_new >= 1 (%d), "
+                        "and %d coins when sampling (%zu)\n", B, max_new, max_new * B, coins.size());
         exit(EXIT_FAILURE);
     }
-    // rows b * last_T + t: for a decode step last_T is 1; after a prefill, the caller passes each row's own t
-    logits_argmax_kernel<<<B, 1024, 0, m->stream>>>(device_next, (const floatX*)m->memory[mem::Logits] +
-                                                                     (size_t)t * Vp, V, Vp * m->last_T);
-    cudaCheckLaunch();
-    next->resize(B);
-    cudaCheck(cudaMemcpyAsync(next->data(), device_next, B * sizeof(int), cudaMemcpyDeviceToHost, m->stream));
-    cudaCheck(cudaStreamSynchronize(m->stream));
+    cudaCheck(cudaMalloc(&loop.coins, (size_t)max_new * B * sizeof(float)));
+    if (!coins.empty())
+        cudaCheck(cudaMemcpy(loop.coins, coins.data(), coins.size() * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&loop.prompt_len, B * sizeof(int)));
+    cudaCheck(cudaMemcpy(loop.prompt_len, cache->host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaHostAlloc(&loop.tokens, (size_t)max_new * B * sizeof(int), cudaHostAllocMapped));
+    cudaCheck(cudaHostGetDevicePointer(&loop.tokens_device, loop.tokens, 0));
+    for (size_t i = 0; i < (size_t)max_new * B; i++) loop.tokens[i] = -1;
+    pick_tokens(buf<floatX>(m, mem::Logits), c.padded_vocab_size, m->last_T, B, c.vocab_size, pick, loop.coins,
+                loop.prompt_len, cache->len, buf<int>(m, mem::Inputs), loop.tokens_device, max_new, m->stream);
+    for (int& n : cache->host_len) n++;
+    return loop;
+}
+
+// One decode step for every sequence, its input the token the last pick chose; ends with the next pick.
+inline void decode_loop_step(GPT2* m, KVCache* cache, DecodeLoop* loop) {
+    using namespace gpt2_detail;
+    const GPT2Config& c = m->config;
+    for (int b = 0; b < cache->B; b++) {
+        if (cache->host_len[b] > cache->max_T) {
+            fprintf(stderr, "error: decode_loop_step: sequence %d would hold %d tokens, the cache %d\n", b,
+                    cache->host_len[b], cache->max_T);
+            exit(EXIT_FAILURE);
+        }
+        cache->host_len[b]++;
+    }
+    auto body = [&] {
+        decode_forward(m, cache);
+        pick_tokens(buf<floatX>(m, mem::Logits), c.padded_vocab_size, 1, cache->B, c.vocab_size, loop->pick,
+                    loop->coins, loop->prompt_len, cache->len, buf<int>(m, mem::Inputs), loop->tokens_device,
+                    loop->max_new, m->stream);
+    };
+    if (loop->graph) run_as_graph(m, &loop->step_graph, body);
+    else body();
+    decode_mark_logits(m, cache->B);
+}
+
+inline void decode_loop_free(DecodeLoop* loop) {
+    decode_graph_free(&loop->step_graph);
+    cudaCheck(cudaFree(loop->coins));
+    cudaCheck(cudaFree(loop->prompt_len));
+    cudaCheck(cudaFreeHost(loop->tokens));
+    *loop = DecodeLoop{};
 }
 
 #endif  // !ENABLE_FP32

@@ -48,6 +48,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     run_suite gpu-kernels ./tests/test_kernels
     # generation's KV cache and decode step (as a CUDA Graph) against the full forward
     run_suite gpu-decode ./tests/test_decode
+    # the GPU token picker against the host sampler
+    run_suite gpu-sampling ./tests/test_sampling
     # the dev programs' strict validation: every variant at every shape against the fp64 reference, no timing
     run_suite dev-attention-forward ./dev/cuda/attention_forward -c
     run_suite dev-attention-backward ./dev/cuda/attention_backward -c

@@ -4,8 +4,12 @@
 // one of B·T rows, decode attention against the flash forward), so the bound is on rel-L2 (2e-2, the order of the
 // BF16 reference bounds of test_gpt2cu) plus the same argmax wherever the top two logits are more than 0.1 apart.
 // A random-init model (L 2, C 128, 2 heads of 64, V 1000, max T 256), fresh random prompts and tokens. The steps
-// run as generate_gpt2cu runs them: the first plainly, then captured as a CUDA Graph and replayed. After each
-// step the GPU's greedy choice (gpt2_greedy_tokens) must be the argmax of the same logits read on the host.
+// run as a CUDA Graph after the first.
+// Then the loop on the GPU as generate_gpt2cu runs it (decode_loop_*: the token picker feeds the next step), greedy
+// and sampling (temperature, top-k, top-p), with and without the graph: every token must be the host sampler's
+// (llmc/sampler.h) on the logits the step left (the prefill's at the prompt's end for the first), for the same
+// coin — or, for a coin within 1e-5 of a CDF boundary, its neighbour (fp32 sums against double) — and the graph
+// and plain runs must give the same tokens.
 // BF16 builds only (the cache is bf16); FP32 builds print "skipped".
 #include <cmath>
 #include <cstdio>
@@ -13,6 +17,7 @@
 
 #include "llmc/gpt2_decode.cuh"
 #include "llmc/rand.h"
+#include "llmc/sampler.h"
 #include "tests/compare.h"
 
 int main() {
@@ -32,8 +37,6 @@ int main() {
     cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     m.stream = stream;
     DecodeGraph graph;
-    int* device_next;
-    cudaCheck(cudaMalloc(&device_next, B * sizeof(int)));
 
     Rng rng(42);
     std::vector<std::vector<int>> seq(B);
@@ -69,17 +72,6 @@ int main() {
         gpt2_decode_step_graph(&m, &cache, next, &graph);
         std::vector<std::vector<float>> got(B, std::vector<float>(c.padded_vocab_size));
         for (int b = 0; b < B; b++) gpt2_logits_to_host(&m, b, 0, got[b].data());
-        std::vector<int> greedy;
-        gpt2_greedy_tokens(&m, 0, device_next, &greedy);
-        for (int b = 0; b < B; b++) {
-            int host_arg = 0;
-            for (int i = 1; i < c.vocab_size; i++)
-                if (got[b][i] > got[b][host_arg]) host_arg = i;
-            if (greedy[b] != host_arg) {
-                if (failures < 10) printf("FAIL step %d sequence %d: GPU argmax %d, host %d\n", step, b, greedy[b], host_arg);
-                failures++;
-            }
-        }
         full_logits(&ref);
         for (int b = 0; b < B; b++) {
             const ErrorStats e = compare(got[b].data(), ref[b].data(), c.vocab_size);
@@ -100,13 +92,68 @@ int main() {
         }
     }
     decode_graph_free(&graph);
-    cudaCheck(cudaFree(device_next));
     kv_cache_free(&cache);
+
+    // ---- the loop on the GPU
+    const int new_tokens = 24;
+    int boundary = 0, picks = 0;
+    struct Mode { PickParams pick; bool graph; };
+    const std::vector<Mode> modes = {{{0.f, 0, 1.f}, true},  {{0.f, 0, 1.f}, false}, {{1.f, 0, 1.f}, true},
+                                     {{0.9f, 20, 0.9f}, true}, {{0.9f, 20, 0.9f}, false}};
+    std::vector<std::vector<int>> tokens_of_mode;
+    for (const Mode& mode : modes) {
+        for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
+        const int Tq = full_logits(&ref);
+        KVCache lc = kv_cache_allocate(&m, B, T);
+        kv_cache_fill(&m, &lc, Tq, prompt_len);
+        Rng coin_rng(7);
+        std::vector<float> coins((size_t)new_tokens * B);
+        for (float& x : coins) x = coin_rng.uniform();
+        DecodeLoop loop = decode_loop_begin(&m, &lc, mode.pick, coins, new_tokens, mode.graph);
+        std::vector<int> got;
+        for (int g = 0; g < new_tokens; g++) {
+            if (g > 0) decode_loop_step(&m, &lc, &loop);
+            cudaCheck(cudaStreamSynchronize(stream));
+            for (int b = 0; b < B; b++) {
+                std::vector<float> logits(c.padded_vocab_size);
+                gpt2_logits_to_host(&m, b, g == 0 ? prompt_len[b] - 1 : 0, logits.data());
+                const PickParams& p = mode.pick;
+                auto host = [&](float coin) { return sample_token(logits.data(), c.vocab_size, p.temperature, p.top_k, p.top_p, coin); };
+                const float coin = coins[(size_t)g * B + b];
+                const int tok = loop.tokens[(size_t)g * B + b];
+                got.push_back(tok);
+                picks++;
+                bool ok = tok == host(coin);
+                if (!ok && !p.greedy() && (tok == host(std::max(0.f, coin - 1e-5f)) || tok == host(std::min(0.99999994f, coin + 1e-5f))))
+                    ok = true, boundary++;
+                if (!ok) {
+                    if (failures < 10)
+                        printf("FAIL loop (T %.1f k %d p %.2f graph %d) token %d of sequence %d: GPU %d, host sampler %d\n",
+                               p.temperature, p.top_k, p.top_p, mode.graph, g, b, tok, host(coin));
+                    failures++;
+                }
+            }
+        }
+        tokens_of_mode.push_back(got);
+        decode_loop_free(&loop);
+        kv_cache_free(&lc);
+    }
+    const bool same_graph_plain = tokens_of_mode[0] == tokens_of_mode[1] && tokens_of_mode[3] == tokens_of_mode[4];
+    if (!same_graph_plain) {
+        printf("FAIL loop: the CUDA Graph and plain runs chose different tokens\n");
+        failures++;
+    }
+    if (boundary * 50 > picks) {
+        printf("FAIL loop: %d of %d picks on a CDF boundary\n", boundary, picks);
+        failures++;
+    }
     m.stream = 0;
     cudaCheck(cudaStreamDestroy(stream));
     gpt2_free(&m);
     printf("test_decode: %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 %.3e "
-           "(<= 2e-2), GPU greedy = host argmax: %s\n", steps, B, worst, failures ? "FAIL" : "PASS");
+           "(<= 2e-2); the loop on the GPU, %zu modes x %d tokens x %d sequences = the host sampler on the step's "
+           "logits (%d on a CDF boundary), graph = plain: %s\n", steps, B, worst, modes.size(), new_tokens, B,
+           boundary, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 #endif
 }
