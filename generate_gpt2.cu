@@ -143,12 +143,13 @@ int generate(const GenerateArgs& a, const char* program) {
         constexpr int kAhead = 4;
         cudaEvent_t done_ev[kAhead];
         for (cudaEvent_t& e : done_ev) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        DecodeLoop loop = decode_loop_create(cache, pick, coins, new_tokens, /*graph=*/true);
         auto t0 = Clock::now();
         gpt2_forward(&model, batch.data(), nullptr, B, T);  // the prefill
         std::vector<int> lengths(B);
         for (int b = 0; b < B; b++) lengths[b] = (int)seqs[b].prompt_len;
         kv_cache_fill(&model, &cache, T, lengths);
-        DecodeLoop loop = decode_loop_begin(&model, &cache, pick, coins, new_tokens, /*graph=*/true);
+        decode_loop_begin(&model, &cache, &loop);
         cudaCheck(cudaEventRecord(done_ev[0], stream));
         int launched = 1, consumed = 0;  // token rows 0..launched-1 are on their way; rows < consumed are emitted
         bool all_done = false;

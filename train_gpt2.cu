@@ -90,8 +90,8 @@ void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile
         KVCache cache = kv_cache_allocate(&model, 1, a.gen_tokens + 1);
         gpt2_forward(&model, &eot, nullptr, 1, 1);
         kv_cache_fill(&model, &cache, 1, {1});
-        DecodeLoop loop = decode_loop_begin(&model, &cache, PickParams{a.temperature, a.top_k, 1.f}, coins,
-                                            a.gen_tokens, /*graph=*/false);
+        DecodeLoop loop = decode_loop_create(cache, PickParams{a.temperature, a.top_k, 1.f}, coins, a.gen_tokens, false);
+        decode_loop_begin(&model, &cache, &loop);
         for (int t = 1; t < a.gen_tokens; t++) decode_loop_step(&model, &cache, &loop);
         cudaCheck(cudaStreamSynchronize(model.stream));
         ids.assign(loop.tokens, loop.tokens + a.gen_tokens);

@@ -14,7 +14,8 @@
 // or with the whole loop on the GPU (what generate_gpt2cu and train_gpt2cu's samples run): each step's kernels end
 // with the token picker (llmc/sampling.cuh: greedy or temperature/top-k/top-p with coins drawn up front), which
 // feeds the next step's input, so the host only launches steps and reads tokens from mapped memory, steps ahead:
-//   DecodeLoop loop = decode_loop_begin(m, &cache, pick, coins, max_new, /*graph=*/true);  // first token
+//   DecodeLoop loop = decode_loop_create(cache, pick, coins, max_new, /*graph=*/true);  // before the prefill
+//   decode_loop_begin(m, &cache, &loop);  // after the prefill and kv_cache_fill: the first token
 //   decode_loop_step(m, &cache, &loop);  ...  loop.tokens[g * B + b] once the step's work is done
 //   decode_loop_free(&loop);
 // The cache is (L, B, NH, max_T, HS) bf16 for K and for V: one head's keys are contiguous, as decode attention
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "attention_decode.cuh"
+#include "decode_matvec.cuh"
 #include "gpt2.cuh"
 #include "sampling.cuh"
 
@@ -37,6 +39,8 @@ struct KVCache {
     __nv_bfloat16* v = nullptr;
     int* len = nullptr;          // device: tokens in the cache per sequence
     void* workspace = nullptr;   // decode attention's partials
+    bool matvec = true;          // B <= kDecodeMaxRows: decode_matvec (LayerNorms and the cache append fused in);
+                                 // false: cuBLASLt and separate kernels, as for larger batches (tests set it)
     std::vector<int> host_len;
     size_t layer_elements() const { return (size_t)B * NH * max_T * HS; }
 };
@@ -162,6 +166,33 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
     gpt2_decode_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, s>>>(x, buf<int>(m, mem::Inputs), cache->len,
                                                                          param(m, WTE), param(m, WPE), B, C);
     cudaCheckLaunch();
+    if (cache->matvec && B <= kDecodeMaxRows) {  // per layer: 4 products + decode attention
+        const floatX* residual = x;
+        for (int l = 0; l < L; l++) {
+            __nv_bfloat16* k_cache = cache->k + l * cache->layer_elements();
+            __nv_bfloat16* v_cache = cache->v + l * cache->layer_elements();
+            DecodeMatvec qkv_mv{qkv, residual, param(m, LN1W, l), param(m, LN1B, l), param(m, QKVW, l), param(m, QKVB, l)};
+            qkv_mv.k_cache = k_cache, qkv_mv.v_cache = v_cache, qkv_mv.len = cache->len;
+            qkv_mv.NH = NH, qkv_mv.HS = HS, qkv_mv.max_T = cache->max_T, qkv_mv.B = B, qkv_mv.N = 3 * C, qkv_mv.K = C;
+            decode_matvec(qkv_mv, s);
+            cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS,
+                                       cache->workspace, s, (size_t)3 * C));
+            DecodeMatvec proj{residual2, atty, nullptr, nullptr, param(m, ATTPROJW, l), param(m, ATTPROJB, l), residual};
+            proj.B = B, proj.N = C, proj.K = C;
+            decode_matvec(proj, s);
+            DecodeMatvec fc{fch_gelu, residual2, param(m, LN2W, l), param(m, LN2B, l), param(m, FCW, l), param(m, FCB, l)};
+            fc.gelu = true, fc.B = B, fc.N = 4 * C, fc.K = C;
+            decode_matvec(fc, s);
+            DecodeMatvec fcproj{residual3, fch_gelu, nullptr, nullptr, param(m, FCPROJW, l), param(m, FCPROJB, l), residual2};
+            fcproj.B = B, fcproj.N = C, fcproj.K = 4 * C;
+            decode_matvec(fcproj, s);
+            residual = residual3;
+        }
+        DecodeMatvec logits{buf<floatX>(m, mem::Logits), residual, param(m, LNFW), param(m, LNFB), param(m, WTE)};
+        logits.B = B, logits.N = Vp, logits.K = C;
+        decode_matvec(logits, s);
+        return;
+    }
     layernorm_forward(ln, mean, rstd, x, param(m, LN1W), param(m, LN1B), B, C, s);
     const floatX* residual = x;
     for (int l = 0; l < L; l++) {
@@ -255,34 +286,44 @@ struct DecodeLoop {
     DecodeGraph step_graph;
 };
 
-// After the prefill (gpt2_forward over B x Tp) and kv_cache_fill: picks every sequence's first new token from the
-// prefill's logits at its last prompt position. coins: (max_new, B), sequence b's g-th coin at [g * B + b]
+// Allocations and the coins, before the timed work: coins (max_new, B), sequence b's g-th coin at [g * B + b]
 // (unused when greedy: may be empty). graph: steps replayed as a CUDA Graph (m->stream a created stream).
-inline DecodeLoop decode_loop_begin(GPT2* m, KVCache* cache, const PickParams& pick, const std::vector<float>& coins,
-                                    int max_new, bool graph) {
-    using namespace gpt2_detail;
-    const GPT2Config& c = m->config;
-    DecodeLoop loop;
-    loop.B = cache->B, loop.max_new = max_new, loop.graph = graph, loop.pick = pick;
-    const int B = cache->B;
-    if (!m->logits_valid || m->last_B != B || max_new < 1 ||
-        (!pick.greedy() && coins.size() != (size_t)max_new * B)) {
-        fprintf(stderr, "error: decode_loop_begin: needs the prefill's logits for %d sequences, max_new >= 1 (%d), "
-                        "and %d coins when sampling (%zu)\n", B, max_new, max_new * B, coins.size());
+inline DecodeLoop decode_loop_create(const KVCache& cache, const PickParams& pick, const std::vector<float>& coins,
+                                     int max_new, bool graph) {
+    const int B = cache.B;
+    if (max_new < 1 || (!pick.greedy() && coins.size() != (size_t)max_new * B)) {
+        fprintf(stderr, "error: decode_loop_create: max_new >= 1 (%d), and %d coins when sampling (%zu)\n", max_new,
+                max_new * B, coins.size());
         exit(EXIT_FAILURE);
     }
+    DecodeLoop loop;
+    loop.B = B, loop.max_new = max_new, loop.graph = graph, loop.pick = pick;
     cudaCheck(cudaMalloc(&loop.coins, (size_t)max_new * B * sizeof(float)));
     if (!coins.empty())
         cudaCheck(cudaMemcpy(loop.coins, coins.data(), coins.size() * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMalloc(&loop.prompt_len, B * sizeof(int)));
-    cudaCheck(cudaMemcpy(loop.prompt_len, cache->host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaHostAlloc(&loop.tokens, (size_t)max_new * B * sizeof(int), cudaHostAllocMapped));
     cudaCheck(cudaHostGetDevicePointer(&loop.tokens_device, loop.tokens, 0));
     for (size_t i = 0; i < (size_t)max_new * B; i++) loop.tokens[i] = -1;
-    pick_tokens(buf<floatX>(m, mem::Logits), c.padded_vocab_size, m->last_T, B, c.vocab_size, pick, loop.coins,
-                loop.prompt_len, cache->len, buf<int>(m, mem::Inputs), loop.tokens_device, max_new, m->stream);
-    for (int& n : cache->host_len) n++;
     return loop;
+}
+
+// After the prefill (gpt2_forward over B x Tp) and kv_cache_fill: picks every sequence's first new token from the
+// prefill's logits at its last prompt position.
+inline void decode_loop_begin(GPT2* m, KVCache* cache, DecodeLoop* loop) {
+    using namespace gpt2_detail;
+    const GPT2Config& c = m->config;
+    const int B = cache->B;
+    if (!m->logits_valid || m->last_B != B || loop->B != B) {
+        fprintf(stderr, "error: decode_loop_begin: needs the prefill's logits for the loop's %d sequences\n", loop->B);
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaMemcpyAsync(loop->prompt_len, cache->host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice,
+                              m->stream));
+    pick_tokens(buf<floatX>(m, mem::Logits), c.padded_vocab_size, m->last_T, B, c.vocab_size, loop->pick,
+                loop->coins, loop->prompt_len, cache->len, buf<int>(m, mem::Inputs), loop->tokens_device,
+                loop->max_new, m->stream);
+    for (int& n : cache->host_len) n++;
 }
 
 // One decode step for every sequence, its input the token the last pick chose; ends with the next pick.

@@ -1,0 +1,120 @@
+// Generation's products for a few rows (a decode step at B <= kDecodeMaxRows): out (B, N) = epilogue(in'·Wᵀ + bias)
+// with W (N, K) as the trainer stores it, where in' = LayerNorm(in) when LayerNorm weights are given (each block
+// normalises the B rows itself, so the LayerNorm is not a kernel of its own), and the epilogue is GELU, or a residual
+// add, or, for the QKV product, also the K and V columns written into the KV cache at the new position. cuBLASLt
+// needs the LayerNorm and the cache append as separate kernels; at batch 1 those launches cost as much as the
+// products. Values are rounded to floatX where the trainer's forward rounds them (the LayerNorm output, the product
+// + bias before a residual add), so a decode step computes what the forward computes, up to summation order.
+// One warp per output column at a time: the column's K weights are read once as 16-byte vectors and dotted with
+// the B rows held in shared memory as fp32; bound by reading W (the weight-bandwidth floor of a decode step).
+#pragma once
+
+#include "cuda_common.h"
+#include "gelu.cuh"
+#include "gpt2_config.h"
+
+constexpr int kDecodeMaxRows = 8;
+
+struct DecodeMatvec {
+    floatX* out;                 // (B, N)
+    const floatX* in;            // (B, K)
+    const floatX* ln_w = nullptr, *ln_b = nullptr;  // LayerNorm of `in` first, when given
+    const floatX* W;             // (N, K)
+    const floatX* bias = nullptr;
+    const floatX* residual = nullptr;  // (B, N): out = residual + (product + bias)
+    bool gelu = false;                 // out = gelu(product + bias)
+    // the QKV product: columns [C, 2C) and [2C, 3C) also into k_cache / v_cache (B, NH, max_T, HS) at len[b] - 1
+    floatX* k_cache = nullptr, *v_cache = nullptr;
+    const int* len = nullptr;
+    int NH = 0, HS = 0, max_T = 0;
+    int B = 1, N = 0, K = 0;
+};
+
+namespace decode_matvec_detail {
+
+constexpr int kWarps = 8;
+
+__global__ void __launch_bounds__(kWarps * 32) matvec_kernel(const DecodeMatvec a) {
+    extern __shared__ float xs[];  // (B, K) fp32
+    const int B = a.B, K = a.K, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int i = threadIdx.x; i < B * K / 8; i += blockDim.x) {
+        const Packed128<floatX> v = load128(a.in + (size_t)i * 8);
+#pragma unroll
+        for (int j = 0; j < 8; j++) xs[i * 8 + j] = to_float(v[j]);
+    }
+    __syncthreads();
+    if (a.ln_w && warp < B) {  // warp r normalises row r, as layernorm_forward_kernel does (two passes, fp32)
+        float* x = xs + (size_t)warp * K;
+        float sum = 0.f;
+        for (int k = lane; k < K; k += 32) sum += x[k];
+        const float m = warp_reduce_sum(sum) / K;
+        float var = 0.f;
+        for (int k = lane; k < K; k += 32) var += (x[k] - m) * (x[k] - m);
+        const float s = rsqrtf(warp_reduce_sum(var) / K + (float)kLayerNormEps);
+        for (int k = lane; k < K; k += 32)
+            x[k] = to_float(from_float<floatX>((x[k] - m) * s * to_float(a.ln_w[k]) + to_float(a.ln_b[k])));
+    }
+    if (a.ln_w) __syncthreads();
+
+    const int C = a.NH * a.HS;
+    for (int n = blockIdx.x * kWarps + warp; n < a.N; n += gridDim.x * kWarps) {
+        float acc[kDecodeMaxRows];
+#pragma unroll
+        for (int r = 0; r < kDecodeMaxRows; r++) acc[r] = 0.f;
+        const floatX* w = a.W + (size_t)n * K;
+        for (int k = lane * 8; k < K; k += 32 * 8) {
+            const Packed128<floatX> wv = load128cs(w + k);  // read once: do not keep in L1
+#pragma unroll
+            for (int r = 0; r < kDecodeMaxRows; r++) {
+                if (r < B) {
+                    const float4 x0 = *reinterpret_cast<const float4*>(xs + (size_t)r * K + k);
+                    const float4 x1 = *reinterpret_cast<const float4*>(xs + (size_t)r * K + k + 4);
+                    acc[r] += to_float(wv[0]) * x0.x + to_float(wv[1]) * x0.y + to_float(wv[2]) * x0.z +
+                              to_float(wv[3]) * x0.w + to_float(wv[4]) * x1.x + to_float(wv[5]) * x1.y +
+                              to_float(wv[6]) * x1.z + to_float(wv[7]) * x1.w;
+                }
+            }
+        }
+        float mine = 0.f;  // lane r keeps row r's sum
+#pragma unroll
+        for (int r = 0; r < kDecodeMaxRows; r++) {
+            if (r < B) {
+                const float total = warp_reduce_sum(acc[r]);
+                if (lane == r) mine = total;
+            }
+        }
+        if (lane < B) {
+            const int r = lane;
+            float y = mine + (a.bias ? to_float(a.bias[n]) : 0.f);
+            if (a.gelu) y = gelu_value(y);
+            if (a.residual) y = to_float(from_float<floatX>(y)) + to_float(a.residual[(size_t)r * a.N + n]);
+            const floatX o = from_float<floatX>(y);
+            a.out[(size_t)r * a.N + n] = o;
+            if (a.k_cache && n >= C) {
+                const int c = n % C, h = c / a.HS, d = c % a.HS;
+                floatX* cache = n < 2 * C ? a.k_cache : a.v_cache;
+                cache[(((size_t)r * a.NH + h) * a.max_T + a.len[r] - 1) * a.HS + d] = o;
+            }
+        }
+    }
+}
+
+}  // namespace decode_matvec_detail
+
+inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
+    using namespace decode_matvec_detail;
+    const size_t smem = (size_t)a.B * a.K * sizeof(float);
+    if (a.B < 1 || a.B > kDecodeMaxRows || a.K % 8 != 0 || (a.k_cache && (a.len == nullptr || a.N != 3 * a.NH * a.HS))) {
+        fprintf(stderr, "error: decode_matvec: B %d (1..%d), K %d (a multiple of 8), N %d\n", a.B, kDecodeMaxRows,
+                a.K, a.N);
+        exit(EXIT_FAILURE);
+    }
+    static size_t smem_set = 0;  // the opt-in above 48 KiB, once per size reached
+    if (smem > 48 * 1024 && smem > smem_set) {
+        cudaCheck(cudaFuncSetAttribute(matvec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = smem;
+    }
+    const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * 4);
+    matvec_kernel<<<blocks, kWarps * 32, smem, stream>>>(a);
+    cudaCheckLaunch();
+}
