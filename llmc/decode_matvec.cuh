@@ -1,12 +1,14 @@
-// Generation's products for a few rows (a decode step at B <= kDecodeMaxRows): out (B, N) = epilogue(in'·Wᵀ + bias)
+// Generation's products for the few rows of a decode step: out (B, N) = epilogue(in'·Wᵀ + bias)
 // with W (N, K) as the trainer stores it, where in' = LayerNorm(in) when LayerNorm weights are given (each block
 // normalises the B rows itself, so the LayerNorm is not a kernel of its own), and the epilogue is GELU, or a residual
 // add, or, for the QKV product, also the K and V columns written into the KV cache at the new position. cuBLASLt
 // needs the LayerNorm and the cache append as separate kernels; at batch 1 those launches cost as much as the
 // products. Values are rounded to floatX where the trainer's forward rounds them (the LayerNorm output, the product
 // + bias before a residual add), so a decode step computes what the forward computes, up to summation order.
-// One warp per output column at a time: the column's K weights are read once as 16-byte vectors and dotted with
-// the B rows held in shared memory as fp32; bound by reading W (the weight-bandwidth floor of a decode step).
+// One warp per output column at a time: the column's K weights are read as 16-byte vectors and dotted with up to
+// kDecodeMaxRows rows held in shared memory as fp32; blocks with blockIdx.y = g take rows [g·rows, (g+1)·rows), so
+// a larger batch reads W once from memory and again from L2 per group. Bound by reading W (the weight-bandwidth
+// floor of a decode step) at small batches.
 #pragma once
 
 #include "cuda_common.h"
@@ -28,6 +30,7 @@ struct DecodeMatvec {
     const int* len = nullptr;
     int NH = 0, HS = 0, max_T = 0;
     int B = 1, N = 0, K = 0;
+    int rows = kDecodeMaxRows;  // rows per block (a group); tests lower it to exercise several groups
 };
 
 namespace decode_matvec_detail {
@@ -35,10 +38,22 @@ namespace decode_matvec_detail {
 constexpr int kWarps = 8;
 
 __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(const DecodeMatvec a) {
-    extern __shared__ float xs[];  // (B, K) fp32
-    const int B = a.B, K = a.K, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    extern __shared__ float xs[];  // (rows of this group, K) fp32
+    const int row0 = blockIdx.y * a.rows, B = min(a.rows, a.B - row0), K = a.K;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#if __CUDA_ARCH__ >= 900
+    // Launched as a programmatic dependent of the previous kernel (Hopper): the weights of this warp's first two
+    // columns, which do not depend on it, are fetched into L2 while it finishes (not all: the classifier's 77 MB
+    // would evict each other); then wait for it, and let the next kernel start early.
+    if (blockIdx.y == 0)
+        for (int n = blockIdx.x * kWarps + warp, i = 0; n < a.N && i < 2; n += gridDim.x * kWarps, i++)
+            for (int k = lane * 64; k < K; k += 32 * 64)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(a.W + (size_t)n * K + k));
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     for (int i = threadIdx.x; i < B * K / 8; i += blockDim.x) {
-        const Packed128<floatX> v = load128(a.in + (size_t)i * 8);
+        const Packed128<floatX> v = load128(a.in + (size_t)row0 * K + (size_t)i * 8);
 #pragma unroll
         for (int j = 0; j < 8; j++) xs[i * 8 + j] = to_float(v[j]);
     }
@@ -84,7 +99,7 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(const DecodeMatvec 
             }
         }
         if (lane < B) {
-            const int r = lane;
+            const int r = row0 + lane;
             float y = mine + (a.bias ? to_float(a.bias[n]) : 0.f);
             if (a.gelu) y = gelu_value(y);
             if (a.residual) y = to_float(from_float<floatX>(y)) + to_float(a.residual[(size_t)r * a.N + n]);
@@ -103,10 +118,12 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(const DecodeMatvec 
 
 inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
     using namespace decode_matvec_detail;
-    const size_t smem = (size_t)a.B * a.K * sizeof(float);
-    if (a.B < 1 || a.B > kDecodeMaxRows || a.K % 8 != 0 || (a.k_cache && (a.len == nullptr || a.N != 3 * a.NH * a.HS))) {
-        fprintf(stderr, "error: decode_matvec: B %d (1..%d), K %d (a multiple of 8), N %d\n", a.B, kDecodeMaxRows,
-                a.K, a.N);
+    const int rows = std::min(a.rows, a.B);
+    const size_t smem = (size_t)rows * a.K * sizeof(float);
+    if (a.B < 1 || a.rows < 1 || a.rows > kDecodeMaxRows || a.K % 8 != 0 ||
+        (a.k_cache && (a.len == nullptr || a.N != 3 * a.NH * a.HS))) {
+        fprintf(stderr, "error: decode_matvec: B %d, rows per block %d (1..%d), K %d (a multiple of 8), N %d\n", a.B,
+                a.rows, kDecodeMaxRows, a.K, a.N);
         exit(EXIT_FAILURE);
     }
     static size_t smem_set = 0;  // the opt-in above 48 KiB, once per size reached
@@ -115,6 +132,15 @@ inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
         smem_set = smem;
     }
     const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * 4);
-    matvec_kernel<<<blocks, kWarps * 32, smem, stream>>>(a);
-    cudaCheckLaunch();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks, (a.B + rows - 1) / rows);
+    config.blockDim = dim3(kWarps * 32);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute pdl[1];
+    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see the kernel's griddepcontrol
+    pdl[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = pdl;
+    config.numAttrs = device_info().prop.major >= 9 ? 1 : 0;
+    cudaCheck(cudaLaunchKernelEx(&config, matvec_kernel, a));
 }

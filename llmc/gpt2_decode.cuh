@@ -33,14 +33,19 @@
 
 #if !defined(ENABLE_FP32)
 
+// Batches up to this run the layers' products as decode_matvec (the classifier too up to kDecodeMaxRows; above,
+// cuBLASLt, whose one pass over the 77 MB of wte beats a pass per group of rows).
+constexpr int kDecodeMatvecMaxB = 64;
+
 struct KVCache {
     int B = 0, max_T = 0, L = 0, NH = 0, HS = 0;
     __nv_bfloat16* k = nullptr;  // (L, B, NH, max_T, HS)
     __nv_bfloat16* v = nullptr;
     int* len = nullptr;          // device: tokens in the cache per sequence
     void* workspace = nullptr;   // decode attention's partials
-    bool matvec = true;          // B <= kDecodeMaxRows: decode_matvec (LayerNorms and the cache append fused in);
-                                 // false: cuBLASLt and separate kernels, as for larger batches (tests set it)
+    bool matvec = true;          // B <= kDecodeMatvecMaxB: decode_matvec (LayerNorms and the cache append fused
+                                 // in); false: cuBLASLt and separate kernels, as for larger batches (tests set it)
+    int matvec_rows = kDecodeMaxRows;  // rows per decode_matvec block (tests lower it)
     std::vector<int> host_len;
     size_t layer_elements() const { return (size_t)B * NH * max_T * HS; }
 };
@@ -166,7 +171,7 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
     gpt2_decode_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, s>>>(x, buf<int>(m, mem::Inputs), cache->len,
                                                                          param(m, WTE), param(m, WPE), B, C);
     cudaCheckLaunch();
-    if (cache->matvec && B <= kDecodeMaxRows) {  // per layer: 4 products + decode attention
+    if (cache->matvec && B <= kDecodeMatvecMaxB) {  // per layer: 4 products + decode attention
         const floatX* residual = x;
         for (int l = 0; l < L; l++) {
             __nv_bfloat16* k_cache = cache->k + l * cache->layer_elements();
@@ -174,23 +179,30 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
             DecodeMatvec qkv_mv{qkv, residual, param(m, LN1W, l), param(m, LN1B, l), param(m, QKVW, l), param(m, QKVB, l)};
             qkv_mv.k_cache = k_cache, qkv_mv.v_cache = v_cache, qkv_mv.len = cache->len;
             qkv_mv.NH = NH, qkv_mv.HS = HS, qkv_mv.max_T = cache->max_T, qkv_mv.B = B, qkv_mv.N = 3 * C, qkv_mv.K = C;
+            qkv_mv.rows = cache->matvec_rows;
             decode_matvec(qkv_mv, s);
             cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS,
                                        cache->workspace, s, (size_t)3 * C));
             DecodeMatvec proj{residual2, atty, nullptr, nullptr, param(m, ATTPROJW, l), param(m, ATTPROJB, l), residual};
-            proj.B = B, proj.N = C, proj.K = C;
+            proj.B = B, proj.N = C, proj.K = C, proj.rows = cache->matvec_rows;
             decode_matvec(proj, s);
             DecodeMatvec fc{fch_gelu, residual2, param(m, LN2W, l), param(m, LN2B, l), param(m, FCW, l), param(m, FCB, l)};
-            fc.gelu = true, fc.B = B, fc.N = 4 * C, fc.K = C;
+            fc.gelu = true, fc.B = B, fc.N = 4 * C, fc.K = C, fc.rows = cache->matvec_rows;
             decode_matvec(fc, s);
             DecodeMatvec fcproj{residual3, fch_gelu, nullptr, nullptr, param(m, FCPROJW, l), param(m, FCPROJB, l), residual2};
-            fcproj.B = B, fcproj.N = C, fcproj.K = 4 * C;
+            fcproj.B = B, fcproj.N = C, fcproj.K = 4 * C, fcproj.rows = cache->matvec_rows;
             decode_matvec(fcproj, s);
             residual = residual3;
         }
-        DecodeMatvec logits{buf<floatX>(m, mem::Logits), residual, param(m, LNFW), param(m, LNFB), param(m, WTE)};
-        logits.B = B, logits.N = Vp, logits.K = C;
-        decode_matvec(logits, s);
+        if (B <= cache->matvec_rows) {
+            DecodeMatvec logits{buf<floatX>(m, mem::Logits), residual, param(m, LNFW), param(m, LNFB), param(m, WTE)};
+            logits.B = B, logits.N = Vp, logits.K = C, logits.rows = cache->matvec_rows;
+            decode_matvec(logits, s);
+        } else {
+            layernorm_forward(buf<floatX>(m, mem::Lnf), mean, rstd, residual, param(m, LNFW), param(m, LNFB), B, C, s);
+            matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp,
+                           nullptr, false, s);
+        }
         return;
     }
     layernorm_forward(ln, mean, rstd, x, param(m, LN1W), param(m, LN1B), B, C, s);
