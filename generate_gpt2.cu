@@ -17,6 +17,7 @@
 // same, the rounding may not be).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -131,6 +132,7 @@ int generate(const GenerateArgs& a, const char* program) {
 #if !defined(ENABLE_FP32)
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
+        cache.matvec = getenv("LLMC_DECODE_CUBLAS") == nullptr;  // =1: the layers' products by cuBLASLt (comparison)
         // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
         std::vector<float> coins;
         const PickParams pick{a.temperature, a.top_k, a.top_p};
