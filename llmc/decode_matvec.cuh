@@ -141,6 +141,7 @@ inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
     pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see the kernel's griddepcontrol
     pdl[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = pdl;
-    config.numAttrs = device_info().prop.major >= 9 ? 1 : 0;
+    static const bool pdl_off = getenv("LLMC_DECODE_NO_PDL") != nullptr;  // EXPERIMENT knob: measure PDL's worth
+    config.numAttrs = device_info().prop.major >= 9 && !pdl_off ? 1 : 0;
     cudaCheck(cudaLaunchKernelEx(&config, matvec_kernel, a));
 }
