@@ -36,22 +36,26 @@ struct DecodeMatvec {
 namespace decode_matvec_detail {
 
 constexpr int kWarps = 8;
+constexpr int kPrefetch = 12;  // 16-byte weight vectors per lane held in registers: a whole column up to K = 3072
 
-__global__ void __launch_bounds__(kWarps * 32) matvec_kernel(const DecodeMatvec a) {
+// kRows: the most rows a block holds (a.rows rounded up to 1, 2, 4 or 8), so registers scale with the batch
+template <int kRows>
+__global__ void __launch_bounds__(kWarps * 32, 2) matvec_kernel(const DecodeMatvec a) {
     extern __shared__ float xs[];  // (rows of this group, K) fp32
     const int row0 = blockIdx.y * a.rows, B = min(a.rows, a.B - row0), K = a.K;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#if __CUDA_ARCH__ >= 900
-    // Launched as a programmatic dependent of the previous kernel (Hopper): the weights of this warp's first two
-    // columns, which do not depend on it, are fetched into L2 while it finishes (not all: the classifier's 77 MB
-    // would evict each other); then wait for it, and let the next kernel start early.
-    if (blockIdx.y == 0)
-        for (int n = blockIdx.x * kWarps + warp, i = 0; n < a.N && i < 2; n += gridDim.x * kWarps, i++)
-            for (int k = lane * 64; k < K; k += 32 * 64)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(a.W + (size_t)n * K + k));
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
+    // The weights of this warp's first column are loaded before the inputs are staged and normalised (they do
+    // not depend on them): the weight fetch overlaps the prologue instead of following it.
+    const int stride = gridDim.x * kWarps;
+    int n = blockIdx.x * kWarps + warp;
+    Packed128<floatX> wreg[kPrefetch];
+    auto load_column = [&](int col) {
+        const floatX* w = a.W + (size_t)col * K;
+#pragma unroll
+        for (int v = 0; v < kPrefetch; v++)
+            if ((lane + 32 * v) * 8 < K) wreg[v] = load128cs(w + (lane + 32 * v) * 8);  // read once: not kept in L1
+    };
+    if (n < a.N) load_column(n);
     for (int i = threadIdx.x; i < B * K / 8; i += blockDim.x) {
         const Packed128<floatX> v = load128(a.in + (size_t)row0 * K + (size_t)i * 8);
 #pragma unroll
@@ -72,15 +76,13 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(const DecodeMatvec 
     if (a.ln_w) __syncthreads();
 
     const int C = a.NH * a.HS;
-    for (int n = blockIdx.x * kWarps + warp; n < a.N; n += gridDim.x * kWarps) {
-        float acc[kDecodeMaxRows];
+    for (; n < a.N; n += stride) {
+        float acc[kRows];
 #pragma unroll
-        for (int r = 0; r < kDecodeMaxRows; r++) acc[r] = 0.f;
-        const floatX* w = a.W + (size_t)n * K;
-        for (int k = lane * 8; k < K; k += 32 * 8) {
-            const Packed128<floatX> wv = load128cs(w + k);  // read once: do not keep in L1
+        for (int r = 0; r < kRows; r++) acc[r] = 0.f;
+        auto fma_vector = [&](const Packed128<floatX>& wv, int k) {
 #pragma unroll
-            for (int r = 0; r < kDecodeMaxRows; r++) {
+            for (int r = 0; r < kRows; r++) {
                 if (r < B) {
                     const float4 x0 = *reinterpret_cast<const float4*>(xs + (size_t)r * K + k);
                     const float4 x1 = *reinterpret_cast<const float4*>(xs + (size_t)r * K + k + 4);
@@ -89,10 +91,15 @@ __global__ void __launch_bounds__(kWarps * 32) matvec_kernel(const DecodeMatvec 
                               to_float(wv[6]) * x1.z + to_float(wv[7]) * x1.w;
                 }
             }
-        }
+        };
+#pragma unroll
+        for (int v = 0; v < kPrefetch; v++)
+            if ((lane + 32 * v) * 8 < K) fma_vector(wreg[v], (lane + 32 * v) * 8);
+        for (int k = (lane + 32 * kPrefetch) * 8; k < K; k += 32 * 8) fma_vector(load128cs(a.W + (size_t)n * K + k), k);
+        if (n + stride < a.N) load_column(n + stride);  // in flight during this column's reduction and stores
         float mine = 0.f;  // lane r keeps row r's sum
 #pragma unroll
-        for (int r = 0; r < kDecodeMaxRows; r++) {
+        for (int r = 0; r < kRows; r++) {
             if (r < B) {
                 const float total = warp_reduce_sum(acc[r]);
                 if (lane == r) mine = total;
@@ -126,22 +133,11 @@ inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
                 a.rows, kDecodeMaxRows, a.K, a.N);
         exit(EXIT_FAILURE);
     }
-    static size_t smem_set = 0;  // the opt-in above 48 KiB, once per size reached
-    if (smem > 48 * 1024 && smem > smem_set) {
-        cudaCheck(cudaFuncSetAttribute(matvec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = smem;
-    }
-    const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * 4);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks, (a.B + rows - 1) / rows);
-    config.blockDim = dim3(kWarps * 32);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute pdl[1];
-    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see the kernel's griddepcontrol
-    pdl[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = pdl;
-    static const bool pdl_off = getenv("LLMC_DECODE_NO_PDL") != nullptr;  // EXPERIMENT knob: measure PDL's worth
-    config.numAttrs = device_info().prop.major >= 9 && !pdl_off ? 1 : 0;
-    cudaCheck(cudaLaunchKernelEx(&config, matvec_kernel, a));
+    auto kernel = rows == 1 ? matvec_kernel<1> : rows == 2 ? matvec_kernel<2> : rows <= 4 ? matvec_kernel<4>
+                                                                                          : matvec_kernel<8>;
+    if (smem > 48 * 1024)  // the opt-in above 48 KiB (not a stream operation: fine inside a graph capture)
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * 2);  // resident at once (128 regs)
+    kernel<<<dim3(blocks, (a.B + rows - 1) / rows), kWarps * 32, smem, stream>>>(a);
+    cudaCheckLaunch();
 }
