@@ -33,9 +33,11 @@
 
 #if !defined(ENABLE_FP32)
 
-// Batches up to this run the products as decode_matvec; larger ones by cuBLASLt (tensor cores: at batch 64,
-// decode_matvec in 8 row groups is compute-bound on fp32 FMAs, 2.63 vs 0.64 ms per d12 step on an H200).
-constexpr int kDecodeMatvecMaxB = kDecodeMaxRows;
+// Batches up to this run the products as decode_matvec; larger ones by cuBLASLt with the LayerNorm and cache-append
+// kernels. Measured per d12 step on an H200 (generate_gpt2cu, prompt 64, 256 new): B 1 0.408–0.420 vs 0.465 ms,
+// B 2 0.441–0.469 vs 0.469, B 4 0.53–0.59 vs 0.47, B 8 0.72–0.87 vs 0.48, B 64 (8 row groups) 2.63 vs 0.64: the
+// fp32 FMAs of several rows cost more than the kernels they save.
+constexpr int kDecodeMatvecMaxB = 2;
 
 struct KVCache {
     int B = 0, max_T = 0, L = 0, NH = 0, HS = 0;
