@@ -5,12 +5,13 @@
 // GPT-2 BPE (--vocab-dir, default data/cache/gpt2 from `make data`). One prompt streams its text as it is made;
 // several print one block each at the end. Then: prefill time, decode ms/token and tokens/s.
 //
-// BF16 builds: the prompts are prefilled with the trainer's forward, their K and V kept in a KV cache
+// The prompts are prefilled with the trainer's forward, their K and V kept in a KV cache (bf16 or fp32 as the build)
 // (llmc/gpt2_decode.cuh), then each new token is one decode step (decode attention over the cache, the classifier
 // on that position only, then the token picker: greedy, temperature, top-k, top-p on the GPU, llmc/sampling.cuh),
 // its ~100 kernels replayed as one CUDA Graph; the picked token is the next step's input, so the host only launches
-// steps, up to 4 ahead, and reads the tokens from mapped memory. FP32 builds (no bf16 cache) recompute the batch's
-// whole sequence for every token with the trainer's forward and sample on the host (llmc/sampler.h, the same rule).
+// steps, up to 4 ahead, and reads the tokens from mapped memory. A model whose head size decode attention does not
+// handle (not 64 or 128) recomputes the batch's whole sequence per token and samples on the host (llmc/sampler.h,
+// the same rule).
 // Everything the user gives is checked before the GPU is touched (one line each); each prompt has its own random
 // stream seeded by -seed alone, so the same seed gives the same text, and a prompt the same text alone or in a batch
 // up to near-ties (the GEMMs' shapes change with the batch, so cuBLASLt may pick other kernels: the math is the
@@ -80,11 +81,7 @@ int generate(const GenerateArgs& a, const char* program) {
     if (!note.empty()) fprintf(stderr, "note: %s\n", note.c_str());
     model.use_master_weights = false;  // inference: no fp32 master copy (gradients and AdamW state are still
                                        // allocated by the trainer's memory plan)
-#if !defined(ENABLE_FP32)
-    const bool cached = is_flash(backend);  // the cache's decode attention is the flash path's (HS 64 or 128)
-#else
-    const bool cached = false;
-#endif
+    const bool cached = kv_cache_supported(c);  // decode attention's head sizes (64 or 128: every GPT-2 size)
     // recompute: one length for every forward (a multiple of 64 where the context allows: the GEMM plans are built
     // once); positions past a sequence's end hold <|endoftext|> and cannot change earlier logits (causal attention).
     // cached: the forward is the prefill only.
@@ -129,7 +126,6 @@ int generate(const GenerateArgs& a, const char* program) {
     cudaCheck(cudaStreamSynchronize(stream));
     double prefill_ms = 0, decode_ms = 0;
     int decode_steps = 0;
-#if !defined(ENABLE_FP32)
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
         cache.matvec = getenv("LLMC_DECODE_CUBLAS") == nullptr;  // =1: the layers' products by cuBLASLt (comparison)
@@ -184,7 +180,6 @@ int generate(const GenerateArgs& a, const char* program) {
         decode_loop_free(&loop);
         kv_cache_free(&cache);
     }
-#endif
     for (int step = 0; !cached && step < new_tokens; step++) {
         bool any = false;
         for (int b = 0; b < B; b++) {

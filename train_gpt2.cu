@@ -76,17 +76,16 @@ float evaluate(GPT2& model, DataLoader& val, int max_batches, int B, int T, Mult
 }
 
 // Generates gen_tokens after <|endoftext|> and prints them, one coin per token from the sampler's stream (saved in
-// checkpoints). BF16 builds with a flash backend run generation's path (llmc/gpt2_decode.cuh: a KV cache, decode
-// steps, the token picker on the GPU); otherwise batch 1 at one fixed length Tg (a multiple of 64, so the matmul
-// plans are built once) is recomputed per token (causal attention: the filler after position t cannot affect the
+// checkpoints). Models with head size 64 or 128 (every GPT-2 size) run generation's path (llmc/gpt2_decode.cuh: a
+// KV cache, decode steps, the token picker on the GPU); otherwise batch 1 at one fixed length Tg (a multiple of 64,
+// so the matmul plans are built once) is recomputed per token (causal attention: the filler after position t cannot affect the
 // logits at t) and the host sampler picks, by the same rule.
 void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile* tok, int eot) {
     const GPT2Config& c = model.config;
     std::vector<float> coins((size_t)a.gen_tokens);
     for (float& coin : coins) coin = rng.uniform();
     std::vector<int> ids;
-#if !defined(ENABLE_FP32)
-    if (is_flash(model.backend)) {
+    if (kv_cache_supported(c)) {
         KVCache cache = kv_cache_allocate(&model, 1, a.gen_tokens + 1);
         gpt2_forward(&model, &eot, nullptr, 1, 1);
         kv_cache_fill(&model, &cache, 1, {1});
@@ -98,7 +97,6 @@ void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile
         decode_loop_free(&loop);
         kv_cache_free(&cache);
     }
-#endif
     if (ids.empty()) {
         const int Tg = std::min(a.T, (a.gen_tokens + 1 + 63) / 64 * 64);  // > gen_tokens, since gen_tokens < T
         std::vector<int> tokens((size_t)Tg, eot);

@@ -5,10 +5,10 @@
 // Validated against fp64 by dev/cuda/attention_decode -c (in make test on GPU machines) and, inside the decode
 // step, by tests/test_decode.
 //
-// Layouts: q (B, NH, HS) bf16 with batches q_stride elements apart (NH·HS packed; 3·NH·HS read straight from the
-// QKV projection's rows), the new token's queries; k_cache, v_cache (B, NH, max_T, HS) bf16, positions
-// 0 .. len[b]-1 valid (the new token's K and V already written at len[b]-1); out (B, NH·HS) bf16, as the
-// attention projection reads it. Scale 1/sqrt(HS). Decode is bound by reading the cache, so each warp reads whole
+// Layouts: q (B, NH, HS) with batches q_stride elements apart (NH·HS packed; 3·NH·HS read straight from the
+// QKV projection's rows), the new token's queries; k_cache, v_cache (B, NH, max_T, HS), positions
+// 0 .. len[b]-1 valid (the new token's K and V already written at len[b]-1); out (B, NH·HS), as the attention
+// projection reads it. All bf16 (BF16 builds) or all fp32 (FP32 builds: T = float). Scale 1/sqrt(HS). Decode is bound by reading the cache, so each warp reads whole
 // 64- or 128-element K and V rows (each lane 2 or 4 consecutive bf16 in one load: 128 or 256 contiguous bytes per
 // row), 8 keys' rows at once, and keeps its own online softmax; the four warps of a block merge in shared memory.
 // Precondition: every len[b] >= 1 (the new token is in the cache).
@@ -29,7 +29,18 @@ constexpr int kChunk = 64;  // keys per block: many blocks even at batch 1 (d12,
 template <int HS>
 constexpr int kGroup = HS == 64 ? 8 : 4;
 
-// This lane's kPer consecutive elements of a bf16 row as floats, in one 4- or 8-byte load.
+// This lane's kPer consecutive elements of a row as floats, in one load (4 or 8 bytes of bf16, 8 or 16 of fp32).
+template <int kPer>
+__device__ __forceinline__ void load_elements(const float* p, float (&out)[kPer]) {
+    static_assert(kPer == 2 || kPer == 4, "HS 64 or 128");
+    if constexpr (kPer == 2) {
+        const float2 f = *reinterpret_cast<const float2*>(p);
+        out[0] = f.x, out[1] = f.y;
+    } else {
+        const float4 f = *reinterpret_cast<const float4*>(p);
+        out[0] = f.x, out[1] = f.y, out[2] = f.z, out[3] = f.w;
+    }
+}
 template <int kPer>
 __device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&out)[kPer]) {
     static_assert(kPer == 2 || kPer == 4, "HS 64 or 128");
@@ -44,10 +55,10 @@ __device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&ou
 }
 
 // Partials of one chunk: m (max of the scaled scores, log2 domain), l (sum of exp2), o (unnormalised output).
-template <int HS>
+template <int HS, typename T>
 __global__ void __launch_bounds__(kWarps * 32)
-    partial_kernel(float* __restrict__ part_o, float* __restrict__ part_ml, const __nv_bfloat16* __restrict__ q,
-                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+    partial_kernel(float* __restrict__ part_o, float* __restrict__ part_ml, const T* __restrict__ q,
+                   const T* __restrict__ k_cache, const T* __restrict__ v_cache,
                    const int* __restrict__ len, int NH, int max_T, int num_chunks, size_t q_stride) {
     constexpr int kPer = HS / 32;  // elements per lane: 2 (HS 64) or 4 (HS 128), consecutive
     const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
@@ -60,12 +71,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     float qv[kPer], o[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; i++) {
-        qv[i] = __bfloat162float(q[b * q_stride + (size_t)(bh % NH) * HS + lane * kPer + i]) * scale_log2;
+        qv[i] = to_float(q[b * q_stride + (size_t)(bh % NH) * HS + lane * kPer + i]) * scale_log2;
         o[i] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    const __nv_bfloat16* k_base = k_cache + (size_t)bh * max_T * HS + lane * kPer;
-    const __nv_bfloat16* v_base = v_cache + (size_t)bh * max_T * HS + lane * kPer;
+    const T* k_base = k_cache + (size_t)bh * max_T * HS + lane * kPer;
+    const T* v_base = v_cache + (size_t)bh * max_T * HS + lane * kPer;
     for (int k0 = k_begin + warp * kGroup<HS>; k0 < k_end; k0 += kWarps * kGroup<HS>) {
         float s[kGroup<HS>], kv[kGroup<HS>][kPer], vv[kGroup<HS>][kPer];
 #pragma unroll
@@ -133,8 +144,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // out (b, h) = Σ_chunks o·2^(m − M) / Σ_chunks l·2^(m − M), over the chunks that hold keys. A warp per (b, h).
-template <int HS>
-__global__ void combine_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ part_o,
+template <int HS, typename T>
+__global__ void combine_kernel(T* __restrict__ out, const float* __restrict__ part_o,
                                const float* __restrict__ part_ml, const int* __restrict__ len, int B, int NH,
                                int num_chunks) {
     constexpr int kPer = HS / 32;
@@ -153,7 +164,7 @@ __global__ void combine_kernel(__nv_bfloat16* __restrict__ out, const float* __r
     }
     const float inv = 1.f / L;
 #pragma unroll
-    for (int i = 0; i < kPer; i++) out[(size_t)bh * HS + lane * kPer + i] = __float2bfloat16(O[i] * inv);
+    for (int i = 0; i < kPer; i++) out[(size_t)bh * HS + lane * kPer + i] = from_float<T>(O[i] * inv);
 }
 
 }  // namespace decode_attention
@@ -166,8 +177,8 @@ inline size_t attention_decode_workspace_bytes(int B, int NH, int max_T, int HS)
 
 // len: device array of B lengths (>= 1, <= max_T). workspace: attention_decode_workspace_bytes. HS 64 or 128.
 // q_stride: elements between consecutive sequences' queries (0: NH·HS, packed).
-inline cudaError_t attention_decode(__nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                                    const __nv_bfloat16* v_cache, const int* len, int B, int NH, int max_T, int HS,
+template <typename T>  // __nv_bfloat16 or float
+inline cudaError_t attention_decode(T* out, const T* q, const T* k_cache, const T* v_cache, const int* len, int B, int NH, int max_T, int HS,
                                     void* workspace, cudaStream_t stream = 0, size_t q_stride = 0) {
     if (q_stride == 0) q_stride = (size_t)NH * HS;
     using namespace decode_attention;
@@ -177,13 +188,13 @@ inline cudaError_t attention_decode(__nv_bfloat16* out, const __nv_bfloat16* q, 
     const dim3 grid(chunks, B * NH);
     const int combine_blocks = (B * NH + 3) / 4;
     if (HS == 64) {
-        partial_kernel<64><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks,
+        partial_kernel<64, T><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks,
                                                              q_stride);
-        combine_kernel<64><<<combine_blocks, 128, 0, stream>>>(out, part_o, part_ml, len, B, NH, chunks);
+        combine_kernel<64, T><<<combine_blocks, 128, 0, stream>>>(out, part_o, part_ml, len, B, NH, chunks);
     } else if (HS == 128) {
-        partial_kernel<128><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks,
+        partial_kernel<128, T><<<grid, kWarps * 32, 0, stream>>>(part_o, part_ml, q, k_cache, v_cache, len, NH, max_T, chunks,
                                                               q_stride);
-        combine_kernel<128><<<combine_blocks, 128, 0, stream>>>(out, part_o, part_ml, len, B, NH, chunks);
+        combine_kernel<128, T><<<combine_blocks, 128, 0, stream>>>(out, part_o, part_ml, len, B, NH, chunks);
     } else {
         return cudaErrorInvalidValue;
     }

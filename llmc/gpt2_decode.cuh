@@ -1,7 +1,8 @@
-// Generation's KV cache and decode step (issue 16), on top of the model of gpt2.cuh (BF16 builds).
+// Generation's KV cache and decode step (issue 16), on top of the model of gpt2.cuh, in the build's precision
+// (floatX: a bf16 cache in BF16 builds, fp32 in FP32 builds).
 //
 // Tested by tests/test_decode.cu (each decode step's logits against gpt2_forward's at the same position for the
-// same prefix); generate_gpt2cu's path in BF16 builds.
+// same prefix); generate_gpt2cu's path and train_gpt2cu's samples.
 //
 //   KVCache cache = kv_cache_allocate(m, B, max_T);
 //   gpt2_forward(m, prompts padded with EOT, nullptr, B, Tp);    // the prefill, the trainer's forward
@@ -18,7 +19,7 @@
 //   decode_loop_begin(m, &cache, &loop);  // after the prefill and kv_cache_fill: the first token
 //   decode_loop_step(m, &cache, &loop);  ...  loop.tokens[g * B + b] once the step's work is done
 //   decode_loop_free(&loop);
-// The cache is (L, B, NH, max_T, HS) bf16 for K and for V: one head's keys are contiguous, as decode attention
+// The cache is (L, B, NH, max_T, HS) floatX for K and for V: one head's keys are contiguous, as decode attention
 // (llmc/attention_decode.cuh) reads them. Positions at or past a sequence's length hold stale values that nothing
 // reads (the prefill writes the padded positions too; decode overwrites them one by one). The decode step reuses
 // the model's activation buffers (layer 0's slices, B rows), so it must not run between a forward and its backward.
@@ -31,8 +32,6 @@
 #include "gpt2.cuh"
 #include "sampling.cuh"
 
-#if !defined(ENABLE_FP32)
-
 // Batches up to this run the products as decode_matvec; larger ones by cuBLASLt with the LayerNorm and cache-append
 // kernels. Measured per d12 step on an H200 (generate_gpt2cu, prompt 64, 256 new): B 1 0.408–0.420 vs 0.465 ms,
 // B 2 0.441–0.469 vs 0.469, B 4 0.53–0.59 vs 0.47, B 8 0.72–0.87 vs 0.48, B 64 (8 row groups) 2.63 vs 0.64: the
@@ -41,8 +40,8 @@ constexpr int kDecodeMatvecMaxB = 2;
 
 struct KVCache {
     int B = 0, max_T = 0, L = 0, NH = 0, HS = 0;
-    __nv_bfloat16* k = nullptr;  // (L, B, NH, max_T, HS)
-    __nv_bfloat16* v = nullptr;
+    floatX* k = nullptr;  // (L, B, NH, max_T, HS)
+    floatX* v = nullptr;
     int* len = nullptr;          // device: tokens in the cache per sequence
     void* workspace = nullptr;   // decode attention's partials
     bool matvec = true;          // B <= kDecodeMatvecMaxB: decode_matvec (LayerNorms and the cache append fused
@@ -54,36 +53,42 @@ struct KVCache {
 
 namespace gpt2_decode_detail {
 
-// K and V of qkv rows (b, t) into the cache: cache (b, h, pos, :) = qkv (b, t, part, h, :), part 1 (K) or 2 (V), 8
-// bf16 per thread. pos = t for the prefill (len null), len[b] - 1 for a decode step's new token (T = 1).
-__global__ void copy_kv_kernel(__nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                               const __nv_bfloat16* __restrict__ qkv, const int* __restrict__ len, int B, int T,
-                               int NH, int HS, int max_T) {
-    const int C = NH * HS, per_row = C / 8;
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over (b, t, 8-element groups of C)
+// K and V of qkv rows (b, t) into the cache: cache (b, h, pos, :) = qkv (b, t, part, h, :), part 1 (K) or 2 (V), 16
+// bytes per thread. pos = t for the prefill (len null), len[b] - 1 for a decode step's new token (T = 1).
+__global__ void copy_kv_kernel(floatX* __restrict__ k_cache, floatX* __restrict__ v_cache,
+                               const floatX* __restrict__ qkv, const int* __restrict__ len, int B, int T, int NH,
+                               int HS, int max_T) {
+    constexpr int kPack = x128::size;
+    const int C = NH * HS, per_row = C / kPack;
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over (b, t, packs of C)
     if (idx >= (long long)B * T * per_row) return;
     const int g = (int)(idx % per_row);
     const long long bt = idx / per_row;
     const int b = (int)(bt / T), t = (int)(bt % T);
-    const int h = g * 8 / HS, d = g * 8 % HS;
+    const int h = g * kPack / HS, d = g * kPack % HS;
     const int pos = len ? len[b] - 1 : t;
-    const __nv_bfloat16* row = qkv + bt * 3 * C;
+    const floatX* row = qkv + bt * 3 * C;
     const size_t at = (((size_t)b * NH + h) * max_T + pos) * HS + d;
-    *reinterpret_cast<uint4*>(k_cache + at) = *reinterpret_cast<const uint4*>(row + C + g * 8);
-    *reinterpret_cast<uint4*>(v_cache + at) = *reinterpret_cast<const uint4*>(row + 2 * C + g * 8);
+    store128(k_cache + at, load128(row + C + g * kPack));
+    store128(v_cache + at, load128(row + 2 * C + g * kPack));
 }
 
 // x (b, :) = wte (token[b], :) + wpe (len[b]-1, :), the new token at its position.
-__global__ void embed_kernel(__nv_bfloat16* __restrict__ x, const int* __restrict__ tokens, const int* __restrict__ len,
-                             const __nv_bfloat16* __restrict__ wte, const __nv_bfloat16* __restrict__ wpe, int B, int C) {
+__global__ void embed_kernel(floatX* __restrict__ x, const int* __restrict__ tokens, const int* __restrict__ len,
+                             const floatX* __restrict__ wte, const floatX* __restrict__ wpe, int B, int C) {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= B * C) return;
     const int b = idx / C, c = idx % C;
-    x[idx] = __float2bfloat16(__bfloat162float(wte[(size_t)tokens[b] * C + c]) +
-                              __bfloat162float(wpe[(size_t)(len[b] - 1) * C + c]));
+    x[idx] = from_float<floatX>(to_float(wte[(size_t)tokens[b] * C + c]) + to_float(wpe[(size_t)(len[b] - 1) * C + c]));
 }
 
 }  // namespace gpt2_decode_detail
+
+// The cached path needs head sizes decode attention handles (64 or 128: every GPT-2 size).
+inline bool kv_cache_supported(const GPT2Config& c) {
+    const int HS = c.channels / c.num_heads;
+    return c.channels % c.num_heads == 0 && (HS == 64 || HS == 128);
+}
 
 inline KVCache kv_cache_allocate(GPT2* m, int B, int max_T) {
     const GPT2Config& c = m->config;
@@ -98,7 +103,7 @@ inline KVCache kv_cache_allocate(GPT2* m, int B, int max_T) {
                 B, m->B, max_T, c.max_seq_len, cache.HS);
         exit(EXIT_FAILURE);
     }
-    const size_t bytes = cache.layer_elements() * cache.L * sizeof(__nv_bfloat16);
+    const size_t bytes = cache.layer_elements() * cache.L * sizeof(floatX);
     cudaCheck(cudaMalloc(&cache.k, bytes));
     cudaCheck(cudaMalloc(&cache.v, bytes));
     cudaCheck(cudaMalloc(&cache.len, B * sizeof(int)));
@@ -121,7 +126,7 @@ inline void kv_cache_fill(GPT2* m, KVCache* cache, int T, const std::vector<int>
     using namespace gpt2_detail;
     const int C = cache->NH * cache->HS, B = cache->B;
     const size_t ld = (size_t)m->B * m->T;  // the forward's per-layer stride (allocated size)
-    const long long n = (long long)B * T * (C / 8);
+    const long long n = (long long)B * T * (C / x128::size);
     for (int l = 0; l < cache->L; l++) {
         const floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
         gpt2_decode_detail::copy_kv_kernel<<<(unsigned)((n + 255) / 256), 256, 0, m->stream>>>(
@@ -176,8 +181,8 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
     if (cache->matvec && B <= kDecodeMatvecMaxB) {  // per layer: 4 products + decode attention
         const floatX* residual = x;
         for (int l = 0; l < L; l++) {
-            __nv_bfloat16* k_cache = cache->k + l * cache->layer_elements();
-            __nv_bfloat16* v_cache = cache->v + l * cache->layer_elements();
+            floatX* k_cache = cache->k + l * cache->layer_elements();
+            floatX* v_cache = cache->v + l * cache->layer_elements();
             DecodeMatvec qkv_mv{qkv, residual, param(m, LN1W, l), param(m, LN1B, l), param(m, QKVW, l), param(m, QKVB, l)};
             qkv_mv.k_cache = k_cache, qkv_mv.v_cache = v_cache, qkv_mv.len = cache->len;
             qkv_mv.NH = NH, qkv_mv.HS = HS, qkv_mv.max_T = cache->max_T, qkv_mv.B = B, qkv_mv.N = 3 * C, qkv_mv.K = C;
@@ -211,9 +216,9 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
     const floatX* residual = x;
     for (int l = 0; l < L; l++) {
         matmul_forward(qkv, ln, param(m, QKVW, l), param(m, QKVB, l), B, C, 3 * C, nullptr, false, s);
-        __nv_bfloat16* k_cache = cache->k + l * cache->layer_elements();
-        __nv_bfloat16* v_cache = cache->v + l * cache->layer_elements();
-        gpt2_decode_detail::copy_kv_kernel<<<(B * C / 8 + 255) / 256, 256, 0, s>>>(k_cache, v_cache, qkv, cache->len, B,
+        floatX* k_cache = cache->k + l * cache->layer_elements();
+        floatX* v_cache = cache->v + l * cache->layer_elements();
+        gpt2_decode_detail::copy_kv_kernel<<<(B * C / x128::size + 255) / 256, 256, 0, s>>>(k_cache, v_cache, qkv, cache->len, B,
                                                                                   1, NH, HS, cache->max_T);
         cudaCheckLaunch();
         cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS, cache->workspace,
@@ -371,4 +376,3 @@ inline void decode_loop_free(DecodeLoop* loop) {
     *loop = DecodeLoop{};
 }
 
-#endif  // !ENABLE_FP32

@@ -60,7 +60,9 @@ TEST(ZeroPlan, BucketsReachTheTargetAndPadForEveryRank) {
         const auto plan = zero_bucket_plan(c, 25u << 20, N);  // 25 MiB of bf16 gradients
         expect_partition(c, plan);
         for (size_t i = 0; i + 1 < plan.size(); i++) {
-            if (plan[i].first_layer > 0) EXPECT_GE(plan[i].elements * 2, (size_t)25 << 20);  // all but the last
+            if (plan[i].first_layer > 0) {  // all but the last
+            EXPECT_GE(plan[i].elements * 2, (size_t)25 << 20);
+        }
             EXPECT_EQ(plan[i].last_layer, i == 0 ? c.num_layers - 1 : plan[i - 1].first_layer - 1);
         }
         EXPECT_EQ(plan[plan.size() - 2].first_layer, 0);
