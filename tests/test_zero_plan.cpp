@@ -61,8 +61,8 @@ TEST(ZeroPlan, BucketsReachTheTargetAndPadForEveryRank) {
         expect_partition(c, plan);
         for (size_t i = 0; i + 1 < plan.size(); i++) {
             if (plan[i].first_layer > 0) {  // all but the last
-            EXPECT_GE(plan[i].elements * 2, (size_t)25 << 20);
-        }
+                EXPECT_GE(plan[i].elements * 2, (size_t)25 << 20);
+            }
             EXPECT_EQ(plan[i].last_layer, i == 0 ? c.num_layers - 1 : plan[i - 1].first_layer - 1);
         }
         EXPECT_EQ(plan[plan.size() - 2].first_layer, 0);
