@@ -123,8 +123,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2) matvec_kernel(const DecodeMatv
 
 }  // namespace decode_matvec_detail
 
+// BF16 builds only: the kernel reads 8 elements per 16-byte vector (Packed128 of fp32 holds 4); FP32 builds decode
+// through cuBLASLt (llmc/gpt2_decode.cuh chooses).
+constexpr bool kDecodeMatvecAvailable = kFloatXIsBF16;
+
 inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
     using namespace decode_matvec_detail;
+    if (!kDecodeMatvecAvailable) {
+        fprintf(stderr, "error: decode_matvec: bf16 builds only\n");
+        exit(EXIT_FAILURE);
+    }
     const int rows = std::min(a.rows, a.B);
     const size_t smem = (size_t)rows * a.K * sizeof(float);
     if (a.B < 1 || a.rows < 1 || a.rows > kDecodeMaxRows || a.K % 8 != 0 ||

@@ -178,7 +178,7 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
     gpt2_decode_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, s>>>(x, buf<int>(m, mem::Inputs), cache->len,
                                                                          param(m, WTE), param(m, WPE), B, C);
     cudaCheckLaunch();
-    if (cache->matvec && B <= kDecodeMatvecMaxB) {  // per layer: 4 products + decode attention
+    if (kDecodeMatvecAvailable && cache->matvec && B <= kDecodeMatvecMaxB) {  // per layer: 4 products + attention
         const floatX* residual = x;
         for (int l = 0; l < L; l++) {
             floatX* k_cache = cache->k + l * cache->layer_elements();

@@ -54,8 +54,8 @@ int main() {
     std::vector<std::vector<float>> ref;
     int failures = 0;
     double worst = 0, worst_by_path[3] = {0, 0, 0};
-    for (int path = 0; path < 3; path++) {  // decode_matvec (LayerNorm, cache append fused): 0 one group of rows,
-                                            // 1 groups of 2 rows (the classifier by cuBLASLt); 2: cuBLASLt
+    for (int path = kDecodeMatvecAvailable ? 0 : 2; path < 3; path++) {  // decode_matvec (LayerNorm, cache append
+        // fused; BF16 builds): 0 one group of rows, 1 groups of 2 rows (the classifier by cuBLASLt); 2: cuBLASLt
     for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
     const int Tp = full_logits(&ref);  // the prefill
     KVCache cache = kv_cache_allocate(&m, B, T);
