@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "llmc/zero_plan.h"
@@ -135,5 +137,86 @@ TEST(ZeroPlan, OwnedSegmentsStayInsideOneTensor) {
             EXPECT_LE(next, zero_shard_size(plan, N));
         }
         EXPECT_EQ(owned, gpt2_num_parameters(c));
+    }
+}
+
+// The ZeRO-1 step simulated on the host for N ranks, against the data-parallel step it replaces: each rank packs its
+// own gradients into every bucket's staging buffer; the reduce-scatter leaves rank r the sum over ranks of its slice,
+// times 1/N (in rank order here, so the comparison can be exact; NCCL adds in its own order, so the real -z 1 vs
+// -z 0 comparison will need a stated bound); each rank runs AdamW on its owned segments with its
+// shard of the moments and master weights (weight decay per segment's tensor); the all-gather puts the shards back
+// in flat order. Three steps; parameters and both moments must equal the unsharded update bit for bit.
+TEST(ZeroPlan, SimulatedStepEqualsTheUnshardedStep) {
+    const GPT2Config c = odd();
+    const size_t P = gpt2_num_parameters(c);
+    const auto table = gpt2_parameter_table(c);
+    std::vector<size_t> tensor_offset(table.size() + 1, 0);
+    for (size_t i = 0; i < table.size(); i++) tensor_offset[i + 1] = tensor_offset[i] + table[i].numel;
+    const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    auto adamw = [&](float* p, const float* g, float* m, float* v, size_t n, bool decay, int t) {  // as the engine
+        const float b1 = 1.f - std::pow(beta1, (float)t), b2 = 1.f - std::pow(beta2, (float)t);
+        for (size_t i = 0; i < n; i++) {
+            m[i] = beta1 * m[i] + (1.f - beta1) * g[i];
+            v[i] = beta2 * v[i] + (1.f - beta2) * g[i] * g[i];
+            p[i] -= lr * ((m[i] / b1) / (std::sqrt(v[i] / b2) + eps) + (decay ? wd : 0.f) * p[i]);
+        }
+    };
+    for (int N : {1, 2, 3}) {
+        const auto plan = zero_bucket_plan(c, 4096, N);
+        uint32_t state = 12345u + (uint32_t)N;
+        auto rnd = [&]() { state = state * 1664525u + 1013904223u; return (float)(state >> 8) / 16777216.f - 0.5f; };
+        std::vector<float> params(P), m(P, 0.f), v(P, 0.f);
+        for (float& x : params) x = rnd();
+        // sharded state: master weights and moments of each rank's shard only
+        std::vector<std::vector<float>> p_shard(N), m_shard(N), v_shard(N);
+        for (int r = 0; r < N; r++) {
+            p_shard[r] = zero_shard_from_flat(plan, N, r, params.data());
+            m_shard[r] = zero_shard_from_flat(plan, N, r, m.data());
+            v_shard[r] = zero_shard_from_flat(plan, N, r, v.data());
+        }
+        for (int t = 1; t <= 3; t++) {
+            std::vector<std::vector<float>> grads(N, std::vector<float>(P));
+            for (auto& g : grads)
+                for (float& x : g) x = rnd();
+            // unsharded: all-reduce (sum in rank order, then 1/N), AdamW per tensor
+            std::vector<float> g_avg(P);
+            for (size_t i = 0; i < P; i++) {
+                float s = 0.f;
+                for (int r = 0; r < N; r++) s += grads[r][i];
+                g_avg[i] = s * (1.f / N);
+            }
+            for (size_t k = 0; k < table.size(); k++) {
+                const size_t o = tensor_offset[k];
+                adamw(&params[o], &g_avg[o], &m[o], &v[o], table[k].numel, table[k].weight_decay, t);
+            }
+            // sharded: reduce-scatter per bucket, AdamW per owned segment, then the all-gather
+            std::vector<std::vector<float>> g_shard(N, std::vector<float>(zero_shard_size(plan, N), 0.f));
+            size_t shard_at = 0;
+            for (const GradBucket& b : plan) {
+                std::vector<std::vector<float>> staging(N, std::vector<float>(b.padded, 0.f));
+                for (int r = 0; r < N; r++)
+                    for (size_t i = 0; i < b.elements; i++) staging[r][i] = grads[r][zero_staging_to_flat(b, i)];
+                const size_t per = b.shard_elements(N);
+                for (int r = 0; r < N; r++)
+                    for (size_t i = 0; i < per; i++) {
+                        float s = 0.f;
+                        for (int q = 0; q < N; q++) s += staging[q][r * per + i];
+                        g_shard[r][shard_at + i] = s * (1.f / N);
+                    }
+                shard_at += per;
+            }
+            for (int r = 0; r < N; r++)
+                for (const ZeroSegment& s : zero_owned_segments(plan, N, r))
+                    adamw(&p_shard[r][s.shard_offset], &g_shard[r][s.shard_offset], &m_shard[r][s.shard_offset],
+                          &v_shard[r][s.shard_offset], s.count, table[s.tensor].weight_decay, t);
+            std::vector<float> gathered(P), m_flat(P), v_flat(P);
+            zero_flat_from_shards(plan, N, p_shard, gathered.data());
+            zero_flat_from_shards(plan, N, m_shard, m_flat.data());
+            zero_flat_from_shards(plan, N, v_shard, v_flat.data());
+            size_t differ = 0;
+            for (size_t i = 0; i < P; i++)
+                differ += gathered[i] != params[i] || m_flat[i] != m[i] || v_flat[i] != v[i];
+            EXPECT_EQ(differ, 0u) << "N " << N << " step " << t;
+        }
     }
 }
