@@ -71,28 +71,29 @@ template <typename V> __device__ V block_sum(V v, V* scratch) {
     return block_reduce(v, [](V a, V b) { return a + b; }, scratch);
 }
 
+// Inclusive prefix over the lanes of a warp, in lane order.
+template <typename V>
+__device__ V warp_inclusive_scan(V v, int lane) {
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+        const V up = __shfl_up_sync(0xffffffffu, v, off);
+        if (lane >= off) v = v + up;
+    }
+    return v;
+}
+
 // Exclusive prefix over threads in thread order (fixed order); *total = the sum over all threads.
 template <typename V>
 __device__ V block_exclusive_scan(V v, V* scratch, V* total) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    V incl = v;
-#pragma unroll
-    for (int off = 1; off < 32; off *= 2) {
-        const V up = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl = incl + up;
-    }
+    const V incl = warp_inclusive_scan(v, lane);
     V excl = __shfl_up_sync(0xffffffffu, incl, 1);
     if (lane == 0) excl = V(0);
     __syncthreads();
     if (lane == 31) scratch[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-        V w = scratch[lane], wincl = w;
-#pragma unroll
-        for (int off = 1; off < 32; off *= 2) {
-            const V up = __shfl_up_sync(0xffffffffu, wincl, off);
-            if (lane >= off) wincl = wincl + up;
-        }
+        const V wincl = warp_inclusive_scan(scratch[lane], lane);
         V wexcl = __shfl_up_sync(0xffffffffu, wincl, 1);
         if (lane == 0) wexcl = V(0);
         __syncwarp();
