@@ -102,7 +102,7 @@ int generate(const GenerateArgs& a, const char* program) {
     std::unique_ptr<TokenPrinter> stream_out = B == 1 ? std::make_unique<TokenPrinter>(table) : nullptr;
     if (stream_out) printf("%s", printable_bytes(texts[0]).c_str());
     long long generated = 0;
-    // appends sequence b's next token; true if the sequence goes on
+    // appends sequence b's next token; marks the sequence done at <|endoftext|> or the token limit
     auto emit = [&](int b, int next) {
         Sequence& s = seqs[b];
         s.tokens.push_back(next);
@@ -128,7 +128,7 @@ int generate(const GenerateArgs& a, const char* program) {
     int decode_steps = 0;
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
-        cache.matvec = getenv("LLMC_DECODE_CUBLAS") == nullptr;  // =1: the layers' products by cuBLASLt (comparison)
+        if (getenv("LLMC_DECODE_CUBLAS")) cache.matvec = false;  // the layers' products by cuBLASLt (comparison)
         // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
         std::vector<float> coins;
         const PickParams pick{a.temperature, a.top_k, a.top_p};

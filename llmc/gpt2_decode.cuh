@@ -44,8 +44,8 @@ struct KVCache {
     floatX* v = nullptr;
     int* len = nullptr;          // device: tokens in the cache per sequence
     void* workspace = nullptr;   // decode attention's partials
-    bool matvec = true;          // B <= kDecodeMatvecMaxB: decode_matvec (LayerNorms and the cache append fused
-                                 // in); false: cuBLASLt and separate kernels, as for larger batches (tests set it)
+    bool matvec = false;         // decode_matvec (LayerNorms and the cache append fused in), else cuBLASLt and
+                                 // separate kernels; kv_cache_allocate sets it from B (tests force either path)
     int matvec_rows = kDecodeMaxRows;  // rows per decode_matvec block (tests lower it)
     std::vector<int> host_len;
     size_t layer_elements() const { return (size_t)B * NH * max_T * HS; }
@@ -109,6 +109,7 @@ inline KVCache kv_cache_allocate(GPT2* m, int B, int max_T) {
     cudaCheck(cudaMalloc(&cache.len, B * sizeof(int)));
     cudaCheck(cudaMalloc(&cache.workspace, attention_decode_workspace_bytes(B, cache.NH, max_T, cache.HS)));
     cache.host_len.assign(B, 0);
+    cache.matvec = kDecodeMatvecAvailable && B <= kDecodeMatvecMaxB;
     return cache;
 }
 
@@ -178,7 +179,7 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
     gpt2_decode_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, s>>>(x, buf<int>(m, mem::Inputs), cache->len,
                                                                          param(m, WTE), param(m, WPE), B, C);
     cudaCheckLaunch();
-    if (kDecodeMatvecAvailable && cache->matvec && B <= kDecodeMatvecMaxB) {  // per layer: 4 products + attention
+    if (cache->matvec) {  // per layer: 4 products + decode attention
         const floatX* residual = x;
         for (int l = 0; l < L; l++) {
             floatX* k_cache = cache->k + l * cache->layer_elements();

@@ -59,7 +59,7 @@ int main() {
     for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
     const int Tp = full_logits(&ref);  // the prefill
     KVCache cache = kv_cache_allocate(&m, B, T);
-    cache.matvec = path < 2;
+    cache.matvec = path < 2;  // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks cuBLASLt
     cache.matvec_rows = path == 1 ? 2 : kDecodeMaxRows;
     kv_cache_fill(&m, &cache, Tp, prompt_len);
     DecodeGraph graph;
