@@ -204,18 +204,8 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
 #pragma unroll
         for (int x = 0; x < Cfg::kBq / 2; x++) st[x] = 0.f, dpt[x] = 0.f;
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kHS / 16; kk++) {
-            const int sub = kk / 4, off = (kk % 4) * 32;
-            wgmma_ss<0>(st, smem_descriptor_sw128(sK + sub * Cfg::kBk * 128 + consumer * 64 * 128 + off),
-                        smem_descriptor_sw128(q_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
-        }
-#pragma unroll
-        for (int kk = 0; kk < kHS / 16; kk++) {
-            const int sub = kk / 4, off = (kk % 4) * 32;
-            wgmma_ss<0>(dpt, smem_descriptor_sw128(sV + sub * Cfg::kBk * 128 + consumer * 64 * 128 + off),
-                        smem_descriptor_sw128(do_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
-        }
+        wgmma_ss_over_head_dim<kHS>(st, sK + consumer * 64 * 128, Cfg::kBk, q_tile, Cfg::kBq);
+        wgmma_ss_over_head_dim<kHS>(dpt, sV + consumer * 64 * 128, Cfg::kBk, do_tile, Cfg::kBq);
         wgmma_commit();
         float lse_q[Cfg::kBq / 8][2], d_q[Cfg::kBq / 8][2];
         load_tile_lse_d<Cfg::kBq>(lse_bh, D_bh, i * Cfg::kBq, T, lane, lse_q, d_q);
@@ -371,18 +361,8 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
 #pragma unroll
         for (int x = 0; x < Cfg::kBk / 2; x++) s[x] = 0.f, dp[x] = 0.f;
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kHS / 16; kk++) {
-            const int sub = kk / 4, off = (kk % 4) * 32;
-            wgmma_ss<0>(s, smem_descriptor_sw128(sQ + sub * Cfg::kBq * 128 + consumer * 64 * 128 + off),
-                        smem_descriptor_sw128(k_tile + sub * Cfg::kBk * 128 + off), kk > 0 ? 1 : 0);
-        }
-#pragma unroll
-        for (int kk = 0; kk < kHS / 16; kk++) {
-            const int sub = kk / 4, off = (kk % 4) * 32;
-            wgmma_ss<0>(dp, smem_descriptor_sw128(sdO + sub * Cfg::kBq * 128 + consumer * 64 * 128 + off),
-                        smem_descriptor_sw128(v_tile + sub * Cfg::kBk * 128 + off), kk > 0 ? 1 : 0);
-        }
+        wgmma_ss_over_head_dim<kHS>(s, sQ + consumer * 64 * 128, Cfg::kBq, k_tile, Cfg::kBk);
+        wgmma_ss_over_head_dim<kHS>(dp, sdO + consumer * 64 * 128, Cfg::kBq, v_tile, Cfg::kBk);
         wgmma_commit();
         wgmma_wait<0>();
 
@@ -544,18 +524,8 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
 #pragma unroll
         for (int x = 0; x < Cfg::kBq / 2; x++) st[x] = 0.f, dpt[x] = 0.f;
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kHS / 16; kk++) {
-            const int sub = kk / 4, off = (kk % 4) * 32;
-            wgmma_ss<0>(st, smem_descriptor_sw128(sK + sub * Cfg::kBk * 128 + consumer * 64 * 128 + off),
-                        smem_descriptor_sw128(q_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
-        }
-#pragma unroll
-        for (int kk = 0; kk < kHS / 16; kk++) {
-            const int sub = kk / 4, off = (kk % 4) * 32;
-            wgmma_ss<0>(dpt, smem_descriptor_sw128(sV + sub * Cfg::kBk * 128 + consumer * 64 * 128 + off),
-                        smem_descriptor_sw128(do_tile + sub * Cfg::kBq * 128 + off), kk > 0 ? 1 : 0);
-        }
+        wgmma_ss_over_head_dim<kHS>(st, sK + consumer * 64 * 128, Cfg::kBk, q_tile, Cfg::kBq);
+        wgmma_ss_over_head_dim<kHS>(dpt, sV + consumer * 64 * 128, Cfg::kBk, do_tile, Cfg::kBq);
         wgmma_commit();
         float lse_q[Cfg::kBq / 8][2], d_q[Cfg::kBq / 8][2];
         load_tile_lse_d<Cfg::kBq>(lse_bh, D_bh, i * Cfg::kBq, T, lane, lse_q, d_q);

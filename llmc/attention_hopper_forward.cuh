@@ -126,12 +126,7 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
 
         // S = Q·Kᵀ: K along HS, 16 per step, 64 per swizzle row (sub-tile)
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kHS / 16; kk++) {
-            const int sub = kk / 4, off = (kk % 4) * 32;
-            wgmma_ss<0>(s_acc, smem_descriptor_sw128(sQ + sub * Cfg::kBr * 128 + consumer * 64 * 128 + off),
-                        smem_descriptor_sw128(k_tile + sub * Cfg::kBc * 128 + off), kk > 0 ? 1 : 0);
-        }
+        wgmma_ss_over_head_dim<kHS>(s_acc, sQ + consumer * 64 * 128, Cfg::kBr, k_tile, Cfg::kBc);
         wgmma_commit();
         wgmma_wait<0>();
 

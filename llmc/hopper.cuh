@@ -412,6 +412,20 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint6
         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB), "n"(kTransA));
 }
 
+// acc (64 x N) = A·Bᵀ over a head dimension of kHS, both operands K-major in kHS/64 sub-tiles of [rows][64] bf16
+// (128-byte swizzle), as the attention kernels keep Q, K, V, dO: `a` is the warpgroup's first row in A's first
+// sub-tile, a_rows and b_rows the sub-tiles' row counts. Issued only (the caller fences, commits and waits).
+template <int kHS, int kN>
+__device__ __forceinline__ void wgmma_ss_over_head_dim(float (&acc)[kN], const uint8_t* a, int a_rows, const uint8_t* b,
+                                                       int b_rows) {
+#pragma unroll
+    for (int kk = 0; kk < kHS / 16; kk++) {
+        const int sub = kk / 4, off = (kk % 4) * 32;
+        wgmma_ss<0>(acc, smem_descriptor_sw128(a + sub * a_rows * 128 + off),
+                    smem_descriptor_sw128(b + sub * b_rows * 128 + off), kk > 0 ? 1 : 0);
+    }
+}
+
 template <int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
     LLMC_HOPPER_ASM(
