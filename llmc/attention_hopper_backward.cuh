@@ -103,6 +103,33 @@ __device__ __forceinline__ void stage_tile(uint8_t* tile_rows, int tile_row_coun
     }
 }
 
+// The backward kernels' producer (one thread): the block's K and V tiles once, then Q and dO of every query tile
+// from the diagonal down through the ring of Cfg::kStages stages.
+template <typename Cfg, int kHS>
+__device__ __forceinline__ void produce_k_v_then_q_do(uint8_t* smem, uint8_t* sK, uint8_t* sV, uint64_t* kv_full,
+                                                      uint64_t* full, uint64_t* empty, const CUtensorMap* map_kv,
+                                                      const CUtensorMap* map_q, const CUtensorMap* map_dout, int C,
+                                                      int h, int k0, int b, int i_first, int n_q) {
+    using namespace hopper;
+    mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
+    for (int sub = 0; sub < Cfg::kSub; sub++) {
+        tma_load_3d(sK + sub * Cfg::kBk * 128, map_kv, kv_full, C + h * kHS + 64 * sub, k0, b);
+        tma_load_3d(sV + sub * Cfg::kBk * 128, map_kv, kv_full, 2 * C + h * kHS + 64 * sub, k0, b);
+    }
+    for (int i = i_first, n = 0; i < n_q; i++, n++) {
+        const int stage = n % Cfg::kStages;
+        mbarrier_wait(&empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
+        mbarrier_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
+        uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
+        uint8_t* do_tile = q_tile + Cfg::kQBytes;
+        for (int sub = 0; sub < Cfg::kSub; sub++) {
+            tma_load_3d(q_tile + sub * Cfg::kBq * 128, map_q, &full[stage], h * kHS + 64 * sub, i * Cfg::kBq, b);
+            tma_load_3d(do_tile + sub * Cfg::kBq * 128, map_dout, &full[stage], h * kHS + 64 * sub,
+                        i * Cfg::kBq, b);
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------ 2. dK, dV
 template <int kHS>
 struct BackwardKVConfig {
@@ -155,23 +182,8 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     if (warpgroup == 0) {  // ---- producer
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
-            for (int sub = 0; sub < Cfg::kSub; sub++) {
-                tma_load_3d(sK + sub * Cfg::kBk * 128, &map_kv, kv_full, C + h * kHS + 64 * sub, k0, b);
-                tma_load_3d(sV + sub * Cfg::kBk * 128, &map_kv, kv_full, 2 * C + h * kHS + 64 * sub, k0, b);
-            }
-            for (int i = i_first, n = 0; i < n_q; i++, n++) {
-                const int stage = n % Cfg::kStages;
-                mbarrier_wait(&empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
-                mbarrier_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
-                uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
-                uint8_t* do_tile = q_tile + Cfg::kQBytes;
-                for (int sub = 0; sub < Cfg::kSub; sub++) {
-                    tma_load_3d(q_tile + sub * Cfg::kBq * 128, &map_q, &full[stage], h * kHS + 64 * sub, i * Cfg::kBq, b);
-                    tma_load_3d(do_tile + sub * Cfg::kBq * 128, &map_dout, &full[stage], h * kHS + 64 * sub,
-                                i * Cfg::kBq, b);
-                }
-            }
+            produce_k_v_then_q_do<Cfg, kHS>(smem, sK, sV, kv_full, full, empty, &map_kv, &map_q, &map_dout, C, h, k0, b,
+                                            i_first, n_q);
         }
         return;
     }
@@ -475,23 +487,8 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     if (warpgroup == 0) {  // ---- producer (as in the dK/dV kernel)
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kKBytes);
-            for (int sub = 0; sub < Cfg::kSub; sub++) {
-                tma_load_3d(sK + sub * Cfg::kBk * 128, &map_kv, kv_full, C + h * kHS + 64 * sub, k0, b);
-                tma_load_3d(sV + sub * Cfg::kBk * 128, &map_kv, kv_full, 2 * C + h * kHS + 64 * sub, k0, b);
-            }
-            for (int i = i_first, n = 0; i < n_q; i++, n++) {
-                const int stage = n % Cfg::kStages;
-                mbarrier_wait(&empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
-                mbarrier_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
-                uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
-                uint8_t* do_tile = q_tile + Cfg::kQBytes;
-                for (int sub = 0; sub < Cfg::kSub; sub++) {
-                    tma_load_3d(q_tile + sub * Cfg::kBq * 128, &map_q, &full[stage], h * kHS + 64 * sub, i * Cfg::kBq, b);
-                    tma_load_3d(do_tile + sub * Cfg::kBq * 128, &map_dout, &full[stage], h * kHS + 64 * sub,
-                                i * Cfg::kBq, b);
-                }
-            }
+            produce_k_v_then_q_do<Cfg, kHS>(smem, sK, sV, kv_full, full, empty, &map_kv, &map_q, &map_dout, C, h, k0, b,
+                                            i_first, n_q);
         }
         return;
     }
