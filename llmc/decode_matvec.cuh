@@ -36,7 +36,7 @@ struct DecodeMatvec {
 namespace decode_matvec_detail {
 
 constexpr int kWarps = 8;
-constexpr int kPrefetch = 12;  // 16-byte weight vectors per lane held in registers: a whole column up to K = 3072
+constexpr int kStage = 2;      // 16-byte vectors per thread per staging pass (B·K/8 <= 512 in one memory latency)
 
 // kRows: the most rows a block holds (a.rows rounded up to 1, 2, 4 or 8), so registers scale with the batch
 template <int kRows>
@@ -44,34 +44,65 @@ __global__ void __launch_bounds__(kWarps * 32, 2) matvec_kernel(const DecodeMatv
     extern __shared__ float xs[];  // (rows of this group, K) fp32
     const int row0 = blockIdx.y * a.rows, B = min(a.rows, a.B - row0), K = a.K;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // The weights of this warp's first column are loaded before the inputs are staged and normalised (they do
-    // not depend on them): the weight fetch overlaps the prologue instead of following it.
+    // This warp's first weight column is requested into L2 before the inputs are staged and normalised (it does not
+    // depend on them), so its fetch from memory overlaps the prologue; registers stay free for the staging.
     const int stride = gridDim.x * kWarps;
     int n = blockIdx.x * kWarps + warp;
-    Packed128<floatX> wreg[kPrefetch];
-    auto load_column = [&](int col) {
+    auto prefetch_column = [&](int col) {
         const floatX* w = a.W + (size_t)col * K;
-#pragma unroll
-        for (int v = 0; v < kPrefetch; v++)
-            if ((lane + 32 * v) * 8 < K) wreg[v] = load128cs(w + (lane + 32 * v) * 8);  // read once: not kept in L1
+        for (int k = lane * 64; k < K; k += 32 * 64) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + k));
     };
-    if (n < a.N) load_column(n);
-    for (int i = threadIdx.x; i < B * K / 8; i += blockDim.x) {
-        const Packed128<floatX> v = load128(a.in + (size_t)row0 * K + (size_t)i * 8);
+    if (n < a.N) prefetch_column(n);
+    // Stage the rows (and the LayerNorm's weights) in shared memory as fp32. Each pass issues all of its global
+    // loads before any store: a store to shared memory may alias a generic load, so the compiler would otherwise
+    // wait out one memory latency per vector.
+    float* ln_ws = xs + (size_t)B * K;  // ln_w, then ln_b (K each), when given
+    const int row_vectors = B * K / 8, ln_vectors = a.ln_w ? K / 8 : 0;
+    for (int base = 0; base < row_vectors || base < ln_vectors; base += kStage * kWarps * 32) {
+        Packed128<floatX> xv[kStage], wv[kStage], bv[kStage];
 #pragma unroll
-        for (int j = 0; j < 8; j++) xs[i * 8 + j] = to_float(v[j]);
+        for (int j = 0; j < kStage; j++) {
+            const int i = base + j * kWarps * 32 + threadIdx.x;
+            if (i < row_vectors) xv[j] = load128(a.in + (size_t)row0 * K + (size_t)i * 8);
+            if (i < ln_vectors) wv[j] = load128(a.ln_w + i * 8), bv[j] = load128(a.ln_b + i * 8);
+        }
+#pragma unroll
+        for (int j = 0; j < kStage; j++) {
+            const int i = base + j * kWarps * 32 + threadIdx.x;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                if (i < row_vectors) xs[i * 8 + e] = to_float(xv[j][e]);
+                if (i < ln_vectors) ln_ws[i * 8 + e] = to_float(wv[j][e]), ln_ws[K + i * 8 + e] = to_float(bv[j][e]);
+            }
+        }
     }
     __syncthreads();
     if (a.ln_w && warp < B) {  // warp r normalises row r, as layernorm_forward_kernel does (two passes, fp32)
         float* x = xs + (size_t)warp * K;
+        auto x4 = [&](int k) { return *reinterpret_cast<const float4*>(x + k); };
         float sum = 0.f;
-        for (int k = lane; k < K; k += 32) sum += x[k];
+        for (int k = lane * 4; k < K; k += 128) {
+            const float4 v = x4(k);
+            sum += v.x + v.y + v.z + v.w;
+        }
         const float m = warp_reduce_sum(sum) / K;
         float var = 0.f;
-        for (int k = lane; k < K; k += 32) var += (x[k] - m) * (x[k] - m);
+        for (int k = lane * 4; k < K; k += 128) {
+            const float4 v = x4(k);
+            var += (v.x - m) * (v.x - m) + (v.y - m) * (v.y - m) + (v.z - m) * (v.z - m) + (v.w - m) * (v.w - m);
+        }
         const float s = rsqrtf(warp_reduce_sum(var) / K + (float)kLayerNormEps);
-        for (int k = lane; k < K; k += 32)
-            x[k] = to_float(from_float<floatX>((x[k] - m) * s * to_float(a.ln_w[k]) + to_float(a.ln_b[k])));
+        for (int k = lane * 4; k < K; k += 128) {
+            const float4 v = x4(k);
+            const float4 w = *reinterpret_cast<const float4*>(ln_ws + k);
+            const float4 b = *reinterpret_cast<const float4*>(ln_ws + K + k);
+            float4 y;
+            y.x = to_float(from_float<floatX>((v.x - m) * s * w.x + b.x));
+            y.y = to_float(from_float<floatX>((v.y - m) * s * w.y + b.y));
+            y.z = to_float(from_float<floatX>((v.z - m) * s * w.z + b.z));
+            y.w = to_float(from_float<floatX>((v.w - m) * s * w.w + b.w));
+            *reinterpret_cast<float4*>(x + k) = y;
+        }
     }
     if (a.ln_w) __syncthreads();
 
@@ -92,11 +123,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) matvec_kernel(const DecodeMatv
                 }
             }
         };
-#pragma unroll
-        for (int v = 0; v < kPrefetch; v++)
-            if ((lane + 32 * v) * 8 < K) fma_vector(wreg[v], (lane + 32 * v) * 8);
-        for (int k = (lane + 32 * kPrefetch) * 8; k < K; k += 32 * 8) fma_vector(load128cs(a.W + (size_t)n * K + k), k);
-        if (n + stride < a.N) load_column(n + stride);  // in flight during this column's reduction and stores
+        if (n + stride < a.N) prefetch_column(n + stride);  // in flight during this column's products
+        // the epilogue's operands, loaded now so their latency hides behind the weights'
+        const int r_mine = row0 + lane;
+        const float bias = a.bias ? to_float(a.bias[n]) : 0.f;
+        const float res = a.residual && lane < B ? to_float(a.residual[(size_t)r_mine * a.N + n]) : 0.f;
+#pragma unroll 4
+        for (int k = lane * 8; k < K; k += 32 * 8) fma_vector(load128cs(a.W + (size_t)n * K + k), k);
         float mine = 0.f;  // lane r keeps row r's sum
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
@@ -106,10 +139,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) matvec_kernel(const DecodeMatv
             }
         }
         if (lane < B) {
-            const int r = row0 + lane;
-            float y = mine + (a.bias ? to_float(a.bias[n]) : 0.f);
+            const int r = r_mine;
+            float y = mine + bias;
             if (a.gelu) y = gelu_value(y);
-            if (a.residual) y = to_float(from_float<floatX>(y)) + to_float(a.residual[(size_t)r * a.N + n]);
+            if (a.residual) y = to_float(from_float<floatX>(y)) + res;
             const floatX o = from_float<floatX>(y);
             a.out[(size_t)r * a.N + n] = o;
             if (a.k_cache && n >= C) {
@@ -134,7 +167,7 @@ inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
         exit(EXIT_FAILURE);
     }
     const int rows = std::min(a.rows, a.B);
-    const size_t smem = (size_t)rows * a.K * sizeof(float);
+    const size_t smem = (size_t)(rows + (a.ln_w ? 2 : 0)) * a.K * sizeof(float);
     if (a.B < 1 || a.rows < 1 || a.rows > kDecodeMaxRows || a.K % 8 != 0 ||
         (a.k_cache && (a.len == nullptr || a.N != 3 * a.NH * a.HS))) {
         fprintf(stderr, "error: decode_matvec: B %d, rows per block %d (1..%d), K %d (a multiple of 8), N %d\n", a.B,
