@@ -12,7 +12,7 @@
 // 0 .. len[b]-1 valid (the new token's K and V already written at len[b]-1); out (B, NH·HS), as the attention
 // projection reads it. All bf16 (BF16 builds) or all fp32 (FP32 builds: T = float). Scale 1/sqrt(HS). Decode is bound by reading the cache, so each warp reads whole
 // 64- or 128-element K and V rows (each lane 2 or 4 consecutive bf16 in one load: 128 or 256 contiguous bytes per
-// row), 8 keys' rows at once, and keeps its own online softmax; the four warps of a block merge in shared memory.
+// row), 8 keys' rows at once, and keeps its own online softmax; the warps of a block merge in shared memory.
 // Precondition: every len[b] >= 1 (the new token is in the cache).
 #pragma once
 
@@ -24,7 +24,7 @@
 
 namespace decode_attention {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;  // 8 keys each at HS 64: a 64-key chunk is one round of loads per warp
 constexpr int kChunk = 64;  // keys per block: many blocks even at batch 1 (d12, T 512: 12 heads x 8 chunks)
 // keys a warp loads at once (K and V rows together), so their memory latencies overlap: 8 at HS 64, 4 at HS 128
 // (the same bytes in flight; 8 rows of 128 spill)

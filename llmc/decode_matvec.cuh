@@ -36,23 +36,29 @@ struct DecodeMatvec {
 namespace decode_matvec_detail {
 
 constexpr int kWarps = 8;
-constexpr int kStage = 2;      // 16-byte vectors per thread per staging pass (B·K/8 <= 512 in one memory latency)
+constexpr int kStage = 2;   // 16-byte vectors per thread per staging pass (B·K/8 <= 512 in one memory latency)
+constexpr int kBlocksPerSM = 3;  // at most 85 registers: 24 warps per SM, so d12's products (up to 3072 columns)
+                                 // take one pass, every column's weights requested at once
+constexpr int kAhead = 4;        // columns a warp requests into L2 ahead of the one it computes (the classifier's
+                                 // 50304 columns are 16 passes at d12)
 
 // kRows: the most rows a block holds (a.rows rounded up to 1, 2, 4 or 8), so registers scale with the batch
 template <int kRows>
-__global__ void __launch_bounds__(kWarps * 32, 2) matvec_kernel(const DecodeMatvec a) {
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) matvec_kernel(const DecodeMatvec a) {
     extern __shared__ float xs[];  // (rows of this group, K) fp32
     const int row0 = blockIdx.y * a.rows, B = min(a.rows, a.B - row0), K = a.K;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // This warp's first weight column is requested into L2 before the inputs are staged and normalised (it does not
-    // depend on them), so its fetch from memory overlaps the prologue; registers stay free for the staging.
+    // This warp's first weight columns are requested into L2 before the inputs are staged and normalised (they do not
+    // depend on them), so their fetch from memory overlaps the prologue; registers stay free for the staging.
     const int stride = gridDim.x * kWarps;
     int n = blockIdx.x * kWarps + warp;
     auto prefetch_column = [&](int col) {
         const floatX* w = a.W + (size_t)col * K;
         for (int k = lane * 64; k < K; k += 32 * 64) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + k));
     };
-    if (n < a.N) prefetch_column(n);
+#pragma unroll
+    for (int j = 0; j < kAhead; j++)
+        if (n + j * stride < a.N) prefetch_column(n + j * stride);
     // Stage the rows (and the LayerNorm's weights) in shared memory as fp32. Each pass issues all of its global
     // loads before any store: a store to shared memory may alias a generic load, so the compiler would otherwise
     // wait out one memory latency per vector.
@@ -123,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) matvec_kernel(const DecodeMatv
                 }
             }
         };
-        if (n + stride < a.N) prefetch_column(n + stride);  // in flight during this column's products
+        if (n + kAhead * stride < a.N) prefetch_column(n + kAhead * stride);
         // the epilogue's operands, loaded now so their latency hides behind the weights'
         const int r_mine = row0 + lane;
         const float bias = a.bias ? to_float(a.bias[n]) : 0.f;
@@ -178,7 +184,7 @@ inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
                                                                                           : matvec_kernel<8>;
     if (smem > 48 * 1024)  // the opt-in above 48 KiB (not a stream operation: fine inside a graph capture)
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * 2);  // resident at once (128 regs)
+    const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * kBlocksPerSM);  // all resident
     kernel<<<dim3(blocks, (a.B + rows - 1) / rows), kWarps * 32, smem, stream>>>(a);
     cudaCheckLaunch();
 }
