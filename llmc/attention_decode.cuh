@@ -24,7 +24,6 @@
 
 namespace decode_attention {
 
-constexpr int kWarps = 8;  // 8 keys each at HS 64: a 64-key chunk is one round of loads per warp
 constexpr int kChunk = 64;  // keys per block: many blocks even at batch 1 (d12, T 512: 12 heads x 8 chunks)
 // keys a warp loads at once (K and V rows together), so their memory latencies overlap: 8 at HS 64, 4 at HS 128
 // (the same bytes in flight; 8 rows of 128 spill)
@@ -58,7 +57,10 @@ __device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&ou
 
 // One chunk of (b, h): its partials, m (max of the scaled scores, log2 domain), l (sum of exp2), o (unnormalised
 // output); the last chunk of (b, h) to finish writes out (b, h).
-template <int HS, typename T>
+// kWarps: 8 when the grid is small (a 64-key chunk is one round of 8-key loads per warp at HS 64: the latency of
+// one round, what a batch-1 step waits for), 4 when it fills the GPU many times over (fewer partials to merge per
+// block: batch 64 was 5% slower per step with 8).
+template <int HS, typename T, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     split_kernel(T* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                    unsigned* __restrict__ finished, const T* __restrict__ q, const T* __restrict__ k_cache,
@@ -67,6 +69,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     constexpr int kPer = HS / 32;  // elements per lane: 2 (HS 64) or 4 (HS 128), consecutive
     const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // launched as a programmatic dependent (pdl): everything here reads the kernel before's output
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const int n = len[b];
     const int k_begin = chunk * kChunk, k_end = min(n, k_begin + kChunk);
     if (k_begin >= n) return;  // past this sequence's length: the merge reads only the chunks that hold keys
@@ -197,22 +202,29 @@ inline cudaError_t attention_decode_workspace_init(void* workspace, int B, int N
 // packed).
 template <typename T>  // __nv_bfloat16 or float
 inline cudaError_t attention_decode(T* out, const T* q, const T* k_cache, const T* v_cache, const int* len, int B, int NH, int max_T, int HS,
-                                    void* workspace, cudaStream_t stream = 0, size_t q_stride = 0) {
+                                    void* workspace, cudaStream_t stream = 0, size_t q_stride = 0, bool pdl = false) {
     if (q_stride == 0) q_stride = (size_t)NH * HS;
     using namespace decode_attention;
     const int chunks = (max_T + kChunk - 1) / kChunk;  // blocks past a sequence's length exit at once
     float* part_o = (float*)workspace;
     float* part_ml = part_o + (size_t)B * NH * chunks * HS;
     unsigned* finished = attention_decode_counts(workspace, B, NH, max_T, HS);
-    const dim3 grid(chunks, B * NH);
-    if (HS == 64) {
-        split_kernel<64, T><<<grid, kWarps * 32, 0, stream>>>(out, part_o, part_ml, finished, q, k_cache, v_cache,
-                                                                len, NH, max_T, chunks, q_stride);
-    } else if (HS == 128) {
-        split_kernel<128, T><<<grid, kWarps * 32, 0, stream>>>(out, part_o, part_ml, finished, q, k_cache, v_cache,
-                                                                 len, NH, max_T, chunks, q_stride);
-    } else {
-        return cudaErrorInvalidValue;
-    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(chunks, B * NH);
+    const bool small = (long long)chunks * B * NH <= 2LL * device_sm_count();
+    config.blockDim = dim3((small ? 8 : 4) * 32);
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = pdl ? 1 : 0;
+    auto kernel = HS == 64    ? (small ? split_kernel<64, T, 8> : split_kernel<64, T, 4>)
+                  : HS == 128 ? (small ? split_kernel<128, T, 8> : split_kernel<128, T, 4>)
+                              : nullptr;
+    if (!kernel) return cudaErrorInvalidValue;
+    const cudaError_t e = cudaLaunchKernelEx(&config, kernel, out, part_o, part_ml, finished, q, k_cache, v_cache,
+                                             len, NH, max_T, chunks, q_stride);
+    if (e != cudaSuccess) return e;
     return cudaGetLastError();
 }

@@ -31,6 +31,8 @@ struct DecodeMatvec {
     int NH = 0, HS = 0, max_T = 0;
     int B = 1, N = 0, K = 0;
     int rows = kDecodeMaxRows;  // rows per block (a group); tests lower it to exercise several groups
+    bool pdl = false;           // launched as a programmatic dependent of the kernel before (see the kernel)
+    bool preload = false;       // the first column's first weights into registers before the prologue
 };
 
 namespace decode_matvec_detail {
@@ -39,6 +41,7 @@ constexpr int kWarps = 8;
 constexpr int kStage = 2;   // 16-byte vectors per thread per staging pass (B·K/8 <= 512 in one memory latency)
 constexpr int kBlocksPerSM = 3;  // at most 85 registers: 24 warps per SM, so d12's products (up to 3072 columns)
                                  // take one pass, every column's weights requested at once
+constexpr int kPre = 3;          // 16-byte weight vectors per lane loaded before the prologue (K = 768 whole)
 constexpr int kAhead = 4;        // columns a warp requests into L2 ahead of the one it computes (the classifier's
                                  // 50304 columns are 16 passes at d12)
 
@@ -59,6 +62,16 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) matvec_kernel(const
 #pragma unroll
     for (int j = 0; j < kAhead; j++)
         if (n + j * stride < a.N) prefetch_column(n + j * stride);
+    Packed128<floatX> wpre[kPre];
+    if (a.preload && n < a.N) {
+#pragma unroll
+        for (int v = 0; v < kPre; v++)
+            if ((lane + 32 * v) * 8 < K) wpre[v] = load128cs(a.W + (size_t)n * K + (lane + 32 * v) * 8);
+    }
+    // Launched as a programmatic dependent (a.pdl), this kernel started while the one before it ran: the weights
+    // above do not depend on it; everything below does. Without the launch attribute both are no-ops.
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     // Stage the rows (and the LayerNorm's weights) in shared memory as fp32. Each pass issues all of its global
     // loads before any store: a store to shared memory may alias a generic load, so the compiler would otherwise
     // wait out one memory latency per vector.
@@ -134,8 +147,14 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) matvec_kernel(const
         const int r_mine = row0 + lane;
         const float bias = a.bias ? to_float(a.bias[n]) : 0.f;
         const float res = a.residual && lane < B ? to_float(a.residual[(size_t)r_mine * a.N + n]) : 0.f;
+        int k = lane * 8;
+        if (a.preload && n < stride) {  // this warp's first column
+#pragma unroll
+            for (int v = 0; v < kPre; v++, k += 32 * 8)
+                if (k < K) fma_vector(wpre[v], k);
+        }
 #pragma unroll 4
-        for (int k = lane * 8; k < K; k += 32 * 8) fma_vector(load128cs(a.W + (size_t)n * K + k), k);
+        for (; k < K; k += 32 * 8) fma_vector(load128cs(a.W + (size_t)n * K + k), k);
         float mine = 0.f;  // lane r keeps row r's sum
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
@@ -185,6 +204,15 @@ inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
     if (smem > 48 * 1024)  // the opt-in above 48 KiB (not a stream operation: fine inside a graph capture)
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * kBlocksPerSM);  // all resident
-    kernel<<<dim3(blocks, (a.B + rows - 1) / rows), kWarps * 32, smem, stream>>>(a);
-    cudaCheckLaunch();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks, (a.B + rows - 1) / rows);
+    config.blockDim = dim3(kWarps * 32);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = a.pdl ? 1 : 0;
+    cudaCheck(cudaLaunchKernelEx(&config, kernel, a));
 }
