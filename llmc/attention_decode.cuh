@@ -218,7 +218,7 @@ inline cudaError_t attention_decode(T* out, const T* q, const T* k_cache, const 
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
-    config.numAttrs = pdl ? 1 : 0;
+    config.numAttrs = pdl && device_info().prop.major >= 9 ? 1 : 0;
     auto kernel = HS == 64    ? (small ? split_kernel<64, T, 8> : split_kernel<64, T, 4>)
                   : HS == 128 ? (small ? split_kernel<128, T, 8> : split_kernel<128, T, 4>)
                               : nullptr;

@@ -47,7 +47,6 @@ struct KVCache {
     bool matvec = false;         // decode_matvec (LayerNorms and the cache append fused in), else cuBLASLt and
                                  // separate kernels; kv_cache_allocate sets it from B (tests force either path)
     int matvec_rows = kDecodeMaxRows;  // rows per decode_matvec block (tests lower it)
-    bool pdl = false, preload = false;  // EXPERIMENT knobs (LLMC_DECODE_PDL, LLMC_DECODE_PRELOAD)
     std::vector<int> host_len;
     size_t layer_elements() const { return (size_t)B * NH * max_T * HS; }
 };
@@ -112,8 +111,6 @@ inline KVCache kv_cache_allocate(GPT2* m, int B, int max_T) {
     cudaCheck(attention_decode_workspace_init(cache.workspace, B, cache.NH, max_T, cache.HS));
     cache.host_len.assign(B, 0);
     cache.matvec = kDecodeMatvecAvailable && B <= kDecodeMatvecMaxB;
-    cache.pdl = getenv("LLMC_DECODE_PDL") && atoi(getenv("LLMC_DECODE_PDL"));
-    cache.preload = getenv("LLMC_DECODE_PRELOAD") && atoi(getenv("LLMC_DECODE_PRELOAD"));
     return cache;
 }
 
@@ -192,28 +189,29 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
             qkv_mv.k_cache = k_cache, qkv_mv.v_cache = v_cache, qkv_mv.len = cache->len;
             qkv_mv.NH = NH, qkv_mv.HS = HS, qkv_mv.max_T = cache->max_T, qkv_mv.B = B, qkv_mv.N = 3 * C, qkv_mv.K = C;
             qkv_mv.rows = cache->matvec_rows;
-            qkv_mv.pdl = cache->pdl && l > 0, qkv_mv.preload = cache->preload;  // layer 0 follows the embedding
+            // each product and attention kernel starts while the kernel before it ends (see decode_matvec)
+            qkv_mv.pdl = true;
             decode_matvec(qkv_mv, s);
             cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS,
-                                       cache->workspace, s, (size_t)3 * C, cache->pdl));
+                                       cache->workspace, s, (size_t)3 * C, /*pdl=*/true));
             DecodeMatvec proj{residual2, atty, nullptr, nullptr, param(m, ATTPROJW, l), param(m, ATTPROJB, l), residual};
             proj.B = B, proj.N = C, proj.K = C, proj.rows = cache->matvec_rows;
-            proj.pdl = cache->pdl, proj.preload = cache->preload;
+            proj.pdl = true;
             decode_matvec(proj, s);
             DecodeMatvec fc{fch_gelu, residual2, param(m, LN2W, l), param(m, LN2B, l), param(m, FCW, l), param(m, FCB, l)};
             fc.gelu = true, fc.B = B, fc.N = 4 * C, fc.K = C, fc.rows = cache->matvec_rows;
-            fc.pdl = cache->pdl, fc.preload = cache->preload;
+            fc.pdl = true;
             decode_matvec(fc, s);
             DecodeMatvec fcproj{residual3, fch_gelu, nullptr, nullptr, param(m, FCPROJW, l), param(m, FCPROJB, l), residual2};
             fcproj.B = B, fcproj.N = C, fcproj.K = 4 * C, fcproj.rows = cache->matvec_rows;
-            fcproj.pdl = cache->pdl, fcproj.preload = cache->preload;
+            fcproj.pdl = true;
             decode_matvec(fcproj, s);
             residual = residual3;
         }
         if (B <= cache->matvec_rows) {
             DecodeMatvec logits{buf<floatX>(m, mem::Logits), residual, param(m, LNFW), param(m, LNFB), param(m, WTE)};
             logits.B = B, logits.N = Vp, logits.K = C, logits.rows = cache->matvec_rows;
-            logits.pdl = cache->pdl, logits.preload = cache->preload;
+            logits.pdl = true;
             decode_matvec(logits, s);
         } else {
             layernorm_forward(buf<floatX>(m, mem::Lnf), mean, rstd, residual, param(m, LNFW), param(m, LNFB), B, C, s);
