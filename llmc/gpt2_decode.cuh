@@ -34,9 +34,8 @@
 
 // Batches up to this run the products as decode_matvec; larger ones by cuBLASLt with the LayerNorm and cache-append
 // kernels. Measured per d12 step on an H200 (generate_gpt2cu, prompt 64, 256 new; tree 28f4da9, before PDL):
-// B 1 0.408–0.420 vs 0.465 ms,
-// B 2 0.441–0.469 vs 0.469, B 4 0.53–0.59 vs 0.47, B 8 0.72–0.87 vs 0.48, B 64 (8 row groups) 2.63 vs 0.64: the
-// fp32 FMAs of several rows cost more than the kernels they save.
+// B 1 0.408–0.420 vs 0.465 ms, B 2 0.441–0.469 vs 0.469, B 4 0.53–0.59 vs 0.47, B 8 0.72–0.87 vs 0.48, B 64
+// (8 row groups) 2.63 vs 0.64: the fp32 FMAs of several rows cost more than the kernels they save.
 constexpr int kDecodeMatvecMaxB = 2;
 
 struct KVCache {
