@@ -103,7 +103,8 @@ tests/unit_tests: $(UNIT_TEST_OBJECTS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) -lm
 
 # ---------------------------------------------------------------- GPU programs
-GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling
+GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling \
+                tests/test_zero
 
 # GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
 BUILD_STAMP := .build-config
@@ -129,6 +130,10 @@ tests/test_decode: tests/test_decode.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $
 
 # the GPU token picker (greedy, temperature, top-k, top-p) against the host sampler
 tests/test_sampling: tests/test_sampling.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
+# ZeRO-1's sharded AdamW, pack and unpack, N ranks simulated on one GPU, against the unsharded update
+tests/test_zero: tests/test_zero.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the standalone kernel programs (dev/cuda/Makefile builds them with the same flags)

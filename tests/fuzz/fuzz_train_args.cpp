@@ -38,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_REQUIRE(!a.train_pattern.empty() && !a.val_pattern.empty() && !a.init_from.empty() &&
                      !a.rendezvous_dir.empty(),
                  "an empty path accepted");
-    FUZZ_REQUIRE((a.attention == "auto" || a.attention == "flash" || a.attention == "materialized") &&
+    FUZZ_REQUIRE((a.attention == "auto" || a.attention == "flash" || a.attention == "flash-nondet" ||
+                  a.attention == "materialized") &&
                      (a.init_method == "mpi" || a.init_method == "fs"),
                  "an unknown -ab or -pi accepted");
 

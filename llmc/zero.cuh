@@ -1,0 +1,108 @@
+// ZeRO-1 on the GPU (issue 15, docs/MULTI_GPU.md): the device half of llmc/zero_plan.h. Each rank keeps the fp32
+// master weights and AdamW moments of its shard only; a shard is the rank's slice of every bucket's staging buffer
+// (zero_plan.h), so the gradients it updates with arrive from a per-bucket reduce-scatter straight into shard order.
+//
+//   ZeroShard z = zero_shard_create(plan, c, num_ranks, rank);      // the rank's segments, on the device
+//   zero_pack(b, flat, staging) / zero_unpack(b, staging, flat);    // a bucket's ranges <-> its staging buffer
+//   zero_adamw_update(z, params, master, grad_shard, m, v, table, step_args);  // the rank's elements only
+//
+// zero_adamw_update applies adamw_element (llmc/adamw.cuh) with each element's index in its tensor and its
+// tensor's rounding stream, so every element gets the bits the unsharded adamw_update gives it, whichever rank
+// owns it (tests/test_zero.cu checks this for 1, 2 and 3 ranks against adamw_update). The NCCL calls and the
+// overlap with the backward live in the trainer; this file is the arithmetic they move data for.
+#pragma once
+
+#include <vector>
+
+#include "adamw.cuh"
+#include "cuda_common.h"
+#include "zero_plan.h"
+
+// One owned piece on the device: shard[shard_offset + i] <-> flat[flat_offset + i], element index_in_tensor + i of
+// tensor `tensor`.
+struct ZeroDeviceSegment {
+    size_t shard_offset, flat_offset, count;
+    uint32_t index_in_tensor;
+    int tensor;
+};
+
+struct ZeroShard {
+    int num_ranks = 0, rank = 0;
+    size_t elements = 0;                     // zero_shard_size: the length of master, m, v and the gradient shard
+    int num_segments = 0;
+    ZeroDeviceSegment* segments = nullptr;   // device
+};
+
+inline ZeroShard zero_shard_create(const std::vector<GradBucket>& plan, const GPT2Config& c, int num_ranks, int rank) {
+    const auto table = gpt2_parameter_table(c);
+    std::vector<size_t> tensor_offset(table.size());
+    for (size_t i = 0, at = 0; i < table.size(); at += table[i].numel, i++) tensor_offset[i] = at;
+    std::vector<ZeroDeviceSegment> host;
+    for (const ZeroSegment& g : zero_owned_segments(plan, num_ranks, rank))
+        host.push_back({g.shard_offset, g.flat_offset, g.count, (uint32_t)(g.flat_offset - tensor_offset[g.tensor]),
+                        g.tensor});
+    ZeroShard z;
+    z.num_ranks = num_ranks, z.rank = rank, z.elements = zero_shard_size(plan, num_ranks);
+    z.num_segments = (int)host.size();
+    if (!host.empty()) {
+        cudaCheck(cudaMalloc(&z.segments, host.size() * sizeof(ZeroDeviceSegment)));
+        cudaCheck(cudaMemcpy(z.segments, host.data(), host.size() * sizeof(ZeroDeviceSegment), cudaMemcpyHostToDevice));
+    }
+    return z;
+}
+
+inline void zero_shard_free(ZeroShard* z) {
+    if (z->segments) cudaCheck(cudaFree(z->segments));
+    *z = ZeroShard{};
+}
+
+// A bucket's ranges into its staging buffer, in table order (the padding after them is left as it is), and back.
+// Device-to-device copies: 12 per layer bucket, bandwidth-bound.
+template <typename T>
+inline void zero_pack(const GradBucket& b, const T* flat, T* staging, cudaStream_t stream) {
+    size_t at = 0;
+    for (const FlatRange& r : b.ranges) {
+        cudaCheck(cudaMemcpyAsync(staging + at, flat + r.offset, r.count * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+        at += r.count;
+    }
+}
+template <typename T>
+inline void zero_unpack(const GradBucket& b, const T* staging, T* flat, cudaStream_t stream) {
+    size_t at = 0;
+    for (const FlatRange& r : b.ranges) {
+        cudaCheck(cudaMemcpyAsync(flat + r.offset, staging + at, r.count * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+        at += r.count;
+    }
+}
+
+namespace zero_detail {
+
+// grid.y = segment: params (flat) and the shard's master, gradients, m, v (shard order).
+__global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                                   const ZeroDeviceSegment* segments, AdamWTensorTable table, AdamWStep s) {
+    const ZeroDeviceSegment g = segments[blockIdx.y];
+    const float wd = table.weight_decay[g.tensor];
+    const uint32_t seed = hash_u32((uint32_t)g.tensor, s.step_seed);  // adamw_kernel's stream for this tensor
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.count; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t at = g.shard_offset + i;
+        adamw_element(params + g.flat_offset + i, master ? master + at : nullptr, grads[at], m + at, v + at, wd,
+                      g.index_in_tensor + (uint32_t)i, seed, s);
+    }
+}
+
+}  // namespace zero_detail
+
+// AdamW on the rank's shard: params is the full flat floatX buffer (only owned elements are written), master (or
+// null without master weights), grads, m and v are shard-ordered arrays of z.elements. table: weight decay per tensor
+// (its offsets and sizes are not used). Same step and seed as adamw_update gives the same bits per element.
+inline void zero_adamw_update(const ZeroShard& z, floatX* params, float* master, const floatX* grads, float* m,
+                              float* v, const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream = 0) {
+    if (z.num_segments == 0) return;
+    if (z.num_segments > 65535) {
+        fprintf(stderr, "error: zero_adamw_update: %d segments (at most 65535)\n", z.num_segments);
+        exit(EXIT_FAILURE);
+    }
+    const dim3 grid(device_sm_count(), z.num_segments);
+    zero_detail::adamw_shard_kernel<<<grid, 512, 0, stream>>>(params, master, grads, m, v, z.segments, table, s);
+    cudaCheckLaunch();
+}

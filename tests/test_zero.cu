@@ -1,0 +1,194 @@
+// GPU test of ZeRO-1's arithmetic (llmc/zero.cuh) on one GPU, N ranks simulated: for N = 1, 2, 3 and two bucket
+// sizes, every rank packs the (already averaged) gradients bucket by bucket and takes its slice (what a reduce-
+// scatter hands it), updates its shard with zero_adamw_update, packs its parameters and takes the other ranks'
+// slices (an all-gather). Every rank must end with the parameters adamw_update gives the unsharded model, bit for
+// bit, and the shards of master weights, m and v must reassemble (zero_flat_from_shards) into the unsharded ones.
+// Before the gather a rank must have written only the elements it owns; shard padding is poisoned and must stay so.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "llmc/rand.h"
+#include "llmc/zero.cuh"
+
+namespace {
+
+int failures = 0;
+
+floatX to_floatX(float x) {  // on the host (cuda_common.h's from_float is device-only)
+    if constexpr (kFloatXIsBF16) return __float2bfloat16(x);
+    else return x;
+}
+
+template <typename T>
+T* to_device(const std::vector<T>& h) {
+    T* d = nullptr;
+    cudaCheck(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)));
+    if (!h.empty()) cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <typename T>
+std::vector<T> to_host(const T* d, size_t n) {
+    std::vector<T> h(n);
+    if (n) cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+void expect(bool ok, const char* what, int N, size_t bucket_bytes, int rank) {
+    if (ok) return;
+    printf("FAIL: %s (N %d, buckets of %zu bytes, rank %d)\n", what, N, bucket_bytes, rank);
+    failures++;
+}
+
+}  // namespace
+
+int main() {
+    require_cuda_device("test_zero");
+    const GPT2Config c{64, 1000, 1024, 4, 4, 128};  // maxT V Vp L NH C
+    const auto table_spec = gpt2_parameter_table(c);
+    const size_t P = gpt2_num_parameters(c);
+    const bool with_master = kFloatXIsBF16;  // as the trainer: fp32 master weights in BF16 builds
+
+    // a state mid-training: parameters, master copy, moments and this step's gradients
+    Rng rng(20261123);
+    std::vector<float> master(P), m(P), v(P);
+    std::vector<floatX> params(P), grads(P);
+    for (size_t i = 0; i < P; i++) {
+        master[i] = 0.05f * rng.normal();
+        params[i] = to_floatX(master[i]);
+        m[i] = 1e-3f * rng.normal();
+        v[i] = 1e-6f * std::fabs(rng.normal());
+        grads[i] = to_floatX(0.02f * rng.normal());
+    }
+    AdamWTensorTable table{};
+    for (size_t t = 0, at = 0; t < table_spec.size(); at += table_spec[t].numel, t++) {
+        table.offset[t] = at;
+        table.size[t] = table_spec[t].numel;
+        table.weight_decay[t] = table_spec[t].weight_decay ? 0.1f : 0.0f;
+    }
+    const float lr = 3e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, grad_scale = 0.75f;
+    const int step = 5;
+    const uint64_t seed = 1337;
+
+    // the unsharded update
+    floatX* d_params = to_device(params);
+    floatX* d_grads = to_device(grads);
+    float* d_master = with_master ? to_device(master) : nullptr;
+    float* d_m = to_device(m);
+    float* d_v = to_device(v);
+    adamw_update(d_params, d_master, d_grads, d_m, d_v, table, (int)table_spec.size(), lr, b1, b2, eps, grad_scale,
+                 step, seed);
+    const std::vector<floatX> want_params = to_host(d_params, P);
+    const std::vector<float> want_master = with_master ? to_host(d_master, P) : std::vector<float>();
+    const std::vector<float> want_m = to_host(d_m, P), want_v = to_host(d_v, P);
+    if (same_bits(want_params, params)) {
+        printf("FAIL: the unsharded update changed nothing (the test could not fail)\n");
+        failures++;
+    }
+    const AdamWStep s = adamw_step(lr, b1, b2, eps, grad_scale, step, seed);
+    float poison;
+    const uint32_t poison_bits = 0x7fc0dead;  // a NaN no update produces
+    memcpy(&poison, &poison_bits, 4);
+
+    int cases = 0;
+    for (int N : {1, 2, 3}) {
+        for (size_t bucket_bytes : {(size_t)0, (size_t)1 << 20}) {  // a layer per bucket; ~1 MB buckets
+            const std::vector<GradBucket> plan = zero_bucket_plan(c, bucket_bytes, N);
+            size_t max_padded = 0;
+            for (const GradBucket& b : plan) max_padded = std::max(max_padded, b.padded);
+            floatX* staging = nullptr;
+            cudaCheck(cudaMalloc(&staging, max_padded * sizeof(floatX)));
+            std::vector<floatX*> rank_params(N);
+            std::vector<ZeroShard> shards(N);
+            std::vector<float*> sh_master(N), sh_m(N), sh_v(N);
+            std::vector<floatX*> sh_grads(N);
+            for (int r = 0; r < N; r++) {
+                shards[r] = zero_shard_create(plan, c, N, r);
+                const size_t n = shards[r].elements;
+                rank_params[r] = to_device(params);
+                sh_master[r] = with_master ? to_device(zero_shard_from_flat(plan, N, r, master.data(), poison)) : nullptr;
+                sh_m[r] = to_device(zero_shard_from_flat(plan, N, r, m.data(), poison));
+                sh_v[r] = to_device(zero_shard_from_flat(plan, N, r, v.data(), poison));
+                sh_grads[r] = to_device(std::vector<floatX>(n, to_floatX(poison)));
+            }
+            // the reduce-scatter (every rank's gradients are the averaged ones): rank r's slice of each bucket
+            size_t shard_at = 0;
+            for (const GradBucket& b : plan) {
+                const size_t per = b.shard_elements(N);
+                zero_pack(b, d_grads, staging, 0);
+                for (int r = 0; r < N; r++)
+                    cudaCheck(cudaMemcpy(sh_grads[r] + shard_at, staging + (size_t)r * per, per * sizeof(floatX),
+                                         cudaMemcpyDeviceToDevice));
+                shard_at += per;
+            }
+            for (int r = 0; r < N; r++)
+                zero_adamw_update(shards[r], rank_params[r], sh_master[r], sh_grads[r], sh_m[r], sh_v[r], table, s);
+            cudaCheck(cudaDeviceSynchronize());
+            // before the gather: owned elements updated, the others untouched
+            for (int r = 0; r < N; r++) {
+                const std::vector<floatX> got = to_host(rank_params[r], P);
+                std::vector<floatX> expect_r = params;
+                zero_for_each_owned(plan, N, r, [&](size_t, size_t k) { expect_r[k] = want_params[k]; });
+                expect(same_bits(got, expect_r), "a rank's parameters before the gather (owned updated, others not)", N,
+                       bucket_bytes, r);
+            }
+            // the all-gather: every rank's slice of each bucket into everyone's parameters
+            floatX* gathered = nullptr;
+            cudaCheck(cudaMalloc(&gathered, max_padded * sizeof(floatX)));
+            for (const GradBucket& b : plan) {
+                const size_t per = b.shard_elements(N);
+                for (int r = 0; r < N; r++) {
+                    zero_pack(b, rank_params[r], staging, 0);
+                    cudaCheck(cudaMemcpy(gathered + (size_t)r * per, staging + (size_t)r * per, per * sizeof(floatX),
+                                         cudaMemcpyDeviceToDevice));
+                }
+                for (int r = 0; r < N; r++) zero_unpack(b, gathered, rank_params[r], 0);
+            }
+            cudaCheck(cudaDeviceSynchronize());
+            std::vector<std::vector<float>> host_master(N), host_m(N), host_v(N);
+            for (int r = 0; r < N; r++) {
+                expect(same_bits(to_host(rank_params[r], P), want_params), "parameters after the gather = unsharded", N,
+                       bucket_bytes, r);
+                const size_t n = shards[r].elements;
+                host_m[r] = to_host(sh_m[r], n);
+                host_v[r] = to_host(sh_v[r], n);
+                if (with_master) host_master[r] = to_host(sh_master[r], n);
+                // padding: in no segment, so never written
+                std::vector<bool> owned(n, false);
+                zero_for_each_owned(plan, N, r, [&](size_t sidx, size_t) { owned[sidx] = true; });
+                bool pad_ok = true;
+                for (size_t i = 0; i < n; i++)
+                    if (!owned[i] && memcmp(&host_m[r][i], &poison, 4) != 0) pad_ok = false;
+                expect(pad_ok, "shard padding untouched", N, bucket_bytes, r);
+            }
+            std::vector<float> flat(P);
+            zero_flat_from_shards(plan, N, host_m, flat.data());
+            expect(same_bits(flat, want_m), "m reassembled = unsharded", N, bucket_bytes, -1);
+            zero_flat_from_shards(plan, N, host_v, flat.data());
+            expect(same_bits(flat, want_v), "v reassembled = unsharded", N, bucket_bytes, -1);
+            if (with_master) {
+                zero_flat_from_shards(plan, N, host_master, flat.data());
+                expect(same_bits(flat, want_master), "master weights reassembled = unsharded", N, bucket_bytes, -1);
+            }
+            for (int r = 0; r < N; r++) {
+                zero_shard_free(&shards[r]);
+                cudaCheck(cudaFree(rank_params[r]));
+                if (sh_master[r]) cudaCheck(cudaFree(sh_master[r]));
+                cudaCheck(cudaFree(sh_m[r]));
+                cudaCheck(cudaFree(sh_v[r]));
+                cudaCheck(cudaFree(sh_grads[r]));
+            }
+            cudaCheck(cudaFree(staging));
+            cudaCheck(cudaFree(gathered));
+            cases++;
+        }
+    }
+    printf("test_zero (%s): %d cases (N = 1, 2, 3 x 2 bucket sizes, %zu parameters): sharded AdamW + simulated "
+           "reduce-scatter / all-gather = adamw_update bit for bit: %s\n",
+           PRECISION_NAME, cases, P, failures ? "FAIL" : "PASS");
+    return failures ? 1 : 0;
+}
