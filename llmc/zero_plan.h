@@ -1,5 +1,5 @@
 // ZeRO-1 groundwork (issue 15, docs/MULTI_GPU.md): which gradients are exchanged together, and which part of them
-// each rank owns. Host-only arithmetic on the parameter table; the NCCL side is not written yet.
+// each rank owns. Host-only arithmetic on the parameter table; llmc/zero.cuh is the device side.
 //
 // The checkpoint's flat parameter order is tensor-major (all layers' ln1w, then all layers' ln1b, ...), so one
 // layer's gradients are not contiguous. The layers' backward ends from the last layer to the first; a bucket is a
