@@ -70,8 +70,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     // launched as a programmatic dependent (pdl): everything here reads the kernel before's output
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     const int n = len[b];
     const int k_begin = chunk * kChunk, k_end = min(n, k_begin + kChunk);
     if (k_begin >= n) return;  // past this sequence's length: the merge reads only the chunks that hold keys
@@ -157,7 +159,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     __threadfence();
     __syncwarp();
     unsigned before = 0;
-    if (lane == 0) before = atomicAdd(finished + bh, 1u);
+    if (lane == 0) {
+        before = atomicAdd(finished + bh, 1u);
+        __threadfence();
+    }
+    __syncwarp();
     if (__shfl_sync(0xffffffff, before, 0) != (unsigned)used - 1) return;
     __threadfence();
     if (lane == 0) finished[bh] = 0;  // every chunk has counted: ready for the next call

@@ -69,9 +69,12 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) matvec_kernel(const
         for (int v = 0; v < kPre; v++)
             if ((lane + 32 * v) * 8 < K) wpre[v] = load128cs(a.W + (size_t)n * K + (lane + 32 * v) * 8);
     }
-    // Everything below reads what the kernel before wrote; without the launch attribute both are no-ops.
+    // Everything below reads what the kernel before wrote; without the launch attribute both are no-ops (and
+    // before sm_90 there is no PDL: the host launches plainly there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     // Stage the rows (and the LayerNorm's weights) in shared memory as fp32. Each pass issues all of its global
     // loads before any store: a store to shared memory may alias a generic load, so the compiler would otherwise
     // wait out one memory latency per vector.

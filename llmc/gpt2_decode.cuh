@@ -108,7 +108,7 @@ inline KVCache kv_cache_allocate(GPT2* m, int B, int max_T) {
     cudaCheck(cudaMalloc(&cache.v, bytes));
     cudaCheck(cudaMalloc(&cache.len, B * sizeof(int)));
     cudaCheck(cudaMalloc(&cache.workspace, attention_decode_workspace_bytes(B, cache.NH, max_T, cache.HS)));
-    cudaCheck(attention_decode_workspace_init(cache.workspace, B, cache.NH, max_T, cache.HS));
+    cudaCheck(attention_decode_workspace_init(cache.workspace, B, cache.NH, max_T, cache.HS, m->stream));
     cache.host_len.assign(B, 0);
     cache.matvec = kDecodeMatvecAvailable && B <= kDecodeMatvecMaxB;
     return cache;

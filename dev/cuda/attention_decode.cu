@@ -60,6 +60,7 @@ struct Problem {
         len.resize(s.B);
         len.upload(s.len);
         workspace.resize(attention_decode_workspace_bytes(s.B, s.NH, s.max_T, s.HS));
+        cudaCheck(attention_decode_workspace_init(workspace.ptr, s.B, s.NH, s.max_T, s.HS));
     }
     void run() {
         cudaCheck(attention_decode(out.ptr, q.ptr, k.ptr, v.ptr, len.ptr, s.B, s.NH, s.max_T, s.HS, workspace.ptr));
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
         {3, 2, 300, 64, {1, 65, 300}},
         {4, 12, 1024, 64, {64, 63, 1000, 1024}},
         {2, 3, 515, 128, {515, 129}},
+        {6, 25, 1024, 128, {1024, 1, 700, 64, 65, 999}},  // a large grid: the 4-warp kernel at HS 128
         {1, 25, 1024, 64, {777}},
     };
     int failures = 0;
