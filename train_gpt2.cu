@@ -259,6 +259,12 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
     row("attention / recompute", attention_backend_description(s.backend) + " / " + str(a.recompute));
     row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
+    if (model.zero.on) {
+        row("ZeRO stage / buckets", "1 / " + str((int)model.zero.plan.size()) + " of about " + str(a.zero_bucket_mb) +
+                                        " MB (master weights and AdamW moments: this rank's shard)");
+    } else {
+        row("ZeRO stage", "0 (every rank keeps the whole optimizer state)");
+    }
     row("tokens per step",
         str(s.layout.tokens_per_step) + " (grad accum " + str(s.layout.grad_accum_steps) + ")");
     row("steps", str(s.start_step) + " -> " + str(s.total_steps) + (a.max_steps == -1 ? " (one epoch)" : ""));
@@ -287,6 +293,64 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
     fflush(stdout);
 }
 
+// ---------------------------------------------------------------- ZeRO-1 exchanges (-z 1, llmc/zero.cuh)
+// Bucket by bucket through one staging buffer: pack the bucket's ranges, then the collective, on the model's
+// stream, so the next bucket's packing waits for this one's exchange. Not yet overlapped with the backward.
+void zero_reduce_scatter_grads(GPT2& model, MultiGpu& mg) {
+    floatX* staging = (floatX*)model.memory[mem::ZeroStaging];
+    floatX* shard = (floatX*)model.memory[mem::GradShard];
+    size_t at = 0;
+    for (const GradBucket& b : model.zero.plan) {
+        const size_t per = b.shard_elements(mg.world);
+        zero_pack(b, gpt2_grads(&model), staging, model.stream);
+        multi_gpu_reduce_scatter_avg(mg, staging, shard + at, per, model.stream);
+        at += per;
+    }
+}
+// After the shard's update: every rank's updated parameters to every rank.
+void zero_all_gather_params(GPT2& model, MultiGpu& mg) {
+    floatX* staging = (floatX*)model.memory[mem::ZeroStaging];
+    floatX* params = (floatX*)model.memory[mem::Params];
+    for (const GradBucket& b : model.zero.plan) {
+        zero_pack(b, params, staging, model.stream);  // this rank's slice is current; the others are overwritten
+        multi_gpu_all_gather_in_place(mg, staging, b.shard_elements(mg.world), model.stream);
+        zero_unpack(b, staging, params, model.stream);
+    }
+}
+// The optimizer state in gpt2_optimizer_state_to_host's flat layout, gathered from every rank's shard (a bucket at
+// a time through an fp32 buffer of the largest bucket); every rank must call it, rank 0 gets the bytes.
+std::vector<uint8_t> zero_gather_optimizer_state(GPT2& model, MultiGpu& mg) {
+    const size_t P = gpt2_num_parameters(&model);
+    std::vector<uint8_t> out(mg.rank == 0 ? gpt2_optimizer_state_bytes(&model) : 0);
+    float* gathered = nullptr;
+    cudaCheck(cudaMalloc(&gathered, model.zero.staging_elements * sizeof(float)));
+    std::vector<float> host(model.zero.staging_elements);
+    size_t array = 0;
+    for (mem::Id id : {mem::Master, mem::AdamM, mem::AdamV}) {
+        if (!model.memory[id]) continue;
+        float* flat = mg.rank == 0 ? reinterpret_cast<float*>(out.data()) + array * P : nullptr;
+        size_t shard_at = 0;
+        for (const GradBucket& b : model.zero.plan) {
+            const size_t per = b.shard_elements(mg.world);
+            cudaCheck(cudaMemcpyAsync(gathered + (size_t)mg.rank * per, (float*)model.memory[id] + shard_at,
+                                      per * sizeof(float), cudaMemcpyDeviceToDevice, model.stream));
+            multi_gpu_all_gather_in_place(mg, gathered, per, model.stream);
+            cudaCheck(cudaStreamSynchronize(model.stream));
+            shard_at += per;
+            if (!flat) continue;
+            cudaCheck(cudaMemcpy(host.data(), gathered, b.elements * sizeof(float), cudaMemcpyDeviceToHost));
+            size_t at = 0;  // the gathered buffer is the bucket's staging layout: its ranges in table order
+            for (const FlatRange& r : b.ranges) {
+                std::copy(host.begin() + at, host.begin() + at + r.count, flat + r.offset);
+                at += r.count;
+            }
+        }
+        array++;
+    }
+    cudaCheck(cudaFree(gathered));
+    return out;
+}
+
 // ---------------------------------------------------------------- one optimizer step
 struct StepResult {
     float loss, grad_norm, lr;
@@ -305,14 +369,21 @@ StepResult train_step(GPT2& model, DataLoader& train, const TrainArgs& a, const 
         loss_sum += gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T);
         gpt2_backward(&model, 1.0f / layout.grad_accum_steps);
     }
-    multi_gpu_average(mg, gpt2_grads(&model), gpt2_num_parameters(&model));
     StepResult r;
+    if (model.zero.on) {  // each rank receives the mean of its shard; the norm combines the shards'
+        zero_reduce_scatter_grads(model, mg);
+        const float shard_norm = gpt2_grad_norm(&model);
+        r.grad_norm = sqrtf(multi_gpu_sum(mg, shard_norm * shard_norm));
+    } else {
+        multi_gpu_average(mg, gpt2_grads(&model), gpt2_num_parameters(&model));
+        r.grad_norm = gpt2_grad_norm(&model);
+    }
     r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
-    r.grad_norm = gpt2_grad_norm(&model);
     const float grad_scale = (a.grad_clip > 0 && r.grad_norm > a.grad_clip) ? a.grad_clip / r.grad_norm : 1.0f;
     r.lr = sched.lr_at(step);
     const AdamWParams opt{r.lr, kBeta1, kBeta2, kEps, a.weight_decay};
     gpt2_update(&model, opt, grad_scale, step + 1, mix_seed(a.seed, (uint64_t)step + 1));
+    if (model.zero.on) zero_all_gather_params(model, mg);
     cudaCheck(cudaDeviceSynchronize());
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -342,6 +413,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     if (!note.empty()) printf("note: %s\n", note.c_str());
     matmul_set_tf32(a.tf32);
     model.use_master_weights = a.master_weights;
+    if (a.zero_stage == 1) gpt2_use_zero(&model, mg.world, mg.rank, (size_t)a.zero_bucket_mb << 20);
     gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
 
     // ---- data, schedule, samples
@@ -388,7 +460,11 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         const bool last = step == total_steps;
         if (a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || last)) {
             multi_gpu_barrier(mg);
-            if (main_rank) ckpt.save(model, step, shape, sampler_rng, train_loader, val_loader.get());
+            std::vector<uint8_t> optimizer_state = model.zero.on ? zero_gather_optimizer_state(model, mg)
+                                                   : main_rank  ? gpt2_optimizer_state_to_host(&model)
+                                                                : std::vector<uint8_t>();
+            if (main_rank)
+                ckpt.save(model, step, shape, sampler_rng, train_loader, val_loader.get(), std::move(optimizer_state));
             multi_gpu_barrier(mg);
         }
         if (val_loader && (step % a.val_every == 0 || last)) {

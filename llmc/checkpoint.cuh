@@ -27,8 +27,14 @@ inline size_t gpt2_optimizer_state_bytes(const GPT2* m) {
     return (master + 2 * m->num_parameters) * sizeof(float);
 }
 
-// Copies the optimizer state off the device (gpt2_optimizer_state_bytes bytes), for saving.
+// Copies the optimizer state off the device (gpt2_optimizer_state_bytes bytes), for saving. With ZeRO-1 each rank
+// holds a shard only: the trainer gathers the ranks' shards into this same flat layout instead (so a state file
+// does not depend on the number of GPUs that wrote it).
 inline std::vector<uint8_t> gpt2_optimizer_state_to_host(GPT2* m) {
+    if (m->zero.on) {
+        fprintf(stderr, "error: gpt2_optimizer_state_to_host: with ZeRO-1 the state is gathered from every rank\n");
+        exit(EXIT_FAILURE);
+    }
     std::vector<uint8_t> out(gpt2_optimizer_state_bytes(m));
     uint8_t* dst = out.data();
     const size_t bytes = m->num_parameters * sizeof(float);
@@ -50,7 +56,13 @@ inline void gpt2_optimizer_state_from_host(GPT2* m, const std::vector<uint8_t>& 
     const size_t bytes = m->num_parameters * sizeof(float);
     for (mem::Id id : {mem::Master, mem::AdamM, mem::AdamV}) {
         if (!m->memory[id]) continue;
-        cudaCheck(cudaMemcpy(m->memory[id], src, bytes, cudaMemcpyHostToDevice));
+        if (m->zero.on) {  // this rank's shard of the flat array (any number of ranks may have written it)
+            const std::vector<float> shard = zero_shard_from_flat(m->zero.plan, m->zero.num_ranks, m->zero.rank,
+                                                                  reinterpret_cast<const float*>(src), 0.0f);
+            cudaCheck(cudaMemcpy(m->memory[id], shard.data(), shard.size() * sizeof(float), cudaMemcpyHostToDevice));
+        } else {
+            cudaCheck(cudaMemcpy(m->memory[id], src, bytes, cudaMemcpyHostToDevice));
+        }
         src += bytes;
     }
 }
@@ -73,8 +85,9 @@ struct Checkpointer {
     int latest(std::vector<std::string>* notes) const { return latest_checkpoint(dir, notes); }
 
     // Writes the checkpoint after `step` optimizer steps (rank 0 only: the state holds rank 0's positions).
+    // optimizer_state: gpt2_optimizer_state_to_host's bytes, or with ZeRO-1 the ranks' shards gathered in that layout.
     void save(GPT2& model, int step, const RunShape& shape, const Rng& sampler_rng, const DataLoader& train,
-              const DataLoader* val) const {
+              const DataLoader* val, std::vector<uint8_t> optimizer_state) const {
         gpt2_write_model(&model, model_path(step));
         RunState s;
         s.step = step;
@@ -87,7 +100,12 @@ struct Checkpointer {
         s.sampler_rng = sampler_rng.get_state();
         s.train_loader = train.get_state();
         if (val) s.val_loader = val->get_state();
-        s.optimizer_state = gpt2_optimizer_state_to_host(&model);
+        if (optimizer_state.size() != gpt2_optimizer_state_bytes(&model)) {
+            fprintf(stderr, "error: checkpoint save: optimizer state of %zu bytes, the model's is %zu\n",
+                    optimizer_state.size(), gpt2_optimizer_state_bytes(&model));
+            exit(EXIT_FAILURE);
+        }
+        s.optimizer_state = std::move(optimizer_state);
         write_run_state(state_path(step), s);
         remove_old_checkpoints(dir, keep, run_id);
         printf("saved checkpoint %s (+ state)\n", model_path(step).c_str());

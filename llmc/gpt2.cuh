@@ -28,6 +28,7 @@
 #include "matmul.cuh"
 #include "model_file.h"
 #include "rand.h"
+#include "zero.cuh"
 
 // ---------------------------------------------------------------- the model
 struct GPT2 {
@@ -35,6 +36,16 @@ struct GPT2 {
     // Settings, read by gpt2_allocate.
     bool use_master_weights = kFloatXIsBF16;  // BF16 builds: fp32 master copy (the trainer's -w)
     bool fuse_gelu = kFloatXIsBF16;           // GELU in the cuBLASLt epilogue (FP32 builds use the exact kernel)
+
+    // ZeRO-1 (the trainer's -z 1), set by gpt2_use_zero before gpt2_allocate: master weights and AdamW moments
+    // exist for this rank's shard only (llmc/zero.cuh); the trainer exchanges gradients and parameters.
+    struct Zero {
+        bool on = false;
+        int num_ranks = 1, rank = 0;
+        std::vector<GradBucket> plan;
+        ZeroShard shard;           // set by gpt2_allocate
+        size_t staging_elements = 0;
+    } zero;
 
     // Set by gpt2_build_*: the initial parameters in fp32, uploaded by gpt2_allocate.
     std::vector<float> host_params;
@@ -128,6 +139,16 @@ inline void gpt2_build_random(GPT2* m, const GPT2Config& c, uint64_t seed) {
     }
 }
 
+// ZeRO-1 over num_ranks ranks (before gpt2_allocate): buckets of about bucket_bytes of bf16 gradients.
+inline void gpt2_use_zero(GPT2* m, int num_ranks, int rank, size_t bucket_bytes) {
+    m->zero.on = true;
+    m->zero.num_ranks = num_ranks;
+    m->zero.rank = rank;
+    m->zero.plan = zero_bucket_plan(m->config, bucket_bytes, num_ranks);
+    m->zero.staging_elements = 0;
+    for (const GradBucket& b : m->zero.plan) m->zero.staging_elements = std::max(m->zero.staging_elements, b.padded);
+}
+
 inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend backend) {
     using namespace gpt2_detail;
     const GPT2Config& c = m->config;
@@ -150,7 +171,9 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->T = T;
     m->recompute = recompute;
     m->backend = backend;
-    m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->use_master_weights);
+    const size_t zero_shard = m->zero.on ? zero_shard_size(m->zero.plan, m->zero.num_ranks) : 0;
+    const size_t zero_staging = m->zero.on ? m->zero.staging_elements : 0;
+    m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->use_master_weights, zero_shard, zero_staging);
     m->plan = memory_plan_of(m->memory_table);
     const size_t bytes = m->plan.total() - matmul_workspace_bytes();  // that one is already allocated
     size_t free_bytes = 0, total_bytes = 0;
@@ -160,7 +183,8 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         cudaGetLastError();  // clear the failed allocation's error state
         int fits = 0;
         for (int b = B - 1; b >= 1; b--) {
-            size_t need = memory_plan_of(gpt2_memory_table(c, b, T, recompute, backend, m->use_master_weights)).total() -
+            size_t need = memory_plan_of(gpt2_memory_table(c, b, T, recompute, backend, m->use_master_weights,
+                                                            zero_shard, zero_staging)).total() -
                           matmul_workspace_bytes();
             if (need <= free_bytes) { fits = b; break; }
         }
@@ -187,14 +211,25 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->encoder_scratch = encoder_backward_scratch_at(m->memory[mem::EncoderScratch], B * T, c.vocab_size);
 
     // Upload the parameters: fp32 -> floatX (round to nearest), and the fp32 master copy.
-    const size_t N = m->num_parameters;
+    const size_t N = m->num_parameters, opt = zero_shard ? zero_shard : N;
     if (m->memory[mem::Master]) {
-        cudaCheck(cudaMemcpy(m->memory[mem::Master], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+        if (m->zero.on) {  // this rank's shard of the fp32 parameters (padding 0)
+            const std::vector<float> shard =
+                zero_shard_from_flat(m->zero.plan, m->zero.num_ranks, m->zero.rank, m->host_params.data(), 0.0f);
+            cudaCheck(cudaMemcpy(m->memory[mem::Master], shard.data(), opt * sizeof(float), cudaMemcpyHostToDevice));
+        } else {
+            cudaCheck(cudaMemcpy(m->memory[mem::Master], m->host_params.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+        }
     }
     host_floats_to_device(buf<floatX>(m, mem::Params), m->host_params.data(), N);
     cudaCheck(cudaMemset(m->memory[mem::Grads], 0, N * sizeof(floatX)));
-    cudaCheck(cudaMemset(m->memory[mem::AdamM], 0, N * sizeof(float)));
-    cudaCheck(cudaMemset(m->memory[mem::AdamV], 0, N * sizeof(float)));
+    cudaCheck(cudaMemset(m->memory[mem::AdamM], 0, opt * sizeof(float)));
+    cudaCheck(cudaMemset(m->memory[mem::AdamV], 0, opt * sizeof(float)));
+    if (m->zero.on) {  // the staging padding stays zero: packing never writes it, so it reduces to zero
+        cudaCheck(cudaMemset(m->memory[mem::GradShard], 0, opt * sizeof(floatX)));
+        cudaCheck(cudaMemset(m->memory[mem::ZeroStaging], 0, zero_staging * sizeof(floatX)));
+        m->zero.shard = zero_shard_create(m->zero.plan, c, m->zero.num_ranks, m->zero.rank);
+    }
     m->host_params.clear();
     m->host_params.shrink_to_fit();
 }
@@ -349,7 +384,11 @@ inline void gpt2_backward(GPT2* m, float loss_scale) {
     cudaCheck(cudaStreamSynchronize(s));
 }
 
+// The gradients' L2 norm; with ZeRO-1 that of this rank's reduce-scattered shard (the trainer combines the ranks').
 inline float gpt2_grad_norm(GPT2* m) {
+    if (m->zero.on)
+        return global_norm((const floatX*)m->memory[mem::GradShard], m->zero.shard.elements,
+                           (float*)m->memory[mem::ReduceScratch], m->stream);
     return global_norm((const floatX*)m->memory[mem::Grads], m->num_parameters, (float*)m->memory[mem::ReduceScratch],
                        m->stream);
 }
@@ -371,9 +410,16 @@ inline void gpt2_update(GPT2* m, const AdamWParams& p, float grad_scale, int ste
         table.size[i] = specs[i].numel;
         table.weight_decay[i] = specs[i].weight_decay ? p.weight_decay : 0.0f;
     }
-    adamw_update((floatX*)m->memory[mem::Params], (float*)m->memory[mem::Master], (const floatX*)m->memory[mem::Grads],
-                 (float*)m->memory[mem::AdamM], (float*)m->memory[mem::AdamV], table, kNumParameterTensors, p.lr, p.beta1,
-                 p.beta2, p.eps, grad_scale, step, seed, m->stream);
+    if (m->zero.on) {  // this rank's shard, from the reduce-scattered gradient shard (the trainer gathers after)
+        zero_adamw_update(m->zero.shard, (floatX*)m->memory[mem::Params], (float*)m->memory[mem::Master],
+                          (const floatX*)m->memory[mem::GradShard], (float*)m->memory[mem::AdamM],
+                          (float*)m->memory[mem::AdamV], table, adamw_step(p.lr, p.beta1, p.beta2, p.eps, grad_scale,
+                                                                           step, seed), m->stream);
+    } else {
+        adamw_update((floatX*)m->memory[mem::Params], (float*)m->memory[mem::Master],
+                     (const floatX*)m->memory[mem::Grads], (float*)m->memory[mem::AdamM], (float*)m->memory[mem::AdamV],
+                     table, kNumParameterTensors, p.lr, p.beta1, p.beta2, p.eps, grad_scale, step, seed, m->stream);
+    }
     cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
@@ -412,6 +458,7 @@ inline floatX* gpt2_grads(GPT2* m) { return (floatX*)m->memory[mem::Grads]; }
 inline size_t gpt2_num_parameters(const GPT2* m) { return m->num_parameters; }
 
 inline void gpt2_free(GPT2* m) {
+    zero_shard_free(&m->zero.shard);
     if (m->device_block) cudaCheck(cudaFree(m->device_block));
     m->device_block = nullptr;
     m->memory.clear();

@@ -42,12 +42,15 @@ enum Id {
     Params, Grads, Master, AdamM, AdamV,
     Encoded, Ln1, Ln1Mean, Ln1Rstd, Qkv, Atty, AttSaved, Residual2, Ln2, Ln2Mean, Ln2Rstd, Fch,
     FchGelu, Residual3, Lnf, LnfMean, LnfRstd, Logits, Losses,
-    DResidual, ScratchBTC, ScratchBT4C, ReduceScratch, Inputs, Targets, EncoderScratch, Count
+    DResidual, ScratchBTC, ScratchBT4C, ReduceScratch, Inputs, Targets, EncoderScratch, GradShard, ZeroStaging, Count
 };
 }  // namespace mem
 
+// zero_shard, zero_staging (elements): ZeRO-1 (llmc/zero.cuh) keeps master weights and moments for its shard only,
+// plus the shard's gradients and a staging buffer for the largest bucket; 0, 0 without it.
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
-                                                   AttentionBackend backend, bool master_weights = kFloatXIsBF16) {
+                                                   AttentionBackend backend, bool master_weights = kFloatXIsBF16,
+                                                   size_t zero_shard = 0, size_t zero_staging = 0) {
     const size_t N = gpt2_num_parameters(c), L = c.num_layers, C = c.channels, NH = c.num_heads,
                  Vp = c.padded_vocab_size, BT = (size_t)B * T;
     const size_t X = sizeof(floatX), F = sizeof(float);
@@ -62,9 +65,10 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     std::vector<MemoryTensor> t(mem::Count);
     t[mem::Params] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};
     t[mem::Grads] = {"gradients (" PRECISION_NAME ")", G::Gradients, N, X};
-    t[mem::Master] = {"master weights (fp32)", G::MasterWeights, master_weights && kFloatXIsBF16 ? N : 0, F};
-    t[mem::AdamM] = {"AdamW m (fp32)", G::Optimizer, N, F};
-    t[mem::AdamV] = {"AdamW v (fp32)", G::Optimizer, N, F};
+    const size_t opt = zero_shard ? zero_shard : N;  // elements of master weights, m and v on this GPU
+    t[mem::Master] = {"master weights (fp32)", G::MasterWeights, master_weights && kFloatXIsBF16 ? opt : 0, F};
+    t[mem::AdamM] = {"AdamW m (fp32)", G::Optimizer, opt, F};
+    t[mem::AdamV] = {"AdamW v (fp32)", G::Optimizer, opt, F};
     t[mem::Encoded] = {"encoded", G::Activations, BT * C, X};
     t[mem::Ln1] = {"ln1", G::Activations, ln_layers * BT * C, X};
     t[mem::Ln1Mean] = {"ln1_mean", G::Activations, L * BT, F};
@@ -93,6 +97,8 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     t[mem::Targets] = {"targets", G::Workspace, BT, sizeof(int)};
     t[mem::EncoderScratch] = {"encoder backward sort", G::Workspace,
                           encoder_backward_scratch_bytes((int)BT, c.vocab_size), 1};
+    t[mem::GradShard] = {"gradient shard (ZeRO-1)", G::Gradients, zero_shard, X};
+    t[mem::ZeroStaging] = {"bucket staging (ZeRO-1)", G::Workspace, zero_staging, X};
     return t;
 }
 

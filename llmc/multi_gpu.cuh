@@ -165,22 +165,52 @@ inline void multi_gpu_average(MultiGpu& m, floatX* grads, size_t n, cudaStream_t
 #endif
 }
 
-// Mean of a host scalar (a loss) over ranks.
-inline float multi_gpu_mean(MultiGpu& m, float value) {
+// ZeRO-1's exchanges (llmc/zero.cuh), on `stream`. reduce-scatter: recv (count) = the mean over ranks of this rank's
+// count-element slice of send (world x count); one rank copies. all-gather in place: buf (world x count), this
+// rank's slice at rank x count, the others' filled in.
+inline void multi_gpu_reduce_scatter_avg(MultiGpu& m, const floatX* send, floatX* recv, size_t count,
+                                         cudaStream_t stream) {
+#ifdef MULTI_GPU
+    if (m.world > 1) {
+        const ncclDataType_t type = kFloatXIsBF16 ? ncclBfloat16 : ncclFloat;
+        ncclCheck(ncclReduceScatter(send, recv, count, type, ncclAvg, m.comm, stream));
+        return;
+    }
+#endif
+    (void)m;
+    cudaCheck(cudaMemcpyAsync(recv, send, count * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+}
+template <typename T>
+inline void multi_gpu_all_gather_in_place(MultiGpu& m, T* buf, size_t count, cudaStream_t stream) {
+#ifdef MULTI_GPU
+    if (m.world == 1) return;
+    static_assert(sizeof(T) == 2 || sizeof(T) == 4, "bf16 or fp32");
+    const ncclDataType_t type = sizeof(T) == 2 ? ncclBfloat16 : ncclFloat;
+    ncclCheck(ncclAllGather(buf + (size_t)m.rank * count, buf, count, type, m.comm, stream));
+#else
+    (void)m; (void)buf; (void)count; (void)stream;
+#endif
+}
+
+// A host scalar summed or averaged over ranks (the same float on every rank).
+enum class ScalarReduce { Sum, Mean };
+inline float multi_gpu_reduce_scalar(MultiGpu& m, float value, ScalarReduce op) {
 #ifdef MULTI_GPU
     if (m.world == 1) return value;
     float* d = nullptr;
     cudaCheck(cudaMalloc(&d, sizeof(float)));
     cudaCheck(cudaMemcpy(d, &value, sizeof(float), cudaMemcpyHostToDevice));
-    ncclCheck(ncclAllReduce(d, d, 1, ncclFloat, ncclAvg, m.comm, 0));
+    ncclCheck(ncclAllReduce(d, d, 1, ncclFloat, op == ScalarReduce::Sum ? ncclSum : ncclAvg, m.comm, 0));
     cudaCheck(cudaMemcpy(&value, d, sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaFree(d));
-    return value;
 #else
-    (void)m;
-    return value;
+    (void)m; (void)op;
 #endif
+    return value;
 }
+inline float multi_gpu_sum(MultiGpu& m, float value) { return multi_gpu_reduce_scalar(m, value, ScalarReduce::Sum); }
+// Mean of a host scalar (a loss) over ranks.
+inline float multi_gpu_mean(MultiGpu& m, float value) { return multi_gpu_reduce_scalar(m, value, ScalarReduce::Mean); }
 
 // All ranks wait here (e.g. before rank 0 writes a checkpoint the others will read).
 inline void multi_gpu_barrier(MultiGpu& m) {

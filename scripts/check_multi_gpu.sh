@@ -3,12 +3,15 @@
 # because rank r of a 2-rank run reads slice r of each global window: the same tokens the single GPU reads
 # in its two micro-steps (with shuffling off: the window order depends on the number of ranks). Losses agree up to the order of the gradient sums (bf16), so the check is a tolerance
 # per step, not bit equality. Both launch paths are run: mpirun (USE_MPI builds) and the file rendezvous.
+# ZeRO-1 (-z 1): 2 ranks with -z 1 (file rendezvous) and 1 GPU with -z 1 against the same single-GPU run, within the
+# same bound: the shards' update is bit-identical to the whole update (tests/test_zero), but the gradient norm is summed
+# in another order (shard by shard), which moves the clipping scale by rounding.
 #   scripts/check_multi_gpu.sh         env: DATA_MIRROR, STEPS (10), TOL (0.02), LOGS ($OUT or mgpu_logs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-10}; TOL=${TOL:-0.02}; LOGS=${LOGS:-${OUT:-mgpu_logs}}
 mkdir -p "$LOGS"
-rm -f "$LOGS"/{single,mpi,fs,fs_rank1}.log  # a log of an earlier run must never stand in for this one's
+rm -f "$LOGS"/{single,mpi,fs,fs_rank1,single_z1,fs_z1,fs_z1_rank1}.log  # a log of an earlier run must never stand in for this one's
 n=$(nvidia-smi -L | grep -c GPU); [ "$n" -ge 2 ] || { echo "error: needs 2 GPUs, found $n" >&2; exit 1; }
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1
@@ -25,15 +28,25 @@ rdv=$(mktemp -d)
 ./train_gpt2cu "${common[@]}" -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/fs_rank1.log" 2>&1 &
 ./train_gpt2cu "${common[@]}" -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/fs.log" 2>&1 || { tail -n 5 "$LOGS/fs.log"; rc=1; }
 wait $! || { tail -n 5 "$LOGS/fs_rank1.log"; rc=1; }
+./train_gpt2cu "${common[@]}" -z 1 >"$LOGS/single_z1.log" 2>&1 || { tail -n 5 "$LOGS/single_z1.log"; rc=1; }
+rdv=$(mktemp -d)
+./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/fs_z1_rank1.log" 2>&1 &
+./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/fs_z1.log" 2>&1 || { tail -n 5 "$LOGS/fs_z1.log"; rc=1; }
+wait $! || { tail -n 5 "$LOGS/fs_z1_rank1.log"; rc=1; }
 
-for run in mpi fs; do
+for run in mpi fs single_z1 fs_z1; do
     [ -f "$LOGS/$run.log" ] || continue
     worst=$(join <(losses "$LOGS/single.log" | sort) <(losses "$LOGS/$run.log" | sort) | \
             awk '{d = $2 - $3; if (d < 0) d = -d; if (d > w) w = d; n++} END {printf "%d %.3e", n, w}')
     read -r steps diff <<<"$worst"
     verdict=$(awk -v d="$diff" -v t="$TOL" -v n="$steps" -v s="$STEPS" 'BEGIN {print (n == s && d <= t) ? "OK" : "FAIL"}')
-    echo "2 GPUs ($run) vs 1 GPU with 2 micro-steps: $steps steps compared, max |loss diff| $diff (tol $TOL) $verdict"
+    case $run in
+        single_z1) what="1 GPU -z 1 vs 1 GPU -z 0 (2 micro-steps each)" ;;
+        fs_z1) what="2 GPUs -z 1 (fs) vs 1 GPU with 2 micro-steps" ;;
+        *) what="2 GPUs ($run) vs 1 GPU with 2 micro-steps" ;;
+    esac
+    echo "$what: $steps steps compared, max |loss diff| $diff (tol $TOL) $verdict"
     [ "$verdict" = OK ] || rc=1
 done
-echo "single: $(losses "$LOGS/single.log" | tail -n 1)   mpi: $(losses "$LOGS/mpi.log" 2>/dev/null | tail -n 1)   fs: $(losses "$LOGS/fs.log" | tail -n 1)"
+echo "single: $(losses "$LOGS/single.log" | tail -n 1)   mpi: $(losses "$LOGS/mpi.log" 2>/dev/null | tail -n 1)   fs: $(losses "$LOGS/fs.log" | tail -n 1)   -z 1 single: $(losses "$LOGS/single_z1.log" | tail -n 1)   -z 1 fs: $(losses "$LOGS/fs_z1.log" | tail -n 1)"
 exit $rc
