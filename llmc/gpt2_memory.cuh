@@ -97,7 +97,12 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     t[mem::Targets] = {"targets", G::Workspace, BT, sizeof(int)};
     t[mem::EncoderScratch] = {"encoder backward sort", G::Workspace,
                           encoder_backward_scratch_bytes((int)BT, c.vocab_size), 1};
-    t[mem::GradShard] = {"gradient shard (ZeRO-1)", G::Gradients, zero_shard, X};
+    // The gradient shard lives from the reduce-scatter to the update, when the activations are dead: it takes the
+    // start of their memory (gpt2_allocate points it there) unless they are smaller.
+    size_t activation_bytes = 0;
+    for (int i = mem::Encoded; i <= mem::Losses; i++) activation_bytes += t[i].bytes();
+    const bool shard_in_activations = zero_shard * X <= activation_bytes;
+    t[mem::GradShard] = {"gradient shard (ZeRO-1)", G::Gradients, shard_in_activations ? 0 : zero_shard, X};
     t[mem::ZeroStaging] = {"bucket staging (ZeRO-1)", G::Workspace, zero_staging, X};
     return t;
 }
