@@ -302,7 +302,7 @@ void zero_reduce_scatter_grads(GPT2& model, MultiGpu& mg) {
     size_t at = 0;
     for (const GradBucket& b : model.zero.plan) {
         const size_t per = b.shard_elements(mg.world);
-        zero_pack(b, gpt2_grads(&model), staging, model.stream);
+        zero_pack_zero_padded(b, gpt2_grads(&model), staging, model.stream);
         multi_gpu_reduce_scatter_avg(mg, staging, shard + at, per, model.stream);
         at += per;
     }

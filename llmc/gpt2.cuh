@@ -225,7 +225,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     cudaCheck(cudaMemset(m->memory[mem::Grads], 0, N * sizeof(floatX)));
     cudaCheck(cudaMemset(m->memory[mem::AdamM], 0, opt * sizeof(float)));
     cudaCheck(cudaMemset(m->memory[mem::AdamV], 0, opt * sizeof(float)));
-    if (m->zero.on) {  // the staging padding stays zero: packing never writes it, so it reduces to zero
+    if (m->zero.on) {
         if (!m->memory[mem::GradShard]) m->memory[mem::GradShard] = m->memory[mem::Encoded];  // see gpt2_memory_table
         cudaCheck(cudaMemset(m->memory[mem::ZeroStaging], 0, zero_staging * sizeof(floatX)));
         m->zero.shard = zero_shard_create(m->zero.plan, c, m->zero.num_ranks, m->zero.rank);

@@ -4,6 +4,7 @@
 //
 //   ZeroShard z = zero_shard_create(plan, c, num_ranks, rank);      // the rank's segments, on the device
 //   zero_pack(b, flat, staging) / zero_unpack(b, staging, flat);    // a bucket's ranges <-> its staging buffer
+//   zero_pack_zero_padded(b, grads, staging);                       // before a reduce-scatter
 //   zero_adamw_update(z, params, master, grad_shard, m, v, table, step_args);  // the rank's elements only
 //
 // zero_adamw_update applies adamw_element (llmc/adamw.cuh) with each element's index in its tensor and its
@@ -65,6 +66,15 @@ inline void zero_pack(const GradBucket& b, const T* flat, T* staging, cudaStream
         cudaCheck(cudaMemcpyAsync(staging + at, flat + r.offset, r.count * sizeof(T), cudaMemcpyDeviceToDevice, stream));
         at += r.count;
     }
+}
+// The same with the padding zeroed: what a reduce-scatter needs, so the shards' padding sums to zero (it is counted in
+// the gradient norm). The staging buffer is shared by buckets of different sizes and by the all-gather, so its
+// padding holds whatever was there before.
+template <typename T>
+inline void zero_pack_zero_padded(const GradBucket& b, const T* flat, T* staging, cudaStream_t stream) {
+    zero_pack(b, flat, staging, stream);
+    if (b.padded > b.elements)
+        cudaCheck(cudaMemsetAsync(staging + b.elements, 0, (b.padded - b.elements) * sizeof(T), stream));
 }
 template <typename T>
 inline void zero_unpack(const GradBucket& b, const T* staging, T* flat, cudaStream_t stream) {

@@ -3,7 +3,8 @@
 // scatter hands it), updates its shard with zero_adamw_update, packs its parameters and takes the other ranks'
 // slices (an all-gather). Every rank must end with the parameters adamw_update gives the unsharded model, bit for
 // bit, and the shards of master weights, m and v must reassemble (zero_flat_from_shards) into the unsharded ones.
-// Before the gather a rank must have written only the elements it owns; shard padding is poisoned and must stay so.
+// Before the gather a rank must have written only the elements it owns; shard padding of master, m and v is poisoned
+// and must stay so, and the gradient shards' padding must be zero although the staging buffer starts stale.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,10 @@ int failures = 0;
 
 floatX to_floatX(float x) {  // on the host (cuda_common.h's from_float is device-only)
     if constexpr (kFloatXIsBF16) return __float2bfloat16(x);
+    else return x;
+}
+float to_float_host(floatX x) {
+    if constexpr (kFloatXIsBF16) return __bfloat162float(x);
     else return x;
 }
 
@@ -100,8 +105,12 @@ int main() {
             const std::vector<GradBucket> plan = zero_bucket_plan(c, bucket_bytes, N);
             size_t max_padded = 0;
             for (const GradBucket& b : plan) max_padded = std::max(max_padded, b.padded);
-            floatX* staging = nullptr;
+            floatX* staging = nullptr;  // stale values everywhere, as the trainer's shared staging buffer holds
             cudaCheck(cudaMalloc(&staging, max_padded * sizeof(floatX)));
+            {
+                const std::vector<floatX> stale(max_padded, to_floatX(1.5f));
+                cudaCheck(cudaMemcpy(staging, stale.data(), max_padded * sizeof(floatX), cudaMemcpyHostToDevice));
+            }
             std::vector<floatX*> rank_params(N);
             std::vector<ZeroShard> shards(N);
             std::vector<float*> sh_master(N), sh_m(N), sh_v(N);
@@ -119,7 +128,7 @@ int main() {
             size_t shard_at = 0;
             for (const GradBucket& b : plan) {
                 const size_t per = b.shard_elements(N);
-                zero_pack(b, d_grads, staging, 0);
+                zero_pack_zero_padded(b, d_grads, staging, 0);
                 for (int r = 0; r < N; r++)
                     cudaCheck(cudaMemcpy(sh_grads[r] + shard_at, staging + (size_t)r * per, per * sizeof(floatX),
                                          cudaMemcpyDeviceToDevice));
@@ -128,6 +137,16 @@ int main() {
             for (int r = 0; r < N; r++)
                 zero_adamw_update(shards[r], rank_params[r], sh_master[r], sh_grads[r], sh_m[r], sh_v[r], table, s);
             cudaCheck(cudaDeviceSynchronize());
+            // the gradient shards' padding is zero (the trainer's norm sums whole shards)
+            for (int r = 0; r < N; r++) {
+                const std::vector<floatX> g = to_host(sh_grads[r], shards[r].elements);
+                std::vector<bool> owned(g.size(), false);
+                zero_for_each_owned(plan, N, r, [&](size_t sidx, size_t) { owned[sidx] = true; });
+                bool zero_pad = true;
+                for (size_t i = 0; i < g.size(); i++)
+                    if (!owned[i] && to_float_host(g[i]) != 0.0f) zero_pad = false;
+                expect(zero_pad, "gradient shard padding zero after a pack over stale staging", N, bucket_bytes, r);
+            }
             // before the gather: owned elements updated, the others untouched
             for (int r = 0; r < N; r++) {
                 const std::vector<floatX> got = to_host(rank_params[r], P);
@@ -161,8 +180,11 @@ int main() {
                 std::vector<bool> owned(n, false);
                 zero_for_each_owned(plan, N, r, [&](size_t sidx, size_t) { owned[sidx] = true; });
                 bool pad_ok = true;
-                for (size_t i = 0; i < n; i++)
-                    if (!owned[i] && memcmp(&host_m[r][i], &poison, 4) != 0) pad_ok = false;
+                for (size_t i = 0; i < n; i++) {
+                    if (owned[i]) continue;
+                    if (memcmp(&host_m[r][i], &poison, 4) != 0 || memcmp(&host_v[r][i], &poison, 4) != 0) pad_ok = false;
+                    if (with_master && memcmp(&host_master[r][i], &poison, 4) != 0) pad_ok = false;
+                }
                 expect(pad_ok, "shard padding untouched", N, bucket_bytes, r);
             }
             std::vector<float> flat(P);
