@@ -318,12 +318,17 @@ void zero_all_gather_params(GPT2& model, MultiGpu& mg) {
     }
 }
 // The optimizer state in gpt2_optimizer_state_to_host's flat layout, gathered from every rank's shard (a bucket at
-// a time through an fp32 buffer of the largest bucket); every rank must call it, rank 0 gets the bytes.
+// a time through an fp32 buffer of the largest bucket); every rank must call it, between steps; rank 0 gets the
+// bytes.
 std::vector<uint8_t> zero_gather_optimizer_state(GPT2& model, MultiGpu& mg) {
     const size_t P = gpt2_num_parameters(&model);
     std::vector<uint8_t> out(mg.rank == 0 ? gpt2_optimizer_state_bytes(&model) : 0);
-    float* gathered = nullptr;
-    cudaCheck(cudaMalloc(&gathered, model.zero.staging_elements * sizeof(float)));
+    // fp32, the largest bucket: in the activation memory (dead between steps) when it fits, else its own buffer
+    size_t activation_bytes = 0;
+    for (int i = mem::Encoded; i <= mem::Losses; i++) activation_bytes += model.memory_table[i].bytes();
+    const size_t need = model.zero.staging_elements * sizeof(float);
+    float* gathered = need <= activation_bytes ? (float*)model.memory[mem::Encoded] : nullptr;
+    if (!gathered) cudaCheck(cudaMalloc(&gathered, need));
     std::vector<float> host(model.zero.staging_elements);
     size_t array = 0;
     for (mem::Id id : {mem::Master, mem::AdamM, mem::AdamV}) {
@@ -347,7 +352,7 @@ std::vector<uint8_t> zero_gather_optimizer_state(GPT2& model, MultiGpu& mg) {
         }
         array++;
     }
-    cudaCheck(cudaFree(gathered));
+    if (gathered != (float*)model.memory[mem::Encoded]) cudaCheck(cudaFree(gathered));
     return out;
 }
 
