@@ -69,11 +69,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     constexpr int kPer = HS / 32;  // elements per lane: 2 (HS 64) or 4 (HS 128), consecutive
     const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // launched as a programmatic dependent (pdl): everything here reads the kernel before's output
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
     const int n = len[b];
     const int k_begin = chunk * kChunk, k_end = min(n, k_begin + kChunk);
     if (k_begin >= n) return;  // past this sequence's length: the merge reads only the chunks that hold keys
@@ -215,21 +211,13 @@ inline cudaError_t attention_decode(T* out, const T* q, const T* k_cache, const 
     float* part_o = (float*)workspace;
     float* part_ml = part_o + (size_t)B * NH * chunks * HS;
     unsigned* finished = attention_decode_counts(workspace, B, NH, max_T, HS);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(chunks, B * NH);
     const bool small = (long long)chunks * B * NH <= 2LL * device_sm_count();
-    config.blockDim = dim3((small ? 8 : 4) * 32);
-    config.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = pdl && device_info().prop.major >= 9 ? 1 : 0;
+    PdlLaunch launch(dim3(chunks, B * NH), dim3((small ? 8 : 4) * 32), 0, stream, pdl);
     auto kernel = HS == 64    ? (small ? split_kernel<64, T, 8> : split_kernel<64, T, 4>)
                   : HS == 128 ? (small ? split_kernel<128, T, 8> : split_kernel<128, T, 4>)
                               : nullptr;
     if (!kernel) return cudaErrorInvalidValue;
-    const cudaError_t e = cudaLaunchKernelEx(&config, kernel, out, part_o, part_ml, finished, q, k_cache, v_cache,
+    const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, part_o, part_ml, finished, q, k_cache, v_cache,
                                              len, NH, max_T, chunks, q_stride);
     if (e != cudaSuccess) return e;
     return cudaGetLastError();

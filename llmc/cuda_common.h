@@ -221,3 +221,31 @@ inline const DeviceInfo& device_info() {
     return info;
 }
 inline int device_sm_count() { return device_info().prop.multiProcessorCount; }
+
+// ---------------------------------------------------------------- programmatic dependent launch (PDL, sm_90+)
+// A kernel launched through PdlLaunch with pdl = true may start while the kernel before it in the stream still
+// runs. Before pdl_trigger_and_wait() it may only touch what no earlier kernel writes (weights); the call lets the
+// next PDL kernel start launching, then waits until the kernel before has finished and its writes are visible.
+// Launched plainly, or before sm_90, both are no-ops.
+__device__ __forceinline__ void pdl_trigger_and_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+struct PdlLaunch {  // cudaLaunchKernelEx(&launch.config, kernel, args...)
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attr[1];
+    PdlLaunch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl) {
+        config.gridDim = grid;
+        config.blockDim = block;
+        config.dynamicSmemBytes = smem;
+        config.stream = stream;
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = attr;
+        config.numAttrs = pdl && device_info().prop.major >= 9 ? 1 : 0;
+    }
+    PdlLaunch(const PdlLaunch&) = delete;  // config.attrs points into this object
+    PdlLaunch& operator=(const PdlLaunch&) = delete;
+};

@@ -69,12 +69,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) matvec_kernel(const
         for (int v = 0; v < kPre; v++)
             if ((lane + 32 * v) * 8 < K) wpre[v] = load128cs(a.W + (size_t)n * K + (lane + 32 * v) * 8);
     }
-    // Everything below reads what the kernel before wrote; without the launch attribute both are no-ops (and
-    // before sm_90 there is no PDL: the host launches plainly there).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    pdl_trigger_and_wait();  // everything below reads what the kernel before wrote
     // Stage the rows (and the LayerNorm's weights) in shared memory as fp32. Each pass issues all of its global
     // loads before any store: a store to shared memory may alias a generic load, so the compiler would otherwise
     // wait out one memory latency per vector.
@@ -207,15 +202,6 @@ inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
     if (smem > 48 * 1024)  // the opt-in above 48 KiB (not a stream operation: fine inside a graph capture)
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * kBlocksPerSM);  // all resident
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks, (a.B + rows - 1) / rows);
-    config.blockDim = dim3(kWarps * 32);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = a.pdl && device_info().prop.major >= 9 ? 1 : 0;
-    cudaCheck(cudaLaunchKernelEx(&config, kernel, a));
+    PdlLaunch launch(dim3(blocks, (a.B + rows - 1) / rows), dim3(kWarps * 32), smem, stream, a.pdl);
+    cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, a));
 }
