@@ -17,13 +17,18 @@ namespace {
 
 int failures = 0;
 
-floatX to_floatX(float x) {  // on the host (cuda_common.h's from_float is device-only)
-    if constexpr (kFloatXIsBF16) return __float2bfloat16(x);
-    else return x;
+// floatX arrays through fp32 on the host (cuda_common.h's conversions: to floatX rounds to nearest, back is exact,
+// so comparing the fp32 copies bit for bit compares the floatX values)
+floatX* floatX_to_device(const std::vector<float>& h) {
+    floatX* d = nullptr;
+    cudaCheck(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(floatX)));
+    host_floats_to_device(d, h.data(), h.size());
+    return d;
 }
-float to_float_host(floatX x) {
-    if constexpr (kFloatXIsBF16) return __bfloat162float(x);
-    else return x;
+std::vector<float> floatX_to_host(const floatX* d, size_t n) {
+    std::vector<float> h(n);
+    device_to_host_floats(h.data(), d, n);
+    return h;
 }
 
 template <typename T>
@@ -61,13 +66,13 @@ int main() {
     // a state mid-training: parameters, master copy, moments and this step's gradients
     Rng rng(20261123);
     std::vector<float> master(P), m(P), v(P);
-    std::vector<floatX> params(P), grads(P);
+    std::vector<float> params(P), grads(P);  // rounded to floatX on upload
     for (size_t i = 0; i < P; i++) {
         master[i] = 0.05f * rng.normal();
-        params[i] = to_floatX(master[i]);
+        params[i] = master[i];
         m[i] = 1e-3f * rng.normal();
         v[i] = 1e-6f * std::fabs(rng.normal());
-        grads[i] = to_floatX(0.02f * rng.normal());
+        grads[i] = 0.02f * rng.normal();
     }
     AdamWTensorTable table{};
     for (size_t t = 0, at = 0; t < table_spec.size(); at += table_spec[t].numel, t++) {
@@ -80,14 +85,15 @@ int main() {
     const uint64_t seed = 1337;
 
     // the unsharded update
-    floatX* d_params = to_device(params);
-    floatX* d_grads = to_device(grads);
+    floatX* d_params = floatX_to_device(params);
+    floatX* d_grads = floatX_to_device(grads);
+    params = floatX_to_host(d_params, P);  // as rounded: what every rank starts from
     float* d_master = with_master ? to_device(master) : nullptr;
     float* d_m = to_device(m);
     float* d_v = to_device(v);
     adamw_update(d_params, d_master, d_grads, d_m, d_v, table, (int)table_spec.size(), lr, b1, b2, eps, grad_scale,
                  step, seed);
-    const std::vector<floatX> want_params = to_host(d_params, P);
+    const std::vector<float> want_params = floatX_to_host(d_params, P);
     const std::vector<float> want_master = with_master ? to_host(d_master, P) : std::vector<float>();
     const std::vector<float> want_m = to_host(d_m, P), want_v = to_host(d_v, P);
     if (same_bits(want_params, params)) {
@@ -108,8 +114,8 @@ int main() {
             floatX* staging = nullptr;  // stale values everywhere, as the trainer's shared staging buffer holds
             cudaCheck(cudaMalloc(&staging, max_padded * sizeof(floatX)));
             {
-                const std::vector<floatX> stale(max_padded, to_floatX(1.5f));
-                cudaCheck(cudaMemcpy(staging, stale.data(), max_padded * sizeof(floatX), cudaMemcpyHostToDevice));
+                const std::vector<float> stale(max_padded, 1.5f);
+                host_floats_to_device(staging, stale.data(), max_padded);
             }
             std::vector<floatX*> rank_params(N);
             std::vector<ZeroShard> shards(N);
@@ -118,11 +124,11 @@ int main() {
             for (int r = 0; r < N; r++) {
                 shards[r] = zero_shard_create(plan, c, N, r);
                 const size_t n = shards[r].elements;
-                rank_params[r] = to_device(params);
+                rank_params[r] = floatX_to_device(params);
                 sh_master[r] = with_master ? to_device(zero_shard_from_flat(plan, N, r, master.data(), poison)) : nullptr;
                 sh_m[r] = to_device(zero_shard_from_flat(plan, N, r, m.data(), poison));
                 sh_v[r] = to_device(zero_shard_from_flat(plan, N, r, v.data(), poison));
-                sh_grads[r] = to_device(std::vector<floatX>(n, to_floatX(poison)));
+                sh_grads[r] = floatX_to_device(std::vector<float>(n, poison));
             }
             // the reduce-scatter (every rank's gradients are the averaged ones): rank r's slice of each bucket
             size_t shard_at = 0;
@@ -139,18 +145,18 @@ int main() {
             cudaCheck(cudaDeviceSynchronize());
             // the gradient shards' padding is zero (the trainer's norm sums whole shards)
             for (int r = 0; r < N; r++) {
-                const std::vector<floatX> g = to_host(sh_grads[r], shards[r].elements);
+                const std::vector<float> g = floatX_to_host(sh_grads[r], shards[r].elements);
                 std::vector<bool> owned(g.size(), false);
                 zero_for_each_owned(plan, N, r, [&](size_t sidx, size_t) { owned[sidx] = true; });
                 bool zero_pad = true;
                 for (size_t i = 0; i < g.size(); i++)
-                    if (!owned[i] && to_float_host(g[i]) != 0.0f) zero_pad = false;
+                    if (!owned[i] && g[i] != 0.0f) zero_pad = false;
                 expect(zero_pad, "gradient shard padding zero after a pack over stale staging", N, bucket_bytes, r);
             }
             // before the gather: owned elements updated, the others untouched
             for (int r = 0; r < N; r++) {
-                const std::vector<floatX> got = to_host(rank_params[r], P);
-                std::vector<floatX> expect_r = params;
+                const std::vector<float> got = floatX_to_host(rank_params[r], P);
+                std::vector<float> expect_r = params;
                 zero_for_each_owned(plan, N, r, [&](size_t, size_t k) { expect_r[k] = want_params[k]; });
                 expect(same_bits(got, expect_r), "a rank's parameters before the gather (owned updated, others not)", N,
                        bucket_bytes, r);
@@ -170,7 +176,7 @@ int main() {
             cudaCheck(cudaDeviceSynchronize());
             std::vector<std::vector<float>> host_master(N), host_m(N), host_v(N);
             for (int r = 0; r < N; r++) {
-                expect(same_bits(to_host(rank_params[r], P), want_params), "parameters after the gather = unsharded", N,
+                expect(same_bits(floatX_to_host(rank_params[r], P), want_params), "parameters after the gather = unsharded", N,
                        bucket_bytes, r);
                 const size_t n = shards[r].elements;
                 host_m[r] = to_host(sh_m[r], n);
