@@ -309,6 +309,7 @@ void zero_reduce_scatter_grads(GPT2& model, MultiGpu& mg) {
 }
 // After the shard's update: every rank's updated parameters to every rank.
 void zero_all_gather_params(GPT2& model, MultiGpu& mg) {
+    if (mg.world == 1) return;  // the one rank owns every element
     floatX* staging = (floatX*)model.memory[mem::ZeroStaging];
     floatX* params = (floatX*)model.memory[mem::Params];
     for (const GradBucket& b : model.zero.plan) {
@@ -324,10 +325,8 @@ std::vector<uint8_t> zero_gather_optimizer_state(GPT2& model, MultiGpu& mg) {
     const size_t P = gpt2_num_parameters(&model);
     std::vector<uint8_t> out(mg.rank == 0 ? gpt2_optimizer_state_bytes(&model) : 0);
     // fp32, the largest bucket: in the activation memory (dead between steps) when it fits, else its own buffer
-    size_t activation_bytes = 0;
-    for (int i = mem::Encoded; i <= mem::Losses; i++) activation_bytes += model.memory_table[i].bytes();
     const size_t need = model.zero.staging_elements * sizeof(float);
-    float* gathered = need <= activation_bytes ? (float*)model.memory[mem::Encoded] : nullptr;
+    float* gathered = need <= model.plan.activations ? (float*)model.memory[mem::Encoded] : nullptr;
     if (!gathered) cudaCheck(cudaMalloc(&gathered, need));
     std::vector<float> host(model.zero.staging_elements);
     size_t array = 0;

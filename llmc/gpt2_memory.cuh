@@ -46,6 +46,23 @@ enum Id {
 };
 }  // namespace mem
 
+inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
+    MemoryPlan p;
+    for (const MemoryTensor& t : table) {
+        size_t b = t.bytes();
+        switch (t.group) {
+            case MemoryGroup::Parameters: p.parameters += b; break;
+            case MemoryGroup::Gradients: p.gradients += b; break;
+            case MemoryGroup::Optimizer: p.optimizer += b; break;
+            case MemoryGroup::MasterWeights: p.master_weights += b; break;
+            case MemoryGroup::Activations: p.activations += b; break;
+            case MemoryGroup::Workspace: p.workspace += b; break;
+        }
+    }
+    p.workspace += matmul_workspace_bytes();  // cuBLASLt's own workspace, allocated by matmul_init
+    return p;
+}
+
 // zero_shard, zero_staging (elements): ZeRO-1 (llmc/zero.cuh) keeps master weights and moments for its shard only,
 // plus the shard's gradients and a staging buffer for the largest bucket; 0, 0 without it.
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
@@ -99,30 +116,12 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
                           encoder_backward_scratch_bytes((int)BT, c.vocab_size), 1};
     // The gradient shard lives from the reduce-scatter to the update, when the activations are dead: it takes the
     // start of their memory (gpt2_allocate points it there) unless they are smaller.
-    size_t activation_bytes = 0;
-    for (int i = mem::Encoded; i <= mem::Losses; i++) activation_bytes += t[i].bytes();
-    const bool shard_in_activations = zero_shard * X <= activation_bytes;
+    const bool shard_in_activations = zero_shard * X <= memory_plan_of(t).activations;
     t[mem::GradShard] = {"gradient shard (ZeRO-1)", G::Gradients, shard_in_activations ? 0 : zero_shard, X};
     t[mem::ZeroStaging] = {"bucket staging (ZeRO-1)", G::Workspace, zero_staging, X};
     return t;
 }
 
-inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
-    MemoryPlan p;
-    for (const MemoryTensor& t : table) {
-        size_t b = t.bytes();
-        switch (t.group) {
-            case MemoryGroup::Parameters: p.parameters += b; break;
-            case MemoryGroup::Gradients: p.gradients += b; break;
-            case MemoryGroup::Optimizer: p.optimizer += b; break;
-            case MemoryGroup::MasterWeights: p.master_weights += b; break;
-            case MemoryGroup::Activations: p.activations += b; break;
-            case MemoryGroup::Workspace: p.workspace += b; break;
-        }
-    }
-    p.workspace += matmul_workspace_bytes();  // cuBLASLt's own workspace, allocated by matmul_init
-    return p;
-}
 
 inline MemoryPlan gpt2_memory_plan(const GPT2Config& c, int B, int T, int recompute, AttentionBackend backend) {
     return memory_plan_of(gpt2_memory_table(c, B, T, recompute, backend));
