@@ -16,6 +16,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_decode.cuh"
+#include "llmc/grad_exchange.cuh"
 #include "llmc/logger.h"
 #include "llmc/mfu.h"
 #include "llmc/multi_gpu.cuh"
@@ -259,11 +260,14 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
     row("attention / recompute", attention_backend_description(s.backend) + " / " + str(a.recompute));
     row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
-    if (model.zero.on) {
-        row("ZeRO stage / buckets", "1 / " + str((int)model.zero.plan.size()) + " of about " + str(a.zero_bucket_mb) +
-                                        " MB (master weights and AdamW moments: this rank's shard)");
-    } else {
-        row("ZeRO stage", "0 (every rank keeps the whole optimizer state)");
+    row("ZeRO stage", model.zero.on ? "1 (master weights and AdamW moments: this rank's shard)"
+                                    : "0 (every rank keeps the whole optimizer state)");
+    if (s.world > 1) {
+        const size_t buckets = model.zero.on ? model.zero.plan.size()
+                                             : zero_bucket_plan(c, (size_t)a.zero_bucket_mb << 20, s.world).size();
+        row("gradient exchange", str((long long)buckets) + " buckets of about " + str(a.zero_bucket_mb) + " MB, " +
+                                     (model.zero.on ? "reduce-scatter" : "all-reduce") + " under the backward" +
+                                     (model.zero.on ? ", all-gather under the forward" : ""));
     }
     row("tokens per step",
         str(s.layout.tokens_per_step) + " (grad accum " + str(s.layout.grad_accum_steps) + ")");
@@ -293,31 +297,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
     fflush(stdout);
 }
 
-// ---------------------------------------------------------------- ZeRO-1 exchanges (-z 1, llmc/zero.cuh)
-// Bucket by bucket through one staging buffer: pack the bucket's ranges, then the collective, on the model's
-// stream, so the next bucket's packing waits for this one's exchange. Not yet overlapped with the backward.
-void zero_reduce_scatter_grads(GPT2& model, MultiGpu& mg) {
-    floatX* staging = (floatX*)model.memory[mem::ZeroStaging];
-    floatX* shard = (floatX*)model.memory[mem::GradShard];
-    size_t at = 0;
-    for (const GradBucket& b : model.zero.plan) {
-        const size_t per = b.shard_elements(mg.world);
-        zero_pack_zero_padded(b, gpt2_grads(&model), staging, model.stream);
-        multi_gpu_reduce_scatter_avg(mg, staging, shard + at, per, model.stream);
-        at += per;
-    }
-}
-// After the shard's update: every rank's updated parameters to every rank.
-void zero_all_gather_params(GPT2& model, MultiGpu& mg) {
-    if (mg.world == 1) return;  // the one rank owns every element
-    floatX* staging = (floatX*)model.memory[mem::ZeroStaging];
-    floatX* params = (floatX*)model.memory[mem::Params];
-    for (const GradBucket& b : model.zero.plan) {
-        zero_pack(b, params, staging, model.stream);  // this rank's slice is current; the others are overwritten
-        multi_gpu_all_gather_in_place(mg, staging, b.shard_elements(mg.world), model.stream);
-        zero_unpack(b, staging, params, model.stream);
-    }
-}
+// ---------------------------------------------------------------- ZeRO-1 checkpoints (-z 1, llmc/zero.cuh)
 // The optimizer state in gpt2_optimizer_state_to_host's flat layout, gathered from every rank's shard (a bucket at
 // a time through an fp32 buffer of the largest bucket); every rank must call it, between steps; rank 0 gets the
 // bytes.
@@ -337,9 +317,9 @@ std::vector<uint8_t> zero_gather_optimizer_state(GPT2& model, MultiGpu& mg) {
         for (const GradBucket& b : model.zero.plan) {
             const size_t per = b.shard_elements(mg.world);
             cudaCheck(cudaMemcpyAsync(gathered + (size_t)mg.rank * per, (float*)model.memory[id] + shard_at,
-                                      per * sizeof(float), cudaMemcpyDeviceToDevice, model.stream));
-            multi_gpu_all_gather_in_place(mg, gathered, per, model.stream);
-            cudaCheck(cudaStreamSynchronize(model.stream));
+                                      per * sizeof(float), cudaMemcpyDeviceToDevice, mg.stream));
+            multi_gpu_all_gather_in_place(mg, gathered, per);
+            cudaCheck(cudaStreamSynchronize(mg.stream));
             shard_at += per;
             if (!flat) continue;
             cudaCheck(cudaMemcpy(host.data(), gathered, b.elements * sizeof(float), cudaMemcpyDeviceToHost));
@@ -361,25 +341,27 @@ struct StepResult {
     double ms;
 };
 
-// zero grad -> grad_accum_steps × (forward, backward) -> all-reduce -> clip -> AdamW, timed to the end of the update.
-StepResult train_step(GPT2& model, DataLoader& train, const TrainArgs& a, const BatchLayout& layout,
+// zero grad -> grad_accum_steps × (forward, backward; the last backward's buckets exchanged under it) -> clip ->
+// AdamW (-z 1: then the parameters' all-gather, which the next forward waits for bucket by bucket), timed on the
+// compute stream from the previous step's end to the end of the update.
+StepResult train_step(GPT2& model, GradExchange& x, DataLoader& train, const TrainArgs& a, const BatchLayout& layout,
                       const LRScheduler& sched, MultiGpu& mg, int step) {
-    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaStreamSynchronize(model.stream));  // not the device: a -z 1 all-gather may still be running
     const auto t0 = std::chrono::steady_clock::now();
     gpt2_zero_grad(&model);
     double loss_sum = 0;
     for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
         train.next_batch();
         loss_sum += gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T);
+        grad_exchange_arm(&x, micro == layout.grad_accum_steps - 1);
         gpt2_backward(&model, 1.0f / layout.grad_accum_steps);
     }
+    grad_exchange_finish(&x);
     StepResult r;
-    if (model.zero.on) {  // each rank receives the mean of its shard; the norm combines the shards'
-        zero_reduce_scatter_grads(model, mg);
+    if (model.zero.on) {  // each rank holds the mean of its shard; the norm combines the shards'
         const float shard_norm = gpt2_grad_norm(&model);
         r.grad_norm = sqrtf(multi_gpu_sum(mg, shard_norm * shard_norm));
     } else {
-        multi_gpu_average(mg, gpt2_grads(&model), gpt2_num_parameters(&model));
         r.grad_norm = gpt2_grad_norm(&model);
     }
     r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
@@ -387,8 +369,8 @@ StepResult train_step(GPT2& model, DataLoader& train, const TrainArgs& a, const 
     r.lr = sched.lr_at(step);
     const AdamWParams opt{r.lr, kBeta1, kBeta2, kEps, a.weight_decay};
     gpt2_update(&model, opt, grad_scale, step + 1, mix_seed(a.seed, (uint64_t)step + 1));
-    if (model.zero.on) zero_all_gather_params(model, mg);
-    cudaCheck(cudaDeviceSynchronize());
+    grad_exchange_gather_params(&x);
+    cudaCheck(cudaStreamSynchronize(model.stream));
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
         fail("step " + std::to_string(step + 1) + ": loss " + std::to_string(r.loss) + ", grad norm " +
@@ -460,9 +442,15 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
     double sum_ms = 0;
     int timed_steps = 0;
+    GradExchange exchange = grad_exchange_create(&model, &mg, (size_t)a.zero_bucket_mb << 20);
+    grad_exchange_install(&exchange);
     for (int step = start_step;; step++) {
         const bool last = step == total_steps;
-        if (a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || last)) {
+        const bool checkpoint = a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || last);
+        const bool validate = val_loader && (step % a.val_every == 0 || last);
+        const bool sample = a.sample_every > 0 && main_rank && ((step > 0 && step % a.sample_every == 0) || last);
+        if (checkpoint || sample || last) grad_exchange_sync(&exchange);  // the parameters' all-gather has landed
+        if (checkpoint) {
             multi_gpu_barrier(mg);
             std::vector<uint8_t> optimizer_state = model.zero.on ? zero_gather_optimizer_state(model, mg)
                                                    : main_rank  ? gpt2_optimizer_state_to_host(&model)
@@ -471,17 +459,17 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
                 ckpt.save(model, step, shape, sampler_rng, train_loader, val_loader.get(), std::move(optimizer_state));
             multi_gpu_barrier(mg);
         }
-        if (val_loader && (step % a.val_every == 0 || last)) {
+        if (validate) {
             const float val_loss = evaluate(model, *val_loader, a.val_max_batches, a.B, a.T, mg);
             printf("val loss %.6f (after %d steps)\n", val_loss, step);
             log.log_val(step, val_loss);
         }
-        if (a.sample_every > 0 && main_rank && ((step > 0 && step % a.sample_every == 0) || last)) {
+        if (sample) {
             print_sample(model, a, sampler_rng, tokenizer.get(), eot);
         }
         if (last) break;
 
-        const StepResult r = train_step(model, train_loader, a, layout, sched, mg, step);
+        const StepResult r = train_step(model, exchange, train_loader, a, layout, sched, mg, step);
         StepStats st;
         st.step = step + 1;
         st.total_steps = total_steps;
@@ -514,6 +502,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
                layout.tokens_per_step / (ms / 1e3));
     }
     printf("device memory in use at the end: %s\n", format_bytes((double)device_memory_in_use()).c_str());
+    grad_exchange_free(&exchange);
     gpt2_free(&model);
     multi_gpu_free(mg);
     return 0;

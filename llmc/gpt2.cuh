@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,12 @@ struct GPT2 {
         ZeroShard shard;           // set by gpt2_allocate
         size_t staging_elements = 0;
     } zero;
+
+    // Hooks for the trainer's gradient and parameter exchange (train_gpt2.cu), called while the work is queued on
+    // m->stream (not when it has run): grads_ready(l) once layer l's parameter gradients are all queued (l = L-1 down
+    // to 0), then grads_ready(-1) after the encoder's (wte, wpe, lnf); params_needed(-1) before the forward queues
+    // its first kernel (encoder, and lnf at its end), params_needed(l) before layer l's. Unset: nothing is called.
+    std::function<void(int)> grads_ready, params_needed;
 
     // Set by gpt2_build_*: the initial parameters in fp32, uploaded by gpt2_allocate.
     std::vector<float> host_params;
@@ -226,7 +233,6 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     cudaCheck(cudaMemset(m->memory[mem::AdamM], 0, opt * sizeof(float)));
     cudaCheck(cudaMemset(m->memory[mem::AdamV], 0, opt * sizeof(float)));
     if (m->zero.on) {
-        if (!m->memory[mem::GradShard]) m->memory[mem::GradShard] = m->memory[mem::Encoded];  // see gpt2_memory_table
         cudaCheck(cudaMemset(m->memory[mem::ZeroStaging], 0, zero_staging * sizeof(floatX)));
         m->zero.shard = zero_shard_create(m->zero.plan, c, m->zero.num_ranks, m->zero.rank);
     }
@@ -253,12 +259,14 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
 
     floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
     const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
+    if (m->params_needed) m->params_needed(-1);
     encoder_forward(buf<floatX>(m, mem::Encoded), buf<int>(m, mem::Inputs), param(m, WTE), param(m, WPE), B, T, C, s);
     auto ln1 = [&](int l) { return buf<floatX>(m, mem::Ln1) + (m->recompute >= 2 ? 0 : l * ld * C); };
     auto ln2 = [&](int l) { return buf<floatX>(m, mem::Ln2) + (m->recompute >= 2 ? 0 : l * ld * C); };
     layernorm_forward(ln1(0), buf<float>(m, mem::Ln1Mean), buf<float>(m, mem::Ln1Rstd), buf<floatX>(m, mem::Encoded),
                       param(m, LN1W), param(m, LN1B), BT, C, s);
     for (int l = 0; l < L; l++) {
+        if (m->params_needed) m->params_needed(l);
         const floatX* residual = l == 0 ? buf<floatX>(m, mem::Encoded) : buf<floatX>(m, mem::Residual3) + (l - 1) * ld * C;
         floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
         floatX* atty = buf<floatX>(m, mem::Atty) + l * ld * C;
@@ -378,17 +386,19 @@ inline void gpt2_backward(GPT2* m, float loss_scale) {
                         reduce, nullptr, false, 1.0f, s);
         layernorm_backward(dresidual, grad(m, LN1W, l), grad(m, LN1B, l), scratch, residual, param(m, LN1W, l),
                            ln1_mean, ln1_rstd, BT, C, reduce, s, l > 0 ? grad(m, FCPROJB, l - 1) : nullptr);
+        // layer l's gradients are final (its fcproj bias was written by the LayerNorm backward above it)
+        if (m->grads_ready) m->grads_ready(l);
     }
     encoder_backward(grad(m, WTE), grad(m, WPE), dresidual, buf<int>(m, mem::Inputs), B, T, C, c.vocab_size,
                      m->encoder_scratch, s);
+    if (m->grads_ready) m->grads_ready(-1);
     cudaCheck(cudaStreamSynchronize(s));
 }
 
-// The gradients' L2 norm; with ZeRO-1 that of this rank's reduce-scattered shard (the trainer combines the ranks').
+// The gradients' L2 norm; with ZeRO-1 that of this rank's owned, reduce-scattered gradients (the trainer combines
+// the ranks').
 inline float gpt2_grad_norm(GPT2* m) {
-    if (m->zero.on)
-        return global_norm((const floatX*)m->memory[mem::GradShard], m->zero.shard.elements,
-                           (float*)m->memory[mem::ReduceScratch], m->stream);
+    if (m->zero.on) return zero_grad_norm(m->zero.shard, (const floatX*)m->memory[mem::Grads], m->stream);
     return global_norm((const floatX*)m->memory[mem::Grads], m->num_parameters, (float*)m->memory[mem::ReduceScratch],
                        m->stream);
 }
@@ -410,9 +420,9 @@ inline void gpt2_update(GPT2* m, const AdamWParams& p, float grad_scale, int ste
         table.size[i] = specs[i].numel;
         table.weight_decay[i] = specs[i].weight_decay ? p.weight_decay : 0.0f;
     }
-    if (m->zero.on) {  // this rank's shard, from the reduce-scattered gradient shard (the trainer gathers after)
+    if (m->zero.on) {  // this rank's shard, from its reduce-scattered gradients (the trainer gathers after)
         zero_adamw_update(m->zero.shard, (floatX*)m->memory[mem::Params], (float*)m->memory[mem::Master],
-                          (const floatX*)m->memory[mem::GradShard], (float*)m->memory[mem::AdamM],
+                          (const floatX*)m->memory[mem::Grads], (float*)m->memory[mem::AdamM],
                           (float*)m->memory[mem::AdamV], table, adamw_step(p.lr, p.beta1, p.beta2, p.eps, grad_scale,
                                                                            step, seed), m->stream);
     } else {

@@ -42,7 +42,7 @@ enum Id {
     Params, Grads, Master, AdamM, AdamV,
     Encoded, Ln1, Ln1Mean, Ln1Rstd, Qkv, Atty, AttSaved, Residual2, Ln2, Ln2Mean, Ln2Rstd, Fch,
     FchGelu, Residual3, Lnf, LnfMean, LnfRstd, Logits, Losses,
-    DResidual, ScratchBTC, ScratchBT4C, ReduceScratch, Inputs, Targets, EncoderScratch, GradShard, ZeroStaging, Count
+    DResidual, ScratchBTC, ScratchBT4C, ReduceScratch, Inputs, Targets, EncoderScratch, ZeroStaging, Count
 };
 }  // namespace mem
 
@@ -64,7 +64,8 @@ inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
 }
 
 // zero_shard, zero_staging (elements): ZeRO-1 (llmc/zero.cuh) keeps master weights and moments for its shard only,
-// plus the shard's gradients and a staging buffer for the largest bucket; 0, 0 without it.
+// plus a staging buffer for the largest bucket (the reduce-scattered gradients go back into the gradient buffer);
+// 0, 0 without it.
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
                                                    AttentionBackend backend, bool master_weights = kFloatXIsBF16,
                                                    size_t zero_shard = 0, size_t zero_staging = 0) {
@@ -114,10 +115,6 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     t[mem::Targets] = {"targets", G::Workspace, BT, sizeof(int)};
     t[mem::EncoderScratch] = {"encoder backward sort", G::Workspace,
                           encoder_backward_scratch_bytes((int)BT, c.vocab_size), 1};
-    // The gradient shard lives from the reduce-scatter to the update, when the activations are dead: it takes the
-    // start of their memory (gpt2_allocate points it there) unless they are smaller.
-    const bool shard_in_activations = zero_shard * X <= memory_plan_of(t).activations;
-    t[mem::GradShard] = {"gradient shard (ZeRO-1)", G::Gradients, shard_in_activations ? 0 : zero_shard, X};
     t[mem::ZeroStaging] = {"bucket staging (ZeRO-1)", G::Workspace, zero_staging, X};
     return t;
 }

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cuda_common.h"
 #include "utils.h"
@@ -43,10 +44,21 @@ struct MultiGpu {
     int world = 1;
     int local_device = 0;
     bool used_mpi = false;
+    // Every collective runs on this one stream (created by multi_gpu_init, non-blocking, highest priority): the
+    // ranks issue them in the same order on one queue, and the compute stream hands work over through events,
+    // so the exchange can run under the backward and the next forward.
+    cudaStream_t stream = nullptr;
+    float* scalar = nullptr;  // device float for multi_gpu_reduce_scalar
 #ifdef MULTI_GPU
     ncclComm_t comm = nullptr;
 #endif
 };
+
+// dst waits for everything queued on src so far (one event per pair, reused: a wait binds to the latest record).
+inline void stream_wait_for(cudaStream_t dst, cudaStream_t src, cudaEvent_t event) {
+    cudaCheck(cudaEventRecord(event, src));
+    cudaCheck(cudaStreamWaitEvent(dst, event, 0));
+}
 
 struct MultiGpuOptions {
     int num_processes = 1, process_rank = 0, gpus_per_node = 8;
@@ -109,6 +121,12 @@ inline ncclUniqueId exchange_id_via_files(const MultiGpuOptions& o, time_t start
 // Chooses this process's GPU (cudaSetDevice) and connects to the other ranks. Call before any CUDA work.
 inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, char*** argv_for_mpi = nullptr) {
     MultiGpu m;
+    auto make_stream = [&m]() {
+        int least = 0, greatest = 0;
+        cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        cudaCheck(cudaStreamCreateWithPriority(&m.stream, cudaStreamNonBlocking, greatest));
+        cudaCheck(cudaMalloc(&m.scalar, sizeof(float)));
+    };
 #ifdef MULTI_GPU
     const time_t started = time(nullptr);
 #ifdef USE_MPI
@@ -123,6 +141,7 @@ inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, c
     m.world = o.num_processes;
     m.local_device = m.rank % o.gpus_per_node;
     cudaCheck(cudaSetDevice(m.local_device));
+    make_stream();
     if (m.world > 1) {
         ncclUniqueId id;
 #ifdef USE_MPI
@@ -149,46 +168,50 @@ inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, c
         exit(EXIT_FAILURE);
     }
     cudaCheck(cudaSetDevice(0));
+    make_stream();
 #endif
     return m;
 }
 
-// grads[i] = mean over ranks of grads[i] (in place). NCCL's reduction order is fixed for a fixed
-// topology and world size, so runs stay deterministic.
-inline void multi_gpu_average(MultiGpu& m, floatX* grads, size_t n, cudaStream_t stream = 0) {
+// x[i] = mean over ranks of x[i] for each of the ranges (in place), as one NCCL group on m.stream. NCCL's
+// reduction order is fixed for a fixed topology and world size, so runs stay deterministic.
+struct DeviceRange {
+    floatX* at;
+    size_t count;
+};
+inline void multi_gpu_average(MultiGpu& m, const std::vector<DeviceRange>& ranges) {
 #ifdef MULTI_GPU
     if (m.world == 1) return;
     const ncclDataType_t type = kFloatXIsBF16 ? ncclBfloat16 : ncclFloat;
-    ncclCheck(ncclAllReduce(grads, grads, n, type, ncclAvg, m.comm, stream));
+    ncclCheck(ncclGroupStart());
+    for (const DeviceRange& r : ranges) ncclCheck(ncclAllReduce(r.at, r.at, r.count, type, ncclAvg, m.comm, m.stream));
+    ncclCheck(ncclGroupEnd());
 #else
-    (void)m; (void)grads; (void)n; (void)stream;
+    (void)m; (void)ranges;
 #endif
 }
 
-// ZeRO-1's exchanges (llmc/zero.cuh), on `stream`. reduce-scatter: recv (count) = the mean over ranks of this rank's
-// count-element slice of send (world x count); one rank copies. all-gather in place: buf (world x count), this
-// rank's slice at rank x count, the others' filled in.
-inline void multi_gpu_reduce_scatter_avg(MultiGpu& m, const floatX* send, floatX* recv, size_t count,
-                                         cudaStream_t stream) {
+// ZeRO-1's exchanges (llmc/zero.cuh), in place on m.stream; buf holds world x count elements. reduce-scatter:
+// this rank's slice (at rank x count) becomes the mean over ranks of that slice. all-gather: this rank's slice
+// goes to every rank, the others' slices are filled in. With one rank both are no-ops.
+inline void multi_gpu_reduce_scatter_avg_in_place(MultiGpu& m, floatX* buf, size_t count) {
 #ifdef MULTI_GPU
-    if (m.world > 1) {
-        const ncclDataType_t type = kFloatXIsBF16 ? ncclBfloat16 : ncclFloat;
-        ncclCheck(ncclReduceScatter(send, recv, count, type, ncclAvg, m.comm, stream));
-        return;
-    }
+    if (m.world == 1) return;
+    const ncclDataType_t type = kFloatXIsBF16 ? ncclBfloat16 : ncclFloat;
+    ncclCheck(ncclReduceScatter(buf, buf + (size_t)m.rank * count, count, type, ncclAvg, m.comm, m.stream));
+#else
+    (void)m; (void)buf; (void)count;
 #endif
-    (void)m;
-    cudaCheck(cudaMemcpyAsync(recv, send, count * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
 }
 template <typename T>
-inline void multi_gpu_all_gather_in_place(MultiGpu& m, T* buf, size_t count, cudaStream_t stream) {
+inline void multi_gpu_all_gather_in_place(MultiGpu& m, T* buf, size_t count) {
 #ifdef MULTI_GPU
     if (m.world == 1) return;
     static_assert(sizeof(T) == 2 || sizeof(T) == 4, "bf16 or fp32");
     const ncclDataType_t type = sizeof(T) == 2 ? ncclBfloat16 : ncclFloat;
-    ncclCheck(ncclAllGather(buf + (size_t)m.rank * count, buf, count, type, m.comm, stream));
+    ncclCheck(ncclAllGather(buf + (size_t)m.rank * count, buf, count, type, m.comm, m.stream));
 #else
-    (void)m; (void)buf; (void)count; (void)stream;
+    (void)m; (void)buf; (void)count;
 #endif
 }
 
@@ -197,12 +220,12 @@ enum class ScalarReduce { Sum, Mean };
 inline float multi_gpu_reduce_scalar(MultiGpu& m, float value, ScalarReduce op) {
 #ifdef MULTI_GPU
     if (m.world == 1) return value;
-    float* d = nullptr;
-    cudaCheck(cudaMalloc(&d, sizeof(float)));
-    cudaCheck(cudaMemcpy(d, &value, sizeof(float), cudaMemcpyHostToDevice));
-    ncclCheck(ncclAllReduce(d, d, 1, ncclFloat, op == ScalarReduce::Sum ? ncclSum : ncclAvg, m.comm, 0));
-    cudaCheck(cudaMemcpy(&value, d, sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaFree(d));
+    // behind whatever m.stream still has queued (a pending exchange), like every collective
+    cudaCheck(cudaMemcpyAsync(m.scalar, &value, sizeof(float), cudaMemcpyHostToDevice, m.stream));
+    ncclCheck(ncclAllReduce(m.scalar, m.scalar, 1, ncclFloat, op == ScalarReduce::Sum ? ncclSum : ncclAvg, m.comm,
+                            m.stream));
+    cudaCheck(cudaMemcpyAsync(&value, m.scalar, sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+    cudaCheck(cudaStreamSynchronize(m.stream));
 #else
     (void)m; (void)op;
 #endif
@@ -218,6 +241,12 @@ inline void multi_gpu_barrier(MultiGpu& m) {
 }
 
 inline void multi_gpu_free(MultiGpu& m) {
+    if (m.stream) {
+        cudaCheck(cudaStreamSynchronize(m.stream));
+        cudaCheck(cudaStreamDestroy(m.stream));
+        cudaCheck(cudaFree(m.scalar));
+    }
+    m.stream = nullptr, m.scalar = nullptr;
 #ifdef MULTI_GPU
     if (m.comm) ncclCheck(ncclCommDestroy(m.comm));
     m.comm = nullptr;

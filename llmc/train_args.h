@@ -61,7 +61,7 @@ struct TrainArgs {
     std::string init_method = "mpi";     // -pi mpi | fs (file rendezvous in -pf)
     std::string rendezvous_dir = "/tmp"; // -pf
     int zero_stage = 0;                  // -z 0 | 1: ZeRO-1 shards master weights and AdamW moments over the ranks
-    int zero_bucket_mb = 25;             // -zb  MB of bf16 gradients per exchanged bucket (with -z 1)
+    int zero_bucket_mb = 25;             // -zb  MB of bf16 gradients per exchanged bucket (several GPUs)
 };
 
 inline std::string train_usage(const std::string& program) {
@@ -121,7 +121,7 @@ inline std::string train_usage(const std::string& program) {
              "  -pf <dir>    shared directory for -pi fs (default %s)\n"
              "  -z <0|1>     ZeRO stage: 1 keeps fp32 master weights and AdamW moments for this rank's shard\n"
              "               only (gradients reduce-scattered, parameters all-gathered) (default %d)\n"
-             "  -zb <int>    with -z 1: MB of bf16 gradients per exchanged bucket (default %d)\n"
+             "  -zb <int>    several GPUs: MB of bf16 gradients per bucket exchanged under the backward (default %d)\n"
              "  -h, --help   print this and exit\n",
              program.c_str(), d.train_pattern.c_str(), d.val_pattern.c_str(), d.init_from.c_str(),
              d.tokenizer_path.c_str(), d.B, d.T, d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay,

@@ -1,11 +1,16 @@
 // ZeRO-1 on the GPU (issue 15, docs/MULTI_GPU.md): the device half of llmc/zero_plan.h. Each rank keeps the fp32
 // master weights and AdamW moments of its shard only; a shard is the rank's slice of every bucket's staging buffer
-// (zero_plan.h), so the gradients it updates with arrive from a per-bucket reduce-scatter straight into shard order.
+// (zero_plan.h). The averaged gradients a reduce-scatter leaves in the rank's slice of the staging buffer go back to
+// their own places in the flat gradient buffer (those places are final once the bucket is packed), so no gradient
+// shard is stored anywhere else: the update and the norm read the owned places of the flat gradients.
 //
 //   ZeroShard z = zero_shard_create(plan, c, num_ranks, rank);      // the rank's segments, on the device
 //   zero_pack(b, flat, staging) / zero_unpack(b, staging, flat);    // a bucket's ranges <-> its staging buffer
 //   zero_pack_zero_padded(b, grads, staging);                       // before a reduce-scatter
-//   zero_adamw_update(z, params, master, grad_shard, m, v, table, step_args);  // the rank's elements only
+//   zero_unpack_owned(b, staging, grads, N, rank);                  // after it: the rank's slice back to flat
+//   zero_pack_owned(b, params, staging, N, rank);                   // before an all-gather: the rank's slice only
+//   zero_grad_norm(z, grads);                                       // L2 norm of the owned gradients
+//   zero_adamw_update(z, params, master, grads, m, v, table, step_args);  // the rank's elements only
 //
 // zero_adamw_update applies adamw_element (llmc/adamw.cuh) with each element's index in its tensor and its
 // tensor's rounding stream, so every element gets the bits the unsharded adamw_update gives it, whichever rank
@@ -27,11 +32,14 @@ struct ZeroDeviceSegment {
     int tensor;
 };
 
+constexpr int kZeroNormBlocks = 16;  // blocks per segment of zero_grad_norm: a fixed grid, so a fixed sum order
+
 struct ZeroShard {
     int num_ranks = 0, rank = 0;
-    size_t elements = 0;                     // zero_shard_size: the length of master, m, v and the gradient shard
+    size_t elements = 0;                     // zero_shard_size: the length of master, m and v
     int num_segments = 0;
     ZeroDeviceSegment* segments = nullptr;   // device
+    float* norm_partials = nullptr;          // device, num_segments * kZeroNormBlocks + 1
 };
 
 inline ZeroShard zero_shard_create(const std::vector<GradBucket>& plan, const GPT2Config& c, int num_ranks, int rank) {
@@ -49,11 +57,13 @@ inline ZeroShard zero_shard_create(const std::vector<GradBucket>& plan, const GP
         cudaCheck(cudaMalloc(&z.segments, host.size() * sizeof(ZeroDeviceSegment)));
         cudaCheck(cudaMemcpy(z.segments, host.data(), host.size() * sizeof(ZeroDeviceSegment), cudaMemcpyHostToDevice));
     }
+    cudaCheck(cudaMalloc(&z.norm_partials, ((size_t)z.num_segments * kZeroNormBlocks + 1) * sizeof(float)));
     return z;
 }
 
 inline void zero_shard_free(ZeroShard* z) {
     if (z->segments) cudaCheck(cudaFree(z->segments));
+    if (z->norm_partials) cudaCheck(cudaFree(z->norm_partials));
     *z = ZeroShard{};
 }
 
@@ -84,10 +94,37 @@ inline void zero_unpack(const GradBucket& b, const T* staging, T* flat, cudaStre
         at += r.count;
     }
 }
+// Only rank `rank`'s slice of the bucket's staging buffer, [rank * per, (rank + 1) * per), to or from its flat places
+// (padding has none): after an in-place reduce-scatter (unpack) and before an in-place all-gather (pack).
+template <typename T, bool kToFlat>
+inline void zero_copy_owned(const GradBucket& b, T* flat, T* staging, int num_ranks, int rank, cudaStream_t stream) {
+    const size_t per = b.shard_elements(num_ranks), begin = (size_t)rank * per, end = begin + per;
+    size_t at = 0;  // staging index of the range's first element
+    for (const FlatRange& r : b.ranges) {
+        const size_t lo = std::max(begin, at), hi = std::min(end, at + r.count);
+        if (lo < hi) {
+            T* f = flat + r.offset + (lo - at);
+            T* st = staging + lo;
+            cudaCheck(cudaMemcpyAsync(kToFlat ? f : st, kToFlat ? st : f, (hi - lo) * sizeof(T), cudaMemcpyDeviceToDevice,
+                                      stream));
+        }
+        at += r.count;
+    }
+}
+template <typename T>
+inline void zero_unpack_owned(const GradBucket& b, const T* staging, T* flat, int num_ranks, int rank,
+                              cudaStream_t stream) {
+    zero_copy_owned<T, true>(b, flat, const_cast<T*>(staging), num_ranks, rank, stream);
+}
+template <typename T>
+inline void zero_pack_owned(const GradBucket& b, const T* flat, T* staging, int num_ranks, int rank,
+                            cudaStream_t stream) {
+    zero_copy_owned<T, false>(b, const_cast<T*>(flat), staging, num_ranks, rank, stream);
+}
 
 namespace zero_detail {
 
-// grid.y = segment: params (flat) and the shard's master, gradients, m, v (shard order).
+// grid.y = segment: params and grads (flat) and the shard's master, m, v (shard order).
 __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
                                    const ZeroDeviceSegment* segments, AdamWTensorTable table, AdamWStep s) {
     const ZeroDeviceSegment g = segments[blockIdx.y];
@@ -95,15 +132,53 @@ __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* 
     const uint32_t seed = hash_u32((uint32_t)g.tensor, s.step_seed);  // adamw_kernel's stream for this tensor
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.count; i += (size_t)gridDim.x * blockDim.x) {
         const size_t at = g.shard_offset + i;
-        adamw_element(params + g.flat_offset + i, master ? master + at : nullptr, grads[at], m + at, v + at, wd,
-                      g.index_in_tensor + (uint32_t)i, seed, s);
+        adamw_element(params + g.flat_offset + i, master ? master + at : nullptr, grads[g.flat_offset + i], m + at,
+                      v + at, wd, g.index_in_tensor + (uint32_t)i, seed, s);
     }
+}
+
+// Sum of squares: kZeroNormBlocks blocks per segment write one partial each, then one block adds them in order.
+__global__ void norm_partials_kernel(float* partials, const floatX* grads, const ZeroDeviceSegment* segments) {
+    const ZeroDeviceSegment g = segments[blockIdx.y];
+    float acc = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.count; i += (size_t)gridDim.x * blockDim.x) {
+        const float x = to_float(grads[g.flat_offset + i]);
+        acc += x * x;
+    }
+    acc = block_reduce_sum(acc);
+    if (threadIdx.x == 0) partials[blockIdx.y * gridDim.x + blockIdx.x] = acc;
+}
+__global__ void norm_finish_kernel(float* out, const float* partials, int n) {
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
+    acc = block_reduce_sum(acc);
+    if (threadIdx.x == 0) *out = sqrtf(acc);
 }
 
 }  // namespace zero_detail
 
-// AdamW on the rank's shard: params is the full flat floatX buffer (only owned elements are written), master (or
-// null without master weights), grads, m and v are shard-ordered arrays of z.elements. table: weight decay per tensor
+// The L2 norm of the rank's owned gradients (grads: the flat buffer); deterministic, synchronizes `stream`.
+inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t stream = 0) {
+    if (z.num_segments == 0) return 0.0f;
+    if (z.num_segments > 65535) {
+        fprintf(stderr, "error: zero_grad_norm: %d segments (at most 65535)\n", z.num_segments);
+        exit(EXIT_FAILURE);
+    }
+    const int n = z.num_segments * kZeroNormBlocks;
+    zero_detail::norm_partials_kernel<<<dim3(kZeroNormBlocks, z.num_segments), 512, 0, stream>>>(z.norm_partials + 1,
+                                                                                               grads, z.segments);
+    cudaCheckLaunch();
+    zero_detail::norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, n);
+    cudaCheckLaunch();
+    float norm = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&norm, z.norm_partials, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    return norm;
+}
+
+// AdamW on the rank's shard: params and grads are the full flat floatX buffers (only owned elements are read from
+// grads and written to params), master (or null without master weights), m and v are shard-ordered arrays of
+// z.elements. table: weight decay per tensor
 // (its offsets and sizes are not used). Same step and seed as adamw_update gives the same bits per element.
 inline void zero_adamw_update(const ZeroShard& z, floatX* params, float* master, const floatX* grads, float* m,
                               float* v, const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream = 0) {

@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-10}; TOL=${TOL:-0.02}; LOGS=${LOGS:-${OUT:-mgpu_logs}}
 mkdir -p "$LOGS"
-rm -f "$LOGS"/{single,mpi,fs,fs_rank1,single_z1,fs_z1,fs_z1_rank1}.log  # a log of an earlier run must never stand in for this one's
+rm -f "$LOGS"/{single,mpi,fs,fs_rank1,single_z1,fs_z1,fs_z1_rank1,fs_z1_again,fs_z1_again_rank1}.log  # a log of an earlier run must never stand in for this one's
 n=$(nvidia-smi -L | grep -c GPU); [ "$n" -ge 2 ] || { echo "error: needs 2 GPUs, found $n" >&2; exit 1; }
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1
@@ -33,6 +33,21 @@ rdv=$(mktemp -d)
 ./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/fs_z1_rank1.log" 2>&1 &
 ./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/fs_z1.log" 2>&1 || { tail -n 5 "$LOGS/fs_z1.log"; rc=1; }
 wait $! || { tail -n 5 "$LOGS/fs_z1_rank1.log"; rc=1; }
+rdv=$(mktemp -d)  # the same -z 1 run again: runs are deterministic, so every step line must repeat exactly
+./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/fs_z1_again_rank1.log" 2>&1 &
+./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/fs_z1_again.log" 2>&1 || { tail -n 5 "$LOGS/fs_z1_again.log"; rc=1; }
+wait $! || { tail -n 5 "$LOGS/fs_z1_again_rank1.log"; rc=1; }
+steplines() { grep -E '^step +[0-9]+/' "$1" | sed 's/| *[0-9.]* ms |.*//'; }  # loss, norm, lr; not the timing
+if [ -s "$LOGS/fs_z1.log" ] && diff <(steplines "$LOGS/fs_z1.log") <(steplines "$LOGS/fs_z1_again.log") >/dev/null &&
+   [ "$(steplines "$LOGS/fs_z1.log" | wc -l)" = "$STEPS" ]; then
+    echo "2 GPUs -z 1 twice: $STEPS step lines (loss, norm, lr) identical OK"
+else
+    echo "2 GPUs -z 1 twice: step lines differ FAIL"; rc=1
+fi
+echo "step | loss: single, mpi, fs, -z 1 single, -z 1 fs"
+paste -d' ' <(losses "$LOGS/single.log") <(losses "$LOGS/mpi.log" 2>/dev/null | cut -d' ' -f2) \
+    <(losses "$LOGS/fs.log" | cut -d' ' -f2) <(losses "$LOGS/single_z1.log" | cut -d' ' -f2) \
+    <(losses "$LOGS/fs_z1.log" | cut -d' ' -f2) | sed 's/^/  /'
 
 for run in mpi fs single_z1 fs_z1; do
     [ -f "$LOGS/$run.log" ] || continue

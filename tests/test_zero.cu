@@ -1,15 +1,18 @@
 // GPU test of ZeRO-1's arithmetic (llmc/zero.cuh) on one GPU, N ranks simulated: for N = 1, 2, 3 and two bucket
-// sizes, every rank packs the (already averaged) gradients bucket by bucket and takes its slice (what a reduce-
-// scatter hands it), updates its shard with zero_adamw_update, packs its parameters and takes the other ranks'
-// slices (an all-gather). Every rank must end with the parameters adamw_update gives the unsharded model, bit for
-// bit, and the shards of master weights, m and v must reassemble (zero_flat_from_shards) into the unsharded ones.
-// Before the gather a rank must have written only the elements it owns; shard padding of master, m and v is poisoned
-// and must stay so, and the gradient shards' padding must be zero although the staging buffer starts stale.
+// sizes, every rank packs the (already averaged) gradients bucket by bucket into a stale staging buffer and copies
+// its slice back to its places in its own gradient buffer (what an in-place reduce-scatter and zero_unpack_owned
+// leave; every other place is poisoned with NaN), takes the norm of its owned gradients, updates its shard with
+// zero_adamw_update, packs only its own parameters into a poisoned staging buffer and takes the other ranks' slices
+// (an in-place all-gather). Every rank must end with the parameters adamw_update gives the unsharded model, bit for
+// bit; the shards of master weights, m and v must reassemble (zero_flat_from_shards) into the unsharded ones; the
+// ranks' squared norms must add up to the whole gradient's (and repeat bit for bit). Before the gather a rank must
+// have written only the elements it owns; shard padding of master, m and v is poisoned and must stay so.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include "llmc/global_norm.cuh"
 #include "llmc/rand.h"
 #include "llmc/zero.cuh"
 
@@ -100,6 +103,10 @@ int main() {
         printf("FAIL: the unsharded update changed nothing (the test could not fail)\n");
         failures++;
     }
+    float* norm_scratch = nullptr;
+    cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_floats() * sizeof(float)));
+    const float whole_norm = global_norm(d_grads, P, norm_scratch);
+    cudaCheck(cudaFree(norm_scratch));
     const AdamWStep s = adamw_step(lr, b1, b2, eps, grad_scale, step, seed);
     float poison;
     const uint32_t poison_bits = 0x7fc0dead;  // a NaN no update produces
@@ -120,39 +127,35 @@ int main() {
             std::vector<floatX*> rank_params(N);
             std::vector<ZeroShard> shards(N);
             std::vector<float*> sh_master(N), sh_m(N), sh_v(N);
-            std::vector<floatX*> sh_grads(N);
+            std::vector<floatX*> rank_grads(N);  // each rank's flat gradient buffer
             for (int r = 0; r < N; r++) {
                 shards[r] = zero_shard_create(plan, c, N, r);
-                const size_t n = shards[r].elements;
                 rank_params[r] = floatX_to_device(params);
                 sh_master[r] = with_master ? to_device(zero_shard_from_flat(plan, N, r, master.data(), poison)) : nullptr;
                 sh_m[r] = to_device(zero_shard_from_flat(plan, N, r, m.data(), poison));
                 sh_v[r] = to_device(zero_shard_from_flat(plan, N, r, v.data(), poison));
-                sh_grads[r] = floatX_to_device(std::vector<float>(n, poison));
+                rank_grads[r] = floatX_to_device(std::vector<float>(P, poison));
             }
-            // the reduce-scatter (every rank's gradients are the averaged ones): rank r's slice of each bucket
-            size_t shard_at = 0;
+            // the reduce-scatter (every rank's gradients are the averaged ones, so each rank's slice of the packed
+            // bucket is what an in-place reduce-scatter leaves there), then the slice back to its flat places
             for (const GradBucket& b : plan) {
-                const size_t per = b.shard_elements(N);
                 zero_pack_zero_padded(b, d_grads, staging, 0);
-                for (int r = 0; r < N; r++)
-                    cudaCheck(cudaMemcpy(sh_grads[r] + shard_at, staging + (size_t)r * per, per * sizeof(floatX),
-                                         cudaMemcpyDeviceToDevice));
-                shard_at += per;
+                for (int r = 0; r < N; r++) zero_unpack_owned(b, staging, rank_grads[r], N, r, 0);
             }
-            for (int r = 0; r < N; r++)
-                zero_adamw_update(shards[r], rank_params[r], sh_master[r], sh_grads[r], sh_m[r], sh_v[r], table, s);
-            cudaCheck(cudaDeviceSynchronize());
-            // the gradient shards' padding is zero (the trainer's norm sums whole shards)
+            double sum_sq = 0.0;
             for (int r = 0; r < N; r++) {
-                const std::vector<float> g = floatX_to_host(sh_grads[r], shards[r].elements);
-                std::vector<bool> owned(g.size(), false);
-                zero_for_each_owned(plan, N, r, [&](size_t sidx, size_t) { owned[sidx] = true; });
-                bool zero_pad = true;
-                for (size_t i = 0; i < g.size(); i++)
-                    if (!owned[i] && g[i] != 0.0f) zero_pad = false;
-                expect(zero_pad, "gradient shard padding zero after a pack over stale staging", N, bucket_bytes, r);
+                const float norm = zero_grad_norm(shards[r], rank_grads[r]);
+                expect(std::isfinite(norm) && norm > 0.0f, "a rank's gradient norm is finite (reads owned places only)",
+                       N, bucket_bytes, r);
+                const float again = zero_grad_norm(shards[r], rank_grads[r]);
+                expect(memcmp(&norm, &again, 4) == 0, "a rank's gradient norm repeats bit for bit", N, bucket_bytes, r);
+                sum_sq += (double)norm * norm;
             }
+            expect(std::fabs(std::sqrt(sum_sq) - whole_norm) <= 1e-5 * whole_norm,
+                   "the ranks' norms combine into the whole gradient's norm (rel 1e-5)", N, bucket_bytes, -1);
+            for (int r = 0; r < N; r++)
+                zero_adamw_update(shards[r], rank_params[r], sh_master[r], rank_grads[r], sh_m[r], sh_v[r], table, s);
+            cudaCheck(cudaDeviceSynchronize());
             // before the gather: owned elements updated, the others untouched
             for (int r = 0; r < N; r++) {
                 const std::vector<float> got = floatX_to_host(rank_params[r], P);
@@ -164,10 +167,12 @@ int main() {
             // the all-gather: every rank's slice of each bucket into everyone's parameters
             floatX* gathered = nullptr;
             cudaCheck(cudaMalloc(&gathered, max_padded * sizeof(floatX)));
+            const std::vector<float> poisoned_staging(max_padded, poison);
             for (const GradBucket& b : plan) {
                 const size_t per = b.shard_elements(N);
                 for (int r = 0; r < N; r++) {
-                    zero_pack(b, rank_params[r], staging, 0);
+                    host_floats_to_device(staging, poisoned_staging.data(), max_padded);
+                    zero_pack_owned(b, rank_params[r], staging, N, r, 0);
                     cudaCheck(cudaMemcpy(gathered + (size_t)r * per, staging + (size_t)r * per, per * sizeof(floatX),
                                          cudaMemcpyDeviceToDevice));
                 }
@@ -208,7 +213,7 @@ int main() {
                 if (sh_master[r]) cudaCheck(cudaFree(sh_master[r]));
                 cudaCheck(cudaFree(sh_m[r]));
                 cudaCheck(cudaFree(sh_v[r]));
-                cudaCheck(cudaFree(sh_grads[r]));
+                cudaCheck(cudaFree(rank_grads[r]));
             }
             cudaCheck(cudaFree(staging));
             cudaCheck(cudaFree(gathered));
@@ -216,7 +221,7 @@ int main() {
         }
     }
     printf("test_zero (%s): %d cases (N = 1, 2, 3 x 2 bucket sizes, %zu parameters): sharded AdamW + simulated "
-           "reduce-scatter / all-gather = adamw_update bit for bit: %s\n",
+           "reduce-scatter / all-gather = adamw_update bit for bit, norms combine: %s\n",
            PRECISION_NAME, cases, P, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 }
