@@ -403,7 +403,8 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
 
     // ---- data, schedule, samples
-    DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, a.shuffle, a.seed, c.vocab_size);
+    DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, a.shuffle, a.seed, c.vocab_size,
+                             layout.grad_accum_steps);
     std::unique_ptr<DataLoader> val_loader;
     if (a.val_every > 0) {
         val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, mg.rank, mg.world, false, a.seed, c.vocab_size);

@@ -68,9 +68,12 @@ inline void gpt2_optimizer_state_from_host(GPT2* m, const std::vector<uint8_t>& 
 }
 
 // ---------------------------------------------------------------- save and restore
-// What a run must keep to resume bit-exactly: the batch shape, which also fixes the data order.
+// The batch shape of a run. Its data order depends only on T and the tokens per step (llmc/dataloader.h), so a
+// run resumes with another B, process count or accumulation as long as those two are the same; bit-exactly only
+// with the same shape (the sums of the gradients are then added in another order).
 struct RunShape {
     int B = 0, T = 0, num_processes = 0, grad_accum_steps = 0;
+    long long tokens_per_step() const { return (long long)B * T * num_processes * grad_accum_steps; }
 };
 
 struct Checkpointer {
@@ -116,12 +119,25 @@ struct Checkpointer {
     int restore(GPT2* model, int step, const RunShape& shape, Rng* sampler_rng, DataLoader* train, int rank) {
         const std::string path = state_path(step);
         RunState s = read_run_state(path);
-        if (s.B != shape.B || s.T != shape.T || s.num_processes != shape.num_processes ||
-            s.grad_accum_steps != shape.grad_accum_steps) {
-            file_error(path, "was written with B=%d T=%d processes=%d grad_accum=%d; this run has B=%d T=%d "
-                       "processes=%d grad_accum=%d (resume with the same -b -t -d and process count)",
-                       s.B, s.T, s.num_processes, s.grad_accum_steps, shape.B, shape.T, shape.num_processes,
-                       shape.grad_accum_steps);
+        const RunShape saved{s.B, s.T, s.num_processes, s.grad_accum_steps};
+        if (saved.T != shape.T || saved.tokens_per_step() != shape.tokens_per_step()) {
+            file_error(path, "was written with T=%d and %lld tokens per step (B=%d x processes=%d x grad_accum=%d); "
+                       "this run has T=%d and %lld (B=%d x processes=%d x grad_accum=%d): resume with the same -t and "
+                       "-d", s.T, saved.tokens_per_step(), s.B, s.num_processes, s.grad_accum_steps, shape.T,
+                       shape.tokens_per_step(), shape.B, shape.num_processes, shape.grad_accum_steps);
+        }
+        const bool reshaped = saved.B != shape.B || saved.num_processes != shape.num_processes ||
+                              saved.grad_accum_steps != shape.grad_accum_steps;
+        if (s.version < 3 && s.grad_accum_steps > 1) {
+            file_error(path, "run-state version %d with gradient accumulation (%d) counts its data windows per "
+                       "micro-step, this build per step: resume it with the build that wrote it, or start a new run "
+                       "from its model file (-e)", s.version, s.grad_accum_steps);
+        }
+        if (reshaped && rank == 0) {
+            printf("note: resuming a run of B=%d x %d processes x grad_accum %d as B=%d x %d x %d: the same data "
+                   "windows in the same order; the gradients' sums are added in another order, so the losses "
+                   "continue within rounding, not bit for bit\n", s.B, s.num_processes, s.grad_accum_steps, shape.B,
+                   shape.num_processes, shape.grad_accum_steps);
         }
         gpt2_optimizer_state_from_host(model, s.optimizer_state, path);
         run_id = s.run_id ? s.run_id : new_run_id();  // a version 1 state has none: this run's checkpoints get one

@@ -1,11 +1,14 @@
 // Reads B x T training batches from token shards (llmc/data_shard.h), for one rank of a
 // data-parallel job.
 //
-// Shards: the files matching a glob pattern, sorted by name. Each shard is cut into global windows of
-// num_processes*B*T + 1 tokens; window k starts at token k*num_processes*B*T, so consecutive windows
-// share only the one boundary token (the last target of window k is the first input of window k+1).
-// Rank r reads tokens [r*B*T, r*B*T + B*T] of a window: inputs are the first B*T of those, targets the
-// same shifted by one. Ranks therefore see disjoint inputs and together cover the whole window.
+// Shards: the files matching a glob pattern, sorted by name. Each shard is cut into global windows of one
+// optimizer step's tokens, num_processes*micro_steps*B*T + 1; window k starts at token k times that, so
+// consecutive windows share only the one boundary token (the last target of window k is the first input of
+// window k+1). A window holds num_processes*micro_steps slots of B*T + 1 tokens: micro-step m of rank r reads
+// slot m*num_processes + r (inputs are the first B*T tokens, targets the same shifted by one). Ranks and
+// micro-steps therefore see disjoint inputs and together cover the whole window, and which tokens a step
+// trains on depends only on the tokens per step: 2 GPUs x 1 micro-step and 1 GPU x 2 micro-steps read the
+// same windows in the same order, shuffled or not, which is what lets a run resume on another GPU count.
 // The tail of a shard shorter than a full global window is skipped; a shard without one full window is
 // an error naming it (lower B, T or the process count, or merge shards).
 //
@@ -16,8 +19,10 @@
 //
 // Use: call next_batch() before each step; it loads the next batch into inputs()/targets().
 // The first call after construction or reset() loads the first batch of epoch 0.
-// get_state()/set_state() save and restore the position for checkpoints: after set_state(s), inputs()
-// holds the same batch as when s was taken and next_batch() continues exactly as the original would.
+// get_state()/set_state() save and restore the position for checkpoints, between optimizer steps (after a
+// step's last micro-batch): after set_state(s), inputs() holds the same batch as when s was taken and
+// next_batch() continues exactly as the original would. A state restores into a loader of another B,
+// process count or micro-step count as long as the tokens per step (and T and the shards) are the same.
 #pragma once
 
 #include <glob.h>
@@ -43,28 +48,30 @@ struct DataLoaderState {
     uint64_t seed;
     int64_t shuffle;
     int64_t B, T, process_rank, num_processes, num_shards, num_windows;
+    int64_t micro_steps;  // gradient-accumulation steps per window (run-state version 3; 1 before)
 };
 
 class DataLoader {
 public:
     // vocab_size: tokens >= vocab_size are a FileError naming the shard and offset; -1 = no check.
+    // micro_steps: next_batch() calls per window (the trainer's gradient-accumulation steps).
     DataLoader(const std::string& glob_pattern, int B, int T, int process_rank, int num_processes, bool shuffle,
-               uint64_t seed, int vocab_size)
-        : pattern_(glob_pattern), B_(B), T_(T), rank_(process_rank), nproc_(num_processes), shuffle_(shuffle),
-          seed_(seed), vocab_size_(vocab_size) {
-        if (B < 1 || T < 1) throw std::invalid_argument("DataLoader: B and T must be positive");
+               uint64_t seed, int vocab_size, int micro_steps = 1)
+        : pattern_(glob_pattern), B_(B), T_(T), rank_(process_rank), nproc_(num_processes), micro_steps_(micro_steps),
+          shuffle_(shuffle), seed_(seed), vocab_size_(vocab_size) {
+        if (B < 1 || T < 1 || micro_steps < 1) throw std::invalid_argument("DataLoader: B, T and micro_steps must be positive");
         if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
             throw std::invalid_argument("DataLoader: need 0 <= process_rank < num_processes");
         }
         if (vocab_size == 0 || vocab_size < -1) throw std::invalid_argument("DataLoader: vocab_size must be > 0 or -1");
-        stride_ = (int64_t)num_processes * B * T;
+        stride_ = (int64_t)num_processes * micro_steps * B * T;
         find_shards();
         for (const std::string& path : shards_) {
             const int64_t n = read_shard_header(path);
             const int64_t windows = (n - 1) / stride_;
             if (windows < 1) {
-                file_error(path, "has %lld tokens, fewer than one global window of %lld (processes %d x B %d x T %d + 1)",
-                           (long long)n, (long long)(stride_ + 1), num_processes, B, T);
+                file_error(path, "has %lld tokens, fewer than one global window of %lld (processes %d x micro-steps %d x B "
+                           "%d x T %d + 1)", (long long)n, (long long)(stride_ + 1), num_processes, micro_steps, B, T);
             }
             windows_.push_back(windows);
             total_windows_ += windows;
@@ -81,6 +88,7 @@ public:
         epoch_ = 0;
         shard_pos_ = 0;
         window_pos_ = 0;
+        micro_ = 0;
         started_ = false;
     }
 
@@ -89,12 +97,16 @@ public:
         bool wrapped = false;
         if (!started_) {
             started_ = true;
-        } else if (++window_pos_ == windows_[current_shard()]) {
-            window_pos_ = 0;
-            if (++shard_pos_ == (int64_t)shards_.size()) {
-                shard_pos_ = 0;
-                epoch_++;
-                wrapped = true;
+            micro_ = 0;
+        } else if (++micro_ == micro_steps_) {  // the window is done: the next one
+            micro_ = 0;
+            if (++window_pos_ == windows_[current_shard()]) {
+                window_pos_ = 0;
+                if (++shard_pos_ == (int64_t)shards_.size()) {
+                    shard_pos_ = 0;
+                    epoch_++;
+                    wrapped = true;
+                }
             }
         }
         load();
@@ -103,7 +115,8 @@ public:
 
     const int* inputs() const { require_started(); return inputs_.data(); }
     const int* targets() const { require_started(); return targets_.data(); }
-    size_t num_batches_per_epoch() const { return (size_t)total_windows_; }
+    // next_batch() calls per epoch: windows x micro-steps (a training run's steps per epoch are the windows)
+    size_t num_batches_per_epoch() const { return (size_t)(total_windows_ * micro_steps_); }
     int epoch() const { return (int)epoch_; }
     size_t num_shards() const { return shards_.size(); }
     const std::vector<std::string>& shard_paths() const { return shards_; }
@@ -112,6 +125,8 @@ public:
     int64_t current_token_offset() const { return current_offset_; }
 
     DataLoaderState get_state() const {
+        if (started_ && micro_ != micro_steps_ - 1)
+            throw std::logic_error("DataLoader: get_state() between optimizer steps only (after a window's last micro-batch)");
         DataLoaderState s;
         s.epoch = epoch_;
         s.shard_pos = shard_pos_;
@@ -125,16 +140,21 @@ public:
         s.num_processes = nproc_;
         s.num_shards = (int64_t)shards_.size();
         s.num_windows = total_windows_;
+        s.micro_steps = micro_steps_;
         return s;
     }
 
     // Restores a position; the seed and shuffle flag are taken from the state so a resumed run
-    // continues the same sequence. B, T, rank, process count and the shard set must match.
+    // continues the same sequence. T, the tokens per window and the shard set must match; B, the process
+    // count and the micro-steps may differ (the windows are the same).
     void set_state(const DataLoaderState& s) {
-        if (s.B != B_ || s.T != T_ || s.process_rank != rank_ || s.num_processes != nproc_ ||
+        const bool same_window = s.B >= 1 && s.num_processes >= 1 && s.micro_steps >= 1 && s.B <= stride_ &&
+                                 s.num_processes <= stride_ && s.micro_steps <= stride_ &&  // no overflow below
+                                 (__int128)s.B * s.num_processes * s.micro_steps * T_ == stride_;
+        if (s.T != T_ || !same_window ||
             s.num_shards != (int64_t)shards_.size() || s.num_windows != total_windows_) {
             throw std::invalid_argument(
-                pattern_ + ": saved data loader state does not match (B, T, rank, process count or shards differ)");
+                pattern_ + ": saved data loader state does not match (T, tokens per step or shards differ)");
         }
         if (s.epoch < 0 || s.shard_pos < 0 || s.shard_pos >= s.num_shards || s.window_pos < 0) {
             throw std::invalid_argument(pattern_ + ": saved data loader state has an invalid position");
@@ -145,6 +165,7 @@ public:
         shard_pos_ = s.shard_pos;
         window_pos_ = s.window_pos;
         started_ = s.started != 0;
+        micro_ = micro_steps_ - 1;  // saved between steps: the window's last micro-batch is the current one
         order_epoch_ = -1;  // permutations depend on the seed: recompute
         window_order_shard_ = -1;
         if (window_pos_ >= windows_[current_shard()]) {
@@ -203,7 +224,7 @@ private:
             open_shard_ = shard;
         }
         const int64_t BT = (int64_t)B_ * T_;
-        current_offset_ = window * stride_ + rank_ * BT;
+        current_offset_ = window * stride_ + ((int64_t)micro_ * nproc_ + rank_) * BT;
         reader_->read(current_offset_, BT + 1, buffer_.data());
         if (vocab_size_ > 0) {
             for (int64_t i = 0; i <= BT; i++) {
@@ -220,17 +241,18 @@ private:
     }
 
     std::string pattern_;
-    int B_, T_, rank_, nproc_;
+    int B_, T_, rank_, nproc_, micro_steps_;
     bool shuffle_;
     uint64_t seed_;
     int vocab_size_;
-    int64_t stride_ = 0;  // tokens between global windows: num_processes * B * T
+    int64_t stride_ = 0;  // tokens between global windows: num_processes * micro_steps * B * T
 
     std::vector<std::string> shards_;
     std::vector<int64_t> windows_;  // full global windows per shard
     int64_t total_windows_ = 0;
 
     int64_t epoch_ = 0, shard_pos_ = 0, window_pos_ = 0;
+    int micro_ = 0;  // slot of the current window: micro_ * nproc_ + rank_
     bool started_ = false;
     int64_t current_offset_ = 0;
 

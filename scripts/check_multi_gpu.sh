@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # Multi-GPU check (needs 2 GPUs): 2 data-parallel ranks must train like 1 GPU with 2 accumulation micro-steps,
-# because rank r of a 2-rank run reads slice r of each global window: the same tokens the single GPU reads
-# in its two micro-steps (with shuffling off: the window order depends on the number of ranks). Losses agree up to the order of the gradient sums (bf16), so the check is a tolerance
-# per step, not bit equality. Both launch paths are run: mpirun (USE_MPI builds) and the file rendezvous.
+# because a step's window is the same for any GPU count (llmc/dataloader.h): rank r of a 2-rank run reads slot r,
+# which the single GPU reads in its micro-step r, shuffled or not. Losses agree up to the order of the gradient sums
+# (bf16), so the check is a tolerance per step, not bit equality. Both launch paths are run: mpirun (USE_MPI builds) and the file rendezvous.
 # ZeRO-1 (-z 1): 2 ranks with -z 1 (file rendezvous) and 1 GPU with -z 1 against the same single-GPU run, within the
 # same bound: the shards' update is bit-identical to the whole update (tests/test_zero), but the gradient norm is summed
-# in another order (shard by shard), which moves the clipping scale by rounding.
+# in another order (shard by shard), which moves the clipping scale by rounding. A -z 1 run repeated must print the
+# same step lines (runs are deterministic).
+# Checkpoints across GPU counts: the single run and the 2-GPU -z 1 run save after STEPS/2 steps; 1 GPU resumes the
+# 2-GPU checkpoint and 2 GPUs (-z 1) resume the 1-GPU one, and their remaining steps must follow the single run within
+# the same bound (the data windows are the same for any GPU count: llmc/dataloader.h).
 #   scripts/check_multi_gpu.sh         env: DATA_MIRROR, STEPS (10), TOL (0.02), LOGS ($OUT or mgpu_logs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-10}; TOL=${TOL:-0.02}; LOGS=${LOGS:-${OUT:-mgpu_logs}}
 mkdir -p "$LOGS"
-rm -f "$LOGS"/{single,mpi,fs,fs_rank1,single_z1,fs_z1,fs_z1_rank1,fs_z1_again,fs_z1_again_rank1}.log  # a log of an earlier run must never stand in for this one's
+rm -f "$LOGS"/{single,mpi,fs,fs_rank1,single_z1,fs_z1,fs_z1_rank1,fs_z1_again,fs_z1_again_rank1}.log \
+      "$LOGS"/{resume_on_1,resume_on_2,resume_on_2_rank1}.log  # a log of an earlier run must never stand in for this one's
 n=$(nvidia-smi -L | grep -c GPU); [ "$n" -ge 2 ] || { echo "error: needs 2 GPUs, found $n" >&2; exit 1; }
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1
-common=(-e d12 -b 4 -t 256 -d 2048 -x "$STEPS" -v 0 -s 0 -sh 0 -i data/tinyshakespeare/tiny_shakespeare_train.bin)
+common=(-e d12 -b 4 -t 256 -d 2048 -x "$STEPS" -v 0 -s 0 -i data/tinyshakespeare/tiny_shakespeare_train.bin)
 losses() { sed -n 's/^step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) .*/\1 \2/p' "$1"; }
 
-./train_gpt2cu "${common[@]}" >"$LOGS/single.log" 2>&1 || { tail -n 5 "$LOGS/single.log"; exit 1; }
+half=$((STEPS / 2))
+ck1=$(mktemp -d); ck2=$(mktemp -d)  # checkpoints of the single run and of the 2-GPU -z 1 run
+./train_gpt2cu "${common[@]}" -n "$half" -o "$ck1" >"$LOGS/single.log" 2>&1 || { tail -n 5 "$LOGS/single.log"; exit 1; }
 rc=0
 if command -v mpirun >/dev/null; then
     mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE=0 ./train_gpt2cu "${common[@]}" >"$LOGS/mpi.log" 2>&1 \
@@ -30,13 +37,22 @@ rdv=$(mktemp -d)
 wait $! || { tail -n 5 "$LOGS/fs_rank1.log"; rc=1; }
 ./train_gpt2cu "${common[@]}" -z 1 >"$LOGS/single_z1.log" 2>&1 || { tail -n 5 "$LOGS/single_z1.log"; rc=1; }
 rdv=$(mktemp -d)
-./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/fs_z1_rank1.log" 2>&1 &
-./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/fs_z1.log" 2>&1 || { tail -n 5 "$LOGS/fs_z1.log"; rc=1; }
+./train_gpt2cu "${common[@]}" -z 1 -n "$half" -o "$ck2" -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/fs_z1_rank1.log" 2>&1 &
+./train_gpt2cu "${common[@]}" -z 1 -n "$half" -o "$ck2" -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/fs_z1.log" 2>&1 || { tail -n 5 "$LOGS/fs_z1.log"; rc=1; }
 wait $! || { tail -n 5 "$LOGS/fs_z1_rank1.log"; rc=1; }
 rdv=$(mktemp -d)  # the same -z 1 run again: runs are deterministic, so every step line must repeat exactly
 ./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/fs_z1_again_rank1.log" 2>&1 &
 ./train_gpt2cu "${common[@]}" -z 1 -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/fs_z1_again.log" 2>&1 || { tail -n 5 "$LOGS/fs_z1_again.log"; rc=1; }
 wait $! || { tail -n 5 "$LOGS/fs_z1_again_rank1.log"; rc=1; }
+# resume each run's step-$half checkpoint on the other GPU count (the final checkpoints removed first)
+printf -v last_ck '%08d' "$STEPS"
+rm -f "$ck1"/*_"$last_ck".bin "$ck2"/*_"$last_ck".bin
+./train_gpt2cu "${common[@]}" -o "$ck2" -y 1 >"$LOGS/resume_on_1.log" 2>&1 || { tail -n 5 "$LOGS/resume_on_1.log"; rc=1; }
+rdv=$(mktemp -d)
+./train_gpt2cu "${common[@]}" -z 1 -o "$ck1" -y 1 -pn 2 -pr 1 -pi fs -pf "$rdv" >"$LOGS/resume_on_2_rank1.log" 2>&1 &
+./train_gpt2cu "${common[@]}" -z 1 -o "$ck1" -y 1 -pn 2 -pr 0 -pi fs -pf "$rdv" >"$LOGS/resume_on_2.log" 2>&1 || { tail -n 5 "$LOGS/resume_on_2.log"; rc=1; }
+wait $! || { tail -n 5 "$LOGS/resume_on_2_rank1.log"; rc=1; }
+rm -rf "$ck1" "$ck2"
 steplines() { grep -E '^step +[0-9]+/' "$1" | sed 's/| *[0-9.]* ms |.*//'; }  # loss, norm, lr; not the timing
 if [ -s "$LOGS/fs_z1.log" ] && diff <(steplines "$LOGS/fs_z1.log") <(steplines "$LOGS/fs_z1_again.log") >/dev/null &&
    [ "$(steplines "$LOGS/fs_z1.log" | wc -l)" = "$STEPS" ]; then
@@ -49,15 +65,18 @@ paste -d' ' <(losses "$LOGS/single.log") <(losses "$LOGS/mpi.log" 2>/dev/null | 
     <(losses "$LOGS/fs.log" | cut -d' ' -f2) <(losses "$LOGS/single_z1.log" | cut -d' ' -f2) \
     <(losses "$LOGS/fs_z1.log" | cut -d' ' -f2) | sed 's/^/  /'
 
-for run in mpi fs single_z1 fs_z1; do
+for run in mpi fs single_z1 fs_z1 resume_on_1 resume_on_2; do
     [ -f "$LOGS/$run.log" ] || continue
+    want=$STEPS; case $run in resume_on_*) want=$((STEPS - half)) ;; esac
     worst=$(join <(losses "$LOGS/single.log" | sort) <(losses "$LOGS/$run.log" | sort) | \
             awk '{d = $2 - $3; if (d < 0) d = -d; if (d > w) w = d; n++} END {printf "%d %.3e", n, w}')
     read -r steps diff <<<"$worst"
-    verdict=$(awk -v d="$diff" -v t="$TOL" -v n="$steps" -v s="$STEPS" 'BEGIN {print (n == s && d <= t) ? "OK" : "FAIL"}')
+    verdict=$(awk -v d="$diff" -v t="$TOL" -v n="$steps" -v s="$want" 'BEGIN {print (n == s && d <= t) ? "OK" : "FAIL"}')
     case $run in
         single_z1) what="1 GPU -z 1 vs 1 GPU -z 0 (2 micro-steps each)" ;;
         fs_z1) what="2 GPUs -z 1 (fs) vs 1 GPU with 2 micro-steps" ;;
+        resume_on_1) what="1 GPU resuming the 2-GPU -z 1 checkpoint of step $half vs 1 GPU throughout" ;;
+        resume_on_2) what="2 GPUs -z 1 resuming the 1-GPU checkpoint of step $half vs 1 GPU throughout" ;;
         *) what="2 GPUs ($run) vs 1 GPU with 2 micro-steps" ;;
     esac
     echo "$what: $steps steps compared, max |loss diff| $diff (tol $TOL) $verdict"

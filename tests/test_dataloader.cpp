@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 
@@ -82,7 +84,11 @@ TEST(DataLoader, LastPartialWindowSkippedAndTooSmallShardRejected) {
     // With 4 processes a window needs 4*B*T+1 tokens.
     std::string p2 = make_shards("thirty", {30});
     EXPECT_FILE_ERROR([&] { DataLoader(p2, B, T, 1, 4, false, 0, -1); }, scratch_path("thirty_s0.bin"),
-                      "fewer than one global window of 33 (processes 4 x B 1 x T 8 + 1)");
+                      "fewer than one global window of 33 (processes 4 x micro-steps 1 x B 1 x T 8 + 1)");
+    // With 2 micro-steps a window holds a whole optimizer step.
+    EXPECT_FILE_ERROR([&] { DataLoader(p2, B, T, 0, 2, false, 0, -1, 2); }, scratch_path("thirty_s0.bin"),
+                      "fewer than one global window of 33 (processes 2 x micro-steps 2 x B 1 x T 8 + 1)");
+    EXPECT_THROW(DataLoader(p2, B, T, 0, 1, false, 0, -1, 0), std::invalid_argument);
 }
 
 TEST(DataLoader, ShardsInNameOrderAcrossAnEpoch) {
@@ -255,13 +261,97 @@ TEST(DataLoader, StateFromBeforeTheFirstBatchAndReset) {
     EXPECT_TRUE(take(a, B, T) == first);
 }
 
+namespace {
+
+// The tokens each optimizer step trains on (every rank's micro-batches, in slot order), for `steps` steps.
+std::vector<std::vector<int>> step_tokens(const std::string& pattern, int B, int T, int ranks, int micro, bool shuffle,
+                                          int steps, const DataLoaderState* resume = nullptr) {
+    std::vector<std::unique_ptr<DataLoader>> dl;
+    for (int r = 0; r < ranks; r++) {
+        dl.push_back(std::make_unique<DataLoader>(pattern, B, T, r, ranks, shuffle, 9, -1, micro));
+        if (resume) {
+            DataLoaderState s = *resume;
+            s.process_rank = r;  // as the trainer restores rank 0's state on every rank
+            dl.back()->set_state(s);
+        }
+    }
+    std::vector<std::vector<int>> out;
+    for (int k = 0; k < steps; k++) {
+        std::vector<std::vector<int>> slots((size_t)ranks * micro);
+        for (int m = 0; m < micro; m++)
+            for (int r = 0; r < ranks; r++) {
+                dl[(size_t)r]->next_batch();
+                slots[(size_t)m * ranks + r].assign(dl[(size_t)r]->inputs(), dl[(size_t)r]->inputs() + B * T);
+            }
+        std::vector<int> all;
+        for (const auto& v : slots) all.insert(all.end(), v.begin(), v.end());
+        out.push_back(all);
+    }
+    return out;
+}
+
+}  // namespace
+
+// What a step trains on depends only on the tokens per step: 2 ranks x 1 micro-step, 1 rank x 2 micro-steps, 1 rank
+// x B 2x, 2 ranks x 2 micro-steps x B/2 all read the same windows in the same order, shuffled or not.
+TEST(DataLoader, StepWindowsDoNotDependOnRanksOrMicroSteps) {
+    const int T = 3;
+    std::string pattern = make_shards("steps", {100, 55, 200});
+    for (bool shuffle : {false, true}) {
+        SCOPED_TRACE(shuffle ? "shuffled" : "in order");
+        const int steps = 25;  // past an epoch: (99 + 54 + 199) / 24 = 4 + 2 + 8 windows
+        const auto want = step_tokens(pattern, 4, T, 2, 1, shuffle, steps);
+        EXPECT_EQ(step_tokens(pattern, 4, T, 1, 2, shuffle, steps), want);
+        EXPECT_EQ(step_tokens(pattern, 8, T, 1, 1, shuffle, steps), want);
+        EXPECT_EQ(step_tokens(pattern, 2, T, 2, 2, shuffle, steps), want);
+        EXPECT_EQ(step_tokens(pattern, 1, T, 4, 2, shuffle, steps), want);
+        EXPECT_NE(step_tokens(pattern, 4, T, 1, 1, shuffle, steps), want);  // half the tokens per step: other windows
+    }
+}
+
+// A state saved between steps by one shape continues in another with the same tokens per step.
+TEST(DataLoader, StateResumesWithAnotherShape) {
+    const int T = 3;
+    std::string pattern = make_shards("reshape", {100, 55, 200});
+    for (bool shuffle : {false, true}) {
+        SCOPED_TRACE(shuffle ? "shuffled" : "in order");
+        const auto whole = step_tokens(pattern, 4, T, 2, 1, shuffle, 20);
+        DataLoader a(pattern, 4, T, 0, 2, shuffle, 9, -1, 1);  // rank 0 of 2, 7 steps in
+        for (int k = 0; k < 7; k++) a.next_batch();
+        const DataLoaderState s = a.get_state();
+        const std::vector<std::vector<int>> rest(whole.begin() + 7, whole.end());
+        EXPECT_EQ(step_tokens(pattern, 4, T, 1, 2, shuffle, 13, &s), rest);
+        EXPECT_EQ(step_tokens(pattern, 8, T, 1, 1, shuffle, 13, &s), rest);
+        EXPECT_EQ(step_tokens(pattern, 2, T, 2, 2, shuffle, 13, &s), rest);
+        DataLoader other_tokens(pattern, 4, T, 0, 1, shuffle, 9, -1, 1);  // half the tokens per step
+        EXPECT_THROW(other_tokens.set_state(s), std::invalid_argument);
+    }
+}
+
+TEST(DataLoader, StateOnlyBetweenSteps) {
+    std::string pattern = make_shards("between", {100});
+    DataLoader a(pattern, 2, 4, 0, 1, false, 0, -1, 3);
+    EXPECT_NO_THROW(a.get_state());  // before the first batch
+    a.next_batch();
+    EXPECT_THROW(a.get_state(), std::logic_error);
+    a.next_batch();
+    EXPECT_THROW(a.get_state(), std::logic_error);
+    a.next_batch();
+    EXPECT_EQ(a.get_state().micro_steps, 3);
+}
+
 TEST(DataLoader, StateMismatchIsRejected) {
     std::string pattern = make_shards("mismatch", {100});
     DataLoader a(pattern, 2, 4, 0, 1, false, 0, -1);
     a.next_batch();
     DataLoaderState s = a.get_state();
-    DataLoader other_shape(pattern, 4, 2, 0, 1, false, 0, -1);
+    DataLoader other_shape(pattern, 4, 2, 0, 1, false, 0, -1);  // another T
     EXPECT_THROW(other_shape.set_state(s), std::invalid_argument);
+    DataLoaderState bad_shape = s;
+    bad_shape.micro_steps = 0;
+    EXPECT_THROW(a.set_state(bad_shape), std::invalid_argument);
+    bad_shape.micro_steps = INT64_MAX;  // no overflow in the window check
+    EXPECT_THROW(a.set_state(bad_shape), std::invalid_argument);
     DataLoaderState bad = s;
     bad.window_pos = 1000;
     EXPECT_THROW(a.set_state(bad), std::invalid_argument);

@@ -21,8 +21,8 @@ RunState sample_state(size_t optimizer_bytes) {
     Rng rng(77);
     for (int i = 0; i < 100; i++) rng.next_u64();
     s.sampler_rng = rng.get_state();
-    s.train_loader = DataLoaderState{3, 1, 17, 1, 42, 1, 16, 1024, 0, 2, 5, 300};
-    s.val_loader = DataLoaderState{0, 0, 2, 1, 42, 0, 16, 1024, 0, 2, 1, 8};
+    s.train_loader = DataLoaderState{3, 1, 17, 1, 42, 1, 16, 1024, 0, 2, 5, 300, 4};
+    s.val_loader = DataLoaderState{0, 0, 2, 1, 42, 0, 16, 1024, 0, 2, 1, 8, 1};
     s.optimizer_state.resize(optimizer_bytes);
     for (size_t i = 0; i < optimizer_bytes; i++) s.optimizer_state[i] = (uint8_t)(rng.next_u64() >> 56);
     return s;
@@ -34,6 +34,19 @@ std::string write_valid(const std::string& name) {
     const std::string path = scratch_path(name);
     write_run_state(path, sample_state(1000));
     return path;
+}
+
+// A version 3 file rewritten as version 2 wrote it: loader records without micro_steps.
+std::vector<unsigned char> as_version2(const std::vector<unsigned char>& b) {
+    const size_t header = 1024, rng = sizeof(RngState), v3 = sizeof(DataLoaderState), v2 = (size_t)kDataLoaderStateV2Bytes;
+    std::vector<unsigned char> old(b.begin(), b.begin() + header + rng);
+    old.insert(old.end(), b.begin() + header + rng, b.begin() + header + rng + v2);            // train loader
+    old.insert(old.end(), b.begin() + header + rng + v3, b.begin() + header + rng + v3 + v2);  // val loader
+    old.insert(old.end(), b.begin() + header + rng + 2 * v3, b.end());                         // optimizer
+    const int32_t version = 2, record = (int32_t)v2;
+    memcpy(&old[4], &version, 4);
+    memcpy(&old[8 * 4], &record, 4);
+    return old;
 }
 
 }  // namespace
@@ -81,8 +94,26 @@ TEST(RunState, WrongMagicAndVersion) {
     copy_with_header_slot(good, bad_magic, 0, 20240326);
     EXPECT_FILE_ERROR([&] { read_run_state(bad_magic); }, bad_magic, "not a run-state file (magic 20240326");
     const std::string bad_version = scratch_path("version.bin");
-    copy_with_header_slot(good, bad_version, 1, 3);
-    EXPECT_FILE_ERROR([&] { read_run_state(bad_version); }, bad_version, "unsupported run-state version 3 (expected 1 or 2)");
+    copy_with_header_slot(good, bad_version, 1, 4);
+    EXPECT_FILE_ERROR([&] { read_run_state(bad_version); }, bad_version, "unsupported run-state version 4 (expected 1 to 3)");
+    // a version 3 file relabelled 2: its loader records are longer than version 2's
+    const std::string relabelled = scratch_path("relabelled.bin");
+    copy_with_header_slot(good, relabelled, 1, 2);
+    EXPECT_FILE_ERROR([&] { read_run_state(relabelled); }, relabelled, "record sizes");
+}
+
+// Version 2 (loader records without micro_steps) still reads, with micro_steps 1.
+TEST(RunState, Version2StillReads) {
+    const std::string path = scratch_path("v2.bin");
+    write_bytes(path, as_version2(read_bytes(write_valid("good.bin"))));
+    const RunState r = read_run_state(path);
+    const RunState s = sample_state(1000);
+    EXPECT_EQ(r.version, 2);
+    EXPECT_EQ(r.step, s.step);
+    EXPECT_TRUE(same_bytes(&r.train_loader, &s.train_loader, (size_t)kDataLoaderStateV2Bytes));
+    EXPECT_EQ(r.train_loader.micro_steps, 1);
+    EXPECT_EQ(r.val_loader.micro_steps, 1);
+    EXPECT_EQ(r.optimizer_state, s.optimizer_state);
 }
 
 TEST(RunState, Version2NeedsRunIdAndModelHash) {
@@ -99,9 +130,10 @@ TEST(RunState, Version2NeedsRunIdAndModelHash) {
 
 // Version 1 (before run ids and model hashes) still reads, with both unknown (0); its slots 11.. are reserved.
 TEST(RunState, Version1StillReads) {
-    const std::string good = write_valid("good.bin");
+    const std::string v2 = scratch_path("v1_from_v2.bin");
+    write_bytes(v2, as_version2(read_bytes(write_valid("good.bin"))));
     const std::string v1 = scratch_path("v1.bin");
-    copy_with_header_slot(good, v1, 1, 1);
+    copy_with_header_slot(v2, v1, 1, 1);
     for (int slot = 11; slot <= 14; slot++) copy_with_header_slot(v1, v1, slot, 0);
     const RunState r = read_run_state(v1);
     EXPECT_EQ(r.step, 1234);

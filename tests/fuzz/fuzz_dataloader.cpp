@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string pattern = fuzz::scratch_dir() + "/shard_*.bin";
     auto make = [&] {
         return std::make_unique<DataLoader>(pattern, in.B, in.T, in.process_rank, in.num_processes, in.shuffle, in.seed,
-                                            in.vocab_size);
+                                            in.vocab_size, in.micro_steps);
     };
     std::unique_ptr<DataLoader> d;
     if (!loader_accepts([&] { d = make(); })) return 0;
@@ -85,6 +85,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     if (loaded == 0 || failed) return 0;
+    // between steps only (a window's last micro-batch); mid-window get_state refuses
+    if (loaded % in.micro_steps != 0) {
+        bool refused = false;
+        try {
+            d->get_state();
+        } catch (const std::logic_error&) {
+            refused = true;
+        }
+        FUZZ_REQUIRE(refused, "get_state in the middle of a window");
+        return 0;
+    }
 
     // Save, restore into a fresh loader, and both must go on alike.
     const DataLoaderState s = d->get_state();

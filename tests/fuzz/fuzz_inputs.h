@@ -1,7 +1,7 @@
 // How the targets that need more than one file's bytes cut their input, in one place for the targets
 // (which unpack) and tests/fuzz/make_seeds.cpp (which packs the seed corpus). Multi-byte numbers are
 // little-endian; missing bytes read as zero, so every input unpacks to something.
-//   fuzz_dataloader  LoaderInput: 20 bytes of settings, [96 bytes DataLoaderState], shards
+//   fuzz_dataloader  LoaderInput: 20 bytes of settings, [104 bytes DataLoaderState], shards
 //   fuzz_debug_state GPT2Config as 6 int32 (maxT V Vp L NH C), then the debug-state file
 //   fuzz_bpe_encode  u8 merges, u8 eot slot, u8 options, merges x (u16 left, u16 right), then the text
 //   fuzz_prepro_input u8 flags (1 = JSONL, 2 = split on blank lines), u32 base offset, then the file
@@ -63,7 +63,7 @@ struct ByteWriter {
 // The settings may be invalid (B = 0, rank >= processes...): the constructor's std::invalid_argument is
 // documented. The shards are the files shard_0.bin... matched by "<dir>/shard_*.bin".
 struct LoaderInput {
-    int B = 1, T = 1, num_processes = 1, process_rank = 0;
+    int B = 1, T = 1, num_processes = 1, process_rank = 0, micro_steps = 1;
     bool shuffle = false;
     int vocab_size = -1;  // -1: no token check
     uint64_t seed = 0;
@@ -85,7 +85,7 @@ inline LoaderInput unpack_loader_input(const uint8_t* data, size_t size) {
     const uint8_t flags = r.get<uint8_t>();
     const int num_shards = r.get<uint8_t>() % 4 + 1;
     in.steps = r.get<uint8_t>() % 64;
-    r.get<uint8_t>();
+    in.micro_steps = r.get<uint8_t>() % 3 + 1;  // next_batch() calls per window
     in.seed = r.get<uint64_t>();
     const int32_t vocab = r.get<int32_t>();
     in.shuffle = flags & kLoaderShuffle;
@@ -109,7 +109,7 @@ inline std::string pack_loader_input(const LoaderInput& in) {
                              (in.restore ? kLoaderRestore : 0)));
     w.put<uint8_t>((uint8_t)(in.shards.size() - 1));
     w.put<uint8_t>((uint8_t)in.steps);
-    w.put<uint8_t>(0);
+    w.put<uint8_t>((uint8_t)(in.micro_steps - 1));
     w.put<uint64_t>(in.seed);
     w.put<int32_t>(in.vocab_size);
     if (in.restore) w.put(in.state);

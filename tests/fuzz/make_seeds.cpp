@@ -121,6 +121,11 @@ static void loader_seeds() {
     in.state = d.get_state();
     in.steps = 5;
     put("dataloader", "restore_state.bin", fuzz::pack_loader_input(in));
+    // two micro-steps per window (gradient accumulation)
+    in.restore = false;
+    in.micro_steps = 2;
+    in.steps = 9;
+    put("dataloader", "two_micro_steps.bin", fuzz::pack_loader_input(in));
 }
 
 static void tokenizer_seeds() {
@@ -133,9 +138,16 @@ static void tokenizer_seeds() {
 static void run_state_seeds() {
     RunState s{/*step*/ 7, /*B*/ 2, /*T*/ 8, /*processes*/ 1, /*grad_accum*/ 2, /*run_id*/ 0x1234567890abcdefull,
                /*model_hash*/ 0xfedcba0987654321ull, RngState{{1, 2, 3, 4}},
-               DataLoaderState{1, 0, 3, 1, 42, 1, 2, 8, 0, 1, 1, 10}, DataLoaderState{0, 0, 0, 0, 42, 0, 2, 8, 0, 1, 1, 4},
+               DataLoaderState{1, 0, 3, 1, 42, 1, 2, 8, 0, 1, 1, 10, 2}, DataLoaderState{0, 0, 0, 0, 42, 0, 2, 8, 0, 1, 1, 4, 1},
                std::vector<uint8_t>(64, 0x5a)};
-    const std::string v2 = written([&](const std::string& p) { write_run_state(p, s); });
+    const std::string v3 = written([&](const std::string& p) { write_run_state(p, s); });
+    put("run_state", "v3.bin", v3);
+    // version 2, as earlier builds wrote it: loader records without micro_steps
+    const size_t at = 1024 + sizeof(RngState), rec = sizeof(DataLoaderState), old = (size_t)kDataLoaderStateV2Bytes;
+    std::string v2 = v3.substr(0, at) + v3.substr(at, old) + v3.substr(at + rec, old) + v3.substr(at + 2 * rec);
+    const int32_t two = 2, old_record = (int32_t)old;
+    memcpy(&v2[4], &two, 4);
+    memcpy(&v2[8 * 4], &old_record, 4);
     put("run_state", "v2.bin", v2);
     std::string v1 = v2;  // version 1: no run id, no model hash
     const int32_t one = 1;
