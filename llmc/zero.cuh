@@ -32,14 +32,20 @@ struct ZeroDeviceSegment {
     int tensor;
 };
 
-constexpr int kZeroNormBlocks = 16;  // blocks per segment of zero_grad_norm: a fixed grid, so a fixed sum order
+// The kernels over a shard run one block per chunk of at most kZeroChunk elements of one segment, so a segment of
+// a whole wte slice and one of a LayerNorm weight get work in proportion (a fixed list: a fixed sum order too).
+constexpr uint32_t kZeroChunk = 32768;
+struct ZeroDeviceChunk {
+    uint32_t segment, start, count;  // segments[segment] elements [start, start + count)
+};
 
 struct ZeroShard {
     int num_ranks = 0, rank = 0;
     size_t elements = 0;                     // zero_shard_size: the length of master, m and v
-    int num_segments = 0;
+    int num_segments = 0, num_chunks = 0;
     ZeroDeviceSegment* segments = nullptr;   // device
-    float* norm_partials = nullptr;          // device, num_segments * kZeroNormBlocks + 1
+    ZeroDeviceChunk* chunks = nullptr;       // device
+    float* norm_partials = nullptr;          // device, num_chunks + 1
 };
 
 inline ZeroShard zero_shard_create(const std::vector<GradBucket>& plan, const GPT2Config& c, int num_ranks, int rank) {
@@ -57,12 +63,22 @@ inline ZeroShard zero_shard_create(const std::vector<GradBucket>& plan, const GP
         cudaCheck(cudaMalloc(&z.segments, host.size() * sizeof(ZeroDeviceSegment)));
         cudaCheck(cudaMemcpy(z.segments, host.data(), host.size() * sizeof(ZeroDeviceSegment), cudaMemcpyHostToDevice));
     }
-    cudaCheck(cudaMalloc(&z.norm_partials, ((size_t)z.num_segments * kZeroNormBlocks + 1) * sizeof(float)));
+    std::vector<ZeroDeviceChunk> chunks;
+    for (size_t g = 0; g < host.size(); g++)
+        for (size_t at = 0; at < host[g].count; at += kZeroChunk)
+            chunks.push_back({(uint32_t)g, (uint32_t)at, (uint32_t)std::min<size_t>(kZeroChunk, host[g].count - at)});
+    z.num_chunks = (int)chunks.size();
+    if (!chunks.empty()) {
+        cudaCheck(cudaMalloc(&z.chunks, chunks.size() * sizeof(ZeroDeviceChunk)));
+        cudaCheck(cudaMemcpy(z.chunks, chunks.data(), chunks.size() * sizeof(ZeroDeviceChunk), cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaMalloc(&z.norm_partials, ((size_t)z.num_chunks + 1) * sizeof(float)));
     return z;
 }
 
 inline void zero_shard_free(ZeroShard* z) {
     if (z->segments) cudaCheck(cudaFree(z->segments));
+    if (z->chunks) cudaCheck(cudaFree(z->chunks));
     if (z->norm_partials) cudaCheck(cudaFree(z->norm_partials));
     *z = ZeroShard{};
 }
@@ -124,29 +140,33 @@ inline void zero_pack_owned(const GradBucket& b, const T* flat, T* staging, int 
 
 namespace zero_detail {
 
-// grid.y = segment: params and grads (flat) and the shard's master, m, v (shard order).
+// One block per chunk: params and grads (flat) and the shard's master, m, v (shard order).
 __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                                   const ZeroDeviceSegment* segments, AdamWTensorTable table, AdamWStep s) {
-    const ZeroDeviceSegment g = segments[blockIdx.y];
+                                   const ZeroDeviceSegment* segments, const ZeroDeviceChunk* chunks,
+                                   AdamWTensorTable table, AdamWStep s) {
+    const ZeroDeviceChunk c = chunks[blockIdx.x];
+    const ZeroDeviceSegment g = segments[c.segment];
     const float wd = table.weight_decay[g.tensor];
     const uint32_t seed = hash_u32((uint32_t)g.tensor, s.step_seed);  // adamw_kernel's stream for this tensor
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.count; i += (size_t)gridDim.x * blockDim.x) {
+    for (uint32_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
         const size_t at = g.shard_offset + i;
         adamw_element(params + g.flat_offset + i, master ? master + at : nullptr, grads[g.flat_offset + i], m + at,
-                      v + at, wd, g.index_in_tensor + (uint32_t)i, seed, s);
+                      v + at, wd, g.index_in_tensor + i, seed, s);
     }
 }
 
-// Sum of squares: kZeroNormBlocks blocks per segment write one partial each, then one block adds them in order.
-__global__ void norm_partials_kernel(float* partials, const floatX* grads, const ZeroDeviceSegment* segments) {
-    const ZeroDeviceSegment g = segments[blockIdx.y];
+// Sum of squares: one partial per chunk, then one block adds them in order.
+__global__ void norm_partials_kernel(float* partials, const floatX* grads, const ZeroDeviceSegment* segments,
+                                     const ZeroDeviceChunk* chunks) {
+    const ZeroDeviceChunk c = chunks[blockIdx.x];
+    const floatX* x = grads + segments[c.segment].flat_offset + c.start;
     float acc = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.count; i += (size_t)gridDim.x * blockDim.x) {
-        const float x = to_float(grads[g.flat_offset + i]);
-        acc += x * x;
+    for (uint32_t i = threadIdx.x; i < c.count; i += blockDim.x) {
+        const float v = to_float(x[i]);
+        acc += v * v;
     }
     acc = block_reduce_sum(acc);
-    if (threadIdx.x == 0) partials[blockIdx.y * gridDim.x + blockIdx.x] = acc;
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 __global__ void norm_finish_kernel(float* out, const float* partials, int n) {
     float acc = 0.0f;
@@ -159,16 +179,10 @@ __global__ void norm_finish_kernel(float* out, const float* partials, int n) {
 
 // The L2 norm of the rank's owned gradients (grads: the flat buffer); deterministic, synchronizes `stream`.
 inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t stream = 0) {
-    if (z.num_segments == 0) return 0.0f;
-    if (z.num_segments > 65535) {
-        fprintf(stderr, "error: zero_grad_norm: %d segments (at most 65535)\n", z.num_segments);
-        exit(EXIT_FAILURE);
-    }
-    const int n = z.num_segments * kZeroNormBlocks;
-    zero_detail::norm_partials_kernel<<<dim3(kZeroNormBlocks, z.num_segments), 512, 0, stream>>>(z.norm_partials + 1,
-                                                                                               grads, z.segments);
+    if (z.num_chunks == 0) return 0.0f;
+    zero_detail::norm_partials_kernel<<<z.num_chunks, 512, 0, stream>>>(z.norm_partials + 1, grads, z.segments, z.chunks);
     cudaCheckLaunch();
-    zero_detail::norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, n);
+    zero_detail::norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, z.num_chunks);
     cudaCheckLaunch();
     float norm = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm, z.norm_partials, sizeof(float), cudaMemcpyDeviceToHost, stream));
@@ -182,12 +196,8 @@ inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_
 // (its offsets and sizes are not used). Same step and seed as adamw_update gives the same bits per element.
 inline void zero_adamw_update(const ZeroShard& z, floatX* params, float* master, const floatX* grads, float* m,
                               float* v, const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream = 0) {
-    if (z.num_segments == 0) return;
-    if (z.num_segments > 65535) {
-        fprintf(stderr, "error: zero_adamw_update: %d segments (at most 65535)\n", z.num_segments);
-        exit(EXIT_FAILURE);
-    }
-    const dim3 grid(device_sm_count(), z.num_segments);
-    zero_detail::adamw_shard_kernel<<<grid, 512, 0, stream>>>(params, master, grads, m, v, z.segments, table, s);
+    if (z.num_chunks == 0) return;
+    zero_detail::adamw_shard_kernel<<<z.num_chunks, 512, 0, stream>>>(params, master, grads, m, v, z.segments, z.chunks,
+                                                                     table, s);
     cudaCheckLaunch();
 }
