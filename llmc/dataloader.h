@@ -71,7 +71,8 @@ public:
             const int64_t windows = (n - 1) / stride_;
             if (windows < 1) {
                 file_error(path, "has %lld tokens, fewer than one global window of %lld (processes %d x micro-steps %d x B "
-                           "%d x T %d + 1)", (long long)n, (long long)(stride_ + 1), num_processes, micro_steps, B, T);
+                           "%d x T %d + 1: one optimizer step; lower -d, or merge shards)", (long long)n,
+                           (long long)(stride_ + 1), num_processes, micro_steps, B, T);
             }
             windows_.push_back(windows);
             total_windows_ += windows;

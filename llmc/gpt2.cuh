@@ -51,7 +51,8 @@ struct GPT2 {
     // Hooks for the trainer's gradient and parameter exchange (train_gpt2.cu), called while the work is queued on
     // m->stream (not when it has run): grads_ready(l) once layer l's parameter gradients are all queued (l = L-1 down
     // to 0), then grads_ready(-1) after the encoder's (wte, wpe, lnf); params_needed(-1) before the forward queues
-    // its first kernel (encoder, and lnf at its end), params_needed(l) before layer l's. Unset: nothing is called.
+    // its first kernel (encoder, and lnf at its end), params_needed(l) before the first kernel that reads layer l's
+    // parameters (the LayerNorm ahead of the layer, which reads its ln1). Unset: nothing is called.
     std::function<void(int)> grads_ready, params_needed;
 
     // Set by gpt2_build_*: the initial parameters in fp32, uploaded by gpt2_allocate.
@@ -263,10 +264,10 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     encoder_forward(buf<floatX>(m, mem::Encoded), buf<int>(m, mem::Inputs), param(m, WTE), param(m, WPE), B, T, C, s);
     auto ln1 = [&](int l) { return buf<floatX>(m, mem::Ln1) + (m->recompute >= 2 ? 0 : l * ld * C); };
     auto ln2 = [&](int l) { return buf<floatX>(m, mem::Ln2) + (m->recompute >= 2 ? 0 : l * ld * C); };
+    if (m->params_needed) m->params_needed(0);  // layer l's bucket, before its ln1 (the LayerNorm ahead of it)
     layernorm_forward(ln1(0), buf<float>(m, mem::Ln1Mean), buf<float>(m, mem::Ln1Rstd), buf<floatX>(m, mem::Encoded),
                       param(m, LN1W), param(m, LN1B), BT, C, s);
     for (int l = 0; l < L; l++) {
-        if (m->params_needed) m->params_needed(l);
         const floatX* residual = l == 0 ? buf<floatX>(m, mem::Encoded) : buf<floatX>(m, mem::Residual3) + (l - 1) * ld * C;
         floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
         floatX* atty = buf<floatX>(m, mem::Atty) + l * ld * C;
@@ -285,6 +286,7 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
         matmul_forward(scratch, fch_gelu, param(m, FCPROJW, l), param(m, FCPROJB, l), BT, 4 * C, C, nullptr, false,
                        s);
         if (l + 1 < L) {
+            if (m->params_needed) m->params_needed(l + 1);  // layer l+1's ln1 weights are read here
             fused_residual_layernorm_forward(residual3, ln1(l + 1), buf<float>(m, mem::Ln1Mean) + (l + 1) * ld,
                                              buf<float>(m, mem::Ln1Rstd) + (l + 1) * ld, residual2, scratch,
                                              param(m, LN1W, l + 1), param(m, LN1B, l + 1), BT, C, s);

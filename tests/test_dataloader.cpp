@@ -84,10 +84,10 @@ TEST(DataLoader, LastPartialWindowSkippedAndTooSmallShardRejected) {
     // With 4 processes a window needs 4*B*T+1 tokens.
     std::string p2 = make_shards("thirty", {30});
     EXPECT_FILE_ERROR([&] { DataLoader(p2, B, T, 1, 4, false, 0, -1); }, scratch_path("thirty_s0.bin"),
-                      "fewer than one global window of 33 (processes 4 x micro-steps 1 x B 1 x T 8 + 1)");
+                      "fewer than one global window of 33 (processes 4 x micro-steps 1 x B 1 x T 8 + 1: one optimizer step");
     // With 2 micro-steps a window holds a whole optimizer step.
     EXPECT_FILE_ERROR([&] { DataLoader(p2, B, T, 0, 2, false, 0, -1, 2); }, scratch_path("thirty_s0.bin"),
-                      "fewer than one global window of 33 (processes 2 x micro-steps 2 x B 1 x T 8 + 1)");
+                      "fewer than one global window of 33 (processes 2 x micro-steps 2 x B 1 x T 8 + 1: one optimizer step");
     EXPECT_THROW(DataLoader(p2, B, T, 0, 1, false, 0, -1, 0), std::invalid_argument);
 }
 
