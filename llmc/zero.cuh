@@ -22,6 +22,7 @@
 
 #include "adamw.cuh"
 #include "cuda_common.h"
+#include "global_norm.cuh"
 #include "zero_plan.h"
 
 // One owned piece on the device: shard[shard_offset + i] <-> flat[flat_offset + i], element index_in_tensor + i of
@@ -155,7 +156,7 @@ __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* 
     }
 }
 
-// Sum of squares: one partial per chunk, then one block adds them in order.
+// Sum of squares: one partial per chunk; global_norm_finish_kernel adds them in order.
 __global__ void norm_partials_kernel(float* partials, const floatX* grads, const ZeroDeviceSegment* segments,
                                      const ZeroDeviceChunk* chunks) {
     const ZeroDeviceChunk c = chunks[blockIdx.x];
@@ -168,12 +169,6 @@ __global__ void norm_partials_kernel(float* partials, const floatX* grads, const
     acc = block_reduce_sum(acc);
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
-__global__ void norm_finish_kernel(float* out, const float* partials, int n) {
-    float acc = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
-    acc = block_reduce_sum(acc);
-    if (threadIdx.x == 0) *out = sqrtf(acc);
-}
 
 }  // namespace zero_detail
 
@@ -182,7 +177,7 @@ inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_
     if (z.num_chunks == 0) return 0.0f;
     zero_detail::norm_partials_kernel<<<z.num_chunks, 512, 0, stream>>>(z.norm_partials + 1, grads, z.segments, z.chunks);
     cudaCheckLaunch();
-    zero_detail::norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, z.num_chunks);
+    global_norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, z.num_chunks);
     cudaCheckLaunch();
     float norm = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm, z.norm_partials, sizeof(float), cudaMemcpyDeviceToHost, stream));
