@@ -60,16 +60,17 @@ __device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&ou
 // kWarps: 8 when the grid is small (a 64-key chunk is one round of 8-key loads per warp at HS 64: the latency of
 // one round, what a batch-1 step waits for), 4 when it fills the GPU many times over (fewer partials to merge per
 // block: batch 64 was 5% slower per step with 8).
+// A device function, so that the persistent decode step (llmc/decode_step.cuh) runs the same code per work item;
+// it reuses its shared memory, so a block calling it again must __syncthreads() first.
 template <int HS, typename T, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32)
-    split_kernel(T* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   unsigned* __restrict__ finished, const T* __restrict__ q, const T* __restrict__ k_cache,
-                   const T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, int num_chunks,
-                   size_t q_stride) {
+__device__ __forceinline__ void split_block(T* __restrict__ out, float* __restrict__ part_o,
+                                            float* __restrict__ part_ml, unsigned* __restrict__ finished,
+                                            const T* __restrict__ q, const T* __restrict__ k_cache,
+                                            const T* __restrict__ v_cache, const int* __restrict__ len, int NH,
+                                            int max_T, int num_chunks, size_t q_stride, int chunk, int bh) {
     constexpr int kPer = HS / 32;  // elements per lane: 2 (HS 64) or 4 (HS 128), consecutive
-    const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
+    const int b = bh / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
     const int n = len[b];
     const int k_begin = chunk * kChunk, k_end = min(n, k_begin + kChunk);
     if (k_begin >= n) return;  // past this sequence's length: the merge reads only the chunks that hold keys
@@ -181,6 +182,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < kPer; i++) out[(size_t)bh * HS + lane * kPer + i] = from_float<T>(O[i] * inv);
 }
 
+// The standalone kernel: a block per (chunk, b·NH + h).
+template <int HS, typename T, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
+    split_kernel(T* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                 unsigned* __restrict__ finished, const T* __restrict__ q, const T* __restrict__ k_cache,
+                 const T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, int num_chunks,
+                 size_t q_stride) {
+    pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
+    split_block<HS, T, kWarps>(out, part_o, part_ml, finished, q, k_cache, v_cache, len, NH, max_T, num_chunks,
+                               q_stride, blockIdx.x, blockIdx.y);
+}
+
 }  // namespace decode_attention
 
 // Scratch: the partials, (B·NH·chunks) x (HS + 2) floats, chunks = ceil(max_T / 64), then B·NH counts of finished
@@ -192,6 +205,18 @@ inline size_t attention_decode_workspace_bytes(int B, int NH, int max_T, int HS)
 inline unsigned* attention_decode_counts(void* workspace, int B, int NH, int max_T, int HS) {
     return (unsigned*)((char*)workspace + attention_decode_workspace_bytes(B, NH, max_T, HS) -
                        (size_t)B * NH * sizeof(unsigned));
+}
+// The workspace's parts: partial outputs (B·NH·chunks, HS), their (m, l) pairs, the counts.
+struct DecodeAttentionParts {
+    float* o;
+    float* ml;
+    unsigned* finished;
+    int chunks;
+};
+inline DecodeAttentionParts attention_decode_parts(void* workspace, int B, int NH, int max_T, int HS) {
+    const int chunks = (max_T + decode_attention::kChunk - 1) / decode_attention::kChunk;
+    float* o = (float*)workspace;
+    return {o, o + (size_t)B * NH * chunks * HS, attention_decode_counts(workspace, B, NH, max_T, HS), chunks};
 }
 inline cudaError_t attention_decode_workspace_init(void* workspace, int B, int NH, int max_T, int HS,
                                                    cudaStream_t stream = 0) {
@@ -207,18 +232,16 @@ inline cudaError_t attention_decode(T* out, const T* q, const T* k_cache, const 
                                     void* workspace, cudaStream_t stream = 0, size_t q_stride = 0, bool pdl = false) {
     if (q_stride == 0) q_stride = (size_t)NH * HS;
     using namespace decode_attention;
-    const int chunks = (max_T + kChunk - 1) / kChunk;  // blocks past a sequence's length exit at once
-    float* part_o = (float*)workspace;
-    float* part_ml = part_o + (size_t)B * NH * chunks * HS;
-    unsigned* finished = attention_decode_counts(workspace, B, NH, max_T, HS);
+    const DecodeAttentionParts parts = attention_decode_parts(workspace, B, NH, max_T, HS);
+    const int chunks = parts.chunks;  // blocks past a sequence's length exit at once
     const bool small = (long long)chunks * B * NH <= 2LL * device_sm_count();
     PdlLaunch launch(dim3(chunks, B * NH), dim3((small ? 8 : 4) * 32), 0, stream, pdl);
     auto kernel = HS == 64    ? (small ? split_kernel<64, T, 8> : split_kernel<64, T, 4>)
                   : HS == 128 ? (small ? split_kernel<128, T, 8> : split_kernel<128, T, 4>)
                               : nullptr;
     if (!kernel) return cudaErrorInvalidValue;
-    const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, part_o, part_ml, finished, q, k_cache, v_cache,
-                                             len, NH, max_T, chunks, q_stride);
+    const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, parts.o, parts.ml, parts.finished, q, k_cache,
+                                             v_cache, len, NH, max_T, chunks, q_stride);
     if (e != cudaSuccess) return e;
     return cudaGetLastError();
 }
