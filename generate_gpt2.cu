@@ -128,10 +128,7 @@ int generate(const GenerateArgs& a, const char* program) {
     int decode_steps = 0;
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
-        // comparisons: the step as one kernel per product (LLMC_DECODE_PER_KERNEL), or the products by cuBLASLt
-        if (getenv("LLMC_DECODE_PER_KERNEL")) cache.one_kernel = false;
-        if (getenv("LLMC_DECODE_STEP_BLOCKS")) cache.step_blocks_per_sm = atoi(getenv("LLMC_DECODE_STEP_BLOCKS"));
-        if (getenv("LLMC_DECODE_CUBLAS")) cache.matvec = cache.one_kernel = false;
+        if (getenv("LLMC_DECODE_CUBLAS")) cache.matvec = false;  // the layers' products by cuBLASLt (comparison)
         // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
         std::vector<float> coins;
         const PickParams pick{a.temperature, a.top_k, a.top_p};

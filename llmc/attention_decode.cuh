@@ -60,8 +60,8 @@ __device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&ou
 // kWarps: 8 when the grid is small (a 64-key chunk is one round of 8-key loads per warp at HS 64: the latency of
 // one round, what a batch-1 step waits for), 4 when it fills the GPU many times over (fewer partials to merge per
 // block: batch 64 was 5% slower per step with 8).
-// A device function, so that the persistent decode step (llmc/decode_step.cuh) runs the same code per work item;
-// it reuses its shared memory, so a block calling it again must __syncthreads() first.
+// The work of one block, as a device function (a block calling it again must __syncthreads() first: it reuses its
+// shared memory).
 template <int HS, typename T, int kWarps>
 __device__ __forceinline__ void split_block(T* __restrict__ out, float* __restrict__ part_o,
                                             float* __restrict__ part_ml, unsigned* __restrict__ finished,

@@ -29,7 +29,6 @@
 
 #include "attention_decode.cuh"
 #include "decode_matvec.cuh"
-#include "decode_step.cuh"
 #include "gpt2.cuh"
 #include "sampling.cuh"
 
@@ -47,10 +46,6 @@ struct KVCache {
     void* workspace = nullptr;   // decode attention's partials
     bool matvec = false;         // decode_matvec (LayerNorms and the cache append fused in), else cuBLASLt and
                                  // separate kernels; kv_cache_allocate sets it from B (tests force either path)
-    bool one_kernel = false;     // the whole step as one persistent kernel (llmc/decode_step.cuh); set with matvec
-                                 // where decode_step_supported; tests force it (B <= kDecodeStepMaxB)
-    unsigned* barrier = nullptr; // its grid barrier's counters
-    int step_blocks_per_sm = 3;  // its blocks per SM (2 or 3)
     int matvec_rows = kDecodeMaxRows;  // rows per decode_matvec block (tests lower it)
     std::vector<int> host_len;
     size_t layer_elements() const { return (size_t)B * NH * max_T * HS; }
@@ -114,11 +109,8 @@ inline KVCache kv_cache_allocate(GPT2* m, int B, int max_T) {
     cudaCheck(cudaMalloc(&cache.len, B * sizeof(int)));
     cudaCheck(cudaMalloc(&cache.workspace, attention_decode_workspace_bytes(B, cache.NH, max_T, cache.HS)));
     cudaCheck(attention_decode_workspace_init(cache.workspace, B, cache.NH, max_T, cache.HS, m->stream));
-    cudaCheck(cudaMalloc(&cache.barrier, decode_step_barrier_bytes()));
-    cudaCheck(cudaMemsetAsync(cache.barrier, 0, decode_step_barrier_bytes(), m->stream));
     cache.host_len.assign(B, 0);
     cache.matvec = kDecodeMatvecAvailable && B <= kDecodeMatvecMaxB;
-    cache.one_kernel = cache.matvec && decode_step_supported(B, c.channels, cache.HS);
     return cache;
 }
 
@@ -127,7 +119,6 @@ inline void kv_cache_free(KVCache* cache) {
     cudaCheck(cudaFree(cache->v));
     cudaCheck(cudaFree(cache->len));
     cudaCheck(cudaFree(cache->workspace));
-    cudaCheck(cudaFree(cache->barrier));
     *cache = KVCache{};
 }
 
@@ -186,25 +177,6 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
     floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
     float* mean = buf<float>(m, mem::Ln1Mean);
     float* rstd = buf<float>(m, mem::Ln1Rstd);
-    if (cache->one_kernel) {  // the embedding, every layer and the classifier in one kernel
-        DecodeStepArgs a;
-        auto layer_tensor = [&](ParamTensor t) { return DecodeLayerTensor{param(m, t, 0), (size_t)(param(m, t, 1) - param(m, t, 0))}; };
-        a.wte = param(m, WTE), a.wpe = param(m, WPE), a.lnf_w = param(m, LNFW), a.lnf_b = param(m, LNFB);
-        a.ln1_w = layer_tensor(LN1W), a.ln1_b = layer_tensor(LN1B), a.qkv_w = layer_tensor(QKVW);
-        a.qkv_b = layer_tensor(QKVB), a.attproj_w = layer_tensor(ATTPROJW), a.attproj_b = layer_tensor(ATTPROJB);
-        a.ln2_w = layer_tensor(LN2W), a.ln2_b = layer_tensor(LN2B), a.fc_w = layer_tensor(FCW);
-        a.fc_b = layer_tensor(FCB), a.fcproj_w = layer_tensor(FCPROJW), a.fcproj_b = layer_tensor(FCPROJB);
-        a.L = L, a.C = C, a.NH = NH, a.HS = HS, a.Vp = Vp, a.B = B;
-        a.tokens = buf<int>(m, mem::Inputs), a.len = cache->len;
-        a.k_cache = cache->k, a.v_cache = cache->v, a.cache_layer_elements = cache->layer_elements();
-        a.max_T = cache->max_T;
-        a.attn = attention_decode_parts(cache->workspace, B, NH, cache->max_T, HS);
-        a.x = x, a.qkv = qkv, a.atty = atty, a.residual2 = residual2, a.fch_gelu = fch_gelu, a.residual3 = residual3;
-        a.logits = buf<floatX>(m, mem::Logits), a.barrier = cache->barrier;
-        a.blocks_per_sm = cache->step_blocks_per_sm;
-        decode_step(a, s);
-        return;
-    }
     gpt2_decode_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, s>>>(x, buf<int>(m, mem::Inputs), cache->len,
                                                                          param(m, WTE), param(m, WPE), B, C);
     cudaCheckLaunch();

@@ -9,8 +9,7 @@
 // and sampling (temperature, top-k, top-p), with and without the graph: every token must be the host sampler's
 // (llmc/sampler.h) on the logits the step left (the prefill's at the prompt's end for the first), for the same
 // coin — or, for a coin within 1e-5 of a CDF boundary, a token between the host's for coin ± 1e-5 (fp32 sums
-// against double) — and the graph and plain runs must give the same tokens; greedy and top-k/top-p also with the
-// step as one persistent kernel (BF16 builds). The cache is floatX: both builds.
+// against double) — and the graph and plain runs must give the same tokens. The cache is floatX: both builds.
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -54,19 +53,14 @@ int main() {
 
     std::vector<std::vector<float>> ref;
     int failures = 0;
-    double worst = 0, worst_by_path[4] = {0, 0, 0, 0};
-    // 0: the whole step as one persistent kernel (llmc/decode_step.cuh); decode_matvec (LayerNorm, cache append
-    // fused; BF16 builds) 1: one group of rows, 2: groups of 2 rows (the classifier by cuBLASLt); 3: cuBLASLt
-    const bool one_kernel = decode_step_supported(B, c.channels, c.channels / c.num_heads);
-    if (kDecodeMatvecAvailable && !one_kernel) printf("note: this device launches no cooperative grid: no one-kernel step\n");
-    for (int path = kDecodeMatvecAvailable ? (one_kernel ? 0 : 1) : 3; path < 4; path++) {
+    double worst = 0, worst_by_path[3] = {0, 0, 0};
+    for (int path = kDecodeMatvecAvailable ? 0 : 2; path < 3; path++) {  // decode_matvec (LayerNorm, cache append
+        // fused; BF16 builds): 0 one group of rows, 1 groups of 2 rows (the classifier by cuBLASLt); 2: cuBLASLt
     for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
     const int Tp = full_logits(&ref);  // the prefill
     KVCache cache = kv_cache_allocate(&m, B, T);
-    // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks cuBLASLt
-    cache.one_kernel = path == 0;
-    cache.matvec = path < 3;
-    cache.matvec_rows = path == 2 ? 2 : kDecodeMaxRows;
+    cache.matvec = path < 2;  // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks cuBLASLt
+    cache.matvec_rows = path == 1 ? 2 : kDecodeMaxRows;
     kv_cache_fill(&m, &cache, Tp, prompt_len);
     DecodeGraph graph;
     for (int step = 0; step < steps; step++) {
@@ -105,20 +99,14 @@ int main() {
     // ---- the loop on the GPU
     const int new_tokens = 24;
     int boundary = 0, picks = 0;
-    struct Mode { PickParams pick; bool graph; bool one_kernel; };  // one_kernel: the step as decode_step
-    std::vector<Mode> modes = {{{0.f, 0, 1.f}, true, false},  {{0.f, 0, 1.f}, false, false},
-                               {{1.f, 0, 1.f}, true, false},  {{0.9f, 20, 0.9f}, true, false},
-                               {{0.9f, 20, 0.9f}, false, false}};
-    if (one_kernel) modes.push_back({{0.f, 0, 1.f}, true, true}), modes.push_back({{0.9f, 20, 0.9f}, true, true});
+    struct Mode { PickParams pick; bool graph; };
+    const std::vector<Mode> modes = {{{0.f, 0, 1.f}, true},  {{0.f, 0, 1.f}, false}, {{1.f, 0, 1.f}, true},
+                                     {{0.9f, 20, 0.9f}, true}, {{0.9f, 20, 0.9f}, false}};
     std::vector<std::vector<int>> tokens_of_mode;
     for (const Mode& mode : modes) {
         for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
         const int Tq = full_logits(&ref);
         KVCache lc = kv_cache_allocate(&m, B, T);
-        if (mode.one_kernel) {  // both grid sizes of decode_step: 2 blocks per SM when greedy, else 3
-            lc.one_kernel = lc.matvec = true;
-            lc.step_blocks_per_sm = mode.pick.greedy() ? 2 : 3;
-        }
         kv_cache_fill(&m, &lc, Tq, prompt_len);
         Rng coin_rng(7);
         std::vector<float> coins((size_t)new_tokens * B);
@@ -143,9 +131,8 @@ int main() {
                     ok = true, boundary++;  // the CDF runs in id order
                 if (!ok) {
                     if (failures < 10)
-                        printf("FAIL loop (T %.1f k %d p %.2f graph %d one kernel %d) token %d of sequence %d: GPU "
-                               "%d, host sampler %d\n", p.temperature, p.top_k, p.top_p, mode.graph, mode.one_kernel,
-                               g, b, tok, host(coin));
+                        printf("FAIL loop (T %.1f k %d p %.2f graph %d) token %d of sequence %d: GPU %d, host sampler %d\n",
+                               p.temperature, p.top_k, p.top_p, mode.graph, g, b, tok, host(coin));
                     failures++;
                 }
             }
@@ -167,9 +154,9 @@ int main() {
     cudaCheck(cudaStreamDestroy(stream));
     gpt2_free(&m);
     printf("test_decode (%s): %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 %.3e "
-           "(<= %.0e; one kernel %.3e, decode_matvec %.3e, in groups of 2 rows %.3e, cuBLASLt %.3e); the loop on the "
-           "GPU, %zu modes x %d tokens x %d sequences = the host sampler on the step's logits (%d on a CDF boundary), "
-           "graph = plain: %s\n", PRECISION_NAME, steps, B, worst, tol, worst_by_path[0], worst_by_path[1],
-           worst_by_path[2], worst_by_path[3], modes.size(), new_tokens, B, boundary, failures ? "FAIL" : "PASS");
+           "(<= %.0e; decode_matvec %.3e, in groups of 2 rows %.3e, cuBLASLt %.3e); the loop on the GPU, %zu modes x "
+           "%d tokens x %d sequences = the host sampler on the step's logits (%d on a CDF boundary), graph = plain: "
+           "%s\n", PRECISION_NAME, steps, B, worst, tol, worst_by_path[0], worst_by_path[1], worst_by_path[2],
+           modes.size(), new_tokens, B, boundary, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 }
