@@ -14,8 +14,25 @@
 #include "cuda_common.h"
 #include "gelu.cuh"
 #include "gpt2_config.h"
+#include "sampling.cuh"
 
 constexpr int kDecodeMaxRows = 8;
+
+// The greedy pick folded into the classifier's product (generation's loop at temperature 0): each block keeps the
+// largest (logit, lowest id) of its columns below V per row, as pick_tokens_kernel orders them (the key of the
+// stored, rounded logit), and the last block to finish (a count per row group, which it resets) takes the
+// maximum over the blocks' partials and does what pick_tokens does after its choice: the token into next_tokens
+// and tokens_out, len advanced. A maximum is exact, so the order the blocks finish in changes nothing.
+struct DecodeGreedyPick {
+    unsigned long long* partials = nullptr;  // (B, blocks): decode_greedy_pick_partials(B), no initial values
+    unsigned* count = nullptr;               // (row groups), zero before the first call; each call leaves it zero
+    int V = 0;                               // the real vocabulary (columns from V on are padding)
+    const int* prompt_len = nullptr;
+    int* len = nullptr;
+    int* next_tokens = nullptr;
+    int* tokens_out = nullptr;  // (max_new, B)
+    int max_new = 0, B = 0;
+};
 
 struct DecodeMatvec {
     floatX* out;                 // (B, N)
@@ -32,6 +49,7 @@ struct DecodeMatvec {
     int B = 1, N = 0, K = 0;
     int rows = kDecodeMaxRows;  // rows per block (a group); tests lower it to exercise several groups
     bool pdl = false;  // launched as a programmatic dependent of the kernel before it (Hopper; see the kernel)
+    DecodeGreedyPick pick = {};  // the classifier: also the greedy pick of each row, when pick.partials is set
 };
 
 namespace decode_matvec_detail {
@@ -41,6 +59,8 @@ constexpr int kStage = 2;   // 16-byte vectors per thread per staging pass (B·K
 constexpr int kBlocksPerSM = 3;  // at most 85 registers: 24 warps per SM, so d12's products (up to 3072 columns)
                                  // take one pass, every column's weights requested at once
 constexpr int kPre = 3;          // 16-byte weight vectors per lane loaded before the prologue (K = 768 whole)
+constexpr int kPreWide = 12;     // the same for products of up to one block per SM (K = 3072 whole: d12's fc
+                                 // projection, whose 9 other vectors were loaded after the wait)
 constexpr int kAhead = 4;        // columns a warp requests into L2 ahead of the one it computes (the classifier's
                                  // 50304 columns are 16 passes at d12)
 
@@ -132,12 +152,27 @@ __device__ __forceinline__ Packed128<floatX> as_packed(int4 raw) {
     return out;
 }
 
+// The warp's sums of each row's partial dot products, row r's total in lane r.
+template <int kRows>
+__device__ __forceinline__ float sums_to_lanes(const float (&acc)[kRows], int B) {
+    const int lane = threadIdx.x % 32;
+    float mine = 0.f;
+#pragma unroll
+    for (int r = 0; r < kRows; r++) {
+        if (r < B) {
+            const float total = warp_reduce_sum(acc[r]);
+            if (lane == r) mine = total;
+        }
+    }
+    return mine;
+}
+
 // The dot products of one weight column w (K elements) with the B rows of xs (fp32, K each) over the slice
 // [k_begin, k_end) of K, a warp's work: each lane takes 16-byte vectors lane, lane + 32, ...; the first kPre of them
 // come from wpre when `preloaded` (loaded before the kernel's prologue). Returns row r's sum in lane r.
-template <int kRows>
+template <int kRows, int kPreV>
 __device__ __forceinline__ float column_dot(const floatX* w, const float* xs, int K, int B, int k_begin, int k_end,
-                                            const int4 (&wpre)[kPre], bool preloaded) {
+                                            const int4 (&wpre)[kPreV], bool preloaded) {
     const int lane = threadIdx.x % 32;
     float acc[kRows];
 #pragma unroll
@@ -157,25 +192,150 @@ __device__ __forceinline__ float column_dot(const floatX* w, const float* xs, in
     int k = k_begin + lane * 8;
     if (preloaded) {
 #pragma unroll
-        for (int v = 0; v < kPre; v++, k += 32 * 8)
+        for (int v = 0; v < kPreV; v++, k += 32 * 8)
             if (k < k_end) fma_vector(as_packed(wpre[v]), k);
     }
 #pragma unroll 4
     for (; k < k_end; k += 32 * 8) fma_vector(load128cs(w + k), k);
-    float mine = 0.f;  // lane r keeps row r's sum
+    return sums_to_lanes<kRows>(acc, B);
+}
+
+// rows_to_registers' LayerNorm of the rows in xr with the weights lw, lb (see there).
+template <int kRows, int kPreV>
+__device__ __forceinline__ void normalize_registers(int4 (&xr)[kRows][kPreV], const int4 (&lw)[kPreV],
+                                                    const int4 (&lb)[kPreV], int B, int K) {
+    const int lane = threadIdx.x % 32;
+    auto valid = [&](int v) { return (lane + 32 * v) * 8 < K; };
 #pragma unroll
     for (int r = 0; r < kRows; r++) {
-        if (r < B) {
-            const float total = warp_reduce_sum(acc[r]);
-            if (lane == r) mine = total;
+        if (r >= B) continue;
+        float sum = 0.f;
+#pragma unroll
+        for (int v = 0; v < kPreV; v++) {
+            if (!valid(v)) continue;
+            const Packed128<floatX> x = as_packed(xr[r][v]);
+#pragma unroll
+            for (int e = 0; e < 8; e++) sum += to_float(x[e]);
+        }
+        const float m = warp_reduce_sum(sum) / K;
+        float var = 0.f;
+#pragma unroll
+        for (int v = 0; v < kPreV; v++) {
+            if (!valid(v)) continue;
+            const Packed128<floatX> x = as_packed(xr[r][v]);
+#pragma unroll
+            for (int e = 0; e < 8; e++) var += (to_float(x[e]) - m) * (to_float(x[e]) - m);
+        }
+        const float sd = rsqrtf(warp_reduce_sum(var) / K + (float)kLayerNormEps);
+#pragma unroll
+        for (int v = 0; v < kPreV; v++) {
+            if (!valid(v)) continue;
+            const Packed128<floatX> x = as_packed(xr[r][v]), w = as_packed(lw[v]), b = as_packed(lb[v]);
+            Packed128<floatX> y;
+#pragma unroll
+            for (int e = 0; e < 8; e++) y[e] = from_float<floatX>((to_float(x[e]) - m) * sd * to_float(w[e]) + to_float(b[e]));
+            xr[r][v] = *reinterpret_cast<const int4*>(&y);
         }
     }
-    return mine;
+}
+
+// The register path (one row whose K the kPreV vectors per lane cover: d12's every product at batch 1): each warp
+// loads its lanes' vectors of the row itself (the same vectors as its weights: lane, lane + 32, ...), so no shared
+// memory and no __syncthreads, and, with LayerNorm weights, normalises them itself (every warp the same two-pass
+// statistics, as layernorm_forward_kernel computes them, the output rounded to floatX). The one-warp LayerNorm
+// between two __syncthreads of the staged path cost about 2.6 µs per product at d12 batch 1.
+// kNormalize false: the caller guarantees no LayerNorm (the wide kernels: fewer registers).
+template <int kRows, int kPreV, bool kNormalize>
+__device__ __forceinline__ void rows_to_registers(int4 (&xr)[kRows][kPreV], const DecodeMatvec& a, int row0, int B) {
+    const int lane = threadIdx.x % 32, K = a.K;
+    auto valid = [&](int v) { return (lane + 32 * v) * 8 < K; };
+    int4 lw[kNormalize ? kPreV : 1], lb[kNormalize ? kPreV : 1];
+#pragma unroll
+    for (int v = 0; v < kPreV; v++) {
+        if (!valid(v)) continue;
+#pragma unroll
+        for (int r = 0; r < kRows; r++)
+            if (r < B) xr[r][v] = *reinterpret_cast<const int4*>(a.in + (size_t)(row0 + r) * K + (lane + 32 * v) * 8);
+        if (kNormalize && a.ln_w) {
+            lw[kNormalize ? v : 0] = *reinterpret_cast<const int4*>(a.ln_w + (lane + 32 * v) * 8);  // (v when used)
+            lb[kNormalize ? v : 0] = *reinterpret_cast<const int4*>(a.ln_b + (lane + 32 * v) * 8);
+        }
+    }
+    if constexpr (kNormalize) {
+        if (a.ln_w) normalize_registers<kRows, kPreV>(xr, lw, lb, B, K);
+    }
+}
+
+// column_dot's register path: the column's kPreV vectors in w, the rows' in xr. Returns row r's sum in lane r.
+template <int kRows, int kPreV>
+__device__ __forceinline__ float column_dot_registers(const int4 (&w)[kPreV], const int4 (&xr)[kRows][kPreV], int K,
+                                                      int B) {
+    const int lane = threadIdx.x % 32;
+    float acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; r++) acc[r] = 0.f;
+#pragma unroll
+    for (int v = 0; v < kPreV; v++) {
+        if ((lane + 32 * v) * 8 >= K) continue;
+        const Packed128<floatX> wv = as_packed(w[v]);
+#pragma unroll
+        for (int r = 0; r < kRows; r++) {
+            if (r < B) {
+                const Packed128<floatX> x = as_packed(xr[r][v]);
+                acc[r] += to_float(wv[0]) * to_float(x[0]) + to_float(wv[1]) * to_float(x[1]) +
+                          to_float(wv[2]) * to_float(x[2]) + to_float(wv[3]) * to_float(x[3]) +
+                          to_float(wv[4]) * to_float(x[4]) + to_float(wv[5]) * to_float(x[5]) +
+                          to_float(wv[6]) * to_float(x[6]) + to_float(wv[7]) * to_float(x[7]);
+            }
+        }
+    }
+    return sums_to_lanes<kRows>(acc, B);
+}
+
+// The end of the classifier's greedy pick (DecodeGreedyPick): lane r of each warp holds its best for row
+// row0 + r; the block's best per row goes to the partials, and the block that finishes last picks.
+__device__ __forceinline__ void pick_greedy(const DecodeGreedyPick& p, unsigned long long best, int row0, int B) {
+    __shared__ unsigned long long block_best[kWarps][kDecodeMaxRows];
+    __shared__ bool last;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane < B) block_best[warp][lane] = best;
+    __syncthreads();
+    if (threadIdx.x < B) {
+        unsigned long long b = block_best[0][threadIdx.x];
+        for (int w = 1; w < kWarps; w++) b = max(b, block_best[w][threadIdx.x]);
+        p.partials[(size_t)(row0 + threadIdx.x) * gridDim.x + blockIdx.x] = b;
+    }
+    // the partials visible device-wide before the count; the last block reads them back from L2
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(p.count + blockIdx.y, 1u) == gridDim.x - 1;
+        if (last) p.count[blockIdx.y] = 0;  // ready for the next call
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int r = warp; r < B; r += kWarps) {
+        unsigned long long b = sampling_detail::key_arg(0u, INT_MAX);
+        for (int i = lane; i < (int)gridDim.x; i += 32) b = max(b, __ldcg(p.partials + (size_t)(row0 + r) * gridDim.x + i));
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) b = max(b, __shfl_xor_sync(0xffffffffu, b, off));
+        if (lane == 0) {
+            const int row = row0 + r, chosen = sampling_detail::key_arg_id(b);
+            const int len = p.len[row], g = len - p.prompt_len[row];
+            if (g >= 0 && g < p.max_new) p.tokens_out[(size_t)g * p.B + row] = chosen;
+            p.next_tokens[row] = chosen;
+            p.len[row] = len + 1;
+        }
+    }
 }
 
 // kRows: the most rows a block holds (a.rows rounded up to 1, 2, 4 or 8), so registers scale with the batch
-template <int kRows>
-__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) matvec_kernel(const DecodeMatvec a) {
+// kPick: the classifier with the greedy pick (a.pick; no residual, GELU or cache append). kPreV: weight vectors per
+// lane loaded before the wait, kPre (3 blocks per SM) or kPreWide (grids of at most one block per SM). kInRegs: the
+// register path (rows_to_registers; K <= kPreV · 256), else the rows staged in shared memory.
+template <int kRows, bool kPick, int kPreV, bool kInRegs>
+__global__ void __launch_bounds__(kWarps * 32, kPreV == kPre ? kBlocksPerSM : 1) matvec_kernel(const DecodeMatvec a) {
     extern __shared__ float xs[];  // (rows of this group, K) fp32
     const int row0 = blockIdx.y * a.rows, B = min(a.rows, a.B - row0), K = a.K;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -192,27 +352,64 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) matvec_kernel(const
 #pragma unroll
     for (int j = 0; j < kAhead; j++)
         if (n + j * stride < a.N) prefetch_column(n + j * stride);
-    int4 wpre[kPre];
+    int4 wpre[kPreV];
     if (n < a.N) {
 #pragma unroll
-        for (int v = 0; v < kPre; v++)
+        for (int v = 0; v < kPreV; v++)
             if ((lane + 32 * v) * 8 < K) wpre[v] = load_weights(a.W + (size_t)n * K + (lane + 32 * v) * 8);
     }
     pdl_trigger_and_wait();  // everything below reads what the kernel before wrote
-    float* ln_ws = xs + (size_t)B * K;  // ln_w, then ln_b (K each), when given
-    stage_rows(xs, ln_ws, a.in + (size_t)row0 * K, B, K, a.ln_w, a.ln_b);
-    if (a.ln_w) layernorm_rows(xs, ln_ws, B, K);
+    int4 xr[kInRegs ? kRows : 1][kInRegs ? kPreV : 1];
+    if constexpr (kInRegs) {
+        rows_to_registers<kRows, kPreV, kPreV == kPre>(xr, a, row0, B);
+    } else {
+        float* ln_ws = xs + (size_t)B * K;  // ln_w, then ln_b (K each), when given
+        stage_rows(xs, ln_ws, a.in + (size_t)row0 * K, B, K, a.ln_w, a.ln_b);
+        if (a.ln_w) layernorm_rows(xs, ln_ws, B, K);
+    }
+    // one column's dot products: its first kPreV vectors preloaded in wpre (the warp's first column) or not
+    auto dot = [&](int col, bool preloaded) {
+        if constexpr (kInRegs) {
+            // wide grids have a warp per column: only the preloaded one
+            if constexpr (kPreV == kPreWide) {
+                return column_dot_registers<kRows, kPreV>(wpre, xr, K, B);
+            } else {
+                if (preloaded) return column_dot_registers<kRows, kPreV>(wpre, xr, K, B);
+                int4 w[kPreV];
+#pragma unroll
+                for (int v = 0; v < kPreV; v++)
+                    if ((lane + 32 * v) * 8 < K) w[v] = load_weights(a.W + (size_t)col * K + (lane + 32 * v) * 8);
+                return column_dot_registers<kRows, kPreV>(w, xr, K, B);
+            }
+        } else {
+            return column_dot<kRows, kPreV>(a.W + (size_t)col * K, xs, K, B, 0, K, wpre, preloaded);
+        }
+    };
 
+    const int r_mine = row0 + lane;
+    // the greedy pick: lane r's best (key, id) of row r over this warp's columns
+    unsigned long long best = sampling_detail::key_arg(0u, INT_MAX);
+    auto column_done = [&](int col, float sum, float bias, float res) {
+        if (lane < B) {
+            if constexpr (kPick) {
+                const floatX o = from_float<floatX>(sum + bias);
+                a.out[(size_t)r_mine * a.N + col] = o;
+                if (col < a.pick.V) best = max(best, sampling_detail::key_arg(sampling_detail::KeyOf<floatX>::key(o), col));
+            } else {
+                store_column(a, r_mine, col, sum, bias, res);
+            }
+        }
+    };
+    auto residual_of = [&](int col) {  // the epilogue's operands, loaded early so their latency hides
+        return !kPick && a.residual && lane < B ? to_float(a.residual[(size_t)r_mine * a.N + col]) : 0.f;
+    };
     for (; n < a.N; n += stride) {
         if (n + kAhead * stride < a.N) prefetch_column(n + kAhead * stride);
-        // the epilogue's operands, loaded now so their latency hides behind the weights'
-        const int r_mine = row0 + lane;
-        const float bias = a.bias ? to_float(a.bias[n]) : 0.f;
-        const float res = a.residual && lane < B ? to_float(a.residual[(size_t)r_mine * a.N + n]) : 0.f;
+        const float bias = a.bias ? to_float(a.bias[n]) : 0.f, res = residual_of(n);
         // this warp's first column: its first weights are in registers
-        const float mine = column_dot<kRows>(a.W + (size_t)n * K, xs, K, B, 0, K, wpre, n < stride);
-        if (lane < B) store_column(a, r_mine, n, mine, bias, res);
+        column_done(n, dot(n, n < stride), bias, res);
     }
+    if constexpr (kPick) pick_greedy(a.pick, best, row0, B);
 }
 
 }  // namespace decode_matvec_detail
@@ -221,6 +418,10 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) matvec_kernel(const
 // through cuBLASLt (llmc/gpt2_decode.cuh chooses).
 constexpr bool kDecodeMatvecAvailable = kFloatXIsBF16;
 
+// Blocks a product's grid has at most (every block resident), and the partials a greedy pick needs for B rows.
+inline int decode_matvec_max_blocks() { return device_sm_count() * decode_matvec_detail::kBlocksPerSM; }
+inline size_t decode_greedy_pick_partials(int B) { return (size_t)B * decode_matvec_max_blocks(); }
+
 inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
     using namespace decode_matvec_detail;
     if (!kDecodeMatvecAvailable) {
@@ -228,18 +429,32 @@ inline void decode_matvec(const DecodeMatvec& a, cudaStream_t stream) {
         exit(EXIT_FAILURE);
     }
     const int rows = std::min(a.rows, a.B);
-    const size_t smem = (size_t)(rows + (a.ln_w ? 2 : 0)) * a.K * sizeof(float);
     if (a.B < 1 || a.rows < 1 || a.rows > kDecodeMaxRows || a.K % 8 != 0 ||
-        (a.k_cache && (a.len == nullptr || a.N != 3 * a.NH * a.HS))) {
-        fprintf(stderr, "error: decode_matvec: B %d, rows per block %d (1..%d), K %d (a multiple of 8), N %d\n", a.B,
-                a.rows, kDecodeMaxRows, a.K, a.N);
+        (a.k_cache && (a.len == nullptr || a.N != 3 * a.NH * a.HS)) ||
+        (a.pick.partials && (a.gelu || a.residual || a.k_cache || a.pick.B != a.B || a.pick.V > a.N))) {
+        fprintf(stderr, "error: decode_matvec: B %d, rows per block %d (1..%d), K %d (a multiple of 8), N %d (a greedy "
+                "pick: a plain product of B rows, V <= N)\n", a.B, a.rows, kDecodeMaxRows, a.K, a.N);
         exit(EXIT_FAILURE);
     }
-    auto kernel = rows == 1 ? matvec_kernel<1> : rows == 2 ? matvec_kernel<2> : rows <= 4 ? matvec_kernel<4>
-                                                                                          : matvec_kernel<8>;
+    // The register path for one row whose K the preloaded vectors cover (two rows held in registers spilled);
+    // wide: the grid has at most one block per SM, a warp per column, no LayerNorm, so 12 vectors per lane fit.
+    const int blocks = std::min((a.N + kWarps - 1) / kWarps, decode_matvec_max_blocks());  // all resident
+    const bool wide = rows == 1 && blocks <= device_sm_count() && a.K > kPre * 256 && a.K <= kPreWide * 256 &&
+                      !a.ln_w && !a.pick.partials;
+    const bool in_regs = rows == 1 && (wide || a.K <= kPre * 256);
+    auto kernel = rows == 1 ? matvec_kernel<1, false, kPre, false> : rows == 2 ? matvec_kernel<2, false, kPre, false>
+                  : rows <= 4 ? matvec_kernel<4, false, kPre, false> : matvec_kernel<8, false, kPre, false>;
+    if (a.pick.partials)  // the classifier: many columns, never wide
+        kernel = in_regs ? matvec_kernel<1, true, kPre, true>
+                 : rows == 1 ? matvec_kernel<1, true, kPre, false> : rows == 2 ? matvec_kernel<2, true, kPre, false>
+                 : rows <= 4 ? matvec_kernel<4, true, kPre, false> : matvec_kernel<8, true, kPre, false>;
+    else if (wide)
+        kernel = matvec_kernel<1, false, kPreWide, true>;
+    else if (in_regs)
+        kernel = matvec_kernel<1, false, kPre, true>;
+    const size_t smem = in_regs ? 0 : (size_t)(rows + (a.ln_w ? 2 : 0)) * a.K * sizeof(float);
     if (smem > 48 * 1024)  // the opt-in above 48 KiB (not a stream operation: fine inside a graph capture)
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const int blocks = std::min((a.N + kWarps - 1) / kWarps, device_sm_count() * kBlocksPerSM);  // all resident
     PdlLaunch launch(dim3(blocks, (a.B + rows - 1) / rows), dim3(kWarps * 32), smem, stream, a.pdl);
     cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, a));
 }

@@ -96,6 +96,10 @@ inline void set_config(GPT2* m, const GPT2Config& c) {
         fprintf(stderr, "error: GPT-2 config: C = %d must be a multiple of 8 (128-bit aligned rows)\n", c.channels);
         exit(EXIT_FAILURE);
     }
+    if (c.channels > kLayerNormMaxChannels) {  // the LayerNorm forward holds a row in registers
+        fprintf(stderr, "error: GPT-2 config: C = %d, at most %d in this build\n", c.channels, kLayerNormMaxChannels);
+        exit(EXIT_FAILURE);
+    }
     m->config = c;
     m->num_parameters = gpt2_num_parameters(c);
     m->param_offsets = gpt2_parameter_offsets(c);

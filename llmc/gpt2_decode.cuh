@@ -47,6 +47,8 @@ struct KVCache {
     bool matvec = false;         // decode_matvec (LayerNorms and the cache append fused in), else cuBLASLt and
                                  // separate kernels; kv_cache_allocate sets it from B (tests force either path)
     int matvec_rows = kDecodeMaxRows;  // rows per decode_matvec block (tests lower it)
+    int matvec_classifier_groups = 1;  // the classifier as decode_matvec when the batch is at most this many row
+                                       // groups (it reads its 77 MB once per group; tests raise it), else cuBLASLt
     std::vector<int> host_len;
     size_t layer_elements() const { return (size_t)B * NH * max_T * HS; }
 };
@@ -58,6 +60,7 @@ namespace gpt2_decode_detail {
 __global__ void copy_kv_kernel(floatX* __restrict__ k_cache, floatX* __restrict__ v_cache,
                                const floatX* __restrict__ qkv, const int* __restrict__ len, int B, int T, int NH,
                                int HS, int max_T) {
+    pdl_trigger_and_wait();  // a decode step launches it as a programmatic dependent
     constexpr int kPack = x128::size;
     const int C = NH * HS, per_row = C / kPack;
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over (b, t, packs of C)
@@ -160,8 +163,9 @@ inline void decode_upload(GPT2* m, KVCache* cache, const std::vector<int>& token
 }
 
 // The device half: every kernel of one decode step, reading the tokens and lengths decode_upload left on the
-// device; fixed pointers and shapes, so it can be captured once and replayed.
-inline void decode_forward(GPT2* m, KVCache* cache) {
+// device; fixed pointers and shapes, so it can be captured once and replayed. pick (the loop's, when greedy): folded
+// into the classifier where that runs as decode_matvec; returns whether it was (else the caller picks).
+inline bool decode_forward(GPT2* m, KVCache* cache, const DecodeGreedyPick* pick = nullptr) {
     using namespace gpt2_detail;
     const GPT2Config& c = m->config;
     const int B = cache->B, C = c.channels, NH = c.num_heads, HS = C / NH, L = c.num_layers, Vp = c.padded_vocab_size;
@@ -208,43 +212,51 @@ inline void decode_forward(GPT2* m, KVCache* cache) {
             decode_matvec(fcproj, s);
             residual = residual3;
         }
-        if (B <= cache->matvec_rows) {
+        if (B <= cache->matvec_rows * cache->matvec_classifier_groups) {
             DecodeMatvec logits{buf<floatX>(m, mem::Logits), residual, param(m, LNFW), param(m, LNFB), param(m, WTE)};
             logits.B = B, logits.N = Vp, logits.K = C, logits.rows = cache->matvec_rows;
             logits.pdl = true;
+            if (pick) logits.pick = *pick;
             decode_matvec(logits, s);
+            return pick != nullptr;
         } else {
-            layernorm_forward(buf<floatX>(m, mem::Lnf), mean, rstd, residual, param(m, LNFW), param(m, LNFB), B, C, s);
+            layernorm_forward(buf<floatX>(m, mem::Lnf), mean, rstd, residual, param(m, LNFW), param(m, LNFB), B, C, s,
+                              /*pdl=*/true);
             matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp,
                            nullptr, false, s);
         }
-        return;
+        return false;
     }
-    layernorm_forward(ln, mean, rstd, x, param(m, LN1W), param(m, LN1B), B, C, s);
+    // Our kernels here are launched as programmatic dependents (PDL): each starts while the kernel before it
+    // (often a cuBLASLt product) ends, and waits for its output inside.
+    layernorm_forward(ln, mean, rstd, x, param(m, LN1W), param(m, LN1B), B, C, s, /*pdl=*/true);
     const floatX* residual = x;
     for (int l = 0; l < L; l++) {
         matmul_forward(qkv, ln, param(m, QKVW, l), param(m, QKVB, l), B, C, 3 * C, nullptr, false, s);
         floatX* k_cache = cache->k + l * cache->layer_elements();
         floatX* v_cache = cache->v + l * cache->layer_elements();
-        gpt2_decode_detail::copy_kv_kernel<<<(B * C / x128::size + 255) / 256, 256, 0, s>>>(k_cache, v_cache, qkv, cache->len, B,
-                                                                                  1, NH, HS, cache->max_T);
-        cudaCheckLaunch();
+        {
+            PdlLaunch launch(dim3((B * C / x128::size + 255) / 256), dim3(256), 0, s, true);
+            cudaCheck(cudaLaunchKernelEx(&launch.config, gpt2_decode_detail::copy_kv_kernel, k_cache, v_cache,
+                                         (const floatX*)qkv, (const int*)cache->len, B, 1, NH, HS, cache->max_T));
+        }
         cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS, cache->workspace,
-                                   s, (size_t)3 * C));
+                                   s, (size_t)3 * C, /*pdl=*/true));
         matmul_forward(scratch, atty, param(m, ATTPROJW, l), param(m, ATTPROJB, l), B, C, C, nullptr, false, s);
         fused_residual_layernorm_forward(residual2, ln, mean, rstd, residual, scratch, param(m, LN2W, l),
-                                         param(m, LN2B, l), B, C, s);
+                                         param(m, LN2B, l), B, C, s, /*pdl=*/true);
         matmul_forward(fch_gelu, ln, param(m, FCW, l), param(m, FCB, l), B, C, 4 * C, fch, m->fuse_gelu, s);
         matmul_forward(scratch, fch_gelu, param(m, FCPROJW, l), param(m, FCPROJB, l), B, 4 * C, C, nullptr, false, s);
         const bool last = l + 1 == L;
         floatX* next_ln = last ? buf<floatX>(m, mem::Lnf) : ln;
         fused_residual_layernorm_forward(residual3, next_ln, mean, rstd, residual2, scratch,
                                          last ? param(m, LNFW) : param(m, LN1W, l + 1),
-                                         last ? param(m, LNFB) : param(m, LN1B, l + 1), B, C, s);
+                                         last ? param(m, LNFB) : param(m, LN1B, l + 1), B, C, s, /*pdl=*/true);
         residual = residual3;  // the next layer reads it for its residual2, then overwrites it with its residual3
     }
     matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp, nullptr,
                    false, s);
+    return false;
 }
 
 inline void decode_mark_logits(GPT2* m, int B) {
@@ -311,6 +323,9 @@ struct DecodeLoop {
     int* tokens = nullptr;      // host, mapped (max_new, B): tokens[g * B + b] = sequence b's g-th new token
     int* tokens_device = nullptr;
     DecodeGraph step_graph;
+    // greedy: the pick folded into the classifier (DecodeGreedyPick) where it runs as decode_matvec
+    unsigned long long* pick_partials = nullptr;
+    unsigned* pick_count = nullptr;
 };
 
 // Allocations and the coins, before the timed work: coins (max_new, B), sequence b's g-th coin at [g * B + b]
@@ -332,6 +347,11 @@ inline DecodeLoop decode_loop_create(const KVCache& cache, const PickParams& pic
     cudaCheck(cudaHostAlloc(&loop.tokens, (size_t)max_new * B * sizeof(int), cudaHostAllocMapped));
     cudaCheck(cudaHostGetDevicePointer(&loop.tokens_device, loop.tokens, 0));
     for (size_t i = 0; i < (size_t)max_new * B; i++) loop.tokens[i] = -1;
+    if (pick.greedy() && kDecodeMatvecAvailable) {
+        cudaCheck(cudaMalloc(&loop.pick_partials, decode_greedy_pick_partials(B) * sizeof(unsigned long long)));
+        cudaCheck(cudaMalloc(&loop.pick_count, B * sizeof(unsigned)));  // one per row group: at most B
+        cudaCheck(cudaMemset(loop.pick_count, 0, B * sizeof(unsigned)));
+    }
     return loop;
 }
 
@@ -365,11 +385,13 @@ inline void decode_loop_step(GPT2* m, KVCache* cache, DecodeLoop* loop) {
         }
         cache->host_len[b]++;
     }
+    DecodeGreedyPick fused{loop->pick_partials, loop->pick_count, c.vocab_size, loop->prompt_len, cache->len,
+                           buf<int>(m, mem::Inputs), loop->tokens_device, loop->max_new, cache->B};
     auto body = [&] {
-        decode_forward(m, cache);
+        if (decode_forward(m, cache, loop->pick_partials ? &fused : nullptr)) return;
         pick_tokens(buf<floatX>(m, mem::Logits), c.padded_vocab_size, 1, cache->B, c.vocab_size, loop->pick,
                     loop->coins, loop->prompt_len, cache->len, buf<int>(m, mem::Inputs), loop->tokens_device,
-                    loop->max_new, m->stream);
+                    loop->max_new, m->stream, /*pdl=*/true);
     };
     if (loop->graph) run_as_graph(m, &loop->step_graph, body);
     else body();
@@ -378,6 +400,8 @@ inline void decode_loop_step(GPT2* m, KVCache* cache, DecodeLoop* loop) {
 
 inline void decode_loop_free(DecodeLoop* loop) {
     decode_graph_free(&loop->step_graph);
+    cudaCheck(cudaFree(loop->pick_partials));
+    cudaCheck(cudaFree(loop->pick_count));
     cudaCheck(cudaFree(loop->coins));
     cudaCheck(cudaFree(loop->prompt_len));
     cudaCheck(cudaFreeHost(loop->tokens));

@@ -8,53 +8,70 @@
 #include "cuda_common.h"
 #include "gpt2_config.h"
 
-// One warp per row, 128-bit packs (C is a multiple of x128::size). `residual_a`/`residual_b` non-null:
-// residual_out = a + b is written and normalised.
+// One warp per row, 128-bit packs (C is a multiple of x128::size), the row held in registers: every load is
+// issued at once (the row, or a and b, with the weights), so a row costs one memory latency, not one per pass
+// (generation's decode step runs it on a few rows, where latency is all there is: 4.5 µs per call at 64 rows
+// when each pass re-read the row). kPacks: packs per lane the kernel holds (C <= kPacks · 32 · x128::size).
+// `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised.
+template <int kPacks>
 __global__ void layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                                          floatX* residual_out, const floatX* inp, const floatX* residual_a,
                                          const floatX* residual_b, const floatX* __restrict__ weight,
                                          const floatX* __restrict__ bias, int N, int C) {
+    pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): everything below reads its output
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
     if (row >= N) return;
     const int packs = C / x128::size;
     const size_t base = (size_t)row * C;
-    const floatX* x = inp + base;
-    if (residual_a) {
-        // The stored (rounded) sum is what we normalise, so the backward sees the same input. Each lane reads
-        // back only the packs it wrote itself.
-        for (int pk = lane; pk < packs; pk += kWarpSize) {
-            const size_t at = base + pk * x128::size;
-            const x128 a = load128cs(residual_a + at), b = load128cs(residual_b + at);
-            x128 r;
-            for (int k = 0; k < x128::size; k++) r[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
-            store128(residual_out + at, r);
+    // the weights too when they fit (up to 8 packs: 96 registers); above, they are loaded in the last pass
+    constexpr bool kWeightsEarly = kPacks <= 8;
+    x128 v[kPacks], w[kWeightsEarly ? kPacks : 1], b[kWeightsEarly ? kPacks : 1];
+#pragma unroll
+    for (int i = 0; i < kPacks; i++) {
+        const int c = (lane + i * kWarpSize) * x128::size;
+        if (c < C) {
+            if (residual_a) {
+                // The stored (rounded) sum is what we normalise, so the backward sees the same input.
+                const x128 ra = load128cs(residual_a + base + c), rb = load128cs(residual_b + base + c);
+                for (int k = 0; k < x128::size; k++) v[i][k] = from_float<floatX>(to_float(ra[k]) + to_float(rb[k]));
+            } else {
+                v[i] = load128cs(inp + base + c);
+            }
+            if constexpr (kWeightsEarly) w[i] = load128(weight + c), b[i] = load128(bias + c);
         }
-        x = residual_out + base;
+    }
+    if (residual_a) {
+#pragma unroll
+        for (int i = 0; i < kPacks; i++)
+            if (lane + i * kWarpSize < packs) store128(residual_out + base + (lane + i * kWarpSize) * x128::size, v[i]);
     }
     float sum = 0.0f;
-    for (int pk = lane; pk < packs; pk += kWarpSize) {
-        const x128 v = load128(x + pk * x128::size);
-        for (int k = 0; k < x128::size; k++) sum += to_float(v[k]);
-    }
+#pragma unroll
+    for (int i = 0; i < kPacks; i++)
+        if (lane + i * kWarpSize < packs)
+            for (int k = 0; k < x128::size; k++) sum += to_float(v[i][k]);
     const float m = warp_reduce_sum(sum) / C;
     float var = 0.0f;
-    for (int pk = lane; pk < packs; pk += kWarpSize) {
-        const x128 v = load128(x + pk * x128::size);
-        for (int k = 0; k < x128::size; k++) {
-            const float d = to_float(v[k]) - m;
-            var += d * d;
-        }
-    }
+#pragma unroll
+    for (int i = 0; i < kPacks; i++)
+        if (lane + i * kWarpSize < packs)
+            for (int k = 0; k < x128::size; k++) {
+                const float d = to_float(v[i][k]) - m;
+                var += d * d;
+            }
     const float s = rsqrtf(warp_reduce_sum(var) / C + (float)kLayerNormEps);
-    for (int pk = lane; pk < packs; pk += kWarpSize) {
-        const int c = pk * x128::size;
-        const x128 v = load128cs(x + c), w = load128(weight + c), b = load128(bias + c);
-        x128 o;
-        for (int k = 0; k < x128::size; k++) {
-            o[k] = from_float<floatX>((to_float(v[k]) - m) * s * to_float(w[k]) + to_float(b[k]));
+#pragma unroll
+    for (int i = 0; i < kPacks; i++) {
+        if (lane + i * kWarpSize < packs) {
+            const int c = (lane + i * kWarpSize) * x128::size;
+            const x128 wi = kWeightsEarly ? w[kWeightsEarly ? i : 0] : load128(weight + c);
+            const x128 bi = kWeightsEarly ? b[kWeightsEarly ? i : 0] : load128(bias + c);
+            x128 o;
+            for (int k = 0; k < x128::size; k++)
+                o[k] = from_float<floatX>((to_float(v[i][k]) - m) * s * to_float(wi[k]) + to_float(bi[k]));
+            store128(out + base + c, o);
         }
-        store128(out + base + c, o);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -62,31 +79,42 @@ __global__ void layernorm_forward_kernel(floatX* __restrict__ out, float* __rest
     }
 }
 
+// The most channels the forward holds in registers: 16 packs per lane (4096 bf16, 2048 fp32; GPT-2 goes to 1600).
+constexpr int kLayerNormMaxChannels = 16 * kWarpSize * x128::size;
+
 inline void check_layernorm_channels(int C) {
-    if (C % x128::size != 0) {
-        fprintf(stderr, "error: layernorm: C = %d must be a multiple of %d\n", C, x128::size);
+    if (C % x128::size != 0 || C > kLayerNormMaxChannels) {
+        fprintf(stderr, "error: layernorm: C = %d must be a multiple of %d, at most %d\n", C, x128::size,
+                kLayerNormMaxChannels);
         exit(EXIT_FAILURE);
     }
 }
 
+// The kernel instance that holds C channels: 4, 8 or 16 packs per lane. pdl: launched as a programmatic dependent
+// of the kernel before it (generation's decode step, where a few rows make the launch the larger part).
+inline void launch_layernorm_forward(floatX* out, float* mean, float* rstd, floatX* residual_out, const floatX* inp,
+                                     const floatX* a, const floatX* b, const floatX* weight, const floatX* bias, int N,
+                                     int C, cudaStream_t stream, bool pdl) {
+    const int threads = 256, rows_per_block = threads / kWarpSize, per_lane = ceil_div(C / x128::size, kWarpSize);
+    auto kernel = per_lane <= 4 ? layernorm_forward_kernel<4> : per_lane <= 8 ? layernorm_forward_kernel<8>
+                                                                              : layernorm_forward_kernel<16>;
+    PdlLaunch launch(dim3(ceil_div(N, rows_per_block)), dim3(threads), 0, stream, pdl);
+    cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, out, mean, rstd, residual_out, inp, a, b, weight, bias, N, C));
+}
+
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                              const floatX* bias, int N, int C, cudaStream_t stream = 0) {
+                              const floatX* bias, int N, int C, cudaStream_t stream = 0, bool pdl = false) {
     check_layernorm_channels(C);
-    const int threads = 256, rows_per_block = threads / kWarpSize;
-    layernorm_forward_kernel<<<ceil_div(N, rows_per_block), threads, 0, stream>>>(out, mean, rstd, nullptr, inp,
-                                                                                  nullptr, nullptr, weight, bias, N, C);
-    cudaCheckLaunch();
+    launch_layernorm_forward(out, mean, rstd, nullptr, inp, nullptr, nullptr, weight, bias, N, C, stream, pdl);
 }
 
 // residual_out = a + b; out = LayerNorm(residual_out).
 inline void fused_residual_layernorm_forward(floatX* residual_out, floatX* out, float* mean, float* rstd,
                                              const floatX* a, const floatX* b, const floatX* weight,
-                                             const floatX* bias, int N, int C, cudaStream_t stream = 0) {
+                                             const floatX* bias, int N, int C, cudaStream_t stream = 0,
+                                             bool pdl = false) {
     check_layernorm_channels(C);
-    const int threads = 256, rows_per_block = threads / kWarpSize;
-    layernorm_forward_kernel<<<ceil_div(N, rows_per_block), threads, 0, stream>>>(
-        out, mean, rstd, residual_out, nullptr, a, b, weight, bias, N, C);
-    cudaCheckLaunch();
+    launch_layernorm_forward(out, mean, rstd, residual_out, nullptr, a, b, weight, bias, N, C, stream, pdl);
 }
 
 // ---------------------------------------------------------------- backward

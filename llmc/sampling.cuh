@@ -127,6 +127,7 @@ struct PickArgs {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T> a) {
+    pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
     using K = KeyOf<T>;
     constexpr int kVec = 16 / sizeof(T);
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -256,11 +257,12 @@ inline size_t pick_tokens_smem_bytes(int V) {
     return ((size_t)V + 15) / 16 * 16 * sizeof(T);
 }
 
-// One token per sequence from its logits row (see the top of this file); coins may be null when greedy.
+// One token per sequence from its logits row (see the top of this file); coins may be null when greedy. pdl: launched
+// as a programmatic dependent of the kernel before it.
 template <typename T>
 inline void pick_tokens(const T* logits, size_t row_stride, int rows_per_seq, int B, int V, const PickParams& p,
                         const float* coins, const int* prompt_len, int* len, int* next_tokens, int* tokens_out,
-                        int max_new, cudaStream_t stream) {
+                        int max_new, cudaStream_t stream, bool pdl = false) {
     using namespace sampling_detail;
     const size_t smem = p.greedy() ? 0 : pick_tokens_smem_bytes<T>(V);
     constexpr size_t kVec = 16 / sizeof(T);  // the kernel reads whole 16-byte vectors
@@ -282,6 +284,6 @@ inline void pick_tokens(const T* logits, size_t row_stride, int rows_per_seq, in
         cudaCheck(cudaFuncSetAttribute(pick_tokens_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     }
     PickArgs<T> a{logits, row_stride, rows_per_seq, B, V, p, coins, prompt_len, len, next_tokens, tokens_out, max_new};
-    pick_tokens_kernel<T><<<B, kThreads, smem, stream>>>(a);
-    cudaCheckLaunch();
+    PdlLaunch launch(dim3(B), dim3(kThreads), smem, stream, pdl);
+    cudaCheck(cudaLaunchKernelEx(&launch.config, pick_tokens_kernel<T>, a));
 }

@@ -3,8 +3,8 @@
 // prefix at its last position. They round in different orders (a product of B rows against one of B·T rows, decode
 // attention against the forward's), so the bound is on rel-L2: 2e-2 in BF16 builds (the order of test_gpt2cu's BF16
 // reference bounds), 1e-5 in FP32 builds; plus the same argmax wherever the top two logits are more than 0.1 apart.
-// A random-init model (L 2, C 128, 2 heads of 64, V 1000, max T 256), fresh random prompts and tokens. The steps
-// run as a CUDA Graph after the first.
+// Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; V 1000, max T 256), fresh random
+// prompts and tokens. The steps run as a CUDA Graph after the first.
 // Then the loop on the GPU as generate_gpt2cu runs it (decode_loop_*: the token picker feeds the next step), greedy
 // and sampling (temperature, top-k, top-p), with and without the graph: every token must be the host sampler's
 // (llmc/sampler.h) on the logits the step left (the prefill's at the prompt's end for the first), for the same
@@ -19,10 +19,9 @@
 #include "llmc/sampler.h"
 #include "tests/compare.h"
 
-int main() {
-    require_cuda_device("test_decode");
+// Every check on one random-init model; returns the failures and prints one line (label: the model's name).
+static int test_model(const GPT2Config& c, const char* label) {
     const double tol = kFloatXIsBF16 ? 2e-2 : 1e-5;
-    GPT2Config c{256, 1000, 1024, 2, 2, 128};  // max_T, V, Vp, L, NH, C
     GPT2 m;
     gpt2_build_random(&m, c, 1234);
     m.use_master_weights = false;
@@ -53,14 +52,15 @@ int main() {
 
     std::vector<std::vector<float>> ref;
     int failures = 0;
-    double worst = 0, worst_by_path[3] = {0, 0, 0};
-    for (int path = kDecodeMatvecAvailable ? 0 : 2; path < 3; path++) {  // decode_matvec (LayerNorm, cache append
-        // fused; BF16 builds): 0 one group of rows, 1 groups of 2 rows (the classifier by cuBLASLt); 2: cuBLASLt
+    double worst = 0, worst_by_path[4] = {0, 0, 0, 0};
+    for (int path = kDecodeMatvecAvailable ? 0 : 3; path < 4; path++) {  // decode_matvec (LayerNorm, cache append
+        // fused; BF16 builds): 0 one group of rows, 1 groups of 2 rows, 2 of 1 row (the register path; the
+        // classifier of 1 and 2 by cuBLASLt); 3: cuBLASLt
     for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
     const int Tp = full_logits(&ref);  // the prefill
     KVCache cache = kv_cache_allocate(&m, B, T);
-    cache.matvec = path < 2;  // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks cuBLASLt
-    cache.matvec_rows = path == 1 ? 2 : kDecodeMaxRows;
+    cache.matvec = path < 3;  // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks cuBLASLt
+    cache.matvec_rows = path == 1 ? 2 : path == 2 ? 1 : kDecodeMaxRows;
     kv_cache_fill(&m, &cache, Tp, prompt_len);
     DecodeGraph graph;
     for (int step = 0; step < steps; step++) {
@@ -99,14 +99,23 @@ int main() {
     // ---- the loop on the GPU
     const int new_tokens = 24;
     int boundary = 0, picks = 0;
-    struct Mode { PickParams pick; bool graph; };
-    const std::vector<Mode> modes = {{{0.f, 0, 1.f}, true},  {{0.f, 0, 1.f}, false}, {{1.f, 0, 1.f}, true},
-                                     {{0.9f, 20, 0.9f}, true}, {{0.9f, 20, 0.9f}, false}};
+    // matvec_rows 0: the path kv_cache_allocate picks (cuBLASLt at B = 3); else decode_matvec forced with that many
+    // rows per group, the classifier too (greedy: the pick folded into it; rows 1 and 2: several groups)
+    struct Mode { PickParams pick; bool graph; int matvec_rows; };
+    const std::vector<Mode> modes = {{{0.f, 0, 1.f}, true, 0},     {{0.f, 0, 1.f}, false, 0},
+                                     {{1.f, 0, 1.f}, true, 0},     {{0.9f, 20, 0.9f}, true, 0},
+                                     {{0.9f, 20, 0.9f}, false, 0}, {{0.f, 0, 1.f}, true, 1},
+                                     {{0.f, 0, 1.f}, false, 2},    {{0.f, 0, 1.f}, true, kDecodeMaxRows},
+                                     {{0.9f, 20, 0.9f}, true, 1}};
     std::vector<std::vector<int>> tokens_of_mode;
+    int modes_run = 0;
     for (const Mode& mode : modes) {
         for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
         const int Tq = full_logits(&ref);
+        if (mode.matvec_rows > 0 && !kDecodeMatvecAvailable) continue;
+        modes_run++;
         KVCache lc = kv_cache_allocate(&m, B, T);
+        if (mode.matvec_rows > 0) lc.matvec = true, lc.matvec_rows = mode.matvec_rows, lc.matvec_classifier_groups = B;
         kv_cache_fill(&m, &lc, Tq, prompt_len);
         Rng coin_rng(7);
         std::vector<float> coins((size_t)new_tokens * B);
@@ -131,8 +140,9 @@ int main() {
                     ok = true, boundary++;  // the CDF runs in id order
                 if (!ok) {
                     if (failures < 10)
-                        printf("FAIL loop (T %.1f k %d p %.2f graph %d) token %d of sequence %d: GPU %d, host sampler %d\n",
-                               p.temperature, p.top_k, p.top_p, mode.graph, g, b, tok, host(coin));
+                        printf("FAIL loop (T %.1f k %d p %.2f graph %d matvec rows %d) token %d of sequence %d: GPU %d, "
+                               "host sampler %d\n", p.temperature, p.top_k, p.top_p, mode.graph, mode.matvec_rows, g, b,
+                               tok, host(coin));
                     failures++;
                 }
             }
@@ -153,10 +163,20 @@ int main() {
     m.stream = 0;
     cudaCheck(cudaStreamDestroy(stream));
     gpt2_free(&m);
-    printf("test_decode (%s): %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 %.3e "
-           "(<= %.0e; decode_matvec %.3e, in groups of 2 rows %.3e, cuBLASLt %.3e); the loop on the GPU, %zu modes x "
-           "%d tokens x %d sequences = the host sampler on the step's logits (%d on a CDF boundary), graph = plain: "
-           "%s\n", PRECISION_NAME, steps, B, worst, tol, worst_by_path[0], worst_by_path[1], worst_by_path[2],
-           modes.size(), new_tokens, B, boundary, failures ? "FAIL" : "PASS");
+    printf("test_decode (%s, %s): %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 "
+           "%.3e (<= %.0e; decode_matvec %.3e, in groups of 2 rows %.3e, of 1 row %.3e, cuBLASLt %.3e); the loop on "
+           "the GPU, %d modes x %d tokens x %d sequences = the host sampler on the step's logits (%d on a CDF "
+           "boundary), graph = plain: %s\n", PRECISION_NAME, label, steps, B, worst, tol, worst_by_path[0],
+           worst_by_path[1], worst_by_path[2], worst_by_path[3], modes_run, new_tokens, B, boundary,
+           failures ? "FAIL" : "PASS");
+    return failures;
+}
+
+int main() {
+    require_cuda_device("test_decode");
+    // max_T, V, Vp, L, NH, C: a small model, and one layer at d12's widths (products of 768 and 3072 rows:
+    // decode_matvec's wide preload for the fc projection, QKV columns in one pass)
+    int failures = test_model(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+    failures += test_model(GPT2Config{256, 1000, 1024, 1, 12, 768}, "L1 C768");
     return failures ? 1 : 0;
 }
