@@ -7,8 +7,10 @@
 // + bias before a residual add), so a decode step computes what the forward computes, up to summation order.
 // One warp per output column at a time: the column's K weights are read as 16-byte vectors and dotted with up to
 // kDecodeMaxRows rows held in shared memory as fp32; blocks with blockIdx.y = g take rows [g·rows, (g+1)·rows), so
-// a larger batch reads W once from memory and again from L2 per group. Bound by reading W (the weight-bandwidth
-// floor of a decode step) at small batches.
+// a larger batch reads W once from memory and again from L2 per group. One row (batch 1) whose K fits the
+// preloaded vectors takes the register path instead: each warp holds its lanes' part of the row (and normalises
+// it), no shared memory. The classifier can also pick the greedy token (DecodeGreedyPick). Launched as
+// programmatic dependents, every kernel loads its first weights before waiting for the kernel before it.
 #pragma once
 
 #include "cuda_common.h"
