@@ -128,7 +128,7 @@ int generate(const GenerateArgs& a, const char* program) {
     int decode_steps = 0;
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
-        if (getenv("LLMC_DECODE_CUBLAS")) cache.matvec = false;  // the layers' products by cuBLASLt (comparison)
+        if (getenv("LLMC_DECODE_CUBLAS")) cache.products = DecodeProducts::Cublas;  // for comparison
         // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
         std::vector<float> coins;
         const PickParams pick{a.temperature, a.top_k, a.top_p};

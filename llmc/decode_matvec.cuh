@@ -52,6 +52,11 @@ struct DecodeMatvec {
     int rows = kDecodeMaxRows;  // rows per block (a group); tests lower it to exercise several groups
     bool pdl = false;  // launched as a programmatic dependent of the kernel before it (Hopper; see the kernel)
     DecodeGreedyPick pick = {};  // the classifier: also the greedy pick of each row, when pick.partials is set
+    // decode_mma (llmc/decode_mma.cuh) only: K in `splits` slices (0: its choice), their fp32 tiles in partials
+    // (splits, B, N) and a counter per column tile and row group (zero before, left zero)
+    int splits = 0;
+    float* partials = nullptr;
+    unsigned* counters = nullptr;
 };
 
 namespace decode_matvec_detail {
@@ -129,9 +134,11 @@ __device__ __forceinline__ void layernorm_rows(float* xs, const float* ln_ws, in
 }
 
 // Column n of row r (r: the row's index in the whole batch) from its dot product `sum`: bias, GELU or the
-// residual add, rounded where the forward rounds; the QKV product's K and V columns also into the cache.
-// bias and res: loaded by the caller ahead of the products, so their latency hides behind the weights'.
-__device__ __forceinline__ void store_column(const DecodeMatvec& a, int r, int n, float sum, float bias, float res) {
+// residual add, rounded where the forward rounds; the QKV product's K and V columns also into the cache at
+// position pos (len[r] - 1). bias, res and pos: loaded by the caller ahead of the products, so their latency hides
+// behind the weights' (a load between the stores here could not move ahead of them: they may alias).
+__device__ __forceinline__ void store_column(const DecodeMatvec& a, int r, int n, float sum, float bias, float res,
+                                             int pos) {
     float y = sum + bias;
     if (a.gelu) y = gelu_value(y);
     if (a.residual) y = to_float(from_float<floatX>(y)) + res;
@@ -141,7 +148,7 @@ __device__ __forceinline__ void store_column(const DecodeMatvec& a, int r, int n
     if (a.k_cache && n >= C) {
         const int c = n % C, h = c / a.HS, d = c % a.HS;
         floatX* cache = n < 2 * C ? a.k_cache : a.v_cache;
-        cache[(((size_t)r * a.NH + h) * a.max_T + a.len[r] - 1) * a.HS + d] = o;
+        cache[(((size_t)r * a.NH + h) * a.max_T + pos) * a.HS + d] = o;
     }
 }
 
@@ -389,6 +396,7 @@ __global__ void __launch_bounds__(kWarps * 32, kPreV == kPre ? kBlocksPerSM : 1)
     };
 
     const int r_mine = row0 + lane;
+    const int pos_mine = a.k_cache && lane < B ? a.len[r_mine] - 1 : 0;  // the QKV product's cache position
     // the greedy pick: lane r's best (key, id) of row r over this warp's columns
     unsigned long long best = sampling_detail::key_arg(0u, INT_MAX);
     auto column_done = [&](int col, float sum, float bias, float res) {
@@ -398,7 +406,7 @@ __global__ void __launch_bounds__(kWarps * 32, kPreV == kPre ? kBlocksPerSM : 1)
                 a.out[(size_t)r_mine * a.N + col] = o;
                 if (col < a.pick.V) best = max(best, sampling_detail::key_arg(sampling_detail::KeyOf<floatX>::key(o), col));
             } else {
-                store_column(a, r_mine, col, sum, bias, res);
+                store_column(a, r_mine, col, sum, bias, res, pos_mine);
             }
         }
     };

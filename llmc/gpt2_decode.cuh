@@ -29,14 +29,27 @@
 
 #include "attention_decode.cuh"
 #include "decode_matvec.cuh"
+#include "decode_mma.cuh"
 #include "gpt2.cuh"
 #include "sampling.cuh"
 
-// Batches up to this run the products as decode_matvec; larger ones by cuBLASLt with the LayerNorm and cache-append
-// kernels. Measured per d12 step on an H200 (generate_gpt2cu, prompt 64, 256 new; tree 28f4da9, before PDL):
-// B 1 0.408–0.420 vs 0.465 ms, B 2 0.441–0.469 vs 0.469, B 4 0.53–0.59 vs 0.47, B 8 0.72–0.87 vs 0.48, B 64
-// (8 row groups) 2.63 vs 0.64: the fp32 FMAs of several rows cost more than the kernels they save.
+// Batches up to kDecodeMatvecMaxB run the products as decode_matvec, up to kDecodeMmaMaxB as decode_mma (both BF16
+// builds), larger ones (and FP32 builds) by cuBLASLt with the LayerNorm and cache-append kernels. decode_matvec
+// against cuBLASLt per d12 step on an H200 (generate_gpt2cu, prompt 64, 256 new; tree 28f4da9, before PDL): B 1
+// 0.408–0.420 vs 0.465 ms, B 2 0.441–0.469 vs 0.469, B 4 0.53–0.59 vs 0.47, B 8 0.72–0.87 vs 0.48: the fp32 FMAs of
+// several rows cost more than the kernels they save. decode_mma against cuBLASLt (prompt 64, 128 new, H200,
+// docs/PERFORMANCE.md): B 4 0.318 vs 0.437 ms, B 8 0.34–0.35 vs 0.458, B 16 0.396 vs 0.472, B 32 0.557 vs 0.495,
+// B 64 0.79–0.88 vs 0.555: every block normalises and reads all of its rows, which costs more than it saves
+// from 32 rows on.
 constexpr int kDecodeMatvecMaxB = 2;
+constexpr int kDecodeMmaMaxB = 16;
+
+// How a decode step runs the layers' products (kv_cache_allocate chooses; tests force each).
+enum class DecodeProducts {
+    Matvec,  // decode_matvec: LayerNorms and the cache append fused in; the classifier too (with the greedy pick)
+    Mma,     // decode_mma: the same fusions on the tensor cores; the classifier by cuBLASLt
+    Cublas,  // cuBLASLt, with the LayerNorm and cache-append kernels
+};
 
 struct KVCache {
     int B = 0, max_T = 0, L = 0, NH = 0, HS = 0;
@@ -44,8 +57,9 @@ struct KVCache {
     floatX* v = nullptr;
     int* len = nullptr;          // device: tokens in the cache per sequence
     void* workspace = nullptr;   // decode attention's partials
-    bool matvec = false;         // decode_matvec (LayerNorms and the cache append fused in), else cuBLASLt and
-                                 // separate kernels; kv_cache_allocate sets it from B (tests force either path)
+    DecodeProducts products = DecodeProducts::Cublas;  // kv_cache_allocate sets it from B (tests force each)
+    float* mma_partials = nullptr;  // decode_mma's split-K workspace and counters (BF16 builds)
+    unsigned* mma_counters = nullptr;
     int matvec_rows = kDecodeMaxRows;  // rows per decode_matvec block (tests lower it)
     int matvec_classifier_groups = 1;  // the classifier as decode_matvec when the batch is at most this many row
                                        // groups (it reads its 77 MB once per group; tests raise it), else cuBLASLt
@@ -113,7 +127,19 @@ inline KVCache kv_cache_allocate(GPT2* m, int B, int max_T) {
     cudaCheck(cudaMalloc(&cache.workspace, attention_decode_workspace_bytes(B, cache.NH, max_T, cache.HS)));
     cudaCheck(attention_decode_workspace_init(cache.workspace, B, cache.NH, max_T, cache.HS, m->stream));
     cache.host_len.assign(B, 0);
-    cache.matvec = kDecodeMatvecAvailable && B <= kDecodeMatvecMaxB;
+    cache.products = kDecodeMatvecAvailable && B <= kDecodeMatvecMaxB ? DecodeProducts::Matvec
+                     : kDecodeMmaAvailable && B <= kDecodeMmaMaxB     ? DecodeProducts::Mma
+                                                                      : DecodeProducts::Cublas;
+    if (kDecodeMmaAvailable) {  // the largest workspace of the layers' four products (tests force Mma at any B)
+        const int C = c.channels;
+        const bool ln = decode_mma_fuses_layernorm(B, C);
+        const size_t partials = std::max({decode_mma_partials(B, 3 * C, C, ln), decode_mma_partials(B, C, C, false),
+                                          decode_mma_partials(B, 4 * C, C, ln), decode_mma_partials(B, C, 4 * C, false)});
+        const size_t counters = decode_mma_counters(B, 4 * C);
+        cudaCheck(cudaMalloc(&cache.mma_partials, std::max<size_t>(partials, 1) * sizeof(float)));
+        cudaCheck(cudaMalloc(&cache.mma_counters, counters * sizeof(unsigned)));
+        cudaCheck(cudaMemset(cache.mma_counters, 0, counters * sizeof(unsigned)));
+    }
     return cache;
 }
 
@@ -122,6 +148,8 @@ inline void kv_cache_free(KVCache* cache) {
     cudaCheck(cudaFree(cache->v));
     cudaCheck(cudaFree(cache->len));
     cudaCheck(cudaFree(cache->workspace));
+    cudaCheck(cudaFree(cache->mma_partials));
+    cudaCheck(cudaFree(cache->mma_counters));
     *cache = KVCache{};
 }
 
@@ -184,47 +212,51 @@ inline bool decode_forward(GPT2* m, KVCache* cache, const DecodeGreedyPick* pick
     gpt2_decode_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, s>>>(x, buf<int>(m, mem::Inputs), cache->len,
                                                                          param(m, WTE), param(m, WPE), B, C);
     cudaCheckLaunch();
-    if (cache->matvec) {  // per layer: 4 products + decode attention
+    if (cache->products != DecodeProducts::Cublas) {  // per layer: 4 products + decode attention
+        // each product and attention kernel starts while the kernel before it ends (see decode_matvec)
+        auto product = [&](DecodeMatvec a) {
+            a.B = B, a.rows = cache->matvec_rows, a.pdl = true;
+            if (cache->products == DecodeProducts::Matvec) return decode_matvec(a, s);
+            if (a.ln_w && !decode_mma_fuses_layernorm(B, a.K)) {  // rows too wide for one block: LayerNorm first
+                layernorm_forward(ln, mean, rstd, a.in, a.ln_w, a.ln_b, B, a.K, s, /*pdl=*/true);
+                a.in = ln, a.ln_w = a.ln_b = nullptr;
+            }
+            a.partials = cache->mma_partials, a.counters = cache->mma_counters;
+            decode_mma(a, s);
+        };
         const floatX* residual = x;
         for (int l = 0; l < L; l++) {
             floatX* k_cache = cache->k + l * cache->layer_elements();
             floatX* v_cache = cache->v + l * cache->layer_elements();
             DecodeMatvec qkv_mv{qkv, residual, param(m, LN1W, l), param(m, LN1B, l), param(m, QKVW, l), param(m, QKVB, l)};
             qkv_mv.k_cache = k_cache, qkv_mv.v_cache = v_cache, qkv_mv.len = cache->len;
-            qkv_mv.NH = NH, qkv_mv.HS = HS, qkv_mv.max_T = cache->max_T, qkv_mv.B = B, qkv_mv.N = 3 * C, qkv_mv.K = C;
-            qkv_mv.rows = cache->matvec_rows;
-            // each product and attention kernel starts while the kernel before it ends (see decode_matvec)
-            qkv_mv.pdl = true;
-            decode_matvec(qkv_mv, s);
+            qkv_mv.NH = NH, qkv_mv.HS = HS, qkv_mv.max_T = cache->max_T, qkv_mv.N = 3 * C, qkv_mv.K = C;
+            product(qkv_mv);
             cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS,
                                        cache->workspace, s, (size_t)3 * C, /*pdl=*/true));
             DecodeMatvec proj{residual2, atty, nullptr, nullptr, param(m, ATTPROJW, l), param(m, ATTPROJB, l), residual};
-            proj.B = B, proj.N = C, proj.K = C, proj.rows = cache->matvec_rows;
-            proj.pdl = true;
-            decode_matvec(proj, s);
+            proj.N = C, proj.K = C;
+            product(proj);
             DecodeMatvec fc{fch_gelu, residual2, param(m, LN2W, l), param(m, LN2B, l), param(m, FCW, l), param(m, FCB, l)};
-            fc.gelu = true, fc.B = B, fc.N = 4 * C, fc.K = C, fc.rows = cache->matvec_rows;
-            fc.pdl = true;
-            decode_matvec(fc, s);
+            fc.gelu = true, fc.N = 4 * C, fc.K = C;
+            product(fc);
             DecodeMatvec fcproj{residual3, fch_gelu, nullptr, nullptr, param(m, FCPROJW, l), param(m, FCPROJB, l), residual2};
-            fcproj.B = B, fcproj.N = C, fcproj.K = 4 * C, fcproj.rows = cache->matvec_rows;
-            fcproj.pdl = true;
-            decode_matvec(fcproj, s);
+            fcproj.N = C, fcproj.K = 4 * C;
+            product(fcproj);
             residual = residual3;
         }
-        if (B <= cache->matvec_rows * cache->matvec_classifier_groups) {
+        if (cache->products == DecodeProducts::Matvec && B <= cache->matvec_rows * cache->matvec_classifier_groups) {
             DecodeMatvec logits{buf<floatX>(m, mem::Logits), residual, param(m, LNFW), param(m, LNFB), param(m, WTE)};
             logits.B = B, logits.N = Vp, logits.K = C, logits.rows = cache->matvec_rows;
             logits.pdl = true;
             if (pick) logits.pick = *pick;
             decode_matvec(logits, s);
             return pick != nullptr;
-        } else {
-            layernorm_forward(buf<floatX>(m, mem::Lnf), mean, rstd, residual, param(m, LNFW), param(m, LNFB), B, C, s,
-                              /*pdl=*/true);
-            matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp,
-                           nullptr, false, s);
         }
+        layernorm_forward(buf<floatX>(m, mem::Lnf), mean, rstd, residual, param(m, LNFW), param(m, LNFB), B, C, s,
+                          /*pdl=*/true);
+        matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp,
+                       nullptr, false, s);
         return false;
     }
     // Our kernels here are launched as programmatic dependents (PDL): each starts while the kernel before it

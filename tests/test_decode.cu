@@ -52,14 +52,15 @@ static int test_model(const GPT2Config& c, const char* label) {
 
     std::vector<std::vector<float>> ref;
     int failures = 0;
-    double worst = 0, worst_by_path[4] = {0, 0, 0, 0};
-    for (int path = kDecodeMatvecAvailable ? 0 : 3; path < 4; path++) {  // decode_matvec (LayerNorm, cache append
+    double worst = 0, worst_by_path[5] = {0, 0, 0, 0, 0};
+    for (int path = kDecodeMatvecAvailable ? 0 : 4; path < 5; path++) {  // decode_matvec (LayerNorm, cache append
         // fused; BF16 builds): 0 one group of rows, 1 groups of 2 rows, 2 of 1 row (the register path; the
-        // classifier of 1 and 2 by cuBLASLt); 3: cuBLASLt
+        // classifier of 1 and 2 by cuBLASLt); 3 decode_mma (BF16 builds); 4 cuBLASLt
     for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
     const int Tp = full_logits(&ref);  // the prefill
     KVCache cache = kv_cache_allocate(&m, B, T);
-    cache.matvec = path < 3;  // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks cuBLASLt
+    // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks decode_mma in BF16 builds
+    cache.products = path < 3 ? DecodeProducts::Matvec : path == 3 ? DecodeProducts::Mma : DecodeProducts::Cublas;
     cache.matvec_rows = path == 1 ? 2 : path == 2 ? 1 : kDecodeMaxRows;
     kv_cache_fill(&m, &cache, Tp, prompt_len);
     DecodeGraph graph;
@@ -99,8 +100,9 @@ static int test_model(const GPT2Config& c, const char* label) {
     // ---- the loop on the GPU
     const int new_tokens = 24;
     int boundary = 0, picks = 0;
-    // matvec_rows 0: the path kv_cache_allocate picks (cuBLASLt at B = 3); else decode_matvec forced with that many
-    // rows per group, the classifier too (greedy: the pick folded into it; rows 1 and 2: several groups)
+    // matvec_rows 0: the path kv_cache_allocate picks (decode_mma at B = 3 in BF16 builds, else cuBLASLt); else
+    // decode_matvec forced with that many rows per group, the classifier too (greedy: the pick folded into it;
+    // rows 1 and 2: several groups)
     struct Mode { PickParams pick; bool graph; int matvec_rows; };
     const std::vector<Mode> modes = {{{0.f, 0, 1.f}, true, 0},     {{0.f, 0, 1.f}, false, 0},
                                      {{1.f, 0, 1.f}, true, 0},     {{0.9f, 20, 0.9f}, true, 0},
@@ -115,7 +117,7 @@ static int test_model(const GPT2Config& c, const char* label) {
         if (mode.matvec_rows > 0 && !kDecodeMatvecAvailable) continue;
         modes_run++;
         KVCache lc = kv_cache_allocate(&m, B, T);
-        if (mode.matvec_rows > 0) lc.matvec = true, lc.matvec_rows = mode.matvec_rows, lc.matvec_classifier_groups = B;
+        if (mode.matvec_rows > 0) lc.products = DecodeProducts::Matvec, lc.matvec_rows = mode.matvec_rows, lc.matvec_classifier_groups = B;
         kv_cache_fill(&m, &lc, Tq, prompt_len);
         Rng coin_rng(7);
         std::vector<float> coins((size_t)new_tokens * B);
@@ -164,10 +166,11 @@ static int test_model(const GPT2Config& c, const char* label) {
     cudaCheck(cudaStreamDestroy(stream));
     gpt2_free(&m);
     printf("test_decode (%s, %s): %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 "
-           "%.3e (<= %.0e; decode_matvec %.3e, in groups of 2 rows %.3e, of 1 row %.3e, cuBLASLt %.3e); the loop on "
+           "%.3e (<= %.0e; decode_matvec %.3e, in groups of 2 rows %.3e, of 1 row %.3e, decode_mma %.3e, cuBLASLt "
+           "%.3e); the loop on "
            "the GPU, %d modes x %d tokens x %d sequences = the host sampler on the step's logits (%d on a CDF "
            "boundary), graph = plain: %s\n", PRECISION_NAME, label, steps, B, worst, tol, worst_by_path[0],
-           worst_by_path[1], worst_by_path[2], worst_by_path[3], modes_run, new_tokens, B, boundary,
+           worst_by_path[1], worst_by_path[2], worst_by_path[3], worst_by_path[4], modes_run, new_tokens, B, boundary,
            failures ? "FAIL" : "PASS");
     return failures;
 }
