@@ -34,9 +34,12 @@ constexpr int kPad = 8;            // elements after each shared row: a row stri
                                    // rows an ldmatrix phase reads in eight bank groups
 constexpr int kMaxSliceK = 768;    // the most K columns a block takes without the LayerNorm (shared memory)
 constexpr int kLnVectors = 8;      // 16-byte vectors of a row per lane the LayerNorm holds (K <= 2048)
-constexpr int kSmemLimit = 227 * 1024;
 
 using bf16 = __nv_bfloat16;
+
+// The dynamic shared memory a block may opt into on this GPU (227 KB on sm_90, 99 KB on sm_86/89), less 16 bytes
+// for the kernel's static `last` flag.
+inline size_t smem_limit() { return (size_t)device_info().prop.sharedMemPerBlockOptin - 16; }
 
 // Shared memory: the epilogue's operands (the residual tile, the rows' cache positions), the LayerNorm's weights
 // (2K), then the rows' and the weights' slices, which the warps' fp32 tiles overwrite after the products.
@@ -244,11 +247,11 @@ inline int decode_mma_splits(int N, int K, bool layernorm) {
 }
 
 // Whether a product with the LayerNorm fits one block's shared memory (whole rows of K): else the caller runs the
-// LayerNorm as its own kernel (d36 and d48 at large batches).
+// LayerNorm as its own kernel (d36 and d48 at large batches; wider models on GPUs with less shared memory).
 inline bool decode_mma_fuses_layernorm(int B, int K) {
     using namespace decode_mma_detail;
     const int mt = (std::min(B, kGroupRows) + 15) / 16;
-    return K % 64 == 0 && K <= kLnVectors * 32 * 8 && smem_bytes(mt, K, K) <= (size_t)kSmemLimit;
+    return K % 64 == 0 && K <= kLnVectors * 32 * 8 && smem_bytes(mt, K, K) <= smem_limit();
 }
 
 // The split-K workspace of a product (floats) and its counters (one per column tile and row group).
@@ -279,6 +282,11 @@ inline void decode_mma(const DecodeMatvec& a, cudaStream_t stream) {
         const int Ks = a.K / splits, mt = (std::min(a.B, kGroupRows) + 15) / 16;
         auto kernel = mt == 1 ? mma_kernel<1> : mt == 2 ? mma_kernel<2> : mt == 3 ? mma_kernel<3> : mma_kernel<4>;
         const size_t smem = smem_bytes(mt, a.K, Ks);
+        if (smem > smem_limit()) {
+            fprintf(stderr, "error: decode_mma: %zu bytes of shared memory per block (B %d, K %d in slices of %d), this "
+                    "GPU allows %zu\n", smem, a.B, a.K, Ks, smem_limit());
+            exit(EXIT_FAILURE);
+        }
         if (smem > 48 * 1024)
             cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         const dim3 grid((a.N + kBN - 1) / kBN, splits, (a.B + kGroupRows - 1) / kGroupRows);
