@@ -129,6 +129,8 @@ int generate(const GenerateArgs& a, const char* program) {
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
         if (getenv("LLMC_DECODE_CUBLAS")) cache.products = DecodeProducts::Cublas;  // for comparison
+        if (const char* e = getenv("LLMC_DECODE_ATTENTION"))  // "split" or "head": decode attention's kernel forced
+            cache.attention = std::string(e) == "split" ? DecodeAttentionKernel::Split : DecodeAttentionKernel::PerHead;
         // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
         std::vector<float> coins;
         const PickParams pick{a.temperature, a.top_k, a.top_p};

@@ -1,18 +1,20 @@
-// Attention for one new token per sequence against a KV cache (generation's decode step, issue 16), FlashDecoding's
-// split: the cache length is cut into chunks, a block per (chunk, b, h) computes that chunk's softmax partials, and
-// the last block of each (b, h) to finish (an atomic count per (b, h)) merges them through their log-sum-exp, in
-// chunk order whatever the order of finishing, so the result is deterministic. One kernel: at batch 1 a second
-// kernel for the merge cost as much as the partials (3.7 vs 4.9 µs per layer at d12).
+// Attention for one new token per sequence against a KV cache (generation's decode step, issue 16), in two kernels
+// for two regimes:
+//   - split_kernel (FlashDecoding's split), for few sequences x heads: the cache length is cut into chunks, a block
+//     per (chunk, b, h) computes that chunk's softmax partials, and the last block of each (b, h) to finish (an
+//     atomic count per (b, h)) merges them through their log-sum-exp, in chunk order whatever the order of
+//     finishing, so the result is deterministic. One kernel: at batch 1 a second kernel for the merge cost as much
+//     as the partials (3.7 vs 4.9 µs per layer at d12).
+//   - head_kernel, for many (d12 at batch 64: 768): a block per (b, h) over its whole cache, 16-byte loads, no
+//     partials; it can also take the new token's K and V from the QKV row and append them to the cache itself.
 //
 // Validated against fp64 by dev/cuda/attention_decode -c (in make test on GPU machines) and, inside the decode
 // step, by tests/test_decode.
 //
 // Layouts: q (B, NH, HS) with batches q_stride elements apart (NH·HS packed; 3·NH·HS read straight from the
 // QKV projection's rows), the new token's queries; k_cache, v_cache (B, NH, max_T, HS), positions
-// 0 .. len[b]-1 valid (the new token's K and V already written at len[b]-1); out (B, NH·HS), as the attention
-// projection reads it. All bf16 (BF16 builds) or all fp32 (FP32 builds: T = float). Scale 1/sqrt(HS). Decode is bound by reading the cache, so each warp reads whole
-// 64- or 128-element K and V rows (each lane 2 or 4 consecutive bf16 in one load: 128 or 256 contiguous bytes per
-// row), 8 keys' rows at once, and keeps its own online softmax; the warps of a block merge in shared memory.
+// 0 .. len[b]-1 valid (the new token's K and V at len[b]-1, written before or by the call); out (B, NH·HS), as the
+// attention projection reads it. All bf16 (BF16 builds) or all fp32 (FP32 builds: T = float). Scale 1/sqrt(HS).
 // Precondition: every len[b] >= 1 (the new token is in the cache).
 #pragma once
 
@@ -24,6 +26,8 @@
 
 namespace decode_attention {
 
+// split_kernel: each warp reads whole 64- or 128-element K and V rows (each lane 2 or 4 consecutive elements in one
+// load), kGroup keys' rows at once, and keeps its own online softmax; the warps of a block merge in shared memory.
 constexpr int kChunk = 64;  // keys per block: many blocks even at batch 1 (d12, T 512: 12 heads x 8 chunks)
 // keys a warp loads at once (K and V rows together), so their memory latencies overlap: 8 at HS 64, 4 at HS 128
 // (the same bytes in flight; 8 rows of 128 spill)
@@ -56,26 +60,25 @@ __device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&ou
 }
 
 // One chunk of (b, h): its partials, m (max of the scaled scores, log2 domain), l (sum of exp2), o (unnormalised
-// output); the last chunk of (b, h) to finish writes out (b, h).
+// output); the last chunk of (b, h) to finish writes out (b, h). A block per (chunk, b·NH + h); chunks past a
+// sequence's length exit at once.
 // kWarps: 8 when the grid is small (a 64-key chunk is one round of 8-key loads per warp at HS 64: the latency of
 // one round, what a batch-1 step waits for), 4 when it fills the GPU many times over (fewer partials to merge per
 // block: batch 64 was 5% slower per step with 8).
-// The work of one block, as a device function (a block calling it again must __syncthreads() first: it reuses its
-// shared memory).
 template <int HS, typename T, int kWarps>
-__device__ __forceinline__ void split_block(T* __restrict__ out, float* __restrict__ part_o,
-                                            float* __restrict__ part_ml, unsigned* __restrict__ finished,
-                                            const T* __restrict__ q, const T* __restrict__ k_cache,
-                                            const T* __restrict__ v_cache, const int* __restrict__ len, int NH,
-                                            int max_T, int num_chunks, size_t q_stride, int chunk, int bh) {
+__global__ void __launch_bounds__(kWarps * 32)
+    split_kernel(T* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                 unsigned* __restrict__ finished, const T* __restrict__ q, const T* __restrict__ k_cache,
+                 const T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, int num_chunks,
+                 size_t q_stride) {
+    pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
     constexpr int kPer = HS / 32;  // elements per lane: 2 (HS 64) or 4 (HS 128), consecutive
-    const int b = bh / NH;
+    const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int n = len[b];
     const int k_begin = chunk * kChunk, k_end = min(n, k_begin + kChunk);
     if (k_begin >= n) return;  // past this sequence's length: the merge reads only the chunks that hold keys
     const float scale_log2 = rsqrtf((float)HS) * 1.4426950408889634f;
-
     float qv[kPer], o[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; i++) {
@@ -182,16 +185,168 @@ __device__ __forceinline__ void split_block(T* __restrict__ out, float* __restri
     for (int i = 0; i < kPer; i++) out[(size_t)bh * HS + lane * kPer + i] = from_float<T>(O[i] * inv);
 }
 
-// The standalone kernel: a block per (chunk, b·NH + h).
-template <int HS, typename T, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32)
-    split_kernel(T* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                 unsigned* __restrict__ finished, const T* __restrict__ q, const T* __restrict__ k_cache,
-                 const T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, int num_chunks,
-                 size_t q_stride) {
+// Whole caches, one block per (b, h): for grids of many sequences x heads (d12 at batch 64: 768 blocks), where the
+// GPU is full without splitting the cache, and the split's partials, counts and merge are pure cost. Bound by reading
+// the cache, so each lane loads 16 bytes of a row (a K or V row is kLanes lanes, a warp loads kRows rows at once,
+// kLoads of each per step: 4 KB in flight per warp) and keeps its own online softmax over the rows it loads; the
+// lanes of a row add their dot products with shuffles. At the end the rows of a warp, then the warps (in order),
+// merge through their log-sum-exp: deterministic.
+// new_kv (optional): the new token's K and V rows (b, h) at new_kv + b·kv_stride + h·HS and + C; they are written
+// into the cache at position len[b] - 1 and attended from registers, so no kernel has to append them before.
+template <int HS, typename T>
+struct HeadTile {
+    static constexpr int kVec = 16 / sizeof(T);    // elements of a row per lane per load
+    static constexpr int kLanes = HS / kVec;       // lanes per row: 8 (HS 64 bf16), 16 (HS 128 bf16, HS 64 fp32), 32
+    static constexpr int kRows = 32 / kLanes;      // rows per warp-wide load
+    static constexpr int kLoads = 4;               // loads of K rows (and of V rows) per lane per step
+    static constexpr int kKeys = kLoads * kRows;   // keys per warp per step
+};
+constexpr int kHeadWarps = 4;
+
+template <typename T, int kVec>
+__device__ __forceinline__ void unpack16(const uint4& raw, float (&f)[kVec]) {
+    if constexpr (sizeof(T) == 2) {  // bf16 -> fp32: the 16 bits moved to the top (exact)
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    } else {
+        f[0] = __uint_as_float(raw.x), f[1] = __uint_as_float(raw.y), f[2] = __uint_as_float(raw.z), f[3] = __uint_as_float(raw.w);
+    }
+}
+
+// (m, l, o) of this lane merged with another's (the other from a shuffle or shared memory): the same arithmetic on
+// both sides of a pair, so both end with the same bits.
+template <int kVec>
+__device__ __forceinline__ void merge_state(float& m, float& l, float (&o)[kVec], float m2, float l2, const float (&o2)[kVec]) {
+    const float M = fmaxf(m, m2);
+    const float f1 = m == -INFINITY ? 0.f : exp2f(m - M), f2 = m2 == -INFINITY ? 0.f : exp2f(m2 - M);
+    l = l * f1 + l2 * f2;
+#pragma unroll
+    for (int i = 0; i < kVec; i++) o[i] = o[i] * f1 + o2[i] * f2;
+    m = M;
+}
+
+template <int HS, typename T>
+__global__ void __launch_bounds__(kHeadWarps * 32)
+    head_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ new_kv, T* __restrict__ k_cache,
+                T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, size_t q_stride,
+                size_t kv_stride) {
+    using Tile = HeadTile<HS, T>;
+    constexpr int kVec = Tile::kVec, kLanes = Tile::kLanes, kLoads = Tile::kLoads;
     pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
-    split_block<HS, T, kWarps>(out, part_o, part_ml, finished, q, k_cache, v_cache, len, NH, max_T, num_chunks,
-                               q_stride, blockIdx.x, blockIdx.y);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int sub = lane / kLanes, d0 = (lane % kLanes) * kVec;  // this lane's row of a load and its elements
+    const int n = len[b];
+    const int cached = new_kv ? n - 1 : n;  // keys read from the cache
+    const float scale_log2 = rsqrtf((float)HS) * 1.4426950408889634f;
+    float qv[kVec], o[kVec], m = -INFINITY, l = 0.f;
+    unpack16<T, kVec>(*reinterpret_cast<const uint4*>(q + b * q_stride + (size_t)h * HS + d0), qv);
+#pragma unroll
+    for (int i = 0; i < kVec; i++) qv[i] *= scale_log2, o[i] = 0.f;
+    // a lane's dot product with its slice of a row, completed across the row's lanes
+    auto score = [&](const uint4& raw) {
+        float k[kVec], s = 0.f;
+        unpack16<T, kVec>(raw, k);
+#pragma unroll
+        for (int i = 0; i < kVec; i++) s += qv[i] * k[i];
+#pragma unroll
+        for (int off = kLanes / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffff, s, off);
+        return s;
+    };
+    const size_t head = (size_t)bh * max_T * HS + d0;
+    if (new_kv) {  // the new token: warp 0's first row of lanes starts from it and writes it into the cache
+        const T* src = new_kv + b * kv_stride + (size_t)h * HS + d0;
+        const uint4 kr = *reinterpret_cast<const uint4*>(src), vr = *reinterpret_cast<const uint4*>(src + C);
+        const float s = score(kr);
+        if (warp == 0 && sub == 0) {
+            *reinterpret_cast<uint4*>(k_cache + head + (size_t)(n - 1) * HS) = kr;
+            *reinterpret_cast<uint4*>(v_cache + head + (size_t)(n - 1) * HS) = vr;
+            m = s, l = 1.f;
+            unpack16<T, kVec>(vr, o);
+        }
+    }
+    const T* k_base = k_cache + head;
+    const T* v_base = v_cache + head;
+    for (int k0 = warp * Tile::kKeys; k0 < cached; k0 += kHeadWarps * Tile::kKeys) {
+        uint4 kr[kLoads], vr[kLoads];
+#pragma unroll
+        for (int j = 0; j < kLoads; j++) {  // every load of the step issued before any is used
+            const int row = k0 + j * Tile::kRows + sub;
+            kr[j] = vr[j] = make_uint4(0, 0, 0, 0);
+            if (row < cached) {
+                kr[j] = *reinterpret_cast<const uint4*>(k_base + (size_t)row * HS);
+                vr[j] = *reinterpret_cast<const uint4*>(v_base + (size_t)row * HS);
+            }
+        }
+        float s[kLoads], m_new = m;
+#pragma unroll
+        for (int j = 0; j < kLoads; j++) {
+            s[j] = score(kr[j]);
+            if (k0 + j * Tile::kRows + sub >= cached) s[j] = -INFINITY;
+            m_new = fmaxf(m_new, s[j]);
+        }
+        // a lane whose rows are all past the end keeps m = -inf: exponents taken from 0 then give 0
+        const float m_use = m_new == -INFINITY ? 0.f : m_new, alpha = exp2f(m - m_use);
+        l *= alpha;
+#pragma unroll
+        for (int i = 0; i < kVec; i++) o[i] *= alpha;
+#pragma unroll
+        for (int j = 0; j < kLoads; j++) {
+            const float p = exp2f(s[j] - m_use);
+            float v[kVec];
+            unpack16<T, kVec>(vr[j], v);
+            l += p;
+#pragma unroll
+            for (int i = 0; i < kVec; i++) o[i] += p * v[i];
+        }
+        m = m_new;
+    }
+
+    // the warp's rows of lanes merged (a fixed tree), then the warps in order
+#pragma unroll
+    for (int off = kLanes; off < 32; off *= 2) {
+        float o2[kVec];
+#pragma unroll
+        for (int i = 0; i < kVec; i++) o2[i] = __shfl_xor_sync(0xffffffff, o[i], off);
+        merge_state<kVec>(m, l, o, __shfl_xor_sync(0xffffffff, m, off), __shfl_xor_sync(0xffffffff, l, off), o2);
+    }
+    __shared__ float sm[kHeadWarps], sl[kHeadWarps], so[kHeadWarps][HS];
+    if (lane < kLanes) {
+#pragma unroll
+        for (int i = 0; i < kVec; i++) so[warp][d0 + i] = o[i];
+        if (lane == 0) sm[warp] = m, sl[warp] = l;
+    }
+    __syncthreads();
+    if (warp != 0 || lane >= kLanes) return;
+    for (int w = 1; w < kHeadWarps; w++) {
+        float o2[kVec];
+#pragma unroll
+        for (int i = 0; i < kVec; i++) o2[i] = so[w][d0 + i];
+        merge_state<kVec>(m, l, o, sm[w], sl[w], o2);
+    }
+    const float inv = 1.f / l;  // l >= 1: the largest score contributes exp2(0)
+    T y[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; i++) y[i] = from_float<T>(o[i] * inv);
+    *reinterpret_cast<uint4*>(out + (size_t)bh * HS + d0) = *reinterpret_cast<const uint4*>(y);
+}
+
+// The new token's K and V rows into the cache at len[b] - 1 (before split_kernel, which reads them from there): a
+// thread per 16 bytes of (b, K or V, h).
+template <typename T>
+__global__ void append_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const T* __restrict__ new_kv,
+                              const int* __restrict__ len, int B, int NH, int HS, int max_T, size_t kv_stride) {
+    pdl_trigger_and_wait();
+    constexpr int kVec = 16 / sizeof(T);
+    const int C = NH * HS, per_row = C / kVec;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;  // over (b, K or V, vectors of C)
+    if (idx >= B * 2 * per_row) return;
+    const int b = idx / (2 * per_row), part = idx / per_row % 2, g = idx % per_row;
+    const int h = g * kVec / HS, d = g * kVec % HS;
+    T* cache = part == 0 ? k_cache : v_cache;
+    *reinterpret_cast<uint4*>(cache + (((size_t)b * NH + h) * max_T + len[b] - 1) * HS + d) =
+        *reinterpret_cast<const uint4*>(new_kv + b * kv_stride + (size_t)part * C + g * kVec);
 }
 
 }  // namespace decode_attention
@@ -206,42 +361,62 @@ inline unsigned* attention_decode_counts(void* workspace, int B, int NH, int max
     return (unsigned*)((char*)workspace + attention_decode_workspace_bytes(B, NH, max_T, HS) -
                        (size_t)B * NH * sizeof(unsigned));
 }
-// The workspace's parts: partial outputs (B·NH·chunks, HS), their (m, l) pairs, the counts.
-struct DecodeAttentionParts {
-    float* o;
-    float* ml;
-    unsigned* finished;
-    int chunks;
-};
-inline DecodeAttentionParts attention_decode_parts(void* workspace, int B, int NH, int max_T, int HS) {
-    const int chunks = (max_T + decode_attention::kChunk - 1) / decode_attention::kChunk;
-    float* o = (float*)workspace;
-    return {o, o + (size_t)B * NH * chunks * HS, attention_decode_counts(workspace, B, NH, max_T, HS), chunks};
-}
 inline cudaError_t attention_decode_workspace_init(void* workspace, int B, int NH, int max_T, int HS,
                                                    cudaStream_t stream = 0) {
     return cudaMemsetAsync(attention_decode_counts(workspace, B, NH, max_T, HS), 0, (size_t)B * NH * sizeof(unsigned),
                            stream);
 }
 
+// Which kernel: the cache split into chunks over blocks, merged by the last (split_kernel), or a block per (b, h)
+// over its whole cache (head_kernel). Auto: per head when its blocks fill half the SMs or no cache is longer than
+// kHeadMaxT (a warp then waits for at most 8 rounds of loads); else split. Measured by dev/cuda/attention_decode
+// on an H200 (HS 64, the new K and V appended by the call; docs/PERFORMANCE.md): per head faster at every batch
+// from 8 and every length, and at batch 1 up to 320 keys; split faster at batch 1 and 1024 keys.
+enum class DecodeAttentionKernel { Auto, Split, PerHead };
+constexpr int kHeadMaxT = 512;
+inline bool attention_decode_per_head(int B, int NH, int max_T, DecodeAttentionKernel kernel) {
+    return kernel == DecodeAttentionKernel::PerHead ||
+           (kernel == DecodeAttentionKernel::Auto && (2LL * B * NH >= device_sm_count() || max_T <= kHeadMaxT));
+}
+
 // len: device array of B lengths (>= 1, <= max_T). workspace: attention_decode_workspace_bytes, initialised once by
 // attention_decode_workspace_init. HS 64 or 128. q_stride: elements between consecutive sequences' queries (0: NH·HS,
-// packed).
+// packed). new_kv: null when the new token's K and V are in the cache already (at len[b] - 1); else its K row at
+// new_kv + b·q_stride (NH·HS elements) and its V row after it, as the QKV projection lays them out, and
+// attention_decode writes them into the cache (in the per-head kernel, or a small kernel before the split one).
 template <typename T>  // __nv_bfloat16 or float
-inline cudaError_t attention_decode(T* out, const T* q, const T* k_cache, const T* v_cache, const int* len, int B, int NH, int max_T, int HS,
-                                    void* workspace, cudaStream_t stream = 0, size_t q_stride = 0, bool pdl = false) {
-    if (q_stride == 0) q_stride = (size_t)NH * HS;
+inline cudaError_t attention_decode(T* out, const T* q, T* k_cache, T* v_cache, const int* len, int B, int NH, int max_T,
+                                    int HS, void* workspace, cudaStream_t stream = 0, size_t q_stride = 0,
+                                    bool pdl = false, const T* new_kv = nullptr,
+                                    DecodeAttentionKernel which = DecodeAttentionKernel::Auto) {
     using namespace decode_attention;
-    const DecodeAttentionParts parts = attention_decode_parts(workspace, B, NH, max_T, HS);
-    const int chunks = parts.chunks;  // blocks past a sequence's length exit at once
+    if (q_stride == 0) q_stride = (size_t)NH * HS;
+    if (HS != 64 && HS != 128) return cudaErrorInvalidValue;
+    if (attention_decode_per_head(B, NH, max_T, which)) {
+        PdlLaunch launch(dim3(B * NH), dim3(kHeadWarps * 32), 0, stream, pdl);
+        auto kernel = HS == 64 ? head_kernel<64, T> : head_kernel<128, T>;
+        const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, q, new_kv, k_cache, v_cache, len, NH,
+                                                 max_T, q_stride, q_stride);
+        return e != cudaSuccess ? e : cudaGetLastError();
+    }
+    if (new_kv) {
+        const int threads = B * 2 * NH * HS / (16 / (int)sizeof(T));
+        PdlLaunch launch(dim3((threads + 255) / 256), dim3(256), 0, stream, pdl);
+        const cudaError_t e = cudaLaunchKernelEx(&launch.config, append_kernel<T>, k_cache, v_cache, new_kv, len, B,
+                                                 NH, HS, max_T, q_stride);
+        if (e != cudaSuccess) return e;
+        pdl = true;  // the split kernel waits for the append inside
+    }
+    // the workspace: partial outputs (B·NH·chunks, HS), their (m, l) pairs, the counts
+    const int chunks = (max_T + kChunk - 1) / kChunk;  // blocks past a sequence's length exit at once
+    float* part_o = (float*)workspace;
+    float* part_ml = part_o + (size_t)B * NH * chunks * HS;
     const bool small = (long long)chunks * B * NH <= 2LL * device_sm_count();
     PdlLaunch launch(dim3(chunks, B * NH), dim3((small ? 8 : 4) * 32), 0, stream, pdl);
-    auto kernel = HS == 64    ? (small ? split_kernel<64, T, 8> : split_kernel<64, T, 4>)
-                  : HS == 128 ? (small ? split_kernel<128, T, 8> : split_kernel<128, T, 4>)
-                              : nullptr;
-    if (!kernel) return cudaErrorInvalidValue;
-    const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, parts.o, parts.ml, parts.finished, q, k_cache,
-                                             v_cache, len, NH, max_T, chunks, q_stride);
-    if (e != cudaSuccess) return e;
-    return cudaGetLastError();
+    auto kernel = HS == 64 ? (small ? split_kernel<64, T, 8> : split_kernel<64, T, 4>)
+                           : (small ? split_kernel<128, T, 8> : split_kernel<128, T, 4>);
+    const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, part_o, part_ml,
+                                             attention_decode_counts(workspace, B, NH, max_T, HS), q,
+                                             (const T*)k_cache, (const T*)v_cache, len, NH, max_T, chunks, q_stride);
+    return e != cudaSuccess ? e : cudaGetLastError();
 }

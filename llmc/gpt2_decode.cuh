@@ -34,13 +34,13 @@
 #include "sampling.cuh"
 
 // Batches up to kDecodeMatvecMaxB run the products as decode_matvec, up to kDecodeMmaMaxB as decode_mma (both BF16
-// builds), larger ones (and FP32 builds) by cuBLASLt with the LayerNorm and cache-append kernels. decode_matvec
-// against cuBLASLt per d12 step on an H200 (generate_gpt2cu, prompt 64, 256 new; tree 28f4da9, before PDL): B 1
-// 0.408–0.420 vs 0.465 ms, B 2 0.441–0.469 vs 0.469, B 4 0.53–0.59 vs 0.47, B 8 0.72–0.87 vs 0.48: the fp32 FMAs of
-// several rows cost more than the kernels they save. decode_mma against cuBLASLt (prompt 64, 128 new, H200,
-// docs/PERFORMANCE.md): B 4 0.318 vs 0.437 ms, B 8 0.34–0.35 vs 0.458, B 16 0.396 vs 0.472, B 32 0.557 vs 0.495,
-// B 64 0.79–0.88 vs 0.555: every block normalises and reads all of its rows, which costs more than it saves
-// from 32 rows on.
+// builds), larger ones (and FP32 builds) by cuBLASLt with LayerNorm kernels (attention_decode appends the new K
+// and V to the cache there). decode_matvec against cuBLASLt per d12 step on an H200 (generate_gpt2cu, prompt 64,
+// 256 new; tree 28f4da9, before PDL): B 1 0.408–0.420 vs 0.465 ms, B 2 0.441–0.469 vs 0.469, B 4 0.53–0.59 vs
+// 0.47, B 8 0.72–0.87 vs 0.48: the fp32 FMAs of several rows cost more than the kernels they save. decode_mma
+// against cuBLASLt (prompt 64, 128 new, H200, docs/PERFORMANCE.md): B 4 0.318 vs 0.437 ms, B 8 0.34–0.35 vs 0.458,
+// B 16 0.396 vs 0.472, B 32 0.557 vs 0.495, B 64 0.79–0.88 vs 0.555: every block normalises and reads all of its
+// rows, which costs more than it saves from 32 rows on.
 constexpr int kDecodeMatvecMaxB = 2;
 constexpr int kDecodeMmaMaxB = 16;
 
@@ -48,7 +48,7 @@ constexpr int kDecodeMmaMaxB = 16;
 enum class DecodeProducts {
     Matvec,  // decode_matvec: LayerNorms and the cache append fused in; the classifier too (with the greedy pick)
     Mma,     // decode_mma: the same fusions on the tensor cores; the classifier by cuBLASLt
-    Cublas,  // cuBLASLt, with the LayerNorm and cache-append kernels
+    Cublas,  // cuBLASLt, with the LayerNorm kernels; attention_decode appends the new K and V
 };
 
 struct KVCache {
@@ -58,6 +58,7 @@ struct KVCache {
     int* len = nullptr;          // device: tokens in the cache per sequence
     void* workspace = nullptr;   // decode attention's partials
     DecodeProducts products = DecodeProducts::Cublas;  // kv_cache_allocate sets it from B (tests force each)
+    DecodeAttentionKernel attention = DecodeAttentionKernel::Auto;  // split or per head, by B·NH (tests force each)
     float* mma_partials = nullptr;  // decode_mma's split-K workspace and counters (BF16 builds)
     unsigned* mma_counters = nullptr;
     int matvec_rows = kDecodeMaxRows;  // rows per decode_matvec block (tests lower it)
@@ -69,12 +70,10 @@ struct KVCache {
 
 namespace gpt2_decode_detail {
 
-// K and V of qkv rows (b, t) into the cache: cache (b, h, pos, :) = qkv (b, t, part, h, :), part 1 (K) or 2 (V), 16
-// bytes per thread. pos = t for the prefill (len null), len[b] - 1 for a decode step's new token (T = 1).
+// The prefill's K and V of qkv rows (b, t) into the cache: cache (b, h, t, :) = qkv (b, t, part, h, :), part 1 (K)
+// or 2 (V), 16 bytes per thread. (A decode step's new token is appended by attention_decode or the QKV product.)
 __global__ void copy_kv_kernel(floatX* __restrict__ k_cache, floatX* __restrict__ v_cache,
-                               const floatX* __restrict__ qkv, const int* __restrict__ len, int B, int T, int NH,
-                               int HS, int max_T) {
-    pdl_trigger_and_wait();  // a decode step launches it as a programmatic dependent
+                               const floatX* __restrict__ qkv, int B, int T, int NH, int HS, int max_T) {
     constexpr int kPack = x128::size;
     const int C = NH * HS, per_row = C / kPack;
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over (b, t, packs of C)
@@ -83,9 +82,8 @@ __global__ void copy_kv_kernel(floatX* __restrict__ k_cache, floatX* __restrict_
     const long long bt = idx / per_row;
     const int b = (int)(bt / T), t = (int)(bt % T);
     const int h = g * kPack / HS, d = g * kPack % HS;
-    const int pos = len ? len[b] - 1 : t;
     const floatX* row = qkv + bt * 3 * C;
-    const size_t at = (((size_t)b * NH + h) * max_T + pos) * HS + d;
+    const size_t at = (((size_t)b * NH + h) * max_T + t) * HS + d;
     store128(k_cache + at, load128(row + C + g * kPack));
     store128(v_cache + at, load128(row + 2 * C + g * kPack));
 }
@@ -163,8 +161,8 @@ inline void kv_cache_fill(GPT2* m, KVCache* cache, int T, const std::vector<int>
     for (int l = 0; l < cache->L; l++) {
         const floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
         gpt2_decode_detail::copy_kv_kernel<<<(unsigned)((n + 255) / 256), 256, 0, m->stream>>>(
-            cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(), qkv, nullptr, B, T,
-            cache->NH, cache->HS, cache->max_T);
+            cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(), qkv, B, T, cache->NH,
+            cache->HS, cache->max_T);
         cudaCheckLaunch();
     }
     cache->host_len = lengths;
@@ -233,7 +231,8 @@ inline bool decode_forward(GPT2* m, KVCache* cache, const DecodeGreedyPick* pick
             qkv_mv.NH = NH, qkv_mv.HS = HS, qkv_mv.max_T = cache->max_T, qkv_mv.N = 3 * C, qkv_mv.K = C;
             product(qkv_mv);
             cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS,
-                                       cache->workspace, s, (size_t)3 * C, /*pdl=*/true));
+                                       cache->workspace, s, (size_t)3 * C, /*pdl=*/true,
+                                       /*new_kv=*/(const floatX*)nullptr, cache->attention));  // appended already
             DecodeMatvec proj{residual2, atty, nullptr, nullptr, param(m, ATTPROJW, l), param(m, ATTPROJB, l), residual};
             proj.N = C, proj.K = C;
             product(proj);
@@ -267,13 +266,9 @@ inline bool decode_forward(GPT2* m, KVCache* cache, const DecodeGreedyPick* pick
         matmul_forward(qkv, ln, param(m, QKVW, l), param(m, QKVB, l), B, C, 3 * C, nullptr, false, s);
         floatX* k_cache = cache->k + l * cache->layer_elements();
         floatX* v_cache = cache->v + l * cache->layer_elements();
-        {
-            PdlLaunch launch(dim3((B * C / x128::size + 255) / 256), dim3(256), 0, s, true);
-            cudaCheck(cudaLaunchKernelEx(&launch.config, gpt2_decode_detail::copy_kv_kernel, k_cache, v_cache,
-                                         (const floatX*)qkv, (const int*)cache->len, B, 1, NH, HS, cache->max_T));
-        }
+        // the new token's K and V go from the QKV row into the cache inside attention_decode
         cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS, cache->workspace,
-                                   s, (size_t)3 * C, /*pdl=*/true));
+                                   s, (size_t)3 * C, /*pdl=*/true, (const floatX*)qkv + C, cache->attention));
         matmul_forward(scratch, atty, param(m, ATTPROJW, l), param(m, ATTPROJB, l), B, C, C, nullptr, false, s);
         fused_residual_layernorm_forward(residual2, ln, mean, rstd, residual, scratch, param(m, LN2W, l),
                                          param(m, LN2B, l), B, C, s, /*pdl=*/true);

@@ -3,8 +3,8 @@
 // prefix at its last position. They round in different orders (a product of B rows against one of B·T rows, decode
 // attention against the forward's), so the bound is on rel-L2: 2e-2 in BF16 builds (the order of test_gpt2cu's BF16
 // reference bounds), 1e-5 in FP32 builds; plus the same argmax wherever the top two logits are more than 0.1 apart.
-// Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; V 1000, max T 256), fresh random
-// prompts and tokens. The steps run as a CUDA Graph after the first.
+// Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; V 1000,
+// max T 256), fresh random prompts and tokens. The steps run as a CUDA Graph after the first.
 // Then the loop on the GPU as generate_gpt2cu runs it (decode_loop_*: the token picker feeds the next step), greedy
 // and sampling (temperature, top-k, top-p), with and without the graph: every token must be the host sampler's
 // (llmc/sampler.h) on the logits the step left (the prefill's at the prompt's end for the first), for the same
@@ -52,15 +52,17 @@ static int test_model(const GPT2Config& c, const char* label) {
 
     std::vector<std::vector<float>> ref;
     int failures = 0;
-    double worst = 0, worst_by_path[5] = {-1, -1, -1, -1, -1};  // -1: the path does not run in this build
-    for (int path = kDecodeMatvecAvailable ? 0 : 4; path < 5; path++) {  // decode_matvec (LayerNorm, cache append
+    double worst = 0, worst_by_path[6] = {-1, -1, -1, -1, -1, -1};  // -1: the path does not run in this build
+    for (int path = kDecodeMatvecAvailable ? 0 : 4; path < 6; path++) {  // decode_matvec (LayerNorm, cache append
         // fused; BF16 builds): 0 one group of rows, 1 groups of 2 rows, 2 of 1 row (the register path; the
-        // classifier of 1 and 2 by cuBLASLt); 3 decode_mma (BF16 builds); 4 cuBLASLt
+        // classifier of 1 and 2 by cuBLASLt); 3 decode_mma (BF16 builds); 4 cuBLASLt (attention: split kernel,
+        // which the batch gives); 5 cuBLASLt with the per-head attention kernel (forced: batch 64's)
     for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
     const int Tp = full_logits(&ref);  // the prefill
     KVCache cache = kv_cache_allocate(&m, B, T);
     // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks decode_mma in BF16 builds
     cache.products = path < 3 ? DecodeProducts::Matvec : path == 3 ? DecodeProducts::Mma : DecodeProducts::Cublas;
+    if (path == 5) cache.attention = DecodeAttentionKernel::PerHead;
     cache.matvec_rows = path == 1 ? 2 : path == 2 ? 1 : kDecodeMaxRows;
     kv_cache_fill(&m, &cache, Tp, prompt_len);
     DecodeGraph graph;
@@ -165,16 +167,17 @@ static int test_model(const GPT2Config& c, const char* label) {
     m.stream = 0;
     cudaCheck(cudaStreamDestroy(stream));
     gpt2_free(&m);
-    char by_path[5][16];
-    for (int p = 0; p < 5; p++) {
+    char by_path[6][16];
+    for (int p = 0; p < 6; p++) {
         if (worst_by_path[p] < 0) snprintf(by_path[p], sizeof(by_path[p]), "not run");
         else snprintf(by_path[p], sizeof(by_path[p]), "%.3e", worst_by_path[p]);
     }
     printf("test_decode (%s, %s): %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 "
-           "%.3e (<= %.0e; decode_matvec %s, in groups of 2 rows %s, of 1 row %s, decode_mma %s, cuBLASLt %s); the "
-           "loop on the GPU, %d modes x %d tokens x %d sequences = the host sampler on the step's logits (%d on a CDF "
-           "boundary), graph = plain: %s\n", PRECISION_NAME, label, steps, B, worst, tol, by_path[0], by_path[1],
-           by_path[2], by_path[3], by_path[4], modes_run, new_tokens, B, boundary, failures ? "FAIL" : "PASS");
+           "%.3e (<= %.0e; decode_matvec %s, in groups of 2 rows %s, of 1 row %s, decode_mma %s, cuBLASLt %s, with "
+           "per-head attention %s); the loop on the GPU, %d modes x %d tokens x %d sequences = the host sampler on "
+           "the step's logits (%d on a CDF boundary), graph = plain: %s\n", PRECISION_NAME, label, steps, B, worst,
+           tol, by_path[0], by_path[1], by_path[2], by_path[3], by_path[4], by_path[5], modes_run, new_tokens, B,
+           boundary, failures ? "FAIL" : "PASS");
     return failures;
 }
 
@@ -184,5 +187,6 @@ int main() {
     // decode_matvec's wide preload for the fc projection, QKV columns in one pass)
     int failures = test_model(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
     failures += test_model(GPT2Config{256, 1000, 1024, 1, 12, 768}, "L1 C768");
+    failures += test_model(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");  // decode attention at HS 128
     return failures ? 1 : 0;
 }
