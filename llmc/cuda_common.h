@@ -152,6 +152,21 @@ __device__ inline float block_reduce_sum(float v) {
     v = lane < num_warps ? warp_sums[lane] : 0.0f;
     return warp_reduce_sum(v);
 }
+// A reduction across blocks, deterministic: each block writes its part, then every thread of it calls this; true in
+// the block that arrives last at *count (of `blocks`), which resets the count to zero for the next call and then
+// reads the other blocks' parts through L2 (__ldcg) in a fixed order, whichever block it is.
+__device__ inline bool last_to_arrive(unsigned* count, unsigned blocks) {
+    __shared__ bool last;
+    __threadfence();  // this block's part visible device-wide before its count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(count, 1u) == blocks - 1;
+        if (last) *count = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
 
 // ---------------------------------------------------------------- stochastic rounding
 // A stateless 32-bit hash (Squirrel-style): random bits for element `index` under `seed`.

@@ -209,42 +209,42 @@ __device__ __forceinline__ float column_dot(const floatX* w, const float* xs, in
     return sums_to_lanes<kRows>(acc, B);
 }
 
-// rows_to_registers' LayerNorm of the rows in xr with the weights lw, lb (see there).
-template <int kRows, int kPreV>
-__device__ __forceinline__ void normalize_registers(int4 (&xr)[kRows][kPreV], const int4 (&lw)[kPreV],
-                                                    const int4 (&lb)[kPreV], int B, int K) {
+// A warp's LayerNorm of one row of K, its lane holding the row's 16-byte vectors lane, lane + 32, ... in x (those at
+// or past K/8 unused); weight_bias(v, w, b) gives the LayerNorm weights' and biases' vector v (from registers or
+// shared memory). Two-pass statistics as layernorm_forward_kernel computes them, the output rounded to floatX in
+// place. decode_matvec's register path and decode_mma's prologue.
+template <int kV, typename WeightBias>
+__device__ __forceinline__ void layernorm_vectors(int4 (&x)[kV], WeightBias weight_bias, int K) {
     const int lane = threadIdx.x % 32;
     auto valid = [&](int v) { return (lane + 32 * v) * 8 < K; };
+    float sum = 0.f;
 #pragma unroll
-    for (int r = 0; r < kRows; r++) {
-        if (r >= B) continue;
-        float sum = 0.f;
+    for (int v = 0; v < kV; v++) {
+        if (!valid(v)) continue;
+        const Packed128<floatX> xv = as_packed(x[v]);
 #pragma unroll
-        for (int v = 0; v < kPreV; v++) {
-            if (!valid(v)) continue;
-            const Packed128<floatX> x = as_packed(xr[r][v]);
+        for (int e = 0; e < 8; e++) sum += to_float(xv[e]);
+    }
+    const float m = warp_reduce_sum(sum) / K;
+    float var = 0.f;
 #pragma unroll
-            for (int e = 0; e < 8; e++) sum += to_float(x[e]);
-        }
-        const float m = warp_reduce_sum(sum) / K;
-        float var = 0.f;
+    for (int v = 0; v < kV; v++) {
+        if (!valid(v)) continue;
+        const Packed128<floatX> xv = as_packed(x[v]);
 #pragma unroll
-        for (int v = 0; v < kPreV; v++) {
-            if (!valid(v)) continue;
-            const Packed128<floatX> x = as_packed(xr[r][v]);
+        for (int e = 0; e < 8; e++) var += (to_float(xv[e]) - m) * (to_float(xv[e]) - m);
+    }
+    const float sd = rsqrtf(warp_reduce_sum(var) / K + (float)kLayerNormEps);
 #pragma unroll
-            for (int e = 0; e < 8; e++) var += (to_float(x[e]) - m) * (to_float(x[e]) - m);
-        }
-        const float sd = rsqrtf(warp_reduce_sum(var) / K + (float)kLayerNormEps);
+    for (int v = 0; v < kV; v++) {
+        if (!valid(v)) continue;
+        int4 w, b;
+        weight_bias(v, w, b);
+        const Packed128<floatX> xv = as_packed(x[v]), wv = as_packed(w), bv = as_packed(b);
+        Packed128<floatX> y;
 #pragma unroll
-        for (int v = 0; v < kPreV; v++) {
-            if (!valid(v)) continue;
-            const Packed128<floatX> x = as_packed(xr[r][v]), w = as_packed(lw[v]), b = as_packed(lb[v]);
-            Packed128<floatX> y;
-#pragma unroll
-            for (int e = 0; e < 8; e++) y[e] = from_float<floatX>((to_float(x[e]) - m) * sd * to_float(w[e]) + to_float(b[e]));
-            xr[r][v] = *reinterpret_cast<const int4*>(&y);
-        }
+        for (int e = 0; e < 8; e++) y[e] = from_float<floatX>((to_float(xv[e]) - m) * sd * to_float(wv[e]) + to_float(bv[e]));
+        x[v] = *reinterpret_cast<const int4*>(&y);
     }
 }
 
@@ -271,7 +271,11 @@ __device__ __forceinline__ void rows_to_registers(int4 (&xr)[kRows][kPreV], cons
         }
     }
     if constexpr (kNormalize) {
-        if (a.ln_w) normalize_registers<kRows, kPreV>(xr, lw, lb, B, K);
+        if (a.ln_w) {
+#pragma unroll
+            for (int r = 0; r < kRows; r++)
+                if (r < B) layernorm_vectors<kPreV>(xr[r], [&](int v, int4& w, int4& b) { w = lw[v], b = lb[v]; }, K);
+        }
     }
 }
 
@@ -305,7 +309,6 @@ __device__ __forceinline__ float column_dot_registers(const int4 (&w)[kPreV], co
 // row0 + r; the block's best per row goes to the partials, and the block that finishes last picks.
 __device__ __forceinline__ void pick_greedy(const DecodeGreedyPick& p, unsigned long long best, int row0, int B) {
     __shared__ unsigned long long block_best[kWarps][kDecodeMaxRows];
-    __shared__ bool last;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane < B) block_best[warp][lane] = best;
     __syncthreads();
@@ -314,28 +317,15 @@ __device__ __forceinline__ void pick_greedy(const DecodeGreedyPick& p, unsigned 
         for (int w = 1; w < kWarps; w++) b = max(b, block_best[w][threadIdx.x]);
         p.partials[(size_t)(row0 + threadIdx.x) * gridDim.x + blockIdx.x] = b;
     }
-    // the partials visible device-wide before the count; the last block reads them back from L2
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(p.count + blockIdx.y, 1u) == gridDim.x - 1;
-        if (last) p.count[blockIdx.y] = 0;  // ready for the next call
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_to_arrive(p.count + blockIdx.y, gridDim.x)) return;
     for (int r = warp; r < B; r += kWarps) {
         unsigned long long b = sampling_detail::key_arg(0u, INT_MAX);
         for (int i = lane; i < (int)gridDim.x; i += 32) b = max(b, __ldcg(p.partials + (size_t)(row0 + r) * gridDim.x + i));
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) b = max(b, __shfl_xor_sync(0xffffffffu, b, off));
-        if (lane == 0) {
-            const int row = row0 + r, chosen = sampling_detail::key_arg_id(b);
-            const int len = p.len[row], g = len - p.prompt_len[row];
-            if (g >= 0 && g < p.max_new) p.tokens_out[(size_t)g * p.B + row] = chosen;
-            p.next_tokens[row] = chosen;
-            p.len[row] = len + 1;
-        }
+        if (lane == 0)
+            store_pick(row0 + r, sampling_detail::key_arg_id(b), p.len[row0 + r], p.prompt_len, p.len, p.next_tokens,
+                       p.tokens_out, p.max_new, p.B);
     }
 }
 

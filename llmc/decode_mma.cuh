@@ -108,40 +108,21 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const DecodeMatvec a, int
     cp_async_wait<0>();
     __syncthreads();
 
-    if (a.ln_w) {  // the LayerNorm of the rows (Ks == K): a warp per row, its vectors held in registers, the
-                   // statistics in two passes as layernorm_forward_kernel computes them
+    if (a.ln_w) {  // the LayerNorm of the rows (Ks == K): a warp per row, its vectors in registers, the weights read
+                   // from shared memory as needed (held in registers they took 90 more and halved the blocks per SM)
+        const int4* lw = reinterpret_cast<const int4*>(lnw_s);
+        const int4* lb = reinterpret_cast<const int4*>(lnw_s + K);
         for (int r = warp; r < rows; r += kWarps) {
-            bf16* x = xs + r * ld;
-            Packed128<bf16> v[kLnVectors];
-            float sum = 0.f;
+            int4* row = reinterpret_cast<int4*>(xs + r * ld);
+            int4 x[kLnVectors] = {};
 #pragma unroll
-            for (int j = 0; j < kLnVectors; j++) {
-                const int c = lane + 32 * j;
-                if (c >= chunks) break;
-                v[j] = *reinterpret_cast<const Packed128<bf16>*>(x + c * 8);
+            for (int j = 0; j < kLnVectors; j++)
+                if (lane + 32 * j < chunks) x[j] = row[lane + 32 * j];
+            decode_matvec_detail::layernorm_vectors<kLnVectors>(
+                x, [&](int v, int4& w, int4& b) { w = lw[lane + 32 * v], b = lb[lane + 32 * v]; }, K);
 #pragma unroll
-                for (int e = 0; e < 8; e++) sum += to_float(v[j][e]);
-            }
-            const float m = warp_reduce_sum(sum) / K;
-            float var = 0.f;
-#pragma unroll
-            for (int j = 0; j < kLnVectors; j++) {
-                if (lane + 32 * j >= chunks) break;
-#pragma unroll
-                for (int e = 0; e < 8; e++) var += (to_float(v[j][e]) - m) * (to_float(v[j][e]) - m);
-            }
-            const float s = rsqrtf(warp_reduce_sum(var) / K + (float)kLayerNormEps);
-#pragma unroll
-            for (int j = 0; j < kLnVectors; j++) {
-                const int c = lane + 32 * j;
-                if (c >= chunks) break;
-                const Packed128<bf16> w = *reinterpret_cast<const Packed128<bf16>*>(lnw_s + c * 8);
-                const Packed128<bf16> b = *reinterpret_cast<const Packed128<bf16>*>(lnw_s + K + c * 8);
-                Packed128<bf16> y;
-#pragma unroll
-                for (int e = 0; e < 8; e++) y[e] = __float2bfloat16((to_float(v[j][e]) - m) * s * to_float(w[e]) + to_float(b[e]));
-                *reinterpret_cast<Packed128<bf16>*>(x + c * 8) = y;
-            }
+            for (int j = 0; j < kLnVectors; j++)
+                if (lane + 32 * j < chunks) row[lane + 32 * j] = x[j];
         }
         __syncthreads();
     }
@@ -197,17 +178,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const DecodeMatvec a, int
             const int r = warp + j * kWarps;
             if (r < rows && n_mine < N) a.partials[((size_t)split * a.B + row0 + r) * N + n_mine] = v[j];
         }
-        __shared__ bool last;
-        __threadfence();  // the tile visible device-wide before the count
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned* count = a.counters + (size_t)blockIdx.z * gridDim.x + blockIdx.x;
-            last = atomicAdd(count, 1u) == (unsigned)splits - 1;
-            if (last) *count = 0;  // ready for the next product
-        }
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
+        if (!last_to_arrive(a.counters + (size_t)blockIdx.z * gridDim.x + blockIdx.x, splits)) return;
 #pragma unroll
         for (int j = 0; j < kRowsPerThread; j++) {  // every load issued before any store
             const int r = warp + j * kWarps;

@@ -26,6 +26,17 @@ struct PickParams {
     __host__ __device__ bool greedy() const { return temperature <= 0.f || top_k == 1; }
 };
 
+// A pick's outputs for sequence b (its length len_b before the pick): the token as its g-th new one (g = len_b −
+// prompt_len[b], when 0 <= g < max_new), as the next step's input, and the length advanced by one. pick_tokens and
+// the classifier's fused greedy pick (llmc/decode_matvec.cuh) both end with it.
+__device__ __forceinline__ void store_pick(int b, int chosen, int len_b, const int* prompt_len, int* len,
+                                           int* next_tokens, int* tokens_out, int max_new, int B) {
+    const int g = len_b - prompt_len[b];
+    if (g >= 0 && g < max_new) tokens_out[(size_t)g * B + b] = chosen;
+    next_tokens[b] = chosen;
+    len[b] = len_b + 1;
+}
+
 namespace sampling_detail {
 
 constexpr int kThreads = 1024, kWarps = kThreads / 32;
@@ -241,12 +252,7 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
         }
         chosen = block_reduce(pick, [](int u, int v) { return max(u, v); }, scratch_i);
     }
-    if (tid == 0) {
-        const int g = len_b - a.prompt_len[b];
-        if (g >= 0 && g < a.max_new) a.tokens_out[(size_t)g * a.B + b] = chosen;
-        a.next_tokens[b] = chosen;
-        a.len[b] = len_b + 1;
-    }
+    if (tid == 0) store_pick(b, chosen, len_b, a.prompt_len, a.len, a.next_tokens, a.tokens_out, a.max_new, a.B);
 }
 
 }  // namespace sampling_detail

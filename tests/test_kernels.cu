@@ -415,16 +415,10 @@ static void test_decode_product(bool mma, int B, int N, int K, int kind, int spl
     }
     // the reference in double
     std::vector<double> x(inp.begin(), inp.end()), out((size_t)B * N);
-    if (ln) {
-        for (int b = 0; b < B; b++) {
-            double m = 0, v = 0;
-            for (int k = 0; k < K; k++) m += x[(size_t)b * K + k];
-            m /= K;
-            for (int k = 0; k < K; k++) v += (x[(size_t)b * K + k] - m) * (x[(size_t)b * K + k] - m);
-            const double sd = 1.0 / std::sqrt(v / K + kLayerNormEps);
-            for (int k = 0; k < K; k++)
-                x[(size_t)b * K + k] = round_to_floatX((float)((x[(size_t)b * K + k] - m) * sd * lnw[k] + lnb[k]));
-        }
+    if (ln) {  // rounded to floatX, as the kernels hand the normalised rows to the product
+        const std::vector<double> lnw_d(lnw.begin(), lnw.end()), lnb_d(lnb.begin(), lnb.end());
+        cpu::layernorm_forward<double>(x.data(), nullptr, nullptr, x.data(), lnw_d.data(), lnb_d.data(), 1, B, K);
+        for (double& e : x) e = round_to_floatX((float)e);
     }
     for (int b = 0; b < B; b++) {
         for (int n = 0; n < N; n++) {
