@@ -368,15 +368,15 @@ inline cudaError_t attention_decode_workspace_init(void* workspace, int B, int N
 }
 
 // Which kernel: the cache split into chunks over blocks, merged by the last (split_kernel), or a block per (b, h)
-// over its whole cache (head_kernel). Auto: per head when its blocks fill half the SMs or no cache is longer than
-// kHeadMaxT (a warp then waits for at most 8 rounds of loads); else split. Measured by dev/cuda/attention_decode
-// on an H200 (HS 64, the new K and V appended by the call; docs/PERFORMANCE.md): per head faster at every batch
-// from 8 and every length, and at batch 1 up to 320 keys; split faster at batch 1 and 1024 keys.
+// over its whole cache (head_kernel). Auto: per head once its blocks fill half the SMs. d12 generation on an H200
+// (prompt 64, 256 new, ms/step, split vs per head; docs/PERFORMANCE.md): B 1 0.260 vs 0.268, B 8 0.345 vs 0.331,
+// B 16 0.438 vs 0.399, B 32 0.526 vs 0.485, B 64 0.607 vs 0.541. (Alone, dev/cuda/attention_decode times per head
+// faster at batch 1 up to 512 keys too; inside the step, where it follows a product as a programmatic dependent,
+// the split kernel's 60 blocks of 8 warps won.)
 enum class DecodeAttentionKernel { Auto, Split, PerHead };
-constexpr int kHeadMaxT = 512;
-inline bool attention_decode_per_head(int B, int NH, int max_T, DecodeAttentionKernel kernel) {
+inline bool attention_decode_per_head(int B, int NH, DecodeAttentionKernel kernel) {
     return kernel == DecodeAttentionKernel::PerHead ||
-           (kernel == DecodeAttentionKernel::Auto && (2LL * B * NH >= device_sm_count() || max_T <= kHeadMaxT));
+           (kernel == DecodeAttentionKernel::Auto && 2LL * B * NH >= device_sm_count());
 }
 
 // len: device array of B lengths (>= 1, <= max_T). workspace: attention_decode_workspace_bytes, initialised once by
@@ -392,7 +392,7 @@ inline cudaError_t attention_decode(T* out, const T* q, T* k_cache, T* v_cache, 
     using namespace decode_attention;
     if (q_stride == 0) q_stride = (size_t)NH * HS;
     if (HS != 64 && HS != 128) return cudaErrorInvalidValue;
-    if (attention_decode_per_head(B, NH, max_T, which)) {
+    if (attention_decode_per_head(B, NH, which)) {
         PdlLaunch launch(dim3(B * NH), dim3(kHeadWarps * 32), 0, stream, pdl);
         auto kernel = HS == 64 ? head_kernel<64, T> : head_kernel<128, T>;
         const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, q, new_kv, k_cache, v_cache, len, NH,

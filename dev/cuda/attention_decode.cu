@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
                     p.kernel = kernel;
                     const Timing t = benchmark([&] { p.run(); }, 50);
                     const double bytes = 2.0 * B * s.NH * len * 64 * 2;
-                    const bool automatic = attention_decode_per_head(B, s.NH, s.max_T, DecodeAttentionKernel::Auto) ==
+                    const bool automatic = attention_decode_per_head(B, s.NH, DecodeAttentionKernel::Auto) ==
                                            (kernel == DecodeAttentionKernel::PerHead);
                     printf("decode B%-3d NH%-3d len %-5d HS64 %-8s cold %.4f ms  warm %.4f ms  %7.1f GB/s%s\n", B, s.NH,
                            len, kernel_name(kernel), t.cold_ms, t.warm_ms, bytes / (t.warm_ms * 1e6),
