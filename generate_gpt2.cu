@@ -129,8 +129,14 @@ int generate(const GenerateArgs& a, const char* program) {
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
         if (getenv("LLMC_DECODE_CUBLAS")) cache.products = DecodeProducts::Cublas;  // for comparison
-        if (const char* e = getenv("LLMC_DECODE_ATTENTION"))  // "split" or "head": decode attention's kernel forced
-            cache.attention = std::string(e) == "split" ? DecodeAttentionKernel::Split : DecodeAttentionKernel::PerHead;
+        if (const char* e = getenv("LLMC_DECODE_ATTENTION")) {  // decode attention's kernel forced (for comparison)
+            const std::string kernel = e;
+            if (kernel != "split" && kernel != "head") {
+                fprintf(stderr, "error: LLMC_DECODE_ATTENTION=%s: split or head\n", e);
+                return 1;
+            }
+            cache.attention = kernel == "split" ? DecodeAttentionKernel::Split : DecodeAttentionKernel::PerHead;
+        }
         // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
         std::vector<float> coins;
         const PickParams pick{a.temperature, a.top_k, a.top_p};

@@ -161,10 +161,12 @@ __device__ inline bool last_to_arrive(unsigned* count, unsigned blocks) {
     __syncthreads();
     if (threadIdx.x == 0) {
         last = atomicAdd(count, 1u) == blocks - 1;
-        if (last) *count = 0;
+        if (last) {
+            *count = 0;
+            __threadfence();  // the others' parts ordered before this block's reads (the barrier passes it on)
+        }
     }
     __syncthreads();
-    if (last) __threadfence();
     return last;
 }
 

@@ -37,10 +37,6 @@ constexpr int kLnVectors = 8;      // 16-byte vectors of a row per lane the Laye
 
 using bf16 = __nv_bfloat16;
 
-// The dynamic shared memory a block may opt into on this GPU (227 KB on sm_90, 99 KB on sm_86/89), less 16 bytes
-// for the kernel's static `last` flag.
-inline size_t smem_limit() { return (size_t)device_info().prop.sharedMemPerBlockOptin - 16; }
-
 // Shared memory: the epilogue's operands (the residual tile, the rows' cache positions), the LayerNorm's weights
 // (2K), then the rows' and the weights' slices, which the warps' fp32 tiles overwrite after the products.
 __host__ __device__ inline size_t smem_head_bytes(int K) {
@@ -196,6 +192,22 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const DecodeMatvec a, int
     }
 }
 #endif
+
+// The dynamic shared memory a block may opt into on this GPU (227 KB on sm_90, 99 KB on sm_86/89), less the
+// kernel's static shared memory (last_to_arrive's flag, padded to the alignment of other kernels' dynamic arrays:
+// 128 bytes in some programs).
+inline size_t smem_limit() {
+    static const size_t limit = [] {
+        size_t static_bytes = 0;
+#if !defined(ENABLE_FP32)
+        cudaFuncAttributes attr;
+        cudaCheck(cudaFuncGetAttributes(&attr, mma_kernel<1>));
+        static_bytes = attr.sharedSizeBytes;
+#endif
+        return (size_t)device_info().prop.sharedMemPerBlockOptin - static_bytes;
+    }();
+    return limit;
+}
 
 }  // namespace decode_mma_detail
 

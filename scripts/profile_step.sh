@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Where the time of one d12 training step goes, kernel by kernel (GPU machine with Nsight Compute).
+# Where the time of one training step goes, kernel by kernel (GPU machine with Nsight Compute).
 # ncu times every kernel of a short run with the caches left alone (--cache-control none: flushing them
 # before each kernel inflates short memory-bound kernels) and the clocks untouched; the last whole step
 # (steps end with the AdamW kernel) is summed per kernel name.
 #   scripts/profile_step.sh                      d12, B=16, T=1024, flash attention
 #   B=8 TRAIN_FLAGS="-ab materialized" scripts/profile_step.sh
-# Env: OUT or LOGDIR (where the CSV and tables go), B, T, TRAIN_FLAGS.
+#   MODEL=d48 B=8 scripts/profile_step.sh        the 1.5B shape
+# Env: OUT or LOGDIR (where the CSV and tables go), MODEL (d12; what -e takes), B, T, TRAIN_FLAGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODEL=${MODEL:-d12}
 B=${B:-16}
 T=${T:-1024}
 TRAIN_FLAGS=${TRAIN_FLAGS:-"-ab flash"}
@@ -19,12 +21,12 @@ command -v ncu >/dev/null || { echo "error: ncu (Nsight Compute) not on PATH" >&
 SHARD="$LOGDIR/random_tokens_train_000000.bin"
 python3 scripts/make_random_shard.py "$SHARD" 1000000
 
-CSV="$LOGDIR/profile_B${B}_T${T}.csv"
+CSV="$LOGDIR/profile_${MODEL}_B${B}_T${T}.csv"
 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    --log-file "$CSV" ./train_gpt2cu -e d12 -b "$B" -t "$T" -x 3 -v 0 -s 0 -i "$SHARD" $TRAIN_FLAGS \
+    --log-file "$CSV" ./train_gpt2cu -e "$MODEL" -b "$B" -t "$T" -x 3 -v 0 -s 0 -i "$SHARD" $TRAIN_FLAGS \
     >"$LOGDIR/profile_train.log" 2>&1 || { tail -n 20 "$LOGDIR/profile_train.log"; exit 1; }
 
-python3 - "$CSV" "$LOGDIR/profile_B${B}_T${T}_sequence.txt" <<'PY'
+python3 - "$CSV" "$LOGDIR/profile_${MODEL}_B${B}_T${T}_sequence.txt" <<'PY'
 import csv, collections, re, sys
 rows = []
 with open(sys.argv[1]) as f:

@@ -52,17 +52,21 @@ static int test_model(const GPT2Config& c, const char* label) {
 
     std::vector<std::vector<float>> ref;
     int failures = 0;
-    double worst = 0, worst_by_path[6] = {-1, -1, -1, -1, -1, -1};  // -1: the path does not run in this build
-    for (int path = kDecodeMatvecAvailable ? 0 : 4; path < 6; path++) {  // decode_matvec (LayerNorm, cache append
-        // fused; BF16 builds): 0 one group of rows, 1 groups of 2 rows, 2 of 1 row (the register path; the
-        // classifier of 1 and 2 by cuBLASLt); 3 decode_mma (BF16 builds); 4 cuBLASLt (attention: split kernel,
-        // which the batch gives); 5 cuBLASLt with the per-head attention kernel (forced: batch 64's)
+    double worst = 0, worst_by_path[7] = {-1, -1, -1, -1, -1, -1, -1};  // -1: the path does not run in this build
+    for (int path = 0; path < 7; path++) {  // decode_matvec (LayerNorm, cache append fused; BF16 builds): 0 one
+        // group of rows, 1 groups of 2 rows, 2 of 1 row (the register path; the classifier of 1 and 2 by cuBLASLt);
+        // 3 decode_mma (BF16 builds); 4 cuBLASLt, decode attention's split kernel after its append kernel; 5
+        // cuBLASLt, the per-head kernel appending (batch 64's path); 6 decode_mma, the per-head kernel reading the
+        // K and V the product appended (batches 6-16 at d12; BF16 builds). The attention kernel is forced.
+    if ((path < 3 && !kDecodeMatvecAvailable) || ((path == 3 || path == 6) && !kDecodeMmaAvailable)) continue;
     for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
     const int Tp = full_logits(&ref);  // the prefill
     KVCache cache = kv_cache_allocate(&m, B, T);
     // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks decode_mma in BF16 builds
-    cache.products = path < 3 ? DecodeProducts::Matvec : path == 3 ? DecodeProducts::Mma : DecodeProducts::Cublas;
-    if (path == 5) cache.attention = DecodeAttentionKernel::PerHead;
+    cache.products = path < 3                  ? DecodeProducts::Matvec
+                     : path == 3 || path == 6 ? DecodeProducts::Mma
+                                              : DecodeProducts::Cublas;
+    cache.attention = path >= 5 ? DecodeAttentionKernel::PerHead : DecodeAttentionKernel::Split;
     cache.matvec_rows = path == 1 ? 2 : path == 2 ? 1 : kDecodeMaxRows;
     kv_cache_fill(&m, &cache, Tp, prompt_len);
     DecodeGraph graph;
@@ -167,16 +171,16 @@ static int test_model(const GPT2Config& c, const char* label) {
     m.stream = 0;
     cudaCheck(cudaStreamDestroy(stream));
     gpt2_free(&m);
-    char by_path[6][16];
-    for (int p = 0; p < 6; p++) {
+    char by_path[7][16];
+    for (int p = 0; p < 7; p++) {
         if (worst_by_path[p] < 0) snprintf(by_path[p], sizeof(by_path[p]), "not run");
         else snprintf(by_path[p], sizeof(by_path[p]), "%.3e", worst_by_path[p]);
     }
     printf("test_decode (%s, %s): %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 "
            "%.3e (<= %.0e; decode_matvec %s, in groups of 2 rows %s, of 1 row %s, decode_mma %s, cuBLASLt %s, with "
-           "per-head attention %s); the loop on the GPU, %d modes x %d tokens x %d sequences = the host sampler on "
+           "per-head attention %s, decode_mma with per-head attention %s); the loop on the GPU, %d modes x %d tokens x %d sequences = the host sampler on "
            "the step's logits (%d on a CDF boundary), graph = plain: %s\n", PRECISION_NAME, label, steps, B, worst,
-           tol, by_path[0], by_path[1], by_path[2], by_path[3], by_path[4], by_path[5], modes_run, new_tokens, B,
+           tol, by_path[0], by_path[1], by_path[2], by_path[3], by_path[4], by_path[5], by_path[6], modes_run, new_tokens, B,
            boundary, failures ? "FAIL" : "PASS");
     return failures;
 }
