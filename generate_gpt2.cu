@@ -55,6 +55,15 @@ struct Sequence {
 
 int generate(const GenerateArgs& a, const char* program) {
     // ---- everything the user gave, on the host
+    DecodeAttentionKernel attention = DecodeAttentionKernel::Auto;  // decode attention's kernel forced (comparisons)
+    if (const char* e = getenv("LLMC_DECODE_ATTENTION")) {
+        const std::string kernel = e;
+        if (kernel != "split" && kernel != "head") {
+            fprintf(stderr, "error: LLMC_DECODE_ATTENTION=%s: split or head\n", e);
+            return 1;
+        }
+        attention = kernel == "split" ? DecodeAttentionKernel::Split : DecodeAttentionKernel::PerHead;
+    }
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     BPEEncoder encoder(bpe);
     const std::vector<std::string> texts = read_prompt_texts(a);
@@ -129,14 +138,7 @@ int generate(const GenerateArgs& a, const char* program) {
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
         if (getenv("LLMC_DECODE_CUBLAS")) cache.products = DecodeProducts::Cublas;  // for comparison
-        if (const char* e = getenv("LLMC_DECODE_ATTENTION")) {  // decode attention's kernel forced (for comparison)
-            const std::string kernel = e;
-            if (kernel != "split" && kernel != "head") {
-                fprintf(stderr, "error: LLMC_DECODE_ATTENTION=%s: split or head\n", e);
-                return 1;
-            }
-            cache.attention = kernel == "split" ? DecodeAttentionKernel::Split : DecodeAttentionKernel::PerHead;
-        }
+        cache.attention = attention;
         // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
         std::vector<float> coins;
         const PickParams pick{a.temperature, a.top_k, a.top_p};
