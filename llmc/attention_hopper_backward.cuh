@@ -5,13 +5,15 @@
 // Two schemes, both validated against the fp64 reference (dev/cuda/attention_backward, variants 4-6):
 // A. Deterministic by construction, like the mma.sync backward (the engine's default on Hopper): every output
 //    element is written once, by one thread, no atomics and no reduction across blocks:
-//   1. D = rowsum(dO∘O) from the bf16 O (a warp per row);
+//   1. D = rowsum(dO∘O) from the bf16 O (HS/8 threads per row, 16-byte loads);
 //   2. dK, dV: one block per 128 keys (two consumer warpgroups of 64), Q and dO tiles of 64 queries (32 at HS 128)
-//      streamed by TMA from the diagonal down; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with wgmma from shared memory,
-//      Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in registers, then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as
-//      register A operands (the accumulator layout is the A layout) and dO, Q as MN-major B;
-//   3. dQ: one block per 128 queries, K and V tiles of 64 keys streamed up to the diagonal; S and dP again, dS in
-//      registers, dQ += dS·K (K as MN-major B).
+//      streamed by TMA from the diagonal down; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with wgmma, K and V as register A
+//      operands loaded once (V from shared memory at HS 128, for lack of registers), Pᵀ = exp(Sᵀ − LSE) and
+//      dSᵀ = Pᵀ∘(dPᵀ − D) in registers, then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands (the
+//      accumulator layout is the A layout) and dO, Q as MN-major B. At HS 64 each tile goes in two parts of 32
+//      queries so one part's elementwise work overlaps the other part's products;
+//   3. dQ: one block per 128 queries (Q, dO as register A operands), K and V tiles of 64 keys streamed up to the
+//      diagonal; S and dP again, dS in registers, dQ += dS·K (K as MN-major B).
 //    It computes S and dP twice (7 products instead of 5), and still beats B on an H200 (docs/PERFORMANCE.md).
 // B. Fused, as FlashAttention-3 (section 4 below): dQ pieces added into an fp32 accumulator by TMA reduce-adds,
 //    either in a fixed order through a semaphore per query tile (deterministic, slower than A everywhere: the
@@ -28,27 +30,34 @@ namespace flash_hopper {
 using bf16 = __nv_bfloat16;
 
 // ------------------------------------------------------------------------------------------ 1. D = rowsum(dO∘O)
+// kHS / 8 threads per row, 16-byte loads: (b, t, h) rows with h fastest are one contiguous stream of out and dout.
 template <int kHS>
 __global__ void backward_d_kernel(float* __restrict__ D, const bf16* __restrict__ out, const bf16* __restrict__ dout,
                                   int B, int T, int NH) {
-    const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
-    const long long row = (long long)blockIdx.x * warps + threadIdx.x / 32;  // (b, t, h), h fastest
-    if (row >= (long long)B * T * NH) return;
-    const int h = (int)(row % NH);
-    const long long bt = row / NH;
-    const int b = (int)(bt / T), t = (int)(bt % T);
-    const bf16* o = out + bt * NH * kHS + h * kHS;
-    const bf16* d = dout + bt * NH * kHS + h * kHS;
+    constexpr int kLanes = kHS / 8;  // threads per row
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long row = idx / kLanes;  // (b, t, h), h fastest
+    const bool valid = row < (long long)B * T * NH;
     float sum = 0.f;
+    if (valid) {
+        const uint4 a = *reinterpret_cast<const uint4*>(out + idx * 8);
+        const uint4 c = *reinterpret_cast<const uint4*>(dout + idx * 8);
+        const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+        const __nv_bfloat162* c2 = reinterpret_cast<const __nv_bfloat162*>(&c);
 #pragma unroll
-    for (int i = 2 * lane; i < kHS; i += 64) {
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(o + i));
-        const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(d + i));
-        sum += a.x * c.x + a.y * c.y;
+        for (int i = 0; i < 4; i++) {
+            const float2 x = __bfloat1622float2(a2[i]), y = __bfloat1622float2(c2[i]);
+            sum += x.x * y.x + x.y * y.y;
+        }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffff, sum, off);
-    if (lane == 0) D[((size_t)b * NH + h) * T + t] = sum;
+    for (int off = kLanes / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffff, sum, off);
+    if (valid && idx % kLanes == 0) {
+        const int h = (int)(row % NH);
+        const long long bt = row / NH;
+        const int b = (int)(bt / T), t = (int)(bt % T);
+        D[((size_t)b * NH + h) * T + t] = sum;
+    }
 }
 
 // The MN-major B operand of a product over k (tile rows: queries or keys, HS contiguous) for k16 step kk: sub-tiles of
@@ -145,6 +154,11 @@ struct BackwardKVConfig {
     static constexpr int kBarrierOffset = kStageOffset + kStages * kStageBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    // K (and at HS 64 V) rows as the register A operands of Sᵀ (and dPᵀ): 16 registers per 64 head dims. At HS 128
+    // dK and dV take 128 registers, so V stays in shared memory.
+    static constexpr bool kVRegs = kHS == 64;
+    // queries of a tile in kParts parts with their own wgmma groups (see the kernel); at HS 128 a tile is 32 queries
+    static constexpr int kParts = kHS == 64 ? 2 : 1;
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
@@ -203,50 +217,70 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
 
     mbarrier_wait(kv_full, 0);
+    uint32_t k_frag[kHS / 16][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
+    load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
+    if constexpr (Cfg::kVRegs) load_a_fragments<kHS>(sV + consumer * 64 * 128, Cfg::kBk, row_in, lane, v_frag);
+    // A query tile in kParts parts, each with its own wgmma groups: the elementwise work of part p runs while the
+    // products of part p + 1 (or the dV/dK products of part p - 1) keep the tensor cores busy.
+    constexpr int kParts = Cfg::kParts, kPq = Cfg::kBq / kParts;
     for (int i = i_first, n = 0; i < n_q; i++, n++) {
         const int stage = n % Cfg::kStages;
         mbarrier_wait(&full[stage], (n / Cfg::kStages) & 1);
         const uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
         const uint8_t* do_tile = q_tile + Cfg::kQBytes;
 
-        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys x 64 queries, over HS)
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys x kPq queries per part, over HS)
         // zeroed although the first product overwrites them (scale-d 0): left undefined, the compiler copies
         // registers into them between the fence and the wgmmas, and ptxas then serialises the products (C7519)
-        float st[Cfg::kBq / 2], dpt[Cfg::kBq / 2];
+        float st[kParts][kPq / 2], dpt[kParts][kPq / 2];
 #pragma unroll
-        for (int x = 0; x < Cfg::kBq / 2; x++) st[x] = 0.f, dpt[x] = 0.f;
+        for (int part = 0; part < kParts; part++)
+#pragma unroll
+            for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
         wgmma_fence();
-        wgmma_ss_over_head_dim<kHS>(st, sK + consumer * 64 * 128, Cfg::kBk, q_tile, Cfg::kBq);
-        wgmma_ss_over_head_dim<kHS>(dpt, sV + consumer * 64 * 128, Cfg::kBk, do_tile, Cfg::kBq);
-        wgmma_commit();
+#pragma unroll
+        for (int part = 0; part < kParts; part++) {
+            const uint8_t* q_rows = q_tile + part * kPq * 128;
+            const uint8_t* do_rows = do_tile + part * kPq * 128;
+            wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
+            if constexpr (Cfg::kVRegs) wgmma_rs_over_head_dim<kHS>(dpt[part], v_frag, do_rows, Cfg::kBq);
+            else wgmma_ss_over_head_dim<kHS>(dpt[part], sV + consumer * 64 * 128, Cfg::kBk, do_rows, Cfg::kBq);
+            wgmma_commit();
+        }
         float lse_q[Cfg::kBq / 8][2], d_q[Cfg::kBq / 8][2];
         load_tile_lse_d<Cfg::kBq>(lse_bh, D_bh, i * Cfg::kBq, T, lane, lse_q, d_q);
-        wgmma_wait<0>();
 
-        // Pᵀ = exp(scale·Sᵀ − LSE) (0 above the diagonal and past T) and dSᵀ = Pᵀ∘(dPᵀ − D), per query column
 #pragma unroll
-        for (int jj = 0; jj < Cfg::kBq / 8; jj++)
+        for (int part = 0; part < kParts; part++) {
+            wgmma_wait<kParts - 1>();  // this part's Sᵀ, dPᵀ (later parts' products and earlier dV/dK may run)
+            // Pᵀ = exp(scale·Sᵀ − LSE) (0 above the diagonal and past T) and dSᵀ = Pᵀ∘(dPᵀ − D), per query column
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int query = i * Cfg::kBq + 8 * jj + 2 * (lane % 4) + (e & 1);
-                const int key = kc0 + row_in + 8 * (e >> 1);
-                const bool live = query < T && key <= query;
-                const float p = live ? exp2f(st[4 * jj + e] * scale_log2 - lse_q[jj][e & 1]) : 0.f;
-                const float d = live ? d_q[jj][e & 1] : 0.f;
-                st[4 * jj + e] = p;
-                dpt[4 * jj + e] = p * (dpt[4 * jj + e] - d);
-            }
-        uint32_t p_frag[Cfg::kBq / 16][4], ds_frag[Cfg::kBq / 16][4];
-        pack_a_fragments<Cfg::kBq>(st, p_frag);
-        pack_a_fragments<Cfg::kBq>(dpt, ds_frag);
+            for (int jj = 0; jj < kPq / 8; jj++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int jq = part * kPq / 8 + jj;
+                    const int query = i * Cfg::kBq + 8 * jq + 2 * (lane % 4) + (e & 1);
+                    const int key = kc0 + row_in + 8 * (e >> 1);
+                    const bool live = query < T && key <= query;
+                    const float p = live ? exp2f(st[part][4 * jj + e] * scale_log2 - lse_q[jq][e & 1]) : 0.f;
+                    const float d = live ? d_q[jq][e & 1] : 0.f;
+                    st[part][4 * jj + e] = p;
+                    dpt[part][4 * jj + e] = p * (dpt[part][4 * jj + e] - d);
+                }
+            uint32_t p_frag[kPq / 16][4], ds_frag[kPq / 16][4];
+            pack_a_fragments<kPq>(st[part], p_frag);
+            pack_a_fragments<kPq>(dpt[part], ds_frag);
 
-        // dV += Pᵀ·dO and dK += dSᵀ·Q (over the 64 queries; dO and Q as MN-major B)
-        wgmma_fence();
+            // dV += Pᵀ·dO and dK += dSᵀ·Q (over this part's queries; dO and Q as MN-major B)
+            wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dv, p_frag[kk], mn_major_descriptor(do_tile, Cfg::kBq, kk), 1);
+            for (int kk = 0; kk < kPq / 16; kk++)
+                wgmma_rs<1>(dv, p_frag[kk], mn_major_descriptor(do_tile, Cfg::kBq, part * kPq / 16 + kk), 1);
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dk, ds_frag[kk], mn_major_descriptor(q_tile, Cfg::kBq, kk), 1);
-        wgmma_commit();
+            for (int kk = 0; kk < kPq / 16; kk++)
+                wgmma_rs<1>(dk, ds_frag[kk], mn_major_descriptor(q_tile, Cfg::kBq, part * kPq / 16 + kk), 1);
+            wgmma_commit();
+        }
         wgmma_wait<0>();
         if (lane == 0) mbarrier_arrive(&empty[stage]);
     }
@@ -362,6 +396,11 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     for (int i = 0; i < kHS / 2; i++) dq[i] = 0.f;
 
     mbarrier_wait(q_full, 0);
+    // Q and dO rows as the register A operands of S and dP (as K and V in the dK/dV kernel; splitting the key tile
+    // into parts as there made this kernel slower, docs/PERFORMANCE.md)
+    uint32_t q_frag[kHS / 16][4], do_frag[kHS / 16][4];
+    load_a_fragments<kHS>(sQ + consumer * 64 * 128, Cfg::kBq, row_in, lane, q_frag);
+    load_a_fragments<kHS>(sdO + consumer * 64 * 128, Cfg::kBq, row_in, lane, do_frag);
     for (int j = 0; j < n_k; j++) {
         const int stage = j % Cfg::kStages;
         mbarrier_wait(&full[stage], (j / Cfg::kStages) & 1);
@@ -373,8 +412,8 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
 #pragma unroll
         for (int x = 0; x < Cfg::kBk / 2; x++) s[x] = 0.f, dp[x] = 0.f;
         wgmma_fence();
-        wgmma_ss_over_head_dim<kHS>(s, sQ + consumer * 64 * 128, Cfg::kBq, k_tile, Cfg::kBk);
-        wgmma_ss_over_head_dim<kHS>(dp, sdO + consumer * 64 * 128, Cfg::kBq, v_tile, Cfg::kBk);
+        wgmma_rs_over_head_dim<kHS>(s, q_frag, k_tile, Cfg::kBk);
+        wgmma_rs_over_head_dim<kHS>(dp, do_frag, v_tile, Cfg::kBk);
         wgmma_commit();
         wgmma_wait<0>();
 
@@ -441,6 +480,7 @@ struct BackwardFusedConfig {
     static constexpr int kBarrierOffset = kDqOffset + kConsumers * kDqBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static constexpr bool kARegs = kHS == 64;  // K and V rows as register A operands (as the dK/dV kernel)
     static constexpr int kUnits = kConsumers;  // semaphore increments per key block and tile (one per consumer)
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
@@ -510,6 +550,11 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
 
     mbarrier_wait(kv_full, 0);
+    uint32_t k_frag[Cfg::kARegs ? kHS / 16 : 1][4], v_frag[Cfg::kARegs ? kHS / 16 : 1][4];
+    if constexpr (Cfg::kARegs) {
+        load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
+        load_a_fragments<kHS>(sV + consumer * 64 * 128, Cfg::kBk, row_in, lane, v_frag);
+    }
     for (int i = i_first, n = 0; i < n_q; i++, n++) {
         const int stage = n % Cfg::kStages;
         mbarrier_wait(&full[stage], (n / Cfg::kStages) & 1);
@@ -521,8 +566,13 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
 #pragma unroll
         for (int x = 0; x < Cfg::kBq / 2; x++) st[x] = 0.f, dpt[x] = 0.f;
         wgmma_fence();
-        wgmma_ss_over_head_dim<kHS>(st, sK + consumer * 64 * 128, Cfg::kBk, q_tile, Cfg::kBq);
-        wgmma_ss_over_head_dim<kHS>(dpt, sV + consumer * 64 * 128, Cfg::kBk, do_tile, Cfg::kBq);
+        if constexpr (Cfg::kARegs) {
+            wgmma_rs_over_head_dim<kHS>(st, k_frag, q_tile, Cfg::kBq);
+            wgmma_rs_over_head_dim<kHS>(dpt, v_frag, do_tile, Cfg::kBq);
+        } else {
+            wgmma_ss_over_head_dim<kHS>(st, sK + consumer * 64 * 128, Cfg::kBk, q_tile, Cfg::kBq);
+            wgmma_ss_over_head_dim<kHS>(dpt, sV + consumer * 64 * 128, Cfg::kBk, do_tile, Cfg::kBq);
+        }
         wgmma_commit();
         float lse_q[Cfg::kBq / 8][2], d_q[Cfg::kBq / 8][2];
         load_tile_lse_d<Cfg::kBq>(lse_bh, D_bh, i * Cfg::kBq, T, lane, lse_q, d_q);
@@ -662,7 +712,7 @@ inline void launch_backward_fused(bf16* dqkv, float* workspace, const bf16* dout
     if (ordered) cudaCheck(cudaMemsetAsync(semaphores, 0, (size_t)B * NH * n_q * sizeof(int), stream));
     else cudaCheck(cudaMemsetAsync(dqacc, 0, (size_t)B * T * C * sizeof(float), stream));
     const long long rows = (long long)B * T * NH;
-    backward_d_kernel<kHS><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(D, out, dout, B, T, NH);
+    backward_d_kernel<kHS><<<(unsigned)((rows * (kHS / 8) + 255) / 256), 256, 0, stream>>>(D, out, dout, B, T, NH);
     cudaCheckLaunch();
     using hopper::make_tensor_map_3d;
     const auto sw = CU_TENSOR_MAP_SWIZZLE_128B;
@@ -697,7 +747,7 @@ inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* 
     (void)smem_ready;
     const int C = NH * kHS;
     const long long rows = (long long)B * T * NH;
-    backward_d_kernel<kHS><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(D, out, dout, B, T, NH);
+    backward_d_kernel<kHS><<<(unsigned)((rows * (kHS / 8) + 255) / 256), 256, 0, stream>>>(D, out, dout, B, T, NH);
     cudaCheckLaunch();
     using hopper::make_tensor_map_3d;
     const auto bf = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;

@@ -427,6 +427,18 @@ __device__ __forceinline__ void wgmma_ss_over_head_dim(float (&acc)[kN], const u
 }
 
 template <int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    LLMC_HOPPER_ASM(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+        " {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+template <int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
     LLMC_HOPPER_ASM(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -460,6 +472,34 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+// A fragments (the accumulator layout above, as attention packs P) of a warpgroup's 64 rows of a [kHS/64][rows][64] tile (128-byte
+// swizzle) over the whole head dimension: the rows the S/dP products multiply by every streamed tile, read from
+// shared memory once so those products read only their B operand from it (SS products at n64 read 4 KB per 32
+// tensor-core cycles, the whole of shared memory's bandwidth).
+template <int kHS>
+__device__ __forceinline__ void load_a_fragments(const uint8_t* rows, int row_count, int row_in, int lane,
+                                                 uint32_t (&frag)[kHS / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kHS / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = row_in + 8 * (i & 1), chunk = 2 * (kk % 4) + (i >> 1);
+            frag[kk][i] = *reinterpret_cast<const uint32_t*>(rows + (kk / 4) * row_count * 128 + row * 128 +
+                                                             sw128_chunk_offset(row, chunk) + 4 * (lane % 4));
+        }
+}
+
+// acc (64 x N) = A·Bᵀ over the head dimension with A from registers (load_a_fragments) and B K-major in shared
+// memory as in wgmma_ss_over_head_dim. Issued only.
+template <int kHS, int kN>
+__device__ __forceinline__ void wgmma_rs_over_head_dim(float (&acc)[kN], const uint32_t (&a)[kHS / 16][4],
+                                                       const uint8_t* b, int b_rows) {
+#pragma unroll
+    for (int kk = 0; kk < kHS / 16; kk++)
+        wgmma_rs<0>(acc, a[kk], smem_descriptor_sw128(b + (kk / 4) * b_rows * 128 + (kk % 4) * 32),
+                            kk > 0 ? 1 : 0);
 }
 
 #undef LLMC_HOPPER_ASM
