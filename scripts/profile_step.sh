@@ -5,14 +5,15 @@
 # (steps end with the AdamW kernel) is summed per kernel name.
 #   scripts/profile_step.sh                      d12, B=16, T=1024, flash attention
 #   B=8 TRAIN_FLAGS="-ab materialized" scripts/profile_step.sh
-#   MODEL=d48 B=8 scripts/profile_step.sh        the 1.5B shape
-# Env: OUT or LOGDIR (where the CSV and tables go), MODEL (d12; what -e takes), B, T, TRAIN_FLAGS.
+#   MODEL=d48 B=8 STEPS=2 scripts/profile_step.sh   the 1.5B shape (under ncu a d48 step takes ~142 s on an H200)
+# Env: OUT or LOGDIR (where the CSV and tables go), MODEL (d12; what -e takes), B, T, TRAIN_FLAGS, STEPS (3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-d12}
 B=${B:-16}
 T=${T:-1024}
 TRAIN_FLAGS=${TRAIN_FLAGS:-"-ab flash"}
+STEPS=${STEPS:-3}  # at least 2: the last whole step lies between the last two AdamW kernels
 LOGDIR=${LOGDIR:-${OUT:-profile_logs}}
 mkdir -p "$LOGDIR"
 command -v ncu >/dev/null || { echo "error: ncu (Nsight Compute) not on PATH" >&2; exit 1; }
@@ -23,7 +24,7 @@ python3 scripts/make_random_shard.py "$SHARD" 1000000
 
 CSV="$LOGDIR/profile_${MODEL}_B${B}_T${T}.csv"
 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    --log-file "$CSV" ./train_gpt2cu -e "$MODEL" -b "$B" -t "$T" -x 3 -v 0 -s 0 -i "$SHARD" $TRAIN_FLAGS \
+    --log-file "$CSV" ./train_gpt2cu -e "$MODEL" -b "$B" -t "$T" -x "$STEPS" -v 0 -s 0 -i "$SHARD" $TRAIN_FLAGS \
     >"$LOGDIR/profile_train.log" 2>&1 || { tail -n 20 "$LOGDIR/profile_train.log"; exit 1; }
 
 python3 - "$CSV" "$LOGDIR/profile_${MODEL}_B${B}_T${T}_sequence.txt" <<'PY'
