@@ -34,6 +34,12 @@ constexpr int kChunk = 64;  // keys per block: many blocks even at batch 1 (d12,
 template <int HS>
 constexpr int kGroup = HS == 64 ? 8 : 4;
 
+// Two bf16 in a 32-bit word -> floats: bf16 -> fp32 is the 16 bits moved to the top (exact, and no address of a
+// register is taken).
+__device__ __forceinline__ void widen_bf16x2(uint32_t w, float& lo, float& hi) {
+    lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xFFFF0000u);
+}
+
 // This lane's kPer consecutive elements of a row as floats, in one load (4 or 8 bytes of bf16, 8 or 16 of fp32).
 template <int kPer>
 __device__ __forceinline__ void load_elements(const float* p, float (&out)[kPer]) {
@@ -52,10 +58,10 @@ __device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&ou
     if constexpr (kPer == 2) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
         out[0] = f.x, out[1] = f.y;
-    } else {  // bf16 -> fp32 is the 16 bits moved to the top: exact, and no address of a register is taken
+    } else {
         const uint2 u = *reinterpret_cast<const uint2*>(p);
-        out[0] = __uint_as_float(u.x << 16), out[1] = __uint_as_float(u.x & 0xFFFF0000u);
-        out[2] = __uint_as_float(u.y << 16), out[3] = __uint_as_float(u.y & 0xFFFF0000u);
+        widen_bf16x2(u.x, out[0], out[1]);
+        widen_bf16x2(u.y, out[2], out[3]);
     }
 }
 
@@ -191,7 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // kLoads of each per step: 4 KB in flight per warp) and keeps its own online softmax over the rows it loads; the
 // lanes of a row add their dot products with shuffles. At the end the rows of a warp, then the warps (in order),
 // merge through their log-sum-exp: deterministic.
-// new_kv (optional): the new token's K and V rows (b, h) at new_kv + b·kv_stride + h·HS and + C; they are written
+// new_kv (optional): the new token's K and V rows (b, h) at new_kv + b·q_stride + h·HS and + C; they are written
 // into the cache at position len[b] - 1 and attended from registers, so no kernel has to append them before.
 template <int HS, typename T>
 struct HeadTile {
@@ -205,10 +211,11 @@ constexpr int kHeadWarps = 4;
 
 template <typename T, int kVec>
 __device__ __forceinline__ void unpack16(const uint4& raw, float (&f)[kVec]) {
-    if constexpr (sizeof(T) == 2) {  // bf16 -> fp32: the 16 bits moved to the top (exact)
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    if constexpr (sizeof(T) == 2) {
+        widen_bf16x2(raw.x, f[0], f[1]);
+        widen_bf16x2(raw.y, f[2], f[3]);
+        widen_bf16x2(raw.z, f[4], f[5]);
+        widen_bf16x2(raw.w, f[6], f[7]);
     } else {
         f[0] = __uint_as_float(raw.x), f[1] = __uint_as_float(raw.y), f[2] = __uint_as_float(raw.z), f[3] = __uint_as_float(raw.w);
     }
@@ -229,8 +236,7 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float (&o)[kVec]
 template <int HS, typename T>
 __global__ void __launch_bounds__(kHeadWarps * 32)
     head_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ new_kv, T* __restrict__ k_cache,
-                T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, size_t q_stride,
-                size_t kv_stride) {
+                T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, size_t q_stride) {
     using Tile = HeadTile<HS, T>;
     constexpr int kVec = Tile::kVec, kLanes = Tile::kLanes, kLoads = Tile::kLoads;
     pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
@@ -256,7 +262,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
     };
     const size_t head = (size_t)bh * max_T * HS + d0;
     if (new_kv) {  // the new token: warp 0's first row of lanes starts from it and writes it into the cache
-        const T* src = new_kv + b * kv_stride + (size_t)h * HS + d0;
+        const T* src = new_kv + b * q_stride + (size_t)h * HS + d0;
         const uint4 kr = *reinterpret_cast<const uint4*>(src), vr = *reinterpret_cast<const uint4*>(src + C);
         const float s = score(kr);
         if (warp == 0 && sub == 0) {
@@ -332,21 +338,28 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
     *reinterpret_cast<uint4*>(out + (size_t)bh * HS + d0) = *reinterpret_cast<const uint4*>(y);
 }
 
-// The new token's K and V rows into the cache at len[b] - 1 (before split_kernel, which reads them from there): a
-// thread per 16 bytes of (b, K or V, h).
+// K and V rows into the cache, 16 bytes per thread: row (b, t) of `src` (t < T) holds K at src + (b·T + t)·stride
+// and V C elements after it; cache (b, h, pos, :) takes head h's HS elements, pos = t, or len[b] - 1 when len is
+// given (a decode step's new token, T = 1). The prefill (kv_cache_fill: src = the QKV rows' K part) and the
+// split kernel's append (src = the new token's QKV row) both use it.
 template <typename T>
-__global__ void append_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const T* __restrict__ new_kv,
-                              const int* __restrict__ len, int B, int NH, int HS, int max_T, size_t kv_stride) {
-    pdl_trigger_and_wait();
+__global__ void copy_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const T* __restrict__ src,
+                               size_t stride, const int* __restrict__ len, int B, int T_rows, int NH, int HS,
+                               int max_T) {
+    pdl_trigger_and_wait();  // a no-op unless launched as a programmatic dependent
     constexpr int kVec = 16 / sizeof(T);
     const int C = NH * HS, per_row = C / kVec;
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;  // over (b, K or V, vectors of C)
-    if (idx >= B * 2 * per_row) return;
-    const int b = idx / (2 * per_row), part = idx / per_row % 2, g = idx % per_row;
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over (b, t, vectors of C)
+    if (idx >= (long long)B * T_rows * per_row) return;
+    const int g = (int)(idx % per_row);
+    const long long bt = idx / per_row;
+    const int b = (int)(bt / T_rows), t = (int)(bt % T_rows);
     const int h = g * kVec / HS, d = g * kVec % HS;
-    T* cache = part == 0 ? k_cache : v_cache;
-    *reinterpret_cast<uint4*>(cache + (((size_t)b * NH + h) * max_T + len[b] - 1) * HS + d) =
-        *reinterpret_cast<const uint4*>(new_kv + b * kv_stride + (size_t)part * C + g * kVec);
+    const int pos = len ? len[b] - 1 : t;
+    const T* row = src + bt * stride + (size_t)g * kVec;
+    const size_t at = (((size_t)b * NH + h) * max_T + pos) * HS + d;
+    *reinterpret_cast<uint4*>(k_cache + at) = *reinterpret_cast<const uint4*>(row);
+    *reinterpret_cast<uint4*>(v_cache + at) = *reinterpret_cast<const uint4*>(row + C);
 }
 
 }  // namespace decode_attention
@@ -396,14 +409,14 @@ inline cudaError_t attention_decode(T* out, const T* q, T* k_cache, T* v_cache, 
         PdlLaunch launch(dim3(B * NH), dim3(kHeadWarps * 32), 0, stream, pdl);
         auto kernel = HS == 64 ? head_kernel<64, T> : head_kernel<128, T>;
         const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, q, new_kv, k_cache, v_cache, len, NH,
-                                                 max_T, q_stride, q_stride);
+                                                 max_T, q_stride);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
-    if (new_kv) {
-        const int threads = B * 2 * NH * HS / (16 / (int)sizeof(T));
+    if (new_kv) {  // into the cache first, where the split kernel reads it
+        const int threads = B * NH * HS / (16 / (int)sizeof(T));
         PdlLaunch launch(dim3((threads + 255) / 256), dim3(256), 0, stream, pdl);
-        const cudaError_t e = cudaLaunchKernelEx(&launch.config, append_kernel<T>, k_cache, v_cache, new_kv, len, B,
-                                                 NH, HS, max_T, q_stride);
+        const cudaError_t e = cudaLaunchKernelEx(&launch.config, copy_kv_kernel<T>, k_cache, v_cache, new_kv, q_stride,
+                                                 len, B, 1, NH, HS, max_T);
         if (e != cudaSuccess) return e;
         pdl = true;  // the split kernel waits for the append inside
     }

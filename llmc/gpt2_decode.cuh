@@ -70,24 +70,6 @@ struct KVCache {
 
 namespace gpt2_decode_detail {
 
-// The prefill's K and V of qkv rows (b, t) into the cache: cache (b, h, t, :) = qkv (b, t, part, h, :), part 1 (K)
-// or 2 (V), 16 bytes per thread. (A decode step's new token is appended by attention_decode or the QKV product.)
-__global__ void copy_kv_kernel(floatX* __restrict__ k_cache, floatX* __restrict__ v_cache,
-                               const floatX* __restrict__ qkv, int B, int T, int NH, int HS, int max_T) {
-    constexpr int kPack = x128::size;
-    const int C = NH * HS, per_row = C / kPack;
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over (b, t, packs of C)
-    if (idx >= (long long)B * T * per_row) return;
-    const int g = (int)(idx % per_row);
-    const long long bt = idx / per_row;
-    const int b = (int)(bt / T), t = (int)(bt % T);
-    const int h = g * kPack / HS, d = g * kPack % HS;
-    const floatX* row = qkv + bt * 3 * C;
-    const size_t at = (((size_t)b * NH + h) * max_T + t) * HS + d;
-    store128(k_cache + at, load128(row + C + g * kPack));
-    store128(v_cache + at, load128(row + 2 * C + g * kPack));
-}
-
 // x (b, :) = wte (token[b], :) + wpe (len[b]-1, :), the new token at its position.
 __global__ void embed_kernel(floatX* __restrict__ x, const int* __restrict__ tokens, const int* __restrict__ len,
                              const floatX* __restrict__ wte, const floatX* __restrict__ wpe, int B, int C) {
@@ -160,9 +142,9 @@ inline void kv_cache_fill(GPT2* m, KVCache* cache, int T, const std::vector<int>
     const long long n = (long long)B * T * (C / x128::size);
     for (int l = 0; l < cache->L; l++) {
         const floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
-        gpt2_decode_detail::copy_kv_kernel<<<(unsigned)((n + 255) / 256), 256, 0, m->stream>>>(
-            cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(), qkv, B, T, cache->NH,
-            cache->HS, cache->max_T);
+        decode_attention::copy_kv_kernel<floatX><<<(unsigned)((n + 255) / 256), 256, 0, m->stream>>>(
+            cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(), qkv + C, (size_t)3 * C,
+            nullptr, B, T, cache->NH, cache->HS, cache->max_T);
         cudaCheckLaunch();
     }
     cache->host_len = lengths;
