@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
 // K and V rows into the cache, 16 bytes per thread: row (b, t) of `src` (t < T) holds K at src + (b·T + t)·stride
 // and V C elements after it; cache (b, h, pos, :) takes head h's HS elements, pos = t, or len[b] - 1 when len is
 // given (a decode step's new token, T = 1). The prefill (kv_cache_fill: src = the QKV rows' K part) and the
-// split kernel's append (src = the new token's QKV row) both use it.
+// split kernel's append (src = the new token's QKV row) both use it, through copy_kv below.
 template <typename T>
 __global__ void copy_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const T* __restrict__ src,
                                size_t stride, const int* __restrict__ len, int B, int T_rows, int NH, int HS,
@@ -360,6 +360,17 @@ __global__ void copy_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache,
     const size_t at = (((size_t)b * NH + h) * max_T + pos) * HS + d;
     *reinterpret_cast<uint4*>(k_cache + at) = *reinterpret_cast<const uint4*>(row);
     *reinterpret_cast<uint4*>(v_cache + at) = *reinterpret_cast<const uint4*>(row + C);
+}
+
+// Launches copy_kv_kernel over B·T_rows rows (pdl: as a programmatic dependent of the kernel before).
+template <typename T>
+inline cudaError_t copy_kv(T* k_cache, T* v_cache, const T* src, size_t stride, const int* len, int B, int T_rows,
+                           int NH, int HS, int max_T, cudaStream_t stream, bool pdl = false) {
+    const long long threads = (long long)B * T_rows * NH * HS / (16 / (int)sizeof(T));
+    PdlLaunch launch(dim3((unsigned)((threads + 255) / 256)), dim3(256), 0, stream, pdl);
+    const cudaError_t e = cudaLaunchKernelEx(&launch.config, copy_kv_kernel<T>, k_cache, v_cache, src, stride, len, B,
+                                             T_rows, NH, HS, max_T);
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace decode_attention
@@ -413,10 +424,7 @@ inline cudaError_t attention_decode(T* out, const T* q, T* k_cache, T* v_cache, 
         return e != cudaSuccess ? e : cudaGetLastError();
     }
     if (new_kv) {  // into the cache first, where the split kernel reads it
-        const int threads = B * NH * HS / (16 / (int)sizeof(T));
-        PdlLaunch launch(dim3((threads + 255) / 256), dim3(256), 0, stream, pdl);
-        const cudaError_t e = cudaLaunchKernelEx(&launch.config, copy_kv_kernel<T>, k_cache, v_cache, new_kv, q_stride,
-                                                 len, B, 1, NH, HS, max_T);
+        const cudaError_t e = copy_kv(k_cache, v_cache, new_kv, q_stride, len, B, 1, NH, HS, max_T, stream, pdl);
         if (e != cudaSuccess) return e;
         pdl = true;  // the split kernel waits for the append inside
     }

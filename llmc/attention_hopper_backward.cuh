@@ -60,6 +60,13 @@ __global__ void backward_d_kernel(float* __restrict__ D, const bf16* __restrict_
     }
 }
 
+template <int kHS>
+inline void launch_backward_d(float* D, const bf16* out, const bf16* dout, int B, int T, int NH, cudaStream_t stream) {
+    const long long threads = (long long)B * T * NH * (kHS / 8);
+    backward_d_kernel<kHS><<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(D, out, dout, B, T, NH);
+    cudaCheckLaunch();
+}
+
 // The MN-major B operand of a product over k (tile rows: queries or keys, HS contiguous) for k16 step kk: sub-tiles of
 // 64 columns are rows·128 bytes apart (leading byte offset), 8-row groups 1024 (as V in the forward).
 __device__ __forceinline__ uint64_t mn_major_descriptor(const uint8_t* tile, int rows, int kk) {
@@ -711,9 +718,7 @@ inline void launch_backward_fused(bf16* dqkv, float* workspace, const bf16* dout
     int* semaphores = reinterpret_cast<int*>(D + (size_t)B * NH * T);
     if (ordered) cudaCheck(cudaMemsetAsync(semaphores, 0, (size_t)B * NH * n_q * sizeof(int), stream));
     else cudaCheck(cudaMemsetAsync(dqacc, 0, (size_t)B * T * C * sizeof(float), stream));
-    const long long rows = (long long)B * T * NH;
-    backward_d_kernel<kHS><<<(unsigned)((rows * (kHS / 8) + 255) / 256), 256, 0, stream>>>(D, out, dout, B, T, NH);
-    cudaCheckLaunch();
+    launch_backward_d<kHS>(D, out, dout, B, T, NH, stream);
     using hopper::make_tensor_map_3d;
     const auto sw = CU_TENSOR_MAP_SWIZZLE_128B;
     const uint64_t qkv_batch = (uint64_t)T * 3 * C, o_batch = (uint64_t)T * C;
@@ -746,9 +751,7 @@ inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* 
                                     hopper::allow_dynamic_smem(backward_q_kernel<kHS>, Q::kSmemBytes), true);
     (void)smem_ready;
     const int C = NH * kHS;
-    const long long rows = (long long)B * T * NH;
-    backward_d_kernel<kHS><<<(unsigned)((rows * (kHS / 8) + 255) / 256), 256, 0, stream>>>(D, out, dout, B, T, NH);
-    cudaCheckLaunch();
+    launch_backward_d<kHS>(D, out, dout, B, T, NH, stream);
     using hopper::make_tensor_map_3d;
     const auto bf = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     const auto sw = CU_TENSOR_MAP_SWIZZLE_128B;

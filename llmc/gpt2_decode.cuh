@@ -139,13 +139,11 @@ inline void kv_cache_fill(GPT2* m, KVCache* cache, int T, const std::vector<int>
     using namespace gpt2_detail;
     const int C = cache->NH * cache->HS, B = cache->B;
     const size_t ld = (size_t)m->B * m->T;  // the forward's per-layer stride (allocated size)
-    const long long n = (long long)B * T * (C / x128::size);
     for (int l = 0; l < cache->L; l++) {
         const floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
-        decode_attention::copy_kv_kernel<floatX><<<(unsigned)((n + 255) / 256), 256, 0, m->stream>>>(
-            cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(), qkv + C, (size_t)3 * C,
-            nullptr, B, T, cache->NH, cache->HS, cache->max_T);
-        cudaCheckLaunch();
+        cudaCheck(decode_attention::copy_kv(cache->k + l * cache->layer_elements(), cache->v + l * cache->layer_elements(),
+                                            qkv + C, (size_t)3 * C, nullptr, B, T, cache->NH, cache->HS, cache->max_T,
+                                            m->stream));
     }
     cache->host_len = lengths;
     cudaCheck(cudaMemcpyAsync(cache->len, lengths.data(), B * sizeof(int), cudaMemcpyHostToDevice, m->stream));

@@ -415,15 +415,17 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint6
 // acc (64 x N) = A·Bᵀ over a head dimension of kHS, both operands K-major in kHS/64 sub-tiles of [rows][64] bf16
 // (128-byte swizzle), as the attention kernels keep Q, K, V, dO: `a` is the warpgroup's first row in A's first
 // sub-tile, a_rows and b_rows the sub-tiles' row counts. Issued only (the caller fences, commits and waits).
+// k16 step kk of such an operand: sub-tile kk / 4, 32 bytes per step inside its 128-byte rows.
+__device__ __forceinline__ uint64_t head_dim_descriptor(const uint8_t* tile, int rows, int kk) {
+    return smem_descriptor_sw128(tile + (kk / 4) * rows * 128 + (kk % 4) * 32);
+}
+
 template <int kHS, int kN>
 __device__ __forceinline__ void wgmma_ss_over_head_dim(float (&acc)[kN], const uint8_t* a, int a_rows, const uint8_t* b,
                                                        int b_rows) {
 #pragma unroll
-    for (int kk = 0; kk < kHS / 16; kk++) {
-        const int sub = kk / 4, off = (kk % 4) * 32;
-        wgmma_ss<0>(acc, smem_descriptor_sw128(a + sub * a_rows * 128 + off),
-                    smem_descriptor_sw128(b + sub * b_rows * 128 + off), kk > 0 ? 1 : 0);
-    }
+    for (int kk = 0; kk < kHS / 16; kk++)
+        wgmma_ss<0>(acc, head_dim_descriptor(a, a_rows, kk), head_dim_descriptor(b, b_rows, kk), kk > 0 ? 1 : 0);
 }
 
 template <int kTransB>
@@ -474,10 +476,10 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
 
-// A fragments (the accumulator layout above, as attention packs P) of a warpgroup's 64 rows of a [kHS/64][rows][64] tile (128-byte
-// swizzle) over the whole head dimension: the rows the S/dP products multiply by every streamed tile, read from
-// shared memory once so those products read only their B operand from it (SS products at n64 read 4 KB per 32
-// tensor-core cycles, the whole of shared memory's bandwidth).
+// A fragments (the accumulator layout above, as attention packs P) of a warpgroup's 64 rows of a [kHS/64][rows][64]
+// tile (128-byte swizzle) over the whole head dimension: rows that the S/dP products multiply by every streamed
+// tile, read from shared memory once so those products read only their B operand from it (SS products at n64 read
+// 4 KB per 32 tensor-core cycles, the whole of shared memory's bandwidth).
 template <int kHS>
 __device__ __forceinline__ void load_a_fragments(const uint8_t* rows, int row_count, int row_in, int lane,
                                                  uint32_t (&frag)[kHS / 16][4]) {
@@ -497,9 +499,7 @@ template <int kHS, int kN>
 __device__ __forceinline__ void wgmma_rs_over_head_dim(float (&acc)[kN], const uint32_t (&a)[kHS / 16][4],
                                                        const uint8_t* b, int b_rows) {
 #pragma unroll
-    for (int kk = 0; kk < kHS / 16; kk++)
-        wgmma_rs<0>(acc, a[kk], smem_descriptor_sw128(b + (kk / 4) * b_rows * 128 + (kk % 4) * 32),
-                            kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < kHS / 16; kk++) wgmma_rs<0>(acc, a[kk], head_dim_descriptor(b, b_rows, kk), kk > 0 ? 1 : 0);
 }
 
 #undef LLMC_HOPPER_ASM
