@@ -7,17 +7,18 @@
 //    element is written once, by one thread, no atomics and no reduction across blocks:
 //   1. D = rowsum(dO∘O) from the bf16 O (HS/8 threads per row, 16-byte loads);
 //   2. dK, dV: one block per 128 keys (two consumer warpgroups of 64), Q and dO tiles of 64 queries (32 at HS 128)
-//      streamed by TMA from the diagonal down; Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with wgmma, K and V as register A
-//      operands loaded once (V from shared memory at HS 128, for lack of registers), Pᵀ = exp(Sᵀ − LSE) and
-//      dSᵀ = Pᵀ∘(dPᵀ − D) in registers, then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands (the
-//      accumulator layout is the A layout) and dO, Q as MN-major B. At HS 64 each tile goes in two parts of 32
-//      queries so one part's elementwise work overlaps the other part's products;
+//      streamed by TMA from the diagonal down, their LSE and D staged beside them by a producer warp; Sᵀ = K·Qᵀ
+//      and dPᵀ = V·dOᵀ with wgmma, K and V as register A operands loaded once (V from shared memory at HS 128,
+//      for lack of registers), Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in registers (the causal test only
+//      on tiles that cross the diagonal), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands
+//      (the accumulator layout is the A layout) and dO, Q as MN-major B. At HS 64 each tile goes in two parts of
+//      32 queries so one part's elementwise work overlaps the other part's products;
 //   3. dQ: one block per 128 queries (Q, dO as register A operands), K and V tiles of 64 keys streamed up to the
 //      diagonal; S and dP again, dS in registers, dQ += dS·K (K as MN-major B).
-//    It computes S and dP twice (7 products instead of 5), and still beats B on an H200 (docs/PERFORMANCE.md).
-// B. Fused, as FlashAttention-3 (section 4 below): dQ pieces added into an fp32 accumulator by TMA reduce-adds,
-//    either in a fixed order through a semaphore per query tile (deterministic, slower than A everywhere: the
-//    blocks wait for their turn) or unordered (not bit-reproducible; faster than A only at HS 64, T >= 4096).
+//    It computes S and dP twice (7 products instead of 5), and still beats B's ordered mode (docs/PERFORMANCE.md).
+// B. Fused, as FlashAttention-3 (section 4 below): the dK/dV kernel plus dQ pieces that a writer thread adds into
+//    an fp32 accumulator by TMA reduce-adds, either in a fixed order through a semaphore per query tile
+//    (deterministic) or unordered (not bit-reproducible; the fastest at HS 64, T >= 4096).
 // Scale 1/sqrt(HS) is folded into the exponent and applied once to dK and dQ at the end.
 #pragma once
 
@@ -70,7 +71,7 @@ inline void launch_backward_d(float* D, const bf16* out, const bf16* dout, int B
 // The MN-major B operand of a product over k (tile rows: queries or keys, HS contiguous) for k16 step kk: sub-tiles of
 // 64 columns are rows·128 bytes apart (leading byte offset), 8-row groups 1024 (as V in the forward).
 __device__ __forceinline__ uint64_t mn_major_descriptor(const uint8_t* tile, int rows, int kk) {
-    return hopper::smem_descriptor_sw128(tile + kk * 16 * 128, rows * 128, 1024);
+    return hopper::descriptor_plus(hopper::smem_descriptor_sw128(tile, rows * 128, 1024), kk * 16 * 128);
 }
 
 // Packs the k16 slices of a 64 x kN fp32 accumulator (values already final) into bf16 A fragments.
@@ -85,20 +86,79 @@ __device__ __forceinline__ void pack_a_fragments(const float (&acc)[kN / 2], uin
         }
 }
 
-// LSE (in log2 units) and D of the query columns this thread holds in an Sᵀ accumulator over kBq queries from
-// q0 (0 past T), loaded after the S/dP products are issued and before their wait: read per element after the
-// wait, they stalled the elementwise phase (the dK/dV kernel 1.19x faster at T 4096 HS 64 with this).
-template <int kBq>
-__device__ __forceinline__ void load_tile_lse_d(const float* lse_bh, const float* D_bh, int q0, int T, int lane,
-                                                float (&lse_q)[kBq / 8][2], float (&d_q)[kBq / 8][2]) {
-#pragma unroll
-    for (int jj = 0; jj < kBq / 8; jj++)
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int query = q0 + 8 * jj + 2 * (lane % 4) + c;
-            lse_q[jj][c] = query < T ? __ldg(lse_bh + query) * 1.4426950408889634f : 0.f;
-            d_q[jj][c] = query < T ? __ldg(D_bh + query) : 0.f;
+// LSE (in log2 units) and D of every streamed query tile, in shared memory beside the ring ([stage][2][kBq] fp32),
+// written by one producer warp, with LSE = +inf past T so that P is 0 there without a test. Loaded per element
+// from global memory by the consumers, they cost 64-bit address arithmetic, predicates and long-scoreboard stalls
+// in the elementwise phase (the compiler sinks the loads past the wgmma wait).
+template <typename Cfg>
+__device__ __forceinline__ void produce_lse_d(float* lse_d, uint64_t* full, uint64_t* empty, const float* lse_bh,
+                                              const float* D_bh, int T, int i_first, int n_q, int lane) {
+    using namespace hopper;
+    for (int i = i_first, n = 0; i < n_q; i++, n++) {
+        const int stage = n % Cfg::kStages;
+        mbarrier_wait(&empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
+        float* dst = lse_d + stage * 2 * Cfg::kBq;
+        for (int q = lane; q < Cfg::kBq; q += 32) {
+            const int query = i * Cfg::kBq + q;
+            dst[q] = query < T ? lse_bh[query] * 1.4426950408889634f : INFINITY;
+            dst[Cfg::kBq + q] = query < T ? D_bh[query] : 0.f;
         }
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&full[stage]);
+    }
+}
+
+// The LSE and D of the query columns this thread holds in an Sᵀ accumulator of kPq queries from q_local0.
+template <int kBq, int kPq>
+__device__ __forceinline__ void read_lse_d(const float* lse_d_stage, int q_local0, int lane, float (&lse2)[kPq / 8][2],
+                                           float (&d)[kPq / 8][2]) {
+#pragma unroll
+    for (int jj = 0; jj < kPq / 8; jj++) {
+        const float2 l = *reinterpret_cast<const float2*>(lse_d_stage + q_local0 + 8 * jj + 2 * (lane % 4));
+        const float2 x = *reinterpret_cast<const float2*>(lse_d_stage + kBq + q_local0 + 8 * jj + 2 * (lane % 4));
+        lse2[jj][0] = l.x, lse2[jj][1] = l.y, d[jj][0] = x.x, d[jj][1] = x.y;
+    }
+}
+
+// Pᵀ = exp2(scale_log2·Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D), in place, over kPq query columns of a 64-key
+// accumulator pair, P = 0 where key > query. `delta` is this thread's first key minus its first query, so the
+// test per element is one compare with a constant; tiles that do not cross the diagonal pass kNoMask (no
+// branch between a masked and an unmasked copy of this loop: CUDA 13's ptxas then reused the registers of
+// loop-invariant wgmma A fragments inside the loop, docs/PERFORMANCE.md).
+constexpr int kNoMask = -(1 << 20);
+template <int kPq>
+__device__ __forceinline__ void p_and_ds(float (&st)[kPq / 2], float (&dpt)[kPq / 2], const float (&lse2)[kPq / 8][2],
+                                         const float (&d)[kPq / 8][2], float scale_log2, int delta) {
+#pragma unroll
+    for (int jj = 0; jj < kPq / 8; jj++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = exp2f(st[4 * jj + e] * scale_log2 - lse2[jj][e & 1]);
+            if (delta + 8 * (e >> 1) > 8 * jj + (e & 1)) p = 0.f;
+            st[4 * jj + e] = p;
+            dpt[4 * jj + e] = p * (dpt[4 * jj + e] - d[jj][e & 1]);
+        }
+}
+
+// dV += Pᵀ·dO and dK += dSᵀ·Q over query part `part` (kPq of the tile's kBq queries): Pᵀ and dSᵀ packed as
+// register A operands (the accumulator layout is the A layout), dO and Q as MN-major B. One wgmma group, issued
+// only.
+template <int kBq, int kPq, int kHS>
+__device__ __forceinline__ void issue_dv_dk(float (&dv)[kHS / 2], float (&dk)[kHS / 2], const float (&pt)[kPq / 2],
+                                            const float (&dst)[kPq / 2], const uint8_t* do_tile, const uint8_t* q_tile,
+                                            int part) {
+    using namespace hopper;
+    uint32_t p_frag[kPq / 16][4], ds_frag[kPq / 16][4];
+    pack_a_fragments<kPq>(pt, p_frag);
+    pack_a_fragments<kPq>(dst, ds_frag);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kPq / 16; kk++)
+        wgmma_rs<1>(dv, p_frag[kk], mn_major_descriptor(do_tile, kBq, part * kPq / 16 + kk), 1);
+#pragma unroll
+    for (int kk = 0; kk < kPq / 16; kk++)
+        wgmma_rs<1>(dk, ds_frag[kk], mn_major_descriptor(q_tile, kBq, part * kPq / 16 + kk), 1);
+    wgmma_commit();
 }
 
 // Writes a consumer's 64 x HS fp32 accumulator, times `scale`, as bf16 into its 64 rows of a [kSub][rows][64]
@@ -156,9 +216,10 @@ struct BackwardKVConfig {
     static constexpr int kSub = kHS / 64;
     static constexpr int kKBytes = kBk * kHS * 2, kQBytes = kBq * kHS * 2;
     static constexpr int kStages = 4;
-    // K, V [kSub][kBk][64]; per stage Q, dO [kSub][kBq][64]; barriers
+    // K, V [kSub][kBk][64]; per stage Q, dO [kSub][kBq][64]; LSE and D [kStages][2][kBq]; barriers
     static constexpr int kVOffset = kKBytes, kStageOffset = 2 * kKBytes, kStageBytes = 2 * kQBytes;
-    static constexpr int kBarrierOffset = kStageOffset + kStages * kStageBytes;
+    static constexpr int kLseOffset = kStageOffset + kStages * kStageBytes;
+    static constexpr int kBarrierOffset = kLseOffset + kStages * 2 * kBq * 4;
     static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     // K (and at HS 64 V) rows as the register A operands of Sᵀ (and dPᵀ): 16 registers per 64 head dims. At HS 128
@@ -196,15 +257,20 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
         tma_prefetch_map(&map_dout);
         tma_prefetch_map(&map_dqkv);
         mbarrier_init(kv_full, 1);
-        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
+        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4, 2);
     }
     __syncthreads();
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+    float* lse_d = reinterpret_cast<float*>(smem + Cfg::kLseOffset);
 
-    if (warpgroup == 0) {  // ---- producer
+    if (warpgroup == 0) {  // ---- producers: TMA (thread 0), LSE and D (warp 2)
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0) {
             produce_k_v_then_q_do<Cfg, kHS>(smem, sK, sV, kv_full, full, empty, &map_kv, &map_q, &map_dout, C, h, k0, b,
                                             i_first, n_q);
+        } else if (threadIdx.x / 32 == 2) {
+            produce_lse_d<Cfg>(lse_d, full, empty, lse_bh, D_bh, T, i_first, n_q, threadIdx.x % 32);
         }
         return;
     }
@@ -216,8 +282,6 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     const int row_in = warp * 16 + lane / 4;
     const int kc0 = k0 + consumer * 64;
     const float scale = rsqrtf((float)kHS), scale_log2 = scale * 1.4426950408889634f;
-    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
-    const float* D_bh = D + ((size_t)b * NH + h) * T;
 
     float dv[kHS / 2], dk[kHS / 2];
 #pragma unroll
@@ -254,39 +318,20 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
             else wgmma_ss_over_head_dim<kHS>(dpt[part], sV + consumer * 64 * 128, Cfg::kBk, do_rows, Cfg::kBq);
             wgmma_commit();
         }
-        float lse_q[Cfg::kBq / 8][2], d_q[Cfg::kBq / 8][2];
-        load_tile_lse_d<Cfg::kBq>(lse_bh, D_bh, i * Cfg::kBq, T, lane, lse_q, d_q);
+        const float* lse_d_stage = lse_d + stage * 2 * Cfg::kBq;
 
 #pragma unroll
         for (int part = 0; part < kParts; part++) {
+            float lse2[kPq / 8][2], d_q[kPq / 8][2];
+            read_lse_d<Cfg::kBq, kPq>(lse_d_stage, part * kPq, lane, lse2, d_q);
             wgmma_wait<kParts - 1>();  // this part's Sᵀ, dPᵀ (later parts' products and earlier dV/dK may run)
-            // Pᵀ = exp(scale·Sᵀ − LSE) (0 above the diagonal and past T) and dSᵀ = Pᵀ∘(dPᵀ − D), per query column
-#pragma unroll
-            for (int jj = 0; jj < kPq / 8; jj++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int jq = part * kPq / 8 + jj;
-                    const int query = i * Cfg::kBq + 8 * jq + 2 * (lane % 4) + (e & 1);
-                    const int key = kc0 + row_in + 8 * (e >> 1);
-                    const bool live = query < T && key <= query;
-                    const float p = live ? exp2f(st[part][4 * jj + e] * scale_log2 - lse_q[jq][e & 1]) : 0.f;
-                    const float d = live ? d_q[jq][e & 1] : 0.f;
-                    st[part][4 * jj + e] = p;
-                    dpt[part][4 * jj + e] = p * (dpt[part][4 * jj + e] - d);
-                }
-            uint32_t p_frag[kPq / 16][4], ds_frag[kPq / 16][4];
-            pack_a_fragments<kPq>(st[part], p_frag);
-            pack_a_fragments<kPq>(dpt[part], ds_frag);
-
-            // dV += Pᵀ·dO and dK += dSᵀ·Q (over this part's queries; dO and Q as MN-major B)
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kPq / 16; kk++)
-                wgmma_rs<1>(dv, p_frag[kk], mn_major_descriptor(do_tile, Cfg::kBq, part * kPq / 16 + kk), 1);
-#pragma unroll
-            for (int kk = 0; kk < kPq / 16; kk++)
-                wgmma_rs<1>(dk, ds_frag[kk], mn_major_descriptor(q_tile, Cfg::kBq, part * kPq / 16 + kk), 1);
-            wgmma_commit();
+            fence_accumulator(st[part]);
+            fence_accumulator(dpt[part]);
+            // Pᵀ and dSᵀ; the mask only where the part's first query is below the consumer's last key
+            const int q_first = i * Cfg::kBq + part * kPq;
+            const int delta = q_first < kc0 + 63 ? kc0 + row_in - (q_first + 2 * (lane % 4)) : kNoMask;
+            p_and_ds<kPq>(st[part], dpt[part], lse2, d_q, scale_log2, delta);
+            issue_dv_dk<Cfg::kBq, kPq, kHS>(dv, dk, st[part], dpt[part], do_tile, q_tile, part);
         }
         wgmma_wait<0>();
         if (lane == 0) mbarrier_arrive(&empty[stage]);
@@ -296,6 +341,8 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     // read them is done), then TMA stores into dqkv (rows past T dropped)
     uint8_t* k_rows = sK + consumer * 64 * 128;
     uint8_t* v_rows = sV + consumer * 64 * 128;
+    fence_accumulator(dk);
+    fence_accumulator(dv);
     stage_tile<kHS>(k_rows, Cfg::kBk, dk, scale, row_in, lane);
     stage_tile<kHS>(v_rows, Cfg::kBk, dv, 1.f, row_in, lane);
     fence_proxy_async();
@@ -311,6 +358,22 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
 }
 
 // ------------------------------------------------------------------------------------------ 3. dQ
+// dS = P∘(dP − D) in place in dp, P = exp2(scale_log2·S − LSE), over kBk key columns of a 64-query accumulator
+// pair (rows: this thread's two queries), P = 0 where key > query; `delta` = first key − first query, or kNoMask.
+template <int kBk>
+__device__ __forceinline__ void ds_by_rows(const float (&s)[kBk / 2], float (&dp)[kBk / 2], const float (&lse_row)[2],
+                                           const float (&d_row)[2], float scale_log2, int delta) {
+#pragma unroll
+    for (int jj = 0; jj < kBk / 8; jj++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = e >> 1;
+            float p = exp2f(s[4 * jj + e] * scale_log2 - lse_row[r]);
+            if (delta + 8 * jj + (e & 1) > 8 * r) p = 0.f;
+            dp[4 * jj + e] = p * (dp[4 * jj + e] - d_row[r]);
+        }
+}
+
 template <int kHS>
 struct BackwardQConfig {
     static constexpr int kBq = 128, kBk = 64;  // queries per block (64 per consumer), keys per streamed tile
@@ -423,18 +486,12 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
         wgmma_rs_over_head_dim<kHS>(dp, do_frag, v_tile, Cfg::kBk);
         wgmma_commit();
         wgmma_wait<0>();
+        fence_accumulator(s);
+        fence_accumulator(dp);
 
-        // dS = P∘(dP − D), P = exp(scale·S − LSE), 0 above the diagonal
-#pragma unroll
-        for (int jj = 0; jj < Cfg::kBk / 8; jj++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = j * Cfg::kBk + 8 * jj + 2 * (lane % 4) + (e & 1);
-                const int r = e >> 1;
-                const int query = qc0 + row_in + 8 * r;
-                const float p = key <= query ? exp2f(s[4 * jj + e] * scale_log2 - lse_row[r]) : 0.f;
-                dp[4 * jj + e] = p * (dp[4 * jj + e] - d_row[r]);
-            }
+        // dS = P∘(dP − D), P = exp(scale·S − LSE), 0 above the diagonal (tested in the tile that crosses it)
+        const int delta = j * Cfg::kBk + Cfg::kBk - 1 > qc0 ? j * Cfg::kBk + 2 * (lane % 4) - (qc0 + row_in) : kNoMask;
+        ds_by_rows<Cfg::kBk>(s, dp, lse_row, d_row, scale_log2, delta);
         uint32_t ds_frag[Cfg::kBk / 16][4];
         pack_a_fragments<Cfg::kBk>(dp, ds_frag);
 
@@ -449,6 +506,7 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
 
     // ---- epilogue: dQ·scale into this consumer's rows of the Q tile, then a TMA store into dqkv
     uint8_t* q_rows = sQ + consumer * 64 * 128;
+    fence_accumulator(dq);
     stage_tile<kHS>(q_rows, Cfg::kBq, dq, scale, row_in, lane);
     fence_proxy_async();
     named_barrier_sync(1 + consumer, 128);
@@ -468,9 +526,11 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
 // 64 x 32 piece (m64n32): at HS 128 its 64 head dims of the 32 queries, at HS 64 its 32 of the 64 queries (no
 // branch around a wgmma, which would serialise them). The piece goes transposed into a 128-byte-swizzled fp32
 // tile that TMA reduce-adds (two boxes of 32 x 32) add into dQacc.
-//   kOrdered (the default, deterministic): the additions into each query tile happen in a fixed order, key blocks
-//   from the diagonal down, through a semaphore per (b, h, query tile): the first contributor stores, the others
-//   wait for their turn. Blocks launch shortest first, so every block waits only on blocks launched before it.
+// The consumers never wait for the additions: they leave each piece in one of two buffers and go on, and one
+// thread of the producer warpgroup (the dQ writer) issues the additions, in the order the scheme needs:
+//   kOrdered (deterministic): the additions into each query tile happen in a fixed order, key blocks from the
+//   diagonal down, through a semaphore per (b, h, query tile): the first contributor stores, the others wait for
+//   their turn. Blocks launch shortest first, so every block waits only on blocks launched before it.
 //   !kOrdered: unordered reduce-adds into a zeroed dQacc, blocks longest first: faster, not bit-reproducible.
 template <int kHS>
 struct BackwardFusedConfig {
@@ -481,20 +541,65 @@ struct BackwardFusedConfig {
     static constexpr int kStages = 4;
     static constexpr int kDsBytes = kBq * kBk * 2;   // dSᵀ of both consumers, [consumer][kBq][64 keys]
     static constexpr int kDqBytes = 64 * 32 * 4;     // one consumer's dQ piece, [2][32 queries][32 dims] fp32
+    static constexpr int kDqBuffers = 2;             // per consumer: one being filled while the writer adds the other
     static constexpr int kVOffset = kKBytes, kStageOffset = 2 * kKBytes, kStageBytes = 2 * kQBytes;
     static constexpr int kDsOffset = kStageOffset + kStages * kStageBytes;   // two buffers (by tile parity)
-    static constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;               // one per consumer
-    static constexpr int kBarrierOffset = kDqOffset + kConsumers * kDqBytes;
-    static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
+    static constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;               // [consumer][buffer]
+    static constexpr int kLseOffset = kDqOffset + kConsumers * kDqBuffers * kDqBytes;  // [kStages][2][kBq] fp32
+    static constexpr int kBarrierOffset = kLseOffset + kStages * 2 * kBq * 4;
+    // kv_full, the ring's full and empty, the dQ buffers' full and empty
+    static constexpr int kBarriers = 1 + 2 * kStages + 2 * kConsumers * kDqBuffers;
+    static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     static constexpr bool kARegs = kHS == 64;  // K and V rows as register A operands (as the dK/dV kernel)
+    static constexpr int kParts = kHS == 64 ? 2 : 1;  // a query tile in parts (as the dK/dV kernel)
     static constexpr int kUnits = kConsumers;  // semaphore increments per key block and tile (one per consumer)
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
 // named barriers of the fused kernel (0 is __syncthreads)
 constexpr int kBarrierDs = 1;        // both consumers' dSᵀ written (256 threads)
-constexpr int kBarrierDq0 = 2;       // + consumer: that consumer's dQ tile (128 threads)
+constexpr int kBarrierEpilogue = 2;  // + consumer: that consumer's dK/dV tile staged (128 threads)
+
+// The dQ writer (one thread): for each query tile, once both consumers' pieces are in their buffer, completes the
+// previous tile's additions (then releases its semaphore and buffers), waits for this tile's turn (ordered), and
+// issues the additions. Releasing before waiting keeps the chain between blocks one tile long.
+template <typename Cfg, int kHS, bool kOrdered>
+__device__ __forceinline__ void write_dq_pieces(uint8_t* smem, uint64_t* dq_full, uint64_t* dq_empty,
+                                                const CUtensorMap* map_dqacc, int* sem_bh, int kb, int i_first,
+                                                int n_q, int T, int h, int b) {
+    using namespace hopper;
+    for (int i = i_first, n = 0; i < n_q; i++, n++) {
+        const int buf = n % Cfg::kDqBuffers;
+        for (int c = 0; c < Cfg::kConsumers; c++) mbarrier_wait(&dq_full[c * Cfg::kDqBuffers + buf], (n / 2) & 1);
+        if (n > 0) {
+            tma_store_wait<0>();
+            if (kOrdered) semaphore_release_add(sem_bh + i - 1, Cfg::kUnits);
+            for (int c = 0; c < Cfg::kConsumers; c++)
+                mbarrier_arrive(&dq_empty[c * Cfg::kDqBuffers + (n - 1) % Cfg::kDqBuffers]);
+        }
+        bool first = false;
+        if (kOrdered) {  // contributors to tile i, from the diagonal key block down to block 0
+            const int kb_diag = (min(T, (i + 1) * Cfg::kBq) - 1) / Cfg::kBk;
+            first = kb == kb_diag;
+            if (!first) semaphore_wait_at_least(sem_bh + i, Cfg::kUnits * (kb_diag - kb));
+        }
+        for (int c = 0; c < Cfg::kConsumers; c++) {
+            const uint8_t* piece = smem + Cfg::kDqOffset + (c * Cfg::kDqBuffers + buf) * Cfg::kDqBytes;
+            const int dq_sub = kHS == 128 ? c : 0, q_off = kHS == 64 ? 32 * c : 0;  // as in the consumers
+            const int col = h * kHS + 64 * dq_sub, row = i * Cfg::kBq + q_off;
+            for (int box = 0; box < 2; box++) {
+                if (first) tma_store_3d(map_dqacc, piece + box * 32 * 128, col + 32 * box, row, b);
+                else tma_reduce_add_3d(map_dqacc, piece + box * 32 * 128, col + 32 * box, row, b);
+            }
+        }
+        tma_store_commit();
+    }
+    if (n_q > i_first) {
+        tma_store_wait<0>();
+        if (kOrdered) semaphore_release_add(sem_bh + n_q - 1, Cfg::kUnits);
+    }
+}
 
 template <int kHS, bool kOrdered>
 __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
@@ -511,6 +616,8 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
     uint64_t* full = kv_full + 1;
     uint64_t* empty = full + Cfg::kStages;
+    uint64_t* dq_full = empty + Cfg::kStages;                     // [consumer][buffer]
+    uint64_t* dq_empty = dq_full + Cfg::kConsumers * Cfg::kDqBuffers;
 
     const int C = NH * kHS;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -519,6 +626,7 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     const int k0 = kb * Cfg::kBk;
     const int i_first = k0 / Cfg::kBq, n_q = (T + Cfg::kBq - 1) / Cfg::kBq;
     const int warpgroup = threadIdx.x / 128;
+    int* sem_bh = semaphores + (size_t)bh * n_q;
 
     if (threadIdx.x == 0) {
         tma_prefetch_map(&map_kv);
@@ -527,15 +635,27 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         tma_prefetch_map(&map_dqkv);
         tma_prefetch_map(&map_dqacc);
         mbarrier_init(kv_full, 1);
-        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
+        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4, 2);
+        for (int x = 0; x < Cfg::kConsumers * Cfg::kDqBuffers; x++) {
+            mbarrier_init(&dq_full[x], 4);  // lane 0 of each consumer warp
+            mbarrier_init(&dq_empty[x], 1);  // the dQ writer
+        }
+        fence_barrier_init();
     }
     __syncthreads();
+    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
+    const float* D_bh = D + ((size_t)b * NH + h) * T;
+    float* lse_d = reinterpret_cast<float*>(smem + Cfg::kLseOffset);
 
-    if (warpgroup == 0) {  // ---- producer (as in the dK/dV kernel)
+    if (warpgroup == 0) {  // ---- producers (as in the dK/dV kernel) and the dQ writer (warp 1)
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0) {
             produce_k_v_then_q_do<Cfg, kHS>(smem, sK, sV, kv_full, full, empty, &map_kv, &map_q, &map_dout, C, h, k0, b,
                                             i_first, n_q);
+        } else if (threadIdx.x == 32) {
+            write_dq_pieces<Cfg, kHS, kOrdered>(smem, dq_full, dq_empty, &map_dqacc, sem_bh, kb, i_first, n_q, T, h, b);
+        } else if (threadIdx.x / 32 == 2) {
+            produce_lse_d<Cfg>(lse_d, full, empty, lse_bh, D_bh, T, i_first, n_q, threadIdx.x % 32);
         }
         return;
     }
@@ -546,11 +666,8 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     const int row_in = warp * 16 + lane / 4;
     const int kc0 = k0 + consumer * 64;
     const float scale = rsqrtf((float)kHS), scale_log2 = scale * 1.4426950408889634f;
-    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
-    const float* D_bh = D + ((size_t)b * NH + h) * T;
-    int* sem_bh = semaphores + (size_t)bh * n_q;
-    uint8_t* dq_tile = smem + Cfg::kDqOffset + consumer * Cfg::kDqBytes;
-    int pending = -1;  // the query tile whose dQ bulk group this thread (t == 0) has yet to complete and release
+    const int dq_sub = kHS == 128 ? consumer : 0;   // which 64 head dims this consumer's dQ piece covers
+    const int q_off = kHS == 64 ? 32 * consumer : 0;  // and which 32 queries of the tile
 
     float dv[kHS / 2], dk[kHS / 2];
 #pragma unroll
@@ -562,118 +679,104 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
         load_a_fragments<kHS>(sV + consumer * 64 * 128, Cfg::kBk, row_in, lane, v_frag);
     }
+    constexpr int kParts = Cfg::kParts, kPq = Cfg::kBq / kParts;
     for (int i = i_first, n = 0; i < n_q; i++, n++) {
         const int stage = n % Cfg::kStages;
         mbarrier_wait(&full[stage], (n / Cfg::kStages) & 1);
         const uint8_t* q_tile = smem + Cfg::kStageOffset + stage * Cfg::kStageBytes;
         const uint8_t* do_tile = q_tile + Cfg::kQBytes;
         uint8_t* ds_tile = smem + Cfg::kDsOffset + (n % 2) * Cfg::kDsBytes;
-
-        float st[Cfg::kBq / 2], dpt[Cfg::kBq / 2];  // zeroed: see the dK/dV kernel
-#pragma unroll
-        for (int x = 0; x < Cfg::kBq / 2; x++) st[x] = 0.f, dpt[x] = 0.f;
-        wgmma_fence();
-        if constexpr (Cfg::kARegs) {
-            wgmma_rs_over_head_dim<kHS>(st, k_frag, q_tile, Cfg::kBq);
-            wgmma_rs_over_head_dim<kHS>(dpt, v_frag, do_tile, Cfg::kBq);
-        } else {
-            wgmma_ss_over_head_dim<kHS>(st, sK + consumer * 64 * 128, Cfg::kBk, q_tile, Cfg::kBq);
-            wgmma_ss_over_head_dim<kHS>(dpt, sV + consumer * 64 * 128, Cfg::kBk, do_tile, Cfg::kBq);
-        }
-        wgmma_commit();
-        float lse_q[Cfg::kBq / 8][2], d_q[Cfg::kBq / 8][2];
-        load_tile_lse_d<Cfg::kBq>(lse_bh, D_bh, i * Cfg::kBq, T, lane, lse_q, d_q);
-        wgmma_wait<0>();
-
-        // Pᵀ and dSᵀ as in the dK/dV kernel; dSᵀ also goes to shared memory as bf16 [query][key] for dQ
         uint8_t* ds_rows = ds_tile + consumer * Cfg::kBq * 128;
-#pragma unroll
-        for (int jj = 0; jj < Cfg::kBq / 8; jj++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int q_local = 8 * jj + 2 * (lane % 4) + (e & 1);
-                const int key_local = row_in + 8 * (e >> 1);
-                const int query = i * Cfg::kBq + q_local;
-                const bool live = query < T && kc0 + key_local <= query;
-                const float p = live ? exp2f(st[4 * jj + e] * scale_log2 - lse_q[jj][e & 1]) : 0.f;
-                const float d = live ? d_q[jj][e & 1] : 0.f;
-                st[4 * jj + e] = p;
-                const float ds = p * (dpt[4 * jj + e] - d);
-                dpt[4 * jj + e] = ds;
-                *reinterpret_cast<bf16*>(ds_rows + q_local * 128 + sw128_chunk_offset(q_local, key_local / 8) +
-                                         (key_local % 8) * 2) = __float2bfloat16_rn(ds);
-            }
-        uint32_t p_frag[Cfg::kBq / 16][4], ds_frag[Cfg::kBq / 16][4];
-        pack_a_fragments<Cfg::kBq>(st, p_frag);
-        pack_a_fragments<Cfg::kBq>(dpt, ds_frag);
-        fence_proxy_async();
-        named_barrier_sync(kBarrierDs, 256);  // the dQ product reads both consumers' dSᵀ
 
-        const int dq_sub = kHS == 128 ? consumer : 0;   // which 64 head dims this consumer's dQ piece covers
-        const int q_off = kHS == 64 ? 32 * consumer : 0;  // and which 32 queries of the tile
-        float dqt[16];                                     // dQᵀ piece: 64 head dims x 32 queries
+        // zeroed here, where no product is in flight (see the dK/dV kernel; dQᵀ's too)
+        float st[kParts][kPq / 2], dpt[kParts][kPq / 2], dqt[16];  // dQᵀ piece: 64 head dims x 32 queries
+#pragma unroll
+        for (int part = 0; part < kParts; part++)
+#pragma unroll
+            for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
 #pragma unroll
         for (int x = 0; x < 16; x++) dqt[x] = 0.f;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dv, p_frag[kk], mn_major_descriptor(do_tile, Cfg::kBq, kk), 1);
+        for (int part = 0; part < kParts; part++) {
+            const uint8_t* q_rows = q_tile + part * kPq * 128;
+            const uint8_t* do_rows = do_tile + part * kPq * 128;
+            if constexpr (Cfg::kARegs) {
+                wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
+                wgmma_rs_over_head_dim<kHS>(dpt[part], v_frag, do_rows, Cfg::kBq);
+            } else {
+                wgmma_ss_over_head_dim<kHS>(st[part], sK + consumer * 64 * 128, Cfg::kBk, q_rows, Cfg::kBq);
+                wgmma_ss_over_head_dim<kHS>(dpt[part], sV + consumer * 64 * 128, Cfg::kBk, do_rows, Cfg::kBq);
+            }
+            wgmma_commit();
+        }
+        const float* lse_d_stage = lse_d + stage * 2 * Cfg::kBq;
+
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kBq / 16; kk++) wgmma_rs<1>(dk, ds_frag[kk], mn_major_descriptor(q_tile, Cfg::kBq, kk), 1);
+        for (int part = 0; part < kParts; part++) {
+            float lse2[kPq / 8][2], d_q[kPq / 8][2];
+            read_lse_d<Cfg::kBq, kPq>(lse_d_stage, part * kPq, lane, lse2, d_q);
+            wgmma_wait<kParts - 1>();  // this part's Sᵀ, dPᵀ
+            fence_accumulator(st[part]);
+            fence_accumulator(dpt[part]);
+            // Pᵀ and dSᵀ as in the dK/dV kernel; dSᵀ also goes to shared memory as bf16 [query][key] for dQ
+            const int q_first = i * Cfg::kBq + part * kPq;
+            const int delta = q_first < kc0 + 63 ? kc0 + row_in - (q_first + 2 * (lane % 4)) : kNoMask;
+            p_and_ds<kPq>(st[part], dpt[part], lse2, d_q, scale_log2, delta);
+#pragma unroll
+            for (int jj = 0; jj < kPq / 8; jj++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int q_local = part * kPq + 8 * jj + 2 * (lane % 4) + (e & 1);
+                    const int key_local = row_in + 8 * (e >> 1);
+                    *reinterpret_cast<bf16*>(ds_rows + q_local * 128 + sw128_chunk_offset(q_local, key_local / 8) +
+                                             (key_local % 8) * 2) = __float2bfloat16_rn(dpt[part][4 * jj + e]);
+                }
+            issue_dv_dk<Cfg::kBq, kPq, kHS>(dv, dk, st[part], dpt[part], do_tile, q_tile, part);
+        }
+        fence_proxy_async();
+        named_barrier_sync(kBarrierDs, 256);  // the dQ product reads both consumers' dSᵀ
+
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::kBk / 16; kk++)  // over the block's 128 keys
             wgmma_ss<0, 1>(dqt, mn_major_descriptor(sK + dq_sub * Cfg::kBk * 128, Cfg::kBk, kk),
-                           smem_descriptor_sw128(ds_tile + (kk / 4) * Cfg::kBq * 128 + q_off * 128 + (kk % 4) * 32),
+                           descriptor_plus(smem_descriptor_sw128(ds_tile),
+                                           (kk / 4) * Cfg::kBq * 128 + q_off * 128 + (kk % 4) * 32),
                            kk > 0 ? 1 : 0);
         wgmma_commit();
         wgmma_wait<0>();
+        fence_accumulator(dqt);
         if (lane == 0) mbarrier_arrive(&empty[stage]);
 
-        if (t == 0 && pending >= 0) {  // the previous tile's additions: done reading dq_tile, and (ordered) released
-            tma_store_wait<0>();
-            if (kOrdered) semaphore_release_add(sem_bh + pending, 1);
-            pending = -1;
-        }
-        named_barrier_sync(kBarrierDq0 + consumer, 128);  // dq_tile free
-        // dQᵀ element (head dim d, query q) -> fp32 tile [d / 32][q][32], 128-byte swizzle (conflict-free)
+        // dQᵀ element (head dim d, query q) -> fp32 piece [d / 32][q][32], 128-byte swizzle (conflict-free), in
+        // the buffer the writer has finished with
+        const int buf = n % Cfg::kDqBuffers;
+        uint8_t* piece = smem + Cfg::kDqOffset + (consumer * Cfg::kDqBuffers + buf) * Cfg::kDqBytes;
+        mbarrier_wait(&dq_empty[consumer * Cfg::kDqBuffers + buf], ((n / 2) & 1) ^ 1);
 #pragma unroll
         for (int jj = 0; jj < 4; jj++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = row_in + 8 * (e >> 1);
-                *reinterpret_cast<float*>(dq_tile + (d / 32) * 32 * 128 + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
+                *reinterpret_cast<float*>(piece + (d / 32) * 32 * 128 + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
                                           (d % 4) * 4) = dqt[4 * jj + e];
             }
         fence_proxy_async();
-        named_barrier_sync(kBarrierDq0 + consumer, 128);
-        if (t == 0) {
-            const int col = h * kHS + 64 * dq_sub, row = i * Cfg::kBq + q_off;
-            bool first = false;
-            if (kOrdered) {  // contributors to tile i, from the diagonal key block down to block 0
-                const int kb_diag = (min(T, (i + 1) * Cfg::kBq) - 1) / Cfg::kBk;
-                first = kb == kb_diag;
-                if (!first) semaphore_wait_at_least(sem_bh + i, Cfg::kUnits * (kb_diag - kb));
-            }
-            for (int box = 0; box < 2; box++) {
-                if (first) tma_store_3d(&map_dqacc, dq_tile + box * 32 * 128, col + 32 * box, row, b);
-                else tma_reduce_add_3d(&map_dqacc, dq_tile + box * 32 * 128, col + 32 * box, row, b);
-            }
-            tma_store_commit();
-            pending = i;
-        }
-    }
-    if (t == 0 && pending >= 0) {
-        tma_store_wait<0>();
-        if (kOrdered) semaphore_release_add(sem_bh + pending, 1);
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&dq_full[consumer * Cfg::kDqBuffers + buf]);
     }
 
     // ---- epilogue as in the dK/dV kernel, once the other consumer's last dQ product has read sK
     named_barrier_sync(kBarrierDs, 256);
     uint8_t* k_rows = sK + consumer * 64 * 128;
     uint8_t* v_rows = sV + consumer * 64 * 128;
+    fence_accumulator(dk);
+    fence_accumulator(dv);
     stage_tile<kHS>(k_rows, Cfg::kBk, dk, scale, row_in, lane);
     stage_tile<kHS>(v_rows, Cfg::kBk, dv, 1.f, row_in, lane);
     fence_proxy_async();
-    named_barrier_sync(kBarrierDq0 + consumer, 128);
+    named_barrier_sync(kBarrierEpilogue + consumer, 128);
     if (t == 0) {
         for (int sub = 0; sub < Cfg::kSub; sub++) {
             tma_store_3d(&map_dqkv, k_rows + sub * Cfg::kBk * 128, C + h * kHS + 64 * sub, kc0, b);

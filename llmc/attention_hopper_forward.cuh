@@ -46,7 +46,7 @@ struct ForwardConfig {
 // 128-byte swizzle; 64-column sub-tiles are kBc·128 bytes apart (leading byte offset), 8-key groups 1024 (stride).
 template <typename Cfg>
 __device__ __forceinline__ uint64_t v_descriptor(const uint8_t* v_tile, int kk) {
-    return hopper::smem_descriptor_sw128(v_tile + kk * 16 * 128, Cfg::kBc * 128, 1024);
+    return hopper::descriptor_plus(hopper::smem_descriptor_sw128(v_tile, Cfg::kBc * 128, 1024), kk * 16 * 128);
 }
 
 template <int kHS>
@@ -129,6 +129,8 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
         wgmma_ss_over_head_dim<kHS>(s_acc, sQ + consumer * 64 * 128, Cfg::kBr, k_tile, Cfg::kBc);
         wgmma_commit();
         wgmma_wait<0>();
+        fence_accumulator(s_acc);
+        fence_accumulator(o_acc);
 
         // causal mask where this tile reaches past the consumer's first row (keys > query: -inf)
         if (j * Cfg::kBc + Cfg::kBc - 1 > q_first) {
@@ -190,6 +192,7 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
         if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
     }
 
+    fence_accumulator(o_acc);
     // ---- epilogue: O / l -> bf16 -> this consumer's rows of the Q buffer (its own, read only by its wgmmas, all done)
 #pragma unroll
     for (int r = 0; r < 2; r++) {

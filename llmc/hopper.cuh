@@ -160,12 +160,14 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 __device__ __forceinline__ uint8_t* smem_align_1024(uint8_t* raw) {
     return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
 }
-// The barriers of a ring of `stages` buffers between one producer thread and consumer warps: full[s] completes on the
-// producer's arrive_expect_tx plus the bytes landing, empty[s] on one arrival per consumer warp. One thread calls
-// it (after any barriers of its own), then the block synchronises.
-__device__ __forceinline__ void ring_barriers_init(uint64_t* full, uint64_t* empty, int stages, int consumer_warps) {
+// The barriers of a ring of `stages` buffers between producers and consumer warps: full[s] completes on the
+// producers' arrivals (the TMA thread's arrive_expect_tx, plus one per further producer warp) and the bytes
+// landing, empty[s] on one arrival per consumer warp. One thread calls it (after any barriers of its own), then
+// the block synchronises.
+__device__ __forceinline__ void ring_barriers_init(uint64_t* full, uint64_t* empty, int stages, int consumer_warps,
+                                                   int producers = 1) {
     for (int s = 0; s < stages; s++) {
-        mbarrier_init(&full[s], 1);
+        mbarrier_init(&full[s], producers);
         mbarrier_init(&empty[s], consumer_warps);
     }
     fence_barrier_init();
@@ -282,6 +284,15 @@ __device__ __forceinline__ void wgmma_fence() { LLMC_HOPPER_ASM("wgmma.fence.syn
 __device__ __forceinline__ void wgmma_commit() { LLMC_HOPPER_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() { LLMC_HOPPER_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory"); }
+// Pins an accumulator's registers here. wgmma_wait orders memory, not registers: the wgmma asm names the
+// accumulators as operands but the wait does not, so the compiler may move a read of an accumulator above the
+// wait that makes it valid (it did, in a branch of the attention backward: wrong dQ, no warning). Call it after
+// each wait on the accumulators read next (as CUTLASS's warpgroup_fence_operand).
+template <int N>
+__device__ __forceinline__ void fence_accumulator(float (&acc)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(acc[i])::"memory");
+}
 
 // Shared-memory matrix descriptor of a tile stored as TMA writes it with the 128-byte swizzle: rows of 128 bytes
 // (64 bf16), 8-row atoms of 1024 bytes. K-major (each row holds K): the stride byte offset is the 1024 bytes
@@ -297,6 +308,11 @@ __device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* tile, uint
     d |= (uint64_t)1 << 62;  // swizzle mode 1: 128 bytes
     return d;
 }
+// The descriptor of the same operand `bytes` (a multiple of 16) further on: the start address field is the low
+// 14 bits, in 16-byte units, and shared addresses stay below 2^18, so no carry leaves it. Built this way, the
+// descriptors of a tile's k16 steps cost one add each instead of the masks and shifts above (they are issued
+// once per wgmma, in the inner loops).
+__device__ __forceinline__ uint64_t descriptor_plus(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
 // Accumulator layout (m64nN, fp32, per warpgroup thread t): warp w = t / 32 owns rows 16w..16w+15; lane l holds,
 // for each 8-column block j, d[4j + 0..1] at row 16w + l/4, columns 8j + 2(l%4) + 0..1, and d[4j + 2..3] at row
@@ -417,7 +433,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t desc_a, uint6
 // sub-tile, a_rows and b_rows the sub-tiles' row counts. Issued only (the caller fences, commits and waits).
 // k16 step kk of such an operand: sub-tile kk / 4, 32 bytes per step inside its 128-byte rows.
 __device__ __forceinline__ uint64_t head_dim_descriptor(const uint8_t* tile, int rows, int kk) {
-    return smem_descriptor_sw128(tile + (kk / 4) * rows * 128 + (kk % 4) * 32);
+    return descriptor_plus(smem_descriptor_sw128(tile), (kk / 4) * rows * 128 + (kk % 4) * 32);
 }
 
 template <int kHS, int kN>

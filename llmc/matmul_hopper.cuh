@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
             if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
         }
         wgmma_wait<0>();
+        fence_accumulator(acc);
         if (warp_leader) mbarrier_arrive(&empty[previous]);
 
         // epilogue: + bias, bf16 (bias loads first, all in flight together, then the adds)
