@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Training throughput of train_gpt2cu (d12, T=1024) against the fixed PyTorch baseline, run side by side on
+# Training throughput of train_gpt2cu (d12 or DEPTH, T=1024) against the fixed PyTorch baseline, run side by side on
 # the same GPU: for each B, the median ms/step and tok/s over steps 10..40 (the first steps pay for
 # cuBLAS plans and caches), the median MFU, the device memory in use, then the torch.compile baseline with
 # the same B and T and the ratio ours/baseline.
 #   scripts/bench_train.sh                 B = 16 32 64
 #   BATCHES="16" STEPS=40 scripts/bench_train.sh
+#   DEPTH=48 BATCHES="8" STEPS=30 scripts/bench_train.sh     (the 1.5B shape; the baseline gets --depth 48)
 # Env: BASELINE (default ../shared/anchors/torch_gpt2_baseline.py), LOGDIR (default bench_logs),
 #      TRAIN_FLAGS (extra flags for train_gpt2cu, e.g. "-ab flash" or "-r 0"), NO_BASELINE=1 to skip torch,
 #      BASELINE_BATCHES (the B values that also run the baseline; default all of BATCHES).
@@ -14,6 +15,7 @@ cd "$(dirname "$0")/.."
 
 BATCHES=${BATCHES:-"16 32 64"}
 STEPS=${STEPS:-40}
+DEPTH=${DEPTH:-12}
 T=1024
 BASELINE=${BASELINE:-../shared/anchors/torch_gpt2_baseline.py}
 LOGDIR=${LOGDIR:-bench_logs}
@@ -33,8 +35,8 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || 
 summary=()
 for B in $BATCHES; do
     log="$LOGDIR/train_B${B}.log"
-    echo "==== train_gpt2cu d12 B=$B T=$T, $STEPS steps $TRAIN_FLAGS"
-    if ! ./train_gpt2cu -e d12 -b "$B" -t "$T" -x "$STEPS" -v 0 -s 0 -i "$SHARD" -l 3e-4 $TRAIN_FLAGS >"$log" 2>&1; then
+    echo "==== train_gpt2cu d$DEPTH B=$B T=$T, $STEPS steps $TRAIN_FLAGS"
+    if ! ./train_gpt2cu -e "d$DEPTH" -b "$B" -t "$T" -x "$STEPS" -v 0 -s 0 -i "$SHARD" -l 3e-4 $TRAIN_FLAGS >"$log" 2>&1; then
         tail -n 5 "$log"
         summary+=("B=$B: train_gpt2cu failed (see $log)")
         continue
@@ -58,12 +60,12 @@ else:
 PARSE
 )
     mem=$(sed -n 's/^device memory in use at the end: //p' "$log")
-    line="B=$B T=$T ours: ${ms} ms/step, ${toks} tok/s, MFU ${mfu}%, device memory in use ${mem}"
+    line="d$DEPTH B=$B T=$T ours: ${ms} ms/step, ${toks} tok/s, MFU ${mfu}%, device memory in use ${mem}"
     echo "$line"
     if [ "${NO_BASELINE:-0}" != 1 ] && [[ " $BASELINE_BATCHES " == *" $B "* ]]; then
         blog="$LOGDIR/baseline_B${B}.log"
         echo "==== torch baseline B=$B T=$T"
-        if PYTHONUNBUFFERED=1 python3 "$BASELINE" --depth 12 --B "$B" --T "$T" >"$blog" 2>&1; then
+        if PYTHONUNBUFFERED=1 python3 "$BASELINE" --depth "$DEPTH" --B "$B" --T "$T" >"$blog" 2>&1; then
             grep '^BASELINE' "$blog"
             btoks=$(sed -n 's/^BASELINE.* tok_per_s=\([0-9]*\).*/\1/p' "$blog")
             ratio=$(awk -v a="$toks" -v b="$btoks" 'BEGIN { printf "%.3f", a / b }')
