@@ -286,8 +286,9 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() { LLMC_HOPPER_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory"); }
 // Pins an accumulator's registers here. wgmma_wait orders memory, not registers: the wgmma asm names the
 // accumulators as operands but the wait does not, so the compiler may move a read of an accumulator above the
-// wait that makes it valid (it did, in a branch of the attention backward: wrong dQ, no warning). Call it after
-// each wait on the accumulators read next (as CUTLASS's warpgroup_fence_operand).
+// wait that makes it valid. Call it after each wait on the accumulators read next (as CUTLASS's
+// warpgroup_fence_operand). (It does not guard against ptxas reusing loop-invariant A-fragment registers, the
+// failure seen in the attention backward: see p_and_ds there.)
 template <int N>
 __device__ __forceinline__ void fence_accumulator(float (&acc)[N]) {
 #pragma unroll
