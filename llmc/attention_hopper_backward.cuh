@@ -74,17 +74,7 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const uint8_t* tile, int
     return hopper::descriptor_plus(hopper::smem_descriptor_sw128(tile, rows * 128, 1024), kk * 16 * 128);
 }
 
-// Packs the k16 slices of a 64 x kN fp32 accumulator (values already final) into bf16 A fragments.
-template <int kN>
-__device__ __forceinline__ void pack_a_fragments(const float (&acc)[kN / 2], uint32_t (&frag)[kN / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
-            frag[kk][i] = *reinterpret_cast<const uint32_t*>(&pair);
-        }
-}
+using hopper::pack_a_fragments;
 
 // LSE (in log2 units) and D of every streamed query tile, in shared memory beside the ring ([stage][2][kBq] fp32),
 // written by one producer warp, with LSE = +inf past T so that P is 0 there without a test. Loaded per element
@@ -125,7 +115,7 @@ __device__ __forceinline__ void read_lse_d(const float* lse_d_stage, int q_local
 // test per element is one compare with a constant; tiles that do not cross the diagonal pass kNoMask (no
 // branch between a masked and an unmasked copy of this loop: CUDA 13's ptxas then reused the registers of
 // loop-invariant wgmma A fragments inside the loop, docs/PERFORMANCE.md).
-constexpr int kNoMask = -(1 << 20);
+using hopper::kNoMask;
 template <int kPq>
 __device__ __forceinline__ void p_and_ds(float (&st)[kPq / 2], float (&dpt)[kPq / 2], const float (&lse2)[kPq / 8][2],
                                          const float (&d)[kPq / 8][2], float scale_log2, int delta) {

@@ -14,11 +14,14 @@
 //     rows past T; LSE per row.
 // The 3D tensor maps (HS-wide column slices of qkv per batch) zero-fill rows past T, so partial tiles need no
 // special loads; keys past T sit above the diagonal of every real query row and are masked with it.
-// Not yet here (Step E's overlap): ping-pong of the two consumers on named barriers and the next S issued before
-// this tile's softmax; separate K and V barriers.
+// Overlap (Step E): each consumer issues S of tile j with P·V of tile j − 1 behind it and runs tile j's softmax while
+// that product is on the tensor cores; the two consumers are not otherwise synchronised (an explicit ping-pong on
+// named barriers measured slower, docs/PERFORMANCE.md). Not here: separate K and V barriers.
 #pragma once
 
 #include <cuda_bf16.h>
+
+#include <type_traits>
 
 #include "hopper.cuh"
 
@@ -47,6 +50,68 @@ struct ForwardConfig {
 template <typename Cfg>
 __device__ __forceinline__ uint64_t v_descriptor(const uint8_t* v_tile, int kk) {
     return hopper::descriptor_plus(hopper::smem_descriptor_sw128(v_tile, Cfg::kBc * 128, 1024), kk * 16 * 128);
+}
+
+using hopper::kNoMask;
+
+// The online softmax of one S tile (64 x kBc, accumulator layout) in place, in the log2 domain: S becomes
+// P = exp2(S·scale_log2 − m_new), m and l are updated, and alpha receives exp2(m_old − m_new) for the O rows. kMask:
+// elements with column + delta > row (keys past the diagonal; delta = first key − first query, or kNoMask) are −inf
+// first.
+// Each row lives on the 4 threads of a quad.
+template <int kBc, bool kMask>
+__device__ __forceinline__ void online_softmax(float (&s)[kBc / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               float scale_log2, int lane, int row_in, int delta) {
+    if (kMask) {
+#pragma unroll
+        for (int jj = 0; jj < kBc / 8; jj++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = 8 * jj + 2 * (lane % 4) + (e & 1), row = row_in + 8 * (e >> 1);
+                s[4 * jj + e] = col + delta > row ? -INFINITY : s[4 * jj + e];
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int jj = 0; jj < kBc / 8; jj++) mx = fmaxf(mx, fmaxf(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: every real row sees key 0 in its first tile
+        alpha[r] = exp2f(m[r] - m_new);
+        m[r] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < kBc / 8; jj++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float p = exp2f(s[4 * jj + 2 * r + e] * scale_log2 - m_new);
+                s[4 * jj + 2 * r + e] = p;
+                sum += p;
+            }
+        l[r] = l[r] * alpha[r] + sum;
+    }
+}
+
+// O rows times their softmax rescale factors (row_in: alpha[0], row_in + 8: alpha[1]).
+template <int kHS>
+__device__ __forceinline__ void rescale_rows(float (&o)[kHS / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int jj = 0; jj < kHS / 8; jj++) {
+        o[4 * jj] *= alpha[0], o[4 * jj + 1] *= alpha[0];
+        o[4 * jj + 2] *= alpha[1], o[4 * jj + 3] *= alpha[1];
+    }
+}
+
+// Issues O += P·V (A from registers, V used as stored: MN-major) as one wgmma group. The caller fences first (the
+// register writes of P and of the rescaled O before the products read them).
+template <typename Cfg>
+__device__ __forceinline__ void issue_pv(float (&o)[Cfg::HS / 2], const uint32_t (&p)[Cfg::kBc / 16][4],
+                                         const uint8_t* v_tile) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBc / 16; kk++) hopper::wgmma_rs<1>(o, p[kk], v_descriptor<Cfg>(v_tile, kk), 1);
+    hopper::wgmma_commit();
 }
 
 template <int kHS>
@@ -109,88 +174,60 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     const int row_in = warp * 16 + lane / 4;  // this thread's rows in the consumer's 64: row_in and row_in + 8
     const int q_first = q0 + consumer * 64;   // the consumer's first query row
     const float scale_log2 = rsqrtf((float)kHS) * 1.4426950408889634f;
+    const uint8_t* sQ_rows = sQ + consumer * 64 * 128;
 
-    float s_acc[Cfg::kBc / 2];  // S (64 x kBc) in the wgmma accumulator layout (hopper.cuh)
-    float o_acc[kHS / 2];       // O (64 x HS)
+    float s_acc[Cfg::kBc / 2];         // S (64 x kBc) in the wgmma accumulator layout (hopper.cuh)
+    float o_acc[kHS / 2];              // O (64 x HS)
+    uint32_t p_frag[Cfg::kBc / 16][4];  // P of the previous tile, bf16, the A operand of O += P·V
 #pragma unroll
     for (int i = 0; i < kHS / 2; i++) o_acc[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows row_in, row_in + 8 (l: this thread's part)
+    float alpha[2];
+    auto k_tile = [&](int stage) { return smem + Cfg::kKOffset + stage * Cfg::kStageBytes; };
 
+    // Tile 0 alone: S, softmax, P. Masked only when it is also the last (diagonal) tile; branch-free.
     mbarrier_wait(q_full, 0);
-    int stage = 0;
+    mbarrier_wait(&full[0], 0);
+    wgmma_fence();
+    wgmma_ss_over_head_dim<kHS>(s_acc, sQ_rows, Cfg::kBr, k_tile(0), Cfg::kBc);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulator(s_acc);
+    online_softmax<Cfg::kBc, true>(s_acc, m, l, alpha, scale_log2, lane, row_in, n_tiles == 1 ? -q_first : kNoMask);
+    pack_a_fragments<Cfg::kBc>(s_acc, p_frag);  // P, straight from S's accumulators
+
+    // Tiles 1..n-1: S_j is issued with P_{j-1}·V_{j-1} behind it, and tile j's softmax runs while that second product
+    // is still on the tensor cores (Step E's intra-warpgroup overlap). Only the last tile reaches the diagonal (query
+    // blocks and key tiles are both 128 wide), so the loop has no mask at all and the last tile runs after it.
+    static_assert(Cfg::kStages >= 2, "tile 1 is in the ring's second stage");
+    int prev = 0, stage = 1;
     uint32_t phase = 0;
-    for (int j = 0; j < n_tiles; j++) {
+    auto next_tile = [&](auto masked, int j) {
         mbarrier_wait(&full[stage], phase);
-        const uint8_t* k_tile = smem + Cfg::kKOffset + stage * Cfg::kStageBytes;
-        const uint8_t* v_tile = k_tile + Cfg::kKVBytes;
-
-        // S = Q·Kᵀ: K along HS, 16 per step, 64 per swizzle row (sub-tile)
         wgmma_fence();
-        wgmma_ss_over_head_dim<kHS>(s_acc, sQ + consumer * 64 * 128, Cfg::kBr, k_tile, Cfg::kBc);
+        wgmma_ss_over_head_dim<kHS>(s_acc, sQ_rows, Cfg::kBr, k_tile(stage), Cfg::kBc);
         wgmma_commit();
-        wgmma_wait<0>();
+        issue_pv<Cfg>(o_acc, p_frag, k_tile(prev) + Cfg::kKVBytes);
+        wgmma_wait<1>();  // S_j done; P_{j-1}·V_{j-1} may still run
         fence_accumulator(s_acc);
-        fence_accumulator(o_acc);
-
-        // causal mask where this tile reaches past the consumer's first row (keys > query: -inf)
-        if (j * Cfg::kBc + Cfg::kBc - 1 > q_first) {
-#pragma unroll
-            for (int jj = 0; jj < Cfg::kBc / 8; jj++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = j * Cfg::kBc + 8 * jj + 2 * (lane % 4) + (e & 1);
-                    const int query = q_first + row_in + 8 * (e >> 1);
-                    if (key > query) s_acc[4 * jj + e] = -INFINITY;
-                }
-        }
-
-        // online softmax in the log2 domain; each row lives on the 4 threads of a quad
-        float alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int jj = 0; jj < Cfg::kBc / 8; jj++) mx = fmaxf(mx, fmaxf(s_acc[4 * jj + 2 * r], s_acc[4 * jj + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: every real row sees key 0
-            alpha[r] = exp2f(m[r] - m_new);
-            m[r] = m_new;
-            float sum = 0.f;
-#pragma unroll
-            for (int jj = 0; jj < Cfg::kBc / 8; jj++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float p = exp2f(s_acc[4 * jj + 2 * r + e] * scale_log2 - m_new);
-                    s_acc[4 * jj + 2 * r + e] = p;
-                    sum += p;
-                }
-            l[r] = l[r] * alpha[r] + sum;
-        }
-#pragma unroll
-        for (int jj = 0; jj < kHS / 8; jj++) {
-            o_acc[4 * jj] *= alpha[0], o_acc[4 * jj + 1] *= alpha[0];
-            o_acc[4 * jj + 2] *= alpha[1], o_acc[4 * jj + 3] *= alpha[1];
-        }
-
-        // O += P·V: P (64 x kBc) as bf16 A fragments, straight from S's accumulators (k16 slice kk = 8-column
-        // blocks 2kk and 2kk + 1), all packed before the fence that orders register writes before wgmma reads them
-        uint32_t p_frag[Cfg::kBc / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kBc / 16; kk++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const __nv_bfloat162 pair = __floats2bfloat162_rn(s_acc[8 * kk + 2 * i], s_acc[8 * kk + 2 * i + 1]);
-                p_frag[kk][i] = *reinterpret_cast<const uint32_t*>(&pair);
-            }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kBc / 16; kk++) wgmma_rs<1>(o_acc, p_frag[kk], v_descriptor<Cfg>(v_tile, kk), 1);
-        wgmma_commit();
+        online_softmax<Cfg::kBc, decltype(masked)::value>(s_acc, m, l, alpha, scale_log2, lane, row_in,
+                                                          j * Cfg::kBc - q_first);
         wgmma_wait<0>();
-        if (lane == 0) mbarrier_arrive(&empty[stage]);
+        fence_accumulator(o_acc);
+        fence_fragments(p_frag);
+        if (lane == 0) mbarrier_arrive(&empty[prev]);
+        rescale_rows<kHS>(o_acc, alpha);
+        pack_a_fragments<Cfg::kBc>(s_acc, p_frag);  // P, straight from S's accumulators
+        prev = stage;
         if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
-    }
+    };
+    for (int j = 1; j < n_tiles - 1; j++) next_tile(std::false_type{}, j);
+    if (n_tiles > 1) next_tile(std::true_type{}, n_tiles - 1);
+    wgmma_fence();
+    issue_pv<Cfg>(o_acc, p_frag, k_tile(prev) + Cfg::kKVBytes);
+    wgmma_wait<0>();
+    fence_fragments(p_frag);
+    if (lane == 0) mbarrier_arrive(&empty[prev]);
 
     fence_accumulator(o_acc);
     // ---- epilogue: O / l -> bf16 -> this consumer's rows of the Q buffer (its own, read only by its wgmmas, all done)

@@ -295,6 +295,22 @@ __device__ __forceinline__ void fence_accumulator(float (&acc)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
+// The same for A fragments held in registers by a wgmma still running (wgmma_rs reads them asynchronously): called
+// after the wait that retires it, it keeps the fragments live, so nothing else is allocated to those registers
+// while the product may still read them.
+template <int N>
+__device__ __forceinline__ void fence_fragments(uint32_t (&frag)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) asm volatile("" : "+r"(frag[i][k])::"memory");
+}
+
+// Causal masks in the attention kernels test (column − row + delta > 0) per element, delta being the tile's first key
+// minus its first query; tiles that do not reach the diagonal pass kNoMask, which no column − row difference
+// overcomes.
+constexpr int kNoMask = -(1 << 20);
+
 // Shared-memory matrix descriptor of a tile stored as TMA writes it with the 128-byte swizzle: rows of 128 bytes
 // (64 bf16), 8-row atoms of 1024 bytes. K-major (each row holds K): the stride byte offset is the 1024 bytes
 // between atoms and the leading byte offset is unused (1). The tile must start 1024-byte aligned (base offset
@@ -491,6 +507,19 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+// Packs the k16 slices of a 64 x kN fp32 accumulator (values final) into bf16 A fragments of the next product: the
+// accumulator layout is the register-A layout, k16 slice kk being 8-column blocks 2kk and 2kk + 1.
+template <int kN>
+__device__ __forceinline__ void pack_a_fragments(const float (&acc)[kN / 2], uint32_t (&frag)[kN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
+            frag[kk][i] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
 }
 
 // A fragments (the accumulator layout above, as attention packs P) of a warpgroup's 64 rows of a [kHS/64][rows][64]
