@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda_common.h"
+
 namespace flash {
 
 using bf16 = __nv_bfloat16;
@@ -19,14 +21,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16-byte async copy global -> shared; when !valid the 16 bytes are zero-filled and nothing is read.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-    int src_bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+// cp_async_16, cp_async_commit, cp_async_wait: llmc/cuda_common.h.
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

@@ -130,6 +130,18 @@ template <typename T> __device__ __forceinline__ void store128(T* p, const Packe
 typedef Packed128<floatX> x128;
 typedef Packed128<float> f128;
 
+// ---------------------------------------------------------------- asynchronous copies (sm_80+)
+// 16-byte async copy global -> shared (dst: a shared-space address); when !valid the 16 bytes are zero-filled and
+// nothing is read. commit closes a group of copies; wait<N> returns when at most N of this thread's groups are
+// still in flight (then __syncthreads makes the data visible to the whole block).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+    int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+
 // ---------------------------------------------------------------- reductions
 __device__ __forceinline__ float warp_reduce_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffff, v, off);

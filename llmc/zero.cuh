@@ -148,7 +148,7 @@ __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* 
     const ZeroDeviceChunk c = chunks[blockIdx.x];
     const ZeroDeviceSegment g = segments[c.segment];
     const float wd = table.weight_decay[g.tensor];
-    const uint32_t seed = hash_u32((uint32_t)g.tensor, s.step_seed);  // adamw_kernel's stream for this tensor
+    const uint32_t seed = tensor_seed(g.tensor, s);  // adamw_kernel's stream for this tensor
     for (uint32_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
         const size_t at = g.shard_offset + i;
         adamw_element(params + g.flat_offset + i, master ? master + at : nullptr, grads[g.flat_offset + i], m + at,

@@ -264,6 +264,8 @@ static void test_attention(AttentionBackend backend, int B, int T, int NH, int H
     cudaFree(d_qkv); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dqkv); cudaFree(saved); cudaFree(ws);
 }
 
+// Every kernel that runs rows of Vp on this device (llmc/fused_classifier.cuh), each against the reference; where
+// both run and the resident one holds the row in one chunk, their outputs must be the same bits.
 static void test_classifier(int N, int V, int Vp) {
     auto logits = random_vec((size_t)N * Vp, 2.0f);
     std::vector<int> targets(N);
@@ -272,21 +274,36 @@ static void test_classifier(int N, int V, int Vp) {
     int* d_targets;
     cudaCheck(cudaMalloc(&d_targets, N * sizeof(int)));
     cudaCheck(cudaMemcpy(d_targets, targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-    floatX* d_logits = upload(logits);
-    float* d_losses;
-    cudaCheck(cudaMalloc(&d_losses, N * 4));
-    cudaCheck(cudaMemset(d_losses, 0xFF, N * 4));
     const float dloss = 1.0f / N;
-    fused_classifier(d_logits, d_losses, d_targets, N, V, Vp, dloss);
     std::vector<double> logits_d = dbl(logits), probs(logits.size()), losses(N), dlogits(logits.size(), 0.0);
     std::vector<double> dlosses(N, (double)dloss);
     cpu::crossentropy_softmax_forward(losses.data(), probs.data(), logits_d.data(), targets.data(), 1, N, V, Vp);
     cpu::crossentropy_softmax_backward(dlogits.data(), dlosses.data(), probs.data(), targets.data(), 1, N, V, Vp);
-    char tag[96];
-    snprintf(tag, sizeof(tag), "fused classifier N=%d V=%d Vp=%d", N, V, Vp);
-    check(std::string(tag) + " losses", download(d_losses, N), losses, 1e-5);
-    check(std::string(tag) + " dlogits (padding must be 0)", download(d_logits, dlogits.size()), dlogits, kTolSimple);
-    cudaFree(d_targets); cudaFree(d_logits); cudaFree(d_losses);
+    std::vector<std::vector<float>> outputs;  // per kernel run: losses then dlogits
+    for (ClassifierKernel kernel : {ClassifierKernel::Resident, ClassifierKernel::Pipelined}) {
+        if (kernel == ClassifierKernel::Pipelined && !fused_classifier_pipelined_fits(Vp)) continue;
+        floatX* d_logits = upload(logits);
+        float* d_losses;
+        cudaCheck(cudaMalloc(&d_losses, N * 4));
+        cudaCheck(cudaMemset(d_losses, 0xFF, N * 4));
+        fused_classifier(d_logits, d_losses, d_targets, N, V, Vp, dloss, 0, kernel);
+        char tag[96];
+        snprintf(tag, sizeof(tag), "fused classifier %s N=%d V=%d Vp=%d",
+                 kernel == ClassifierKernel::Pipelined ? "pipelined" : "resident", N, V, Vp);
+        std::vector<float> got_losses = download(d_losses, N), got = download(d_logits, dlogits.size());
+        check(std::string(tag) + " losses", got_losses, losses, 1e-5);
+        check(std::string(tag) + " dlogits (padding must be 0)", got, dlogits, kTolSimple);
+        got.insert(got.end(), got_losses.begin(), got_losses.end());
+        outputs.push_back(std::move(got));
+        cudaFree(d_logits); cudaFree(d_losses);
+    }
+    if (outputs.size() == 2 && Vp / x128::size <= 8 * 1024) {
+        checks++;
+        const bool same = memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * sizeof(float)) == 0;
+        failures += !same;
+        printf("%-52s %s\n", "fused classifier: both kernels give the same bits", same ? "OK" : "FAIL");
+    }
+    cudaFree(d_targets);
 }
 
 static void test_global_norm(size_t n) {
@@ -308,9 +325,9 @@ static void test_global_norm(size_t n) {
     cudaFree(d_x); cudaFree(d_scratch);
 }
 
-static void test_adamw() {
+// sizes: tensors of odd sizes take the scalar kernel, multiples of 4 the 4-wide one (llmc/adamw.cuh).
+static void test_adamw(const size_t (&sizes)[3]) {
     const int num = 3;
-    const size_t sizes[num] = {1000, 37, 4099};
     const float wd[num] = {0.1f, 0.0f, 0.1f};
     size_t total = 0;
     AdamWTensorTable table;
@@ -379,6 +396,45 @@ static void test_adamw() {
         if (up == 0) failures++;
     }
     cudaFree(d_params); cudaFree(d_grads); cudaFree(d_master); cudaFree(d_m); cudaFree(d_v);
+}
+
+// The scalar and the 4-wide AdamW kernels give the same bits for every output (same math, same rounding streams).
+static void test_adamw_kernels_agree() {
+    const size_t n = 4 * 3001;
+    AdamWTensorTable table;
+    table.offset[0] = 0, table.size[0] = 2000, table.weight_decay[0] = 0.1f;
+    table.offset[1] = 2000, table.size[1] = n - 2000, table.weight_decay[1] = 0.0f;
+    auto params = random_vec(n, 1.0f), grads = random_vec(n, 1.0f), m = random_vec(n, 0.1f);
+    std::vector<float> master(n), v(n);
+    for (size_t i = 0; i < n; i++) master[i] = params[i] + 1e-3f * rng.uniform(), v[i] = 0.01f * rng.uniform();
+    const AdamWStep st = adamw_step(1e-2f, 0.9f, 0.95f, 1e-8f, 0.7f, 5, 7);
+    std::vector<std::vector<float>> results[2];
+    for (int kernel = 0; kernel < 2; kernel++) {
+        floatX *d_params = upload(params), *d_grads = upload(grads);
+        float *d_master = nullptr, *d_m, *d_v;
+        const bool use_master = kFloatXIsBF16;
+        if (use_master) {
+            cudaCheck(cudaMalloc(&d_master, n * 4));
+            cudaCheck(cudaMemcpy(d_master, master.data(), n * 4, cudaMemcpyHostToDevice));
+        }
+        cudaCheck(cudaMalloc(&d_m, n * 4));
+        cudaCheck(cudaMalloc(&d_v, n * 4));
+        cudaCheck(cudaMemcpy(d_m, m.data(), n * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_v, v.data(), n * 4, cudaMemcpyHostToDevice));
+        const dim3 grid(3, 2);
+        if (kernel == 0) adamw_kernel<<<grid, 128>>>(d_params, d_master, d_grads, d_m, d_v, table, st);
+        else adamw_kernel_x4<<<grid, 128>>>(d_params, d_master, d_grads, d_m, d_v, table, st);
+        cudaCheckLaunch();
+        results[kernel] = {download(d_params, n), download(d_m, n), download(d_v, n)};
+        if (use_master) results[kernel].push_back(download(d_master, n));
+        cudaFree(d_params); cudaFree(d_grads); cudaFree(d_master); cudaFree(d_m); cudaFree(d_v);
+    }
+    size_t differ = 0;
+    for (size_t a = 0; a < results[0].size(); a++)
+        for (size_t i = 0; i < n; i++) differ += memcmp(&results[0][a][i], &results[1][a][i], 4) != 0;
+    checks++;
+    failures += differ != 0;
+    printf("%-52s %zu values differ  %s\n", "adamw scalar vs 4-wide kernel, bitwise", differ, differ == 0 ? "OK" : "FAIL");
 }
 
 // Generation's decode products (llmc/decode_matvec.cuh, llmc/decode_mma.cuh): out (B, N) = epilogue(in'·Wᵀ + bias),
@@ -509,8 +565,12 @@ int main(int argc, char** argv) {
     }
     test_classifier(3 * 37, 1000, 1024);
     test_classifier(8, 50257, 50304);
+    test_classifier(5, 20001, 20096);  // 4 packs per thread
+    test_classifier(3, 70001, 70016);  // longer than 8 packs per thread (bf16): chunks, re-read for the write pass
     test_global_norm(1000003);
-    test_adamw();
+    test_adamw({1000, 37, 4099});
+    test_adamw({1000, 36, 4100});
+    test_adamw_kernels_agree();
     printf("%s: %d of %d checks failed\n", failures ? "FAIL" : "PASS", failures, checks);
     return failures ? 1 : 0;
 }

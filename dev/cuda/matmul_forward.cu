@@ -219,7 +219,7 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const bf16* src, int ro
         const int row = id / kChunksPerRow, chunk = id % kChunksPerRow, k = k0 + chunk * 8;
         const bool valid = row < rows_valid && k < K;  // K % 8 == 0: a chunk is all in or all out
         const bf16* g = valid ? src + (size_t)row * ld + k : src;
-        flash::cp_async_16(flash::tile_chunk_addr<kBK>(tile, row, chunk), g, valid);
+        cp_async_16(flash::tile_chunk_addr<kBK>(tile, row, chunk), g, valid);
     }
 }
 }  // namespace mma4
@@ -250,14 +250,14 @@ __global__ void __launch_bounds__(mma4::kThreads, 2)
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) {
         if (s < num_k) load_stage(s, s);
-        flash::cp_async_commit();
+        cp_async_commit();
     }
     for (int kt = 0; kt < num_k; kt++) {
-        flash::cp_async_wait<kStages - 2>();
+        cp_async_wait<kStages - 2>();
         __syncthreads();  // slice kt visible to all; every warp is done with slice kt - 1, whose stage is refilled now
         const int next = kt + kStages - 1;
         if (next < num_k) load_stage(next % kStages, next);
-        flash::cp_async_commit();
+        cp_async_commit();
 
         const uint32_t sA = sbase + (kt % kStages) * kStageBytes, sB = sA + kTileA;
 #pragma unroll
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(mma4::kThreads, 2)
             }
         }
     }
-    flash::cp_async_wait<0>();  // only empty groups can be pending, but the shared memory is reused below
+    cp_async_wait<0>();  // only empty groups can be pending, but the shared memory is reused below
     __syncthreads();
 
     // Epilogue: accumulator (row g / g + 8, columns 2t, 2t + 1 of each 16 x 8 tile) + bias -> bf16 pairs in the
