@@ -260,6 +260,8 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
     row("attention / recompute", attention_backend_description(s.backend) + " / " + str(a.recompute));
     row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
+    row("forward + backward", model.use_graphs ? "one CUDA Graph per micro-step (from the second; -cg 0: off)"
+                                               : "kernels queued one by one");
     row("ZeRO stage", model.zero.on ? "1 (master weights and AdamW moments: this rank's shard)"
                                     : "0 (every rank keeps the whole optimizer state)");
     if (s.world > 1) {
@@ -352,6 +354,11 @@ StepResult train_step(GPT2& model, GradExchange& x, DataLoader& train, const Tra
     double loss_sum = 0;
     for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
         train.next_batch();
+        if (!x.active) {  // one GPU: nothing between forward and backward (a CUDA Graph with -cg 1)
+            loss_sum += gpt2_forward_backward(&model, train.inputs(), train.targets(), a.B, a.T,
+                                              1.0f / layout.grad_accum_steps);
+            continue;
+        }
         loss_sum += gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T);
         grad_exchange_arm(&x, micro == layout.grad_accum_steps - 1);
         gpt2_backward(&model, 1.0f / layout.grad_accum_steps);
@@ -399,6 +406,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     if (!note.empty()) printf("note: %s\n", note.c_str());
     matmul_set_tf32(a.tf32);
     model.use_master_weights = a.master_weights;
+    model.use_graphs = a.cuda_graph && mg.world == 1;
     if (a.zero_stage == 1) gpt2_use_zero(&model, mg.world, mg.rank, (size_t)a.zero_bucket_mb << 20);
     gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
 

@@ -55,6 +55,18 @@ struct GPT2 {
     // parameters (the LayerNorm ahead of the layer, which reads its ln1). Unset: nothing is called.
     std::function<void(int)> grads_ready, params_needed;
 
+    // gpt2_forward_backward replays its kernels from a CUDA Graph (captured on the second call with the same shape
+    // and loss scale) where nothing runs between them on the host: no hooks (one GPU). Set before gpt2_allocate,
+    // which then gives the model a stream of its own if it has none (the legacy stream cannot be captured).
+    bool use_graphs = false;
+    struct StepGraph {
+        int B = 0, T = 0;
+        float loss_scale = 0.0f;
+        bool seen = false;                // an eager run with this key has set up every plan and lazy state
+        cudaGraphExec_t exec = nullptr;
+    } graph;
+    cudaStream_t owned_stream = nullptr;  // created by gpt2_allocate for use_graphs
+
     // Set by gpt2_build_*: the initial parameters in fp32, uploaded by gpt2_allocate.
     std::vector<float> host_params;
     size_t num_parameters = 0;
@@ -179,6 +191,10 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         exit(EXIT_FAILURE);
     }
     matmul_init();
+    if (m->use_graphs && m->stream == 0) {  // blocking: ordered with the legacy stream, as the default stream was
+        cudaCheck(cudaStreamCreate(&m->owned_stream));
+        m->stream = m->owned_stream;
+    }
     m->B = B;
     m->T = T;
     m->recompute = recompute;
@@ -245,23 +261,23 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->host_params.shrink_to_fit();
 }
 
-// Forward pass on host token arrays (B*T each, B <= allocated B, T <= allocated T). Returns the mean loss,
-// or NAN when targets is null (then the logits stay readable through gpt2_logits_to_host). With targets the
-// logits are replaced by the gradient of the mean loss (the fused classifier), ready for gpt2_backward.
-inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
-    using namespace gpt2_detail;
+namespace gpt2_detail {
+
+inline void check_forward_shape(const GPT2* m, int B, int T, const char* what) {
     if (!m->device_block || B < 1 || T < 1 || B > m->B || T > m->T) {
-        fprintf(stderr, "error: gpt2_forward: B=%d T=%d must be within the allocated B=%d T=%d\n", B, T, m->B, m->T);
+        fprintf(stderr, "error: %s: B=%d T=%d must be within the allocated B=%d T=%d\n", what, B, T, m->B, m->T);
         exit(EXIT_FAILURE);
     }
+}
+
+// The forward's kernels on m->stream (tokens already on the device), through the classifier when with_targets
+// (the logits become dlogits, the losses land in mem::Losses). Queues only: no host synchronisation.
+inline void forward_enqueue(GPT2* m, int B, int T, bool with_targets) {
     const GPT2Config& c = m->config;
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
     const int BT = B * T;
     const size_t ld = (size_t)m->B * m->T;  // per-layer strides use the allocated size
     cudaStream_t s = m->stream;
-    upload_tokens(m, mem::Inputs, inputs, B, T, "input");
-    if (targets) upload_tokens(m, mem::Targets, targets, B, T, "target");
-
     floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
     const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
     if (m->params_needed) m->params_needed(-1);
@@ -301,24 +317,39 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
         }
     }
     matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, BT, C, Vp, nullptr, false, s);
-    m->last_B = B;
-    m->last_T = T;
-    if (!targets) {
-        m->logits_valid = true;
-        m->dlogits_ready = false;
-        m->last_loss = NAN;
-        return NAN;
+    if (with_targets) {
+        fused_classifier(buf<floatX>(m, mem::Logits), buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
+                         1.0f / (float)BT, s);
     }
-    fused_classifier(buf<floatX>(m, mem::Logits), buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
-                     1.0f / (float)BT, s);
+}
+
+// The mean of the last forward's losses (waits for the stream).
+inline float read_mean_loss(GPT2* m, int BT) {
     std::vector<float> losses(BT);
-    cudaCheck(cudaMemcpyAsync(losses.data(), m->memory[mem::Losses], BT * sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
+    cudaCheck(cudaMemcpyAsync(losses.data(), m->memory[mem::Losses], BT * sizeof(float), cudaMemcpyDeviceToHost,
+                              m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
     double sum = 0.0;
     for (int i = 0; i < BT; i++) sum += losses[i];
-    m->logits_valid = false;
-    m->dlogits_ready = true;
-    m->last_loss = (float)(sum / BT);
+    return (float)(sum / BT);
+}
+
+}  // namespace gpt2_detail
+
+// Forward pass on host token arrays (B*T each, B <= allocated B, T <= allocated T). Returns the mean loss,
+// or NAN when targets is null (then the logits stay readable through gpt2_logits_to_host). With targets the
+// logits are replaced by the gradient of the mean loss (the fused classifier), ready for gpt2_backward.
+inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
+    using namespace gpt2_detail;
+    check_forward_shape(m, B, T, "gpt2_forward");
+    upload_tokens(m, mem::Inputs, inputs, B, T, "input");
+    if (targets) upload_tokens(m, mem::Targets, targets, B, T, "target");
+    forward_enqueue(m, B, T, targets != nullptr);
+    m->last_B = B;
+    m->last_T = T;
+    m->logits_valid = !targets;
+    m->dlogits_ready = targets != nullptr;
+    m->last_loss = targets ? read_mean_loss(m, B * T) : NAN;
     return m->last_loss;
 }
 
@@ -326,18 +357,14 @@ inline void gpt2_zero_grad(GPT2* m) {
     cudaCheck(cudaMemsetAsync(m->memory[mem::Grads], 0, m->num_parameters * sizeof(floatX), m->stream));
 }
 
-// Accumulates the gradient of loss_scale · (mean loss of the last forward) into the gradients.
-// Must follow a gpt2_forward with targets (its inputs and targets are still on the device).
-inline void gpt2_backward(GPT2* m, float loss_scale) {
-    using namespace gpt2_detail;
-    if (!m->dlogits_ready) {
-        fprintf(stderr, "error: gpt2_backward: needs a preceding gpt2_forward with targets\n");
-        exit(EXIT_FAILURE);
-    }
-    m->dlogits_ready = false;
+namespace gpt2_detail {
+
+// The backward's kernels on m->stream, after forward_enqueue with targets for the same B, T. Queues only (the
+// hooks are called as their work is queued).
+inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale) {
     const GPT2Config& c = m->config;
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
-    const int B = m->last_B, T = m->last_T, BT = B * T;
+    const int BT = B * T;
     const size_t ld = (size_t)m->B * m->T;
     cudaStream_t s = m->stream;
     floatX* dresidual = buf<floatX>(m, mem::DResidual);
@@ -398,7 +425,61 @@ inline void gpt2_backward(GPT2* m, float loss_scale) {
     encoder_backward(grad(m, WTE), grad(m, WPE), dresidual, buf<int>(m, mem::Inputs), B, T, C, c.vocab_size,
                      m->encoder_scratch, s);
     if (m->grads_ready) m->grads_ready(-1);
-    cudaCheck(cudaStreamSynchronize(s));
+}
+
+}  // namespace gpt2_detail
+
+// Accumulates the gradient of loss_scale · (mean loss of the last forward) into the gradients.
+// Must follow a gpt2_forward with targets (its inputs and targets are still on the device).
+inline void gpt2_backward(GPT2* m, float loss_scale) {
+    if (!m->dlogits_ready) {
+        fprintf(stderr, "error: gpt2_backward: needs a preceding gpt2_forward with targets\n");
+        exit(EXIT_FAILURE);
+    }
+    m->dlogits_ready = false;
+    gpt2_detail::backward_enqueue(m, m->last_B, m->last_T, loss_scale);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+// gpt2_forward with targets, then gpt2_backward(loss_scale), as one unit: with use_graphs and no hooks, the
+// second call with the same B, T and loss_scale captures the kernels into a CUDA Graph and every later call
+// replays it (one launch instead of ~380: no gaps while the host queues them). Same kernels, same order, same
+// bits. Returns the mean loss.
+inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+    using namespace gpt2_detail;
+    check_forward_shape(m, B, T, "gpt2_forward_backward");
+    upload_tokens(m, mem::Inputs, inputs, B, T, "input");
+    upload_tokens(m, mem::Targets, targets, B, T, "target");
+    GPT2::StepGraph& g = m->graph;
+    const bool graphable = m->use_graphs && m->stream != 0 && !m->grads_ready && !m->params_needed;
+    const bool same_key = g.B == B && g.T == T && g.loss_scale == loss_scale;
+    if (!graphable || !same_key) {
+        if (g.exec) cudaCheck(cudaGraphExecDestroy(g.exec));
+        g = GPT2::StepGraph{};
+        g.B = B, g.T = T, g.loss_scale = loss_scale;
+    }
+    if (graphable && g.seen && !g.exec) {
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+        forward_enqueue(m, B, T, true);
+        backward_enqueue(m, B, T, loss_scale);
+        cudaCheck(cudaStreamEndCapture(m->stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&g.exec, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    if (g.exec) {
+        cudaCheck(cudaGraphLaunch(g.exec, m->stream));
+    } else {
+        forward_enqueue(m, B, T, true);
+        backward_enqueue(m, B, T, loss_scale);
+        g.seen = true;
+    }
+    m->last_B = B;
+    m->last_T = T;
+    m->logits_valid = false;
+    m->dlogits_ready = false;
+    m->last_loss = read_mean_loss(m, B * T);
+    return m->last_loss;
 }
 
 // The gradients' L2 norm; with ZeRO-1 that of this rank's owned, reduce-scattered gradients (the trainer combines
@@ -474,6 +555,13 @@ inline floatX* gpt2_grads(GPT2* m) { return (floatX*)m->memory[mem::Grads]; }
 inline size_t gpt2_num_parameters(const GPT2* m) { return m->num_parameters; }
 
 inline void gpt2_free(GPT2* m) {
+    if (m->graph.exec) cudaCheck(cudaGraphExecDestroy(m->graph.exec));
+    m->graph = GPT2::StepGraph{};
+    if (m->owned_stream) {
+        cudaCheck(cudaStreamDestroy(m->owned_stream));
+        if (m->stream == m->owned_stream) m->stream = 0;
+        m->owned_stream = nullptr;
+    }
     zero_shard_free(&m->zero.shard);
     if (m->device_block) cudaCheck(cudaFree(m->device_block));
     m->device_block = nullptr;

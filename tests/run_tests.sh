@@ -44,7 +44,7 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     for name in $(printf 'gpu-reference-d12-%s ' $backends) generate-vs-transformers; do
         selected "$name" && needs_d12=1 && needs_data=1
     done
-    for name in gpu-data resume-bit-exact checkpoint-directory; do selected "$name" && needs_data=1; done
+    for name in gpu-data resume-bit-exact cuda-graph-bit-exact checkpoint-directory; do selected "$name" && needs_data=1; done
     run_suite gpu-kernels ./tests/test_kernels
     # generation's KV cache and decode step (as a CUDA Graph) against the full forward
     run_suite gpu-decode ./tests/test_decode
@@ -64,6 +64,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     [ $needs_data = 1 ] && PREREQ=1 run_suite gpu-data make -s data DATA_MIRROR="$DATA_MIRROR"
     # checkpoint + resume must continue bit for bit (weights, optimizer state, data position, log, console)
     run_suite resume-bit-exact bash scripts/check_resume.sh
+    # the trainer's CUDA Graph replays the same kernels: model, optimizer state and losses bit for bit as without it
+    run_suite cuda-graph-bit-exact bash scripts/check_graph.sh
     # runs never mix or lose checkpoints: -nk, a fresh run among another's, -ow 1, a mixed pair, stale temporaries
     run_suite checkpoint-directory bash scripts/check_checkpoint_dir.sh
     # The d12 (124M) reference is made here, never committed: PyTorch pre-trains it 300 steps on Tiny
