@@ -108,8 +108,8 @@ inline std::string train_usage(const std::string& program) {
              "  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)\n"
              "  -f <0|1>     TF32 matmuls in FP32 builds (default %d)\n"
              "  -w <0|1>     fp32 master weights in BF16 builds (default %d)\n"
-             "  -cg <0|1>    one GPU: replay forward+backward from a CUDA Graph after the first step; same\n"
-             "               kernels and bits, without the gaps of queuing them one by one (default %d)\n"
+             "  -cg <0|1>    one GPU: replay forward+backward from a CUDA Graph from the second micro-step on;\n"
+             "               same kernels and bits, without the gaps of queuing them one by one (default %d)\n"
              "  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16\n"
              "               builds with head size 64 or 128, else materialized (default %s). flash runs the\n"
              "               Hopper TMA/wgmma kernels on H100/H200 (sm_90a builds), mma.sync elsewhere; all\n"
@@ -130,8 +130,8 @@ inline std::string train_usage(const std::string& program) {
              d.tokenizer_path.c_str(), d.B, d.T, d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay,
              d.grad_clip, d.val_every, d.val_max_batches, d.sample_every, d.gen_tokens, d.temperature, d.top_k,
              d.checkpoint_every, d.checkpoint_keep, d.recompute, d.tf32 ? 1 : 0, d.master_weights ? 1 : 0,
-             d.cuda_graph ? 1 : 0, d.attention.c_str(), (unsigned long long)d.seed, d.gpus_per_node, d.init_method.c_str(), d.rendezvous_dir.c_str(),
-             d.zero_stage, d.zero_bucket_mb);
+             d.cuda_graph ? 1 : 0, d.attention.c_str(), (unsigned long long)d.seed, d.gpus_per_node,
+             d.init_method.c_str(), d.rendezvous_dir.c_str(), d.zero_stage, d.zero_bucket_mb);
     return buf;
 }
 
