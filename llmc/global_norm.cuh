@@ -8,9 +8,18 @@
 constexpr int kGlobalNormBlocks = 512;
 constexpr int kGlobalNormThreads = 512;
 
+// 16-byte packs where x is 16-byte aligned (the gradients always are), then the elements past the last whole pack:
+// element-wise 2-byte loads left DRAM at 1.4 TB/s on an H200.
 __global__ void global_norm_partials_kernel(float* partials, const floatX* x, size_t n) {
     float acc = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t packs = reinterpret_cast<uintptr_t>(x) % 16 == 0 ? n / x128::size : 0;
+    for (size_t p = first; p < packs; p += stride) {
+        const x128 v = load128cs(x + p * x128::size);
+#pragma unroll
+        for (int k = 0; k < x128::size; k++) acc += to_float(v[k]) * to_float(v[k]);
+    }
+    for (size_t i = packs * x128::size + first; i < n; i += stride) {
         float v = to_float(x[i]);
         acc += v * v;
     }

@@ -317,6 +317,10 @@ static void test_global_norm(size_t n) {
     char tag[96];
     snprintf(tag, sizeof(tag), "global norm n=%zu", n);
     check(tag, {norm}, {std::sqrt(ref)}, 1e-5);
+    // from the second element: not 16-byte aligned, so element by element
+    const float unaligned = global_norm(d_x + 1, n - 1, d_scratch);
+    snprintf(tag, sizeof(tag), "global norm n=%zu, unaligned start", n - 1);
+    check(tag, {unaligned}, {std::sqrt(ref - (double)x[0] * x[0])}, 1e-5);
     float again = global_norm(d_x, n, d_scratch);
     checks++;
     bool same = memcmp(&norm, &again, 4) == 0;
@@ -568,6 +572,7 @@ int main(int argc, char** argv) {
     test_classifier(5, 20001, 20096);  // 4 packs per thread
     test_classifier(3, 70001, 70016);  // longer than 8 packs per thread (bf16): chunks, re-read for the write pass
     test_global_norm(1000003);
+    test_global_norm(8 * 99991);  // whole packs only
     test_adamw({1000, 37, 4099});
     test_adamw({1000, 36, 4100});
     test_adamw_kernels_agree();
