@@ -130,6 +130,32 @@ __device__ __forceinline__ void p_and_ds(float (&st)[kPq / 2], float (&dpt)[kPq 
         }
 }
 
+// One query part's elementwise step in the dK/dV and fused kernels: its LSE and D from the staged stage (read before
+// the wait, so they are in registers when the products land), the wait for the part's Sᵀ and dPᵀ (later parts'
+// products and earlier dV/dK may still run), then Pᵀ and dSᵀ in place, masked only where the part's first query
+// is below the consumer's last key (kc0 + 63).
+template <int kBq, int kPq, int kParts>
+__device__ __forceinline__ void part_p_and_ds(float (&st)[kPq / 2], float (&dpt)[kPq / 2], const float* lse_d_stage,
+                                              int part, int q_tile_first, int kc0, int row_in, int lane,
+                                              float scale_log2) {
+    float lse2[kPq / 8][2], d_q[kPq / 8][2];
+    read_lse_d<kBq, kPq>(lse_d_stage, part * kPq, lane, lse2, d_q);
+    hopper::wgmma_wait<kParts - 1>();
+    hopper::fence_accumulator(st);
+    hopper::fence_accumulator(dpt);
+    const int q_first = q_tile_first + part * kPq;
+    const int delta = q_first < kc0 + 63 ? kc0 + row_in - (q_first + 2 * (lane % 4)) : kNoMask;
+    p_and_ds<kPq>(st, dpt, lse2, d_q, scale_log2, delta);
+}
+
+// The origin of consumer c's dQ piece in the fused kernel: at HS 64 each consumer's piece is 32 of the tile's queries
+// over the whole head (q_off), at HS 128 all of them over 64 head dimensions (dq_sub: which 64).
+template <int kHS>
+__device__ __forceinline__ void dq_piece_origin(int c, int* dq_sub, int* q_off) {
+    *dq_sub = kHS == 128 ? c : 0;
+    *q_off = kHS == 64 ? 32 * c : 0;
+}
+
 // dV += Pᵀ·dO and dK += dSᵀ·Q over query part `part` (kPq of the tile's kBq queries): Pᵀ and dSᵀ packed as
 // register A operands (the accumulator layout is the A layout), dO and Q as MN-major B. One wgmma group, issued
 // only.
@@ -312,15 +338,8 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
 
 #pragma unroll
         for (int part = 0; part < kParts; part++) {
-            float lse2[kPq / 8][2], d_q[kPq / 8][2];
-            read_lse_d<Cfg::kBq, kPq>(lse_d_stage, part * kPq, lane, lse2, d_q);
-            wgmma_wait<kParts - 1>();  // this part's Sᵀ, dPᵀ (later parts' products and earlier dV/dK may run)
-            fence_accumulator(st[part]);
-            fence_accumulator(dpt[part]);
-            // Pᵀ and dSᵀ; the mask only where the part's first query is below the consumer's last key
-            const int q_first = i * Cfg::kBq + part * kPq;
-            const int delta = q_first < kc0 + 63 ? kc0 + row_in - (q_first + 2 * (lane % 4)) : kNoMask;
-            p_and_ds<kPq>(st[part], dpt[part], lse2, d_q, scale_log2, delta);
+            part_p_and_ds<Cfg::kBq, kPq, kParts>(st[part], dpt[part], lse_d_stage, part, i * Cfg::kBq, kc0, row_in,
+                                                 lane, scale_log2);
             issue_dv_dk<Cfg::kBq, kPq, kHS>(dv, dk, st[part], dpt[part], do_tile, q_tile, part);
         }
         wgmma_wait<0>();
@@ -576,7 +595,8 @@ __device__ __forceinline__ void write_dq_pieces(uint8_t* smem, uint64_t* dq_full
         }
         for (int c = 0; c < Cfg::kConsumers; c++) {
             const uint8_t* piece = smem + Cfg::kDqOffset + (c * Cfg::kDqBuffers + buf) * Cfg::kDqBytes;
-            const int dq_sub = kHS == 128 ? c : 0, q_off = kHS == 64 ? 32 * c : 0;  // as in the consumers
+            int dq_sub, q_off;
+            dq_piece_origin<kHS>(c, &dq_sub, &q_off);
             const int col = h * kHS + 64 * dq_sub, row = i * Cfg::kBq + q_off;
             for (int box = 0; box < 2; box++) {
                 if (first) tma_store_3d(map_dqacc, piece + box * 32 * 128, col + 32 * box, row, b);
@@ -656,8 +676,8 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     const int row_in = warp * 16 + lane / 4;
     const int kc0 = k0 + consumer * 64;
     const float scale = rsqrtf((float)kHS), scale_log2 = scale * 1.4426950408889634f;
-    const int dq_sub = kHS == 128 ? consumer : 0;   // which 64 head dims this consumer's dQ piece covers
-    const int q_off = kHS == 64 ? 32 * consumer : 0;  // and which 32 queries of the tile
+    int dq_sub, q_off;  // where this consumer's dQ piece sits in the tile
+    dq_piece_origin<kHS>(consumer, &dq_sub, &q_off);
 
     float dv[kHS / 2], dk[kHS / 2];
 #pragma unroll
@@ -704,15 +724,9 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
 
 #pragma unroll
         for (int part = 0; part < kParts; part++) {
-            float lse2[kPq / 8][2], d_q[kPq / 8][2];
-            read_lse_d<Cfg::kBq, kPq>(lse_d_stage, part * kPq, lane, lse2, d_q);
-            wgmma_wait<kParts - 1>();  // this part's Sᵀ, dPᵀ
-            fence_accumulator(st[part]);
-            fence_accumulator(dpt[part]);
-            // Pᵀ and dSᵀ as in the dK/dV kernel; dSᵀ also goes to shared memory as bf16 [query][key] for dQ
-            const int q_first = i * Cfg::kBq + part * kPq;
-            const int delta = q_first < kc0 + 63 ? kc0 + row_in - (q_first + 2 * (lane % 4)) : kNoMask;
-            p_and_ds<kPq>(st[part], dpt[part], lse2, d_q, scale_log2, delta);
+            part_p_and_ds<Cfg::kBq, kPq, kParts>(st[part], dpt[part], lse_d_stage, part, i * Cfg::kBq, kc0, row_in,
+                                                 lane, scale_log2);
+            // dSᵀ also goes to shared memory as bf16 [query][key] for dQ
 #pragma unroll
             for (int jj = 0; jj < kPq / 8; jj++)
 #pragma unroll

@@ -279,13 +279,12 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
     }
     const cudaDeviceProp& prop = device_info().prop;
     const size_t pipelined_smem = 2 * (size_t)Vp * sizeof(floatX);
-    const bool pipelined = kernel == ClassifierKernel::Pipelined ||
-                           (kernel == ClassifierKernel::Auto && fused_classifier_pipelined_fits(Vp));
-    if (pipelined) {
-        if (!fused_classifier_pipelined_fits(Vp)) {
-            fprintf(stderr, "error: fused_classifier: rows of %d do not fit twice in shared memory\n", Vp);
-            exit(EXIT_FAILURE);
-        }
+    const bool fits = fused_classifier_pipelined_fits(Vp);
+    if (kernel == ClassifierKernel::Pipelined && !fits) {
+        fprintf(stderr, "error: fused_classifier: rows of %d do not fit twice in shared memory\n", Vp);
+        exit(EXIT_FAILURE);
+    }
+    if (kernel == ClassifierKernel::Pipelined || (kernel == ClassifierKernel::Auto && fits)) {
         static size_t smem_set = 0;  // the largest size the attribute has been raised to
         const auto pipelined_kernel = fused_classifier_pipelined_kernel<kPipelinedPacks>;
         if (pipelined_smem > smem_set) {

@@ -51,6 +51,12 @@ static floatX* upload(const std::vector<float>& v) {
     host_floats_to_device(d, v.data(), v.size());
     return d;
 }
+static float* upload_fp32(const std::vector<float>& v) {
+    float* d;
+    cudaCheck(cudaMalloc(&d, std::max<size_t>(v.size(), 1) * sizeof(float)));
+    cudaCheck(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
 static floatX* poisoned(size_t n) {
     floatX* d;
     cudaCheck(cudaMalloc(&d, std::max<size_t>(n, 1) * sizeof(floatX)));
@@ -351,15 +357,7 @@ static void test_adamw(const size_t (&sizes)[3]) {
     rng.fill_normal(m.data(), total, 0.0f, 0.1f);
     for (float& x : v) x = 0.01f * rng.uniform();
     floatX *d_params = upload(params), *d_grads = upload(grads);
-    float *d_master = nullptr, *d_m, *d_v;
-    if (kFloatXIsBF16) {
-        cudaCheck(cudaMalloc(&d_master, total * 4));
-        cudaCheck(cudaMemcpy(d_master, master.data(), total * 4, cudaMemcpyHostToDevice));
-    }
-    cudaCheck(cudaMalloc(&d_m, total * 4));
-    cudaCheck(cudaMalloc(&d_v, total * 4));
-    cudaCheck(cudaMemcpy(d_m, m.data(), total * 4, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_v, v.data(), total * 4, cudaMemcpyHostToDevice));
+    float *d_master = kFloatXIsBF16 ? upload_fp32(master) : nullptr, *d_m = upload_fp32(m), *d_v = upload_fp32(v);
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, grad_scale = 0.5f;
     const int step = 3;
     adamw_update(d_params, d_master, d_grads, d_m, d_v, table, num, lr, b1, b2, eps, grad_scale, step, 42);
@@ -415,16 +413,8 @@ static void test_adamw_kernels_agree() {
     std::vector<std::vector<float>> results[2];
     for (int kernel = 0; kernel < 2; kernel++) {
         floatX *d_params = upload(params), *d_grads = upload(grads);
-        float *d_master = nullptr, *d_m, *d_v;
         const bool use_master = kFloatXIsBF16;
-        if (use_master) {
-            cudaCheck(cudaMalloc(&d_master, n * 4));
-            cudaCheck(cudaMemcpy(d_master, master.data(), n * 4, cudaMemcpyHostToDevice));
-        }
-        cudaCheck(cudaMalloc(&d_m, n * 4));
-        cudaCheck(cudaMalloc(&d_v, n * 4));
-        cudaCheck(cudaMemcpy(d_m, m.data(), n * 4, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(d_v, v.data(), n * 4, cudaMemcpyHostToDevice));
+        float *d_master = use_master ? upload_fp32(master) : nullptr, *d_m = upload_fp32(m), *d_v = upload_fp32(v);
         const dim3 grid(3, 2);
         if (kernel == 0) adamw_kernel<<<grid, 128>>>(d_params, d_master, d_grads, d_m, d_v, table, st);
         else adamw_kernel_x4<<<grid, 128>>>(d_params, d_master, d_grads, d_m, d_v, table, st);
