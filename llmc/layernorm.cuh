@@ -5,27 +5,31 @@
 // deterministically: fixed chunks of rows into fp32 partials, then one ordered sum per channel. No atomics.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda_common.h"
 #include "gpt2_config.h"
 
-// One warp per row, 128-bit packs (C is a multiple of x128::size), the row held in registers: every load is
-// issued at once (the row, or a and b, with the weights), so a row costs one memory latency, not one per pass
-// (generation's decode step runs it on a few rows, where latency is all there is: 4.5 µs per call at 64 rows
-// when each pass re-read the row). kPacks: packs per lane the kernel holds (C <= kPacks · 32 · x128::size).
+// One warp per row, 128-bit packs (C is a multiple of x128::size), the row held in registers: every load of the
+// row is issued at once, so a row costs one memory latency, not one per pass. kPacks: packs per lane the kernel
+// holds (C <= kPacks · 32 · x128::size; layernorm_packs picks the instance). kWeightsEarly: the weights and biases
+// are loaded with the row (generation's decode step runs a few rows, where latency is all there is: 4.5 µs per
+// call at 64 rows when each pass re-read the row); else they are read in the last pass, from L1/L2, where every
+// row finds them: the registers they would hold cost occupancy on a training batch (212 registers at 8 packs).
 // `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised.
-template <int kPacks>
-__global__ void layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
-                                         floatX* residual_out, const floatX* inp, const floatX* residual_a,
-                                         const floatX* residual_b, const floatX* __restrict__ weight,
-                                         const floatX* __restrict__ bias, int N, int C) {
+constexpr int kLayerNormForwardThreads = 256;
+template <int kPacks, bool kWeightsEarly>
+__global__ void __launch_bounds__(kLayerNormForwardThreads)
+    layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                             floatX* residual_out, const floatX* inp, const floatX* residual_a,
+                             const floatX* residual_b, const floatX* __restrict__ weight,
+                             const floatX* __restrict__ bias, int N, int C) {
     pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): everything below reads its output
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
     if (row >= N) return;
     const int packs = C / x128::size;
     const size_t base = (size_t)row * C;
-    // the weights too when they fit (up to 8 packs: 96 registers); above, they are loaded in the last pass
-    constexpr bool kWeightsEarly = kPacks <= 8;
     x128 v[kPacks], w[kWeightsEarly ? kPacks : 1], b[kWeightsEarly ? kPacks : 1];
 #pragma unroll
     for (int i = 0; i < kPacks; i++) {
@@ -79,7 +83,7 @@ __global__ void layernorm_forward_kernel(floatX* __restrict__ out, float* __rest
     }
 }
 
-// The most channels the forward holds in registers: 16 packs per lane (4096 bf16, 2048 fp32; GPT-2 goes to 1600).
+// The most channels a warp holds in registers: 16 packs per lane (4096 bf16, 2048 fp32; GPT-2 goes to 1600).
 constexpr int kLayerNormMaxChannels = 16 * kWarpSize * x128::size;
 
 inline void check_layernorm_channels(int C) {
@@ -90,16 +94,41 @@ inline void check_layernorm_channels(int C) {
     }
 }
 
-// The kernel instance that holds C channels: 4, 8 or 16 packs per lane. pdl: launched as a programmatic dependent
-// of the kernel before it (generation's decode step, where a few rows make the launch the larger part).
+// Calls f(std::integral_constant<int, P>()) with P the packs per lane a row of C channels needs, rounded up to an
+// instance (1 to 8 exactly, then 12 and 16): registers not needed are occupancy lost. GPT-2 in bf16 needs 1 to 7;
+// the 12 and 16 instances (fp32 above 1024 channels, bf16 above 2048) spill a few hundred bytes.
+template <typename F>
+inline void layernorm_packs(int C, F&& f) {
+    const int per_lane = ceil_div(C / x128::size, kWarpSize);
+    switch (per_lane) {
+        case 1: f(std::integral_constant<int, 1>()); break;
+        case 2: f(std::integral_constant<int, 2>()); break;
+        case 3: f(std::integral_constant<int, 3>()); break;
+        case 4: f(std::integral_constant<int, 4>()); break;
+        case 5: f(std::integral_constant<int, 5>()); break;
+        case 6: f(std::integral_constant<int, 6>()); break;
+        case 7: f(std::integral_constant<int, 7>()); break;
+        case 8: f(std::integral_constant<int, 8>()); break;
+        default:
+            if (per_lane <= 12) f(std::integral_constant<int, 12>());
+            else f(std::integral_constant<int, 16>());
+    }
+}
+
+// pdl: launched as a programmatic dependent of the kernel before it (generation's decode step, where a few rows
+// make the launch the larger part). The weights come early when the rows fill at most one wave of blocks.
 inline void launch_layernorm_forward(floatX* out, float* mean, float* rstd, floatX* residual_out, const floatX* inp,
                                      const floatX* a, const floatX* b, const floatX* weight, const floatX* bias, int N,
                                      int C, cudaStream_t stream, bool pdl) {
-    const int threads = 256, rows_per_block = threads / kWarpSize, per_lane = ceil_div(C / x128::size, kWarpSize);
-    auto kernel = per_lane <= 4 ? layernorm_forward_kernel<4> : per_lane <= 8 ? layernorm_forward_kernel<8>
-                                                                              : layernorm_forward_kernel<16>;
-    PdlLaunch launch(dim3(ceil_div(N, rows_per_block)), dim3(threads), 0, stream, pdl);
-    cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, out, mean, rstd, residual_out, inp, a, b, weight, bias, N, C));
+    const int rows_per_block = kLayerNormForwardThreads / kWarpSize, blocks = ceil_div(N, rows_per_block);
+    const bool weights_early = blocks <= device_sm_count();
+    PdlLaunch launch(dim3(blocks), dim3(kLayerNormForwardThreads), 0, stream, pdl);
+    layernorm_packs(C, [&](auto packs) {
+        auto kernel = weights_early ? layernorm_forward_kernel<decltype(packs)::value, true>
+                                    : layernorm_forward_kernel<decltype(packs)::value, false>;
+        cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, out, mean, rstd, residual_out, inp, a, b, weight, bias,
+                                     N, C));
+    });
 }
 
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
@@ -118,20 +147,33 @@ inline void fused_residual_layernorm_forward(floatX* residual_out, floatX* out, 
 }
 
 // ---------------------------------------------------------------- backward
-// One kernel reads dout and inp once and produces everything: dinp += ∂loss/∂inp per row (one warp per row,
-// 128-bit packs), and per block the column sums over its rows of dout·norm (→ dweight), dout (→ dbias) and,
-// optionally, of the updated dinp itself. That last sum is the bias gradient of the linear layer whose output
-// feeds this residual stream (attproj for ln2, fcproj for the next ln1 or lnf), so that layer's backward has
-// no bias pass of its own. Each warp keeps its column sums in its own slice of shared memory; the block then
-// adds the warps' slices in a fixed order and writes one row of partials, and a second kernel adds the rows in
-// a fixed order. No atomics: results repeat bit for bit.
+// One kernel reads dout and inp once and produces everything: dinp += ∂loss/∂inp per row (128-bit packs), and per
+// block the column sums over its rows of dout·norm (→ dweight), dout (→ dbias) and, optionally, of the updated dinp
+// itself. That last sum is the bias gradient of the linear layer whose output feeds this residual stream (attproj
+// for ln2, fcproj for the next ln1 or lnf), so that layer's backward has no bias pass of its own. Each warp keeps
+// its column sums in its own slice of shared memory; the block then adds the warps' slices in a fixed order and
+// writes one row of partials, and a second kernel adds the rows in a fixed order. No atomics: results repeat bit
+// for bit.
 constexpr int kLayerNormBackwardWarps = 4;
-constexpr int kLayerNormRowsPerBlock = 32;  // 8 rows per warp; N/32 partial rows to add at the end
+constexpr int kLayerNormRowsPerBlock = 32;  // N/32 partial rows to add at the end
 inline int layernorm_num_chunks(int N) { return ceil_div(N, kLayerNormRowsPerBlock); }
 inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)layernorm_num_chunks(N) * 3 * C; }
 inline size_t layernorm_backward_smem_bytes(int C) { return (size_t)kLayerNormBackwardWarps * 3 * C * sizeof(float); }
 
+// An empty asm that claims to change the pack: what was computed from it before (its elements in fp32) cannot be
+// reused after, so the compiler keeps the row as packed 16-bit values between the two passes and converts again,
+// instead of holding every element in an fp32 register (255 registers and spills at 7 packs per lane).
+__device__ __forceinline__ void keep_packed(x128& v) {
+    uint32_t* words = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+    for (int j = 0; j < 4; j++) asm volatile("" : "+r"(words[j]));
+}
+
 // partials[block][0][c] = Σ dout·norm, [1][c] = Σ dout, [2][c] = Σ dinp (after the update; only if sum_dinp).
+// A warp holds its row in registers (kPacks packs per lane of dout, inp and dinp, all loaded at once) and the
+// weights for all its rows. A lane's columns are the same in every row, so its slice of the shared column
+// sums is private to it; each sum adds the warp's rows in order, then the block adds its warps in order.
+template <int kPacks>
 __global__ void __launch_bounds__(kLayerNormBackwardWarps * kWarpSize)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials, const floatX* __restrict__ dout,
                               const floatX* __restrict__ inp, const floatX* __restrict__ weight,
@@ -145,39 +187,55 @@ __global__ void __launch_bounds__(kLayerNormBackwardWarps * kWarpSize)
     float* my_sums = ln_sums + (size_t)warp * 3 * C;
     for (int i = lane; i < 3 * C; i += kWarpSize) my_sums[i] = 0.0f;
     __syncwarp();
+    x128 w[kPacks];
+#pragma unroll
+    for (int i = 0; i < kPacks; i++)
+        if (lane + i * kWarpSize < packs) w[i] = load128(weight + (lane + i * kWarpSize) * x128::size);
     const int r0 = blockIdx.x * kLayerNormRowsPerBlock, r1 = min(N, r0 + kLayerNormRowsPerBlock);
     for (int row = r0 + warp; row < r1; row += kLayerNormBackwardWarps) {
         const size_t base = (size_t)row * C;
+        x128 d[kPacks], x[kPacks], g[kPacks];
+#pragma unroll
+        for (int i = 0; i < kPacks; i++) {
+            const int pk = lane + i * kWarpSize;
+            if (pk < packs) {
+                const int c = pk * x128::size;
+                d[i] = load128cs(dout + base + c), x[i] = load128cs(inp + base + c), g[i] = load128(dinp + base + c);
+            }
+        }
         const float m = mean[row], s = rstd[row];
         float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-        for (int pk = lane; pk < packs; pk += kWarpSize) {
-            const int c = pk * x128::size;
-            const x128 d = load128(dout + base + c), x = load128(inp + base + c), w = load128(weight + c);
-            for (int k = 0; k < x128::size; k++) {
-                const float norm = (to_float(x[k]) - m) * s;
-                const float dnorm = to_float(d[k]) * to_float(w[k]);
-                dnorm_sum += dnorm;
-                dnorm_norm_sum += dnorm * norm;
+#pragma unroll
+        for (int i = 0; i < kPacks; i++) {
+            if (lane + i * kWarpSize < packs) {
+                for (int k = 0; k < x128::size; k++) {
+                    const float norm = (to_float(x[i][k]) - m) * s;
+                    const float dnorm = to_float(d[i][k]) * to_float(w[i][k]);
+                    dnorm_sum += dnorm;
+                    dnorm_norm_sum += dnorm * norm;
+                }
             }
         }
         const float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
         const float dnorm_norm_mean = warp_reduce_sum(dnorm_norm_sum) / C;
-        // Second pass: the row is in L1 now. A lane's columns are the same in every row, so its slice of the
-        // shared sums is private to it (no races, no atomics).
-        for (int pk = lane; pk < packs; pk += kWarpSize) {
-            const int c = pk * x128::size;
-            const x128 d = load128cs(dout + base + c), x = load128cs(inp + base + c), w = load128(weight + c);
-            x128 g = load128(dinp + base + c);
-            for (int k = 0; k < x128::size; k++) {
-                const float norm = (to_float(x[k]) - m) * s;
-                const float dnorm = to_float(d[k]) * to_float(w[k]);
-                g[k] = from_float<floatX>(to_float(g[k]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
-                const int at = k * packs + pk;
-                my_sums[at] += to_float(d[k]) * norm;
-                my_sums[C + at] += to_float(d[k]);
-                if (sum_dinp) my_sums[2 * C + at] += to_float(g[k]);
+#pragma unroll
+        for (int i = 0; i < kPacks; i++) keep_packed(d[i]), keep_packed(x[i]), keep_packed(w[i]);
+#pragma unroll
+        for (int i = 0; i < kPacks; i++) {
+            const int pk = lane + i * kWarpSize;
+            if (pk < packs) {
+                for (int k = 0; k < x128::size; k++) {
+                    const float norm = (to_float(x[i][k]) - m) * s;
+                    const float dnorm = to_float(d[i][k]) * to_float(w[i][k]);
+                    const float update = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+                    g[i][k] = from_float<floatX>(to_float(g[i][k]) + update);
+                    const int at = k * packs + pk;
+                    my_sums[at] += to_float(d[i][k]) * norm;
+                    my_sums[C + at] += to_float(d[i][k]);
+                    if (sum_dinp) my_sums[2 * C + at] += to_float(g[i][k]);
+                }
+                store128(dinp + base + pk * x128::size, g[i]);
             }
-            store128(dinp + base + c, g);
         }
     }
     __syncthreads();
@@ -191,21 +249,24 @@ __global__ void __launch_bounds__(kLayerNormBackwardWarps * kWarpSize)
     }
 }
 
-// Adds the blocks' partial rows in a fixed order: a block per 32 columns of the [3][C] rows, 8 threads per
-// column each summing every 8th row, then the 8 in order.
-__global__ void layernorm_backward_finish_kernel(floatX* dweight, floatX* dbias, floatX* dinp_sum,
-                                                 const float* partials, int num_chunks, int C) {
-    __shared__ float part[8][kWarpSize];
+// Adds the blocks' partial rows in a fixed order: a block per 32 columns of the [3][C] rows, 32 threads per column
+// each summing every 32nd row (their loads in flight together), then those 32 sums in order.
+constexpr int kLayerNormFinishSplit = 32;
+__global__ void __launch_bounds__(kWarpSize * kLayerNormFinishSplit)
+    layernorm_backward_finish_kernel(floatX* dweight, floatX* dbias, floatX* dinp_sum, const float* partials,
+                                     int num_chunks, int C) {
+    __shared__ float part[kLayerNormFinishSplit][kWarpSize];
     const int i = blockIdx.x * kWarpSize + threadIdx.x;  // index into one [3][C] row
     const int used = dinp_sum ? 3 * C : 2 * C;
     float acc = 0.0f;
     if (i < used) {
-        for (int k = threadIdx.y; k < num_chunks; k += 8) acc += partials[(size_t)k * 3 * C + i];
+#pragma unroll 8
+        for (int k = threadIdx.y; k < num_chunks; k += kLayerNormFinishSplit) acc += partials[(size_t)k * 3 * C + i];
     }
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y != 0 || i >= used) return;
-    for (int y = 1; y < 8; y++) acc += part[y][threadIdx.x];
+    for (int y = 1; y < kLayerNormFinishSplit; y++) acc += part[y][threadIdx.x];
     floatX* out = i < C ? dweight + i : i < 2 * C ? dbias + (i - C) : dinp_sum + (i - 2 * C);
     *out = from_float<floatX>(to_float(*out) + acc);
 }
@@ -217,18 +278,21 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, con
                                float* scratch, cudaStream_t stream = 0, floatX* dinp_sum = nullptr) {
     check_layernorm_channels(C);
     const size_t smem = layernorm_backward_smem_bytes(C);
-    static size_t smem_allowed = 48 * 1024;  // the default; raised once when a wider model needs more
-    if (smem > smem_allowed) {
-        cudaCheck(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-        smem_allowed = smem;
-    }
     const int chunks = layernorm_num_chunks(N);
-    layernorm_backward_kernel<<<chunks, kLayerNormBackwardWarps * kWarpSize, smem, stream>>>(
-        dinp, scratch, dout, inp, weight, mean, rstd, N, C, dinp_sum != nullptr);
-    cudaCheckLaunch();
-    const int used = dinp_sum ? 3 * C : 2 * C;
-    layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, 8), 0, stream>>>(
+    const bool sum_dinp = dinp_sum != nullptr;
+    layernorm_packs(C, [&](auto packs) {
+        auto kernel = layernorm_backward_kernel<decltype(packs)::value>;
+        static size_t smem_allowed = 48 * 1024;  // the default; raised once when a wider model needs more
+        if (smem > smem_allowed) {
+            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            smem_allowed = smem;
+        }
+        kernel<<<chunks, kLayerNormBackwardWarps * kWarpSize, smem, stream>>>(dinp, scratch, dout, inp, weight, mean,
+                                                                               rstd, N, C, sum_dinp);
+        cudaCheckLaunch();
+    });
+    const int used = sum_dinp ? 3 * C : 2 * C;
+    layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, kLayerNormFinishSplit), 0, stream>>>(
         dweight, dbias, dinp_sum, scratch, chunks, C);
     cudaCheckLaunch();
 }

@@ -1,0 +1,177 @@
+// LayerNorm forward (with the residual add the engine fuses into it) and backward (dinp accumulated, dweight, dbias
+// and the row sum of dinp), exactly the engine's kernels (llmc/layernorm.cuh): both are memory-bound, so next to
+// the time this prints the bytes they must move and the rate that makes (the H200's DRAM peak is 4.8 TB/s).
+//   forward:  reads a and b, writes residual = a + b and out (4 rows of C per row, + mean and rstd)
+//   backward: reads dout and inp, reads and writes dinp (4 rows of C per row), then a small ordered reduction
+// Every shape is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) with poisoned outputs
+// before anything is timed: rel-L2 <= 5e-3 and the element-wise bound of bf16_tolerance.
+// The digest line (FNV-1a over the bytes of the outputs at the first timed shape) lets two builds be compared bit
+// for bit: same inputs, same digest.
+// Build: make -C dev/cuda layernorm      Run: ./layernorm [-r repeats] [-s "N,C;N,C"] [-c]  (-c: validation only)
+#include "common.h"
+#include "llmc/layernorm.cuh"
+#include "tests/reference/gpt2_cpu.h"
+
+struct Shape {
+    int N, C;
+    const char* name;
+};
+
+struct LayerNormBuffers {
+    DeviceBuffer<floatX> a, b, w, bias, residual, out, dout, dinp, dw, db, dsum;
+    DeviceBuffer<float> mean, rstd, scratch;
+    LayerNormBuffers(int N, int C)
+        : a((size_t)N * C), b((size_t)N * C), w(C), bias(C), residual((size_t)N * C), out((size_t)N * C),
+          dout((size_t)N * C), dinp((size_t)N * C), dw(C), db(C), dsum(C), mean(N), rstd(N),
+          scratch(layernorm_backward_scratch_floats(N, C)) {}
+    void forward(int N, int C) {
+        fused_residual_layernorm_forward(residual.ptr, out.ptr, mean.ptr, rstd.ptr, a.ptr, b.ptr, w.ptr, bias.ptr, N,
+                                         C);
+    }
+    void backward(int N, int C) {
+        layernorm_backward(dinp.ptr, dw.ptr, db.ptr, dout.ptr, residual.ptr, w.ptr, mean.ptr, rstd.ptr, N, C,
+                           scratch.ptr, 0, dsum.ptr);
+    }
+};
+
+static_assert(kFloatXIsBF16, "layernorm.cu is built without -DENABLE_FP32: it times the engine's bf16 kernels");
+
+static std::vector<floatX> to_floatX(std::vector<float>& v) { return round_to_bf16(v); }  // rounds v in place too
+
+static void fill(LayerNormBuffers& buf, int N, int C, std::vector<float>* a, std::vector<float>* b,
+                 std::vector<float>* w, std::vector<float>* bias, std::vector<float>* dout, std::vector<float>* dinp0,
+                 std::vector<float>* dw0, std::vector<float>* db0, std::vector<float>* dsum0) {
+    *a = random_normal((size_t)N * C), *b = random_normal((size_t)N * C, 0.5f);
+    *w = random_normal(C, 0.2f), *bias = random_normal(C, 0.2f);
+    for (float& x : *w) x += 1.0f;
+    *dout = random_normal((size_t)N * C), *dinp0 = random_normal((size_t)N * C);
+    *dw0 = random_normal(C), *db0 = random_normal(C), *dsum0 = random_normal(C);
+    buf.a.upload(to_floatX(*a)), buf.b.upload(to_floatX(*b)), buf.w.upload(to_floatX(*w));
+    buf.bias.upload(to_floatX(*bias)), buf.dout.upload(to_floatX(*dout)), buf.dinp.upload(to_floatX(*dinp0));
+    buf.dw.upload(to_floatX(*dw0)), buf.db.upload(to_floatX(*db0)), buf.dsum.upload(to_floatX(*dsum0));
+}
+
+// Forward then backward on fresh inputs, every output poisoned first, against fp64.
+static bool validate_shape(const Shape& sh) {
+    const int N = sh.N, C = sh.C;
+    printf("  %s N=%d C=%d\n", sh.name, N, C);
+    LayerNormBuffers buf(N, C);
+    std::vector<float> a, b, w, bias, dout, dinp0, dw0, db0, dsum0;
+    fill(buf, N, C, &a, &b, &w, &bias, &dout, &dinp0, &dw0, &db0, &dsum0);
+    buf.residual.poison(), buf.out.poison(), buf.mean.poison(), buf.rstd.poison(), buf.scratch.poison();
+    buf.forward(N, C);
+    buf.backward(N, C);
+    cudaCheck(cudaDeviceSynchronize());
+
+    // the residual as the device rounds it is what both passes normalise
+    std::vector<double> res((size_t)N * C), res_exact((size_t)N * C);
+    for (size_t i = 0; i < res.size(); i++) {
+        res_exact[i] = (double)a[i] + b[i];
+        res[i] = round_to_bf16(a[i] + b[i]);
+    }
+    const std::vector<double> wd = to_double(w), bd = to_double(bias), doutd = to_double(dout);
+    std::vector<double> out((size_t)N * C), mean(N), rstd(N);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), wd.data(), bd.data(), 1, N, C);
+    std::vector<double> dinp = to_double(dinp0), dw = to_double(dw0), db = to_double(db0), dsum = to_double(dsum0);
+    cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), doutd.data(), res.data(), wd.data(), mean.data(),
+                            rstd.data(), 1, N, C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) dsum[c] += dinp[(size_t)n * C + c];
+
+    bool ok = true;
+    auto check = [&](const char* what, const std::vector<double>& ref, auto out_vec) {
+        ok &= validate(what, out_vec, ref, bf16_tolerance(rms(ref)));
+    };
+    check("resid", res_exact, buf.residual.download());
+    check("out", out, buf.out.download());
+    check("mean", mean, buf.mean.download());
+    check("rstd", rstd, buf.rstd.download());
+    check("dinp", dinp, buf.dinp.download());
+    check("dw", dw, buf.dw.download());
+    check("db", db, buf.db.download());
+    check("dsum", dsum, buf.dsum.download());
+    return ok;
+}
+
+static uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t digest(std::initializer_list<const DeviceBuffer<floatX>*> tensors) {
+    uint64_t h = 1469598103934665603ull;
+    for (const DeviceBuffer<floatX>* t : tensors) {
+        const std::vector<floatX> v = t->download();
+        h = fnv1a(h, v.data(), v.size() * sizeof(floatX));
+    }
+    return h;
+}
+
+int main(int argc, char** argv) {
+    int repeats = 50;
+    bool check_only = false;
+    std::vector<Shape> timed = {{16384, 768, "d12 B16"},  {32768, 768, "d12 B32"}, {16384, 1024, "d24 B16"},
+                                {16384, 1280, "d36 B16"}, {8192, 1600, "d48 B8"},   {64, 768, "d12 decode B64"}};
+    for (int i = 1; i < argc; i++) {
+        const std::string arg = argv[i];
+        if (arg == "-c") {
+            check_only = true;
+        } else if (arg == "-r" && i + 1 < argc) {
+            repeats = positive_int(argv[++i]);
+            if (repeats < 1) { fprintf(stderr, "error: -r takes a positive number of repeats\n"); return 1; }
+        } else if (arg == "-s" && i + 1 < argc) {
+            std::vector<int> v;
+            std::string list = argv[++i];
+            for (char& ch : list) if (ch == ';') ch = ',';
+            if (!parse_positive_list(list, &v) || v.size() % 2 != 0) {
+                fprintf(stderr, "error: -s takes \"N,C;N,C...\" with positive numbers\n");
+                return 1;
+            }
+            timed.clear();
+            for (size_t k = 0; k < v.size(); k += 2) timed.push_back({v[k], v[k + 1], "custom"});
+        } else {
+            fprintf(stderr, "usage: %s [-r repeats] [-s \"N,C;N,C\"] [-c]\n", argv[0]);
+            return 1;
+        }
+    }
+    for (const Shape& sh : timed) check_layernorm_channels(sh.C);
+    print_device();
+
+    // odd row counts (partial blocks of rows and of the backward's row chunks), every packs-per-lane instance
+    // the GPT-2 widths use and the widest one, one-wave grids (weights loaded early) and many waves
+    const std::vector<Shape> checks = {{1, 8, "one row"},        {37, 96, "odd"},       {257, 768, "d12"},
+                                       {64, 768, "decode"},      {1000, 1024, "d24"},   {999, 1280, "d36"},
+                                       {2048, 1600, "d48"},      {300, 4096, "widest"}, {16384, 768, "d12 B16"}};
+    int failed = 0;
+    printf("validation (fp64 CPU reference, outputs poisoned):\n");
+    for (const Shape& sh : checks) failed += validate_shape(sh) ? 0 : 1;
+    printf("validation: %d of %zu shapes failed\n", failed, checks.size());
+    if (failed) return 1;
+    if (check_only) return 0;
+
+    printf("\n%-16s %6s %5s | %10s %10s %8s | %10s %10s %8s\n", "shape", "N", "C", "fwd cold", "fwd warm", "GB/s",
+           "bwd cold", "bwd warm", "GB/s");
+    for (size_t s = 0; s < timed.size(); s++) {
+        const Shape& sh = timed[s];
+        LayerNormBuffers buf(sh.N, sh.C);
+        std::vector<float> a, b, w, bias, dout, dinp0, dw0, db0, dsum0;
+        fill(buf, sh.N, sh.C, &a, &b, &w, &bias, &dout, &dinp0, &dw0, &db0, &dsum0);
+        buf.forward(sh.N, sh.C);
+        buf.backward(sh.N, sh.C);
+        cudaCheck(cudaDeviceSynchronize());
+        if (s == 0) {
+            printf("digest of %s, forward + one backward: rows (out, residual, dinp) %016llx, column sums (dweight, "
+                   "dbias, row sum of dinp) %016llx\n", sh.name,
+                   (unsigned long long)digest({&buf.out, &buf.residual, &buf.dinp}),
+                   (unsigned long long)digest({&buf.dw, &buf.db, &buf.dsum}));
+        }
+        const Timing fwd = benchmark([&] { buf.forward(sh.N, sh.C); }, repeats);
+        const Timing bwd = benchmark([&] { buf.backward(sh.N, sh.C); }, repeats);
+        const double bytes = 4.0 * sh.N * sh.C * sizeof(floatX);
+        printf("%-16s %6d %5d | %8.2fus %8.2fus %8.0f | %8.2fus %8.2fus %8.0f\n", sh.name, sh.N, sh.C,
+               1e3 * fwd.cold_ms, 1e3 * fwd.warm_ms, bytes / (fwd.cold_ms * 1e6), 1e3 * bwd.cold_ms,
+               1e3 * bwd.warm_ms, bytes / (bwd.cold_ms * 1e6));
+    }
+    return 0;
+}
