@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kLayerNormBackwardWarps * kWarpSize)
         const int q = i / C, col = i % C;
         const int at = q * C + (col % x128::size) * packs + col / x128::size;
         float acc = 0.0f;
-        for (int w = 0; w < kLayerNormBackwardWarps; w++) acc += ln_sums[(size_t)w * 3 * C + at];
+        for (int wp = 0; wp < kLayerNormBackwardWarps; wp++) acc += ln_sums[(size_t)wp * 3 * C + at];
         partials[(size_t)blockIdx.x * 3 * C + i] = acc;
     }
 }
