@@ -303,7 +303,7 @@ static void test_classifier(int N, int V, int Vp) {
         outputs.push_back(std::move(got));
         cudaFree(d_logits); cudaFree(d_losses);
     }
-    if (outputs.size() == 2 && Vp / x128::size <= 8 * 1024) {
+    if (outputs.size() == 2) {  // the pipelined kernel fits: the resident one holds the row in one chunk too
         checks++;
         const bool same = memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * sizeof(float)) == 0;
         failures += !same;

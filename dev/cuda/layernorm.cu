@@ -36,19 +36,22 @@ struct LayerNormBuffers {
 
 static_assert(kFloatXIsBF16, "layernorm.cu is built without -DENABLE_FP32: it times the engine's bf16 kernels");
 
-static std::vector<floatX> to_floatX(std::vector<float>& v) { return round_to_bf16(v); }  // rounds v in place too
-
-static void fill(LayerNormBuffers& buf, int N, int C, std::vector<float>* a, std::vector<float>* b,
-                 std::vector<float>* w, std::vector<float>* bias, std::vector<float>* dout, std::vector<float>* dinp0,
-                 std::vector<float>* dw0, std::vector<float>* db0, std::vector<float>* dsum0) {
-    *a = random_normal((size_t)N * C), *b = random_normal((size_t)N * C, 0.5f);
-    *w = random_normal(C, 0.2f), *bias = random_normal(C, 0.2f);
-    for (float& x : *w) x += 1.0f;
-    *dout = random_normal((size_t)N * C), *dinp0 = random_normal((size_t)N * C);
-    *dw0 = random_normal(C), *db0 = random_normal(C), *dsum0 = random_normal(C);
-    buf.a.upload(to_floatX(*a)), buf.b.upload(to_floatX(*b)), buf.w.upload(to_floatX(*w));
-    buf.bias.upload(to_floatX(*bias)), buf.dout.upload(to_floatX(*dout)), buf.dinp.upload(to_floatX(*dinp0));
-    buf.dw.upload(to_floatX(*dw0)), buf.db.upload(to_floatX(*db0)), buf.dsum.upload(to_floatX(*dsum0));
+// Fresh random inputs, rounded to bf16 as the device holds them, uploaded into buf.
+struct HostInputs {
+    std::vector<float> a, b, w, bias, dout, dinp0, dw0, db0, dsum0;
+};
+static HostInputs fill(LayerNormBuffers& buf, int N, int C) {
+    HostInputs h;
+    h.a = random_normal((size_t)N * C), h.b = random_normal((size_t)N * C, 0.5f);
+    h.w = random_normal(C, 0.2f), h.bias = random_normal(C, 0.2f);
+    for (float& x : h.w) x += 1.0f;
+    h.dout = random_normal((size_t)N * C), h.dinp0 = random_normal((size_t)N * C);
+    h.dw0 = random_normal(C), h.db0 = random_normal(C), h.dsum0 = random_normal(C);
+    buf.a.upload(round_to_bf16(h.a)), buf.b.upload(round_to_bf16(h.b)), buf.w.upload(round_to_bf16(h.w));
+    buf.bias.upload(round_to_bf16(h.bias)), buf.dout.upload(round_to_bf16(h.dout));
+    buf.dinp.upload(round_to_bf16(h.dinp0)), buf.dw.upload(round_to_bf16(h.dw0)), buf.db.upload(round_to_bf16(h.db0));
+    buf.dsum.upload(round_to_bf16(h.dsum0));
+    return h;
 }
 
 // Forward then backward on fresh inputs against fp64. What the passes write is poisoned first; what they accumulate
@@ -57,8 +60,7 @@ static bool validate_shape(const Shape& sh) {
     const int N = sh.N, C = sh.C;
     printf("  %s N=%d C=%d\n", sh.name, N, C);
     LayerNormBuffers buf(N, C);
-    std::vector<float> a, b, w, bias, dout, dinp0, dw0, db0, dsum0;
-    fill(buf, N, C, &a, &b, &w, &bias, &dout, &dinp0, &dw0, &db0, &dsum0);
+    const HostInputs h = fill(buf, N, C);
     buf.residual.poison(), buf.out.poison(), buf.mean.poison(), buf.rstd.poison(), buf.scratch.poison();
     buf.forward(N, C);
     buf.backward(N, C);
@@ -67,13 +69,14 @@ static bool validate_shape(const Shape& sh) {
     // the residual as the device rounds it is what both passes normalise
     std::vector<double> res((size_t)N * C), res_exact((size_t)N * C);
     for (size_t i = 0; i < res.size(); i++) {
-        res_exact[i] = (double)a[i] + b[i];
-        res[i] = round_to_bf16(a[i] + b[i]);
+        res_exact[i] = (double)h.a[i] + h.b[i];
+        res[i] = round_to_bf16(h.a[i] + h.b[i]);
     }
-    const std::vector<double> wd = to_double(w), bd = to_double(bias), doutd = to_double(dout);
+    const std::vector<double> wd = to_double(h.w), bd = to_double(h.bias), doutd = to_double(h.dout);
     std::vector<double> out((size_t)N * C), mean(N), rstd(N);
     cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), wd.data(), bd.data(), 1, N, C);
-    std::vector<double> dinp = to_double(dinp0), dw = to_double(dw0), db = to_double(db0), dsum = to_double(dsum0);
+    std::vector<double> dinp = to_double(h.dinp0), dw = to_double(h.dw0), db = to_double(h.db0);
+    std::vector<double> dsum = to_double(h.dsum0);
     cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), doutd.data(), res.data(), wd.data(), mean.data(),
                             rstd.data(), 1, N, C);
     for (int n = 0; n < N; n++)
@@ -156,8 +159,7 @@ int main(int argc, char** argv) {
     for (size_t s = 0; s < timed.size(); s++) {
         const Shape& sh = timed[s];
         LayerNormBuffers buf(sh.N, sh.C);
-        std::vector<float> a, b, w, bias, dout, dinp0, dw0, db0, dsum0;
-        fill(buf, sh.N, sh.C, &a, &b, &w, &bias, &dout, &dinp0, &dw0, &db0, &dsum0);
+        fill(buf, sh.N, sh.C);
         buf.forward(sh.N, sh.C);
         buf.backward(sh.N, sh.C);
         cudaCheck(cudaDeviceSynchronize());
