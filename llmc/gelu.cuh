@@ -17,6 +17,20 @@ __device__ __forceinline__ float gelu_derivative(float x) {
     return 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+// The same derivative with the hardware tanh (tanh.approx.f32, relative error about 2^-11, far below bf16's 2^-8):
+// one MUFU instruction instead of tanhf's ~20, for epilogues that apply it to every output of a GEMM.
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float gelu_derivative_fast(float x) {
+    const float x2 = x * x;
+    const float tanh_out = tanh_approx(kGeluScale * x * (1.0f + 0.044715f * x2));
+    const float sech2 = 1.0f - tanh_out * tanh_out;
+    return 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x2);
+}
+
 // n must be a multiple of x128::size (the model's B*T*4C always is).
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;

@@ -27,6 +27,7 @@
 #include "hf_gpt2.h"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "matmul_hopper_dgelu.cuh"
 #include "model_file.h"
 #include "rand.h"
 #include "zero.cuh"
@@ -37,6 +38,10 @@ struct GPT2 {
     // Settings, read by gpt2_allocate.
     bool use_master_weights = kFloatXIsBF16;  // BF16 builds: fp32 master copy (the trainer's -w)
     bool fuse_gelu = kFloatXIsBF16;           // GELU in the cuBLASLt epilogue (FP32 builds use the exact kernel)
+    // Set by gpt2_allocate: fcproj's input gradient through the GELU, with fc's bias gradient, by the Hopper kernel
+    // (llmc/matmul_hopper_dgelu.cuh) instead of cuBLASLt's DGELU and BGRADB epilogues. Opt-in, as it does not pay
+    // yet (docs/PERFORMANCE.md): LLMC_HOPPER_DGELU=1 in the environment, BF16 builds on sm_90 with the fused GELU.
+    bool hopper_dgelu = false;
 
     // ZeRO-1 (the trainer's -z 1), set by gpt2_use_zero before gpt2_allocate: master weights and AdamW moments
     // exist for this rank's shard only (llmc/zero.cuh); the trainer exchanges gradients and parameters.
@@ -199,6 +204,9 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->T = T;
     m->recompute = recompute;
     m->backend = backend;
+    const char* hopper_dgelu = getenv("LLMC_HOPPER_DGELU");
+    m->hopper_dgelu = hopper_dgelu && hopper_dgelu[0] == '1' && kFloatXIsBF16 && m->fuse_gelu &&
+                      matmul_hopper_available() && c.channels % 8 == 0;
     const size_t zero_shard = m->zero.on ? zero_shard_size(m->zero.plan, m->zero.num_ranks) : 0;
     const size_t zero_staging = m->zero.on ? m->zero.staging_elements : 0;
     m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->use_master_weights, zero_shard, zero_staging);
@@ -403,12 +411,23 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale) {
             layernorm_forward(ln1(l), ln1_mean, ln1_rstd, residual, param(m, LN1W, l), param(m, LN1B, l), BT, C, s);
             layernorm_forward(ln2(l), ln2_mean, ln2_rstd, residual2, param(m, LN2W, l), param(m, LN2B, l), BT, C, s);
         }
-        // MLP: dresidual is d(residual3) here. fch_gelu may live in scratch4: matmul_backward reads it for the
-        // weight gradient before it writes dfch into scratch4.
-        matmul_backward(scratch4, grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, param(m, FCPROJW, l),
-                        BT, 4 * C, C, reduce, fch, m->fuse_gelu, 1.0f, s);
-        matmul_backward(scratch, grad(m, FCW, l), grad(m, FCB, l), scratch4, ln2(l), param(m, FCW, l), BT, C, 4 * C,
-                        reduce, nullptr, false, 1.0f, s);
+        // MLP: dresidual is d(residual3) here. fch_gelu may live in scratch4: its weight gradient is taken before
+        // dfch is written there.
+        floatX* dfch = scratch4;
+        matmul_backward_weight(grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
+        if (m->hopper_dgelu) {  // dfch and, summed in the same kernel, fc's bias gradient (no BGRADB pass below)
+            using bf16 = __nv_bfloat16;
+            matmul_backward_dgelu_hopper(reinterpret_cast<bf16*>(dfch), reduce, reinterpret_cast<const bf16*>(dresidual),
+                                         reinterpret_cast<const bf16*>(param(m, FCPROJW, l)),
+                                         reinterpret_cast<const bf16*>(fch), BT, 4 * C, C, 1.0f, s);
+            matmul_dgelu_bias_grad(grad(m, FCB, l), reduce, BT, 4 * C, 1.0f, s);
+            matmul_backward(scratch, grad(m, FCW, l), nullptr, dfch, ln2(l), param(m, FCW, l), BT, C, 4 * C, reduce,
+                            nullptr, false, 1.0f, s);
+        } else {
+            matmul_backward_input(dfch, dresidual, param(m, FCPROJW, l), BT, 4 * C, C, fch, m->fuse_gelu, 1.0f, s);
+            matmul_backward(scratch, grad(m, FCW, l), grad(m, FCB, l), dfch, ln2(l), param(m, FCW, l), BT, C, 4 * C,
+                            reduce, nullptr, false, 1.0f, s);
+        }
         layernorm_backward(dresidual, grad(m, LN2W, l), grad(m, LN2B, l), scratch, residual2, param(m, LN2W, l),
                            ln2_mean, ln2_rstd, BT, C, reduce, s, grad(m, ATTPROJB, l));
         // Attention: dresidual is now d(residual2).

@@ -19,6 +19,7 @@
 #include "gpt2_config.h"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "matmul_hopper_dgelu.cuh"
 
 // ---------------------------------------------------------------- the memory table
 enum class MemoryGroup { Parameters, Gradients, Optimizer, MasterWeights, Activations, Workspace };
@@ -79,6 +80,7 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     const size_t logits_elems = std::max(BT * Vp, 3 * BT * C + (attn_ws + X - 1) / X);
     const size_t reduce_floats = std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
                                            column_sum_scratch_floats((int)BT, (int)(4 * C)),
+                                           matmul_dgelu_partials_floats((int)BT, (int)(4 * C)),
                                            global_norm_scratch_floats()});
     std::vector<MemoryTensor> t(mem::Count);
     t[mem::Params] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};

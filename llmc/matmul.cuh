@@ -291,13 +291,31 @@ __global__ void column_sum_partials_scalar_kernel(float* partials, const T* x, i
     partials[(size_t)chunk * cols + col] = acc;
 }
 
+// out[j] += scale · Σ_k partials[k][j] over num_chunks partial rows: 32 columns per block, each summed by 32 threads
+// over every 32nd partial row, then the 32 sums added in order (enough loads in flight for thousands of rows; the
+// order is fixed, so the result repeats bit for bit).
+constexpr int kColumnSumFinishSplit = 32;
 template <typename T>
-__global__ void column_sum_finish_kernel(T* out, const float* partials, int num_chunks, int cols, float scale) {
-    const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
+__global__ void __launch_bounds__(kWarpSize * kColumnSumFinishSplit)
+    column_sum_finish_kernel(T* out, const float* partials, int num_chunks, int cols, float scale) {
+    __shared__ float part[kColumnSumFinishSplit][kWarpSize];
+    const int col = blockIdx.x * kWarpSize + threadIdx.x;
     float acc = 0.0f;
-    for (int k = 0; k < num_chunks; k++) acc += partials[(size_t)k * cols + col];
+    if (col < cols)
+        for (int k = threadIdx.y; k < num_chunks; k += kColumnSumFinishSplit) acc += partials[(size_t)k * cols + col];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= cols) return;
+    for (int y = 1; y < kColumnSumFinishSplit; y++) acc += part[y][threadIdx.x];
     out[col] = from_float<T>(to_float(out[col]) + scale * acc);
+}
+
+template <typename T>
+inline void column_sum_finish(T* out, const float* partials, int num_chunks, int cols, float scale,
+                              cudaStream_t stream = 0) {
+    column_sum_finish_kernel<<<ceil_div(cols, kWarpSize), dim3(kWarpSize, kColumnSumFinishSplit), 0, stream>>>(
+        out, partials, num_chunks, cols, scale);
+    cudaCheckLaunch();
 }
 
 // out[j] += scale · Σ_i x[i][j]. scratch: column_sum_scratch_floats(rows, cols) floats.
@@ -314,8 +332,7 @@ inline void column_sum_accumulate(floatX* out, const floatX* x, int rows, int co
                                                                                                         cols);
     }
     cudaCheckLaunch();
-    column_sum_finish_kernel<<<ceil_div(cols, 256), 256, 0, stream>>>(out, scratch, chunks, cols, scale);
-    cudaCheckLaunch();
+    column_sum_finish(out, scratch, chunks, cols, scale, stream);
 }
 
 // dbias[i] += scale · bias_grad[i]: folds the GEMM's bias gradient (unscaled, one step's worth) into the
@@ -344,14 +361,12 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     }
 }
 
-// Backward of matmul_forward, scaled by `scale` (the loss scale, folded into the GEMMs' alpha):
-//   dinp (N x C) = scale · dout · weight                        (overwritten; times gelu'(pre_gelu) if given)
-//   dweight (OC x C) += scale · doutᵀ · inp,  dbias (OC) += scale · Σ_rows dout   (accumulated)
+// Backward of matmul_forward, scaled by `scale` (the loss scale, folded into the GEMMs' alpha), in two halves:
+//   matmul_backward_weight: dweight (OC x C) += scale · doutᵀ · inp,  dbias (OC, or null) += scale · Σ_rows dout
+//   matmul_backward_input:  dinp (N x C) = scale · dout · weight      (overwritten; times gelu'(pre_gelu) if given)
 // scratch: column_sum_scratch_floats(N, OC) floats (for dbias).
-inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                            const floatX* weight, int N, int C, int OC, float* scratch,
-                            const floatX* pre_gelu = nullptr, bool fuse_gelu = true, float scale = 1.0f,
-                            cudaStream_t stream = 0) {
+inline void matmul_backward_weight(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp, int N, int C,
+                                   int OC, float* scratch, float scale = 1.0f, cudaStream_t stream = 0) {
     // dbias rides along in the dweight GEMM (which reads dout anyway) where cuBLASLt can do it; otherwise it is
     // a separate pass over dout.
     cudaDataType_t bias_grad_type;
@@ -368,6 +383,11 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const 
         matmul(dweight, dout, inp, OC, C, N, true, false, scale, 1.0f, MatmulEpilogue::None, nullptr, nullptr, 1, 0,
                0, 0, stream);
     }
+}
+
+inline void matmul_backward_input(floatX* dinp, const floatX* dout, const floatX* weight, int N, int C, int OC,
+                                  const floatX* pre_gelu = nullptr, bool fuse_gelu = true, float scale = 1.0f,
+                                  cudaStream_t stream = 0) {
     if (pre_gelu && fuse_gelu) {
         matmul(dinp, dout, weight, N, C, OC, false, false, scale, 0.0f, MatmulEpilogue::DGelu, nullptr,
                const_cast<floatX*>(pre_gelu), 1, 0, 0, 0, stream);
@@ -376,4 +396,13 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const 
                0, 0, stream);
         if (pre_gelu) gelu_backward_inplace(dinp, pre_gelu, (size_t)N * C, stream);
     }
+}
+
+// Both halves, the weight gradient first (inp may share memory with dinp: the trainer's recomputed GELU output).
+inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                            const floatX* weight, int N, int C, int OC, float* scratch,
+                            const floatX* pre_gelu = nullptr, bool fuse_gelu = true, float scale = 1.0f,
+                            cudaStream_t stream = 0) {
+    matmul_backward_weight(dweight, dbias, dout, inp, N, C, OC, scratch, scale, stream);
+    matmul_backward_input(dinp, dout, weight, N, C, OC, pre_gelu, fuse_gelu, scale, stream);
 }

@@ -41,7 +41,7 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash flash-nondet"   # flash attention is bf16-only
     # what the selected suites need (TEST_ONLY): the d12 reference, the Tiny Shakespeare shards
     needs_d12=0; needs_data=0
-    for name in $(printf 'gpu-reference-d12-%s ' $backends) generate-vs-transformers; do
+    for name in $(printf 'gpu-reference-d12-%s ' $backends) gpu-reference-d12-flash-hopper-dgelu generate-vs-transformers; do
         selected "$name" && needs_d12=1 && needs_data=1
     done
     for name in gpu-data resume-bit-exact cuda-graph-bit-exact checkpoint-directory; do selected "$name" && needs_data=1; done
@@ -58,6 +58,7 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     run_suite dev-matmul-forward ./dev/cuda/matmul_forward -c
     run_suite dev-attention-decode ./dev/cuda/attention_decode -c
     run_suite dev-layernorm ./dev/cuda/layernorm -c
+    run_suite dev-matmul-backward-dgelu ./dev/cuda/matmul_backward_dgelu -c
     # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only
     # (flash is checked by tests/test_kernels and by the d12 reference below)
     run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized
@@ -81,6 +82,9 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
         for backend in $backends; do
             run_suite "gpu-reference-d12-$backend" ./test_gpt2cu $d12 --backend "$backend"
         done
+        # the opt-in Hopper GELU-backward GEMM (llmc/matmul_hopper_dgelu.cuh; without sm_90 it is the default path)
+        [ "${PRECISION:-BF16}" = BF16 ] && LLMC_HOPPER_DGELU=1 run_suite gpu-reference-d12-flash-hopper-dgelu \
+            ./test_gpt2cu $d12 --backend flash
         # generate_gpt2cu's greedy text against transformers' generate on the d12 (identical in FP32; in BF16 up
         # to the first near-tie), and each prompt alone against the batch
         if python3 -c "import transformers, tiktoken" 2>/dev/null; then

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -205,6 +206,39 @@ inline bool parse_positive_list(const std::string& s, std::vector<int>* out) {
         if (x < 1) return false;
         out->push_back(x);
         at = end + 1;
+    }
+    return true;
+}
+
+// The command line of the programs that time one kernel family at a list of two-number shapes:
+//   -c (validation only), -r <repeats>, -s "a,b;a,b" (the timed shapes, replacing the defaults).
+// Returns false after printing what was wrong (with `usage`, e.g. "[-r repeats] [-s \"N,C;N,C\"] [-c]").
+struct ShapeArgs {
+    int repeats = 50;
+    bool check_only = false;
+    std::vector<std::array<int, 2>> shapes;  // from -s; empty: the program's defaults
+};
+inline bool parse_shape_args(int argc, char** argv, const char* usage, ShapeArgs* a) {
+    for (int i = 1; i < argc; i++) {
+        const std::string arg = argv[i];
+        if (arg == "-c") {
+            a->check_only = true;
+        } else if (arg == "-r" && i + 1 < argc) {
+            a->repeats = positive_int(argv[++i]);
+            if (a->repeats < 1) { fprintf(stderr, "error: -r takes a positive number of repeats\n"); return false; }
+        } else if (arg == "-s" && i + 1 < argc) {
+            std::vector<int> v;
+            std::string list = argv[++i];
+            for (char& ch : list) if (ch == ';') ch = ',';
+            if (!parse_positive_list(list, &v) || v.size() % 2 != 0) {
+                fprintf(stderr, "error: -s takes pairs of positive numbers: %s\n", usage);
+                return false;
+            }
+            for (size_t k = 0; k < v.size(); k += 2) a->shapes.push_back({v[k], v[k + 1]});
+        } else {
+            fprintf(stderr, "usage: %s %s\n", argv[0], usage);
+            return false;
+        }
     }
     return true;
 }

@@ -113,32 +113,16 @@ static uint64_t digest(std::initializer_list<const DeviceBuffer<floatX>*> tensor
 }
 
 int main(int argc, char** argv) {
-    int repeats = 50;
-    bool check_only = false;
     std::vector<Shape> timed = {{16384, 768, "d12 B16"},  {32768, 768, "d12 B32"}, {16384, 1024, "d24 B16"},
                                 {16384, 1280, "d36 B16"}, {8192, 1600, "d48 B8"},   {64, 768, "d12 decode B64"}};
-    for (int i = 1; i < argc; i++) {
-        const std::string arg = argv[i];
-        if (arg == "-c") {
-            check_only = true;
-        } else if (arg == "-r" && i + 1 < argc) {
-            repeats = positive_int(argv[++i]);
-            if (repeats < 1) { fprintf(stderr, "error: -r takes a positive number of repeats\n"); return 1; }
-        } else if (arg == "-s" && i + 1 < argc) {
-            std::vector<int> v;
-            std::string list = argv[++i];
-            for (char& ch : list) if (ch == ';') ch = ',';
-            if (!parse_positive_list(list, &v) || v.size() % 2 != 0) {
-                fprintf(stderr, "error: -s takes \"N,C;N,C...\" with positive numbers\n");
-                return 1;
-            }
-            timed.clear();
-            for (size_t k = 0; k < v.size(); k += 2) timed.push_back({v[k], v[k + 1], "custom"});
-        } else {
-            fprintf(stderr, "usage: %s [-r repeats] [-s \"N,C;N,C\"] [-c]\n", argv[0]);
-            return 1;
-        }
+    ShapeArgs args;
+    if (!parse_shape_args(argc, argv, "[-r repeats] [-s \"N,C;N,C\"] [-c]", &args)) return 1;
+    if (!args.shapes.empty()) {
+        timed.clear();
+        for (const auto& sh : args.shapes) timed.push_back({sh[0], sh[1], "custom"});
     }
+    const int repeats = args.repeats;
+    const bool check_only = args.check_only;
     for (const Shape& sh : timed) check_layernorm_channels(sh.C);
     print_device();
 
