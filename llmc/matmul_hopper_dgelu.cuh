@@ -16,10 +16,10 @@
 // stage's earlier phase of the same parity completed, and read the other consumer's data.
 // pre_gelu arrives by TMA into the consumer's output tile while the tile before it is finished; the epilogue turns it
 // into dinp in place (gelu' with the hardware tanh), sums the columns and sends the tile out by TMA.
-// Measured against cuBLASLt (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): slower on its own (183 against
-// 154 µs at d12 B16) and about level for the three GEMM-side passes together, so the engine keeps cuBLASLt unless
-// LLMC_HOPPER_DGELU=1. The main loop reaches ~500 TFLOP/s with a bare epilogue (151 µs), and the derivative costs
-// more than the other warpgroup's main loop hides.
+// Measured against cuBLASLt (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): slower on its own (182 against
+// 154 µs at d12 B16); with fc's weight-gradient GEMM it is faster at d12 B16 only (291 against 315 µs; slower at
+// d12 B32 and d48), so the engine keeps cuBLASLt unless LLMC_HOPPER_DGELU=1. The main loop reaches ~500 TFLOP/s
+// with a bare epilogue (151 µs), and the derivative costs more than the other warpgroup's main loop hides.
 // weight is K x N with N contiguous: B is MN-major, read as 64-row x 64-column boxes (one 128-byte swizzle row per
 // K row) and handed to wgmma transposed.
 // Rules: K % 8 == 0 and N % 8 == 0 (TMA row strides of 16 bytes), every pointer 16-byte aligned; any M >= 1.
