@@ -259,7 +259,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
                                                                                       : ", no master weights")
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
     row("attention / recompute", attention_backend_description(s.backend) + " / " + str(a.recompute));
-    if (model.hopper_dgelu) row("matmuls", "cuBLASLt; MLP GELU backward + fc bias gradient: Hopper kernel");
+    row("matmuls", model.hopper_dgelu ? "cuBLASLt; GELU backward + fc bias gradient: Hopper kernel" : "cuBLASLt");
     row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
     row("forward + backward", model.use_graphs ? "one CUDA Graph per micro-step (from the second; -cg 0: off)"
                                                : "kernels queued one by one");

@@ -33,14 +33,19 @@
 #include "zero.cuh"
 
 // ---------------------------------------------------------------- the model
+// The widest model whose GELU backward runs the Hopper kernel by default (K = C: the fewer k-steps, the larger the
+// share of cuBLASLt's epilogue that the kernel saves).
+constexpr int kHopperDgeluMaxChannels = 1024;
+
 struct GPT2 {
     GPT2Config config;
     // Settings, read by gpt2_allocate.
     bool use_master_weights = kFloatXIsBF16;  // BF16 builds: fp32 master copy (the trainer's -w)
     bool fuse_gelu = kFloatXIsBF16;           // GELU in the cuBLASLt epilogue (FP32 builds use the exact kernel)
     // Set by gpt2_allocate: fcproj's input gradient through the GELU, with fc's bias gradient, by the Hopper kernel
-    // (llmc/matmul_hopper_dgelu.cuh) instead of cuBLASLt's DGELU and BGRADB epilogues. Opt-in, as it does not pay
-    // yet (docs/PERFORMANCE.md): LLMC_HOPPER_DGELU=1 in the environment, BF16 builds on sm_90 with the fused GELU.
+    // (llmc/matmul_hopper_dgelu.cuh) instead of cuBLASLt's DGELU and BGRADB epilogues. BF16 builds on sm_90 with the
+    // fused GELU, where C <= kHopperDgeluMaxChannels (it is faster at d12 and d24, slower at d36 and d48:
+    // docs/PERFORMANCE.md); LLMC_HOPPER_DGELU=1 or 0 in the environment forces it on or off.
     bool hopper_dgelu = false;
 
     // ZeRO-1 (the trainer's -z 1), set by gpt2_use_zero before gpt2_allocate: master weights and AdamW moments
@@ -205,8 +210,9 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->recompute = recompute;
     m->backend = backend;
     const char* hopper_dgelu = getenv("LLMC_HOPPER_DGELU");
-    m->hopper_dgelu = hopper_dgelu && hopper_dgelu[0] == '1' && kFloatXIsBF16 && m->fuse_gelu &&
-                      matmul_hopper_available() && c.channels % 8 == 0;
+    const bool dgelu_wanted = hopper_dgelu && hopper_dgelu[0] ? hopper_dgelu[0] == '1'
+                                                              : c.channels <= kHopperDgeluMaxChannels;
+    m->hopper_dgelu = dgelu_wanted && kFloatXIsBF16 && m->fuse_gelu && matmul_hopper_available() && c.channels % 8 == 0;
     const size_t zero_shard = m->zero.on ? zero_shard_size(m->zero.plan, m->zero.num_ranks) : 0;
     const size_t zero_staging = m->zero.on ? m->zero.staging_elements : 0;
     m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->use_master_weights, zero_shard, zero_staging);

@@ -16,10 +16,11 @@
 // stage's earlier phase of the same parity completed, and read the other consumer's data.
 // pre_gelu arrives by TMA into the consumer's output tile while the tile before it is finished; the epilogue turns it
 // into dinp in place (gelu' with the hardware tanh), sums the columns and sends the tile out by TMA.
-// Measured against cuBLASLt (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): slower on its own (182 against
-// 154 µs at d12 B16); with fc's weight-gradient GEMM it is faster at d12 B16 only (291 against 315 µs; slower at
-// d12 B32 and d48), so the engine keeps cuBLASLt unless LLMC_HOPPER_DGELU=1. The main loop reaches ~500 TFLOP/s
-// with a bare epilogue (151 µs), and the derivative costs more than the other warpgroup's main loop hides.
+// Measured against cuBLASLt (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): slower on its own (179 against
+// 155 µs at d12 B16), but with fc's weight-gradient GEMM (no BGRADB pass) faster at d12 B16 and d24 (288 against
+// 314, 445 against 454 µs) and slower at d36 and d48, so the engine uses it up to C = 1024 (llmc/gpt2.cuh). The main
+// loop reaches ~500 TFLOP/s with a bare epilogue (151 µs), and the derivative costs more than the other
+// warpgroup's main loop hides.
 // weight is K x N with N contiguous: B is MN-major, read as 64-row x 64-column boxes (one 128-byte swizzle row per
 // K row) and handed to wgmma transposed.
 // Rules: K % 8 == 0 and N % 8 == 0 (TMA row strides of 16 bytes), every pointer 16-byte aligned; any M >= 1.
@@ -41,7 +42,9 @@ struct Config {
     // a consumer's output tile: pre_gelu lands in it, becomes dinp and leaves from it; two 128-row x 64-column boxes
     static constexpr int kTileBytes = BM * BN * 2, kHalfBytes = BM * 64 * 2;
     static constexpr int kSmemLimit = 227 * 1024;
-    static constexpr int kStages = std::min(6, (kSmemLimit - 2048 - kConsumers * kTileBytes) / kStageBytes);
+    // 4 stages, although 5 fit: measured (d12 B16 / B32 / d48 dfch, cold µs) 2: 265 / 549 / 607, 3: 193 / 401 / 355,
+    // 4: 179 / 365 / 311, 5: 180 / 377 / 340
+    static constexpr int kStages = 4;
     static constexpr int kTileOffset = kStages * kStageBytes;
     static constexpr int kBarrierOffset = kTileOffset + kConsumers * kTileBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + kConsumers) * 8 + 1024;
