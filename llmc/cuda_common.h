@@ -164,6 +164,24 @@ __device__ inline float block_reduce_sum(float v) {
     v = lane < num_warps ? warp_sums[lane] : 0.0f;
     return warp_reduce_sum(v);
 }
+// Column `col` of a [num_chunks][stride] fp32 array summed by a block of dim3(kWarpSize, kColumnSumSplit) threads (32
+// columns per block): the 32 threads of a column each sum every 32nd row (their loads in flight together), then
+// those 32 sums are added in order, so the result repeats bit for bit. Every thread of the block calls it (in_range
+// false past the last column); the sum is meant for the threads with threadIdx.y == 0.
+constexpr int kColumnSumSplit = 32;
+__device__ inline float ordered_column_sum(const float* partials, int num_chunks, size_t stride, int col, bool in_range) {
+    __shared__ float part[kColumnSumSplit][kWarpSize];
+    float acc = 0.0f;
+    if (in_range) {
+#pragma unroll 8
+        for (int k = threadIdx.y; k < num_chunks; k += kColumnSumSplit) acc += partials[(size_t)k * stride + col];
+    }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0)
+        for (int y = 1; y < kColumnSumSplit; y++) acc += part[y][threadIdx.x];
+    return acc;
+}
 // A reduction across blocks, deterministic: each block writes its part, then every thread of it calls this; true in
 // the block that arrives last at *count (of `blocks`), which resets the count to zero for the next call and then
 // reads the other blocks' parts through L2 (__ldcg) in a fixed order, whichever block it is.

@@ -10,11 +10,14 @@ __device__ __forceinline__ float gelu_value(float x) {
     float cube = 0.044715f * x * x * x;
     return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube)));
 }
-__device__ __forceinline__ float gelu_derivative(float x) {
-    float cube = 0.044715f * x * x * x;
-    float tanh_out = tanhf(kGeluScale * (x + cube));
+// d gelu / dx, given t = tanh(√(2/π)·(x + 0.044715·x³)).
+__device__ __forceinline__ float gelu_derivative_given_tanh(float x, float tanh_out) {
     float sech2 = 1.0f - tanh_out * tanh_out;
     return 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+__device__ __forceinline__ float gelu_derivative(float x) {
+    float cube = 0.044715f * x * x * x;
+    return gelu_derivative_given_tanh(x, tanhf(kGeluScale * (x + cube)));
 }
 
 // The same derivative with the hardware tanh (tanh.approx.f32, relative error about 2^-11, far below bf16's 2^-8):
@@ -25,10 +28,7 @@ __device__ __forceinline__ float tanh_approx(float x) {
     return y;
 }
 __device__ __forceinline__ float gelu_derivative_fast(float x) {
-    const float x2 = x * x;
-    const float tanh_out = tanh_approx(kGeluScale * x * (1.0f + 0.044715f * x2));
-    const float sech2 = 1.0f - tanh_out * tanh_out;
-    return 0.5f * (1.0f + tanh_out) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x2);
+    return gelu_derivative_given_tanh(x, tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)));
 }
 
 // n must be a multiple of x128::size (the model's B*T*4C always is).

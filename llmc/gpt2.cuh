@@ -420,20 +420,17 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale) {
         // MLP: dresidual is d(residual3) here. fch_gelu may live in scratch4: its weight gradient is taken before
         // dfch is written there.
         floatX* dfch = scratch4;
+        floatX* fc_dbias = grad(m, FCB, l);
         matmul_backward_weight(grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
-        if (m->hopper_dgelu) {  // dfch and, summed in the same kernel, fc's bias gradient (no BGRADB pass below)
-            using bf16 = __nv_bfloat16;
-            matmul_backward_dgelu_hopper(reinterpret_cast<bf16*>(dfch), reduce, reinterpret_cast<const bf16*>(dresidual),
-                                         reinterpret_cast<const bf16*>(param(m, FCPROJW, l)),
-                                         reinterpret_cast<const bf16*>(fch), BT, 4 * C, C, 1.0f, s);
-            matmul_dgelu_bias_grad(grad(m, FCB, l), reduce, BT, 4 * C, 1.0f, s);
-            matmul_backward(scratch, grad(m, FCW, l), nullptr, dfch, ln2(l), param(m, FCW, l), BT, C, 4 * C, reduce,
-                            nullptr, false, 1.0f, s);
+        if (m->hopper_dgelu) {  // dfch and, summed in the same kernel, fc's bias gradient (so none in fc's GEMM)
+            matmul_backward_dgelu_hopper(dfch, reduce, dresidual, param(m, FCPROJW, l), fch, BT, 4 * C, C, 1.0f, s);
+            matmul_dgelu_bias_grad(fc_dbias, reduce, BT, 4 * C, 1.0f, s);
+            fc_dbias = nullptr;
         } else {
             matmul_backward_input(dfch, dresidual, param(m, FCPROJW, l), BT, 4 * C, C, fch, m->fuse_gelu, 1.0f, s);
-            matmul_backward(scratch, grad(m, FCW, l), grad(m, FCB, l), dfch, ln2(l), param(m, FCW, l), BT, C, 4 * C,
-                            reduce, nullptr, false, 1.0f, s);
         }
+        matmul_backward(scratch, grad(m, FCW, l), fc_dbias, dfch, ln2(l), param(m, FCW, l), BT, C, 4 * C, reduce,
+                        nullptr, false, 1.0f, s);
         layernorm_backward(dresidual, grad(m, LN2W, l), grad(m, LN2B, l), scratch, residual2, param(m, LN2W, l),
                            ln2_mean, ln2_rstd, BT, C, reduce, s, grad(m, ATTPROJB, l));
         // Attention: dresidual is now d(residual2).

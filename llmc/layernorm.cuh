@@ -249,24 +249,14 @@ __global__ void __launch_bounds__(kLayerNormBackwardWarps * kWarpSize)
     }
 }
 
-// Adds the blocks' partial rows in a fixed order: a block per 32 columns of the [3][C] rows, 32 threads per column
-// each summing every 32nd row (their loads in flight together), then those 32 sums in order.
-constexpr int kLayerNormFinishSplit = 32;
-__global__ void __launch_bounds__(kWarpSize * kLayerNormFinishSplit)
+// Adds the blocks' partial rows in a fixed order (ordered_column_sum), a block per 32 columns of the [3][C] rows.
+__global__ void __launch_bounds__(kWarpSize * kColumnSumSplit)
     layernorm_backward_finish_kernel(floatX* dweight, floatX* dbias, floatX* dinp_sum, const float* partials,
                                      int num_chunks, int C) {
-    __shared__ float part[kLayerNormFinishSplit][kWarpSize];
     const int i = blockIdx.x * kWarpSize + threadIdx.x;  // index into one [3][C] row
     const int used = dinp_sum ? 3 * C : 2 * C;
-    float acc = 0.0f;
-    if (i < used) {
-#pragma unroll 8
-        for (int k = threadIdx.y; k < num_chunks; k += kLayerNormFinishSplit) acc += partials[(size_t)k * 3 * C + i];
-    }
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
+    const float acc = ordered_column_sum(partials, num_chunks, (size_t)3 * C, i, i < used);
     if (threadIdx.y != 0 || i >= used) return;
-    for (int y = 1; y < kLayerNormFinishSplit; y++) acc += part[y][threadIdx.x];
     floatX* out = i < C ? dweight + i : i < 2 * C ? dbias + (i - C) : dinp_sum + (i - 2 * C);
     *out = from_float<floatX>(to_float(*out) + acc);
 }
@@ -292,7 +282,7 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, con
         cudaCheckLaunch();
     });
     const int used = sum_dinp ? 3 * C : 2 * C;
-    layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, kLayerNormFinishSplit), 0, stream>>>(
+    layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, kColumnSumSplit), 0, stream>>>(
         dweight, dbias, dinp_sum, scratch, chunks, C);
     cudaCheckLaunch();
 }

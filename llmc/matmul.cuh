@@ -291,29 +291,20 @@ __global__ void column_sum_partials_scalar_kernel(float* partials, const T* x, i
     partials[(size_t)chunk * cols + col] = acc;
 }
 
-// out[j] += scale · Σ_k partials[k][j] over num_chunks partial rows: 32 columns per block, each summed by 32 threads
-// over every 32nd partial row, then the 32 sums added in order (enough loads in flight for thousands of rows; the
-// order is fixed, so the result repeats bit for bit).
-constexpr int kColumnSumFinishSplit = 32;
+// out[j] += scale · Σ_k partials[k][j] over num_chunks partial rows, added in a fixed order (ordered_column_sum).
 template <typename T>
-__global__ void __launch_bounds__(kWarpSize * kColumnSumFinishSplit)
+__global__ void __launch_bounds__(kWarpSize * kColumnSumSplit)
     column_sum_finish_kernel(T* out, const float* partials, int num_chunks, int cols, float scale) {
-    __shared__ float part[kColumnSumFinishSplit][kWarpSize];
     const int col = blockIdx.x * kWarpSize + threadIdx.x;
-    float acc = 0.0f;
-    if (col < cols)
-        for (int k = threadIdx.y; k < num_chunks; k += kColumnSumFinishSplit) acc += partials[(size_t)k * cols + col];
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
+    const float acc = ordered_column_sum(partials, num_chunks, cols, col, col < cols);
     if (threadIdx.y != 0 || col >= cols) return;
-    for (int y = 1; y < kColumnSumFinishSplit; y++) acc += part[y][threadIdx.x];
     out[col] = from_float<T>(to_float(out[col]) + scale * acc);
 }
 
 template <typename T>
 inline void column_sum_finish(T* out, const float* partials, int num_chunks, int cols, float scale,
                               cudaStream_t stream = 0) {
-    column_sum_finish_kernel<<<ceil_div(cols, kWarpSize), dim3(kWarpSize, kColumnSumFinishSplit), 0, stream>>>(
+    column_sum_finish_kernel<<<ceil_div(cols, kWarpSize), dim3(kWarpSize, kColumnSumSplit), 0, stream>>>(
         out, partials, num_chunks, cols, scale);
     cudaCheckLaunch();
 }

@@ -250,11 +250,15 @@ inline void launch(bf16* dinp, float* partials, const bf16* dout, const bf16* we
 inline size_t matmul_dgelu_partials_floats(int M, int N) { return (size_t)matmul_dgelu::partial_rows(M) * N; }
 
 // dinp (M x N) = alpha · (dout (M x K) · weight (K x N, N contiguous)) ∘ gelu'(pre_gelu (M x N)), and the column sums
-// of dinp as partials (matmul_dgelu_partials_floats(M, N) floats) for matmul_dgelu_bias_grad. Hopper only
-// (matmul_hopper_available()).
-inline void matmul_backward_dgelu_hopper(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
-                                         const __nv_bfloat16* weight, const __nv_bfloat16* pre_gelu, int M, int N,
-                                         int K, float alpha, cudaStream_t stream = 0) {
+// of dinp as partials (matmul_dgelu_partials_floats(M, N) floats) for matmul_dgelu_bias_grad. Hopper and BF16 builds
+// only (matmul_hopper_available(), kFloatXIsBF16).
+inline void matmul_backward_dgelu_hopper(floatX* dinp, float* partials, const floatX* dout, const floatX* weight,
+                                         const floatX* pre_gelu, int M, int N, int K, float alpha,
+                                         cudaStream_t stream = 0) {
+    if (!kFloatXIsBF16) {
+        fprintf(stderr, "error: matmul_backward_dgelu_hopper: bf16 only (this is an FP32 build)\n");
+        exit(EXIT_FAILURE);
+    }
     if (M < 1 || N < 8 || K < 8 || N % 8 != 0 || K % 8 != 0) {
         fprintf(stderr, "error: matmul_backward_dgelu_hopper: M %d, N %d, K %d: needs M >= 1 and N, K multiples of 8\n",
                 M, N, K);
@@ -265,8 +269,11 @@ inline void matmul_backward_dgelu_hopper(__nv_bfloat16* dinp, float* partials, c
         fprintf(stderr, "error: matmul_backward_dgelu_hopper: every pointer must be 16-byte aligned\n");
         exit(EXIT_FAILURE);
     }
-    sanitizer_mark_initialized(dinp, (size_t)M * N * sizeof(__nv_bfloat16), stream);  // TMA stores: unseen by initcheck
-    matmul_dgelu::launch(dinp, partials, dout, weight, pre_gelu, M, N, K, alpha, stream);
+    sanitizer_mark_initialized(dinp, (size_t)M * N * sizeof(floatX), stream);  // TMA stores: unseen by initcheck
+    using bf16 = __nv_bfloat16;
+    matmul_dgelu::launch(reinterpret_cast<bf16*>(dinp), partials, reinterpret_cast<const bf16*>(dout),
+                         reinterpret_cast<const bf16*>(weight), reinterpret_cast<const bf16*>(pre_gelu), M, N, K, alpha,
+                         stream);
 }
 
 // dbias[j] += scale · Σ_rows dinp[.][j] from the kernel's partials, added in a fixed order.
