@@ -259,10 +259,12 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
                                                                                       : ", no master weights")
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
     row("attention / recompute", attention_backend_description(s.backend) + " / " + str(a.recompute));
-    row("matmuls", model.hopper_dgelu ? "cuBLASLt; GELU backward + fc bias gradient: Hopper kernel" : "cuBLASLt");
+    row("matmuls", std::string("cuBLASLt") + matmul_algorithms_description() +
+                       (model.hopper_dgelu ? "; GELU backward + fc bias gradient: Hopper kernel" : ""));
     row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
     row("forward + backward", model.use_graphs ? "one CUDA Graph per micro-step (from the second; -cg 0: off)"
-                                               : "kernels queued one by one");
+                              : matmul_algos::tuning() ? "kernels queued one by one (GEMM tuning run)"
+                                                       : "kernels queued one by one");
     row("ZeRO stage", model.zero.on ? "1 (master weights and AdamW moments: this rank's shard)"
                                     : "0 (every rank keeps the whole optimizer state)");
     if (s.world > 1) {
@@ -407,7 +409,8 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     if (!note.empty()) printf("note: %s\n", note.c_str());
     matmul_set_tf32(a.tf32);
     model.use_master_weights = a.master_weights;
-    model.use_graphs = a.cuda_graph && mg.world == 1;
+    // A GEMM tuning run (LLMC_GEMM_TUNE) times each call as queued, which a replayed graph would not do.
+    model.use_graphs = a.cuda_graph && mg.world == 1 && !matmul_algos::tuning();
     if (a.zero_stage == 1) gpt2_use_zero(&model, mg.world, mg.rank, (size_t)a.zero_bucket_mb << 20);
     gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
 
@@ -512,6 +515,13 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
                layout.tokens_per_step / (ms / 1e3));
     }
     printf("device memory in use at the end: %s\n", format_bytes((double)device_memory_in_use()).c_str());
+    if (matmul_algos::tuning()) {
+        const int left = matmul_algos::unfinished();
+        printf("GEMM tuning: %s%s\n", left ? (std::to_string(left) + " shapes still short of samples (not written; "
+                                                                    "run more steps), the rest in ").c_str()
+                                            : "every shape written to ",
+               matmul_algos::state().tune_path.c_str());
+    }
     grad_exchange_free(&exchange);
     gpt2_free(&model);
     multi_gpu_free(mg);

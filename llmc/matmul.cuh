@@ -16,6 +16,7 @@
 
 #include "cuda_common.h"
 #include "gelu.cuh"
+#include "matmul_algos.cuh"
 
 enum class MatmulEpilogue {
     None,      // C = alpha·A·B + beta·C
@@ -45,6 +46,7 @@ struct Plan {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo;
     bool supported = false;
+    int tuning = -1;  // >= 0 while LLMC_GEMM_TUNE times candidates for it (matmul_algos.cuh)
 };
 
 struct State {
@@ -82,6 +84,13 @@ inline void matmul_init() {
     // zeroing it once keeps those reads from being reported (it costs nothing after start-up).
     cudaCheck(cudaMemset(s.workspace, 0, s.workspace_bytes));
 }
+// How the GEMM algorithms are chosen, for start-up tables: "" (the heuristic's first answer) or where from.
+inline std::string matmul_algorithms_description() {
+    matmul_algos::State& s = matmul_algos::ready();
+    if (!s.tune_path.empty()) return " (algorithms: tuning into " + s.tune_path + ")";
+    if (!s.algos_path.empty()) return " (algorithms: " + s.algos_path + ")";
+    return "";
+}
 inline size_t matmul_workspace_bytes() { return matmul_detail::state().workspace_bytes; }
 
 // TF32 tensor cores for fp32 builds (no effect on bf16 builds). Clears cached plans.
@@ -100,8 +109,19 @@ inline void matmul_set_tf32(bool on) {
 
 namespace matmul_detail {
 
-// The plan for a key: descriptors, layouts and the heuristic's first algorithm, made on first use and cached.
-// Returns nullptr where cuBLASLt has no algorithm (or rejects the combination) for it.
+inline std::string key_text(const Key& k) {
+    static const char* const kEpilogues[] = {"none", "bias", "gelu_bias", "dgelu", "bias_grad"};
+    char buf[256];
+    snprintf(buf, sizeof(buf), "M=%d N=%d K=%d tA=%d tB=%d batch=%d sA=%lld sB=%lld sC=%lld epi=%s beta=%d bias=%d%s",
+             k.M, k.N, k.K, k.transA, k.transB, k.batch, k.strideA, k.strideB, k.strideC, kEpilogues[k.epilogue],
+             k.has_beta, k.bias_type, !kFloatXIsBF16 && state().tf32 ? " tf32" : "");
+    return buf;
+}
+
+// The plan for a key: descriptors, layouts and the algorithm, made on first use and cached. The algorithm is the
+// heuristic's first answer, or the one recorded for the key in LLMC_GEMM_ALGOS / LLMC_GEMM_TUNE's file, or, while
+// LLMC_GEMM_TUNE tunes the key, each call's candidate (run_plan). Returns nullptr where cuBLASLt has no algorithm
+// (or rejects the combination) for it.
 inline Plan* find_plan(const Key& key) {
     State& s = state();
     auto it = s.plans.find(key);
@@ -146,14 +166,35 @@ inline Plan* find_plan(const Key& key) {
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &s.workspace_bytes, sizeof(s.workspace_bytes)));
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t results[matmul_algos::kCandidates];
     int found = 0;
     // Not cublasCheck: an unsupported combination (e.g. a bias-gradient type) is an answer, not an error.
+    const int want = matmul_algos::tuning() ? matmul_algos::kCandidates : 1;
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, want, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     p.supported = status == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p.supported) p.algo = result.algo;
+    if (p.supported) {
+        p.algo = results[0].algo;
+        const std::string text = key_text(key);
+        cublasLtMatmulAlgo_t recorded;
+        if (matmul_algos::find_recorded(text, &recorded)) {
+            cublasLtMatmulHeuristicResult_t check;
+            if (cublasLtMatmulAlgoCheck(s.handle, p.desc, p.a, p.b, p.c, p.c, &recorded, &check) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                check.workspaceSize > s.workspace_bytes) {
+                fprintf(stderr, "error: GEMM algorithm file: cuBLASLt rejects the algorithm recorded for %s\n",
+                        text.c_str());
+                exit(EXIT_FAILURE);
+            }
+            p.algo = recorded;
+        } else {
+            std::vector<cublasLtMatmulAlgo_t> candidates;
+            for (int i = 0; i < found; i++)
+                if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates.push_back(results[i].algo);
+            p.tuning = matmul_algos::start_tuning(text, candidates.data(), (int)candidates.size());
+        }
+    }
     Plan& stored = s.plans.emplace(key, p).first->second;
     return stored.supported ? &stored : nullptr;
 }
@@ -201,8 +242,16 @@ inline void run_plan(Plan& p, MatmulEpilogue epilogue, floatX* C, const floatX* 
     if (beta == 0.0f) mark_c();
     if (epilogue == MatmulEpilogue::GeluBias) sanitizer_mark_initialized(pre_gelu, c_bytes, stream);
     if (epilogue == MatmulEpilogue::BiasGrad) sanitizer_mark_initialized(bias, out.M * out.bias_grad_bytes, stream);
-    cublasCheck(cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, s.workspace,
+    cublasLtMatmulAlgo_t algo = p.algo;
+    bool done = false;
+    const bool timed = p.tuning >= 0 && matmul_algos::begin_call(p.tuning, stream, &algo, &done);
+    if (done) {
+        p.algo = algo;
+        p.tuning = -1;
+    }
+    cublasCheck(cublasLtMatmul(s.handle, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &algo, s.workspace,
                                s.workspace_bytes, stream));
+    if (timed) matmul_algos::end_timed_call(stream);
     if (beta != 0.0f) mark_c();
 }
 

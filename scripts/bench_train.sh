@@ -6,6 +6,9 @@
 #   scripts/bench_train.sh                 B = 16 32 64
 #   BATCHES="16" STEPS=40 scripts/bench_train.sh
 #   DEPTH=48 BATCHES="8" STEPS=30 scripts/bench_train.sh     (the 1.5B shape; the baseline gets --depth 48)
+# GEMM algorithms: before each B, a tuning run (LLMC_GEMM_TUNE, 45 steps, not timed) records the fastest cuBLASLt
+# algorithm of every GEMM shape in $LOGDIR/gemm_algos_d<DEPTH>_B<B>.txt (kept and reused while it exists), and the
+# timed run reads it (LLMC_GEMM_ALGOS); GEMM_TUNE=0 times the heuristic's first choices instead.
 # Env: BASELINE (default ../shared/anchors/torch_gpt2_baseline.py), LOGDIR (default bench_logs),
 #      TRAIN_FLAGS (extra flags for train_gpt2cu, e.g. "-ab flash" or "-r 0"), NO_BASELINE=1 to skip torch,
 #      BASELINE_BATCHES (the B values that also run the baseline; default all of BATCHES).
@@ -35,13 +38,30 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || 
 summary=()
 for B in $BATCHES; do
     log="$LOGDIR/train_B${B}.log"
+    algos=()
+    if [ "${GEMM_TUNE:-1}" = 1 ]; then
+        algos_file="$LOGDIR/gemm_algos_d${DEPTH}_B${B}.txt"
+        if [ -f "$algos_file" ]; then
+            echo "==== GEMM algorithms: $algos_file (from an earlier call)"
+        else
+            echo "==== GEMM tuning run d$DEPTH B=$B T=$T, 45 steps, into $algos_file"
+            if ! LLMC_GEMM_TUNE="$algos_file" ./train_gpt2cu -e "d$DEPTH" -b "$B" -t "$T" -x 45 -v 0 -s 0 -i "$SHARD" \
+                    -l 3e-4 $TRAIN_FLAGS >"$LOGDIR/tune_B${B}.log" 2>&1; then
+                tail -n 5 "$LOGDIR/tune_B${B}.log"
+                summary+=("B=$B: the GEMM tuning run failed (see $LOGDIR/tune_B${B}.log)")
+                continue
+            fi
+            grep -a '^GEMM tuning: ' "$LOGDIR/tune_B${B}.log" || true
+        fi
+        algos=(env LLMC_GEMM_ALGOS="$algos_file")
+    fi
     echo "==== train_gpt2cu d$DEPTH B=$B T=$T, $STEPS steps $TRAIN_FLAGS"
-    if ! ./train_gpt2cu -e "d$DEPTH" -b "$B" -t "$T" -x "$STEPS" -v 0 -s 0 -i "$SHARD" -l 3e-4 $TRAIN_FLAGS >"$log" 2>&1; then
+    if ! ${algos[@]+"${algos[@]}"} ./train_gpt2cu -e "d$DEPTH" -b "$B" -t "$T" -x "$STEPS" -v 0 -s 0 -i "$SHARD" -l 3e-4 $TRAIN_FLAGS >"$log" 2>&1; then
         tail -n 5 "$log"
         summary+=("B=$B: train_gpt2cu failed (see $log)")
         continue
     fi
-    grep -E '^\| (device|peak|memory: total)' "$log" || true
+    grep -E '^\| (device|peak|memory: total|matmuls)' "$log" || true
     # step lines: "step    11/40 | loss ... | norm ... | lr ... |   52.10 ms |  314000 tok/s | MFU 41.2%"
     read -r ms toks mfu < <(python3 - "$log" 10 "$STEPS" $((B * T)) <<'PARSE'
 import re, statistics, sys

@@ -68,6 +68,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     run_suite resume-bit-exact bash scripts/check_resume.sh
     # the trainer's CUDA Graph replays the same kernels: model, optimizer state and losses bit for bit as without it
     run_suite cuda-graph-bit-exact bash scripts/check_graph.sh
+    # a GEMM tuning run records every shape; runs that read its file repeat bit for bit; foreign files are refused
+    run_suite gemm-algorithm-files bash scripts/check_gemm_algos.sh
     # runs never mix or lose checkpoints: -nk, a fresh run among another's, -ow 1, a mixed pair, stale temporaries
     run_suite checkpoint-directory bash scripts/check_checkpoint_dir.sh
     # The d12 (124M) reference is made here, never committed: PyTorch pre-trains it 300 steps on Tiny
