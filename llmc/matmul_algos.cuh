@@ -17,7 +17,9 @@
 //                          heuristic's first (one line says so per shape).
 //
 // The file (llmc/gemm_algos_file.h) names the device, the cuBLASLt version and the precision, and a run on anything
-// else refuses it; per shape it holds the algorithm and the medians that chose it.
+// else refuses it; per shape it holds the algorithm and the medians that chose it. Tune with one process: several
+// tuning into one file would each rewrite it with their own choices (the last rename wins); every rank can then
+// read it.
 #pragma once
 
 #include <cublasLt.h>
