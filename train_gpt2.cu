@@ -517,10 +517,10 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     printf("device memory in use at the end: %s\n", format_bytes((double)device_memory_in_use()).c_str());
     if (matmul_algos::tuning()) {
         const int left = matmul_algos::unfinished();
-        printf("GEMM tuning: %s%s\n", left ? (std::to_string(left) + " shapes still short of samples (not written; "
-                                                                    "run more steps), the rest in ").c_str()
-                                            : "every shape written to ",
-               matmul_algos::state().tune_path.c_str());
+        const char* path = matmul_algos::state().tune_path.c_str();
+        if (left) printf("GEMM tuning: %d shapes still short of samples (not written; run more steps), the rest in %s\n",
+                         left, path);
+        else printf("GEMM tuning: every shape written to %s\n", path);
     }
     grad_exchange_free(&exchange);
     gpt2_free(&model);

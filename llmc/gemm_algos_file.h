@@ -29,29 +29,25 @@ struct GemmAlgosFile {
 // Reads `path` into *out; false (and *out untouched) when there is no such file. The header must be
 // `expected_header`: an algorithm is only valid for the device, library and precision that timed it.
 inline bool read_gemm_algos(const std::string& path, const std::string& expected_header, GemmAlgosFile* out) {
-    FILE* f = fopen(path.c_str(), "r");
-    if (!f) {
-        if (errno == ENOENT) return false;
-        file_error(path, "cannot open (%s)", strerror(errno));
+    if (!path_exists(path)) return false;
+    std::string text;
+    {
+        InputFile in(path);
+        text.resize((size_t)in.size());
+        if (!text.empty()) in.read(&text[0], text.size(), "the file");
     }
     GemmAlgosFile file;
-    std::string line;
-    int number = 0, c;
-    bool more = true;
-    auto fail = [&](const char* problem) {
-        fclose(f);
-        file_error(path, "line %d: %s", number, problem);
-    };
-    while (more) {
-        line.clear();
-        while ((c = fgetc(f)) != EOF && c != '\n') line.push_back((char)c);
-        more = c != EOF;
-        if (!more && line.empty()) break;
+    int number = 0;
+    auto fail = [&](const char* problem) { file_error(path, "line %d: %s", number, problem); };
+    for (size_t at = 0; at < text.size();) {
+        size_t end = text.find('\n', at);
+        if (end == std::string::npos) end = text.size();
+        std::string line = text.substr(at, end - at);
+        at = end + 1;
         number++;
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (number == 1) {
             if (line != expected_header) {
-                fclose(f);
                 file_error(path, "made for \"%s\", this run is \"%s\" (tune again)", line.c_str(),
                            expected_header.c_str());
             }
@@ -78,7 +74,6 @@ inline bool read_gemm_algos(const std::string& path, const std::string& expected
         }
         if (!file.algos.emplace(line.substr(0, colon), algo).second) fail("a second record for the same shape");
     }
-    fclose(f);
     if (number == 0) file_error(path, "empty (no header line)");
     *out = std::move(file);
     return true;

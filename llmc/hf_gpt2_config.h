@@ -38,11 +38,6 @@ inline bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-inline bool path_exists(const std::string& path) {
-    struct stat st;
-    return stat(path.c_str(), &st) == 0;
-}
-
 // True for what read_hf_gpt2 takes: a directory, *.safetensors, *.safetensors.index.json.
 inline bool is_hf_gpt2_path(const std::string& path) {
     struct stat st;

@@ -68,12 +68,10 @@ inline State& state() {
     return s;
 }
 
-inline std::string make_header(int device) {
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, device));
+inline std::string make_header() {
     char buf[512];
-    snprintf(buf, sizeof(buf), "llmc-gemm-algos 1 | %s | cuBLASLt %zu | %s", prop.name, cublasLtGetVersion(),
-             kFloatXIsBF16 ? "bf16" : "fp32");
+    snprintf(buf, sizeof(buf), "llmc-gemm-algos 1 | %s | cuBLASLt %zu | %s", device_info().prop.name,
+             cublasLtGetVersion(), kFloatXIsBF16 ? "bf16" : "fp32");
     return buf;
 }
 
@@ -109,9 +107,7 @@ inline State& ready() {
         exit(EXIT_FAILURE);
     }
     if (!(tune && *tune) && !(algos && *algos)) return s;
-    int device;
-    cudaCheck(cudaGetDevice(&device));
-    const std::string header = make_header(device);
+    const std::string header = make_header();
     s.file.header = header;
     if (tune && *tune) {
         s.tune_path = tune;

@@ -72,6 +72,11 @@ inline int run_tool(const char* program, Body&& body, void (*on_error)() = nullp
     return 0;
 }
 
+inline bool path_exists(const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0;
+}
+
 // The directory a path names its file in ("." for a bare name).
 inline std::string parent_directory(const std::string& path) {
     const size_t slash = path.rfind('/');
