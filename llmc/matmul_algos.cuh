@@ -69,10 +69,8 @@ inline State& state() {
 }
 
 inline std::string make_header() {
-    char buf[512];
-    snprintf(buf, sizeof(buf), "llmc-gemm-algos 1 | %s | cuBLASLt %zu | %s", device_info().prop.name,
-             cublasLtGetVersion(), kFloatXIsBF16 ? "bf16" : "fp32");
-    return buf;
+    return std::string("llmc-gemm-algos 1 | ") + device_info().prop.name + " | cuBLASLt " +
+           std::to_string(cublasLtGetVersion()) + (kFloatXIsBF16 ? " | bf16" : " | fp32");
 }
 
 inline GemmAlgo to_record(const cublasLtMatmulAlgo_t& algo, const std::string& note) {
