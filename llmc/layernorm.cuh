@@ -150,102 +150,190 @@ inline void fused_residual_layernorm_forward(floatX* residual_out, floatX* out, 
 // One kernel reads dout and inp once and produces everything: dinp += ∂loss/∂inp per row (128-bit packs), and per
 // block the column sums over its rows of dout·norm (→ dweight), dout (→ dbias) and, optionally, of the updated dinp
 // itself. That last sum is the bias gradient of the linear layer whose output feeds this residual stream (attproj
-// for ln2, fcproj for the next ln1 or lnf), so that layer's backward has no bias pass of its own. Each warp keeps
-// its column sums in its own slice of shared memory; the block then adds the warps' slices in a fixed order and
-// writes one row of partials, and a second kernel adds the rows in a fixed order. No atomics: results repeat bit
-// for bit.
-constexpr int kLayerNormBackwardWarps = 4;
-constexpr int kLayerNormRowsPerBlock = 32;  // N/32 partial rows to add at the end
+// for ln2, fcproj for the next ln1 or lnf), so that layer's backward has no bias pass of its own.
+// A team of threads is as wide as a row: thread i owns pack i (x128::size channels) of every row, so a column's
+// sums live in one thread's registers, added in row order (no per-warp slice of shared sums, which held the former
+// warp-per-row kernel to 2 blocks of 4 warps per SM at 1600 channels, and no shared read-modify-write per element).
+// A block holds kLayerNormBackwardTeams teams and kLayerNormRowsPerBlock consecutive rows; team t takes rows t,
+// t + teams, ... kRows at a time, through a ring of kStages stages in shared memory: each thread copies its own
+// packs (cp.async) and reads only those, so the ring needs no barrier, and the copies of the next kStages - 1
+// groups are in flight while one is computed. The two row sums the update needs (of dnorm and dnorm·norm) are added
+// per warp, then over the team's warps in order through shared memory: one barrier per group, on the team's own
+// named barrier. The teams' column sums are added in team order and the block writes one row of partials; a second
+// kernel adds the rows in a fixed order. No atomics: results repeat bit for bit, on any GPU (the split into blocks
+// and teams depends on N and C only).
+// H200, dev/cuda/layernorm (µs, against the warp-per-row kernel in the same call): d12 B16 44.0 -> 40.5, d12 B32
+// 78.9 -> 69.8, d36 B16 102.7 -> 63.4, d48 B8 59.6 -> 44.4. 32 rows per block was slower (the partial rows and
+// their sum cost as much as their bytes), 128 slower at d48 (64 blocks for 132 SMs).
+constexpr int kLayerNormRowsPerBlock = 64;  // N/64 partial rows to add at the end
+constexpr int kLayerNormBackwardRows = 2, kLayerNormBackwardStages = 3, kLayerNormBackwardTeams = 2;
+constexpr int kLayerNormBackwardMaxThreads = 512;  // registers: at most 128 per thread
+static_assert(kLayerNormMaxChannels / x128::size <= kLayerNormBackwardMaxThreads, "the widest row fits one team");
 inline int layernorm_num_chunks(int N) { return ceil_div(N, kLayerNormRowsPerBlock); }
 inline size_t layernorm_backward_scratch_floats(int N, int C) { return (size_t)layernorm_num_chunks(N) * 3 * C; }
-inline size_t layernorm_backward_smem_bytes(int C) { return (size_t)kLayerNormBackwardWarps * 3 * C * sizeof(float); }
+template <int kRows, int kStages>
+inline size_t layernorm_backward_smem_bytes(int threads) {
+    return (size_t)kStages * 3 * kRows * threads * sizeof(x128) + 2 * kLayerNormRowsPerBlock * sizeof(float);
+}
 
-// An empty asm that claims to change the pack: what was computed from it before (its elements in fp32) cannot be
-// reused after, so the compiler keeps the row as packed 16-bit values between the two passes and converts again,
-// instead of holding every element in an fp32 register (255 registers and spills at 7 packs per lane).
-__device__ __forceinline__ void keep_packed(x128& v) {
-    uint32_t* words = reinterpret_cast<uint32_t*>(&v);
-#pragma unroll
-    for (int j = 0; j < 4; j++) asm volatile("" : "+r"(words[j]));
+// Team t of a block syncs its `threads` threads on barrier 1 + t (0 is __syncthreads'). The ids are immediates, so
+// the kernel reserves only the barriers it names (a register id reserves all 16, and fewer blocks fit an SM).
+template <int kId>
+__device__ __forceinline__ void named_barrier_sync(int threads) {
+    asm volatile("bar.sync %0, %1;" ::"n"(kId), "r"(threads) : "memory");
+}
+template <int kTeams>
+__device__ __forceinline__ void team_barrier_sync(int team, int threads) {
+    if (team == 0) named_barrier_sync<1>(threads);
+    else if constexpr (kTeams == 2) named_barrier_sync<2>(threads);
+    else if (team == 1) named_barrier_sync<2>(threads);
+    else if constexpr (kTeams == 3) named_barrier_sync<3>(threads);
+    else if (team == 2) named_barrier_sync<3>(threads);
+    else named_barrier_sync<4>(threads);
 }
 
 // partials[block][0][c] = Σ dout·norm, [1][c] = Σ dout, [2][c] = Σ dinp (after the update; only if sum_dinp).
-// A warp holds its row in registers (kPacks packs per lane of dout, inp and dinp, all loaded at once) and the
-// weights for all its rows. A lane's columns are the same in every row, so its slice of the shared column
-// sums is private to it; each sum adds the warp's rows in order, then the block adds its warps in order.
-template <int kPacks>
-__global__ void __launch_bounds__(kLayerNormBackwardWarps * kWarpSize)
+// kTeams teams of one row's width each take every kTeams-th row of the block (more warps per block without more
+// partial rows); each team syncs on its own named barrier, and the teams' column sums are added in team order.
+template <int kRows, int kStages, int kTeams>
+__global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials, const floatX* __restrict__ dout,
                               const floatX* __restrict__ inp, const floatX* __restrict__ weight,
                               const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
                               bool sum_dinp) {
-    // [warp][3][k][pack]: element k of every pack, packs contiguous, so a warp's 32 lanes (consecutive packs)
-    // touch 32 consecutive floats: no bank conflicts.
-    extern __shared__ float ln_sums[];
+    constexpr int kSums = 2 * kRows;  // per row: Σ dnorm, Σ dnorm·norm
+    static_assert(kTeams >= 1 && kTeams <= 4, "team barriers 1..4");
+    static_assert(kStages * 3 * kRows * kTeams * sizeof(x128) >= (kTeams - 1) * 3 * x128::size * sizeof(float),
+                  "the teams' column sums fit in the ring");
+    // [2][warp][kSums]: two buffers, so one barrier per group (the next group writes the other one)
+    __shared__ float warp_sums[2][kLayerNormBackwardMaxThreads / kWarpSize][kSums];
+    extern __shared__ __align__(16) unsigned char ln_smem[];  // ring [kStages][3][kRows][threads], then mean, rstd
+    const int threads = blockDim.x, width = threads / kTeams, team = threadIdx.x / width;
     const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-    const int packs = C / x128::size;
-    float* my_sums = ln_sums + (size_t)warp * 3 * C;
-    for (int i = lane; i < 3 * C; i += kWarpSize) my_sums[i] = 0.0f;
-    __syncwarp();
-    x128 w[kPacks];
-#pragma unroll
-    for (int i = 0; i < kPacks; i++)
-        if (lane + i * kWarpSize < packs) w[i] = load128(weight + (lane + i * kWarpSize) * x128::size);
-    const int r0 = blockIdx.x * kLayerNormRowsPerBlock, r1 = min(N, r0 + kLayerNormRowsPerBlock);
-    for (int row = r0 + warp; row < r1; row += kLayerNormBackwardWarps) {
-        const size_t base = (size_t)row * C;
-        x128 d[kPacks], x[kPacks], g[kPacks];
-#pragma unroll
-        for (int i = 0; i < kPacks; i++) {
-            const int pk = lane + i * kWarpSize;
-            if (pk < packs) {
-                const int c = pk * x128::size;
-                d[i] = load128cs(dout + base + c), x[i] = load128cs(inp + base + c), g[i] = load128(dinp + base + c);
+    const int team_warps = width / kWarpSize, first_warp = team * team_warps;
+    const int packs = C / x128::size, pk = threadIdx.x % width;
+    const bool owner = pk < packs;  // the last warp may reach past the row
+    const int c = pk * x128::size;
+    x128* ring = reinterpret_cast<x128*>(ln_smem);
+    float* row_mean = reinterpret_cast<float*>(ring + (size_t)kStages * 3 * kRows * threads);
+    float* row_rstd = row_mean + kLayerNormRowsPerBlock;
+    const int r0 = blockIdx.x * kLayerNormRowsPerBlock, rows = min(N - r0, kLayerNormRowsPerBlock);
+    // this team's rows: team, team + kTeams, ...; group g holds its rows g·kRows .. g·kRows + kRows - 1
+    const int team_rows = rows > team ? (rows - team + kTeams - 1) / kTeams : 0;
+    const int groups = ((rows + kTeams - 1) / kTeams + kRows - 1) / kRows;  // the same for every team
+    auto row_of = [&](int i) { return i * kTeams + team; };  // block row of the team's i-th row
+    // this thread's pack of array a (0 dout, 1 inp, 2 dinp) of row r of the group in stage st
+    auto slot = [&](int st, int a, int r) { return ring + ((st * 3 + a) * kRows + r) * threads + threadIdx.x; };
+    auto issue = [&](int group) {  // always commits, so the group count stays in step
+        asm volatile("" ::: "memory");  // the reads of the stage it refills stay before it (cp.async names no memory)
+        if (group < groups) {
+            for (int r = 0; r < kRows; r++) {
+                const int i = group * kRows + r;
+                const bool valid = owner && i < team_rows;  // else zero-filled
+                const size_t at = valid ? (size_t)(r0 + row_of(i)) * C + c : 0;
+                const int st = group % kStages;
+                cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(slot(st, 0, r))), dout + at, valid);
+                cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(slot(st, 1, r))), inp + at, valid);
+                cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(slot(st, 2, r))), dinp + at, valid);
             }
         }
-        const float m = mean[row], s = rstd[row];
-        float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+        cp_async_commit();
+    };
+    for (int g = 0; g < kStages - 1; g++) issue(g);
+    for (int i = threadIdx.x; i < 2 * kLayerNormRowsPerBlock; i += threads) {
+        const int r = i % kLayerNormRowsPerBlock;
+        const float v = r < rows ? (i < kLayerNormRowsPerBlock ? mean : rstd)[r0 + r] : 0.0f;
+        row_mean[i] = v;  // row_rstd follows row_mean
+    }
+    float w[x128::size];  // fp32 once, not converted per element
+    if (owner) {
+        const x128 wp = load128(weight + c);
+        for (int k = 0; k < x128::size; k++) w[k] = to_float(wp[k]);
+    } else {
+        for (int k = 0; k < x128::size; k++) w[k] = 0.0f;
+    }
+    float sum_dw[x128::size], sum_db[x128::size], sum_dg[x128::size];
+    for (int k = 0; k < x128::size; k++) sum_dw[k] = sum_db[k] = sum_dg[k] = 0.0f;
+    __syncthreads();  // row_mean, row_rstd
+#pragma unroll 1
+    for (int g = 0; g < groups; g++) {
+        issue(g + kStages - 1);  // into the stage of group g - 1, which this thread has finished with
+        cp_async_wait<kStages - 1>();  // this thread's copies of group g have landed
+        asm volatile("" ::: "memory");  // and its reads of them stay after the wait
+        const int st = g % kStages;
+        // dout and norm in fp32 stay in registers across the barrier: the update needs nothing converted twice
+        float d[kRows][x128::size], norm[kRows][x128::size], part[kSums];
 #pragma unroll
-        for (int i = 0; i < kPacks; i++) {
-            if (lane + i * kWarpSize < packs) {
-                for (int k = 0; k < x128::size; k++) {
-                    const float norm = (to_float(x[i][k]) - m) * s;
-                    const float dnorm = to_float(d[i][k]) * to_float(w[i][k]);
-                    dnorm_sum += dnorm;
-                    dnorm_norm_sum += dnorm * norm;
-                }
+        for (int r = 0; r < kRows; r++) {
+            const x128 dp = *slot(st, 0, r), xp = *slot(st, 1, r);
+            const int br = row_of(max(0, min(g * kRows + r, team_rows - 1)));  // past the team's rows: any row
+            const float m = row_mean[br], s = row_rstd[br];
+            float a = 0.0f, b = 0.0f;
+            for (int k = 0; k < x128::size; k++) {
+                d[r][k] = to_float(dp[k]);
+                norm[r][k] = (to_float(xp[k]) - m) * s;
+                const float dnorm = d[r][k] * w[k];
+                a += dnorm;
+                b += dnorm * norm[r][k];
+            }
+            part[2 * r] = warp_reduce_sum(a), part[2 * r + 1] = warp_reduce_sum(b);
+        }
+        const int buffer = g % 2;
+        if (lane == 0) {
+#pragma unroll
+            for (int j = 0; j < kSums; j++) warp_sums[buffer][warp][j] = part[j];
+        }
+        if (kTeams == 1) __syncthreads();
+        else team_barrier_sync<kTeams>(team, width);
+#pragma unroll
+        for (int j = 0; j < kSums; j++) part[j] = 0.0f;
+        for (int wp = first_warp; wp < first_warp + team_warps; wp++) {
+#pragma unroll
+            for (int j = 0; j < kSums; j++) part[j] += warp_sums[buffer][wp][j];
+        }
+        if (!owner) continue;
+#pragma unroll
+        for (int r = 0; r < kRows; r++) {
+            const int i = g * kRows + r;
+            if (i >= team_rows) break;
+            const int row = r0 + row_of(i);
+            x128 gr = *slot(st, 2, r);
+            const float s = row_rstd[row - r0];
+            const float dnorm_mean = part[2 * r] / C, dnorm_norm_mean = part[2 * r + 1] / C;
+            for (int k = 0; k < x128::size; k++) {
+                const float update = (d[r][k] * w[k] - dnorm_mean - norm[r][k] * dnorm_norm_mean) * s;
+                gr[k] = from_float<floatX>(to_float(gr[k]) + update);
+                sum_dw[k] += d[r][k] * norm[r][k];
+                sum_db[k] += d[r][k];
+                sum_dg[k] += to_float(gr[k]);
+            }
+            store128(dinp + (size_t)row * C + c, gr);
+        }
+    }
+    cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
+    if constexpr (kTeams > 1) {  // teams 1.. leave their sums in the ring; team 0 adds them in team order
+        __syncthreads();  // every team is done with the ring
+        float* spill = reinterpret_cast<float*>(ring);  // [team - 1][3][x128::size][width]
+        if (team > 0) {
+            for (int k = 0; k < x128::size; k++) {
+                float* at = spill + ((size_t)((team - 1) * 3) * x128::size + k) * width + pk;
+                at[0] = sum_dw[k], at[x128::size * width] = sum_db[k], at[2 * x128::size * width] = sum_dg[k];
             }
         }
-        const float dnorm_mean = warp_reduce_sum(dnorm_sum) / C;
-        const float dnorm_norm_mean = warp_reduce_sum(dnorm_norm_sum) / C;
-#pragma unroll
-        for (int i = 0; i < kPacks; i++) keep_packed(d[i]), keep_packed(x[i]), keep_packed(w[i]);
-#pragma unroll
-        for (int i = 0; i < kPacks; i++) {
-            const int pk = lane + i * kWarpSize;
-            if (pk < packs) {
-                for (int k = 0; k < x128::size; k++) {
-                    const float norm = (to_float(x[i][k]) - m) * s;
-                    const float dnorm = to_float(d[i][k]) * to_float(w[i][k]);
-                    const float update = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-                    g[i][k] = from_float<floatX>(to_float(g[i][k]) + update);
-                    const int at = k * packs + pk;
-                    my_sums[at] += to_float(d[i][k]) * norm;
-                    my_sums[C + at] += to_float(d[i][k]);
-                    if (sum_dinp) my_sums[2 * C + at] += to_float(g[i][k]);
-                }
-                store128(dinp + base + pk * x128::size, g[i]);
+        __syncthreads();
+        if (team > 0) return;
+        for (int t = 1; t < kTeams; t++) {
+            for (int k = 0; k < x128::size; k++) {
+                const float* at = spill + ((size_t)((t - 1) * 3) * x128::size + k) * width + pk;
+                sum_dw[k] += at[0], sum_db[k] += at[x128::size * width], sum_dg[k] += at[2 * x128::size * width];
             }
         }
     }
-    __syncthreads();
-    const int sums = sum_dinp ? 3 * C : 2 * C;
-    for (int i = threadIdx.x; i < sums; i += blockDim.x) {
-        const int q = i / C, col = i % C;
-        const int at = q * C + (col % x128::size) * packs + col / x128::size;
-        float acc = 0.0f;
-        for (int wp = 0; wp < kLayerNormBackwardWarps; wp++) acc += ln_sums[(size_t)wp * 3 * C + at];
-        partials[(size_t)blockIdx.x * 3 * C + i] = acc;
+    if (!owner) return;
+    float* out = partials + (size_t)blockIdx.x * 3 * C + c;
+    for (int k = 0; k < x128::size; k++) {
+        out[k] = sum_dw[k], out[C + k] = sum_db[k];
+        if (sum_dinp) out[2 * C + k] = sum_dg[k];
     }
 }
 
@@ -261,28 +349,41 @@ __global__ void __launch_bounds__(kWarpSize * kColumnSumSplit)
     *out = from_float<floatX>(to_float(*out) + acc);
 }
 
+// The teams fall back to one where a block of them would exceed kLayerNormBackwardMaxThreads (rows above 2048 bf16).
+template <int kRows, int kStages, int kTeams>
+inline void launch_layernorm_backward(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
+                                      const floatX* weight, const float* mean, const float* rstd, int N, int C,
+                                      bool sum_dinp, cudaStream_t stream) {
+    const int width = ceil_div(C / x128::size, kWarpSize) * kWarpSize;
+    if (kTeams > 1 && kTeams * width > kLayerNormBackwardMaxThreads) {  // a wide row: one team
+        launch_layernorm_backward<kRows, kStages, 1>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
+                                                     stream);
+        return;
+    }
+    const int threads = kTeams * width;
+    const size_t smem = layernorm_backward_smem_bytes<kRows, kStages>(threads);
+    auto kernel = layernorm_backward_kernel<kRows, kStages, kTeams>;
+    static size_t smem_allowed = 48 * 1024;  // the default; raised once when a wider model needs more
+    if (smem > smem_allowed) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_allowed = smem;
+    }
+    kernel<<<layernorm_num_chunks(N), threads, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C,
+                                                               sum_dinp);
+    cudaCheckLaunch();
+}
+
 // dinp, dweight, dbias accumulate; so does dinp_sum (C entries: += Σ_rows of dinp after the update) when given.
 // scratch: layernorm_backward_scratch_floats(N, C) floats.
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                const floatX* weight, const float* mean, const float* rstd, int N, int C,
                                float* scratch, cudaStream_t stream = 0, floatX* dinp_sum = nullptr) {
     check_layernorm_channels(C);
-    const size_t smem = layernorm_backward_smem_bytes(C);
-    const int chunks = layernorm_num_chunks(N);
     const bool sum_dinp = dinp_sum != nullptr;
-    layernorm_packs(C, [&](auto packs) {
-        auto kernel = layernorm_backward_kernel<decltype(packs)::value>;
-        static size_t smem_allowed = 48 * 1024;  // the default; raised once when a wider model needs more
-        if (smem > smem_allowed) {
-            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            smem_allowed = smem;
-        }
-        kernel<<<chunks, kLayerNormBackwardWarps * kWarpSize, smem, stream>>>(dinp, scratch, dout, inp, weight, mean,
-                                                                               rstd, N, C, sum_dinp);
-        cudaCheckLaunch();
-    });
+    launch_layernorm_backward<kLayerNormBackwardRows, kLayerNormBackwardStages, kLayerNormBackwardTeams>(
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp, stream);
     const int used = sum_dinp ? 3 * C : 2 * C;
     layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, kColumnSumSplit), 0, stream>>>(
-        dweight, dbias, dinp_sum, scratch, chunks, C);
+        dweight, dbias, dinp_sum, scratch, layernorm_num_chunks(N), C);
     cudaCheckLaunch();
 }
