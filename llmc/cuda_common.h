@@ -142,6 +142,15 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
 
+// ---------------------------------------------------------------- named barriers
+// Barrier kId (1..15; 0 is __syncthreads') for `threads` threads, a multiple of 32. The id is an immediate, so a
+// kernel reserves only the barriers it names (an id in a register reserves all 16, and fewer blocks fit an SM).
+template <int kId>
+__device__ __forceinline__ void named_barrier_sync(int threads) {
+    static_assert(kId >= 1 && kId <= 15, "barrier 0 is __syncthreads'");
+    asm volatile("bar.sync %0, %1;" ::"n"(kId), "r"(threads) : "memory");
+}
+
 // ---------------------------------------------------------------- reductions
 __device__ __forceinline__ float warp_reduce_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffff, v, off);

@@ -162,9 +162,9 @@ inline void fused_residual_layernorm_forward(floatX* residual_out, floatX* out, 
 // named barrier. The teams' column sums are added in team order and the block writes one row of partials; a second
 // kernel adds the rows in a fixed order. No atomics: results repeat bit for bit, on any GPU (the split into blocks
 // and teams depends on N and C only).
-// H200, dev/cuda/layernorm (µs, against the warp-per-row kernel in the same call): d12 B16 44.0 -> 40.5, d12 B32
-// 78.9 -> 69.8, d36 B16 102.7 -> 63.4, d48 B8 59.6 -> 44.4. 32 rows per block was slower (the partial rows and
-// their sum cost as much as their bytes), 128 slower at d48 (64 blocks for 132 SMs).
+// H200, dev/cuda/layernorm (µs, against the warp-per-row kernel in the same call): d12 B16 44.3 -> 40.4, d12 B32
+// 79.6 -> 69.2, d36 B16 102.5 -> 62.9, d48 B8 60.4 -> 43.8. Fewer rows per block (16, 32) were slower: the partial
+// rows and their ordered sum cost what their bytes cost; 128 was slower at d48 (64 blocks for 132 SMs).
 constexpr int kLayerNormRowsPerBlock = 64;  // N/64 partial rows to add at the end
 constexpr int kLayerNormBackwardRows = 2, kLayerNormBackwardStages = 3, kLayerNormBackwardTeams = 2;
 constexpr int kLayerNormBackwardMaxThreads = 512;  // registers: at most 128 per thread
@@ -176,12 +176,7 @@ inline size_t layernorm_backward_smem_bytes(int threads) {
     return (size_t)kStages * 3 * kRows * threads * sizeof(x128) + 2 * kLayerNormRowsPerBlock * sizeof(float);
 }
 
-// Team t of a block syncs its `threads` threads on barrier 1 + t (0 is __syncthreads'). The ids are immediates, so
-// the kernel reserves only the barriers it names (a register id reserves all 16, and fewer blocks fit an SM).
-template <int kId>
-__device__ __forceinline__ void named_barrier_sync(int threads) {
-    asm volatile("bar.sync %0, %1;" ::"n"(kId), "r"(threads) : "memory");
-}
+// Team t of a block syncs its `threads` threads on barrier 1 + t (0 is __syncthreads'), ids as immediates.
 template <int kTeams>
 __device__ __forceinline__ void team_barrier_sync(int team, int threads) {
     if (team == 0) named_barrier_sync<1>(threads);
