@@ -190,8 +190,7 @@ int main(int argc, char** argv) {
 
         GPT2 model;
         build(&model, model_path, ds, backend, recompute);
-        printf("matmuls: cuBLASLt%s%s\n", matmul_algorithms_description().c_str(),
-               model.hopper_dgelu ? "; GELU backward + fc bias gradient by the Hopper kernel" : "");
+        printf("matmuls: %s\n", gpt2_matmuls_description(model).c_str());
         for (const auto& [label, bytes] : memory_plan_rows(model.plan)) {
             printf("%s\n", format_table_row(label, format_bytes((double)bytes)).c_str());
         }

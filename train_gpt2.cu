@@ -259,8 +259,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
                                                                                       : ", no master weights")
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
     row("attention / recompute", attention_backend_description(s.backend) + " / " + str(a.recompute));
-    row("matmuls", std::string("cuBLASLt") + matmul_algorithms_description() +
-                       (model.hopper_dgelu ? "; GELU backward + fc bias gradient: Hopper kernel" : ""));
+    row("matmuls", gpt2_matmuls_description(model));
     row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
     row("forward + backward", model.use_graphs ? "one CUDA Graph per micro-step (from the second; -cg 0: off)"
                               : matmul_algos::tuning() ? "kernels queued one by one (GEMM tuning run)"

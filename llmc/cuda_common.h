@@ -131,6 +131,10 @@ typedef Packed128<floatX> x128;
 typedef Packed128<float> f128;
 
 // ---------------------------------------------------------------- asynchronous copies (sm_80+)
+// A shared-memory pointer as the 32-bit shared-space address that PTX's shared operands take.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 // 16-byte async copy global -> shared (dst: a shared-space address); when !valid the 16 bytes are zero-filled and
 // nothing is read. commit closes a group of copies; wait<N> returns when at most N of this thread's groups are
 // still in flight (then __syncthreads makes the data visible to the whole block).

@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(classifier_detail::kThreads)
         for (int i = 0; i < kPacks; i++) {
             const int pk = i * kThreads + threadIdx.x;
             if (pk < packs)
-                cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(dst + pk * kSize)), src + pk * kSize, true);
+                cp_async_16(smem_addr(dst + pk * kSize), src + pk * kSize, true);
         }
         cp_async_commit();
     };

@@ -183,6 +183,13 @@ inline void gpt2_use_zero(GPT2* m, int num_ranks, int rank, size_t bucket_bytes)
     for (const GradBucket& b : m->zero.plan) m->zero.staging_elements = std::max(m->zero.staging_elements, b.padded);
 }
 
+// The start-up tables' line on the matrix products: cuBLASLt, where its algorithms come from, and the Hopper GELU
+// backward where it runs (set by gpt2_allocate).
+inline std::string gpt2_matmuls_description(const GPT2& m) {
+    return "cuBLASLt" + matmul_algorithms_description() +
+           (m.hopper_dgelu ? "; GELU backward + fc bias gradient by the Hopper kernel" : "");
+}
+
 inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend backend) {
     using namespace gpt2_detail;
     const GPT2Config& c = m->config;

@@ -112,7 +112,6 @@ inline void allow_dynamic_smem(Kernel kernel, int bytes) {
 }
 
 // ------------------------------------------------------------------------------------------ device side
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 #if defined(LLMC_HOPPER_DEVICE)
 #define LLMC_HOPPER_ASM(...) asm volatile(__VA_ARGS__)
@@ -123,7 +122,7 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast
 // ---- mbarrier: a 64-bit shared-memory object that completes a phase when `count` arrivals have happened and
 // the transaction bytes announced with expect_tx have landed. Waiters name the phase by its parity bit.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
-    LLMC_HOPPER_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+    LLMC_HOPPER_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
 // After initialising barriers, make them visible to the async proxy (TMA completes on them) before any use.
 __device__ __forceinline__ void fence_barrier_init() {
@@ -131,11 +130,11 @@ __device__ __forceinline__ void fence_barrier_init() {
 }
 // One arrival that also announces `bytes` more to land in this phase (the producer, before its TMA loads).
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-    LLMC_HOPPER_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+    LLMC_HOPPER_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                     : "memory");
 }
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-    LLMC_HOPPER_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+    LLMC_HOPPER_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 // Waits until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so waiting for parity
 // 1 returns at once: a producer starts on "empty" barriers with parity 1.
@@ -146,7 +145,7 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         asm volatile(
             "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
             : "=r"(done)
-            : "r"(smem_u32(bar)), "r"(parity)
+            : "r"(smem_addr(bar)), "r"(parity)
             : "memory");
     } while (!done);
 #else
@@ -183,36 +182,36 @@ __device__ __forceinline__ int sw128_chunk_offset(int row, int chunk) { return (
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
     LLMC_HOPPER_ASM(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-        ::"r"(smem_u32(dst)), "l"(map), "r"(col), "r"(row), "r"(smem_u32(bar))
+        ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar))
         : "memory");
 }
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
                                             int batch) {
     LLMC_HOPPER_ASM(
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-        "[%5];\n" ::"r"(smem_u32(dst)), "l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_u32(bar))
+        "[%5];\n" ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_addr(bar))
         : "memory");
 }
 // shared -> global (rows and columns past the matrix are not written); tracked as a bulk group of this thread.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int col, int row) {
     LLMC_HOPPER_ASM("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n"
-                    ::"l"(map), "r"(col), "r"(row), "r"(smem_u32(src))
+                    ::"l"(map), "r"(col), "r"(row), "r"(smem_addr(src))
                     : "memory");
 }
 __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void* src, int col, int row, int batch) {
     LLMC_HOPPER_ASM("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
-                    ::"l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_u32(src))
+                    ::"l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_addr(src))
                     : "memory");
 }
 // shared -> global element-wise add (fp32 partial sums, e.g. the attention backward's dQ), a bulk group too.
 __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const void* src, int col, int row) {
     LLMC_HOPPER_ASM("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];\n"
-                    ::"l"(map), "r"(col), "r"(row), "r"(smem_u32(src))
+                    ::"l"(map), "r"(col), "r"(row), "r"(smem_addr(src))
                     : "memory");
 }
 __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int col, int row, int batch) {
     LLMC_HOPPER_ASM("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
-                    ::"l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_u32(src))
+                    ::"l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_addr(src))
                     : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { LLMC_HOPPER_ASM("cp.async.bulk.commit_group;\n" ::: "memory"); }
@@ -318,7 +317,7 @@ constexpr int kNoMask = -(1 << 20);
 // function of the address. MN-major operands (transposed, e.g. V used as stored) pass their own offsets:
 // lbo = bytes between 64-element column blocks, sbo = bytes between 8-row groups along K.
 __device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* tile, uint32_t lbo = 16, uint32_t sbo = 1024) {
-    const uint32_t addr = smem_u32(tile);
+    const uint32_t addr = smem_addr(tile);
     uint64_t d = (uint64_t)((addr & 0x3FFFF) >> 4);
     d |= (uint64_t)((lbo & 0x3FFFF) >> 4) << 16;
     d |= (uint64_t)((sbo & 0x3FFFF) >> 4) << 32;

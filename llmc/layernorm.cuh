@@ -176,17 +176,6 @@ inline size_t layernorm_backward_smem_bytes(int threads) {
     return (size_t)kStages * 3 * kRows * threads * sizeof(x128) + 2 * kLayerNormRowsPerBlock * sizeof(float);
 }
 
-// Team t of a block syncs its `threads` threads on barrier 1 + t (0 is __syncthreads'), ids as immediates.
-template <int kTeams>
-__device__ __forceinline__ void team_barrier_sync(int team, int threads) {
-    if (team == 0) named_barrier_sync<1>(threads);
-    else if constexpr (kTeams == 2) named_barrier_sync<2>(threads);
-    else if (team == 1) named_barrier_sync<2>(threads);
-    else if constexpr (kTeams == 3) named_barrier_sync<3>(threads);
-    else if (team == 2) named_barrier_sync<3>(threads);
-    else named_barrier_sync<4>(threads);
-}
-
 // partials[block][0][c] = Σ dout·norm, [1][c] = Σ dout, [2][c] = Σ dinp (after the update; only if sum_dinp).
 // kTeams teams of one row's width each take every kTeams-th row of the block (more warps per block without more
 // partial rows); each team syncs on its own named barrier, and the teams' column sums are added in team order.
@@ -197,7 +186,7 @@ __global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
                               const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
                               bool sum_dinp) {
     constexpr int kSums = 2 * kRows;  // per row: Σ dnorm, Σ dnorm·norm
-    static_assert(kTeams >= 1 && kTeams <= 4, "team barriers 1..4");
+    static_assert(kTeams == 1 || kTeams == 2, "one team syncs with __syncthreads, two on barriers 1 and 2");
     static_assert(kStages * 3 * kRows * kTeams * sizeof(x128) >= (kTeams - 1) * 3 * x128::size * sizeof(float),
                   "the teams' column sums fit in the ring");
     // [2][warp][kSums]: two buffers, so one barrier per group (the next group writes the other one)
@@ -227,9 +216,9 @@ __global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
                 const bool valid = owner && i < team_rows;  // else zero-filled
                 const size_t at = valid ? (size_t)(r0 + row_of(i)) * C + c : 0;
                 const int st = group % kStages;
-                cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(slot(st, 0, r))), dout + at, valid);
-                cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(slot(st, 1, r))), inp + at, valid);
-                cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(slot(st, 2, r))), dinp + at, valid);
+                cp_async_16(smem_addr(slot(st, 0, r)), dout + at, valid);
+                cp_async_16(smem_addr(slot(st, 1, r)), inp + at, valid);
+                cp_async_16(smem_addr(slot(st, 2, r)), dinp + at, valid);
             }
         }
         cp_async_commit();
@@ -279,7 +268,8 @@ __global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
             for (int j = 0; j < kSums; j++) warp_sums[buffer][warp][j] = part[j];
         }
         if (kTeams == 1) __syncthreads();
-        else team_barrier_sync<kTeams>(team, width);
+        else if (team == 0) named_barrier_sync<1>(width);
+        else named_barrier_sync<2>(width);
 #pragma unroll
         for (int j = 0; j < kSums; j++) part[j] = 0.0f;
         for (int wp = first_warp; wp < first_warp + team_warps; wp++) {

@@ -243,6 +243,14 @@ inline bool parse_shape_args(int argc, char** argv, const char* usage, ShapeArgs
     return true;
 }
 
+// The -s shapes, if any, replace the program's default `timed` list of {a, b, name} shapes.
+template <typename Shape>
+inline void use_shape_args(const ShapeArgs& a, std::vector<Shape>* timed) {
+    if (a.shapes.empty()) return;
+    timed->clear();
+    for (const auto& sh : a.shapes) timed->push_back({sh[0], sh[1], "custom"});
+}
+
 // Whether `id` is among the chosen ones; nothing chosen means all.
 inline bool wants(const std::vector<int>& chosen, int id) {
     return chosen.empty() || std::find(chosen.begin(), chosen.end(), id) != chosen.end();

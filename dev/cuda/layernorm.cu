@@ -117,10 +117,7 @@ int main(int argc, char** argv) {
                                 {16384, 1280, "d36 B16"}, {8192, 1600, "d48 B8"},   {64, 768, "d12 decode B64"}};
     ShapeArgs args;
     if (!parse_shape_args(argc, argv, "[-r repeats] [-s \"N,C;N,C\"] [-c]", &args)) return 1;
-    if (!args.shapes.empty()) {
-        timed.clear();
-        for (const auto& sh : args.shapes) timed.push_back({sh[0], sh[1], "custom"});
-    }
+    use_shape_args(args, &timed);
     const int repeats = args.repeats;
     const bool check_only = args.check_only;
     for (const Shape& sh : timed) check_layernorm_channels(sh.C);

@@ -135,10 +135,7 @@ int main(int argc, char** argv) {
     std::vector<Shape> timed = {{16384, 768, "d12 B16"}, {32768, 768, "d12 B32"}, {8192, 1600, "d48 B8"}};
     ShapeArgs args;
     if (!parse_shape_args(argc, argv, "[-r repeats] [-s \"M,C;M,C\"] [-c]", &args)) return 1;
-    if (!args.shapes.empty()) {
-        timed.clear();
-        for (const auto& sh : args.shapes) timed.push_back({sh[0], sh[1], "custom"});
-    }
+    use_shape_args(args, &timed);
     const int repeats = args.repeats;
     const bool check_only = args.check_only;
     for (const Shape& sh : timed) {

@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(mma4::kThreads, 2)
     mma_kernel(bf16* out, const bf16* A, const bf16* B, const bf16* bias, int M, int N, int K) {
     using namespace mma4;
     extern __shared__ __align__(128) uint8_t smem[];
-    const uint32_t sbase = flash::smem_addr(smem);
+    const uint32_t sbase = smem_addr(smem);
     int tm, tn;
     grouped_tile((M + kBM - 1) / kBM, (N + kBN - 1) / kBN, &tm, &tn);
     const int m0 = tm * kBM, n0 = tn * kBN;
