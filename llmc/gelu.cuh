@@ -6,9 +6,11 @@
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
+// gelu(x), given t = tanh(√(2/π)·(x + 0.044715·x³)).
+__device__ __forceinline__ float gelu_given_tanh(float x, float tanh_out) { return 0.5f * x * (1.0f + tanh_out); }
 __device__ __forceinline__ float gelu_value(float x) {
     float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube)));
+    return gelu_given_tanh(x, tanhf(kGeluScale * (x + cube)));
 }
 // d gelu / dx, given t = tanh(√(2/π)·(x + 0.044715·x³)).
 __device__ __forceinline__ float gelu_derivative_given_tanh(float x, float tanh_out) {
@@ -20,16 +22,15 @@ __device__ __forceinline__ float gelu_derivative(float x) {
     return gelu_derivative_given_tanh(x, tanhf(kGeluScale * (x + cube)));
 }
 
-// The same derivative with the hardware tanh (tanh.approx.f32, relative error about 2^-11, far below bf16's 2^-8):
-// one MUFU instruction instead of tanhf's ~20, for epilogues that apply it to every output of a GEMM.
+// The hardware tanh (tanh.approx.f32, relative error about 2^-11, far below bf16's 2^-8): one MUFU instruction
+// instead of tanhf's ~20, for epilogues that apply the GELU or its derivative to every output of a GEMM.
 __device__ __forceinline__ float tanh_approx(float x) {
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-__device__ __forceinline__ float gelu_derivative_fast(float x) {
-    return gelu_derivative_given_tanh(x, tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)));
-}
+// t = tanh(√(2/π)·(x + 0.044715·x³)) by it, for gelu_given_tanh and gelu_derivative_given_tanh.
+__device__ __forceinline__ float gelu_tanh_fast(float x) { return tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)); }
 
 // n must be a multiple of x128::size (the model's B*T*4C always is).
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {

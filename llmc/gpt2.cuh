@@ -33,19 +33,15 @@
 #include "zero.cuh"
 
 // ---------------------------------------------------------------- the model
-// The widest model whose GELU backward runs the Hopper kernel by default (K = C: the fewer k-steps, the larger the
-// share of cuBLASLt's epilogue that the kernel saves).
-constexpr int kHopperDgeluMaxChannels = 1024;
-
 struct GPT2 {
     GPT2Config config;
     // Settings, read by gpt2_allocate.
     bool use_master_weights = kFloatXIsBF16;  // BF16 builds: fp32 master copy (the trainer's -w)
     bool fuse_gelu = kFloatXIsBF16;           // GELU in the cuBLASLt epilogue (FP32 builds use the exact kernel)
-    // Set by gpt2_allocate: fcproj's input gradient through the GELU, with fc's bias gradient, by the Hopper kernel
-    // (llmc/matmul_hopper_dgelu.cuh) instead of cuBLASLt's DGELU and BGRADB epilogues. BF16 builds on sm_90 with the
-    // fused GELU, where C <= kHopperDgeluMaxChannels (it is faster at d12 and d24, slower at d36 and d48:
-    // docs/PERFORMANCE.md); LLMC_HOPPER_DGELU=1 or 0 in the environment forces it on or off.
+    // Set by gpt2_allocate: fcproj's input gradient through the GELU, with fc's bias gradient and (under recompute)
+    // the GELU output fcproj's weight gradient reads, by the Hopper kernel (llmc/matmul_hopper_dgelu.cuh) instead of
+    // the GELU kernel and cuBLASLt's DGELU and BGRADB epilogues. BF16 builds on sm_90 with the fused GELU (faster at
+    // d12 and d48: docs/PERFORMANCE.md); LLMC_HOPPER_DGELU=0 in the environment turns it off.
     bool hopper_dgelu = false;
 
     // ZeRO-1 (the trainer's -z 1), set by gpt2_use_zero before gpt2_allocate: master weights and AdamW moments
@@ -217,8 +213,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->recompute = recompute;
     m->backend = backend;
     const char* hopper_dgelu = getenv("LLMC_HOPPER_DGELU");
-    const bool dgelu_wanted = hopper_dgelu && hopper_dgelu[0] ? hopper_dgelu[0] == '1'
-                                                              : c.channels <= kHopperDgeluMaxChannels;
+    const bool dgelu_wanted = !(hopper_dgelu && hopper_dgelu[0] == '0');
     m->hopper_dgelu = dgelu_wanted && kFloatXIsBF16 && m->fuse_gelu && matmul_hopper_available() && c.channels % 8 == 0;
     const size_t zero_shard = m->zero.on ? zero_shard_size(m->zero.plan, m->zero.num_ranks) : 0;
     const size_t zero_staging = m->zero.on ? m->zero.staging_elements : 0;
@@ -419,21 +414,24 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale) {
         float* ln2_mean = buf<float>(m, mem::Ln2Mean) + l * ld;
         float* ln2_rstd = buf<float>(m, mem::Ln2Rstd) + l * ld;
         floatX* fch_gelu = buf<floatX>(m, mem::FchGelu) + (m->recompute >= 1 ? 0 : l * ld * 4 * C);
-        if (m->recompute >= 1) gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C, s);
+        if (m->recompute >= 1 && !m->hopper_dgelu) gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C, s);
         if (m->recompute >= 2) {  // same kernel, same inputs: bit-identical to the forward's outputs
             layernorm_forward(ln1(l), ln1_mean, ln1_rstd, residual, param(m, LN1W, l), param(m, LN1B, l), BT, C, s);
             layernorm_forward(ln2(l), ln2_mean, ln2_rstd, residual2, param(m, LN2W, l), param(m, LN2B, l), BT, C, s);
         }
-        // MLP: dresidual is d(residual3) here. fch_gelu may live in scratch4: its weight gradient is taken before
-        // dfch is written there.
+        // MLP: dresidual is d(residual3) here.
         floatX* dfch = scratch4;
         floatX* fc_dbias = grad(m, FCB, l);
-        matmul_backward_weight(grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
-        if (m->hopper_dgelu) {  // dfch and, summed in the same kernel, fc's bias gradient (so none in fc's GEMM)
-            matmul_backward_dgelu_hopper(dfch, reduce, dresidual, param(m, FCPROJW, l), fch, BT, 4 * C, C, 1.0f, s);
+        if (m->hopper_dgelu) {
+            // dfch, fc's bias gradient summed in the same kernel (so none in fc's GEMM) and, under recompute, the
+            // GELU output fcproj's weight gradient reads (so no pass of its own over fch)
+            matmul_backward_dgelu_hopper(dfch, reduce, dresidual, param(m, FCPROJW, l), fch, BT, 4 * C, C, 1.0f, s,
+                                         m->recompute >= 1 ? fch_gelu : nullptr);
             matmul_dgelu_bias_grad(fc_dbias, reduce, BT, 4 * C, 1.0f, s);
             fc_dbias = nullptr;
+            matmul_backward_weight(grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
         } else {
+            matmul_backward_weight(grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
             matmul_backward_input(dfch, dresidual, param(m, FCPROJW, l), BT, 4 * C, C, fch, m->fuse_gelu, 1.0f, s);
         }
         matmul_backward(scratch, grad(m, FCW, l), fc_dbias, dfch, ln2(l), param(m, FCW, l), BT, C, 4 * C, reduce,

@@ -1,6 +1,7 @@
 // The backward through fc's GELU on Hopper, one kernel where cuBLASLt takes two passes:
 //   dinp (M x N) = alpha · (dout (M x K) · weight (K x N)) ∘ gelu'(pre_gelu)      (bf16 in and out, fp32 accumulation)
 //   partials[p][j] = Σ of the stored (bf16) dinp[i][j] over the 64 rows i of partial row p   (fp32)
+//   gelu_out = gelu(pre_gelu), if asked for: under recompute (-r 1) the input of fcproj's weight gradient
 // In GPT-2 this is fcproj's input gradient: dout = d(fcproj output) (BT x C), weight = W_fcproj as stored (C x 4C,
 // nn.Linear's out x in), pre_gelu = fc's output before the GELU, and the column sums of dinp are fc's bias gradient,
 // finished by matmul_dgelu_bias_grad (a fixed-order sum of the partial rows: deterministic, no atomics). cuBLASLt's
@@ -15,12 +16,13 @@
 // strict turns (a named barrier pair): a consumer waiting on a stage a whole tile ahead would otherwise see that
 // stage's earlier phase of the same parity completed, and read the other consumer's data.
 // pre_gelu arrives by TMA into the consumer's output tile while the tile before it is finished; the epilogue turns it
-// into dinp in place (gelu' with the hardware tanh), sums the columns and sends the tile out by TMA.
-// Measured against cuBLASLt (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): slower on its own (179 against
-// 155 µs at d12 B16), but with fc's weight-gradient GEMM (no BGRADB pass) faster at d12 B16 and d24 (288 against
-// 314, 445 against 454 µs) and slower at d36 and d48, so the engine uses it up to C = 1024 (llmc/gpt2.cuh). The main
-// loop reaches ~500 TFLOP/s with a bare epilogue (151 µs), and the derivative costs more than the other
-// warpgroup's main loop hides.
+// into dinp in place (gelu' with the hardware tanh), writes gelu(pre_gelu) if asked, sums the columns and sends the
+// tile out by TMA.
+// Measured against cuBLASLt with the GELU kernel (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): slower on its
+// own, but with fc's weight-gradient GEMM (no BGRADB pass) faster at d12 B16 (341 against 363 µs) and level at d48
+// (611 against 612); in the d48 trainer step 1.8% faster, so the engine uses it on every Hopper GPU. The main loop
+// reaches ~500 TFLOP/s with a bare epilogue (151 µs at d12 B16 against cuBLASLt's 104 for the plain GEMM), and the
+// epilogue costs more than the other warpgroup's main loop hides.
 // weight is K x N with N contiguous: B is MN-major, read as 64-row x 64-column boxes (one 128-byte swizzle row per
 // K row) and handed to wgmma transposed.
 // Rules: K % 8 == 0 and N % 8 == 0 (TMA row strides of 16 bytes), every pointer 16-byte aligned; any M >= 1.
@@ -70,7 +72,7 @@ struct RingPosition {
 __global__ void __launch_bounds__(Config::kThreads, 1)
     dgelu_kernel(const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_weight,
                  const __grid_constant__ CUtensorMap map_pre, const __grid_constant__ CUtensorMap map_dinp,
-                 float* __restrict__ partials, float alpha, int M, int N, int K) {
+                 float* __restrict__ partials, bf16* __restrict__ gelu_out, float alpha, int M, int N, int K) {
     using Cfg = Config;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -176,7 +178,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         pos.advance(k_steps);  // the other consumer's tile
 
         // epilogue: dinp = alpha · acc · gelu'(pre), in place of pre in the output tile (each thread reads and writes
-        // its own bf16 pairs: 16-byte chunk c of row r sits at chunk c ^ (r % 8), no bank conflicts)
+        // its own bf16 pairs: 16-byte chunk c of row r sits at chunk c ^ (r % 8), no bank conflicts). With gelu_out,
+        // gelu(pre) too, from the same tanh, stored from registers: the recompute fcproj's weight gradient needs,
+        // without a pass of its own over pre_gelu (the quads of a warp fill 16-byte pieces of 8 rows per store).
         mbarrier_wait(&pre_full[consumer], pre_phase);
         pre_phase ^= 1;
         const int col_in = 2 * (lane % 4);
@@ -190,8 +194,14 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                     __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(
                         tile_buf + (j / 8) * Cfg::kHalfBytes + r * 128 + sw128_chunk_offset(r, j % 8) + col_in * 2);
                     const float2 pre = __bfloat1622float2(*p);
-                    *p = __floats2bfloat162_rn(alpha * acc[h][4 * j + 2 * half] * gelu_derivative_fast(pre.x),
-                                               alpha * acc[h][4 * j + 2 * half + 1] * gelu_derivative_fast(pre.y));
+                    const float t0 = gelu_tanh_fast(pre.x), t1 = gelu_tanh_fast(pre.y);
+                    const float* a = &acc[h][4 * j + 2 * half];
+                    *p = __floats2bfloat162_rn(alpha * a[0] * gelu_derivative_given_tanh(pre.x, t0),
+                                               alpha * a[1] * gelu_derivative_given_tanh(pre.y, t1));
+                    const int row = tm * Cfg::BM + r, col = tn * Cfg::BN + 8 * j + col_in;
+                    if (gelu_out && row < M && col < N)
+                        *reinterpret_cast<__nv_bfloat162*>(gelu_out + (size_t)row * N + col) =
+                            __floats2bfloat162_rn(gelu_given_tanh(pre.x, t0), gelu_given_tanh(pre.y, t1));
                 }
         fence_proxy_async();  // st.shared above, read by the TMA store next
         named_barrier_sync(barrier_id, 128);
@@ -224,8 +234,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     if (t == 0) tma_store_wait<0>();  // the consumer's last stores are done before the block exits
 }
 
-inline void launch(bf16* dinp, float* partials, const bf16* dout, const bf16* weight, const bf16* pre_gelu, int M,
-                   int N, int K, float alpha, cudaStream_t stream) {
+inline void launch(bf16* dinp, float* partials, bf16* gelu_out, const bf16* dout, const bf16* weight,
+                   const bf16* pre_gelu, int M, int N, int K, float alpha, cudaStream_t stream) {
     using Cfg = Config;
     static const bool smem_ready = (hopper::allow_dynamic_smem(dgelu_kernel, Cfg::kSmemBytes), true);
     (void)smem_ready;
@@ -240,7 +250,7 @@ inline void launch(bf16* dinp, float* partials, const bf16* dout, const bf16* we
     // two tiles per block at once (one per consumer): fewer blocks than SMs when there are few tiles
     const int blocks = std::min((tiles + 1) / 2, matmul_hopper::num_sms());
     dgelu_kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_dout, map_weight, map_pre, map_dinp, partials,
-                                                                    alpha, M, N, K);
+                                                                    gelu_out, alpha, M, N, K);
     cudaCheckLaunch();
 }
 
@@ -250,11 +260,11 @@ inline void launch(bf16* dinp, float* partials, const bf16* dout, const bf16* we
 inline size_t matmul_dgelu_partials_floats(int M, int N) { return (size_t)matmul_dgelu::partial_rows(M) * N; }
 
 // dinp (M x N) = alpha · (dout (M x K) · weight (K x N, N contiguous)) ∘ gelu'(pre_gelu (M x N)), and the column sums
-// of dinp as partials (matmul_dgelu_partials_floats(M, N) floats) for matmul_dgelu_bias_grad. Hopper and BF16 builds
-// only (matmul_hopper_available(), kFloatXIsBF16).
+// of dinp as partials (matmul_dgelu_partials_floats(M, N) floats) for matmul_dgelu_bias_grad; gelu_out (M x N, or
+// null) = gelu(pre_gelu). Hopper and BF16 builds only (matmul_hopper_available(), kFloatXIsBF16).
 inline void matmul_backward_dgelu_hopper(floatX* dinp, float* partials, const floatX* dout, const floatX* weight,
                                          const floatX* pre_gelu, int M, int N, int K, float alpha,
-                                         cudaStream_t stream = 0) {
+                                         cudaStream_t stream = 0, floatX* gelu_out = nullptr) {
     if (!kFloatXIsBF16) {
         fprintf(stderr, "error: matmul_backward_dgelu_hopper: bf16 only (this is an FP32 build)\n");
         exit(EXIT_FAILURE);
@@ -265,13 +275,15 @@ inline void matmul_backward_dgelu_hopper(floatX* dinp, float* partials, const fl
         exit(EXIT_FAILURE);
     }
     if ((reinterpret_cast<uintptr_t>(dinp) | reinterpret_cast<uintptr_t>(dout) | reinterpret_cast<uintptr_t>(weight) |
-         reinterpret_cast<uintptr_t>(pre_gelu) | reinterpret_cast<uintptr_t>(partials)) % 16 != 0) {
+         reinterpret_cast<uintptr_t>(pre_gelu) | reinterpret_cast<uintptr_t>(partials) |
+         reinterpret_cast<uintptr_t>(gelu_out)) % 16 != 0) {
         fprintf(stderr, "error: matmul_backward_dgelu_hopper: every pointer must be 16-byte aligned\n");
         exit(EXIT_FAILURE);
     }
     sanitizer_mark_initialized(dinp, (size_t)M * N * sizeof(floatX), stream);  // TMA stores: unseen by initcheck
     using bf16 = __nv_bfloat16;
-    matmul_dgelu::launch(reinterpret_cast<bf16*>(dinp), partials, reinterpret_cast<const bf16*>(dout),
+    matmul_dgelu::launch(reinterpret_cast<bf16*>(dinp), partials, reinterpret_cast<bf16*>(gelu_out),
+                         reinterpret_cast<const bf16*>(dout),
                          reinterpret_cast<const bf16*>(weight), reinterpret_cast<const bf16*>(pre_gelu), M, N, K, alpha,
                          stream);
 }

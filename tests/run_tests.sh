@@ -84,8 +84,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
         for backend in $backends; do
             run_suite "gpu-reference-d12-$backend" ./test_gpt2cu $d12 --backend "$backend"
         done
-        # the d12 on sm_90 runs the GELU backward on the Hopper kernel (llmc/matmul_hopper_dgelu.cuh); this run
-        # keeps cuBLASLt's epilogues, the path of the wider models (elsewhere it is the same run again)
+        # on sm_90 the GELU backward and its recompute run in the Hopper kernel (llmc/matmul_hopper_dgelu.cuh); this
+        # run keeps the GELU kernel and cuBLASLt's epilogues, the path off Hopper (elsewhere it is the same run again)
         [ "${PRECISION:-BF16}" = BF16 ] && LLMC_HOPPER_DGELU=0 run_suite gpu-reference-d12-flash-cublas-dgelu \
             ./test_gpt2cu $d12 --backend flash
         # generate_gpt2cu's greedy text against transformers' generate on the d12 (identical in FP32; in BF16 up

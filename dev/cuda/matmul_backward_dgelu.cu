@@ -1,16 +1,19 @@
-// The MLP's backward through the GELU, as the engine runs it for one layer: fcproj's input gradient
-//   dfch = (dout · W_fcproj) ∘ gelu'(fch)        (dout: M x C, W_fcproj: C x 4C as stored, fch: fc's output, M x 4C)
+// The MLP's backward through the GELU, as the engine runs it for one layer under recompute (-r 1): the GELU output
+// fcproj's weight gradient reads, recomputed from fch, and fcproj's input gradient
+//   fch_gelu = gelu(fch),   dfch = (dout · W_fcproj) ∘ gelu'(fch)
+//   (dout: M x C, W_fcproj: C x 4C as stored, fch: fc's output, M x 4C)
 // and fc's weight and bias gradients from it, accumulated:
 //   dW_fc (4C x C) += dfchᵀ · ln2,   db_fc (4C) += Σ_rows dfch
-//   1  cuBLASLt: dfch with the DGELU epilogue, then the dW_fc GEMM with the BGRADB epilogue (its own reduction
-//      kernel) and the fold of that bias gradient into db_fc (llmc/matmul.cuh, the engine's path off Hopper)
-//   2  Hopper (llmc/matmul_hopper_dgelu.cuh): dfch and the column-sum partials of db_fc in one ping-pong wgmma
-//      kernel, the partials summed in order (matmul_dgelu_bias_grad), then the dW_fc GEMM without epilogue
+//   1  cuBLASLt: fch_gelu by the GELU kernel, dfch with the DGELU epilogue, then the dW_fc GEMM with the BGRADB
+//      epilogue (its own reduction kernel) and the fold of that bias gradient into db_fc (llmc/matmul.cuh, the
+//      engine's path off Hopper)
+//   2  Hopper (llmc/matmul_hopper_dgelu.cuh): dfch, fch_gelu and the column-sum partials of db_fc in one ping-pong
+//      wgmma kernel, the partials summed in order (matmul_dgelu_bias_grad), then the dW_fc GEMM without epilogue
 //      (cuBLASLt); needs an sm_90a build on a compute-capability 9.0 GPU, else reported as not available
-// Every variant is validated against an fp64 CPU reference on fresh bf16-rounded inputs, dfch poisoned and the
-// accumulated gradients starting from random values (rel-L2 <= 5e-3 and bf16_tolerance's element-wise bound), and
-// variant 2 is run twice on the same inputs: the bytes must repeat. Then each is timed (whole sequence, and the
-// dfch part alone) at the GPT-2 shapes.
+// Every variant is validated against an fp64 CPU reference on fresh bf16-rounded inputs, dfch and fch_gelu
+// poisoned and the accumulated gradients starting from random values (rel-L2 <= 5e-3 and bf16_tolerance's
+// element-wise bound), and variant 2 is run twice on the same inputs: the bytes must repeat. Then each is timed
+// (whole sequence, and the dfch and fch_gelu part alone) at the GPT-2 shapes.
 // Build: make -C dev/cuda matmul_backward_dgelu     Run: ./matmul_backward_dgelu [-r repeats] [-s "M,C;M,C"] [-c]
 #include "common.h"
 #include "llmc/matmul.cuh"
@@ -26,15 +29,19 @@ struct Shape {
 
 struct Buffers {
     int M, C, N;  // N = 4C
-    DeviceBuffer<floatX> dout, w_fcproj, fch, ln2, dfch, dw_fc, db_fc;
+    DeviceBuffer<floatX> dout, w_fcproj, fch, ln2, dfch, fch_gelu, dw_fc, db_fc;
     DeviceBuffer<float> scratch;
     Buffers(int M_, int C_)
         : M(M_), C(C_), N(4 * C_), dout((size_t)M * C), w_fcproj((size_t)C * N), fch((size_t)M * N), ln2((size_t)M * C),
-          dfch((size_t)M * N), dw_fc((size_t)N * C), db_fc(N),
+          dfch((size_t)M * N), fch_gelu((size_t)M * N), dw_fc((size_t)N * C), db_fc(N),
           scratch(std::max(column_sum_scratch_floats(M, N), matmul_dgelu_partials_floats(M, N))) {}
-    void dfch_cublas() { matmul_backward_input(dfch.ptr, dout.ptr, w_fcproj.ptr, M, N, C, fch.ptr, true, 1.0f); }
+    void dfch_cublas() {
+        gelu_forward(fch_gelu.ptr, fch.ptr, (size_t)M * N);
+        matmul_backward_input(dfch.ptr, dout.ptr, w_fcproj.ptr, M, N, C, fch.ptr, true, 1.0f);
+    }
     void dfch_hopper() {
-        matmul_backward_dgelu_hopper(dfch.ptr, scratch.ptr, dout.ptr, w_fcproj.ptr, fch.ptr, M, N, C, 1.0f);
+        matmul_backward_dgelu_hopper(dfch.ptr, scratch.ptr, dout.ptr, w_fcproj.ptr, fch.ptr, M, N, C, 1.0f, 0,
+                                     fch_gelu.ptr);
         matmul_dgelu_bias_grad(db_fc.ptr, scratch.ptr, M, N, 1.0f);
     }
     void run(int variant) {
@@ -66,16 +73,18 @@ static HostInputs fill(Buffers& buf) {
 static void reset_outputs(Buffers& buf, const HostInputs& h) {
     std::vector<float> dw0 = h.dw0, db0 = h.db0;
     buf.dw_fc.upload(round_to_bf16(dw0)), buf.db_fc.upload(round_to_bf16(db0));
-    buf.dfch.poison(), buf.scratch.poison();
+    buf.dfch.poison(), buf.fch_gelu.poison(), buf.scratch.poison();
 }
 
 struct Reference {
-    std::vector<double> dfch, dw, db;
+    std::vector<double> dfch, gelu, dw, db;
 };
 static Reference reference(const HostInputs& h, int M, int C) {
     const int N = 4 * C;
     Reference r;
     r.dfch.assign((size_t)M * N, 0.0);
+    r.gelu.resize((size_t)M * N);
+    cpu::gelu_forward(r.gelu.data(), to_double(h.fch).data(), (size_t)M * N);
     std::vector<double> grad((size_t)M * N);
     cpu::gelu_backward(grad.data(), to_double(h.fch).data(), std::vector<double>((size_t)M * N, 1.0).data(),
                        (size_t)M * N);  // gelu'(fch)
@@ -115,15 +124,18 @@ static bool validate_shape(const Shape& sh, bool hopper) {
         buf.run(variant);
         cudaCheck(cudaDeviceSynchronize());
         printf("   variant %d\n", variant);
-        const std::vector<floatX> dfch = buf.dfch.download(), dw = buf.dw_fc.download(), db = buf.db_fc.download();
+        const std::vector<floatX> dfch = buf.dfch.download(), gelu = buf.fch_gelu.download(), dw = buf.dw_fc.download(),
+                                  db = buf.db_fc.download();
         ok &= validate("dfch", dfch, ref.dfch, bf16_tolerance(rms(ref.dfch)));
+        ok &= validate("fch_gelu", gelu, ref.gelu, bf16_tolerance(rms(ref.gelu)));
         ok &= validate("dW_fc", dw, ref.dw, bf16_tolerance(rms(ref.dw)));
         ok &= validate("db_fc", db, ref.db, bf16_tolerance(rms(ref.db)));
         if (variant == 2) {  // the same inputs again: the same bytes
             reset_outputs(buf, h);
             buf.run(variant);
             cudaCheck(cudaDeviceSynchronize());
-            const bool same = buf.dfch.download() == dfch && buf.dw_fc.download() == dw && buf.db_fc.download() == db;
+            const bool same = buf.dfch.download() == dfch && buf.fch_gelu.download() == gelu &&
+                              buf.dw_fc.download() == dw && buf.db_fc.download() == db;
             printf("    rerun  %s\n", same ? "bit-identical ok" : "FAIL: bytes differ");
             ok &= same;
         }
@@ -151,13 +163,13 @@ int main(int argc, char** argv) {
     const std::vector<Shape> checks = {{1, 8, "one row"},        {37, 96, "odd"},      {300, 200, "partial tiles"},
                                        {8192, 256, "many tiles"}, {2048, 768, "d12"}, {513, 1600, "d48"}};
     int failed = 0;
-    printf("validation (fp64 CPU reference, dfch poisoned, gradients accumulated onto random values):\n");
+    printf("validation (fp64 CPU reference, dfch and fch_gelu poisoned, gradients accumulated onto random values):\n");
     for (const Shape& sh : checks) failed += validate_shape(sh, hopper) ? 0 : 1;
     printf("validation: %d of %zu shapes failed\n", failed, checks.size());
     if (failed) return 1;
     if (check_only) return 0;
 
-    printf("\n%-10s %6s %5s | %-34s | %-34s\n", "shape", "M", "C", "dfch (+ bias partials): cold / warm us",
+    printf("\n%-10s %6s %5s | %-34s | %-34s\n", "shape", "M", "C", "dfch + fch_gelu (+ partials): cold / warm us",
            "whole sequence: cold / warm us");
     for (const Shape& sh : timed) {
         Buffers buf(sh.M, sh.C);
