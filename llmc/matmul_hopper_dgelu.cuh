@@ -20,9 +20,9 @@
 // tile out by TMA.
 // Measured against cuBLASLt with the GELU kernel (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): slower on its
 // own, but with fc's weight-gradient GEMM (no BGRADB pass) faster at d12 B16 (341 against 363 µs) and level at d48
-// (611 against 612); in the d48 trainer step 1.8% faster, so the engine uses it on every Hopper GPU. The main loop
-// reaches ~500 TFLOP/s with a bare epilogue (151 µs at d12 B16 against cuBLASLt's 104 for the plain GEMM), and the
-// epilogue costs more than the other warpgroup's main loop hides.
+// (611 against 612); the d48 trainer step is 1.0% faster with it (each path with tuned GEMM algorithms), so the
+// engine uses it on every Hopper GPU. The main loop reaches ~500 TFLOP/s with a bare epilogue (151 µs at d12 B16
+// against cuBLASLt's 104 for the plain GEMM), and the epilogue costs more than the other warpgroup's main loop hides.
 // weight is K x N with N contiguous: B is MN-major, read as 64-row x 64-column boxes (one 128-byte swizzle row per
 // K row) and handed to wgmma transposed.
 // Rules: K % 8 == 0 and N % 8 == 0 (TMA row strides of 16 bytes), every pointer 16-byte aligned; any M >= 1.
