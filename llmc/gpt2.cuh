@@ -183,7 +183,9 @@ inline void gpt2_use_zero(GPT2* m, int num_ranks, int rank, size_t bucket_bytes)
 // backward where it runs (set by gpt2_allocate).
 inline std::string gpt2_matmuls_description(const GPT2& m) {
     return "cuBLASLt" + matmul_algorithms_description() +
-           (m.hopper_dgelu ? "; GELU backward + fc bias gradient by the Hopper kernel" : "");
+           (m.hopper_dgelu ? std::string("; GELU backward + fc bias gradient") +
+                                 (m.recompute >= 1 ? " + GELU recompute" : "") + " by the Hopper kernel"
+                           : "");
 }
 
 inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend backend) {
@@ -429,11 +431,11 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale) {
                                          m->recompute >= 1 ? fch_gelu : nullptr);
             matmul_dgelu_bias_grad(fc_dbias, reduce, BT, 4 * C, 1.0f, s);
             fc_dbias = nullptr;
-            matmul_backward_weight(grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
         } else {
-            matmul_backward_weight(grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
             matmul_backward_input(dfch, dresidual, param(m, FCPROJW, l), BT, 4 * C, C, fch, m->fuse_gelu, 1.0f, s);
         }
+        // after dfch: the Hopper kernel may have written fch_gelu (dfch has a buffer of its own, scratch4)
+        matmul_backward_weight(grad(m, FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
         matmul_backward(scratch, grad(m, FCW, l), fc_dbias, dfch, ln2(l), param(m, FCW, l), BT, C, 4 * C, reduce,
                         nullptr, false, 1.0f, s);
         layernorm_backward(dresidual, grad(m, LN2W, l), grad(m, LN2B, l), scratch, residual2, param(m, LN2W, l),
