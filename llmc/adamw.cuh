@@ -1,9 +1,11 @@
-// AdamW over every parameter tensor in one launch (grid.y = tensor, so each tensor gets its own weight decay
-// and its own stochastic-rounding stream). fp32 optimizer state m, v; fp32 master weights when the parameters
+// AdamW over every parameter tensor in one launch (each block knows its tensor, so each tensor gets its own weight
+// decay and its own stochastic-rounding stream). fp32 optimizer state m, v; fp32 master weights when the parameters
 // are bf16 (the update is applied to the master copy, then rounded stochastically into the bf16 copy).
 // Without master weights (bf16 params only) the bf16 value is the starting point. Same math as torch.optim.AdamW:
 //   m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²;  p -= lr·( m/(1-β1^t) / (sqrt(v/(1-β2^t)) + eps) + wd·p )
 #pragma once
+
+#include <type_traits>
 
 #include "cuda_common.h"
 
@@ -78,42 +80,85 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
     }
 }
 
-// The same, 4 elements per thread with 16-byte (fp32) and 8-byte (bf16) accesses: the update moves 28 bytes per
-// parameter and is bound by memory, which the scalar kernel's 2-byte accesses of gradients and parameters leave
-// partly idle. Needs every tensor's offset and size to be multiples of 4 (GPT-2's are: C % 8 == 0).
-template <typename T>
-struct alignas(4 * sizeof(T)) Four {
-    T x[4];
-};
-__global__ void adamw_kernel_x4(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                                AdamWTensorTable table, AdamWStep s) {
-    const size_t offset = table.offset[blockIdx.y], size = table.size[blockIdx.y];
-    const float wd = table.weight_decay[blockIdx.y];
-    const uint32_t seed = tensor_seed(blockIdx.y, s);
-    const size_t stride = 4 * (size_t)gridDim.x * blockDim.x;
-    for (size_t i = 4 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x); i < size; i += stride) {
-        const size_t idx = offset + i;
-        const Four<floatX> g = *reinterpret_cast<const Four<floatX>*>(grads + idx);
-        Four<float> mi = *reinterpret_cast<const Four<float>*>(m + idx);
-        Four<float> vi = *reinterpret_cast<const Four<float>*>(v + idx);
-        Four<float> p;
+// The same, 4 elements per thread with 16-byte (fp32) and 8-byte (bf16) accesses, over the whole table in chunks of
+// equal size: block b takes chunk b of the tensors' chunks numbered in table order, so every block has the same
+// work and the last wave is short whatever the tensor sizes. (With one grid-stride row of 2·SMs blocks per tensor,
+// the largest tensors ran last on 2 blocks per SM: 11.6 ms at d48 on an H200 against 10.5 now, 3.8 against 4.2
+// TB/s.) The update moves 28 bytes per parameter and is bound by memory; the optimizer state is touched once per
+// step, so it is loaded and stored evict-first (d48: 10.5 against 11.0 ms with plain accesses). kUnroll groups of
+// 4 per thread, all loaded before any is computed: 1 by default, since more groups with fewer threads resident
+// moved fewer bytes (dev/cuda/adamw, docs/PERFORMANCE.md). Needs every tensor's offset and size to be multiples of 4
+// (GPT-2's are: C % 8 == 0).
+namespace adamw_detail {
+constexpr int kDefaultUnroll = 1, kDefaultThreads = 256;
+constexpr bool kDefaultEvictFirst = true;
+__host__ __device__ inline size_t chunks(size_t size, size_t chunk) { return (size + chunk - 1) / chunk; }
+
+template <bool kEvictFirst, typename T>
+__device__ __forceinline__ T load(const T* p) { if constexpr (kEvictFirst) return __ldcs(p); else return *p; }
+template <bool kEvictFirst, typename T>
+__device__ __forceinline__ void store(T* p, T x) { if constexpr (kEvictFirst) __stcs(p, x); else *p = x; }
+// 4 floatX as raw bits (8 bytes in bf16, 16 in fp32)
+using Raw4 = std::conditional_t<sizeof(floatX) == 2, uint2, uint4>;
+__device__ __forceinline__ float& component(float4& x, int k) { return k == 0 ? x.x : k == 1 ? x.y : k == 2 ? x.z : x.w; }
+}  // namespace adamw_detail
+
+template <int kUnroll = adamw_detail::kDefaultUnroll, int kThreads = adamw_detail::kDefaultThreads,
+          bool kEvictFirst = adamw_detail::kDefaultEvictFirst>
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel_chunks(floatX* params, float* master, const floatX* grads, float* m, float* v, AdamWTensorTable table,
+                        int num_tensors, AdamWStep s) {
+    using namespace adamw_detail;
+    constexpr size_t kChunk = 4 * kUnroll * kThreads;  // elements per block
+    int t = 0;
+    size_t chunk = blockIdx.x;
+    while (t + 1 < num_tensors && chunk >= chunks(table.size[t], kChunk)) chunk -= chunks(table.size[t++], kChunk);
+    const size_t size = table.size[t];
+    const float wd = table.weight_decay[t];
+    const uint32_t seed = tensor_seed(t, s);
+    float4 g[kUnroll], mi[kUnroll], vi[kUnroll], p[kUnroll];
+    size_t i[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+        i[u] = chunk * kChunk + 4 * ((size_t)u * kThreads + threadIdx.x);  // index in the tensor
+        if (i[u] >= size) continue;
+        const size_t idx = table.offset[t] + i[u];
+        const Raw4 graw = load<kEvictFirst>(reinterpret_cast<const Raw4*>(grads + idx));
+        const floatX* gx = reinterpret_cast<const floatX*>(&graw);
+        g[u] = make_float4(to_float(gx[0]), to_float(gx[1]), to_float(gx[2]), to_float(gx[3]));
+        mi[u] = load<kEvictFirst>(reinterpret_cast<const float4*>(m + idx));
+        vi[u] = load<kEvictFirst>(reinterpret_cast<const float4*>(v + idx));
         if (master) {
-            p = *reinterpret_cast<const Four<float>*>(master + idx);
+            p[u] = load<kEvictFirst>(reinterpret_cast<const float4*>(master + idx));
         } else {
-            const Four<floatX> q = *reinterpret_cast<const Four<floatX>*>(params + idx);
-            for (int k = 0; k < 4; k++) p.x[k] = to_float(q.x[k]);
+            const Raw4 praw = load<kEvictFirst>(reinterpret_cast<const Raw4*>(params + idx));
+            const floatX* px = reinterpret_cast<const floatX*>(&praw);
+            p[u] = make_float4(to_float(px[0]), to_float(px[1]), to_float(px[2]), to_float(px[3]));
         }
-        Four<floatX> out;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+        if (i[u] >= size) continue;
+        const size_t idx = table.offset[t] + i[u];
+        Raw4 out;
+        floatX* ox = reinterpret_cast<floatX*>(&out);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            p.x[k] = adamw_value(to_float(g.x[k]), mi.x[k], vi.x[k], p.x[k], wd, s);
-            store_param(&out.x[k], p.x[k], (uint32_t)(i + k), seed);
+            component(p[u], k) = adamw_value(component(g[u], k), component(mi[u], k), component(vi[u], k),
+                                             component(p[u], k), wd, s);
+            store_param(&ox[k], component(p[u], k), (uint32_t)(i[u] + k), seed);
         }
-        *reinterpret_cast<Four<float>*>(m + idx) = mi;
-        *reinterpret_cast<Four<float>*>(v + idx) = vi;
-        if (master) *reinterpret_cast<Four<float>*>(master + idx) = p;
-        *reinterpret_cast<Four<floatX>*>(params + idx) = out;
+        store<kEvictFirst>(reinterpret_cast<float4*>(m + idx), mi[u]);
+        store<kEvictFirst>(reinterpret_cast<float4*>(v + idx), vi[u]);
+        if (master) store<kEvictFirst>(reinterpret_cast<float4*>(master + idx), p[u]);
+        store<kEvictFirst>(reinterpret_cast<Raw4*>(params + idx), out);
     }
+}
+
+// Elements per block of adamw_kernel_chunks<kUnroll, kThreads>: the grid is the sum of every tensor's chunks.
+constexpr size_t adamw_chunk_elements(int unroll = adamw_detail::kDefaultUnroll,
+                                      int threads = adamw_detail::kDefaultThreads) {
+    return 4 * (size_t)unroll * threads;
 }
 
 // step >= 1 (bias correction); seed fixes the stochastic rounding (same seed + step -> same bits).
@@ -125,9 +170,15 @@ inline void adamw_update(floatX* params, float* master, const floatX* grads, flo
     for (int t = 0; t < num_tensors; t++) by_four = by_four && table.offset[t] % 4 == 0 && table.size[t] % 4 == 0;
     for (const void* p : {(const void*)params, (const void*)master, (const void*)grads, (const void*)m, (const void*)v})
         by_four = by_four && (uintptr_t)p % 16 == 0;
-    const int threads = 512;
-    const dim3 grid(2 * device_sm_count(), num_tensors);
-    if (by_four) adamw_kernel_x4<<<grid, threads, 0, stream>>>(params, master, grads, m, v, table, s);
-    else adamw_kernel<<<grid, threads, 0, stream>>>(params, master, grads, m, v, table, s);
+    if (by_four) {
+        size_t blocks = 0;
+        for (int t = 0; t < num_tensors; t++) blocks += adamw_detail::chunks(table.size[t], adamw_chunk_elements());
+        if (blocks == 0) return;
+        adamw_kernel_chunks<<<(unsigned)blocks, adamw_detail::kDefaultThreads, 0, stream>>>(params, master, grads, m, v, table,
+                                                                                   num_tensors, s);
+    } else {
+        adamw_kernel<<<dim3(2 * device_sm_count(), num_tensors), 512, 0, stream>>>(params, master, grads, m, v, table,
+                                                                                  s);
+    }
     cudaCheckLaunch();
 }

@@ -335,7 +335,7 @@ static void test_global_norm(size_t n) {
     cudaFree(d_x); cudaFree(d_scratch);
 }
 
-// sizes: tensors of odd sizes take the scalar kernel, multiples of 4 the 4-wide one (llmc/adamw.cuh).
+// sizes: tensors of odd sizes take the scalar kernel, multiples of 4 the chunked 4-wide one (llmc/adamw.cuh).
 static void test_adamw(const size_t (&sizes)[3]) {
     const int num = 3;
     const float wd[num] = {0.1f, 0.0f, 0.1f};
@@ -400,7 +400,7 @@ static void test_adamw(const size_t (&sizes)[3]) {
     cudaFree(d_params); cudaFree(d_grads); cudaFree(d_master); cudaFree(d_m); cudaFree(d_v);
 }
 
-// The scalar and the 4-wide AdamW kernels give the same bits for every output (same math, same rounding streams).
+// The scalar and the chunked 4-wide AdamW kernels give the same bits for every output (same math, same rounding streams).
 static void test_adamw_kernels_agree() {
     const size_t n = 4 * 3001;
     AdamWTensorTable table;
@@ -415,9 +415,12 @@ static void test_adamw_kernels_agree() {
         floatX *d_params = upload(params), *d_grads = upload(grads);
         const bool use_master = kFloatXIsBF16;
         float *d_master = use_master ? upload_fp32(master) : nullptr, *d_m = upload_fp32(m), *d_v = upload_fp32(v);
-        const dim3 grid(3, 2);
-        if (kernel == 0) adamw_kernel<<<grid, 128>>>(d_params, d_master, d_grads, d_m, d_v, table, st);
-        else adamw_kernel_x4<<<grid, 128>>>(d_params, d_master, d_grads, d_m, d_v, table, st);
+        // tensor 0 is one partial chunk of 4096, tensor 1 two whole chunks and a partial one
+        constexpr int kUnroll = 4, kThreads = 256;
+        const size_t chunk = adamw_chunk_elements(kUnroll, kThreads);
+        const unsigned blocks = (unsigned)(adamw_detail::chunks(2000, chunk) + adamw_detail::chunks(n - 2000, chunk));
+        if (kernel == 0) adamw_kernel<<<dim3(3, 2), 128>>>(d_params, d_master, d_grads, d_m, d_v, table, st);
+        else adamw_kernel_chunks<kUnroll, kThreads><<<blocks, kThreads>>>(d_params, d_master, d_grads, d_m, d_v, table, 2, st);
         cudaCheckLaunch();
         results[kernel] = {download(d_params, n), download(d_m, n), download(d_v, n)};
         if (use_master) results[kernel].push_back(download(d_master, n));
@@ -428,7 +431,7 @@ static void test_adamw_kernels_agree() {
         for (size_t i = 0; i < n; i++) differ += memcmp(&results[0][a][i], &results[1][a][i], 4) != 0;
     checks++;
     failures += differ != 0;
-    printf("%-52s %zu values differ  %s\n", "adamw scalar vs 4-wide kernel, bitwise", differ, differ == 0 ? "OK" : "FAIL");
+    printf("%-52s %zu values differ  %s\n", "adamw scalar vs chunked 4-wide kernel, bitwise", differ, differ == 0 ? "OK" : "FAIL");
 }
 
 // Generation's decode products (llmc/decode_matvec.cuh, llmc/decode_mma.cuh): out (B, N) = epilogue(in'·Wᵀ + bias),
