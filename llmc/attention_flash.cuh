@@ -88,14 +88,17 @@ inline cudaError_t attention_flash_backward_mma(__nv_bfloat16* dqkv, const __nv_
 
 // The engine's backward: on Hopper the TMA + wgmma kernels' deterministic two-kernel scheme (measured faster than
 // the fused kernel with ordered dQ additions, docs/PERFORMANCE.md), else the mma.sync kernels. Same workspace.
+// bias_partials: only where attention_flash_backward_sums_bias() (else nullptr); see attention_hopper_backward.
+inline bool attention_flash_backward_sums_bias() { return hopper::hopper_available(); }
 inline cudaError_t attention_flash_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                             const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                                            float* workspace, cudaStream_t stream) {
+                                            float* workspace, cudaStream_t stream, float* bias_partials = nullptr) {
     if (!flash::head_size_supported(HS, "attention_flash_backward")) return cudaErrorInvalidValue;
     if (hopper::hopper_available()) {
         return attention_hopper_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream,
-                                         flash_hopper::DqMode::TwoKernels);
+                                         flash_hopper::DqMode::TwoKernels, bias_partials);
     }
+    if (bias_partials) return cudaErrorInvalidValue;
     return attention_flash_backward_mma(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
 }
 
@@ -109,10 +112,12 @@ inline size_t attention_flash_nondet_workspace_bytes(int B, int T, int NH, int H
 inline cudaError_t attention_flash_backward_nondet(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                                    const __nv_bfloat16* out, const float* lse,
                                                    const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                                                   float* workspace, cudaStream_t stream) {
+                                                   float* workspace, cudaStream_t stream,
+                                                   float* bias_partials = nullptr) {
     if (flash_nondet_uses_fused(HS)) {
+        if (bias_partials) return cudaErrorInvalidValue;
         return attention_hopper_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream,
                                          flash_hopper::DqMode::Unordered);
     }
-    return attention_flash_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
+    return attention_flash_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream, bias_partials);
 }

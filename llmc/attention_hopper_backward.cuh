@@ -195,6 +195,36 @@ __device__ __forceinline__ void stage_tile(uint8_t* tile_rows, int tile_row_coun
     }
 }
 
+// The bias gradient of q, k or v is the column sum of dq, dk or dv over all (b, t). The two-kernel scheme sums the
+// columns of each consumer's output tile as staged for the TMA store (bf16, 64 rows) with one more product on the
+// tensor cores, 1ᵀ·tile (A all ones from registers, the tile as MN-major B: every row of the result is the column
+// sum, fp32), and writes them as one partial row (3C floats per row; row b·2·ceil(T/128) + first row / 64), which
+// column_sum_finish adds in a fixed order: deterministic, and no pass of its own over dqkv (cuBLASLt's BGRADB
+// epilogue in the qkv weight-gradient GEMM ran a reduction kernel over it). Rows at or past T are 0 in the staged
+// tile (their P is 0; dev/cuda/attention_backward checks the sums at odd T). Called by the consumer's 128 threads
+// after the tile is staged and fenced.
+template <int kHS>
+__device__ __forceinline__ void staged_column_sums(const uint8_t* rows, int tile_rows, float* partial, int warp,
+                                                   int lane) {
+    using namespace hopper;
+    float cs[kHS / 2];  // zeroed for the same reason as st, dpt in the dK/dV kernel
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) cs[i] = 0.f;
+    constexpr uint32_t kOnes = 0x3F803F80u;  // two bf16 1.0
+    const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(cs, ones, mn_major_descriptor(rows, tile_rows, kk), kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulator(cs);
+    if (warp == 0 && lane < 4) {  // row 0 of the result: columns 8·jj + 2·lane, + 1
+#pragma unroll
+        for (int jj = 0; jj < kHS / 8; jj++)
+            *reinterpret_cast<float2*>(partial + 8 * jj + 2 * lane) = make_float2(cs[4 * jj], cs[4 * jj + 1]);
+    }
+}
+
 // The backward kernels' producer (one thread): the block's K and V tiles once, then Q and dO of every query tile
 // from the diagonal down through the ring of Cfg::kStages stages.
 template <typename Cfg, int kHS>
@@ -250,7 +280,8 @@ template <int kHS>
 __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     backward_kv_kernel(const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_dqkv,
-                       const float* __restrict__ lse, const float* __restrict__ D, int T, int NH) {
+                       const float* __restrict__ lse, const float* __restrict__ D, float* __restrict__ bias_partials,
+                       int T, int NH) {
     using Cfg = BackwardKVConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -362,8 +393,13 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
             tma_store_3d(&map_dqkv, v_rows + sub * Cfg::kBk * 128, 2 * C + h * kHS + 64 * sub, kc0, b);
         }
         tma_store_commit();
-        tma_store_wait<0>();
     }
+    if (bias_partials) {  // the k and v bias gradients' partial row of this consumer's 64 keys
+        float* row = bias_partials + ((size_t)b * 2 * gridDim.x + kc0 / 64) * 3 * C + h * kHS;
+        staged_column_sums<kHS>(k_rows, Cfg::kBk, row + C, warp, lane);
+        staged_column_sums<kHS>(v_rows, Cfg::kBk, row + 2 * C, warp, lane);
+    }
+    if (t == 0) tma_store_wait<0>();
 }
 
 // ------------------------------------------------------------------------------------------ 3. dQ
@@ -402,7 +438,8 @@ template <int kHS>
 __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     backward_q_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_dout,
                       const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_dqkv,
-                      const float* __restrict__ lse, const float* __restrict__ D, int T, int NH) {
+                      const float* __restrict__ lse, const float* __restrict__ D, float* __restrict__ bias_partials,
+                      int T, int NH) {
     using Cfg = BackwardQConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -523,8 +560,12 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
         for (int sub = 0; sub < Cfg::kSub; sub++)
             tma_store_3d(&map_dqkv, q_rows + sub * Cfg::kBq * 128, h * kHS + 64 * sub, qc0, b);
         tma_store_commit();
-        tma_store_wait<0>();
     }
+    if (bias_partials) {  // the q bias gradient's partial row of this consumer's 64 queries
+        float* row = bias_partials + ((size_t)b * 2 * gridDim.x + qc0 / 64) * 3 * C + h * kHS;
+        staged_column_sums<kHS>(q_rows, Cfg::kBq, row, warp, lane);
+    }
+    if (t == 0) tma_store_wait<0>();
 }
 
 // ------------------------------------------------------------------------------------------ 4. fused dK, dV, dQ
@@ -849,9 +890,14 @@ inline void launch_backward_fused(bf16* dqkv, float* workspace, const bf16* dout
     cudaCheckLaunch();
 }
 
+// Partial rows of the two-kernel scheme's bias-gradient sums (3C floats each): one per (b, 64 rows of each block
+// of 128).
+inline int backward_bias_partial_rows(int B, int T) { return B * 2 * ((T + 127) / 128); }
+
 template <int kHS>
 inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const float* lse, const bf16* qkv,
-                            int B, int T, int NH, cudaStream_t stream) {
+                            int B, int T, int NH, float* bias_partials, cudaStream_t stream) {
+    static_assert(BackwardKVConfig<kHS>::kBk == 128 && BackwardQConfig<kHS>::kBq == 128, "backward_bias_partial_rows");
     using KV = BackwardKVConfig<kHS>;
     using Q = BackwardQConfig<kHS>;
     static const bool smem_ready = (hopper::allow_dynamic_smem(backward_kv_kernel<kHS>, KV::kSmemBytes),
@@ -871,10 +917,10 @@ inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* 
     const CUtensorMap dout_kv = make_tensor_map_3d(dout, bf, 2, B, T, C, C, o_batch, KV::kBq, 64, sw);
     const CUtensorMap dqkv_64 = make_tensor_map_3d(dqkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, 64, 64, sw);
     backward_kv_kernel<kHS><<<dim3((T + KV::kBk - 1) / KV::kBk, B * NH), KV::kThreads, KV::kSmemBytes, stream>>>(
-        qkv_128, q_kv, dout_kv, dqkv_64, lse, D, T, NH);
+        qkv_128, q_kv, dout_kv, dqkv_64, lse, D, bias_partials, T, NH);
     cudaCheckLaunch();
     backward_q_kernel<kHS><<<dim3((T + Q::kBq - 1) / Q::kBq, B * NH), Q::kThreads, Q::kSmemBytes, stream>>>(
-        qkv_128, dout_128, qkv_64, dqkv_64, lse, D, T, NH);
+        qkv_128, dout_128, qkv_64, dqkv_64, lse, D, bias_partials, T, NH);
     cudaCheckLaunch();
 }
 
@@ -888,15 +934,21 @@ inline size_t attention_hopper_backward_workspace_bytes(int B, int T, int NH, in
 
 // dqkv is overwritten; out and lse are the forward's outputs for the same qkv. HS 64 or 128. mode: Ordered (the
 // default: deterministic), Unordered (faster, not bit-reproducible), TwoKernels (deterministic, dQ recomputed).
+// bias_partials (TwoKernels only; else nullptr): flash_hopper::backward_bias_partial_rows(B, T) rows of 3C floats,
+// overwritten with partial column sums of dqkv; column_sum_finish over them gives the qkv bias gradient.
 inline cudaError_t attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                              const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                                              float* workspace, cudaStream_t stream = 0,
-                                             flash_hopper::DqMode mode = flash_hopper::DqMode::Ordered) {
+                                             flash_hopper::DqMode mode = flash_hopper::DqMode::Ordered,
+                                             float* bias_partials = nullptr) {
     using flash_hopper::DqMode;
     if (HS != 64 && HS != 128) return cudaErrorInvalidValue;
+    if (bias_partials && mode != DqMode::TwoKernels) return cudaErrorInvalidValue;
     if (mode == DqMode::TwoKernels) {
-        if (HS == 64) flash_hopper::launch_backward<64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
-        else flash_hopper::launch_backward<128>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
+        if (HS == 64)
+            flash_hopper::launch_backward<64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, bias_partials, stream);
+        else
+            flash_hopper::launch_backward<128>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, bias_partials, stream);
     } else {
         const bool ordered = mode == DqMode::Ordered;
         if (HS == 64) flash_hopper::launch_backward_fused<64>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, ordered, stream);

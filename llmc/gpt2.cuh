@@ -179,13 +179,15 @@ inline void gpt2_use_zero(GPT2* m, int num_ranks, int rank, size_t bucket_bytes)
     for (const GradBucket& b : m->zero.plan) m->zero.staging_elements = std::max(m->zero.staging_elements, b.padded);
 }
 
-// The start-up tables' line on the matrix products: cuBLASLt, where its algorithms come from, and the Hopper GELU
-// backward where it runs (set by gpt2_allocate).
+// The start-up tables' line on the matrix products: cuBLASLt, where its algorithms come from, the Hopper GELU
+// backward where it runs (set by gpt2_allocate), and where the qkv bias gradient comes from.
 inline std::string gpt2_matmuls_description(const GPT2& m) {
+    const bool qkv_bias = attention_backward_sums_qkv_bias(m.backend, m.config.channels / m.config.num_heads);
     return "cuBLASLt" + matmul_algorithms_description() +
            (m.hopper_dgelu ? std::string("; GELU backward + fc bias gradient") +
                                  (m.recompute >= 1 ? " + GELU recompute" : "") + " by the Hopper kernel"
-                           : "");
+                           : "") +
+           (qkv_bias ? "; qkv bias gradient by the attention backward" : "");
 }
 
 inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend backend) {
@@ -392,6 +394,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale) {
     floatX* dqkv = buf<floatX>(m, mem::Logits);
     void* attn_ws = dqkv + (size_t)BT * 3 * C;
     const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
+    const bool qkv_bias_in_attention = attention_backward_sums_qkv_bias(m->backend, C / NH);
     auto ln1 = [&](int l) { return buf<floatX>(m, mem::Ln1) + (m->recompute >= 2 ? 0 : l * ld * C); };
     auto ln2 = [&](int l) { return buf<floatX>(m, mem::Ln2) + (m->recompute >= 2 ? 0 : l * ld * C); };
 
@@ -443,9 +446,13 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale) {
         // Attention: dresidual is now d(residual2).
         matmul_backward(scratch, grad(m, ATTPROJW, l), nullptr, dresidual, atty, param(m, ATTPROJW, l),
                         BT, C, C, reduce, nullptr, false, 1.0f, s);
-        attention_backward(m->backend, dqkv, scratch, qkv, atty, saved, attn_ws, B, T, C, NH, s);
-        matmul_backward(scratch, grad(m, QKVW, l), grad(m, QKVB, l), dqkv, ln1(l), param(m, QKVW, l), BT, C, 3 * C,
-                        reduce, nullptr, false, 1.0f, s);
+        // on Hopper the attention backward also sums dqkv's columns (the qkv bias gradient), so its GEMM takes none
+        attention_backward(m->backend, dqkv, scratch, qkv, atty, saved, attn_ws, B, T, C, NH, s,
+                           qkv_bias_in_attention ? reduce : nullptr);
+        if (qkv_bias_in_attention)
+            column_sum_finish(grad(m, QKVB, l), reduce, attention_qkv_bias_partial_rows(B, T), 3 * C, 1.0f, s);
+        matmul_backward(scratch, grad(m, QKVW, l), qkv_bias_in_attention ? nullptr : grad(m, QKVB, l), dqkv, ln1(l),
+                        param(m, QKVW, l), BT, C, 3 * C, reduce, nullptr, false, 1.0f, s);
         layernorm_backward(dresidual, grad(m, LN1W, l), grad(m, LN1B, l), scratch, residual, param(m, LN1W, l),
                            ln1_mean, ln1_rstd, BT, C, reduce, s, l > 0 ? grad(m, FCPROJB, l - 1) : nullptr);
         // layer l's gradients are final (its fcproj bias was written by the LayerNorm backward above it)

@@ -81,6 +81,7 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     const size_t reduce_floats = std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
                                            column_sum_scratch_floats((int)BT, (int)(4 * C)),
                                            matmul_dgelu_partials_floats((int)BT, (int)(4 * C)),
+                                           (size_t)attention_qkv_bias_partial_rows(B, T) * 3 * C,
                                            global_norm_scratch_floats()});
     std::vector<MemoryTensor> t(mem::Count);
     t[mem::Params] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};

@@ -10,9 +10,11 @@
 //   3  the same on bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with); its "block"
 //      column is a tile configuration of attention_flash_configs.cuh, 0 = the default
 //   4  Hopper (llmc/attention_hopper_backward.cuh), TMA + wgmma, the deterministic two-kernel split of 2 and 3:
-//      a dK/dV kernel (one block per 128 keys) and a dQ kernel (one per 128 queries) that recomputes S and dP
+//      a dK/dV kernel (one block per 128 keys) and a dQ kernel (one per 128 queries) that recomputes S and dP;
+//      the engine's default on Hopper, run as the engine runs it: each block also writes the column sums of its
+//      dq, dk, dv tiles (the qkv bias gradient's partial rows), checked against the column sums of dqkv
 //   5  Hopper, one fused kernel (FlashAttention-3's scheme): dQ partial sums added by TMA reduce-adds into an fp32
-//      accumulator in a fixed order (a semaphore per query tile): deterministic, the engine's default on Hopper
+//      accumulator in a fixed order (a semaphore per query tile): deterministic
 //   6  the same with unordered reduce-adds: faster where the ordering waits, not bit-reproducible
 //      (4-6 need an sm_90a build on a compute-capability 9.0 GPU, else they are skipped)
 // Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes first.
@@ -179,6 +181,7 @@ struct Problem {
     DeviceBuffer<float> qkv32, dinp32, dout32, out32, lse, D;
     DeviceBuffer<__nv_bfloat16> qkv16, dinp16, dout16, out16;
     DeviceBuffer<float> hopper_ws;  // variants 4-6: dQ accumulator, D, semaphores
+    DeviceBuffer<float> bias_partials;  // variant 4: partial column sums of dqkv
     MaterializedScratch mat;
     size_t n_inp() const { return (size_t)s.B * s.T * 3 * s.NH * s.HS; }
     size_t n_out() const { return (size_t)s.B * s.T * s.NH * s.HS; }
@@ -193,6 +196,7 @@ struct Problem {
         }
         if (v.id == 1) mat.allocate(s);
         if (v.id >= 4) hopper_ws.resize((attention_hopper_backward_workspace_bytes(s.B, s.T, s.NH, s.HS) + 3) / 4);
+        if (v.id == 4) bias_partials.resize((size_t)flash_hopper::backward_bias_partial_rows(s.B, s.T) * 3 * s.NH * s.HS);
     }
     void forward16(int block) {  // out16, lse from qkv16 with the engine's flash forward
         cudaCheck(attention_flash_forward_config(out16.ptr, lse.ptr, qkv16.ptr, s.B, s.T, s.NH, s.HS, 0, block));
@@ -251,7 +255,8 @@ void run_backward(int variant, int block, Problem& p) {
             using flash_hopper::DqMode;
             const DqMode mode = variant == 4 ? DqMode::TwoKernels : variant == 5 ? DqMode::Ordered : DqMode::Unordered;
             cudaCheck(attention_hopper_backward(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr, p.qkv16.ptr, s.B,
-                                                s.T, s.NH, s.HS, p.hopper_ws.ptr, 0, mode));
+                                                s.T, s.NH, s.HS, p.hopper_ws.ptr, 0, mode,
+                                                variant == 4 ? p.bias_partials.ptr : nullptr));
             break;
         }
     }
@@ -265,6 +270,35 @@ std::vector<T> part_of(const std::vector<T>& x, const AttentionShape& s, int whi
     for (size_t bt = 0; bt < (size_t)s.B * s.T; bt++)
         for (size_t c = 0; c < C; c++) out[bt * C + c] = x[bt * 3 * C + which * C + c];
     return out;
+}
+
+// Variant 4's partial rows, summed in fp64, against the column sums (fp64) of the dqkv it stored: the same bf16
+// values in another order, so each column within 1e-5 of its sum of magnitudes (the partial rows are fp32 sums of
+// 64 rows by the tensor cores); NaN (a partial row or column left poisoned) fails. The k columns sum to ~0 (the softmax does not see a
+// bias on the keys), so the bound is relative to magnitudes, not to the sum.
+bool check_bias_sums(Problem& p) {
+    const AttentionShape& s = p.s;
+    const size_t C3 = 3 * (size_t)s.NH * s.HS, rows = (size_t)flash_hopper::backward_bias_partial_rows(s.B, s.T);
+    const std::vector<float> partials = p.bias_partials.download();
+    const std::vector<__nv_bfloat16> dqkv = p.dinp16.download();
+    std::vector<double> got(C3, 0.0), want(C3, 0.0), mag(C3, 0.0);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < C3; c++) got[c] += partials[r * C3 + c];
+    for (size_t bt = 0; bt < (size_t)s.B * s.T; bt++)
+        for (size_t c = 0; c < C3; c++) {
+            const double x = as_float(dqkv[bt * C3 + c]);
+            want[c] += x, mag[c] += std::fabs(x);
+        }
+    size_t bad = 0;
+    double worst = 0.0;
+    for (size_t c = 0; c < C3; c++) {
+        const double err = std::fabs(got[c] - want[c]), bound = 1e-5 * mag[c] + 1e-6;
+        if (!(err <= bound)) bad++;
+        if (std::isfinite(err)) worst = std::max(worst, err / bound);
+    }
+    printf("    %-6s %zu partial rows: %zu of %zu columns off the column sums of dqkv (worst at %.2f of the bound)  %s\n",
+           "bias", rows, bad, C3, worst, bad == 0 ? "ok" : "FAIL");
+    return bad == 0;
 }
 
 bool check(const Variant& v, int block, const AttentionShape& s) {
@@ -299,6 +333,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
     if (v.bf16) p.dinp16.poison(); else p.dinp32.poison();
     p.D.poison();
     if (v.id >= 4) p.hopper_ws.poison();  // the ordered mode's first contributor must store, not add
+    if (v.id == 4) p.bias_partials.poison();  // every partial row and column must be written
     run_backward(v.id, block, p);
     cudaCheck(cudaDeviceSynchronize());
 
@@ -311,6 +346,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
         else ok &= validate(names[which], part_of(p.dinp32.download(), s, which), ref,
                             Tolerance{1e-5 * std::max(1.0, r), FLT_EPSILON, 1e-5});
     }
+    if (v.id == 4) ok &= check_bias_sums(p);
     return ok;
 }
 
@@ -329,11 +365,17 @@ bool check_determinism() {
         p.forward16(0);
         run_backward(id, 0, p);
         std::vector<__nv_bfloat16> first = p.dinp16.download();
+        std::vector<float> first_sums;  // variant 4's column sums
+        if (id == 4) first_sums = p.bias_partials.download();
         p.dinp16.poison();
         if (id >= 4) p.hopper_ws.poison();
+        if (id == 4) p.bias_partials.poison();
         run_backward(id, 0, p);
         std::vector<__nv_bfloat16> second = p.dinp16.download();
-        const bool same = memcmp(first.data(), second.data(), first.size() * sizeof(__nv_bfloat16)) == 0;
+        std::vector<float> second_sums;
+        if (id == 4) second_sums = p.bias_partials.download();
+        const bool same = memcmp(first.data(), second.data(), first.size() * sizeof(__nv_bfloat16)) == 0 &&
+                          memcmp(first_sums.data(), second_sums.data(), first_sums.size() * sizeof(float)) == 0;
         printf("  v%d determinism (two runs, B4 NH12 T1000 HS64): %s\n", id, same ? "bit-identical" : "DIFFERENT");
         all_same &= same;
     }
