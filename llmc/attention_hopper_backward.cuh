@@ -16,6 +16,7 @@
 //   3. dQ: one block per 128 queries (Q, dO as register A operands), K and V tiles of 64 keys streamed up to the
 //      diagonal; S and dP again, dS in registers, dQ += dS·K (K as MN-major B).
 //    It computes S and dP twice (7 products instead of 5), and still beats B's ordered mode (docs/PERFORMANCE.md).
+//    Both kernels can also leave the column sums of their output tiles (the qkv bias gradient; staged_column_sums).
 // B. Fused, as FlashAttention-3 (section 4 below): the dK/dV kernel plus dQ pieces that a writer thread adds into
 //    an fp32 accumulator by TMA reduce-adds, either in a fixed order through a semaphore per query tile
 //    (deterministic) or unordered (not bit-reproducible; the fastest at HS 64, T >= 4096).
