@@ -174,8 +174,8 @@ inline void adamw_update(floatX* params, float* master, const floatX* grads, flo
         size_t blocks = 0;
         for (int t = 0; t < num_tensors; t++) blocks += adamw_detail::chunks(table.size[t], adamw_chunk_elements());
         if (blocks == 0) return;
-        adamw_kernel_chunks<<<(unsigned)blocks, adamw_detail::kDefaultThreads, 0, stream>>>(params, master, grads, m, v, table,
-                                                                                   num_tensors, s);
+        adamw_kernel_chunks<<<(unsigned)blocks, adamw_detail::kDefaultThreads, 0, stream>>>(
+            params, master, grads, m, v, table, num_tensors, s);
     } else {
         adamw_kernel<<<dim3(2 * device_sm_count(), num_tensors), 512, 0, stream>>>(params, master, grads, m, v, table,
                                                                                   s);
