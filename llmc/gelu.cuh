@@ -32,6 +32,21 @@ __device__ __forceinline__ float tanh_approx(float x) {
 // t = tanh(√(2/π)·(x + 0.044715·x³)) by it, for gelu_given_tanh and gelu_derivative_given_tanh.
 __device__ __forceinline__ float gelu_tanh_fast(float x) { return tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)); }
 
+// gelu(x) and gelu'(x) together from one hardware tanh, in fewer operations than the two formulas above (the GELU
+// backward epilogue computes both for every element of its tile): with t = tanh(√(2/π)·x·(1 + 0.044715·x²)) and
+// a = (1 + t)/2, so that 1 − t² = 2a(1 − t),
+//   gelu(x) = x·a,   gelu'(x) = a + a·x·(1 − t)·√(2/π)·(1 + 3·0.044715·x²).
+struct GeluAndSlope {
+    float value, slope;
+};
+__device__ __forceinline__ GeluAndSlope gelu_and_slope_fast(float x) {
+    constexpr float k0 = kGeluScale, k1 = kGeluScale * 0.044715f, k3 = kGeluScale * 3.0f * 0.044715f;
+    const float u = x * x;
+    const float t = tanh_approx(x * fmaf(k1, u, k0));
+    const float a = fmaf(0.5f, t, 0.5f);
+    return {x * a, fmaf(a * fmaf(-x, t, x), fmaf(k3, u, k0), a)};
+}
+
 // n must be a multiple of x128::size (the model's B*T*4C always is).
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;

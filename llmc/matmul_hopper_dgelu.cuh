@@ -76,7 +76,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     using Cfg = Config;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_align_1024(smem_raw);
+    // aligned by pointer arithmetic on the shared array (not smem_align_1024's integer round trip), so that the
+    // compiler knows every pointer below is shared memory: the epilogue's loads and stores become LDS and STS
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint8_t* sA = smem;                                // [kStages][BM][BK]
     uint8_t* sB = smem + Cfg::kStages * Cfg::kABytes;  // [kStages][BN/64][BK][64]
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
@@ -181,28 +183,35 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         // its own bf16 pairs: 16-byte chunk c of row r sits at chunk c ^ (r % 8), no bank conflicts). With gelu_out,
         // gelu(pre) too, from the same tanh, stored from registers: the recompute fcproj's weight gradient needs,
         // without a pass of its own over pre_gelu (the quads of a warp fill 16-byte pieces of 8 rows per store).
+        // Addresses are bases per thread plus constants (this thread's rows are all ≡ lane / 4 mod 8, so its
+        // swizzle is fixed per chunk), and whole tiles skip the bounds tests.
         mbarrier_wait(&pre_full[consumer], pre_phase);
         pre_phase ^= 1;
-        const int col_in = 2 * (lane % 4);
+        const int col_in = 2 * (lane % 4), quad = lane / 4;
+        uint8_t* chunk_base[8];  // chunk c of this thread's first row, at column pair col_in
+#pragma unroll
+        for (int c = 0; c < 8; c++) chunk_base[c] = tile_buf + (16 * warp + quad) * 128 + (c ^ quad) * 16 + 2 * col_in;
+        const int row0 = tm * Cfg::BM + 16 * warp + quad, col0 = tn * Cfg::BN + col_in;
+        const bool whole_tile = (tm + 1) * Cfg::BM <= M && (tn + 1) * Cfg::BN <= N;
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int j = 0; j < Cfg::BN / 8; j++)
+            for (int half = 0; half < 2; half++) {
+                const int dr = 64 * h + 8 * half;  // this row's offset from the thread's first
+                const bool row_ok = row0 + dr < M;
+                bf16* g = gelu_out ? gelu_out + (size_t)(row0 + dr) * N + col0 : nullptr;
 #pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int r = 64 * h + 16 * warp + lane / 4 + 8 * half;
-                    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(
-                        tile_buf + (j / 8) * Cfg::kHalfBytes + r * 128 + sw128_chunk_offset(r, j % 8) + col_in * 2);
+                for (int j = 0; j < Cfg::BN / 8; j++) {
+                    __nv_bfloat162* p =
+                        reinterpret_cast<__nv_bfloat162*>(chunk_base[j % 8] + (j / 8) * Cfg::kHalfBytes + dr * 128);
                     const float2 pre = __bfloat1622float2(*p);
-                    const float t0 = gelu_tanh_fast(pre.x), t1 = gelu_tanh_fast(pre.y);
+                    const GeluAndSlope g0 = gelu_and_slope_fast(pre.x), g1 = gelu_and_slope_fast(pre.y);
                     const float* a = &acc[h][4 * j + 2 * half];
-                    *p = __floats2bfloat162_rn(alpha * a[0] * gelu_derivative_given_tanh(pre.x, t0),
-                                               alpha * a[1] * gelu_derivative_given_tanh(pre.y, t1));
-                    const int row = tm * Cfg::BM + r, col = tn * Cfg::BN + 8 * j + col_in;
-                    if (gelu_out && row < M && col < N)
-                        *reinterpret_cast<__nv_bfloat162*>(gelu_out + (size_t)row * N + col) =
-                            __floats2bfloat162_rn(gelu_given_tanh(pre.x, t0), gelu_given_tanh(pre.y, t1));
+                    *p = __floats2bfloat162_rn(alpha * a[0] * g0.slope, alpha * a[1] * g1.slope);
+                    if (gelu_out && (whole_tile || (row_ok && col0 + 8 * j < N)))
+                        *reinterpret_cast<__nv_bfloat162*>(g + 8 * j) = __floats2bfloat162_rn(g0.value, g1.value);
                 }
+            }
         fence_proxy_async();  // st.shared above, read by the TMA store next
         named_barrier_sync(barrier_id, 128);
         if (t == 0) {
@@ -210,24 +219,38 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
             tma_store_2d(&map_dinp, tile_buf + Cfg::kHalfBytes, tn * Cfg::BN + 64, tm * Cfg::BM);
             tma_store_commit();
         }
-        // column sums of the stored values: thread t sums the column pair t % 64 over rows 64·(t / 64) .. + 63 (a
-        // warp reads one 128-byte row at a time: conflict-free). Rows and columns past the matrix hold zeros (TMA
-        // filled zeros into dout, weight and pre_gelu there).
+        // column sums of the stored values, per 64-row half, on the tensor cores: 1ᵀ · half (A all ones from
+        // registers, the staged bf16 half as an MN-major B operand, K = its 64 rows), into the accumulators the
+        // epilogue above has consumed; every row of the result holds the sums, row 0's four threads write them.
+        // Rows and columns past the matrix hold zeros (TMA filled zeros into dout, weight and pre_gelu there).
         {
-            const int column_pair = t % 64, row0 = 64 * (t / 64);
-            const int box = column_pair / 32, chunk = (column_pair % 32) / 4, byte = 4 * (column_pair % 4);
-            const uint8_t* column = tile_buf + box * Cfg::kHalfBytes + byte;
-            float s0 = 0.f, s1 = 0.f;
-#pragma unroll 8
-            for (int r = row0; r < row0 + 64; r++) {
-                const float2 v = __bfloat1622float2(
-                    *reinterpret_cast<const __nv_bfloat162*>(column + r * 128 + sw128_chunk_offset(r, chunk)));
-                s0 += v.x, s1 += v.y;
+            constexpr uint32_t kOnes = 0x3F803F80u;  // two bf16 1.0
+            const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
+            wgmma_fence();
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    wgmma_rs<1>(acc[h], ones,
+                                smem_descriptor_sw128(tile_buf + (64 * h + 16 * kk) * 128, Cfg::kHalfBytes, 1024),
+                                kk > 0 ? 1 : 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_accumulator(acc[0]);
+            fence_accumulator(acc[1]);
+            if (warp == 0 && lane < 4) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float* partial = partials + (size_t)(2 * tm + h) * N + tn * Cfg::BN + 2 * lane;
+#pragma unroll
+                    for (int j = 0; j < Cfg::BN / 8; j++)
+                        if (tn * Cfg::BN + 8 * j + 2 * lane < N)
+                            *reinterpret_cast<float2*>(partial + 8 * j) =
+                                make_float2(acc[h][4 * j], acc[h][4 * j + 1]);
+                }
             }
-            const int col = tn * Cfg::BN + 2 * column_pair;
-            if (col < N) *reinterpret_cast<float2*>(partials + (size_t)(2 * tm + t / 64) * N + col) = make_float2(s0, s1);
         }
-        fence_proxy_async();  // these generic reads come before the next tile's TMA load into the buffer
+        // the sums' wgmma reads (waited for) and the TMA store's (load_pre waits) come before the next load
         named_barrier_sync(barrier_id, 128);
         if (t == 0 && tile + tile_stride < num_tiles) load_pre(tile + tile_stride);  // lands during the wait for our turn
     }
