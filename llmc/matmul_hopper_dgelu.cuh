@@ -16,13 +16,14 @@
 // strict turns (a named barrier pair): a consumer waiting on a stage a whole tile ahead would otherwise see that
 // stage's earlier phase of the same parity completed, and read the other consumer's data.
 // pre_gelu arrives by TMA into the consumer's output tile while the tile before it is finished; the epilogue turns it
-// into dinp in place (gelu' with the hardware tanh), writes gelu(pre_gelu) if asked, sums the columns and sends the
-// tile out by TMA.
-// Measured against cuBLASLt with the GELU kernel (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): slower on its
-// own, but with fc's weight-gradient GEMM (no BGRADB pass) faster at d12 B16 (341 against 363 µs) and level at d48
-// (611 against 612); the d48 trainer step is 1.0% faster with it (each path with tuned GEMM algorithms), so the
-// engine uses it on every Hopper GPU. The main loop reaches ~500 TFLOP/s with a bare epilogue (151 µs at d12 B16
-// against cuBLASLt's 104 for the plain GEMM), and the epilogue costs more than the other warpgroup's main loop hides.
+// into dinp in place (gelu and gelu' from one hardware tanh), writes gelu(pre_gelu) if asked, sends the tile out by
+// TMA and sums its columns with a wgmma of ones.
+// Measured against cuBLASLt with the GELU kernel (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): with fc's
+// weight-gradient GEMM (no BGRADB pass) faster at d12 (B16 313-336 against 363 µs, B32 662 against 698-707) and at
+// d48 (602 against 590-620), so the engine uses it on every Hopper GPU. With one epilogue warp per scheduler and
+// nothing to hide its latencies, the epilogue, more than the tensor cores, sets the pace (ncu: 55% of the consumers'
+// samples against 35% for the main loop before the epilogue was trimmed); TMA multicast in clusters, which halves
+// the L2 reads, made it slower.
 // weight is K x N with N contiguous: B is MN-major, read as 64-row x 64-column boxes (one 128-byte swizzle row per
 // K row) and handed to wgmma transposed.
 // Rules: K % 8 == 0 and N % 8 == 0 (TMA row strides of 16 bytes), every pointer 16-byte aligned; any M >= 1.
