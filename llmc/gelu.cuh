@@ -29,9 +29,6 @@ __device__ __forceinline__ float tanh_approx(float x) {
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-// t = tanh(√(2/π)·(x + 0.044715·x³)) by it, for gelu_given_tanh and gelu_derivative_given_tanh.
-__device__ __forceinline__ float gelu_tanh_fast(float x) { return tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)); }
-
 // gelu(x) and gelu'(x) together from one hardware tanh, in fewer operations than the two formulas above (the GELU
 // backward epilogue computes both for every element of its tile): with t = tanh(√(2/π)·x·(1 + 0.044715·x²)) and
 // a = (1 + t)/2, so that 1 − t² = 2a(1 − t),
