@@ -198,8 +198,7 @@ __device__ __forceinline__ void stage_tile(uint8_t* tile_rows, int tile_row_coun
 
 // The bias gradient of q, k or v is the column sum of dq, dk or dv over all (b, t). The two-kernel scheme sums the
 // columns of each consumer's output tile as staged for the TMA store (bf16, 64 rows) with one more product on the
-// tensor cores, 1ᵀ·tile (A all ones from registers, the tile as MN-major B: every row of the result is the column
-// sum, fp32), and writes them as one partial row (3C floats per row; row b·2·ceil(T/128) + first row / 64), which
+// tensor cores (hopper::wgmma_column_sums_64_rows), and writes them as one partial row (3C floats per row; row b·2·ceil(T/128) + first row / 64), which
 // column_sum_finish adds in a fixed order: deterministic, and no pass of its own over dqkv (cuBLASLt's BGRADB
 // epilogue in the qkv weight-gradient GEMM ran a reduction kernel over it). Rows at or past T are 0 in the staged
 // tile (their P is 0; dev/cuda/attention_backward checks the sums at odd T). Called by the consumer's 128 threads
@@ -211,11 +210,8 @@ __device__ __forceinline__ void staged_column_sums(const uint8_t* rows, int tile
     float cs[kHS / 2];  // zeroed for the same reason as st, dpt in the dK/dV kernel
 #pragma unroll
     for (int i = 0; i < kHS / 2; i++) cs[i] = 0.f;
-    constexpr uint32_t kOnes = 0x3F803F80u;  // two bf16 1.0
-    const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(cs, ones, mn_major_descriptor(rows, tile_rows, kk), kk > 0 ? 1 : 0);
+    wgmma_column_sums_64_rows(cs, rows, tile_rows * 128);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulator(cs);

@@ -155,9 +155,11 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 
 // ---- the kernels' common frame
 // The dynamic shared memory rounded up to 1024 bytes: 128-byte-swizzled tiles start on 1024-byte boundaries (TMA's
-// swizzle and the descriptors' base offset 0 assume it). Launch with 1024 bytes to spare.
+// swizzle and the descriptors' base offset 0 assume it). Launch with 1024 bytes to spare. Rounded by adding to the
+// shared array's own pointer, not through an integer, so the compiler still knows the result is shared memory: plain
+// loads and stores through it compile to LDS/STS, not the generic LD/ST that an integer round trip leaves.
 __device__ __forceinline__ uint8_t* smem_align_1024(uint8_t* raw) {
-    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    return raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
 }
 // The barriers of a ring of `stages` buffers between producers and consumer warps: full[s] completes on the
 // producers' arrivals (the TMA thread's arrive_expect_tx, plus one per further producer warp) and the bytes
@@ -545,6 +547,22 @@ __device__ __forceinline__ void wgmma_rs_over_head_dim(float (&acc)[kN], const u
                                                        const uint8_t* b, int b_rows) {
 #pragma unroll
     for (int kk = 0; kk < kHS / 16; kk++) wgmma_rs<0>(acc, a[kk], head_dim_descriptor(b, b_rows, kk), kk > 0 ? 1 : 0);
+}
+
+// Column sums of 64 rows of a staged bf16 tile (128-byte swizzle, 64-column boxes box_bytes apart), on the tensor
+// cores: sums (64 x N) = 1ᵀ·rows, A all ones from registers and the rows as the MN-major B operand (K = the 64 rows),
+// so every row of the fp32 result holds the column sums; row 0 is warp 0's lanes 0..3, sums[4j], sums[4j + 1] being
+// columns 8j + 2·lane and + 1. The bias gradients of the kernels whose output tiles are staged for a TMA store (the
+// attention backward's dq, dk, dv; the GELU backward's dinp) take no pass of their own over the output this way.
+// Issued only: the caller fences the tile (fence_proxy_async and a barrier) and the accumulators (wgmma_fence)
+// before, commits and waits after.
+template <int N>
+__device__ __forceinline__ void wgmma_column_sums_64_rows(float (&sums)[N], const uint8_t* rows, uint32_t box_bytes) {
+    constexpr uint32_t kOnes = 0x3F803F80u;  // two bf16 1.0
+    const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
+    const uint64_t desc = smem_descriptor_sw128(rows, box_bytes, 1024);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(sums, ones, descriptor_plus(desc, kk * 16 * 128), kk > 0 ? 1 : 0);
 }
 
 #undef LLMC_HOPPER_ASM

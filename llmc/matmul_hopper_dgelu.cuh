@@ -77,9 +77,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     using Cfg = Config;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    // aligned by pointer arithmetic on the shared array (not smem_align_1024's integer round trip), so that the
-    // compiler knows every pointer below is shared memory: the epilogue's loads and stores become LDS and STS
-    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint8_t* smem = smem_align_1024(smem_raw);
     uint8_t* sA = smem;                                // [kStages][BM][BK]
     uint8_t* sB = smem + Cfg::kStages * Cfg::kABytes;  // [kStages][BN/64][BK][64]
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
@@ -220,21 +218,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
             tma_store_2d(&map_dinp, tile_buf + Cfg::kHalfBytes, tn * Cfg::BN + 64, tm * Cfg::BM);
             tma_store_commit();
         }
-        // column sums of the stored values, per 64-row half, on the tensor cores: 1ᵀ · half (A all ones from
-        // registers, the staged bf16 half as an MN-major B operand, K = its 64 rows), into the accumulators the
-        // epilogue above has consumed; every row of the result holds the sums, row 0's four threads write them.
-        // Rows and columns past the matrix hold zeros (TMA filled zeros into dout, weight and pre_gelu there).
+        // column sums of the stored values per 64-row half (wgmma_column_sums_64_rows), into the accumulators the
+        // epilogue above has consumed. Rows and columns past the matrix hold zeros (TMA filled zeros into dout,
+        // weight and pre_gelu there).
         {
-            constexpr uint32_t kOnes = 0x3F803F80u;  // two bf16 1.0
-            const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
             wgmma_fence();
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    wgmma_rs<1>(acc[h], ones,
-                                smem_descriptor_sw128(tile_buf + (64 * h + 16 * kk) * 128, Cfg::kHalfBytes, 1024),
-                                kk > 0 ? 1 : 0);
+            for (int h = 0; h < 2; h++) wgmma_column_sums_64_rows(acc[h], tile_buf + 64 * h * 128, Cfg::kHalfBytes);
             wgmma_commit();
             wgmma_wait<0>();
             fence_accumulator(acc[0]);
