@@ -37,9 +37,7 @@ struct Table {
     }
 };
 
-static Table gpt2_table(const char* preset) {
-    GPT2Config c;
-    if (!gpt2_preset(preset, &c)) { fprintf(stderr, "error: unknown preset %s\n", preset); exit(1); }
+static Table gpt2_table(const GPT2Config& c) {
     Table t;
     for (const TensorSpec& s : gpt2_parameter_table(c))
         t.sizes.push_back(s.numel), t.weight_decay.push_back(s.weight_decay ? 0.1f : 0.0f);
@@ -197,11 +195,9 @@ int main(int argc, char** argv) {
     print_device();
     // GPT-2's table at d6 (with a vocabulary of 1000), sizes that leave partial chunks of every variant, and odd
     // sizes (the scalar kernel's path in variant 0; the chunked variants do not take them)
-    GPT2Config c;
-    gpt2_preset("d6", &c, 64, 1000);
-    Table small;
-    for (const TensorSpec& s : gpt2_parameter_table(c))
-        small.sizes.push_back(s.numel), small.weight_decay.push_back(s.weight_decay ? 0.1f : 0.0f);
+    GPT2Config d6;
+    gpt2_preset("d6", &d6, 64, 1000);
+    const Table small = gpt2_table(d6);
     const Table partial{{4, 4100, 12, 70004, 8}, {0.1f, 0.0f, 0.1f, 0.1f, 0.0f}};
     const Table odd{{1, 4097, 12, 70001, 3}, {0.1f, 0.0f, 0.1f, 0.1f, 0.0f}};
     printf("validation (fp64 CPU reference, parameters poisoned):\n");
@@ -214,7 +210,9 @@ int main(int argc, char** argv) {
 
     printf("\n%-8s %-24s %12s %10s %10s %8s\n", "model", "variant", "parameters", "cold ms", "warm ms", "GB/s");
     for (const char* preset : {"d12", "d48"}) {
-        const Table table = gpt2_table(preset);
+        GPT2Config c;
+        if (!gpt2_preset(preset, &c)) { fprintf(stderr, "error: unknown preset %s\n", preset); return 1; }
+        const Table table = gpt2_table(c);
         const size_t n = table.total();
         Buffers b(n);
         fill(b, n);

@@ -274,8 +274,8 @@ std::vector<T> part_of(const std::vector<T>& x, const AttentionShape& s, int whi
 
 // Variant 4's partial rows, summed in fp64, against the column sums (fp64) of the dqkv it stored: the same bf16
 // values in another order, so each column within 1e-5 of its sum of magnitudes (the partial rows are fp32 sums of
-// 64 rows by the tensor cores); NaN (a partial row or column left poisoned) fails. The k columns sum to ~0 (the softmax does not see a
-// bias on the keys), so the bound is relative to magnitudes, not to the sum.
+// 64 rows by the tensor cores); NaN (a partial row or column left poisoned) fails. The k columns sum to ~0 (the
+// softmax does not see a bias on the keys), so the bound is relative to magnitudes, not to the sum.
 bool check_bias_sums(Problem& p) {
     const AttentionShape& s = p.s;
     const size_t C3 = 3 * (size_t)s.NH * s.HS, rows = (size_t)flash_hopper::backward_bias_partial_rows(s.B, s.T);
