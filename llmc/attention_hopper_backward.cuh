@@ -598,7 +598,7 @@ struct BackwardFusedConfig {
     static constexpr int kBarriers = 1 + 2 * kStages + 2 * kConsumers * kDqBuffers;
     static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-    static constexpr bool kARegs = kHS == 64;  // K and V rows as register A operands (as the dK/dV kernel)
+    static constexpr bool kVRegs = kHS == 64;  // K (and at HS 64 V) rows as register A operands (as the dK/dV kernel)
     static constexpr int kParts = kHS == 64 ? 2 : 1;  // a query tile in parts (as the dK/dV kernel)
     static constexpr int kUnits = kConsumers;  // semaphore increments per key block and tile (one per consumer)
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -722,11 +722,9 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
 
     mbarrier_wait(kv_full, 0);
-    uint32_t k_frag[Cfg::kARegs ? kHS / 16 : 1][4], v_frag[Cfg::kARegs ? kHS / 16 : 1][4];
-    if constexpr (Cfg::kARegs) {
-        load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
-        load_a_fragments<kHS>(sV + consumer * 64 * 128, Cfg::kBk, row_in, lane, v_frag);
-    }
+    uint32_t k_frag[kHS / 16][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
+    load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
+    if constexpr (Cfg::kVRegs) load_a_fragments<kHS>(sV + consumer * 64 * 128, Cfg::kBk, row_in, lane, v_frag);
     constexpr int kParts = Cfg::kParts, kPq = Cfg::kBq / kParts;
     for (int i = i_first, n = 0; i < n_q; i++, n++) {
         const int stage = n % Cfg::kStages;
@@ -749,13 +747,9 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         for (int part = 0; part < kParts; part++) {
             const uint8_t* q_rows = q_tile + part * kPq * 128;
             const uint8_t* do_rows = do_tile + part * kPq * 128;
-            if constexpr (Cfg::kARegs) {
-                wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
-                wgmma_rs_over_head_dim<kHS>(dpt[part], v_frag, do_rows, Cfg::kBq);
-            } else {
-                wgmma_ss_over_head_dim<kHS>(st[part], sK + consumer * 64 * 128, Cfg::kBk, q_rows, Cfg::kBq);
-                wgmma_ss_over_head_dim<kHS>(dpt[part], sV + consumer * 64 * 128, Cfg::kBk, do_rows, Cfg::kBq);
-            }
+            wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
+            if constexpr (Cfg::kVRegs) wgmma_rs_over_head_dim<kHS>(dpt[part], v_frag, do_rows, Cfg::kBq);
+            else wgmma_ss_over_head_dim<kHS>(dpt[part], sV + consumer * 64 * 128, Cfg::kBk, do_rows, Cfg::kBq);
             wgmma_commit();
         }
         const float* lse_d_stage = lse_d + stage * 2 * Cfg::kBq;
