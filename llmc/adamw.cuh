@@ -160,6 +160,15 @@ constexpr size_t adamw_chunk_elements(int unroll = adamw_detail::kDefaultUnroll,
                                       int threads = adamw_detail::kDefaultThreads) {
     return 4 * (size_t)unroll * threads;
 }
+// Its grid: every tensor's chunks, in table order.
+inline size_t adamw_chunk_blocks(const AdamWTensorTable& table, int num_tensors,
+                                 int unroll = adamw_detail::kDefaultUnroll,
+                                 int threads = adamw_detail::kDefaultThreads) {
+    const size_t chunk = adamw_chunk_elements(unroll, threads);
+    size_t blocks = 0;
+    for (int t = 0; t < num_tensors; t++) blocks += adamw_detail::chunks(table.size[t], chunk);
+    return blocks;
+}
 
 // step >= 1 (bias correction); seed fixes the stochastic rounding (same seed + step -> same bits).
 inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
@@ -171,8 +180,7 @@ inline void adamw_update(floatX* params, float* master, const floatX* grads, flo
     for (const void* p : {(const void*)params, (const void*)master, (const void*)grads, (const void*)m, (const void*)v})
         by_four = by_four && (uintptr_t)p % 16 == 0;
     if (by_four) {
-        size_t blocks = 0;
-        for (int t = 0; t < num_tensors; t++) blocks += adamw_detail::chunks(table.size[t], adamw_chunk_elements());
+        const size_t blocks = adamw_chunk_blocks(table, num_tensors);
         if (blocks == 0) return;
         adamw_kernel_chunks<<<(unsigned)blocks, adamw_detail::kDefaultThreads, 0, stream>>>(
             params, master, grads, m, v, table, num_tensors, s);

@@ -198,11 +198,11 @@ __device__ __forceinline__ void stage_tile(uint8_t* tile_rows, int tile_row_coun
 
 // The bias gradient of q, k or v is the column sum of dq, dk or dv over all (b, t). The two-kernel scheme sums the
 // columns of each consumer's output tile as staged for the TMA store (bf16, 64 rows) with one more product on the
-// tensor cores (hopper::wgmma_column_sums_64_rows), and writes them as one partial row (3C floats per row; row b·2·ceil(T/128) + first row / 64), which
-// column_sum_finish adds in a fixed order: deterministic, and no pass of its own over dqkv (cuBLASLt's BGRADB
-// epilogue in the qkv weight-gradient GEMM ran a reduction kernel over it). Rows at or past T are 0 in the staged
-// tile (their P is 0; dev/cuda/attention_backward checks the sums at odd T). Called by the consumer's 128 threads
-// after the tile is staged and fenced.
+// tensor cores (hopper::wgmma_column_sums_64_rows), and writes them as one partial row (3C floats per row; row
+// b·2·ceil(T/128) + first row / 64), which column_sum_finish adds in a fixed order: deterministic, and no pass of
+// its own over dqkv (cuBLASLt's BGRADB epilogue in the qkv weight-gradient GEMM ran a reduction kernel over it).
+// Rows at or past T are 0 in the staged tile (their P is 0; dev/cuda/attention_backward checks the sums at odd T).
+// Called by the consumer's 128 threads after the tile is staged and fenced.
 template <int kHS>
 __device__ __forceinline__ void staged_column_sums(const uint8_t* rows, int tile_rows, float* partial, int warp,
                                                    int lane) {

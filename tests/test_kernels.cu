@@ -417,8 +417,7 @@ static void test_adamw_kernels_agree() {
         float *d_master = use_master ? upload_fp32(master) : nullptr, *d_m = upload_fp32(m), *d_v = upload_fp32(v);
         // tensor 0 is one partial chunk of 4096, tensor 1 two whole chunks and a partial one
         constexpr int kUnroll = 4, kThreads = 256;
-        const size_t chunk = adamw_chunk_elements(kUnroll, kThreads);
-        const unsigned blocks = (unsigned)(adamw_detail::chunks(2000, chunk) + adamw_detail::chunks(n - 2000, chunk));
+        const unsigned blocks = (unsigned)adamw_chunk_blocks(table, 2, kUnroll, kThreads);  // 1 + 3
         if (kernel == 0) adamw_kernel<<<dim3(3, 2), 128>>>(d_params, d_master, d_grads, d_m, d_v, table, st);
         else adamw_kernel_chunks<kUnroll, kThreads><<<blocks, kThreads>>>(d_params, d_master, d_grads, d_m, d_v, table, 2, st);
         cudaCheckLaunch();

@@ -72,8 +72,7 @@ static void run_variant(int variant, Buffers& b, const Table& table) {
 #ifndef ADAMW_ENGINE_ONLY
     const AdamWStep s = adamw_step(kLr, kBeta1, kBeta2, kEps, kGradScale, kStep, kSeed);
     auto chunked = [&](auto kernel, int unroll, int threads) {
-        size_t blocks = 0;
-        for (size_t sz : table.sizes) blocks += adamw_detail::chunks(sz, adamw_chunk_elements(unroll, threads));
+        const size_t blocks = adamw_chunk_blocks(t, n, unroll, threads);
         kernel<<<(unsigned)blocks, threads>>>(b.params.ptr, b.master.ptr, b.grads.ptr, b.m.ptr, b.v.ptr, t, n, s);
     };
     switch (variant) {
