@@ -249,6 +249,26 @@ __device__ __forceinline__ void produce_k_v_then_q_do(uint8_t* smem, uint8_t* sK
     }
 }
 
+// Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ of one streamed query tile (64 keys x kPq queries per part, over HS) in the dK/dV and
+// fused kernels: a wgmma group per part, K (and V where Cfg::kVRegs) as register A operands, else V from its rows in
+// shared memory. Issued only; st and dpt zeroed by the caller where no product is in flight.
+template <typename Cfg, int kHS, int kParts, int kPq, int kVF>
+__device__ __forceinline__ void issue_st_dpt(float (&st)[kParts][kPq / 2], float (&dpt)[kParts][kPq / 2],
+                                             const uint32_t (&k_frag)[kHS / 16][4], const uint32_t (&v_frag)[kVF][4],
+                                             const uint8_t* v_rows, const uint8_t* q_tile, const uint8_t* do_tile) {
+    using namespace hopper;
+    wgmma_fence();
+#pragma unroll
+    for (int part = 0; part < kParts; part++) {
+        const uint8_t* q_rows = q_tile + part * kPq * 128;
+        const uint8_t* do_rows = do_tile + part * kPq * 128;
+        wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
+        if constexpr (Cfg::kVRegs) wgmma_rs_over_head_dim<kHS>(dpt[part], v_frag, do_rows, Cfg::kBq);
+        else wgmma_ss_over_head_dim<kHS>(dpt[part], v_rows, Cfg::kBk, do_rows, Cfg::kBq);
+        wgmma_commit();
+    }
+}
+
 // ------------------------------------------------------------------------------------------ 2. dK, dV
 template <int kHS>
 struct BackwardKVConfig {
@@ -352,16 +372,7 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
         for (int part = 0; part < kParts; part++)
 #pragma unroll
             for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
-        wgmma_fence();
-#pragma unroll
-        for (int part = 0; part < kParts; part++) {
-            const uint8_t* q_rows = q_tile + part * kPq * 128;
-            const uint8_t* do_rows = do_tile + part * kPq * 128;
-            wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
-            if constexpr (Cfg::kVRegs) wgmma_rs_over_head_dim<kHS>(dpt[part], v_frag, do_rows, Cfg::kBq);
-            else wgmma_ss_over_head_dim<kHS>(dpt[part], sV + consumer * 64 * 128, Cfg::kBk, do_rows, Cfg::kBq);
-            wgmma_commit();
-        }
+        issue_st_dpt<Cfg, kHS, kParts, kPq>(st, dpt, k_frag, v_frag, sV + consumer * 64 * 128, q_tile, do_tile);
         const float* lse_d_stage = lse_d + stage * 2 * Cfg::kBq;
 
 #pragma unroll
@@ -742,16 +753,7 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
             for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
 #pragma unroll
         for (int x = 0; x < 16; x++) dqt[x] = 0.f;
-        wgmma_fence();
-#pragma unroll
-        for (int part = 0; part < kParts; part++) {
-            const uint8_t* q_rows = q_tile + part * kPq * 128;
-            const uint8_t* do_rows = do_tile + part * kPq * 128;
-            wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
-            if constexpr (Cfg::kVRegs) wgmma_rs_over_head_dim<kHS>(dpt[part], v_frag, do_rows, Cfg::kBq);
-            else wgmma_ss_over_head_dim<kHS>(dpt[part], sV + consumer * 64 * 128, Cfg::kBk, do_rows, Cfg::kBq);
-            wgmma_commit();
-        }
+        issue_st_dpt<Cfg, kHS, kParts, kPq>(st, dpt, k_frag, v_frag, sV + consumer * 64 * 128, q_tile, do_tile);
         const float* lse_d_stage = lse_d + stage * 2 * Cfg::kBq;
 
 #pragma unroll
