@@ -390,17 +390,18 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale) {
     floatX* dresidual = buf<floatX>(m, mem::DResidual);
     floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
     floatX* scratch4 = buf<floatX>(m, mem::ScratchBT4C);
-    float* reduce = buf<float>(m, mem::ReduceScratch);
     floatX* dqkv = buf<floatX>(m, mem::Logits);
     void* attn_ws = dqkv + (size_t)BT * 3 * C;
+    float* reduce = (float*)(buf<char>(m, mem::Logits) + gpt2_backward_partials_offset(c, m->B, m->T, m->backend));
     const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
     const bool qkv_bias_in_attention = attention_backward_sums_qkv_bias(m->backend, C / NH);
     auto ln1 = [&](int l) { return buf<floatX>(m, mem::Ln1) + (m->recompute >= 2 ? 0 : l * ld * C); };
     auto ln2 = [&](int l) { return buf<floatX>(m, mem::Ln2) + (m->recompute >= 2 ? 0 : l * ld * C); };
 
     // Classifier: the logits buffer holds dlogits of the mean loss; loss_scale enters as the GEMMs' alpha.
+    // (no bias: no partials, which would overwrite dlogits)
     matmul_backward(scratch, grad(m, WTE), nullptr, buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), BT,
-                    C, Vp, reduce, nullptr, false, loss_scale, s);
+                    C, Vp, nullptr, nullptr, false, loss_scale, s);
     cudaCheck(cudaMemsetAsync(dresidual, 0, (size_t)BT * C * sizeof(floatX), s));
     // Each LayerNorm backward also sums its dinp over rows: the bias gradient of the projection (fcproj or
     // attproj) whose output gradient that residual stream is, so those two GEMMs need no bias pass.
@@ -522,7 +523,7 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
 // the ranks').
 inline float gpt2_grad_norm(GPT2* m) {
     if (m->zero.on) return zero_grad_norm(m->zero.shard, (const floatX*)m->memory[mem::Grads], m->stream);
-    return global_norm((const floatX*)m->memory[mem::Grads], m->num_parameters, (float*)m->memory[mem::ReduceScratch],
+    return global_norm((const floatX*)m->memory[mem::Grads], m->num_parameters, (float*)m->memory[mem::NormPartials],
                        m->stream);
 }
 

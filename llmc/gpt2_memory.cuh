@@ -4,7 +4,9 @@
 // table; nothing else counts bytes by hand.
 // recompute: 0 keeps every activation; 1 recomputes GELU(fch) in backward instead of storing it per layer;
 // 2 additionally recomputes the ln1/ln2 outputs from the saved residuals and statistics.
-// The logits buffer doubles as scratch for the attention and for dqkv once the classifier's gradient is consumed.
+// The logits buffer doubles as the backward's scratch once the classifier's gradient is consumed: dqkv, the
+// attention's workspace, then the reduction partials (gpt2_backward_partials_offset). The attention forward also
+// takes it as workspace.
 #pragma once
 
 #include <algorithm>
@@ -43,7 +45,7 @@ enum Id {
     Params, Grads, Master, AdamM, AdamV,
     Encoded, Ln1, Ln1Mean, Ln1Rstd, Qkv, Atty, AttSaved, Residual2, Ln2, Ln2Mean, Ln2Rstd, Fch,
     FchGelu, Residual3, Lnf, LnfMean, LnfRstd, Logits, Losses,
-    DResidual, ScratchBTC, ScratchBT4C, ReduceScratch, Inputs, Targets, EncoderScratch, ZeroStaging, Count
+    DResidual, ScratchBTC, ScratchBT4C, NormPartials, Inputs, Targets, EncoderScratch, ZeroStaging, Count
 };
 }  // namespace mem
 
@@ -67,6 +69,23 @@ inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
 // zero_shard, zero_staging (elements): ZeRO-1 (llmc/zero.cuh) keeps master weights and moments for its shard only,
 // plus a staging buffer for the largest bucket (the reduce-scattered gradients go back into the gradient buffer);
 // 0, 0 without it.
+// The backward's reduction partials (fp32): LayerNorm backward's weight and bias sums, the bias-gradient column sums,
+// the GELU-backward GEMM's bias partials and the attention's qkv bias partial rows, each used and finished within
+// one step of the backward.
+inline size_t gpt2_backward_partials_floats(const GPT2Config& c, int B, int T) {
+    const size_t C = c.channels, BT = (size_t)B * T;
+    return std::max({layernorm_backward_scratch_floats((int)BT, (int)C), column_sum_scratch_floats((int)BT, (int)(4 * C)),
+                     matmul_dgelu_partials_floats((int)BT, (int)(4 * C)),
+                     (size_t)attention_qkv_bias_partial_rows(B, T) * 3 * C});
+}
+
+// Where they sit in the logits buffer (bytes): past dqkv (B·T·3C floatX) and the attention's workspace, which the
+// attention backward writes beside them; the classifier's backward, which reads dlogits there, takes none.
+inline size_t gpt2_backward_partials_offset(const GPT2Config& c, int B, int T, AttentionBackend backend) {
+    const size_t dqkv_bytes = (size_t)B * T * 3 * c.channels * sizeof(floatX);
+    return round_up(dqkv_bytes + attention_workspace_bytes(backend, B, T, c.channels, c.num_heads), 256);
+}
+
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
                                                    AttentionBackend backend, bool master_weights = kFloatXIsBF16,
                                                    size_t zero_shard = 0, size_t zero_staging = 0) {
@@ -76,13 +95,9 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     using G = MemoryGroup;
     const size_t ln_layers = recompute >= 2 ? 1 : L;    // ln1/ln2 outputs kept per layer unless recomputed
     const size_t gelu_layers = recompute >= 1 ? 1 : L;  // GELU outputs kept per layer unless recomputed
-    const size_t attn_ws = attention_workspace_bytes(backend, B, T, (int)C, (int)NH);
-    const size_t logits_elems = std::max(BT * Vp, 3 * BT * C + (attn_ws + X - 1) / X);
-    const size_t reduce_floats = std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
-                                           column_sum_scratch_floats((int)BT, (int)(4 * C)),
-                                           matmul_dgelu_partials_floats((int)BT, (int)(4 * C)),
-                                           (size_t)attention_qkv_bias_partial_rows(B, T) * 3 * C,
-                                           global_norm_scratch_floats()});
+    const size_t scratch_bytes =
+        gpt2_backward_partials_offset(c, B, T, backend) + gpt2_backward_partials_floats(c, B, T) * F;
+    const size_t logits_elems = std::max(BT * Vp, (scratch_bytes + X - 1) / X);
     std::vector<MemoryTensor> t(mem::Count);
     t[mem::Params] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};
     t[mem::Grads] = {"gradients (" PRECISION_NAME ")", G::Gradients, N, X};
@@ -113,7 +128,7 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     t[mem::DResidual] = {"dresidual", G::Workspace, BT * C, X};
     t[mem::ScratchBTC] = {"scratch (B,T,C)", G::Workspace, BT * C, X};
     t[mem::ScratchBT4C] = {"scratch (B,T,4C)", G::Workspace, BT * 4 * C, X};
-    t[mem::ReduceScratch] = {"reduction partials", G::Workspace, reduce_floats, F};
+    t[mem::NormPartials] = {"global norm partials", G::Workspace, global_norm_scratch_floats(), F};
     t[mem::Inputs] = {"inputs", G::Workspace, BT, sizeof(int)};
     t[mem::Targets] = {"targets", G::Workspace, BT, sizeof(int)};
     t[mem::EncoderScratch] = {"encoder backward sort", G::Workspace,
