@@ -102,9 +102,10 @@ inline cudaError_t attention_flash_backward(__nv_bfloat16* dqkv, const __nv_bflo
     return attention_flash_backward_mma(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
 }
 
-// The non-deterministic option (-ab flash-nondet): on Hopper at head size 64 the fused backward with unordered dQ
-// reduce-adds (faster there at long T; run-to-run differences in the last bits of dQ), else the default above.
-inline bool flash_nondet_uses_fused(int HS) { return HS == 64 && hopper::hopper_available(); }
+// The non-deterministic option (-ab flash-nondet): on Hopper the fused backward with unordered dQ reduce-adds
+// (faster than the default at T >= 4096, level at 1024; run-to-run differences in the last bits of dQ), else the
+// default above.
+inline bool flash_nondet_uses_fused(int HS) { return (HS == 64 || HS == 128) && hopper::hopper_available(); }
 inline size_t attention_flash_nondet_workspace_bytes(int B, int T, int NH, int HS) {
     return flash_nondet_uses_fused(HS) ? attention_hopper_backward_workspace_bytes(B, T, NH, HS)
                                        : attention_flash_backward_workspace_bytes(B, T, NH);

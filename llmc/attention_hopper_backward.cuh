@@ -6,10 +6,10 @@
 // A. Deterministic by construction, like the mma.sync backward (the engine's default on Hopper): every output
 //    element is written once, by one thread, no atomics and no reduction across blocks:
 //   1. D = rowsum(dO∘O) from the bf16 O (HS/8 threads per row, 16-byte loads);
-//   2. dK, dV: one block per 128 keys (two consumer warpgroups of 64), Q and dO tiles of 64 queries (32 at HS 128)
-//      streamed by TMA from the diagonal down, their LSE and D staged beside them by a producer warp; Sᵀ = K·Qᵀ
-//      and dPᵀ = V·dOᵀ with wgmma, K and V as register A operands loaded once (V from shared memory at HS 128,
-//      for lack of registers), Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in registers (the causal test only
+//   2. dK, dV: one block per 128 keys (two consumer warpgroups of 64), Q and dO tiles of 64 queries streamed by
+//      TMA from the diagonal down, their LSE and D staged beside them by a producer warp; Sᵀ = K·Qᵀ and
+//      dPᵀ = V·dOᵀ with wgmma, K and V as register A operands loaded once at HS 64 (from shared memory at HS 128,
+//      whose registers go to dK, dV and the 64-query Sᵀ, dPᵀ), Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in registers (the causal test only
 //      on tiles that cross the diagonal), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands
 //      (the accumulator layout is the A layout) and dO, Q as MN-major B. At HS 64 each tile goes in two parts of
 //      32 queries so one part's elementwise work overlaps the other part's products;
@@ -28,6 +28,7 @@
 #include "hopper.cuh"
 
 namespace flash_hopper {
+
 
 using bf16 = __nv_bfloat16;
 
@@ -252,17 +253,19 @@ __device__ __forceinline__ void produce_k_v_then_q_do(uint8_t* smem, uint8_t* sK
 // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ of one streamed query tile (64 keys x kPq queries per part, over HS) in the dK/dV and
 // fused kernels: a wgmma group per part, K (and V where Cfg::kVRegs) as register A operands, else V from its rows in
 // shared memory. Issued only; st and dpt zeroed by the caller where no product is in flight.
-template <typename Cfg, int kHS, int kParts, int kPq, int kVF>
+template <typename Cfg, int kHS, int kParts, int kPq, int kKF, int kVF>
 __device__ __forceinline__ void issue_st_dpt(float (&st)[kParts][kPq / 2], float (&dpt)[kParts][kPq / 2],
-                                             const uint32_t (&k_frag)[kHS / 16][4], const uint32_t (&v_frag)[kVF][4],
-                                             const uint8_t* v_rows, const uint8_t* q_tile, const uint8_t* do_tile) {
+                                             const uint32_t (&k_frag)[kKF][4], const uint32_t (&v_frag)[kVF][4],
+                                             const uint8_t* k_rows, const uint8_t* v_rows, const uint8_t* q_tile,
+                                             const uint8_t* do_tile) {
     using namespace hopper;
     wgmma_fence();
 #pragma unroll
     for (int part = 0; part < kParts; part++) {
         const uint8_t* q_rows = q_tile + part * kPq * 128;
         const uint8_t* do_rows = do_tile + part * kPq * 128;
-        wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
+        if constexpr (Cfg::kKRegs) wgmma_rs_over_head_dim<kHS>(st[part], k_frag, q_rows, Cfg::kBq);
+        else wgmma_ss_over_head_dim<kHS>(st[part], k_rows, Cfg::kBk, q_rows, Cfg::kBq);
         if constexpr (Cfg::kVRegs) wgmma_rs_over_head_dim<kHS>(dpt[part], v_frag, do_rows, Cfg::kBq);
         else wgmma_ss_over_head_dim<kHS>(dpt[part], v_rows, Cfg::kBk, do_rows, Cfg::kBq);
         wgmma_commit();
@@ -272,9 +275,7 @@ __device__ __forceinline__ void issue_st_dpt(float (&st)[kParts][kPq / 2], float
 // ------------------------------------------------------------------------------------------ 2. dK, dV
 template <int kHS>
 struct BackwardKVConfig {
-    // keys per block (64 per consumer), queries per streamed tile: 32 at HS 128, where dK and dV take 128 of the
-    // 232 registers (64 queries spill)
-    static constexpr int kBk = 128, kBq = kHS == 64 ? 64 : 32;
+    static constexpr int kBk = 128, kBq = 64;  // keys per block (64 per consumer), queries per streamed tile
     static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
     static constexpr int kSub = kHS / 64;
     static constexpr int kKBytes = kBk * kHS * 2, kQBytes = kBq * kHS * 2;
@@ -284,11 +285,15 @@ struct BackwardKVConfig {
     static constexpr int kLseOffset = kStageOffset + kStages * kStageBytes;
     static constexpr int kBarrierOffset = kLseOffset + kStages * 2 * kBq * 4;
     static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
-    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-    // K (and at HS 64 V) rows as the register A operands of Sᵀ (and dPᵀ): 16 registers per 64 head dims. At HS 128
-    // dK and dV take 128 registers, so V stays in shared memory.
-    static constexpr bool kVRegs = kHS == 64;
-    // queries of a tile in kParts parts with their own wgmma groups (see the kernel); at HS 128 a tile is 32 queries
+    // setmaxnreg: producer + 2 consumers must add up to the block's launch allocation (168 x 384 registers), or the
+    // consumers' setmaxnreg.inc waits forever
+    static constexpr int kProducerRegs = kHS == 64 ? 40 : 24, kConsumerRegs = kHS == 64 ? 232 : 240;
+    // K and V rows as the register A operands of Sᵀ and dPᵀ at HS 64 (16 registers per 64 head dims). At HS 128 dK
+    // and dV take 128 of the 240 registers and Sᵀ, dPᵀ of 64 queries 64 more, so both come from shared memory
+    // (K in registers forced 32-query tiles, 1.5-2% slower, docs/PERFORMANCE.md).
+    static constexpr bool kKRegs = kHS == 64, kVRegs = kHS == 64;
+    // queries of a tile in kParts parts with their own wgmma groups (see the kernel); at HS 128 two parts were
+    // slower (no registers left to hold both parts' operands)
     static constexpr int kParts = kHS == 64 ? 2 : 1;
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
@@ -352,8 +357,8 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
 
     mbarrier_wait(kv_full, 0);
-    uint32_t k_frag[kHS / 16][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
-    load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
+    uint32_t k_frag[Cfg::kKRegs ? kHS / 16 : 1][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
+    if constexpr (Cfg::kKRegs) load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
     if constexpr (Cfg::kVRegs) load_a_fragments<kHS>(sV + consumer * 64 * 128, Cfg::kBk, row_in, lane, v_frag);
     // A query tile in kParts parts, each with its own wgmma groups: the elementwise work of part p runs while the
     // products of part p + 1 (or the dV/dK products of part p - 1) keep the tensor cores busy.
@@ -372,7 +377,8 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
         for (int part = 0; part < kParts; part++)
 #pragma unroll
             for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
-        issue_st_dpt<Cfg, kHS, kParts, kPq>(st, dpt, k_frag, v_frag, sV + consumer * 64 * 128, q_tile, do_tile);
+        issue_st_dpt<Cfg, kHS, kParts, kPq>(st, dpt, k_frag, v_frag, sK + consumer * 64 * 128, sV + consumer * 64 * 128,
+                                            q_tile, do_tile);
         const float* lse_d_stage = lse_d + stage * 2 * Cfg::kBq;
 
 #pragma unroll
@@ -581,9 +587,9 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
 // accumulator dQacc (B, T, NH·HS) by TMA reduce-adds, then converted to bf16 (scaled) by a small kernel.
 // dQ is computed transposed, dQᵀ(HS x queries) = Kᵀ·dSᵀ: A = Kᵀ read MN-major from the K tile already in shared
 // memory, B = dSᵀ written by the consumers into shared memory as [query][key] (K-major). Each consumer takes a
-// 64 x 32 piece (m64n32): at HS 128 its 64 head dims of the 32 queries, at HS 64 its 32 of the 64 queries (no
-// branch around a wgmma, which would serialise them). The piece goes transposed into a 128-byte-swizzled fp32
-// tile that TMA reduce-adds (two boxes of 32 x 32) add into dQacc.
+// 64 x kDqN piece: at HS 128 its 64 head dims of the 64 queries (m64n64), at HS 64 its 32 of the 64 queries
+// (m64n32; no branch around a wgmma, which would serialise them). The piece goes transposed into a
+// 128-byte-swizzled fp32 tile that TMA reduce-adds (two boxes of 32 dims x kDqN queries) add into dQacc.
 // The consumers never wait for the additions: they leave each piece in one of two buffers and go on, and one
 // thread of the producer warpgroup (the dQ writer) issues the additions, in the order the scheme needs:
 //   kOrdered (deterministic): the additions into each query tile happen in a fixed order, key blocks from the
@@ -592,14 +598,15 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
 //   !kOrdered: unordered reduce-adds into a zeroed dQacc, blocks longest first: faster, not bit-reproducible.
 template <int kHS>
 struct BackwardFusedConfig {
-    static constexpr int kBk = 128, kBq = kHS == 64 ? 64 : 32;
+    static constexpr int kBk = 128, kBq = 64;
     static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
     static constexpr int kSub = kHS / 64;
     static constexpr int kKBytes = kBk * kHS * 2, kQBytes = kBq * kHS * 2;
-    static constexpr int kStages = 4;
-    static constexpr int kDsBytes = kBq * kBk * 2;   // dSᵀ of both consumers, [consumer][kBq][64 keys]
-    static constexpr int kDqBytes = 64 * 32 * 4;     // one consumer's dQ piece, [2][32 queries][32 dims] fp32
-    static constexpr int kDqBuffers = 2;             // per consumer: one being filled while the writer adds the other
+    static constexpr int kStages = kHS == 64 ? 4 : 2;  // at HS 128 the dQ pieces take the shared memory of two more
+    static constexpr int kDsBytes = kBq * kBk * 2;     // dSᵀ of both consumers, [consumer][kBq][64 keys]
+    static constexpr int kDqN = kHS == 64 ? 32 : kBq;  // queries of a consumer's dQ piece (see the kernel)
+    static constexpr int kDqBytes = 64 * kDqN * 4;     // one consumer's dQ piece, [2][kDqN queries][32 dims] fp32
+    static constexpr int kDqBuffers = 2;  // per consumer: one being filled while the writer adds the other
     static constexpr int kVOffset = kKBytes, kStageOffset = 2 * kKBytes, kStageBytes = 2 * kQBytes;
     static constexpr int kDsOffset = kStageOffset + kStages * kStageBytes;   // two buffers (by tile parity)
     static constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;               // [consumer][buffer]
@@ -608,9 +615,13 @@ struct BackwardFusedConfig {
     // kv_full, the ring's full and empty, the dQ buffers' full and empty
     static constexpr int kBarriers = 1 + 2 * kStages + 2 * kConsumers * kDqBuffers;
     static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
-    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-    static constexpr bool kVRegs = kHS == 64;  // K (and at HS 64 V) rows as register A operands (as the dK/dV kernel)
-    static constexpr int kParts = kHS == 64 ? 2 : 1;  // a query tile in parts (as the dK/dV kernel)
+    // as the dK/dV kernel: registers, K and V as register A operands at HS 64 only, a query tile in parts
+    static constexpr int kProducerRegs = kHS == 64 ? 40 : 24, kConsumerRegs = kHS == 64 ? 232 : 240;
+    static constexpr bool kKRegs = kHS == 64, kVRegs = kHS == 64;
+    static constexpr int kParts = kHS == 64 ? 2 : 1;
+    // dQᵀ's accumulator zeroed right before its product at HS 128, so its 32 registers are free while Sᵀ and dPᵀ
+    // are live (at HS 64 it has 16 and is zeroed with them)
+    static constexpr bool kDqZeroLate = kHS == 128;
     static constexpr int kUnits = kConsumers;  // semaphore increments per key block and tile (one per consumer)
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
@@ -648,8 +659,8 @@ __device__ __forceinline__ void write_dq_pieces(uint8_t* smem, uint64_t* dq_full
             dq_piece_origin<kHS>(c, &dq_sub, &q_off);
             const int col = h * kHS + 64 * dq_sub, row = i * Cfg::kBq + q_off;
             for (int box = 0; box < 2; box++) {
-                if (first) tma_store_3d(map_dqacc, piece + box * 32 * 128, col + 32 * box, row, b);
-                else tma_reduce_add_3d(map_dqacc, piece + box * 32 * 128, col + 32 * box, row, b);
+                if (first) tma_store_3d(map_dqacc, piece + box * Cfg::kDqN * 128, col + 32 * box, row, b);
+                else tma_reduce_add_3d(map_dqacc, piece + box * Cfg::kDqN * 128, col + 32 * box, row, b);
             }
         }
         tma_store_commit();
@@ -733,8 +744,8 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
 
     mbarrier_wait(kv_full, 0);
-    uint32_t k_frag[kHS / 16][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
-    load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
+    uint32_t k_frag[Cfg::kKRegs ? kHS / 16 : 1][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
+    if constexpr (Cfg::kKRegs) load_a_fragments<kHS>(sK + consumer * 64 * 128, Cfg::kBk, row_in, lane, k_frag);
     if constexpr (Cfg::kVRegs) load_a_fragments<kHS>(sV + consumer * 64 * 128, Cfg::kBk, row_in, lane, v_frag);
     constexpr int kParts = Cfg::kParts, kPq = Cfg::kBq / kParts;
     for (int i = i_first, n = 0; i < n_q; i++, n++) {
@@ -745,15 +756,18 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         uint8_t* ds_tile = smem + Cfg::kDsOffset + (n % 2) * Cfg::kDsBytes;
         uint8_t* ds_rows = ds_tile + consumer * Cfg::kBq * 128;
 
-        // zeroed here, where no product is in flight (see the dK/dV kernel; dQᵀ's too)
-        float st[kParts][kPq / 2], dpt[kParts][kPq / 2], dqt[16];  // dQᵀ piece: 64 head dims x 32 queries
+        // zeroed where no product is in flight (see the dK/dV kernel; dQᵀ's too, here or before its product)
+        float st[kParts][kPq / 2], dpt[kParts][kPq / 2], dqt[Cfg::kDqN / 2];  // dQᵀ: 64 head dims x kDqN queries
 #pragma unroll
         for (int part = 0; part < kParts; part++)
 #pragma unroll
             for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
+        if constexpr (!Cfg::kDqZeroLate) {
 #pragma unroll
-        for (int x = 0; x < 16; x++) dqt[x] = 0.f;
-        issue_st_dpt<Cfg, kHS, kParts, kPq>(st, dpt, k_frag, v_frag, sV + consumer * 64 * 128, q_tile, do_tile);
+            for (int x = 0; x < Cfg::kDqN / 2; x++) dqt[x] = 0.f;
+        }
+        issue_st_dpt<Cfg, kHS, kParts, kPq>(st, dpt, k_frag, v_frag, sK + consumer * 64 * 128, sV + consumer * 64 * 128,
+                                            q_tile, do_tile);
         const float* lse_d_stage = lse_d + stage * 2 * Cfg::kBq;
 
 #pragma unroll
@@ -775,6 +789,10 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         fence_proxy_async();
         named_barrier_sync(kBarrierDs, 256);  // the dQ product reads both consumers' dSᵀ
 
+        if constexpr (Cfg::kDqZeroLate) {
+#pragma unroll
+            for (int x = 0; x < Cfg::kDqN / 2; x++) dqt[x] = 0.f;
+        }
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Cfg::kBk / 16; kk++)  // over the block's 128 keys
@@ -793,11 +811,11 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         uint8_t* piece = smem + Cfg::kDqOffset + (consumer * Cfg::kDqBuffers + buf) * Cfg::kDqBytes;
         mbarrier_wait(&dq_empty[consumer * Cfg::kDqBuffers + buf], ((n / 2) & 1) ^ 1);
 #pragma unroll
-        for (int jj = 0; jj < 4; jj++)
+        for (int jj = 0; jj < Cfg::kDqN / 8; jj++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = row_in + 8 * (e >> 1);
-                *reinterpret_cast<float*>(piece + (d / 32) * 32 * 128 + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
+                *reinterpret_cast<float*>(piece + (d / 32) * Cfg::kDqN * 128 + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
                                           (d % 4) * 4) = dqt[4 * jj + e];
             }
         fence_proxy_async();
@@ -869,7 +887,7 @@ inline void launch_backward_fused(bf16* dqkv, float* workspace, const bf16* dout
     const CUtensorMap dout_tiles = make_tensor_map_3d(dout, bf, 2, B, T, C, C, o_batch, F::kBq, 64, sw);
     const CUtensorMap dqkv_64 = make_tensor_map_3d(dqkv, bf, 2, B, T, 3 * C, 3 * C, qkv_batch, 64, 64, sw);
     const CUtensorMap dqacc_map = make_tensor_map_3d(dqacc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, C, C, o_batch,
-                                                     32, 32, sw);
+                                                     F::kDqN, 32, sw);
     const dim3 grid((T + F::kBk - 1) / F::kBk, B * NH);
     if (ordered)
         backward_fused_kernel<kHS, true><<<grid, F::kThreads, F::kSmemBytes, stream>>>(
