@@ -9,8 +9,8 @@
 //   2. dK, dV: one block per 128 keys (two consumer warpgroups of 64), Q and dO tiles of 64 queries streamed by
 //      TMA from the diagonal down, their LSE and D staged beside them by a producer warp; Sᵀ = K·Qᵀ and
 //      dPᵀ = V·dOᵀ with wgmma, K and V as register A operands loaded once at HS 64 (from shared memory at HS 128,
-//      whose registers go to dK, dV and the 64-query Sᵀ, dPᵀ), Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in registers (the causal test only
-//      on tiles that cross the diagonal), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands
+//      whose registers go to dK, dV and the 64-query Sᵀ, dPᵀ), Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in
+//      registers (the causal test only on tiles that cross the diagonal), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands
 //      (the accumulator layout is the A layout) and dO, Q as MN-major B. At HS 64 each tile goes in two parts of
 //      32 queries so one part's elementwise work overlaps the other part's products;
 //   3. dQ: one block per 128 queries (Q, dO as register A operands), K and V tiles of 64 keys streamed up to the
@@ -28,7 +28,6 @@
 #include "hopper.cuh"
 
 namespace flash_hopper {
-
 
 using bf16 = __nv_bfloat16;
 
@@ -251,8 +250,8 @@ __device__ __forceinline__ void produce_k_v_then_q_do(uint8_t* smem, uint8_t* sK
 }
 
 // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ of one streamed query tile (64 keys x kPq queries per part, over HS) in the dK/dV and
-// fused kernels: a wgmma group per part, K (and V where Cfg::kVRegs) as register A operands, else V from its rows in
-// shared memory. Issued only; st and dpt zeroed by the caller where no product is in flight.
+// fused kernels: a wgmma group per part, K and V as register A operands where Cfg::kKRegs, Cfg::kVRegs, else from
+// their rows in shared memory. Issued only; st and dpt zeroed by the caller where no product is in flight.
 template <typename Cfg, int kHS, int kParts, int kPq, int kKF, int kVF>
 __device__ __forceinline__ void issue_st_dpt(float (&st)[kParts][kPq / 2], float (&dpt)[kParts][kPq / 2],
                                              const uint32_t (&k_frag)[kKF][4], const uint32_t (&v_frag)[kVF][4],
@@ -815,8 +814,8 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = row_in + 8 * (e >> 1);
-                *reinterpret_cast<float*>(piece + (d / 32) * Cfg::kDqN * 128 + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
-                                          (d % 4) * 4) = dqt[4 * jj + e];
+                *reinterpret_cast<float*>(piece + (d / 32) * Cfg::kDqN * 128 + q * 128 +
+                                          sw128_chunk_offset(q, (d % 32) / 4) + (d % 4) * 4) = dqt[4 * jj + e];
             }
         fence_proxy_async();
         __syncwarp();

@@ -66,16 +66,13 @@ inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
     return p;
 }
 
-// zero_shard, zero_staging (elements): ZeRO-1 (llmc/zero.cuh) keeps master weights and moments for its shard only,
-// plus a staging buffer for the largest bucket (the reduce-scattered gradients go back into the gradient buffer);
-// 0, 0 without it.
 // The backward's reduction partials (fp32): LayerNorm backward's weight and bias sums, the bias-gradient column sums,
 // the GELU-backward GEMM's bias partials and the attention's qkv bias partial rows, each used and finished within
 // one step of the backward.
 inline size_t gpt2_backward_partials_floats(const GPT2Config& c, int B, int T) {
     const size_t C = c.channels, BT = (size_t)B * T;
-    return std::max({layernorm_backward_scratch_floats((int)BT, (int)C), column_sum_scratch_floats((int)BT, (int)(4 * C)),
-                     matmul_dgelu_partials_floats((int)BT, (int)(4 * C)),
+    return std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
+                     column_sum_scratch_floats((int)BT, (int)(4 * C)), matmul_dgelu_partials_floats((int)BT, (int)(4 * C)),
                      (size_t)attention_qkv_bias_partial_rows(B, T) * 3 * C});
 }
 
@@ -86,6 +83,9 @@ inline size_t gpt2_backward_partials_offset(const GPT2Config& c, int B, int T, A
     return round_up(dqkv_bytes + attention_workspace_bytes(backend, B, T, c.channels, c.num_heads), 256);
 }
 
+// zero_shard, zero_staging (elements): ZeRO-1 (llmc/zero.cuh) keeps master weights and moments for its shard only,
+// plus a staging buffer for the largest bucket (the reduce-scattered gradients go back into the gradient buffer);
+// 0, 0 without it.
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
                                                    AttentionBackend backend, bool master_weights = kFloatXIsBF16,
                                                    size_t zero_shard = 0, size_t zero_staging = 0) {
