@@ -284,9 +284,8 @@ struct BackwardKVConfig {
     static constexpr int kLseOffset = kStageOffset + kStages * kStageBytes;
     static constexpr int kBarrierOffset = kLseOffset + kStages * 2 * kBq * 4;
     static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
-    // setmaxnreg: producer + 2 consumers must add up to the block's launch allocation (168 x 384 registers), or the
-    // consumers' setmaxnreg.inc waits forever
     static constexpr int kProducerRegs = kHS == 64 ? 40 : 24, kConsumerRegs = kHS == 64 ? 232 : 240;
+    static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
     // K and V rows as the register A operands of Sᵀ and dPᵀ at HS 64 (16 registers per 64 head dims). At HS 128 dK
     // and dV take 128 of the 240 registers and Sᵀ, dPᵀ of 64 queries 64 more, so both come from shared memory
     // (K in registers forced 32-query tiles, 1.5-2% slower, docs/PERFORMANCE.md).
@@ -444,6 +443,7 @@ struct BackwardQConfig {
     static constexpr int kBarrierOffset = kStageOffset + kStages * kStageBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
@@ -597,8 +597,9 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
 //   !kOrdered: unordered reduce-adds into a zeroed dQacc, blocks longest first: faster, not bit-reproducible.
 template <int kHS>
 struct BackwardFusedConfig {
-    static constexpr int kBk = 128, kBq = 64;
-    static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
+    using KV = BackwardKVConfig<kHS>;  // the dK/dV kernel's tiles, registers and operand placement
+    static constexpr int kBk = KV::kBk, kBq = KV::kBq;
+    static constexpr int kConsumers = KV::kConsumers, kThreads = KV::kThreads;
     static constexpr int kSub = kHS / 64;
     static constexpr int kKBytes = kBk * kHS * 2, kQBytes = kBq * kHS * 2;
     static constexpr int kStages = kHS == 64 ? 4 : 2;  // at HS 128 the dQ pieces take the shared memory of two more
@@ -614,10 +615,9 @@ struct BackwardFusedConfig {
     // kv_full, the ring's full and empty, the dQ buffers' full and empty
     static constexpr int kBarriers = 1 + 2 * kStages + 2 * kConsumers * kDqBuffers;
     static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
-    // as the dK/dV kernel: registers, K and V as register A operands at HS 64 only, a query tile in parts
-    static constexpr int kProducerRegs = kHS == 64 ? 40 : 24, kConsumerRegs = kHS == 64 ? 232 : 240;
-    static constexpr bool kKRegs = kHS == 64, kVRegs = kHS == 64;
-    static constexpr int kParts = kHS == 64 ? 2 : 1;
+    static constexpr int kProducerRegs = KV::kProducerRegs, kConsumerRegs = KV::kConsumerRegs;
+    static constexpr bool kKRegs = KV::kKRegs, kVRegs = KV::kVRegs;
+    static constexpr int kParts = KV::kParts;
     // dQᵀ's accumulator zeroed right before its product at HS 128, so its 32 registers are free while Sᵀ and dPᵀ
     // are live (at HS 64 it has 16 and is zeroed with them)
     static constexpr bool kDqZeroLate = kHS == 128;

@@ -42,6 +42,7 @@ struct ForwardConfig {
     static constexpr int kBarrierOffset = kKOffset + kStages * kStageBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;  // + aligning the base
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
     static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 

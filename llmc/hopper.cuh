@@ -276,6 +276,14 @@ template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() { LLMC_HOPPER_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() { LLMC_HOPPER_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+// Whether one producer warpgroup at producer_regs and `consumers` warpgroups at consumer_regs fit the block's launch
+// allocation under __launch_bounds__(threads, 1): the register file split evenly, per thread a multiple of 8 (168
+// at 384 threads). setmaxnreg only moves registers within that allocation; a sum above it (e.g. 32 + 2 x 240 at 384
+// threads, though 128 x 512 = 64K) leaves setmaxnreg.inc waiting forever.
+constexpr bool setmaxnreg_fits(int consumers, int producer_regs, int consumer_regs) {
+    const int threads = 128 * (1 + consumers), at_launch = 65536 / threads / 8 * 8;
+    return producer_regs + consumers * consumer_regs <= (1 + consumers) * at_launch;
+}
 
 // ---- wgmma: a warpgroup (4 consecutive warps, the first a multiple of 4) multiplies m64 x nN x k16 bf16 into
 // fp32 registers, asynchronously. fence before the first wgmma that touches accumulators other code wrote;

@@ -38,9 +38,8 @@ struct Config {
     static constexpr int kBarrierOffset = kOutOffset + kConsumers * kOutBytes;
     static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + 1024: aligning the base
     static constexpr int kAccum = BN / 2;  // fp32 accumulators per consumer thread (m64nBN / 128 threads)
-    // registers: producer 40, consumers 232 (3 x 128 x ... <= 64K): setmaxnreg
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-    static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+    static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
 };
 
 // Output tile `tile` of a (tiles_m x tiles_n) grid, in groups of kGroupM tile rows: the blocks running at once

@@ -52,7 +52,7 @@ struct Config {
     static constexpr int kBarrierOffset = kTileOffset + kConsumers * kTileBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + kConsumers) * 8 + 1024;
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-    static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+    static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
     static_assert(kSmemBytes <= kSmemLimit, "shared memory");
 };
 
