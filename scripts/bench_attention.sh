@@ -4,7 +4,11 @@
 # FLASH (FlashAttention-2) and CUDNN backends.
 #   scripts/bench_attention.sh                 # from the repository root
 # Environment: SDPA_BASELINE (path of sdpa_baseline.py), LOG_DIR (where logs go, default ./log_attention),
-#              SHAPES ("B,NH,T,HS;..."; the first one also benchmarks the slow fp32 teaching variants).
+#              SHAPES ("B,NH,T,HS;..."; the first one also benchmarks the slow fp32 teaching variants),
+#              ITERS (timed back-to-back calls per series, both sides; default 200).
+# Both sides time the same number of back-to-back calls: under these series an H200 runs at its power cap (clock
+# 1.74-1.8 GHz instead of 1.98, nvidia-smi's reason "SW power cap"), so a median over a short series depends on what
+# ran just before it (up to 7% at T 16384); 200 calls reach the capped steady state that training runs in.
 # Ratios use what the engine runs (on Hopper: forward variant 6, backward variant 4 = -ab flash, variant 6 =
 # -ab flash-nondet; elsewhere the mma.sync variants 5 and 3, config 0) and the warm (back-to-back) medians,
 # which is how the SDPA script times; the programs also print the cold-L2 medians and every other configuration.
@@ -13,6 +17,7 @@ cd "$(dirname "$0")/.."
 SDPA_BASELINE=${SDPA_BASELINE:-../shared/anchors/sdpa_baseline.py}
 LOG_DIR=${LOG_DIR:-log_attention}
 SHAPES=${SHAPES:-"8,12,1024,64;4,12,4096,64;1,12,16384,64;8,12,1024,128;4,12,4096,128;1,12,16384,128"}
+ITERS=${ITERS:-200}
 mkdir -p "$LOG_DIR"
 [ -f "$SDPA_BASELINE" ] || { echo "error: $SDPA_BASELINE not found (set SDPA_BASELINE)"; exit 1; }
 
@@ -21,9 +26,10 @@ git log -1 --format='commit %h %s' 2>/dev/null || true
 make -C dev/cuda -j2 attention_forward attention_backward
 
 status=0
-./dev/cuda/attention_forward -s "$SHAPES" | tee "$LOG_DIR/attention_forward.log" || status=1
-./dev/cuda/attention_backward -s "$SHAPES" | tee "$LOG_DIR/attention_backward.log" || status=1
+./dev/cuda/attention_forward -s "$SHAPES" -r "$ITERS" | tee "$LOG_DIR/attention_forward.log" || status=1
+./dev/cuda/attention_backward -s "$SHAPES" -r "$ITERS" | tee "$LOG_DIR/attention_backward.log" || status=1
 PYTHONUNBUFFERED=1 python3 "$SDPA_BASELINE" --shapes "$SHAPES" --backends FLASH_ATTENTION,CUDNN_ATTENTION \
+    --iters "$ITERS" \
     | tee "$LOG_DIR/sdpa.log"
 
 python3 - "$LOG_DIR" <<'PY'
