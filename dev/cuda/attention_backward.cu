@@ -415,7 +415,7 @@ int main(int argc, char** argv) {
     prog.pass = "bwd";
     prog.variants_help = "1 materialized, 2 flash2 fp32, 3 flash2 bf16, 4 hopper two kernels, 5 hopper fused ordered, "
                          "6 hopper fused unordered";
-    prog.flops_note = "; bwd FLOPs = 2.5x fwd, fwd+bwd = 3.5x fwd (fwd = 2*B*NH*T*T*HS)";
+    prog.flops_note = "; bwd FLOPs = 2.5x fwd, fwd+bwd = 3.5x fwd (fwd = causal 2*B*NH*T*T*HS)";
     prog.engine_variants = {3, 4, 6};  // mma.sync; on Hopper the default and -ab flash-nondet
     prog.variants = kVariants;
     prog.validate_variant = check;
