@@ -7,7 +7,7 @@
 #              SHAPES ("B,NH,T,HS;..."; the first one also benchmarks the slow fp32 teaching variants),
 #              ITERS (timed back-to-back calls per series, both sides; default 200).
 # Both sides time the same number of back-to-back calls: during these series an H200 reaches its 700 W cap
-# (nvidia-smi: "SW power cap", clock down to 1.74-1.8 GHz from 1.98), so a median over a short series depends on what
+# (nvidia-smi: "SW power cap", clock down to 1.5-1.8 GHz from 1.98), so a median over a short series depends on what
 # ran just before it (5.33-5.75 ms for one kernel at T 16384); 200 calls reach the capped steady state of training.
 # Ratios use what the engine runs (on Hopper: forward variant 6, backward variant 4 = -ab flash, variant 6 =
 # -ab flash-nondet; elsewhere the mma.sync variants 5 and 3, config 0) and the warm (back-to-back) medians,
