@@ -10,9 +10,9 @@
 //      TMA from the diagonal down, their LSE and D staged beside them by a producer warp; Sᵀ = K·Qᵀ and
 //      dPᵀ = V·dOᵀ with wgmma, K and V as register A operands loaded once at HS 64 (from shared memory at HS 128,
 //      whose registers go to dK, dV and the 64-query Sᵀ, dPᵀ), Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in
-//      registers (the causal test only on tiles that cross the diagonal), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands
-//      (the accumulator layout is the A layout) and dO, Q as MN-major B. At HS 64 each tile goes in two parts of
-//      32 queries so one part's elementwise work overlaps the other part's products;
+//      registers (the causal test only on tiles that cross the diagonal), then dV += Pᵀ·dO and dK += dSᵀ·Q with
+//      Pᵀ, dSᵀ as register A operands (the accumulator layout is the A layout) and dO, Q as MN-major B. At HS 64
+//      each tile goes in two parts of 32 queries so one part's elementwise work overlaps the other part's products;
 //   3. dQ: one block per 128 queries (Q, dO as register A operands), K and V tiles of 64 keys streamed up to the
 //      diagonal; S and dP again, dS in registers, dQ += dS·K (K as MN-major B).
 //    It computes S and dP twice (7 products instead of 5), and still beats B's ordered mode (docs/PERFORMANCE.md).

@@ -71,9 +71,9 @@ inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
 // one step of the backward.
 inline size_t gpt2_backward_partials_floats(const GPT2Config& c, int B, int T) {
     const size_t C = c.channels, BT = (size_t)B * T;
-    return std::max({layernorm_backward_scratch_floats((int)BT, (int)C),
-                     column_sum_scratch_floats((int)BT, (int)(4 * C)), matmul_dgelu_partials_floats((int)BT, (int)(4 * C)),
-                     (size_t)attention_qkv_bias_partial_rows(B, T) * 3 * C});
+    const int rows = (int)BT, C4 = (int)(4 * C);
+    return std::max({layernorm_backward_scratch_floats(rows, (int)C), column_sum_scratch_floats(rows, C4),
+                     matmul_dgelu_partials_floats(rows, C4), (size_t)attention_qkv_bias_partial_rows(B, T) * 3 * C});
 }
 
 // Where they sit in the logits buffer (bytes): past dqkv (B·T·3C floatX) and the attention's workspace, which the
