@@ -65,9 +65,10 @@ endif
 
 # ---------------------------------------------------------------- sources
 # Three audiences, three places (docs/ARCHITECTURE.md): the engine, the tokenizer and data tools, the references.
-ENGINE_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
+ENGINE_HEADERS := $(wildcard llmc/*/*.h llmc/*/*.cuh llmc/*/*/*.h llmc/*/*/*.cuh)
 TOKENIZER_HEADERS := $(wildcard data/tokenizer/*.h)
-REFERENCE_HEADERS := $(wildcard tests/reference/*.h tests/*.h)
+REFERENCE_HEADERS := $(wildcard reference/*.h)
+TEST_HEADERS := $(wildcard tests/*.h)
 
 # ---------------------------------------------------------------- CPU programs and tests
 CPU_TESTS := test_gpt2 tests/unit_tests
@@ -96,7 +97,7 @@ test_gpt2: test_gpt2.cpp $(REFERENCE_HEADERS) $(ENGINE_HEADERS)
 # One object per test file, so make -j compiles them in parallel.
 UNIT_TEST_SOURCES := $(wildcard tests/test_*.cpp)
 UNIT_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(UNIT_TEST_SOURCES))
-tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(REFERENCE_HEADERS)
+tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
 	@mkdir -p tests/obj
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 tests/unit_tests: $(UNIT_TEST_OBJECTS)
@@ -122,18 +123,18 @@ generate_gpt2cu: generate_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # every engine kernel against the double-precision CPU reference
-tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
+tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
-tests/test_decode: tests/test_decode.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
+tests/test_decode: tests/test_decode.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the GPU token picker (greedy, temperature, top-k, top-p) against the host sampler
-tests/test_sampling: tests/test_sampling.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
+tests/test_sampling: tests/test_sampling.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # ZeRO-1's sharded AdamW, pack and unpack, N ranks simulated on one GPU, against the unsharded update
-tests/test_zero: tests/test_zero.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
+tests/test_zero: tests/test_zero.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the standalone kernel programs (dev/cuda/Makefile builds them with the same flags)

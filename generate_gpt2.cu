@@ -6,11 +6,11 @@
 // several print one block each at the end. Then: prefill time, decode ms/token and tokens/s.
 //
 // The prompts are prefilled with the trainer's forward, their K and V kept in a KV cache (bf16 or fp32 as the build)
-// (llmc/gpt2_decode.cuh), then each new token is one decode step (decode attention over the cache, the classifier
-// on that position only, then the token picker: greedy, temperature, top-k, top-p on the GPU, llmc/sampling.cuh),
+// (llmc/inference/gpt2_decode.cuh), then each new token is one decode step (decode attention over the cache, the classifier
+// on that position only, then the token picker: greedy, temperature, top-k, top-p on the GPU, llmc/kernels/sampling.cuh),
 // its ~100 kernels replayed as one CUDA Graph; the picked token is the next step's input, so the host only launches
 // steps, up to 4 ahead, and reads the tokens from mapped memory. A model whose head size decode attention does not
-// handle (not 64 or 128) recomputes the batch's whole sequence per token and samples on the host (llmc/sampler.h,
+// handle (not 64 or 128) recomputes the batch's whole sequence per token and samples on the host (llmc/inference/sampler.h,
 // the same rule).
 // Everything the user gives is checked before the GPU is touched (one line each); each prompt has its own random
 // stream seeded by -seed alone, so the same seed gives the same text, and a prompt the same text alone or in a batch
@@ -25,12 +25,12 @@
 #include <vector>
 
 #include "data/tokenizer/bpe.h"
-#include "llmc/attention.cuh"
-#include "llmc/generate_args.h"
-#include "llmc/gpt2.cuh"
-#include "llmc/gpt2_decode.cuh"
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
+#include "llmc/kernels/attention.cuh"
+#include "llmc/inference/generate_args.h"
+#include "llmc/model/gpt2.cuh"
+#include "llmc/inference/gpt2_decode.cuh"
+#include "llmc/core/rand.h"
+#include "llmc/inference/sampler.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // gpt2_convert: our GPT-2 model files <-> Hugging Face GPT-2 (transformers' GPT2LMHeadModel, safetensors).
 //   ./gpt2_convert to-hf MODEL.bin OUTDIR [--vocab-dir DIR]
 //   ./gpt2_convert from-hf PATH MODEL.bin [--bf16]
-// The mapping and its rules are in llmc/hf_gpt2.h; train_gpt2cu -e reads HF models directly, so from-hf is for
+// The mapping and its rules are in llmc/formats/hf_gpt2.h; train_gpt2cu -e reads HF models directly, so from-hf is for
 // keeping a converted copy. Errors are one line, "error: <file>: <problem>", exit status 1.
 #include <cstdio>
 #include <stdexcept>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "data/tokenizer/bpe.h"
-#include "llmc/hf_gpt2.h"
-#include "llmc/model_file.h"
-#include "llmc/utils.h"
+#include "llmc/formats/hf_gpt2.h"
+#include "llmc/formats/model_file.h"
+#include "llmc/core/utils.h"
 
 static const char* kUsage =
     "usage:\n"

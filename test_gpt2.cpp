@@ -1,4 +1,4 @@
-// Checks the CPU reference GPT-2 (tests/reference/gpt2_cpu.h) against PyTorch (scripts/train_gpt2.py):
+// Checks the CPU reference GPT-2 (reference/gpt2_cpu.h) against PyTorch (scripts/train_gpt2.py):
 //   ./test_gpt2 <prefix>     e.g. tests/fixtures/tiny  ->  reads <prefix>_model.bin, _model_bf16.bin,
 //                            _debug_state.bin, _trajectory.txt
 // Checks: logits rel-L2 <= 1e-5; mean loss within 1e-5; every gradient tensor rel-L2 <= 1e-4 (and the wte
@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bf16.h"
-#include "llmc/model_file.h"
-#include "llmc/rand.h"
-#include "tests/compare.h"
-#include "tests/reference/debug_state.h"
-#include "tests/reference/gpt2_cpu.h"
-#include "tests/reference/reference_trajectory.h"
+#include "llmc/core/bf16.h"
+#include "llmc/formats/model_file.h"
+#include "llmc/core/rand.h"
+#include "reference/compare.h"
+#include "reference/debug_state.h"
+#include "reference/gpt2_cpu.h"
+#include "reference/reference_trajectory.h"
 
 constexpr double kLogitsTol = 1e-5;      // rel-L2
 constexpr double kLossTol = 1e-5;        // absolute

@@ -15,18 +15,18 @@
 #include <string>
 #include <vector>
 
-#include "llmc/gpt2.cuh"
-#include "llmc/logger.h"
-#include "llmc/model_file.h"
-#include "tests/compare.h"
-#include "tests/reference/bf16_error.h"
-#include "tests/reference/debug_state.h"
-#include "tests/reference/reference_trajectory.h"
+#include "llmc/model/gpt2.cuh"
+#include "llmc/training/logger.h"
+#include "llmc/formats/model_file.h"
+#include "reference/compare.h"
+#include "reference/bf16_error.h"
+#include "reference/debug_state.h"
+#include "reference/reference_trajectory.h"
 
 // ---------------------------------------------------------------- bounds
 // FP32 builds: fixed bounds, as tight as fp32 rounding through the whole model allows.
 // BF16 builds: kBf16Factor times what PyTorch itself gets in bf16 on the same reference (the larger of its
-// all-bf16 and autocast errors, tests/reference/bf16_error.h), never below a floor (bf16 noise, for a value
+// all-bf16 and autocast errors, reference/bf16_error.h), never below a floor (bf16 noise, for a value
 // PyTorch happens to get almost exactly). The engine is mixed precision like those two (bf16 weights and
 // activations, fp32 accumulation and master weights), so on any valid reference its error is of their size; a
 // real bug is far outside. A reference without the record gets one made on the spot by

@@ -12,18 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.cuh"
-#include "llmc/dataloader.h"
-#include "llmc/gpt2.cuh"
-#include "llmc/gpt2_decode.cuh"
-#include "llmc/grad_exchange.cuh"
-#include "llmc/logger.h"
-#include "llmc/mfu.h"
-#include "llmc/multi_gpu.cuh"
-#include "llmc/sampler.h"
-#include "llmc/schedulers.h"
-#include "llmc/tokenizer_file.h"
-#include "llmc/train_args.h"
+#include "llmc/training/checkpoint.cuh"
+#include "llmc/training/dataloader.h"
+#include "llmc/model/gpt2.cuh"
+#include "llmc/inference/gpt2_decode.cuh"
+#include "llmc/distributed/grad_exchange.cuh"
+#include "llmc/training/logger.h"
+#include "llmc/training/mfu.h"
+#include "llmc/distributed/multi_gpu.cuh"
+#include "llmc/inference/sampler.h"
+#include "llmc/training/schedulers.h"
+#include "llmc/formats/tokenizer_file.h"
+#include "llmc/training/train_args.h"
 
 namespace {
 
@@ -32,7 +32,7 @@ constexpr float kBeta1 = 0.9f, kBeta2 = 0.95f, kEps = 1e-8f;
 
 [[noreturn]] void fail(const std::string& msg) { throw std::runtime_error(msg); }
 
-// What the device can do, from its properties (no table of product names: llmc/mfu.h).
+// What the device can do, from its properties (no table of product names: llmc/training/mfu.h).
 struct DeviceSummary {
     std::string name;
     int cc_major = 0, cc_minor = 0, sm_count = 0, clock_khz = 0;
@@ -77,7 +77,7 @@ float evaluate(GPT2& model, DataLoader& val, int max_batches, int B, int T, Mult
 }
 
 // Generates gen_tokens after <|endoftext|> and prints them, one coin per token from the sampler's stream (saved in
-// checkpoints). Models with head size 64 or 128 (every GPT-2 size) run generation's path (llmc/gpt2_decode.cuh: a
+// checkpoints). Models with head size 64 or 128 (every GPT-2 size) run generation's path (llmc/inference/gpt2_decode.cuh: a
 // KV cache, decode steps, the token picker on the GPU); otherwise batch 1 at one fixed length Tg (a multiple of 64,
 // so the matmul plans are built once) is recomputed per token (causal attention: the filler after position t cannot affect the
 // logits at t) and the host sampler picks, by the same rule.
@@ -301,7 +301,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
     fflush(stdout);
 }
 
-// ---------------------------------------------------------------- ZeRO-1 checkpoints (-z 1, llmc/zero.cuh)
+// ---------------------------------------------------------------- ZeRO-1 checkpoints (-z 1, llmc/distributed/zero.cuh)
 // The optimizer state in gpt2_optimizer_state_to_host's flat layout, gathered from every rank's shard (a bucket at
 // a time through an fp32 buffer of the largest bucket); every rank must call it, between steps; rank 0 gets the
 // bytes.

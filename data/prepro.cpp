@@ -1,4 +1,4 @@
-// prepro: text -> GPT-2 token shards (the 20240520 format of llmc/data_shard.h), all in C++.
+// prepro: text -> GPT-2 token shards (the 20240520 format of llmc/formats/data_shard.h), all in C++.
 //   data/prepro [options] INPUT...      (see kUsage; docs/TOKENIZER.md)
 // Each document becomes <|endoftext|> followed by its ids (tiktoken's encode_ordinary), as llm.c's
 // scripts do. Documents are encoded on all cores; the output depends only on the inputs and the
@@ -19,8 +19,8 @@
 
 #include "data/prepro_input.h"
 #include "data/tokenizer/bpe.h"
-#include "llmc/data_shard.h"
-#include "llmc/utils.h"
+#include "llmc/formats/data_shard.h"
+#include "llmc/core/utils.h"
 
 static const char* kUsage =
     "usage: data/prepro [options] INPUT...\n"

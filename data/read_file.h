@@ -1,13 +1,13 @@
 // Whole files (and stdin) as bytes, for the tokenizer tools: the vocabulary, the text to encode, the
 // ids to decode. The buffer is sized from the file, so a file larger than memory (a sparse file, a
 // device that claims terabytes) is a one-line FileError naming the file and the size, never a bare
-// std::bad_alloc (allocate_for_file, llmc/utils.h).
+// std::bad_alloc (allocate_for_file, llmc/core/utils.h).
 #pragma once
 
 #include <cstdio>
 #include <string>
 
-#include "llmc/utils.h"
+#include "llmc/core/utils.h"
 
 inline std::string read_file_bytes(const std::string& path) {
     InputFile in(path);

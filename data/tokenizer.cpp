@@ -16,8 +16,8 @@
 #include "data/read_file.h"
 #include "data/tokenizer/bpe.h"
 #include "data/tokenizer/sha256.h"
-#include "llmc/tokenizer_file.h"
-#include "llmc/utils.h"
+#include "llmc/formats/tokenizer_file.h"
+#include "llmc/core/utils.h"
 
 static const char* kUsage =
     "usage:\n"
@@ -35,7 +35,7 @@ static const char* kUsage =
     "  DIR holds encoder.json and vocab.bpe (default: data/cache/gpt2, filled by `make data`).\n";
 
 // How decode writes the text: exact bytes, or escaped for a terminal (control characters and invalid
-// UTF-8 as \xNN, llmc/tokenizer_file.h append_printable). Auto: escaped when stdout is a terminal.
+// UTF-8 as \xNN, llmc/formats/tokenizer_file.h append_printable). Auto: escaped when stdout is a terminal.
 enum class DecodeOutput { Auto, Escape, Bytes };
 
 struct Options {

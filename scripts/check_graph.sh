@@ -19,7 +19,7 @@ grep -a -q "one CUDA Graph per micro-step" "$WORK/graph.log" || { echo "DIFFEREN
 strip() { LC_ALL=C grep -a -e '^step' -e '^val loss' "$1" | sed -E 's/\| +[0-9.]+ ms \| +[0-9]+ tok\/s \| MFU .*$//'; }
 fail=0
 s=$(printf %08d "$STEPS")
-# the state files of two runs differ in the run id only (header ints 11-12, bytes 44..51; llmc/run_state.h)
+# the state files of two runs differ in the run id only (header ints 11-12, bytes 44..51; llmc/formats/run_state.h)
 same_state() { cmp -s <(head -c 44 "$1") <(head -c 44 "$2") && cmp -s <(tail -c +53 "$1") <(tail -c +53 "$2"); }
 if cmp -s "$WORK/eager/model_$s.bin" "$WORK/graph/model_$s.bin"; then
     echo "identical: model_$s.bin ($(stat -c %s "$WORK/eager/model_$s.bin") bytes)"

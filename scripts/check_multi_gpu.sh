@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi-GPU check (needs 2 GPUs): 2 data-parallel ranks must train like 1 GPU with 2 accumulation micro-steps,
-# because a step's window is the same for any GPU count (llmc/dataloader.h): rank r of a 2-rank run reads slot r,
+# because a step's window is the same for any GPU count (llmc/training/dataloader.h): rank r of a 2-rank run reads slot r,
 # which the single GPU reads in its micro-step r, shuffled or not. Both launch paths are run: mpirun (USE_MPI builds)
 # and the file rendezvous. ZeRO-1 (-z 1): 2 ranks and 1 GPU against the same single-GPU run; a -z 1 run repeated
 # must print the same step lines (runs are deterministic). Checkpoints across GPU counts: the single run and the

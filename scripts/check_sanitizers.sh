@@ -9,7 +9,7 @@
 # error or any run that does not finish.
 #   scripts/check_sanitizers.sh [tool...]      env: LOGDIR (sanitizer_logs), LIMIT (seconds per run, 480)
 # cuBLASLt's kernels are checked too; racecheck's hazards inside them are counted apart (see the filter below, with
-# its reason). Their stores are invisible to initcheck, so llmc/matmul.cuh marks each GEMM's outputs initialized
+# its reason). Their stores are invisible to initcheck, so llmc/kernels/matmul.cuh marks each GEMM's outputs initialized
 # (NVTX) and zeroes the workspace once. A report names a kernel and an address; LLMC_PRINT_MEMORY_MAP=1 makes
 # train_gpt2cu print every buffer's address range.
 set -uo pipefail

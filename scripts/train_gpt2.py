@@ -214,7 +214,7 @@ def header(*values):
 
 
 def bf16_bits(a):
-    """fp32 -> bf16 bits, round to nearest even, NaN kept NaN (as llmc/bf16.h)."""
+    """fp32 -> bf16 bits, round to nearest even, NaN kept NaN (as llmc/core/bf16.h)."""
     bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     nan = np.isnan(a)
@@ -309,7 +309,7 @@ def write_bf16_error(path, errors, device, writer="scripts/train_gpt2.py"):
         "# PyTorch's own error in bf16 on this reference, against the reference's fp32 values: rel-L2 for the",
         "# logits and each gradient, |difference| for the loss and each trajectory loss. Two columns, two ways of",
         "# running bf16: all_bf16 (weights, activations and AdamW in bf16) and autocast (fp32 weights and AdamW,",
-        "# bf16 matmuls). test_gpt2cu's BF16 bounds are a factor of the larger of the two (tests/reference/bf16_error.h).",
+        "# bf16 matmuls). test_gpt2cu's BF16 bounds are a factor of the larger of the two (reference/bf16_error.h).",
         f"# written by {writer} (PyTorch {torch.__version__}, device {device})",
         f"gpt2_bf16_error {BF16_ERROR_VERSION}",
         f"steps {len(a['trajectory'])}",

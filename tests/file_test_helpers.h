@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/utils.h"
+#include "llmc/core/utils.h"
 
 // A fresh directory under $TMPDIR (or /tmp), one per test process, removed when the tests end.
 inline std::string& scratch_dir_storage() {

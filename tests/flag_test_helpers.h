@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/flag_parse.h"
+#include "llmc/core/flag_parse.h"
 
 template <typename Args>
 struct ParsedFlags {

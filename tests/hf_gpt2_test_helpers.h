@@ -1,5 +1,5 @@
-// Hugging Face GPT-2 files made by hand for the import tests, independently of llmc/safetensors.h's writer and
-// llmc/hf_gpt2.h's mapping: a config.json like the hub's, and a model.safetensors (or shards + index) in HF's
+// Hugging Face GPT-2 files made by hand for the import tests, independently of llmc/formats/safetensors.h's writer and
+// llmc/formats/hf_gpt2.h's mapping: a config.json like the hub's, and a model.safetensors (or shards + index) in HF's
 // naming and layout (Conv1D matrices (in, out), wte with V rows, attention buffers, a tied lm_head), each tensor
 // in the dtype a test picks. Values are small multiples of 1/64, exact in F16 and BF16, so the expected fp32
 // parameters are known exactly.
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/gpt2_config.h"
-#include "llmc/utils.h"
+#include "llmc/model/gpt2_config.h"
+#include "llmc/core/utils.h"
 #include "tests/file_test_helpers.h"
 
 struct HandTensor {

@@ -13,7 +13,7 @@
 
 #include "data/tokenizer/bpe.h"
 #include "data/tokenizer/sha256.h"
-#include "llmc/rand.h"
+#include "llmc/core/rand.h"
 #include "tests/fuzz/fuzz_inputs.h"
 
 namespace {

@@ -1,11 +1,11 @@
-// Checkpoint files in an output directory (llmc/checkpoint_files.h): names, pairs that belong together, whose run
+// Checkpoint files in an output directory (llmc/training/checkpoint_files.h): names, pairs that belong together, whose run
 // they are, keeping the newest, and what crashed writers leave behind.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 
-#include "llmc/checkpoint_files.h"
+#include "llmc/training/checkpoint_files.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -1,9 +1,9 @@
-// Token data shards (llmc/data_shard.h).
+// Token data shards (llmc/formats/data_shard.h).
 #include <gtest/gtest.h>
 #include <fcntl.h>
 
-#include "llmc/data_shard.h"
-#include "llmc/rand.h"
+#include "llmc/formats/data_shard.h"
+#include "llmc/core/rand.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// DataLoader (llmc/dataloader.h): windows, rank partitioning, shuffling, epochs, state, vocab check.
+// DataLoader (llmc/training/dataloader.h): windows, rank partitioning, shuffling, epochs, state, vocab check.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "llmc/dataloader.h"
+#include "llmc/training/dataloader.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

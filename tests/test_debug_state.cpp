@@ -1,8 +1,8 @@
-// Debug state file (tests/reference/debug_state.h).
+// Debug state file (reference/debug_state.h).
 #include <gtest/gtest.h>
 
-#include "tests/reference/debug_state.h"
-#include "llmc/rand.h"
+#include "reference/debug_state.h"
+#include "llmc/core/rand.h"
 #include "tests/file_test_helpers.h"
 #include "tests/sparse_file.h"
 

@@ -1,4 +1,4 @@
-// GPU test of generation's decode path (llmc/gpt2_decode.cuh): a prefill of prompts of different lengths, then
+// GPU test of generation's decode path (llmc/inference/gpt2_decode.cuh): a prefill of prompts of different lengths, then
 // decode steps; after every step each sequence's logits must match the full forward (gpt2_forward) over the same
 // prefix at its last position. They round in different orders (a product of B rows against one of B·T rows, decode
 // attention against the forward's), so the bound is on rel-L2: 2e-2 in BF16 builds (the order of test_gpt2cu's BF16
@@ -7,17 +7,17 @@
 // max T 256), fresh random prompts and tokens. The steps run as a CUDA Graph after the first.
 // Then the loop on the GPU as generate_gpt2cu runs it (decode_loop_*: the token picker feeds the next step), greedy
 // and sampling (temperature, top-k, top-p), with and without the graph: every token must be the host sampler's
-// (llmc/sampler.h) on the logits the step left (the prefill's at the prompt's end for the first), for the same
+// (llmc/inference/sampler.h) on the logits the step left (the prefill's at the prompt's end for the first), for the same
 // coin — or, for a coin within 1e-5 of a CDF boundary, a token between the host's for coin ± 1e-5 (fp32 sums
 // against double) — and the graph and plain runs must give the same tokens. The cache is floatX: both builds.
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-#include "llmc/gpt2_decode.cuh"
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
-#include "tests/compare.h"
+#include "llmc/inference/gpt2_decode.cuh"
+#include "llmc/core/rand.h"
+#include "llmc/inference/sampler.h"
+#include "reference/compare.h"
 
 // Every check on one random-init model; returns the failures and prints one line (label: the model's name).
 static int test_model(const GPT2Config& c, const char* label) {

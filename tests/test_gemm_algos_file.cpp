@@ -1,9 +1,9 @@
-// GEMM algorithm file (llmc/gemm_algos_file.h).
+// GEMM algorithm file (llmc/formats/gemm_algos_file.h).
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "llmc/gemm_algos_file.h"
+#include "llmc/formats/gemm_algos_file.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

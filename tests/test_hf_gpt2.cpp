@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 import (llmc/hf_gpt2.h, llmc/hf_gpt2_config.h) from directories made by hand in HF's
+// Hugging Face GPT-2 import (llmc/formats/hf_gpt2.h, llmc/formats/hf_gpt2_config.h) from directories made by hand in HF's
 // layout (tests/hf_gpt2_test_helpers.h): exact parameters from Conv1D / F16 / BF16 / buffers / tied lm_head,
 // the sharded form, and one clear line naming the file and the tensor for every way the files can be wrong.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/hf_gpt2.h"
+#include "llmc/formats/hf_gpt2.h"
 #include "tests/file_test_helpers.h"
 #include "tests/hf_gpt2_test_helpers.h"
 

@@ -1,4 +1,4 @@
-// Export to Hugging Face GPT-2 (llmc/hf_gpt2.h export_hf_gpt2): ours -> HF -> ours is byte-identical for fp32
+// Export to Hugging Face GPT-2 (llmc/formats/hf_gpt2.h export_hf_gpt2): ours -> HF -> ours is byte-identical for fp32
 // and bf16 files at several shapes; the exported file is in HF's layout and naming (checked against the raw
 // bytes, not through our importer), config.json carries transformers' keys; and the pieces under it:
 // fp16 decoding, the tiled transpose.
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/hf_gpt2.h"
-#include "llmc/rand.h"
+#include "llmc/formats/hf_gpt2.h"
+#include "llmc/core/rand.h"
 #include "tests/file_test_helpers.h"
 #include "tests/hf_gpt2_test_helpers.h"
 
@@ -152,7 +152,7 @@ TEST(TransposeMatrix, MatchesTheDefinitionAtEdgeShapes) {
     }
 }
 
-// The two-thread pipeline under the streaming conversions (llmc/utils.h run_pipeline): pieces arrive in order, and
+// The two-thread pipeline under the streaming conversions (llmc/core/utils.h run_pipeline): pieces arrive in order, and
 // an error on either side ends both threads and comes back to the caller (no deadlock, no lost error).
 TEST(RunPipeline, InOrderAndErrorsFromEitherSide) {
     std::vector<int> got;

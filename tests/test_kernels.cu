@@ -1,4 +1,4 @@
-// Every engine kernel module against the CPU reference (tests/reference/gpt2_cpu.h, namespace cpu) computed in
+// Every engine kernel module against the CPU reference (reference/gpt2_cpu.h, namespace cpu) computed in
 // double from the same inputs the GPU sees (rounded to floatX first), on fresh random inputs at awkward shapes
 // (odd T, B*T not a multiple of any tile). GPU outputs that are overwritten are poisoned with NaN (0xFF bytes) before each run;
 // outputs that accumulate start from random values, so the accumulation itself is checked.
@@ -14,19 +14,19 @@
 #include <string>
 #include <vector>
 
-#include "llmc/adamw.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/bf16.h"
-#include "llmc/decode_mma.cuh"
-#include "llmc/encoder.cuh"
-#include "llmc/fused_classifier.cuh"
-#include "llmc/gelu.cuh"
-#include "llmc/global_norm.cuh"
-#include "llmc/layernorm.cuh"
-#include "llmc/matmul.cuh"
-#include "llmc/rand.h"
-#include "tests/compare.h"
-#include "tests/reference/gpt2_cpu.h"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/attention.cuh"
+#include "llmc/core/bf16.h"
+#include "llmc/kernels/mma/decode_mma.cuh"
+#include "llmc/kernels/encoder.cuh"
+#include "llmc/kernels/fused_classifier.cuh"
+#include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/core/rand.h"
+#include "reference/compare.h"
+#include "reference/gpt2_cpu.h"
 
 #if defined(ENABLE_FP32)
 constexpr double kTolSimple = 1e-5, kTolChain = 1e-4, kTolAttnBwd = 1e-4;
@@ -270,7 +270,7 @@ static void test_attention(AttentionBackend backend, int B, int T, int NH, int H
     cudaFree(d_qkv); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dqkv); cudaFree(saved); cudaFree(ws);
 }
 
-// Every kernel that runs rows of Vp on this device (llmc/fused_classifier.cuh), each against the reference; where
+// Every kernel that runs rows of Vp on this device (llmc/kernels/fused_classifier.cuh), each against the reference; where
 // both run and the resident one holds the row in one chunk, their outputs must be the same bits.
 static void test_classifier(int N, int V, int Vp) {
     auto logits = random_vec((size_t)N * Vp, 2.0f);
@@ -335,7 +335,7 @@ static void test_global_norm(size_t n) {
     cudaFree(d_x); cudaFree(d_scratch);
 }
 
-// sizes: tensors of odd sizes take the scalar kernel, multiples of 4 the chunked 4-wide one (llmc/adamw.cuh).
+// sizes: tensors of odd sizes take the scalar kernel, multiples of 4 the chunked 4-wide one (llmc/kernels/adamw.cuh).
 static void test_adamw(const size_t (&sizes)[3]) {
     const int num = 3;
     const float wd[num] = {0.1f, 0.0f, 0.1f};
@@ -433,7 +433,7 @@ static void test_adamw_kernels_agree() {
     printf("%-52s %zu values differ  %s\n", "adamw scalar vs chunked 4-wide kernel, bitwise", differ, differ == 0 ? "OK" : "FAIL");
 }
 
-// Generation's decode products (llmc/decode_matvec.cuh, llmc/decode_mma.cuh): out (B, N) = epilogue(in'·Wᵀ + bias),
+// Generation's decode products (llmc/kernels/decode_matvec.cuh, llmc/kernels/mma/decode_mma.cuh): out (B, N) = epilogue(in'·Wᵀ + bias),
 // in' = LayerNorm(in) rounded to floatX where the kind has one. Kinds: 0 the QKV product (LayerNorm; K and V columns
 // also into a cache at each row's len - 1), 1 LayerNorm + GELU, 2 the residual add (product + bias rounded, then
 // + residual). Run twice: the second run checks the split-K counters were left at zero.

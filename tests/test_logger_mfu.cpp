@@ -1,11 +1,11 @@
-// main.log format and resume trimming (llmc/logger.h); peak FLOP/s and model FLOPs (llmc/mfu.h).
+// main.log format and resume trimming (llmc/training/logger.h); peak FLOP/s and model FLOPs (llmc/training/mfu.h).
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "llmc/logger.h"
-#include "llmc/mfu.h"
-#include "llmc/run_state.h"
+#include "llmc/training/logger.h"
+#include "llmc/training/mfu.h"
+#include "llmc/formats/run_state.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

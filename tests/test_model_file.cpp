@@ -1,12 +1,12 @@
-// Model checkpoint (llmc/model_file.h) and bf16 conversion (llmc/bf16.h).
+// Model checkpoint (llmc/formats/model_file.h) and bf16 conversion (llmc/core/bf16.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "llmc/bf16.h"
-#include "llmc/model_file.h"
-#include "llmc/rand.h"
+#include "llmc/core/bf16.h"
+#include "llmc/formats/model_file.h"
+#include "llmc/core/rand.h"
 #include "tests/file_test_helpers.h"
 #include "tests/sparse_file.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "data/prepro_input.h"
-#include "llmc/rand.h"
+#include "llmc/core/rand.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

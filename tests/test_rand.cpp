@@ -1,4 +1,4 @@
-// Deterministic RNG (llmc/rand.h): reference vectors of the published algorithms, pinned outputs
+// Deterministic RNG (llmc/core/rand.h): reference vectors of the published algorithms, pinned outputs
 // (identical on every platform), distribution sanity checks with stated tolerances, permutations.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "llmc/rand.h"
+#include "llmc/core/rand.h"
 
 TEST(Rand, SplitMix64ReferenceVector) {
     uint64_t x = 0;  // Vigna's splitmix64.c seeded with 0

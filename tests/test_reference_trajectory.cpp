@@ -1,7 +1,7 @@
-// Reference trajectory text file (tests/reference/reference_trajectory.h).
+// Reference trajectory text file (reference/reference_trajectory.h).
 #include <gtest/gtest.h>
 
-#include "tests/reference/reference_trajectory.h"
+#include "reference/reference_trajectory.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -1,10 +1,10 @@
-// Run-state file (llmc/run_state.h).
+// Run-state file (llmc/formats/run_state.h).
 #include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "llmc/run_state.h"
+#include "llmc/formats/run_state.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The safetensors format (llmc/safetensors.h): files built byte by byte here (not by our writer) read as the
+// The safetensors format (llmc/formats/safetensors.h): files built byte by byte here (not by our writer) read as the
 // format says; every malformed header, offset and length is one FileError line naming the file and the tensor;
 // the writer's output reads back; random corruptions never get past the reader as anything but a FileError.
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/rand.h"
-#include "llmc/safetensors.h"
+#include "llmc/core/rand.h"
+#include "llmc/formats/safetensors.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -1,12 +1,12 @@
-// Token sampling (llmc/sampler.h): greedy, temperature, top-k, top-p, padded vocabulary, determinism,
+// Token sampling (llmc/inference/sampler.h): greedy, temperature, top-k, top-p, padded vocabulary, determinism,
 // and the empirical distribution against the exact softmax.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
+#include "llmc/core/rand.h"
+#include "llmc/inference/sampler.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// GPU test of the token picker (llmc/sampling.cuh) against the host sampler (llmc/sampler.h), which is the rule:
+// GPU test of the token picker (llmc/kernels/sampling.cuh) against the host sampler (llmc/inference/sampler.h), which is the rule:
 // for bf16 and fp32 logits, GPT-2's vocabulary (50257 in rows of 50304) and a small one (1000 in 1024), rows of
 // random logits and rows of a few repeated values (many ties), greedy, temperature, top-k, top-p and both, each
 // with 64 fresh coins per row. The GPU's token must equal the host's for the same coin, or — fp32 sums against the
@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "llmc/rand.h"
-#include "llmc/sampler.h"
-#include "llmc/sampling.cuh"
+#include "llmc/core/rand.h"
+#include "llmc/inference/sampler.h"
+#include "llmc/kernels/sampling.cuh"
 
 namespace {
 

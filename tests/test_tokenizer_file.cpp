@@ -1,7 +1,7 @@
-// Tokenizer vocabulary file (llmc/tokenizer_file.h).
+// Tokenizer vocabulary file (llmc/formats/tokenizer_file.h).
 #include <gtest/gtest.h>
 
-#include "llmc/tokenizer_file.h"
+#include "llmc/formats/tokenizer_file.h"
 #include "tests/file_test_helpers.h"
 #include "tests/sparse_file.h"
 

@@ -1,10 +1,10 @@
-// Trainer flags (llmc/train_args.h): llm.c names and defaults, strict values, clear errors.
+// Trainer flags (llmc/training/train_args.h): llm.c names and defaults, strict values, clear errors.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "llmc/train_args.h"
+#include "llmc/training/train_args.h"
 #include "tests/flag_test_helpers.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// GPU test of ZeRO-1's arithmetic (llmc/zero.cuh) on one GPU, N ranks simulated: for N = 1, 2, 3 and two bucket
+// GPU test of ZeRO-1's arithmetic (llmc/distributed/zero.cuh) on one GPU, N ranks simulated: for N = 1, 2, 3 and two bucket
 // sizes, every rank packs the (already averaged) gradients bucket by bucket into a stale staging buffer and copies
 // its slice back to its places in its own gradient buffer (what an in-place reduce-scatter and zero_unpack_owned
 // leave; every other place is poisoned with NaN), takes the norm of its owned gradients, updates its shard with
@@ -12,9 +12,9 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/global_norm.cuh"
-#include "llmc/rand.h"
-#include "llmc/zero.cuh"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/core/rand.h"
+#include "llmc/distributed/zero.cuh"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The ZeRO-1 bucket plan (llmc/zero_plan.h): every parameter in exactly one bucket, buckets in backward order,
+// The ZeRO-1 bucket plan (llmc/distributed/zero_plan.h): every parameter in exactly one bucket, buckets in backward order,
 // staging padded so that every rank's shard is equal and aligned, and staging indices mapping back to flat ones.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "llmc/zero_plan.h"
+#include "llmc/distributed/zero_plan.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// AdamW over a GPT-2 model's whole parameter table, the engine's kernels (llmc/adamw.cuh): the update is bound by
+// AdamW over a GPT-2 model's whole parameter table, the engine's kernels (llmc/kernels/adamw.cuh): the update is bound by
 // memory (28 bytes per parameter in bf16 builds: fp32 master weight, m and v read and written, the bf16 gradient
 // read and the bf16 parameter written), so next to the time this prints the rate that makes (the H200's DRAM peak
 // is 4.8 TB/s).
@@ -7,16 +7,16 @@
 //   variants 2-7: the chunked kernel: groups of 4 elements per thread (unroll), threads per block, evict-first
 //   or plain loads and stores (variant 2 is the engine's choice)
 // Validation first, on a table with GPT-2's structure and small sizes plus odd tensors: master weights, m and v
-// against the fp64 CPU reference (tests/reference/gpt2_cpu.h; rel-L2 <= 1e-5 and the element-wise bound of
+// against the fp64 CPU reference (reference/gpt2_cpu.h; rel-L2 <= 1e-5 and the element-wise bound of
 // fp32_tolerance on m and v, the weight change within 1e-4 relative), every bf16 parameter one of the two bf16
 // neighbours of its master weight (stochastic rounding; parameters poisoned first), and every variant bit-identical
 // to variant 1 on every output.
 // Build: make -C dev/cuda adamw      Run: ./adamw [-r repeats] [-c]  (-c: validation only)
 //   -DADAMW_ENGINE_ONLY: only variant 0 (builds against an older tree's llmc/ to time it in the same call)
 #include "common.h"
-#include "llmc/adamw.cuh"
-#include "llmc/gpt2_config.h"
-#include "tests/reference/gpt2_cpu.h"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/model/gpt2_config.h"
+#include "reference/gpt2_cpu.h"
 
 static_assert(kFloatXIsBF16, "adamw.cu is built without -DENABLE_FP32: it times the engine's bf16 update");
 

@@ -1,8 +1,8 @@
 // The harness every dev/cuda program shares, whatever kernel it studies: device buffers, seeded random inputs,
 // bf16 rounding, validation against a higher-precision reference, timing, and the generic command-line pieces.
 // What only the attention programs share (shapes, FLOPs, the validate-then-benchmark driver) is attention_common.h.
-// Error checks (cudaCheck, cudaCheckLaunch) are the engine's, from llmc/cuda_common.h; the error statistics are
-// the tests', from tests/compare.h, so a dev program and a test measure a kernel the same way.
+// Error checks (cudaCheck, cudaCheckLaunch) are the engine's, from llmc/core/cuda_common.h; the error statistics are
+// the tests', from reference/compare.h, so a dev program and a test measure a kernel the same way.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bf16.h"
-#include "llmc/cuda_common.h"
-#include "llmc/rand.h"
-#include "tests/compare.h"
+#include "llmc/core/bf16.h"
+#include "llmc/core/cuda_common.h"
+#include "llmc/core/rand.h"
+#include "reference/compare.h"
 
 // ------------------------------------------------------------------------------------------ device memory
 template <typename T>
@@ -65,7 +65,7 @@ inline std::vector<float> random_normal(size_t n, float std = 1.f) {
 }
 
 // Rounds in place to the nearest bf16 (so a bf16 kernel and the fp64 reference see identical inputs) and
-// returns the bf16 copy for the device. The rounding is the engine's (llmc/bf16.h), as checkpoints use it.
+// returns the bf16 copy for the device. The rounding is the engine's (llmc/core/bf16.h), as checkpoints use it.
 inline std::vector<__nv_bfloat16> round_to_bf16(std::vector<float>& v) {
     std::vector<uint16_t> bits(v.size());
     floats_to_bf16_bits(v.data(), bits.data(), v.size());

@@ -1,16 +1,16 @@
 // LayerNorm forward (with the residual add the engine fuses into it) and backward (dinp accumulated, dweight, dbias
-// and the row sum of dinp), exactly the engine's kernels (llmc/layernorm.cuh): both are memory-bound, so next to
+// and the row sum of dinp), exactly the engine's kernels (llmc/kernels/layernorm.cuh): both are memory-bound, so next to
 // the time this prints the bytes they must move and the rate that makes (the H200's DRAM peak is 4.8 TB/s).
 //   forward:  reads a and b, writes residual = a + b and out (4 rows of C per row, + mean and rstd)
 //   backward: reads dout and inp, reads and writes dinp (4 rows of C per row), then a small ordered reduction
-// Every shape is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h), written outputs poisoned,
+// Every shape is validated against the fp64 CPU reference (reference/gpt2_cpu.h), written outputs poisoned,
 // before anything is timed: rel-L2 <= 5e-3 and the element-wise bound of bf16_tolerance.
 // The digest line (FNV-1a over the bytes of the outputs at the first timed shape) lets two builds be compared bit
 // for bit: same inputs, same digest.
 // Build: make -C dev/cuda layernorm      Run: ./layernorm [-r repeats] [-s "N,C;N,C"] [-c]  (-c: validation only)
 #include "common.h"
-#include "llmc/layernorm.cuh"
-#include "tests/reference/gpt2_cpu.h"
+#include "llmc/kernels/layernorm.cuh"
+#include "reference/gpt2_cpu.h"
 
 struct Shape {
     int N, C;

@@ -9,10 +9,10 @@
 //      during the compute; fp32 FMA. Reuse moves into registers: 64 FMA per 4 float4 shared-memory reads
 //   4  tensor cores: mma.sync m16n8k16 bf16 -> fp32, ldmatrix from XOR-swizzled shared tiles (no bank conflicts),
 //      3-stage cp.async pipeline; 128x128x64 block tile, 8 warps of 64x32; output staged through shared memory
-//      for 16-byte stores. PTX wrappers and the swizzle are the flash kernels' (llmc/attention_flash_tiles.cuh)
-//   5  Hopper: TMA loads + wgmma, warp-specialised (llmc/matmul_hopper.cuh); needs an sm_90a build on a
+//      for 16-byte stores. PTX wrappers and the swizzle are the flash kernels' (llmc/kernels/mma/attention_flash_tiles.cuh)
+//   5  Hopper: TMA loads + wgmma, warp-specialised (llmc/kernels/hopper/matmul_hopper.cuh); needs an sm_90a build on a
 //      compute-capability 9.0 GPU, otherwise reported as not available and skipped (an error only with -v 5)
-//   6  cuBLASLt as the engine calls it (llmc/matmul.cuh matmul_forward): the yardstick
+//   6  cuBLASLt as the engine calls it (llmc/kernels/matmul.cuh matmul_forward): the yardstick
 // Variants 3 and 4 launch blocks in groups of 8 block rows, so the blocks running at once share their B (weight)
 // tiles through L2 (the d12 classifier's weight is 77 MB: more than L2).
 // Rule for every variant: M, N >= 1, K >= 8 and K % 8 == 0 (rows of 16 bytes, for the 16-byte loads, cp.async and
@@ -23,15 +23,15 @@
 //   4 319 / 337 (tensor cores: 7.6x; mma.sync feeds them from registers, about half of Hopper's rate)
 //   5 548 / 684 (wgmma from shared memory fed by TMA, warp-specialised: 1.7x / 2.0x; 0.96x cuBLASLt over the engine's
 //     shapes, above it on the classifier)      6 cuBLASLt 607 / 682
-// Every variant is validated against the fp64 CPU reference (tests/reference/gpt2_cpu.h) at several shapes, with and
+// Every variant is validated against the fp64 CPU reference (reference/gpt2_cpu.h) at several shapes, with and
 // without bias, before any is benchmarked.
 // Build: make -C dev/cuda matmul_forward (built WITHOUT -DENABLE_FP32: floatX is bf16, so variant 6 is the engine's
 // bf16 cuBLASLt call)     Run: ./matmul_forward [-v 4] [-c] [-r repeats] [-s "M,N,K[,0];..."]
 #include "common.h"
-#include "llmc/attention_flash_tiles.cuh"
-#include "llmc/matmul.cuh"
-#include "tests/reference/gpt2_cpu.h"
-#include "llmc/matmul_hopper.cuh"
+#include "llmc/kernels/mma/attention_flash_tiles.cuh"
+#include "llmc/kernels/matmul.cuh"
+#include "reference/gpt2_cpu.h"
+#include "llmc/kernels/hopper/matmul_hopper.cuh"
 
 static_assert(kFloatXIsBF16, "matmul_forward.cu is built without -DENABLE_FP32: variant 6 is the bf16 engine GEMM");
 

@@ -1,4 +1,4 @@
-// Fuzzes the reader of PyTorch's bf16 error record (tests/reference/bf16_error.h, read_pytorch_bf16_error) on
+// Fuzzes the reader of PyTorch's bf16 error record (reference/bf16_error.h, read_pytorch_bf16_error) on
 // the input as a text file. Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, a hang, an accepted record with a value
 // that is negative or not finite or a trajectory that is not 'steps' long, or one that does not read back the
@@ -7,7 +7,7 @@
 
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
-#include "tests/reference/bf16_error.h"
+#include "reference/bf16_error.h"
 
 static std::vector<Bf16ErrorPair> all_pairs(const PyTorchBf16Error& e) {
     std::vector<Bf16ErrorPair> v{e.logits_rel_l2, e.loss_abs};

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "llmc/utils.h"
+#include "llmc/core/utils.h"
 
 namespace fuzz {
 

@@ -1,4 +1,4 @@
-// Fuzzes the token shard reader (llmc/data_shard.h): ShardReader / read_shard_header / read_shard_tokens
+// Fuzzes the token shard reader (llmc/formats/data_shard.h): ShardReader / read_shard_header / read_shard_tokens
 // on the input as a shard file. Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb,
 // the readers disagreeing, a token range outside the shard that reads instead of failing, or an accepted
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/data_shard.h"
+#include "llmc/formats/data_shard.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

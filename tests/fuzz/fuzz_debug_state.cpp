@@ -1,4 +1,4 @@
-// Fuzzes the debug-state reader (tests/reference/debug_state.h): read_debug_state(path, config), the
+// Fuzzes the debug-state reader (reference/debug_state.h): read_debug_state(path, config), the
 // config from the input's first 24 bytes (fuzz_inputs.h; the reader validates it), the rest as the file.
 // Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb,
@@ -8,7 +8,7 @@
 
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
-#include "tests/reference/debug_state.h"
+#include "reference/debug_state.h"
 
 template <typename T>
 static bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

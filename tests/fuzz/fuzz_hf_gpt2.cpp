@@ -1,4 +1,4 @@
-// Fuzzes the Hugging Face import (llmc/safetensors.h, llmc/hf_gpt2_config.h, llmc/hf_gpt2.h). The input is
+// Fuzzes the Hugging Face import (llmc/formats/safetensors.h, llmc/formats/hf_gpt2_config.h, llmc/formats/hf_gpt2.h). The input is
 // config.json's text, a NUL byte, then model.safetensors' bytes (no NUL: the safetensors part is empty); both are
 // written into a scratch directory, then read_safetensors_header reads the weights and read_hf_gpt2 the
 // directory, as train_gpt2cu -e DIR does. Expected: FileError.
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "llmc/hf_gpt2.h"
+#include "llmc/formats/hf_gpt2.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static bool same_shape(const GPT2Config& a, const GPT2Config& b) {

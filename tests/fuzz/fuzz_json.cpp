@@ -1,11 +1,11 @@
-// Fuzzes the JSON reader (llmc/json_reader.h: encoder.json, JSONL, config.json, safetensors headers). The first
+// Fuzzes the JSON reader (llmc/formats/json_reader.h: encoder.json, JSONL, config.json, safetensors headers). The first
 // byte picks how the rest is read: 0 any value (what a JSONL field skips), 1 an object of string -> integer
 // (encoder.json), 2 a sequence of strings, 3 a sequence of integers. Expected: JsonError.
 // Findings: a crash or sanitizer report (deep nesting included), another exception, a leak, a hang, a
 // parsed string that is not valid UTF-8, or one that does not parse back to itself once quoted again.
 #include <cstdio>
 
-#include "llmc/json_reader.h"
+#include "llmc/formats/json_reader.h"
 #include "tests/fuzz/fuzz_common.h"
 
 // s as a JSON string: quotes, backslashes and control characters escaped, the rest (valid UTF-8) as it is.

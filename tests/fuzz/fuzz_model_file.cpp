@@ -1,4 +1,4 @@
-// Fuzzes the model file reader (llmc/model_file.h): read_model_header and read_model_file on the input
+// Fuzzes the model file reader (llmc/formats/model_file.h): read_model_header and read_model_file on the input
 // as a file (fp32 v3 and bf16 v5 checkpoints). Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb,
 // the two readers disagreeing (one accepts what the other rejects, or a different shape or dtype), or an
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "llmc/model_file.h"
+#include "llmc/formats/model_file.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static bool same_shape(const GPT2Config& a, const GPT2Config& b) {

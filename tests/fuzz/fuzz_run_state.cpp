@@ -1,4 +1,4 @@
-// Fuzzes the run-state reader (llmc/run_state.h): read_run_state_header and read_run_state on the input as
+// Fuzzes the run-state reader (llmc/formats/run_state.h): read_run_state_header and read_run_state on the input as
 // a checkpoint's run-state file (versions 1 and 2). Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb
 // (the optimizer blob is sized from the header), the two readers disagreeing, or an accepted file that does
@@ -8,7 +8,7 @@
 // save() a real hash, as the rewrite here does.
 #include <cstring>
 
-#include "llmc/run_state.h"
+#include "llmc/formats/run_state.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static bool same_state(const RunState& a, const RunState& b) {

@@ -1,11 +1,11 @@
-// Fuzzes the tokenizer file reader (llmc/tokenizer_file.h, llm.c's gpt2_tokenizer.bin) and the printing
-// of its token bytes (append_printable, printable_token, TokenPrinter in llmc/sampler.h). Expected: FileError.
+// Fuzzes the tokenizer file reader (llmc/formats/tokenizer_file.h, llm.c's gpt2_tokenizer.bin) and the printing
+// of its token bytes (append_printable, printable_token, TokenPrinter in llmc/inference/sampler.h). Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb,
 // an accepted file that does not survive write_tokenizer_file + read_tokenizer_file, printed text that is
 // not safe for a terminal (invalid UTF-8 or a control character other than newline and tab), or a token
 // stream that is safe text already but prints differently.
-#include "llmc/sampler.h"
-#include "llmc/tokenizer_file.h"
+#include "llmc/inference/sampler.h"
+#include "llmc/formats/tokenizer_file.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

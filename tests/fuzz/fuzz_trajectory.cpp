@@ -1,4 +1,4 @@
-// Fuzzes the reference trajectory reader (tests/reference/reference_trajectory.h) on the input as a text
+// Fuzzes the reference trajectory reader (reference/reference_trajectory.h) on the input as a text
 // file. Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, a hang, an accepted file with values
 // outside what the reader promises (finite floats, steps losses, optimizer settings in range), or one that
@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "tests/fuzz/fuzz_common.h"
-#include "tests/reference/reference_trajectory.h"
+#include "reference/reference_trajectory.h"
 
 static bool same_float(float a, float b) { return memcmp(&a, &b, sizeof(float)) == 0; }
 

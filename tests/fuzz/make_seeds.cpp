@@ -10,16 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "llmc/data_shard.h"
-#include "llmc/hf_gpt2.h"
-#include "llmc/model_file.h"
-#include "llmc/run_state.h"
-#include "llmc/tokenizer_file.h"
+#include "llmc/formats/data_shard.h"
+#include "llmc/formats/hf_gpt2.h"
+#include "llmc/formats/model_file.h"
+#include "llmc/formats/run_state.h"
+#include "llmc/formats/tokenizer_file.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
-#include "tests/reference/bf16_error.h"
-#include "tests/reference/debug_state.h"
-#include "tests/reference/reference_trajectory.h"
+#include "reference/bf16_error.h"
+#include "reference/debug_state.h"
+#include "reference/reference_trajectory.h"
 
 static std::string root;
 

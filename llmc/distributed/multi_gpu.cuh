@@ -1,0 +1,258 @@
+// Data-parallel training over several GPUs: one process per GPU, each with a full model copy and its own
+// slice of every batch (llmc/training/dataloader.h partitions by rank); after backward the gradients are averaged
+// with one NCCL all-reduce, so every rank applies the identical update and the copies stay equal.
+//
+// Start-up (rendezvous) exchanges NCCL's unique id from rank 0:
+//   - built with USE_MPI and run under mpirun: rank and size from MPI, id by MPI_Bcast;
+//   - otherwise ("-pi fs"): ranks and size from -pr/-pn, rank 0 writes the id into a file in a shared
+//     directory (-pf) atomically, the others poll for it, and rank 0 removes it once everyone has
+//     acknowledged (so a stale id never outlives its run; ids older than our own start are ignored).
+// Built without MULTI_GPU (no NCCL), only one process is possible and every call is a no-op.
+#pragma once
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "llmc/core/cuda_common.h"
+#include "llmc/core/utils.h"
+
+#ifdef MULTI_GPU
+#include <nccl.h>
+#ifdef USE_MPI
+// The C API is all we use; OpenMPI's C++ bindings do not compile warning-free (-Wcast-function-type).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+#endif
+
+#ifdef MULTI_GPU
+inline void nccl_check(ncclResult_t r, const char* file, int line) {
+    if (r != ncclSuccess) library_call_failed("NCCL", ncclGetErrorString(r), (int)r, file, line);
+}
+#define ncclCheck(r) nccl_check((r), __FILE__, __LINE__)
+#endif
+
+struct MultiGpu {
+    int rank = 0;
+    int world = 1;
+    int local_device = 0;
+    bool used_mpi = false;
+    // Every collective runs on this one stream (created by multi_gpu_init, non-blocking, highest priority): the
+    // ranks issue them in the same order on one queue, and the compute stream hands work over through events,
+    // so the exchange can run under the backward and the next forward.
+    cudaStream_t stream = nullptr;
+    float* scalar = nullptr;  // device float for multi_gpu_reduce_scalar
+#ifdef MULTI_GPU
+    ncclComm_t comm = nullptr;
+#endif
+};
+
+// dst waits for everything queued on src so far (one event per pair, reused: a wait binds to the latest record).
+inline void stream_wait_for(cudaStream_t dst, cudaStream_t src, cudaEvent_t event) {
+    cudaCheck(cudaEventRecord(event, src));
+    cudaCheck(cudaStreamWaitEvent(dst, event, 0));
+}
+
+struct MultiGpuOptions {
+    int num_processes = 1, process_rank = 0, gpus_per_node = 8;
+    std::string init_method = "mpi";   // mpi | fs
+    std::string rendezvous_dir = "/tmp";
+};
+
+namespace multi_gpu_detail {
+
+#ifdef MULTI_GPU
+inline bool file_newer_than(const std::string& path, time_t since) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && st.st_mtime >= since;
+}
+
+// File rendezvous for the NCCL id (see the header comment). Gives up after five minutes.
+inline ncclUniqueId exchange_id_via_files(const MultiGpuOptions& o, time_t started) {
+    const std::string id_path = o.rendezvous_dir + "/llmc_nccl_id.bin";
+    const std::string ack_prefix = o.rendezvous_dir + "/llmc_nccl_ack_";
+    ncclUniqueId id;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    auto wait = [&](const char* what) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            fprintf(stderr, "error: multi-GPU rendezvous in %s timed out waiting for %s\n", o.rendezvous_dir.c_str(), what);
+            exit(EXIT_FAILURE);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    };
+    if (o.process_rank == 0) {
+        ncclCheck(ncclGetUniqueId(&id));
+        AtomicOutputFile out(id_path);
+        out.write(&id, sizeof(id));
+        out.commit();
+        for (int r = 1; r < o.num_processes; r++) {
+            const std::string ack = ack_prefix + std::to_string(r);
+            while (!file_newer_than(ack, started - 1)) wait("the other ranks' acknowledgements");
+            remove(ack.c_str());
+        }
+        remove(id_path.c_str());
+    } else {
+        for (;;) {
+            if (file_newer_than(id_path, started - 120)) {
+                FILE* f = fopen(id_path.c_str(), "rb");
+                const bool ok = f && fread(&id, 1, sizeof(id), f) == sizeof(id);
+                if (f) fclose(f);
+                if (ok) break;
+            }
+            wait("rank 0's NCCL id");
+        }
+        AtomicOutputFile ack(ack_prefix + std::to_string(o.process_rank));
+        ack.write("ok", 2);
+        ack.commit();
+    }
+    return id;
+}
+#endif
+
+}  // namespace multi_gpu_detail
+
+// Chooses this process's GPU (cudaSetDevice) and connects to the other ranks. Call before any CUDA work.
+inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, char*** argv_for_mpi = nullptr) {
+    MultiGpu m;
+    auto make_stream = [&m]() {
+        int least = 0, greatest = 0;
+        cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        cudaCheck(cudaStreamCreateWithPriority(&m.stream, cudaStreamNonBlocking, greatest));
+        cudaCheck(cudaMalloc(&m.scalar, sizeof(float)));
+    };
+#ifdef MULTI_GPU
+    const time_t started = time(nullptr);
+#ifdef USE_MPI
+    if (o.init_method == "mpi") {
+        MPI_Init(argc_for_mpi, argv_for_mpi);
+        MPI_Comm_rank(MPI_COMM_WORLD, &o.process_rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &o.num_processes);
+        m.used_mpi = true;
+    }
+#endif
+    m.rank = o.process_rank;
+    m.world = o.num_processes;
+    m.local_device = m.rank % o.gpus_per_node;
+    cudaCheck(cudaSetDevice(m.local_device));
+    make_stream();
+    if (m.world > 1) {
+        ncclUniqueId id;
+#ifdef USE_MPI
+        if (m.used_mpi) {
+            if (m.rank == 0) ncclCheck(ncclGetUniqueId(&id));
+            MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        } else
+#endif
+        {
+            if (o.init_method != "fs") {
+                fprintf(stderr, "error: -pi mpi needs a build with MPI (mpicxx); use -pi fs -pf <shared dir>\n");
+                exit(EXIT_FAILURE);
+            }
+            id = multi_gpu_detail::exchange_id_via_files(o, started);
+        }
+        ncclCheck(ncclCommInitRank(&m.comm, m.world, id, m.rank));
+    }
+#else
+    (void)argc_for_mpi;
+    (void)argv_for_mpi;
+    if (o.num_processes > 1) {
+        fprintf(stderr, "error: -pn %d: this build has no multi-GPU support (NCCL was not found at build time)\n",
+                o.num_processes);
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaSetDevice(0));
+    make_stream();
+#endif
+    return m;
+}
+
+// x[i] = mean over ranks of x[i] for each of the ranges (in place), as one NCCL group on m.stream. NCCL's
+// reduction order is fixed for a fixed topology and world size, so runs stay deterministic.
+struct DeviceRange {
+    floatX* at;
+    size_t count;
+};
+inline void multi_gpu_average(MultiGpu& m, const std::vector<DeviceRange>& ranges) {
+#ifdef MULTI_GPU
+    if (m.world == 1) return;
+    const ncclDataType_t type = kFloatXIsBF16 ? ncclBfloat16 : ncclFloat;
+    ncclCheck(ncclGroupStart());
+    for (const DeviceRange& r : ranges) ncclCheck(ncclAllReduce(r.at, r.at, r.count, type, ncclAvg, m.comm, m.stream));
+    ncclCheck(ncclGroupEnd());
+#else
+    (void)m; (void)ranges;
+#endif
+}
+
+// ZeRO-1's exchanges (llmc/distributed/zero.cuh), in place on m.stream; buf holds world x count elements. reduce-scatter:
+// this rank's slice (at rank x count) becomes the mean over ranks of that slice. all-gather: this rank's slice
+// goes to every rank, the others' slices are filled in. With one rank both are no-ops.
+inline void multi_gpu_reduce_scatter_avg_in_place(MultiGpu& m, floatX* buf, size_t count) {
+#ifdef MULTI_GPU
+    if (m.world == 1) return;
+    const ncclDataType_t type = kFloatXIsBF16 ? ncclBfloat16 : ncclFloat;
+    ncclCheck(ncclReduceScatter(buf, buf + (size_t)m.rank * count, count, type, ncclAvg, m.comm, m.stream));
+#else
+    (void)m; (void)buf; (void)count;
+#endif
+}
+template <typename T>
+inline void multi_gpu_all_gather_in_place(MultiGpu& m, T* buf, size_t count) {
+#ifdef MULTI_GPU
+    if (m.world == 1) return;
+    static_assert(sizeof(T) == 2 || sizeof(T) == 4, "bf16 or fp32");
+    const ncclDataType_t type = sizeof(T) == 2 ? ncclBfloat16 : ncclFloat;
+    ncclCheck(ncclAllGather(buf + (size_t)m.rank * count, buf, count, type, m.comm, m.stream));
+#else
+    (void)m; (void)buf; (void)count;
+#endif
+}
+
+// A host scalar summed or averaged over ranks (the same float on every rank).
+enum class ScalarReduce { Sum, Mean };
+inline float multi_gpu_reduce_scalar(MultiGpu& m, float value, ScalarReduce op) {
+#ifdef MULTI_GPU
+    if (m.world == 1) return value;
+    // behind whatever m.stream still has queued (a pending exchange), like every collective
+    cudaCheck(cudaMemcpyAsync(m.scalar, &value, sizeof(float), cudaMemcpyHostToDevice, m.stream));
+    ncclCheck(ncclAllReduce(m.scalar, m.scalar, 1, ncclFloat, op == ScalarReduce::Sum ? ncclSum : ncclAvg, m.comm,
+                            m.stream));
+    cudaCheck(cudaMemcpyAsync(&value, m.scalar, sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+    cudaCheck(cudaStreamSynchronize(m.stream));
+#else
+    (void)m; (void)op;
+#endif
+    return value;
+}
+inline float multi_gpu_sum(MultiGpu& m, float value) { return multi_gpu_reduce_scalar(m, value, ScalarReduce::Sum); }
+// Mean of a host scalar (a loss) over ranks.
+inline float multi_gpu_mean(MultiGpu& m, float value) { return multi_gpu_reduce_scalar(m, value, ScalarReduce::Mean); }
+
+// All ranks wait here (e.g. before rank 0 writes a checkpoint the others will read).
+inline void multi_gpu_barrier(MultiGpu& m) {
+    if (m.world > 1) multi_gpu_mean(m, 0.0f);
+}
+
+inline void multi_gpu_free(MultiGpu& m) {
+    if (m.stream) {
+        cudaCheck(cudaStreamSynchronize(m.stream));
+        cudaCheck(cudaStreamDestroy(m.stream));
+        cudaCheck(cudaFree(m.scalar));
+    }
+    m.stream = nullptr, m.scalar = nullptr;
+#ifdef MULTI_GPU
+    if (m.comm) ncclCheck(ncclCommDestroy(m.comm));
+    m.comm = nullptr;
+#ifdef USE_MPI
+    if (m.used_mpi) MPI_Finalize();
+#endif
+#endif
+    (void)m;
+}

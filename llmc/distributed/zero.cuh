@@ -1,0 +1,198 @@
+// ZeRO-1 on the GPU (issue 15, docs/MULTI_GPU.md): the device half of llmc/zero_plan.h. Each rank keeps the fp32
+// master weights and AdamW moments of its shard only; a shard is the rank's slice of every bucket's staging buffer
+// (zero_plan.h). The averaged gradients a reduce-scatter leaves in the rank's slice of the staging buffer go back to
+// their own places in the flat gradient buffer (those places are final once the bucket is packed), so no gradient
+// shard is stored anywhere else: the update and the norm read the owned places of the flat gradients.
+//
+//   ZeroShard z = zero_shard_create(plan, c, num_ranks, rank);      // the rank's segments, on the device
+//   zero_pack(b, flat, staging) / zero_unpack(b, staging, flat);    // a bucket's ranges <-> its staging buffer
+//   zero_pack_zero_padded(b, grads, staging);                       // before a reduce-scatter
+//   zero_unpack_owned(b, staging, grads, N, rank);                  // after it: the rank's slice back to flat
+//   zero_pack_owned(b, params, staging, N, rank);                   // before an all-gather: the rank's slice only
+//   zero_grad_norm(z, grads);                                       // L2 norm of the owned gradients
+//   zero_adamw_update(z, params, master, grads, m, v, table, step_args);  // the rank's elements only
+//
+// zero_adamw_update applies adamw_element (llmc/kernels/adamw.cuh) with each element's index in its tensor and its
+// tensor's rounding stream, so every element gets the bits the unsharded adamw_update gives it, whichever rank
+// owns it (tests/test_zero.cu checks this for 1, 2 and 3 ranks against adamw_update). The NCCL calls and the
+// overlap with the backward live in the trainer; this file is the arithmetic they move data for.
+#pragma once
+
+#include <vector>
+
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/core/cuda_common.h"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/distributed/zero_plan.h"
+
+// One owned piece on the device: shard[shard_offset + i] <-> flat[flat_offset + i], element index_in_tensor + i of
+// tensor `tensor`.
+struct ZeroDeviceSegment {
+    size_t shard_offset, flat_offset, count;
+    uint32_t index_in_tensor;
+    int tensor;
+};
+
+// The kernels over a shard run one block per chunk of at most kZeroChunk elements of one segment, so a segment of
+// a whole wte slice and one of a LayerNorm weight get work in proportion (a fixed list: a fixed sum order too).
+constexpr uint32_t kZeroChunk = 32768;
+struct ZeroDeviceChunk {
+    uint32_t segment, start, count;  // segments[segment] elements [start, start + count)
+};
+
+struct ZeroShard {
+    int num_ranks = 0, rank = 0;
+    size_t elements = 0;                     // zero_shard_size: the length of master, m and v
+    int num_segments = 0, num_chunks = 0;
+    ZeroDeviceSegment* segments = nullptr;   // device
+    ZeroDeviceChunk* chunks = nullptr;       // device
+    float* norm_partials = nullptr;          // device, num_chunks + 1
+};
+
+inline ZeroShard zero_shard_create(const std::vector<GradBucket>& plan, const GPT2Config& c, int num_ranks, int rank) {
+    const auto table = gpt2_parameter_table(c);
+    std::vector<size_t> tensor_offset(table.size());
+    for (size_t i = 0, at = 0; i < table.size(); at += table[i].numel, i++) tensor_offset[i] = at;
+    std::vector<ZeroDeviceSegment> host;
+    for (const ZeroSegment& g : zero_owned_segments(plan, num_ranks, rank))
+        host.push_back({g.shard_offset, g.flat_offset, g.count, (uint32_t)(g.flat_offset - tensor_offset[g.tensor]),
+                        g.tensor});
+    ZeroShard z;
+    z.num_ranks = num_ranks, z.rank = rank, z.elements = zero_shard_size(plan, num_ranks);
+    z.num_segments = (int)host.size();
+    if (!host.empty()) {
+        cudaCheck(cudaMalloc(&z.segments, host.size() * sizeof(ZeroDeviceSegment)));
+        cudaCheck(cudaMemcpy(z.segments, host.data(), host.size() * sizeof(ZeroDeviceSegment), cudaMemcpyHostToDevice));
+    }
+    std::vector<ZeroDeviceChunk> chunks;
+    for (size_t g = 0; g < host.size(); g++)
+        for (size_t at = 0; at < host[g].count; at += kZeroChunk)
+            chunks.push_back({(uint32_t)g, (uint32_t)at, (uint32_t)std::min<size_t>(kZeroChunk, host[g].count - at)});
+    z.num_chunks = (int)chunks.size();
+    if (!chunks.empty()) {
+        cudaCheck(cudaMalloc(&z.chunks, chunks.size() * sizeof(ZeroDeviceChunk)));
+        cudaCheck(cudaMemcpy(z.chunks, chunks.data(), chunks.size() * sizeof(ZeroDeviceChunk), cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaMalloc(&z.norm_partials, ((size_t)z.num_chunks + 1) * sizeof(float)));
+    return z;
+}
+
+inline void zero_shard_free(ZeroShard* z) {
+    if (z->segments) cudaCheck(cudaFree(z->segments));
+    if (z->chunks) cudaCheck(cudaFree(z->chunks));
+    if (z->norm_partials) cudaCheck(cudaFree(z->norm_partials));
+    *z = ZeroShard{};
+}
+
+// A bucket's ranges into its staging buffer, in table order (the padding after them is left as it is), and back.
+// Device-to-device copies: 12 per layer bucket, bandwidth-bound.
+template <typename T>
+inline void zero_pack(const GradBucket& b, const T* flat, T* staging, cudaStream_t stream) {
+    size_t at = 0;
+    for (const FlatRange& r : b.ranges) {
+        cudaCheck(cudaMemcpyAsync(staging + at, flat + r.offset, r.count * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+        at += r.count;
+    }
+}
+// The same with the padding zeroed: what a reduce-scatter needs, so the shards' padding sums to zero (it is counted in
+// the gradient norm). The staging buffer is shared by buckets of different sizes and by the all-gather, so its
+// padding holds whatever was there before.
+template <typename T>
+inline void zero_pack_zero_padded(const GradBucket& b, const T* flat, T* staging, cudaStream_t stream) {
+    zero_pack(b, flat, staging, stream);
+    if (b.padded > b.elements)
+        cudaCheck(cudaMemsetAsync(staging + b.elements, 0, (b.padded - b.elements) * sizeof(T), stream));
+}
+template <typename T>
+inline void zero_unpack(const GradBucket& b, const T* staging, T* flat, cudaStream_t stream) {
+    size_t at = 0;
+    for (const FlatRange& r : b.ranges) {
+        cudaCheck(cudaMemcpyAsync(flat + r.offset, staging + at, r.count * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+        at += r.count;
+    }
+}
+// Only rank `rank`'s slice of the bucket's staging buffer, [rank * per, (rank + 1) * per), to or from its flat places
+// (padding has none): after an in-place reduce-scatter (unpack) and before an in-place all-gather (pack).
+template <typename T, bool kToFlat>
+inline void zero_copy_owned(const GradBucket& b, T* flat, T* staging, int num_ranks, int rank, cudaStream_t stream) {
+    const size_t per = b.shard_elements(num_ranks), begin = (size_t)rank * per, end = begin + per;
+    size_t at = 0;  // staging index of the range's first element
+    for (const FlatRange& r : b.ranges) {
+        const size_t lo = std::max(begin, at), hi = std::min(end, at + r.count);
+        if (lo < hi) {
+            T* f = flat + r.offset + (lo - at);
+            T* st = staging + lo;
+            cudaCheck(cudaMemcpyAsync(kToFlat ? f : st, kToFlat ? st : f, (hi - lo) * sizeof(T), cudaMemcpyDeviceToDevice,
+                                      stream));
+        }
+        at += r.count;
+    }
+}
+template <typename T>
+inline void zero_unpack_owned(const GradBucket& b, const T* staging, T* flat, int num_ranks, int rank,
+                              cudaStream_t stream) {
+    zero_copy_owned<T, true>(b, flat, const_cast<T*>(staging), num_ranks, rank, stream);
+}
+template <typename T>
+inline void zero_pack_owned(const GradBucket& b, const T* flat, T* staging, int num_ranks, int rank,
+                            cudaStream_t stream) {
+    zero_copy_owned<T, false>(b, const_cast<T*>(flat), staging, num_ranks, rank, stream);
+}
+
+namespace zero_detail {
+
+// One block per chunk: params and grads (flat) and the shard's master, m, v (shard order).
+__global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                                   const ZeroDeviceSegment* segments, const ZeroDeviceChunk* chunks,
+                                   AdamWTensorTable table, AdamWStep s) {
+    const ZeroDeviceChunk c = chunks[blockIdx.x];
+    const ZeroDeviceSegment g = segments[c.segment];
+    const float wd = table.weight_decay[g.tensor];
+    const uint32_t seed = tensor_seed(g.tensor, s);  // adamw_kernel's stream for this tensor
+    for (uint32_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
+        const size_t at = g.shard_offset + i;
+        adamw_element(params + g.flat_offset + i, master ? master + at : nullptr, grads[g.flat_offset + i], m + at,
+                      v + at, wd, g.index_in_tensor + i, seed, s);
+    }
+}
+
+// Sum of squares: one partial per chunk; global_norm_finish_kernel adds them in order.
+__global__ void norm_partials_kernel(float* partials, const floatX* grads, const ZeroDeviceSegment* segments,
+                                     const ZeroDeviceChunk* chunks) {
+    const ZeroDeviceChunk c = chunks[blockIdx.x];
+    const floatX* x = grads + segments[c.segment].flat_offset + c.start;
+    float acc = 0.0f;
+    for (uint32_t i = threadIdx.x; i < c.count; i += blockDim.x) {
+        const float v = to_float(x[i]);
+        acc += v * v;
+    }
+    acc = block_reduce_sum(acc);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+}  // namespace zero_detail
+
+// The L2 norm of the rank's owned gradients (grads: the flat buffer); deterministic, synchronizes `stream`.
+inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t stream = 0) {
+    if (z.num_chunks == 0) return 0.0f;
+    zero_detail::norm_partials_kernel<<<z.num_chunks, 512, 0, stream>>>(z.norm_partials + 1, grads, z.segments, z.chunks);
+    cudaCheckLaunch();
+    global_norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, z.num_chunks);
+    cudaCheckLaunch();
+    float norm = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&norm, z.norm_partials, sizeof(float), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    return norm;
+}
+
+// AdamW on the rank's shard: params and grads are the full flat floatX buffers (only owned elements are read from
+// grads and written to params), master (or null without master weights), m and v are shard-ordered arrays of
+// z.elements. table: weight decay per tensor
+// (its offsets and sizes are not used). Same step and seed as adamw_update gives the same bits per element.
+inline void zero_adamw_update(const ZeroShard& z, floatX* params, float* master, const floatX* grads, float* m,
+                              float* v, const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream = 0) {
+    if (z.num_chunks == 0) return;
+    zero_detail::adamw_shard_kernel<<<z.num_chunks, 512, 0, stream>>>(params, master, grads, m, v, z.segments, z.chunks,
+                                                                     table, s);
+    cudaCheckLaunch();
+}

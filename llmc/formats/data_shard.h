@@ -1,0 +1,106 @@
+// Token data shard, byte-compatible with llm.c's .bin shards (dev/data/*.py):
+//   int32 header[256]: [0]=20240520 (magic), [1]=1 (version), [2]=num_tokens; the rest zero.
+//   then uint16 tokens[num_tokens], little-endian.
+// num_tokens is an int32, so a shard holds up to 2^31-1 tokens (4 GiB of tokens); every offset here
+// is 64-bit (fseeko / off_t) so shards past 2 GiB read and write correctly.
+#pragma once
+
+#include <cstdint>
+#include <climits>
+#include <string>
+
+#include "llmc/formats/file_header.h"
+#include "llmc/core/utils.h"
+
+constexpr int kShardMagic = 20240520;
+constexpr int kShardVersion = 1;
+constexpr int64_t kShardMaxTokens = INT32_MAX;
+
+inline int64_t shard_file_bytes(int64_t num_tokens) { return kFileHeaderBytes + num_tokens * 2; }
+
+// An open, validated shard; reads any token range without reopening (what the DataLoader keeps).
+class ShardReader {
+public:
+    explicit ShardReader(const std::string& path) : in_(path) {
+        int32_t h[kFileHeaderInts];
+        read_file_header(in_, h, "data shard");
+        if (h[0] != kShardMagic) {
+            file_error(path, "not a token data shard (magic %d, expected %d)", h[0], kShardMagic);
+        }
+        if (h[1] != kShardVersion) {
+            file_error(path, "unsupported data shard version %d (expected %d)", h[1], kShardVersion);
+        }
+        if (h[2] < 1) file_error(path, "bad data shard header: num_tokens = %d, must be positive", h[2]);
+        num_tokens_ = h[2];
+        const int64_t expected = shard_file_bytes(num_tokens_);
+        if (in_.size() != expected) {
+            file_error(path, "file is %lld bytes but its header (%lld tokens) implies %lld (%s)", (long long)in_.size(),
+                       (long long)num_tokens_, (long long)expected,
+                       in_.size() < expected ? "truncated" : "trailing bytes");
+        }
+    }
+    const std::string& path() const { return in_.path(); }
+    int64_t num_tokens() const { return num_tokens_; }
+
+    // Tokens [first, first+count) into dst.
+    void read(int64_t first, int64_t count, uint16_t* dst) {
+        if (first < 0 || count < 0 || first + count > num_tokens_) {
+            file_error(in_.path(), "token range [%lld, %lld) is outside the shard's %lld tokens", (long long)first,
+                       (long long)(first + count), (long long)num_tokens_);
+        }
+        if (count == 0) return;
+        in_.seek(kFileHeaderBytes + first * 2);
+        in_.read(dst, (size_t)count * sizeof(uint16_t), "tokens");
+    }
+
+private:
+    InputFile in_;
+    int64_t num_tokens_ = 0;
+};
+
+// Validates the shard (magic, version, num_tokens, exact length) and returns num_tokens.
+inline int64_t read_shard_header(const std::string& path) { return ShardReader(path).num_tokens(); }
+
+inline void read_shard_tokens(const std::string& path, int64_t first, int64_t count, uint16_t* dst) {
+    ShardReader(path).read(first, count, dst);
+}
+
+// Streaming writer: append() any number of times, then commit() patches the header and renames
+// the file into place. Destroyed without commit(): nothing is written at `path`.
+class ShardWriter {
+public:
+    explicit ShardWriter(const std::string& path) : path_(path), out_(path) {
+        int32_t h[kFileHeaderInts] = {};  // patched at commit
+        out_.write(h, sizeof(h));
+    }
+    void append(const uint16_t* tokens, int64_t n) {
+        if (n < 0) file_error(path_, "cannot append %lld tokens", (long long)n);
+        if (num_tokens_ + n > kShardMaxTokens) {
+            file_error(path_, "shard would exceed %lld tokens (the int32 header limit)", (long long)kShardMaxTokens);
+        }
+        out_.write(tokens, (size_t)n * sizeof(uint16_t));
+        num_tokens_ += n;
+    }
+    int64_t num_tokens() const { return num_tokens_; }
+    void commit() {
+        if (num_tokens_ < 1) file_error(path_, "cannot write an empty data shard");
+        int32_t h[kFileHeaderInts] = {};
+        h[0] = kShardMagic;
+        h[1] = kShardVersion;
+        h[2] = (int32_t)num_tokens_;
+        out_.seek(0);
+        out_.write(h, sizeof(h));
+        out_.commit();
+    }
+
+private:
+    std::string path_;  // declared before out_: initialised first
+    AtomicOutputFile out_;
+    int64_t num_tokens_ = 0;
+};
+
+inline void write_shard(const std::string& path, const uint16_t* tokens, int64_t n) {
+    ShardWriter w(path);
+    w.append(tokens, n);
+    w.commit();
+}

@@ -1,0 +1,295 @@
+// Choosing the next token on the GPU (issue 16), so no logits cross to the host during generation.
+//
+// The rule is the host sampler's (llmc/inference/sampler.h): greedy at temperature 0 or top-k 1 (the lowest id among equal
+// maxima); else softmax(logits / temperature) over the real vocabulary, restricted to the top_k largest logits and
+// then to the nucleus (the heaviest tokens whose probabilities reach top_p, ties by lower id), and one coin in
+// [0, 1) inverts the CDF in id order. One block of 1024 threads per sequence; thread t owns the contiguous ids
+// [t·chunk, (t+1)·chunk), so "lower id first" is a prefix over threads. Thresholds are found by bisection over the
+// order of the logit's bit pattern (16 steps for bf16, 32 for fp32), each step one fixed-order block reduction:
+// the same coin gives the same token on every run. Sums are fp32 where the host's are double, so a coin within
+// rounding of a CDF boundary may pick the neighbouring token (tests/test_sampling.cu allows exactly that).
+//
+// Per sequence b the kernel reads the logits row b·rows_per_seq + (rows_per_seq > 1 ? len[b] − 1 : 0) (after a
+// prefill of rows_per_seq positions, the sequence's last one; after a decode step, its only row), takes the coin
+// coins[g·B + b] with g = len[b] − prompt_len[b] (the index of the token being chosen), and writes the token to
+// next_tokens[b] (the next decode step's input) and tokens_out[g·B + b], then advances len[b] by one.
+#pragma once
+
+#include <climits>
+
+#include "llmc/core/cuda_common.h"
+
+struct PickParams {
+    float temperature = 1.0f;  // 0: greedy
+    int top_k = 0;             // 0 or >= V: no top-k
+    float top_p = 1.0f;        // (0, 1]; 1: no nucleus
+    __host__ __device__ bool greedy() const { return temperature <= 0.f || top_k == 1; }
+};
+
+// A pick's outputs for sequence b (its length len_b before the pick): the token as its g-th new one (g = len_b −
+// prompt_len[b], when 0 <= g < max_new), as the next step's input, and the length advanced by one. pick_tokens and
+// the classifier's fused greedy pick (llmc/kernels/decode_matvec.cuh) both end with it.
+__device__ __forceinline__ void store_pick(int b, int chosen, int len_b, const int* prompt_len, int* len,
+                                           int* next_tokens, int* tokens_out, int max_new, int B) {
+    const int g = len_b - prompt_len[b];
+    if (g >= 0 && g < max_new) tokens_out[(size_t)g * B + b] = chosen;
+    next_tokens[b] = chosen;
+    len[b] = len_b + 1;
+}
+
+namespace sampling_detail {
+
+constexpr int kThreads = 1024, kWarps = kThreads / 32;
+
+// A logit's bit pattern as an unsigned key in the same order as the values (negative values reversed), and back.
+template <typename T> struct KeyOf;
+template <> struct KeyOf<__nv_bfloat16> {
+    static constexpr int kBits = 16;
+    __device__ static uint32_t key(__nv_bfloat16 x) {
+        const uint32_t u = __bfloat16_as_ushort(x);
+        return (u & 0x8000u) ? (~u & 0xffffu) : (u | 0x8000u);
+    }
+    __device__ static float value(uint32_t k) {
+        const uint32_t u = (k & 0x8000u) ? (k & 0x7fffu) : (~k & 0xffffu);
+        return __bfloat162float(__ushort_as_bfloat16((unsigned short)u));
+    }
+};
+template <> struct KeyOf<float> {
+    static constexpr int kBits = 32;
+    __device__ static uint32_t key(float x) {
+        const uint32_t u = __float_as_uint(x);
+        return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    }
+    __device__ static float value(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+};
+
+// Fixed-order block reductions (xor trees within warps, then warp 0 over the warp results): bit-identical on
+// every run. `scratch` holds kWarps values; every thread gets the result.
+template <typename V, typename Op>
+__device__ V block_reduce(V v, Op op, V* scratch) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    __syncthreads();  // scratch free (a previous reduction's readers are done)
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = scratch[lane];
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+template <typename V> __device__ V block_sum(V v, V* scratch) {
+    return block_reduce(v, [](V a, V b) { return a + b; }, scratch);
+}
+
+// Inclusive prefix over the lanes of a warp, in lane order.
+template <typename V>
+__device__ V warp_inclusive_scan(V v, int lane) {
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+        const V up = __shfl_up_sync(0xffffffffu, v, off);
+        if (lane >= off) v = v + up;
+    }
+    return v;
+}
+
+// Exclusive prefix over threads in thread order (fixed order); *total = the sum over all threads.
+template <typename V>
+__device__ V block_exclusive_scan(V v, V* scratch, V* total) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const V incl = warp_inclusive_scan(v, lane);
+    V excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) excl = V(0);
+    __syncthreads();
+    if (lane == 31) scratch[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const V wincl = warp_inclusive_scan(scratch[lane], lane);
+        V wexcl = __shfl_up_sync(0xffffffffu, wincl, 1);
+        if (lane == 0) wexcl = V(0);
+        __syncwarp();
+        scratch[lane] = wexcl;
+        if (lane == 31) scratch[kWarps] = wincl;
+    }
+    __syncthreads();
+    *total = scratch[kWarps];
+    return scratch[warp] + excl;
+}
+
+// (key, id) packed so that the larger key wins and, among equal keys, the lower id: one 64-bit max.
+__device__ __forceinline__ unsigned long long key_arg(uint32_t key, int id) {
+    return ((unsigned long long)key << 32) | (0xffffffffu - (uint32_t)id);
+}
+__device__ __forceinline__ int key_arg_id(unsigned long long ka) { return (int)(0xffffffffu - (uint32_t)ka); }
+
+template <typename T>
+struct PickArgs {
+    const T* logits;
+    size_t row_stride;  // elements between rows (the padded vocabulary)
+    int rows_per_seq, B, V;
+    PickParams p;
+    const float* coins;      // (max_new, B), or null when greedy
+    const int* prompt_len;   // (B)
+    int* len;                // (B), advanced by one
+    int* next_tokens;        // (B)
+    int* tokens_out;         // (max_new, B), may be host-mapped memory
+    int max_new;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T> a) {
+    pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
+    using K = KeyOf<T>;
+    constexpr int kVec = 16 / sizeof(T);
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    T* row_s = reinterpret_cast<T*>(smem_raw);  // the row, only when sampling
+    __shared__ int scratch_i[kWarps + 1];
+    __shared__ float scratch_f[kWarps + 1];
+    __shared__ unsigned long long scratch_ka[kWarps];
+
+    const int b = blockIdx.x, tid = threadIdx.x, V = a.V;
+    const int len_b = a.len[b];
+    const T* row = a.logits + ((size_t)b * a.rows_per_seq + (a.rows_per_seq > 1 ? len_b - 1 : 0)) * a.row_stride;
+    const bool greedy = a.p.greedy();
+
+    // pass over the row in 16-byte vectors: the largest key (lowest id), and the row into shared memory to sample
+    const int n_vec = (V + kVec - 1) / kVec;
+    unsigned long long best = key_arg(0u, INT_MAX);
+    for (int j = tid; j < n_vec; j += kThreads) {
+        const uint4 raw = reinterpret_cast<const uint4*>(row)[j];
+        const T* e = reinterpret_cast<const T*>(&raw);
+        if (!greedy) reinterpret_cast<uint4*>(row_s)[j] = raw;
+#pragma unroll
+        for (int x = 0; x < kVec; x++) {
+            const int id = j * kVec + x;
+            if (id < V) best = max(best, key_arg(K::key(e[x]), id));
+        }
+    }
+    best = block_reduce(best, [](unsigned long long u, unsigned long long v) { return max(u, v); }, scratch_ka);
+    const uint32_t best_key = (uint32_t)(best >> 32);
+    int chosen = key_arg_id(best);
+
+    if (!greedy) {
+        __syncthreads();  // row_s complete
+        const int chunk = (V + kThreads - 1) / kThreads;
+        const int i0 = min(V, tid * chunk), i1 = min(V, i0 + chunk);
+        const float max_v = K::value(best_key), inv_t = 1.f / a.p.temperature;
+        auto weight = [&](int i) { return expf((to_float(row_s[i]) - max_v) * inv_t); };
+        auto count_ge = [&](uint32_t k) {
+            int n = 0;
+            for (int i = i0; i < i1; i++) n += K::key(row_s[i]) >= k;
+            return block_sum(n, scratch_i);
+        };
+        // kept(i): key > tau, or key == tau and among the first `ties` such ids (tie_base: those before this chunk)
+        uint32_t tau = 0;
+        int ties = INT_MAX, tie_base = 0;
+        auto set_tie_base = [&]() {
+            int n = 0, total;
+            for (int i = i0; i < i1; i++) n += K::key(row_s[i]) == tau;
+            tie_base = block_exclusive_scan(n, scratch_i, &total);
+        };
+        auto for_kept = [&](auto&& f) {  // f(i) for every kept id of this thread's chunk, in id order
+            int rank = tie_base;
+            for (int i = i0; i < i1; i++) {
+                const uint32_t k = K::key(row_s[i]);
+                if (k > tau || (k == tau && rank++ < ties)) f(i);
+            }
+        };
+        // the largest key held by at least `count` ids (top-k), or whose keys at or above carry `mass` (top-p)
+        auto bisect = [&](uint32_t lo, uint32_t hi, auto&& enough) {
+            while (lo < hi) {
+                const uint32_t mid = lo + (hi - lo + 1) / 2;
+                if (enough(mid)) lo = mid; else hi = mid - 1;
+            }
+            return lo;
+        };
+        if (a.p.top_k > 0 && a.p.top_k < V) {
+            tau = bisect(0u, best_key, [&](uint32_t k) { return count_ge(k) >= a.p.top_k; });
+            ties = a.p.top_k - (tau < best_key ? count_ge(tau + 1) : 0);
+            set_tie_base();
+        }
+        if (a.p.top_p < 1.f) {
+            float kept = 0.f;
+            for_kept([&](int i) { kept += weight(i); });
+            const float target = a.p.top_p * block_sum(kept, scratch_f);
+            auto mass_ge = [&](uint32_t k) {  // k > tau: every id with key >= k is kept
+                float m = 0.f;
+                for (int i = i0; i < i1; i++)
+                    if (K::key(row_s[i]) >= k) m += weight(i);
+                return block_sum(m, scratch_f);
+            };
+            const uint32_t tau_p = bisect(tau, best_key, [&](uint32_t k) { return k == tau || mass_ge(k) >= target; });
+            const float above = tau_p < best_key ? mass_ge(tau_p + 1) : 0.f;
+            const float w_tau = expf((K::value(tau_p) - max_v) * inv_t);
+            const int need = max(1, (int)ceilf((target - above) / w_tau));  // ties at tau_p, by lower id
+            if (tau_p == tau) {
+                ties = min(ties, need);
+            } else {
+                tau = tau_p;
+                ties = need;
+                set_tie_base();
+            }
+        }
+        // inverse CDF in id order: the thread whose prefix the target falls in walks its chunk
+        float mine = 0.f, total;
+        for_kept([&](int i) { mine += weight(i); });
+        const float prefix = block_exclusive_scan(mine, scratch_f, &total);
+        const int g = len_b - a.prompt_len[b];
+        const float target = a.coins[(size_t)min(max(g, 0), a.max_new - 1) * a.B + b] * total;
+        const int owner = block_reduce(mine > 0.f && prefix <= target ? tid : -1, [](int u, int v) { return max(u, v); },
+                                       scratch_i);
+        int pick = -1;
+        if (tid == owner) {
+            float cdf = prefix;
+            int last = -1;
+            for_kept([&](int i) {
+                if (pick >= 0) return;
+                cdf += weight(i);
+                last = i;
+                if (target < cdf) pick = i;
+            });
+            if (pick < 0) pick = last;  // target at the very top by rounding: the last kept id
+        }
+        chosen = block_reduce(pick, [](int u, int v) { return max(u, v); }, scratch_i);
+    }
+    if (tid == 0) store_pick(b, chosen, len_b, a.prompt_len, a.len, a.next_tokens, a.tokens_out, a.max_new, a.B);
+}
+
+}  // namespace sampling_detail
+
+// Shared memory the sampling path needs for a row of V logits of type T (greedy needs none).
+template <typename T>
+inline size_t pick_tokens_smem_bytes(int V) {
+    return ((size_t)V + 15) / 16 * 16 * sizeof(T);
+}
+
+// One token per sequence from its logits row (see the top of this file); coins may be null when greedy. pdl: launched
+// as a programmatic dependent of the kernel before it.
+template <typename T>
+inline void pick_tokens(const T* logits, size_t row_stride, int rows_per_seq, int B, int V, const PickParams& p,
+                        const float* coins, const int* prompt_len, int* len, int* next_tokens, int* tokens_out,
+                        int max_new, cudaStream_t stream, bool pdl = false) {
+    using namespace sampling_detail;
+    const size_t smem = p.greedy() ? 0 : pick_tokens_smem_bytes<T>(V);
+    constexpr size_t kVec = 16 / sizeof(T);  // the kernel reads whole 16-byte vectors
+    if (row_stride % kVec != 0 || row_stride < (V + kVec - 1) / kVec * kVec || max_new < 1 ||
+        (!p.greedy() && (coins == nullptr || !(p.temperature > 0.f) || !(p.top_p > 0.f && p.top_p <= 1.f)))) {
+        fprintf(stderr, "error: pick_tokens: row stride %zu for V %d, max_new %d, temperature %g, top_p %g\n",
+                row_stride, V, max_new, p.temperature, p.top_p);
+        exit(EXIT_FAILURE);
+    }
+    if (smem > 0) {
+        int limit = 0, dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        if (smem > (size_t)limit) {
+            fprintf(stderr, "error: pick_tokens: a row of %d logits needs %zu bytes of shared memory (%d here)\n", V,
+                    smem, limit);
+            exit(EXIT_FAILURE);
+        }
+        cudaCheck(cudaFuncSetAttribute(pick_tokens_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    }
+    PickArgs<T> a{logits, row_stride, rows_per_seq, B, V, p, coins, prompt_len, len, next_tokens, tokens_out, max_new};
+    PdlLaunch launch(dim3(B), dim3(kThreads), smem, stream, pdl);
+    cudaCheck(cudaLaunchKernelEx(&launch.config, pick_tokens_kernel<T>, a));
+}

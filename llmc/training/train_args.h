@@ -1,0 +1,281 @@
+// Command-line flags of train_gpt2cu, named and defaulted like llm.c's train_gpt2.cu so its users
+// feel at home. Every flag takes one value ("-b 16"); "-h" or "--help" prints the usage.
+// Parsing is strict: an unknown flag, a missing value, text where a number belongs, or a value out of
+// range is an error whose message names the flag, the value and what was expected.
+// Checks that need the model or the process count (T <= maxT, -d a multiple of B*T*processes) are in
+// resolve_batch_layout() and in the trainer.
+#pragma once
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "llmc/core/flag_parse.h"
+#include "llmc/training/schedulers.h"
+
+struct TrainArgs {
+    // data and model
+    std::string train_pattern = "data/tinyshakespeare/tiny_shakespeare_train.bin";  // -i
+    std::string val_pattern = "data/tinyshakespeare/tiny_shakespeare_val.bin";      // -j
+    std::string init_from = "d12";       // -e: model file, HF GPT-2 directory / .safetensors, or d6|d12|d24|d36|d48
+    std::string output_dir;              // -o: checkpoints and main.log; empty = write nothing
+    std::string tokenizer_path = "gpt2_tokenizer.bin";  // -tok: for decoding samples (missing = print ids)
+    // batch
+    int B = 4;                           // -b micro-batch size per process
+    int T = 1024;                        // -t sequence length
+    int64_t total_batch_size = -1;       // -d tokens per optimizer step over all processes; -1 = B*T*processes
+    int max_steps = -1;                  // -x optimizer steps; -1 = one epoch of the training data
+    bool shuffle = true;                 // -sh shuffle the training windows each epoch (val never is)
+    // optimizer
+    LRSchedule lr_schedule = LRSchedule::Cosine;  // -k
+    float learning_rate = 3e-4f;         // -l
+    int warmup_steps = 0;                // -u
+    float final_lr_frac = 1.0f;          // -q final lr = learning_rate * final_lr_frac
+    float weight_decay = 0.0f;           // -c applied to the matrices only (gpt2_parameter_table)
+    float grad_clip = 1.0f;              // -gc clip the global gradient norm to this (0 = off)
+    // evaluation and sampling
+    int val_every = 20;                  // -v (0 = never)
+    int val_max_batches = 20;            // -m (-1 = the whole validation set)
+    int sample_every = 20;               // -s (0 = never)
+    int gen_tokens = 64;                 // -g
+    float temperature = 1.0f;            // -st (0 = greedy)
+    int top_k = 0;                       // -sk (0 = whole vocabulary)
+    // checkpoints
+    int checkpoint_every = 0;            // -n (0 = never; with N > 0 the last step is saved too)
+    int checkpoint_keep = 0;             // -nk keep this run's newest K checkpoints (0 = keep all)
+    bool resume = false;                 // -y 1: continue from the newest complete checkpoint in -o
+    bool overwrite_output = false;       // -ow 1: a fresh run may delete another run's checkpoints in -o
+    // memory and numerics
+    int recompute = 1;                   // -r 0 none, 1 recompute GELU in backward, 2 also LayerNorm
+    bool tf32 = true;                    // -f TF32 tensor cores for fp32 matmuls (FP32 builds)
+    bool master_weights = true;          // -w keep fp32 master weights (BF16 builds)
+    bool cuda_graph = true;              // -cg replay each forward+backward from a CUDA Graph (one GPU)
+    std::string attention = "auto";  // -ab auto (flash where the build and head size allow it) | flash | flash-nondet | materialized
+    uint64_t seed = 42;                  // -seed weight init, data shuffling, sampling, stochastic rounding
+    // multi-GPU (one process per GPU)
+    int num_processes = 1;               // -pn
+    int process_rank = 0;                // -pr
+    int gpus_per_node = 8;               // -pg  local device = rank % gpus_per_node
+    std::string init_method = "mpi";     // -pi mpi | fs (file rendezvous in -pf)
+    std::string rendezvous_dir = "/tmp"; // -pf
+    int zero_stage = 0;                  // -z 0 | 1: ZeRO-1 shards master weights and AdamW moments over the ranks
+    int zero_bucket_mb = 25;             // -zb  MB of bf16 gradients per exchanged bucket (several GPUs)
+};
+
+inline std::string train_usage(const std::string& program) {
+    TrainArgs d;
+    char buf[8192];
+    snprintf(buf, sizeof(buf),
+             "usage: %s [flag value]...\n"
+             "data and model\n"
+             "  -i <glob>    train token shards (default %s)\n"
+             "  -j <glob>    validation token shards (default %s)\n"
+             "  -e <s>       init from a model file, a Hugging Face GPT-2 directory or .safetensors file,\n"
+             "               or d6|d12|d24|d36|d48 for random init (max sequence length max(1024, -t))\n"
+             "               (default %s)\n"
+             "  -o <dir>     output dir for main.log and checkpoints (default: none)\n"
+             "  -tok <file>  tokenizer .bin for printing samples (default %s)\n"
+             "batch\n"
+             "  -b <int>     micro-batch size per GPU (default %d)\n"
+             "  -t <int>     sequence length (default %d)\n"
+             "  -d <int>     total tokens per step, a multiple of B*T*processes; -1 = B*T*processes (default -1)\n"
+             "  -x <int>     number of steps; -1 = one epoch (default -1)\n"
+             "  -sh <0|1>    shuffle the training windows every epoch (default 1)\n"
+             "optimizer\n"
+             "  -k <s>       lr schedule cosine|linear|constant|wsd (default cosine)\n"
+             "  -l <float>   learning rate (default %g)\n"
+             "  -u <int>     warmup steps (default %d)\n"
+             "  -q <float>   final lr as a fraction of -l, in [0,1] (default %g)\n"
+             "  -c <float>   weight decay on matrices (default %g)\n"
+             "  -gc <float>  clip the gradient norm to this, 0 = off (default %g)\n"
+             "evaluation and sampling\n"
+             "  -v <int>     val loss every N steps, 0 = never (default %d)\n"
+             "  -m <int>     max val batches, -1 = all (default %d)\n"
+             "  -s <int>     sample every N steps, 0 = never (default %d)\n"
+             "  -g <int>     tokens to generate (default %d)\n"
+             "  -st <float>  sampling temperature, 0 = greedy (default %g)\n"
+             "  -sk <int>    sample from the top k tokens, 0 = all (default %d)\n"
+             "checkpoints\n"
+             "  -n <int>     checkpoint every N steps (and at the end), 0 = never (default %d)\n"
+             "  -nk <int>    keep only this run's newest K checkpoints, 0 = keep all (default %d)\n"
+             "  -y <0|1>     resume from the newest complete checkpoint in -o (default 0)\n"
+             "  -ow <0|1>    a fresh run in an -o holding another run's checkpoints deletes them; without it,\n"
+             "               such a run stops with an error (default 0)\n"
+             "memory and numerics\n"
+             "  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)\n"
+             "  -f <0|1>     TF32 matmuls in FP32 builds (default %d)\n"
+             "  -w <0|1>     fp32 master weights in BF16 builds (default %d)\n"
+             "  -cg <0|1>    one GPU: replay forward+backward from a CUDA Graph from the second micro-step on;\n"
+             "               same kernels and bits, without the gaps of queuing them one by one (default %d)\n"
+             "  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16\n"
+             "               builds with head size 64 or 128, else materialized (default %s). flash runs the\n"
+             "               Hopper TMA/wgmma kernels on H100/H200 (sm_90a builds), mma.sync elsewhere; all\n"
+             "               but flash-nondet are deterministic. flash-nondet: flash with unordered dQ\n"
+             "               additions in the Hopper backward at head size 64 (faster at T >= 4096 only)\n"
+             "  -seed <int>  seed for init, data order, sampling, rounding (default %llu)\n"
+             "multi-GPU (one process per GPU)\n"
+             "  -pn <int>    number of processes (default 1; with MPI taken from mpirun)\n"
+             "  -pr <int>    this process's rank (default 0)\n"
+             "  -pg <int>    GPUs per node (default %d)\n"
+             "  -pi <s>      NCCL rendezvous: mpi | fs (default %s)\n"
+             "  -pf <dir>    shared directory for -pi fs (default %s)\n"
+             "  -z <0|1>     ZeRO stage: 1 keeps fp32 master weights and AdamW moments for this rank's shard\n"
+             "               only (gradients reduce-scattered, parameters all-gathered) (default %d)\n"
+             "  -zb <int>    several GPUs: MB of bf16 gradients per bucket exchanged under the backward (default %d)\n"
+             "  -h, --help   print this and exit\n",
+             program.c_str(), d.train_pattern.c_str(), d.val_pattern.c_str(), d.init_from.c_str(),
+             d.tokenizer_path.c_str(), d.B, d.T, d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay,
+             d.grad_clip, d.val_every, d.val_max_batches, d.sample_every, d.gen_tokens, d.temperature, d.top_k,
+             d.checkpoint_every, d.checkpoint_keep, d.recompute, d.tf32 ? 1 : 0, d.master_weights ? 1 : 0,
+             d.cuda_graph ? 1 : 0, d.attention.c_str(), (unsigned long long)d.seed, d.gpus_per_node,
+             d.init_method.c_str(), d.rendezvous_dir.c_str(), d.zero_stage, d.zero_bucket_mb);
+    return buf;
+}
+
+// Parses argv[1..argc). On Error, *error holds one line naming the flag and the problem.
+inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs* a, std::string* error) {
+    using namespace flag_parse;
+    constexpr int64_t kIntMax = 2147483647;
+    for (int i = 1; i < argc; i++) {
+        const std::string flag = argv[i];
+        if (flag == "--help" || flag == "-h") return ParseStatus::Help;
+        if (flag.size() < 2 || flag[0] != '-') {
+            *error = "unexpected argument '" + flag + "' (flags look like -b 16)";
+            return ParseStatus::Error;
+        }
+        if (i + 1 >= argc) {
+            *error = "flag " + flag + " needs a value";
+            return ParseStatus::Error;
+        }
+        const std::string v = argv[++i];
+        auto fail = [&](const char* expected) {
+            *error = "flag " + flag + ": expected " + expected + ", got '" + v + "'";
+            return ParseStatus::Error;
+        };
+        auto get_int = [&](int* dst, int64_t lo, int64_t hi) {
+            int64_t x;
+            if (!parse_int64(v, lo, hi, &x)) return false;
+            *dst = (int)x;
+            return true;
+        };
+        auto get_bool = [&](bool* dst) {
+            if (v == "0") *dst = false;
+            else if (v == "1") *dst = true;
+            else return false;
+            return true;
+        };
+        auto get_positive_or_minus_one = [&](int* dst) {
+            int64_t x;
+            if (!parse_int64(v, -1, kIntMax, &x) || x == 0) return false;
+            *dst = (int)x;
+            return true;
+        };
+
+        if (flag == "-i") { if (v.empty()) return fail("a file pattern"); a->train_pattern = v; }
+        else if (flag == "-j") { if (v.empty()) return fail("a file pattern"); a->val_pattern = v; }
+        else if (flag == "-e") { if (v.empty()) return fail("a model file, HF GPT-2 model or d6..d48"); a->init_from = v; }
+        else if (flag == "-o") { a->output_dir = v; }
+        else if (flag == "-tok") { a->tokenizer_path = v; }
+        else if (flag == "-b") { if (!get_int(&a->B, 1, kIntMax)) return fail("an integer >= 1"); }
+        else if (flag == "-t") { if (!get_int(&a->T, 1, kIntMax)) return fail("an integer >= 1"); }
+        else if (flag == "-d") {
+            int64_t x;
+            if (!parse_int64(v, -1, INT64_MAX, &x) || x == 0) return fail("an integer >= 1, or -1");
+            a->total_batch_size = x;
+        }
+        else if (flag == "-x") { if (!get_positive_or_minus_one(&a->max_steps)) return fail("an integer >= 1, or -1 (one epoch)"); }
+        else if (flag == "-k") { if (!parse_lr_schedule(v, &a->lr_schedule)) return fail("cosine, linear, constant or wsd"); }
+        else if (flag == "-l") { if (!parse_float(v, 0.0, 1e9, &a->learning_rate)) return fail("a number >= 0"); }
+        else if (flag == "-u") { if (!get_int(&a->warmup_steps, 0, kIntMax)) return fail("an integer >= 0"); }
+        else if (flag == "-q") { if (!parse_float(v, 0.0, 1.0, &a->final_lr_frac)) return fail("a number in [0, 1]"); }
+        else if (flag == "-c") { if (!parse_float(v, 0.0, 1e9, &a->weight_decay)) return fail("a number >= 0"); }
+        else if (flag == "-gc") { if (!parse_float(v, 0.0, 1e9, &a->grad_clip)) return fail("a number >= 0"); }
+        else if (flag == "-v") { if (!get_int(&a->val_every, 0, kIntMax)) return fail("an integer >= 0"); }
+        else if (flag == "-m") { if (!get_positive_or_minus_one(&a->val_max_batches)) return fail("an integer >= 1, or -1 (all)"); }
+        else if (flag == "-s") { if (!get_int(&a->sample_every, 0, kIntMax)) return fail("an integer >= 0"); }
+        else if (flag == "-g") { if (!get_int(&a->gen_tokens, 1, kIntMax)) return fail("an integer >= 1"); }
+        else if (flag == "-st") { if (!parse_float(v, 0.0, 1e6, &a->temperature)) return fail("a number >= 0"); }
+        else if (flag == "-sk") { if (!get_int(&a->top_k, 0, kIntMax)) return fail("an integer >= 0"); }
+        else if (flag == "-n") { if (!get_int(&a->checkpoint_every, 0, kIntMax)) return fail("an integer >= 0"); }
+        else if (flag == "-nk") { if (!get_int(&a->checkpoint_keep, 0, kIntMax)) return fail("an integer >= 0"); }
+        else if (flag == "-y") { if (!get_bool(&a->resume)) return fail("0 or 1"); }
+        else if (flag == "-ow") { if (!get_bool(&a->overwrite_output)) return fail("0 or 1"); }
+        else if (flag == "-sh") { if (!get_bool(&a->shuffle)) return fail("0 or 1"); }
+        else if (flag == "-r") { if (!get_int(&a->recompute, 0, 2)) return fail("0, 1 or 2"); }
+        else if (flag == "-f") { if (!get_bool(&a->tf32)) return fail("0 or 1"); }
+        else if (flag == "-w") { if (!get_bool(&a->master_weights)) return fail("0 or 1"); }
+        else if (flag == "-cg") { if (!get_bool(&a->cuda_graph)) return fail("0 or 1"); }
+        else if (flag == "-ab") {
+            if (v != "auto" && v != "materialized" && v != "flash" && v != "flash-nondet")
+                return fail("auto, materialized, flash or flash-nondet");
+            a->attention = v;
+        }
+        else if (flag == "-seed") {
+            int64_t x;
+            if (!parse_int64(v, 0, INT64_MAX, &x)) return fail("an integer >= 0");
+            a->seed = (uint64_t)x;
+        }
+        else if (flag == "-pn") { if (!get_int(&a->num_processes, 1, 65536)) return fail("an integer >= 1"); }
+        else if (flag == "-pr") { if (!get_int(&a->process_rank, 0, 65535)) return fail("an integer >= 0"); }
+        else if (flag == "-pg") { if (!get_int(&a->gpus_per_node, 1, 1024)) return fail("an integer >= 1"); }
+        else if (flag == "-pi") { if (v != "mpi" && v != "fs") return fail("mpi or fs"); a->init_method = v; }
+        else if (flag == "-pf") { if (v.empty()) return fail("a directory"); a->rendezvous_dir = v; }
+        else if (flag == "-z") { if (!get_int(&a->zero_stage, 0, 1)) return fail("0 or 1"); }
+        else if (flag == "-zb") { if (!get_int(&a->zero_bucket_mb, 1, 65536)) return fail("an integer from 1 to 65536"); }
+        else {
+            *error = "unknown flag " + flag;
+            return ParseStatus::Error;
+        }
+    }
+    // Checked products: B*T indexes int tensors in the kernels; B*T*processes counts tokens per micro-step.
+    const int64_t tokens_per_micro_batch = (int64_t)a->B * a->T;  // < 2^62: both are ints
+    if (tokens_per_micro_batch > kIntMax) {
+        *error = "flags -b/-t: B*T = " + std::to_string(a->B) + "*" + std::to_string(a->T) + " = " +
+                 std::to_string(tokens_per_micro_batch) + " tokens per micro-batch, more than " +
+                 std::to_string(kIntMax);
+        return ParseStatus::Error;
+    }
+    if (a->process_rank >= a->num_processes) {
+        *error = "flag -pr: rank " + std::to_string(a->process_rank) + " is not below -pn " +
+                 std::to_string(a->num_processes);
+        return ParseStatus::Error;
+    }
+    if (a->resume && a->output_dir.empty()) {
+        *error = "flag -y 1 needs -o <dir> (checkpoints are read from the output dir)";
+        return ParseStatus::Error;
+    }
+    if (a->checkpoint_every > 0 && a->output_dir.empty()) {
+        *error = "flag -n needs -o <dir> (checkpoints are written to the output dir)";
+        return ParseStatus::Error;
+    }
+    return ParseStatus::Ok;
+}
+
+// How a step's tokens split into micro-batches. total_batch_size -1 means one micro-batch per process.
+struct BatchLayout {
+    int64_t tokens_per_step = 0;     // over all processes
+    int grad_accum_steps = 0;        // micro-batches per process per step
+};
+
+// Empty string on success, else why -d does not fit B, T and the process count.
+inline std::string resolve_batch_layout(const TrainArgs& a, int num_processes, BatchLayout* out) {
+    int64_t per_micro = 0;
+    if (a.B < 1 || a.T < 1 || num_processes < 1 ||
+        __builtin_mul_overflow((int64_t)a.B * a.T, (int64_t)num_processes, &per_micro)) {
+        return "flags -b/-t: B*T*processes = " + std::to_string(a.B) + "*" + std::to_string(a.T) + "*" +
+               std::to_string(num_processes) + " tokens per micro-step does not fit in 64 bits";
+    }
+    const int64_t total = a.total_batch_size == -1 ? per_micro : a.total_batch_size;
+    if (total % per_micro != 0) {
+        return "flag -d: " + std::to_string(total) + " tokens per step is not a multiple of B*T*processes = " +
+               std::to_string(a.B) + "*" + std::to_string(a.T) + "*" + std::to_string(num_processes) + " = " +
+               std::to_string(per_micro);
+    }
+    if (total / per_micro > 2147483647) return "flag -d: too many micro-batches per step";
+    out->tokens_per_step = total;
+    out->grad_accum_steps = (int)(total / per_micro);
+    return "";
+}
