@@ -29,6 +29,7 @@
 #include "llmc/inference/generate_args.h"
 #include "llmc/model/gpt2.cuh"
 #include "llmc/inference/gpt2_decode.cuh"
+#include "llmc/core/options.h"
 #include "llmc/core/rand.h"
 #include "llmc/inference/sampler.h"
 
@@ -55,15 +56,10 @@ struct Sequence {
 
 int generate(const GenerateArgs& a, const char* program) {
     // ---- everything the user gave, on the host
-    DecodeAttentionKernel attention = DecodeAttentionKernel::Auto;  // decode attention's kernel forced (comparisons)
-    if (const char* e = getenv("LLMC_DECODE_ATTENTION")) {
-        const std::string kernel = e;
-        if (kernel != "split" && kernel != "head") {
-            fprintf(stderr, "error: LLMC_DECODE_ATTENTION=%s: split or head\n", e);
-            return 1;
-        }
-        attention = kernel == "split" ? DecodeAttentionKernel::Split : DecodeAttentionKernel::PerHead;
-    }
+    const EngineOptions& options = engine_options();  // a bad LLMC_* value stops here, before the GPU
+    const DecodeAttentionKernel attention = options.decode_attention == "split" ? DecodeAttentionKernel::Split
+                                            : options.decode_attention == "head" ? DecodeAttentionKernel::PerHead
+                                                                                 : DecodeAttentionKernel::Auto;
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     BPEEncoder encoder(bpe);
     const std::vector<std::string> texts = read_prompt_texts(a);
@@ -137,7 +133,7 @@ int generate(const GenerateArgs& a, const char* program) {
     int decode_steps = 0;
     if (cached) {
         KVCache cache = kv_cache_allocate(&model, B, (int)longest + new_tokens);
-        if (getenv("LLMC_DECODE_CUBLAS")) cache.products = DecodeProducts::Cublas;  // for comparison
+        if (options.decode_cublas) cache.products = DecodeProducts::Cublas;  // for comparison
         cache.attention = attention;
         // every coin up front, sequence b's g-th at [g * B + b]: the same stream per sequence as the host sampler
         std::vector<float> coins;

@@ -19,6 +19,7 @@
 #include "llmc/distributed/grad_exchange.cuh"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
+#include "llmc/core/options.h"
 #include "llmc/distributed/multi_gpu.cuh"
 #include "llmc/inference/sampler.h"
 #include "llmc/training/schedulers.h"
@@ -282,6 +283,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
     row("train data", a.train_pattern + " (" + str(train.num_shards()) + " shards, " +
                           str((long long)train.num_batches_per_epoch()) + " batches)");
     if (val) row("val data", a.val_pattern + " (" + str((long long)val->num_batches_per_epoch()) + " batches)");
+    row("LLMC_* switches", engine_options().description());
     row("output", a.output_dir.empty() ? "(none)" : a.output_dir + " (run " + run_id_hex(s.run_id) + ")");
     printf("%s\n", rule.c_str());
     const DeviceSummary& d = s.dev;
@@ -541,6 +543,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
         return 1;
     }
+    engine_options();  // a bad LLMC_* value stops here, before the GPU
     require_cuda_device(argv[0]);
     try {
         return train(args, &argc, &argv);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "llmc/core/cuda_common.h"
+#include "llmc/core/options.h"
 #include "llmc/formats/gemm_algos_file.h"
 
 namespace matmul_algos {
@@ -98,16 +99,12 @@ inline State& ready() {
     State& s = state();
     if (s.init) return s;
     s.init = true;
-    const char* tune = getenv("LLMC_GEMM_TUNE");
-    const char* algos = getenv("LLMC_GEMM_ALGOS");
-    if (tune && *tune && algos && *algos) {
-        fprintf(stderr, "error: LLMC_GEMM_TUNE and LLMC_GEMM_ALGOS are both set: tune into one file or read one\n");
-        exit(EXIT_FAILURE);
-    }
-    if (!(tune && *tune) && !(algos && *algos)) return s;
+    const std::string& tune = engine_options().gemm_tune;
+    const std::string& algos = engine_options().gemm_algos;
+    if (tune.empty() && algos.empty()) return s;
     const std::string header = make_header();
     s.file.header = header;
-    if (tune && *tune) {
+    if (!tune.empty()) {
         s.tune_path = tune;
         or_exit([&] { read_gemm_algos(s.tune_path, header, &s.file); });  // tuning adds to what the file has
     } else {
@@ -115,7 +112,7 @@ inline State& ready() {
         bool found = false;
         or_exit([&] { found = read_gemm_algos(s.algos_path, header, &s.file); });
         if (!found) {
-            fprintf(stderr, "error: LLMC_GEMM_ALGOS: %s does not exist\n", algos);
+            fprintf(stderr, "error: LLMC_GEMM_ALGOS: %s does not exist\n", algos.c_str());
             exit(EXIT_FAILURE);
         }
     }

@@ -18,6 +18,7 @@
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/attention.cuh"
 #include "llmc/core/cuda_common.h"
+#include "llmc/core/options.h"
 #include "llmc/kernels/encoder.cuh"
 #include "llmc/kernels/fused_classifier.cuh"
 #include "llmc/kernels/gelu.cuh"
@@ -216,9 +217,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->T = T;
     m->recompute = recompute;
     m->backend = backend;
-    const char* hopper_dgelu = getenv("LLMC_HOPPER_DGELU");
-    const bool dgelu_wanted = !(hopper_dgelu && hopper_dgelu[0] == '0');
-    m->hopper_dgelu = dgelu_wanted && kFloatXIsBF16 && m->fuse_gelu && matmul_hopper_available() && c.channels % 8 == 0;
+    m->hopper_dgelu = engine_options().hopper_dgelu && kFloatXIsBF16 && m->fuse_gelu && matmul_hopper_available() && c.channels % 8 == 0;
     const size_t zero_shard = m->zero.on ? zero_shard_size(m->zero.plan, m->zero.num_ranks) : 0;
     const size_t zero_staging = m->zero.on ? m->zero.staging_elements : 0;
     m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->use_master_weights, zero_shard, zero_staging);
@@ -249,7 +248,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     }
     m->memory.assign(mem::Count, nullptr);
     char* at = (char*)m->device_block;
-    const bool print_map = getenv("LLMC_PRINT_MEMORY_MAP") != nullptr;  // to read sanitizer reports' addresses
+    const bool print_map = engine_options().print_memory_map;
     for (int i = 0; i < mem::Count; i++) {
         m->memory[i] = m->memory_table[i].elems ? at : nullptr;
         if (print_map) printf("memory map: %p .. %p  %s\n", (void*)at, (void*)(at + m->memory_table[i].bytes()),

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "llmc/core/cuda_common.h"
+#include "llmc/core/options.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LLMC_HOPPER_DEVICE 1  // device code of the sm_90a pass: the instructions below exist
@@ -30,8 +31,7 @@ namespace hopper {
 inline bool hopper_available() {
 #if defined(LLMC_SM90A)
     static const bool yes = [] {
-        const char* off = getenv("LLMC_NO_HOPPER");
-        if (off && off[0] == '1') return false;
+        if (engine_options().no_hopper) return false;
         int dev = 0, major = 0, minor = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

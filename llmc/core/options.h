@@ -1,0 +1,91 @@
+// The engine's LLMC_* environment switches, read once. None is needed for a normal run: they pick another kernel
+// for an A/B comparison or a fallback, record or replay GEMM algorithms, or print a diagnostic. A value the switch
+// does not take stops the program in one line naming the variable.
+//
+//   LLMC_NO_HOPPER=1          the pre-Hopper kernels (mma.sync attention, cuBLASLt GELU backward) on an H100/H200
+//   LLMC_HOPPER_DGELU=0       the GELU kernel and cuBLASLt's DGELU/BGRADB epilogues instead of the Hopper kernel
+//   LLMC_GEMM_TUNE=FILE       time cuBLASLt's candidate algorithms inside the real step and record the fastest
+//   LLMC_GEMM_ALGOS=FILE      replay the recorded algorithms (bit-reproducible runs)
+//   LLMC_PRINT_MEMORY_MAP=1   print every model buffer's device address range (to read sanitizer reports)
+//   LLMC_DECODE_ATTENTION=split|head   decode attention's kernel, forced (comparisons)
+//   LLMC_DECODE_CUBLAS=1      a decode step's products by cuBLASLt, forced (comparisons)
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+struct EngineOptions {
+    bool no_hopper = false;
+    bool hopper_dgelu = true;
+    std::string gemm_tune, gemm_algos;
+    bool print_memory_map = false;
+    std::string decode_attention;  // "", "split" or "head"
+    bool decode_cublas = false;
+
+    // The switches that are set, as (name, value), for the start-up tables.
+    std::vector<std::pair<std::string, std::string>> set() const {
+        std::vector<std::pair<std::string, std::string>> out;
+        if (no_hopper) out.push_back({"LLMC_NO_HOPPER", "1"});
+        if (!hopper_dgelu) out.push_back({"LLMC_HOPPER_DGELU", "0"});
+        if (!gemm_tune.empty()) out.push_back({"LLMC_GEMM_TUNE", gemm_tune});
+        if (!gemm_algos.empty()) out.push_back({"LLMC_GEMM_ALGOS", gemm_algos});
+        if (print_memory_map) out.push_back({"LLMC_PRINT_MEMORY_MAP", "1"});
+        if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
+        if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
+        return out;
+    }
+    // One line for a start-up table: "none", or "NAME=value, ...".
+    std::string description() const {
+        std::string s;
+        for (const auto& [name, value] : set()) s += (s.empty() ? "" : ", ") + name + "=" + value;
+        return s.empty() ? "none" : s;
+    }
+};
+
+namespace options_detail {
+
+[[noreturn]] inline void bad(const char* name, const char* value, const char* wanted) {
+    fprintf(stderr, "error: environment variable %s=%s: expected %s\n", name, value, wanted);
+    exit(EXIT_FAILURE);
+}
+// An on/off switch: unset or empty gives `unset`; otherwise 0 or 1.
+inline bool flag(const char* name, bool unset) {
+    const char* v = getenv(name);
+    if (!v || !*v) return unset;
+    if (std::string(v) == "0") return false;
+    if (std::string(v) == "1") return true;
+    bad(name, v, "0 or 1");
+}
+inline std::string text(const char* name) {
+    const char* v = getenv(name);
+    return v ? v : "";
+}
+
+inline EngineOptions read() {
+    EngineOptions o;
+    o.no_hopper = flag("LLMC_NO_HOPPER", false);
+    o.hopper_dgelu = flag("LLMC_HOPPER_DGELU", true);
+    o.gemm_tune = text("LLMC_GEMM_TUNE");
+    o.gemm_algos = text("LLMC_GEMM_ALGOS");
+    if (!o.gemm_tune.empty() && !o.gemm_algos.empty()) {
+        fprintf(stderr, "error: LLMC_GEMM_TUNE and LLMC_GEMM_ALGOS are both set: tune into one file or read one\n");
+        exit(EXIT_FAILURE);
+    }
+    o.print_memory_map = flag("LLMC_PRINT_MEMORY_MAP", false);
+    o.decode_attention = text("LLMC_DECODE_ATTENTION");
+    if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
+        bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");
+    o.decode_cublas = flag("LLMC_DECODE_CUBLAS", false);
+    return o;
+}
+
+}  // namespace options_detail
+
+// The switches, read from the environment on the first call.
+inline const EngineOptions& engine_options() {
+    static const EngineOptions o = options_detail::read();
+    return o;
+}
