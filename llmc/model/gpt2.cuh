@@ -24,7 +24,9 @@
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/model/gpt2_config.h"
+#include "llmc/model/gpt2_forward.cuh"
 #include "llmc/model/gpt2_memory.cuh"
+#include "llmc/model/gpt2_params.cuh"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
@@ -87,6 +89,8 @@ struct GPT2 {
     void* device_block = nullptr;
     MemoryPlan plan;
     EncoderBackwardScratch encoder_scratch;
+    GPT2Params params, grads;  // views of mem::Params and mem::Grads
+    ForwardActivations acts;   // the forward's buffers in the memory table (every layer's, for the backward)
     cudaStream_t stream = 0;
 
     // State of the last forward pass.
@@ -99,6 +103,41 @@ struct GPT2 {
 namespace gpt2_detail {
 
 template <typename T> inline T* buf(GPT2* m, mem::Id id) { return (T*)m->memory[id]; }
+
+// The forward's buffers in the memory table: every layer's slice (the backward reads them), except what recompute
+// makes again in the backward (ln1, ln2 at 2; the GELU output at 1 and 2), which is one buffer for every layer.
+inline ForwardActivations training_activations(GPT2* m) {
+    const size_t ld = (size_t)m->B * m->T, C = m->config.channels;  // per-layer strides use the allocated size
+    const size_t ln_stride = m->recompute >= 2 ? 0 : ld * C, gelu_stride = m->recompute >= 1 ? 0 : ld * 4 * C;
+    ForwardActivations a;
+    a.encoded = buf<floatX>(m, mem::Encoded);
+    a.ln1 = {buf<floatX>(m, mem::Ln1), ln_stride};
+    a.ln1_mean = {buf<float>(m, mem::Ln1Mean), ld};
+    a.ln1_rstd = {buf<float>(m, mem::Ln1Rstd), ld};
+    a.qkv = {buf<floatX>(m, mem::Qkv), ld * 3 * C};
+    a.atty = {buf<floatX>(m, mem::Atty), ld * C};
+    a.attention_saved = {buf<char>(m, mem::AttSaved), attention_saved_bytes(m->backend, m->B, m->T, m->config.num_heads)};
+    a.residual2 = {buf<floatX>(m, mem::Residual2), ld * C};
+    a.ln2 = {buf<floatX>(m, mem::Ln2), ln_stride};
+    a.ln2_mean = {buf<float>(m, mem::Ln2Mean), ld};
+    a.ln2_rstd = {buf<float>(m, mem::Ln2Rstd), ld};
+    a.fch = {buf<floatX>(m, mem::Fch), ld * 4 * C};
+    a.fch_gelu = {buf<floatX>(m, mem::FchGelu), gelu_stride};
+    a.residual3 = {buf<floatX>(m, mem::Residual3), ld * C};
+    a.lnf = buf<floatX>(m, mem::Lnf);
+    a.lnf_mean = buf<float>(m, mem::LnfMean);
+    a.lnf_rstd = buf<float>(m, mem::LnfRstd);
+    a.scratch = buf<floatX>(m, mem::ScratchBTC);
+    a.attention_workspace = buf<floatX>(m, mem::Logits);  // the forward's attention takes the logits as workspace
+    return a;
+}
+
+// the trainer's hooks as the forward's listener (until the optimizer object replaces them)
+struct HookListener : ForwardListener {
+    GPT2* m;
+    explicit HookListener(GPT2* model) : m(model) {}
+    void parameters_needed(int layer) override { m->params_needed(layer); }
+};
 // Layer `layer`'s slice of a parameter tensor (the whole tensor for the ones that are not per layer).
 inline floatX* param(GPT2* m, ParamTensor tensor, int layer = 0) {
     const TensorSpec spec = gpt2_parameter_table(m->config)[tensor];
@@ -256,6 +295,9 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         at += m->memory_table[i].bytes();
     }
     m->encoder_scratch = encoder_backward_scratch_at(m->memory[mem::EncoderScratch], B * T, c.vocab_size);
+    m->params = GPT2Params(c, buf<floatX>(m, mem::Params));
+    m->grads = GPT2Params(c, buf<floatX>(m, mem::Grads));
+    m->acts = training_activations(m);
 
     // Upload the parameters: fp32 -> floatX (round to nearest), and the fp32 master copy.
     const size_t N = m->num_parameters, opt = zero_shard ? zero_shard : N;
@@ -293,48 +335,12 @@ inline void check_forward_shape(const GPT2* m, int B, int T, const char* what) {
 // (the logits become dlogits, the losses land in mem::Losses). Queues only: no host synchronisation.
 inline void forward_enqueue(GPT2* m, int B, int T, bool with_targets) {
     const GPT2Config& c = m->config;
-    const int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+    const int C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
     const int BT = B * T;
-    const size_t ld = (size_t)m->B * m->T;  // per-layer strides use the allocated size
     cudaStream_t s = m->stream;
-    floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
-    const size_t saved_stride = attention_saved_bytes(m->backend, m->B, m->T, NH);
-    if (m->params_needed) m->params_needed(-1);
-    encoder_forward(buf<floatX>(m, mem::Encoded), buf<int>(m, mem::Inputs), param(m, WTE), param(m, WPE), B, T, C, s);
-    auto ln1 = [&](int l) { return buf<floatX>(m, mem::Ln1) + (m->recompute >= 2 ? 0 : l * ld * C); };
-    auto ln2 = [&](int l) { return buf<floatX>(m, mem::Ln2) + (m->recompute >= 2 ? 0 : l * ld * C); };
-    if (m->params_needed) m->params_needed(0);  // layer l's bucket, before its ln1 (the LayerNorm ahead of it)
-    layernorm_forward(ln1(0), buf<float>(m, mem::Ln1Mean), buf<float>(m, mem::Ln1Rstd), buf<floatX>(m, mem::Encoded),
-                      param(m, LN1W), param(m, LN1B), BT, C, s);
-    for (int l = 0; l < L; l++) {
-        const floatX* residual = l == 0 ? buf<floatX>(m, mem::Encoded) : buf<floatX>(m, mem::Residual3) + (l - 1) * ld * C;
-        floatX* qkv = buf<floatX>(m, mem::Qkv) + l * ld * 3 * C;
-        floatX* atty = buf<floatX>(m, mem::Atty) + l * ld * C;
-        void* saved = buf<char>(m, mem::AttSaved) + l * saved_stride;
-        floatX* residual2 = buf<floatX>(m, mem::Residual2) + l * ld * C;
-        floatX* fch = buf<floatX>(m, mem::Fch) + l * ld * 4 * C;
-        floatX* fch_gelu = buf<floatX>(m, mem::FchGelu) + (m->recompute >= 1 ? 0 : l * ld * 4 * C);
-        floatX* residual3 = buf<floatX>(m, mem::Residual3) + l * ld * C;
-        matmul_forward(qkv, ln1(l), param(m, QKVW, l), param(m, QKVB, l), BT, C, 3 * C, nullptr, false, s);
-        attention_forward(m->backend, atty, saved, qkv, buf<floatX>(m, mem::Logits), B, T, C, NH, s);
-        matmul_forward(scratch, atty, param(m, ATTPROJW, l), param(m, ATTPROJB, l), BT, C, C, nullptr, false, s);
-        fused_residual_layernorm_forward(residual2, ln2(l), buf<float>(m, mem::Ln2Mean) + l * ld,
-                                         buf<float>(m, mem::Ln2Rstd) + l * ld, residual, scratch, param(m, LN2W, l),
-                                         param(m, LN2B, l), BT, C, s);
-        matmul_forward(fch_gelu, ln2(l), param(m, FCW, l), param(m, FCB, l), BT, C, 4 * C, fch, m->fuse_gelu, s);
-        matmul_forward(scratch, fch_gelu, param(m, FCPROJW, l), param(m, FCPROJB, l), BT, 4 * C, C, nullptr, false,
-                       s);
-        if (l + 1 < L) {
-            if (m->params_needed) m->params_needed(l + 1);  // layer l+1's ln1 weights are read here
-            fused_residual_layernorm_forward(residual3, ln1(l + 1), buf<float>(m, mem::Ln1Mean) + (l + 1) * ld,
-                                             buf<float>(m, mem::Ln1Rstd) + (l + 1) * ld, residual2, scratch,
-                                             param(m, LN1W, l + 1), param(m, LN1B, l + 1), BT, C, s);
-        } else {
-            fused_residual_layernorm_forward(residual3, buf<floatX>(m, mem::Lnf), buf<float>(m, mem::LnfMean),
-                                             buf<float>(m, mem::LnfRstd), residual2, scratch, param(m, LNFW),
-                                             param(m, LNFB), BT, C, s);
-        }
-    }
+    HookListener hooks(m);
+    gpt2_forward_layers(c, m->params, m->acts, buf<int>(m, mem::Inputs), ForwardShape{B, T, m->backend, m->fuse_gelu},
+                        s, m->params_needed ? &hooks : nullptr);
     matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, BT, C, Vp, nullptr, false, s);
     if (with_targets) {
         fused_classifier(buf<floatX>(m, mem::Logits), buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
