@@ -84,8 +84,6 @@ int generate(const GenerateArgs& a, const char* program) {
     std::string note;
     const AttentionBackend backend = resolve_attention_backend("auto", c.channels, c.num_heads, &note);
     if (!note.empty()) fprintf(stderr, "note: %s\n", note.c_str());
-    model.use_master_weights = false;  // inference: no fp32 master copy (gradients and AdamW state are still
-                                       // allocated by the trainer's memory plan)
     const bool cached = kv_cache_supported(c);  // decode attention's head sizes (64 or 128: every GPT-2 size)
     // recompute: one length for every forward (a multiple of 64 where the context allows: the GEMM plans are built
     // once); positions past a sequence's end hold <|endoftext|> and cannot change earlier logits (causal attention).

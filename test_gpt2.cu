@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "llmc/model/gpt2.cuh"
+#include "llmc/model/gpt2_step.cuh"
+#include "llmc/training/adamw_optimizer.cuh"
 #include "llmc/training/logger.h"
 #include "llmc/formats/model_file.h"
 #include "reference/compare.h"
@@ -126,15 +128,20 @@ static void poison_activations(GPT2* m) {
 
 // Runs `steps` AdamW steps on one batch, as the reference trajectory was made; returns the losses.
 static std::vector<float> run_trajectory(GPT2* m, const DebugState& ds, const ReferenceTrajectory& ref) {
-    AdamWParams p = {ref.lr, ref.beta1, ref.beta2, ref.eps, ref.weight_decay};
+    AdamWSettings s;
+    s.beta1 = ref.beta1, s.beta2 = ref.beta2, s.eps = ref.eps, s.weight_decay = ref.weight_decay;
+    MultiGpu one_rank;
+    AdamW opt;
+    opt.init(m, &one_rank, s);
     std::vector<float> losses;
     for (size_t i = 0; i < ref.losses.size(); i++) {
         float loss = gpt2_forward(m, ds.inputs.data(), ds.targets.data(), ds.B, ds.T);
         gpt2_zero_grad(m);
         gpt2_backward(m, 1.0f);
-        gpt2_update(m, p, 1.0f, (int)i + 1, 1234);
+        opt.step(ref.lr, /*grad_clip=*/0.0f, (int)i + 1, 1234);
         losses.push_back(loss);
     }
+    opt.free();
     return losses;
 }
 
@@ -256,7 +263,10 @@ int main(int argc, char** argv) {
             if (!(ge.rel_l2 <= worst)) worst = ge.rel_l2;
         }
         printf("worst gradient rel-L2: %.3e\n", worst);
-        printf("grad norm: %.6f\n", gpt2_grad_norm(&model));
+        float* norm_scratch = nullptr;
+        cudaCheck(cudaMalloc(&norm_scratch, global_norm_scratch_floats() * sizeof(float)));
+        printf("grad norm: %.6f\n", global_norm(model.grads.base, model.num_parameters, norm_scratch, model.stream));
+        cudaCheck(cudaFree(norm_scratch));
 
         // ---- AdamW trajectory (fresh model: the reference starts from the file's weights, m = v = 0)
         gpt2_free(&model);

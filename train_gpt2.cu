@@ -15,8 +15,9 @@
 #include "llmc/training/checkpoint.cuh"
 #include "llmc/training/dataloader.h"
 #include "llmc/model/gpt2.cuh"
+#include "llmc/model/gpt2_step.cuh"
+#include "llmc/training/adamw_optimizer.cuh"
 #include "llmc/inference/gpt2_decode.cuh"
-#include "llmc/distributed/grad_exchange.cuh"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
 #include "llmc/core/options.h"
@@ -27,9 +28,6 @@
 #include "llmc/training/train_args.h"
 
 namespace {
-
-// AdamW settings as in GPT-2/GPT-3 training (and llm.c); the learning rate comes from the schedule.
-constexpr float kBeta1 = 0.9f, kBeta2 = 0.95f, kEps = 1e-8f;
 
 [[noreturn]] void fail(const std::string& msg) { throw std::runtime_error(msg); }
 
@@ -64,15 +62,16 @@ size_t device_memory_in_use() {
     return total_bytes - free_bytes;
 }
 
-// Mean loss over up to max_batches validation batches (all if -1), averaged over ranks.
-float evaluate(GPT2& model, DataLoader& val, int max_batches, int B, int T, MultiGpu& mg) {
+// Mean loss over up to max_batches validation batches (all if -1), averaged over ranks. The forward waits for
+// parameters still being gathered (-z 1) through the optimizer's listener.
+float evaluate(GPT2& model, AdamW& opt, DataLoader& val, int max_batches, int B, int T, MultiGpu& mg) {
     val.reset();
     size_t n = val.num_batches_per_epoch();
     if (max_batches > 0 && (size_t)max_batches < n) n = (size_t)max_batches;
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) {
         val.next_batch();
-        sum += gpt2_forward(&model, val.inputs(), val.targets(), B, T);
+        sum += gpt2_forward(&model, val.inputs(), val.targets(), B, T, opt.listener());
     }
     return multi_gpu_mean(mg, (float)(sum / (double)n));
 }
@@ -244,8 +243,8 @@ struct StartupInfo {
     double flops_per_token_full;  // 6N + 12LTC (nanoGPT's)
 };
 
-void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInfo& s, const DataLoader& train,
-                         const DataLoader* val) {
+void print_startup_table(const TrainArgs& a, const GPT2& model, const AdamW& opt, const StartupInfo& s,
+                         const DataLoader& train, const DataLoader* val) {
     const GPT2Config& c = model.config;
     auto row = [](const std::string& k, const std::string& v) { printf("%s\n", format_table_row(k, v).c_str()); };
     auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
@@ -265,15 +264,8 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
     row("forward + backward", model.use_graphs ? "one CUDA Graph per micro-step (from the second; -cg 0: off)"
                               : matmul_algos::tuning() ? "kernels queued one by one (GEMM tuning run)"
                                                        : "kernels queued one by one");
-    row("ZeRO stage", model.zero.on ? "1 (master weights and AdamW moments: this rank's shard)"
-                                    : "0 (every rank keeps the whole optimizer state)");
-    if (s.world > 1) {
-        const size_t buckets = model.zero.on ? model.zero.plan.size()
-                                             : zero_bucket_plan(c, (size_t)a.zero_bucket_mb << 20, s.world).size();
-        row("gradient exchange", str((long long)buckets) + " buckets of about " + str(a.zero_bucket_mb) + " MB, " +
-                                     (model.zero.on ? "reduce-scatter" : "all-reduce") + " under the backward" +
-                                     (model.zero.on ? ", all-gather under the forward" : ""));
-    }
+    row("ZeRO stage", opt.zero_description());
+    if (s.world > 1) row("gradient exchange", opt.exchange_description((size_t)a.zero_bucket_mb));
     row("tokens per step",
         str(s.layout.tokens_per_step) + " (grad accum " + str(s.layout.grad_accum_steps) + ")");
     row("steps", str(s.start_step) + " -> " + str(s.total_steps) + (a.max_steps == -1 ? " (one epoch)" : ""));
@@ -298,47 +290,9 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const StartupInf
                          : "unknown (MFU not reported)");
     row("model FLOPs per token", num(s.flops_per_token) + " (6N+6LTC; 6N+12LTC " + num(s.flops_per_token_full) + ")");
     printf("%s\n", rule.c_str());
-    for (const auto& [label, bytes] : memory_plan_rows(model.plan)) row(label, format_bytes((double)bytes));
+    for (const auto& [label, bytes] : memory_plan_rows(model.plan + opt.plan)) row(label, format_bytes((double)bytes));
     printf("%s\n", rule.c_str());
     fflush(stdout);
-}
-
-// ---------------------------------------------------------------- ZeRO-1 checkpoints (-z 1, llmc/distributed/zero.cuh)
-// The optimizer state in gpt2_optimizer_state_to_host's flat layout, gathered from every rank's shard (a bucket at
-// a time through an fp32 buffer of the largest bucket); every rank must call it, between steps; rank 0 gets the
-// bytes.
-std::vector<uint8_t> zero_gather_optimizer_state(GPT2& model, MultiGpu& mg) {
-    const size_t P = gpt2_num_parameters(&model);
-    std::vector<uint8_t> out(mg.rank == 0 ? gpt2_optimizer_state_bytes(&model) : 0);
-    // fp32, the largest bucket: in the activation memory (dead between steps) when it fits, else its own buffer
-    const size_t need = model.zero.staging_elements * sizeof(float);
-    float* gathered = need <= model.plan.activations ? (float*)model.memory[mem::Encoded] : nullptr;
-    if (!gathered) cudaCheck(cudaMalloc(&gathered, need));
-    std::vector<float> host(model.zero.staging_elements);
-    size_t array = 0;
-    for (mem::Id id : {mem::Master, mem::AdamM, mem::AdamV}) {
-        if (!model.memory[id]) continue;
-        float* flat = mg.rank == 0 ? reinterpret_cast<float*>(out.data()) + array * P : nullptr;
-        size_t shard_at = 0;
-        for (const GradBucket& b : model.zero.plan) {
-            const size_t per = b.shard_elements(mg.world);
-            cudaCheck(cudaMemcpyAsync(gathered + (size_t)mg.rank * per, (float*)model.memory[id] + shard_at,
-                                      per * sizeof(float), cudaMemcpyDeviceToDevice, mg.stream));
-            multi_gpu_all_gather_in_place(mg, gathered, per);
-            cudaCheck(cudaStreamSynchronize(mg.stream));
-            shard_at += per;
-            if (!flat) continue;
-            cudaCheck(cudaMemcpy(host.data(), gathered, b.elements * sizeof(float), cudaMemcpyDeviceToHost));
-            size_t at = 0;  // the gathered buffer is the bucket's staging layout: its ranges in table order
-            for (const FlatRange& r : b.ranges) {
-                std::copy(host.begin() + at, host.begin() + at + r.count, flat + r.offset);
-                at += r.count;
-            }
-        }
-        array++;
-    }
-    if (gathered != (float*)model.memory[mem::Encoded]) cudaCheck(cudaFree(gathered));
-    return out;
 }
 
 // ---------------------------------------------------------------- one optimizer step
@@ -347,40 +301,31 @@ struct StepResult {
     double ms;
 };
 
-// zero grad -> grad_accum_steps × (forward, backward; the last backward's buckets exchanged under it) -> clip ->
-// AdamW (-z 1: then the parameters' all-gather, which the next forward waits for bucket by bucket), timed on the
-// compute stream from the previous step's end to the end of the update.
-StepResult train_step(GPT2& model, GradExchange& x, DataLoader& train, const TrainArgs& a, const BatchLayout& layout,
+// zero grad -> grad_accum_steps × (forward, backward; the last backward's buckets exchanged under it) -> the
+// optimizer's step (norm, clip, AdamW; -z 1: then the parameters' all-gather, which the next forward waits for
+// bucket by bucket), timed on the compute stream from the previous step's end to the end of the update.
+StepResult train_step(GPT2& model, AdamW& opt, DataLoader& train, const TrainArgs& a, const BatchLayout& layout,
                       const LRScheduler& sched, MultiGpu& mg, int step) {
     cudaCheck(cudaStreamSynchronize(model.stream));  // not the device: a -z 1 all-gather may still be running
     const auto t0 = std::chrono::steady_clock::now();
     gpt2_zero_grad(&model);
     double loss_sum = 0;
+    GradExchange* exchange = opt.listener();
     for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
         train.next_batch();
-        if (!x.active) {  // one GPU: nothing between forward and backward (a CUDA Graph with -cg 1)
+        if (!exchange) {  // one GPU: nothing between forward and backward (a CUDA Graph with -cg 1)
             loss_sum += gpt2_forward_backward(&model, train.inputs(), train.targets(), a.B, a.T,
                                               1.0f / layout.grad_accum_steps);
             continue;
         }
-        loss_sum += gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T);
-        grad_exchange_arm(&x, micro == layout.grad_accum_steps - 1);
-        gpt2_backward(&model, 1.0f / layout.grad_accum_steps);
+        loss_sum += gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T, exchange);
+        const bool last_micro = micro == layout.grad_accum_steps - 1;  // only its gradients are exchanged
+        gpt2_backward(&model, 1.0f / layout.grad_accum_steps, last_micro ? exchange : nullptr);
     }
-    grad_exchange_finish(&x);
     StepResult r;
-    if (model.zero.on) {  // each rank holds the mean of its shard; the norm combines the shards'
-        const float shard_norm = gpt2_grad_norm(&model);
-        r.grad_norm = sqrtf(multi_gpu_sum(mg, shard_norm * shard_norm));
-    } else {
-        r.grad_norm = gpt2_grad_norm(&model);
-    }
     r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
-    const float grad_scale = (a.grad_clip > 0 && r.grad_norm > a.grad_clip) ? a.grad_clip / r.grad_norm : 1.0f;
     r.lr = sched.lr_at(step);
-    const AdamWParams opt{r.lr, kBeta1, kBeta2, kEps, a.weight_decay};
-    gpt2_update(&model, opt, grad_scale, step + 1, mix_seed(a.seed, (uint64_t)step + 1));
-    grad_exchange_gather_params(&x);
+    r.grad_norm = opt.step(r.lr, a.grad_clip, step + 1, mix_seed(a.seed, (uint64_t)step + 1)).grad_norm;
     cudaCheck(cudaStreamSynchronize(model.stream));
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -409,11 +354,18 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     const AttentionBackend backend = resolve_attention_backend(a.attention, c.channels, c.num_heads, &note);
     if (!note.empty()) printf("note: %s\n", note.c_str());
     matmul_set_tf32(a.tf32);
-    model.use_master_weights = a.master_weights;
     // A GEMM tuning run (LLMC_GEMM_TUNE) times each call as queued, which a replayed graph would not do.
     model.use_graphs = a.cuda_graph && mg.world == 1 && !matmul_algos::tuning();
-    if (a.zero_stage == 1) gpt2_use_zero(&model, mg.world, mg.rank, (size_t)a.zero_bucket_mb << 20);
-    gpt2_allocate(&model, a.B, a.T, a.recompute, backend);  // out of memory: exits naming the largest B that fits
+    AdamWSettings opt_settings;  // betas and eps as in GPT-2/GPT-3 training (and llm.c): the defaults
+    opt_settings.weight_decay = a.weight_decay;
+    opt_settings.master_weights = a.master_weights;
+    opt_settings.zero_stage = a.zero_stage;
+    opt_settings.bucket_bytes = (size_t)a.zero_bucket_mb << 20;
+    // out of memory: exits naming the largest B that fits next to the optimizer's state
+    gpt2_allocate(&model, a.B, a.T, a.recompute, backend, adamw_device_bytes(c, opt_settings, mg.world));
+    AdamW opt;
+    opt.init(&model, &mg, opt_settings);
+    gpt2_release_host_params(&model);
 
     // ---- data, schedule, samples
     DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, a.shuffle, a.seed, c.vocab_size,
@@ -435,7 +387,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     // ---- resume: optimizer state, data position, sampler
     const RunShape shape{a.B, a.T, mg.world, layout.grad_accum_steps};
     const int start_step =
-        resume_step >= 0 ? ckpt.restore(&model, resume_step, shape, &sampler_rng, &train_loader, mg.rank) : 0;
+        resume_step >= 0 ? ckpt.restore(&opt, resume_step, shape, &sampler_rng, &train_loader, mg.rank) : 0;
     MainLog log;
     if (main_rank) log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
 
@@ -451,30 +403,24 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     info.dev = query_device(mg.local_device, info.math);
     info.flops_per_token = gpt2_flops_per_token(c, a.T, AttentionFlops::Causal);
     info.flops_per_token_full = gpt2_flops_per_token(c, a.T, AttentionFlops::Full);
-    print_startup_table(a, model, info, train_loader, val_loader.get());
+    print_startup_table(a, model, opt, info, train_loader, val_loader.get());
 
     // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
     double sum_ms = 0;
     int timed_steps = 0;
-    GradExchange exchange = grad_exchange_create(&model, &mg, (size_t)a.zero_bucket_mb << 20);
-    grad_exchange_install(&exchange);
     for (int step = start_step;; step++) {
         const bool last = step == total_steps;
         const bool checkpoint = a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || last);
         const bool validate = val_loader && (step % a.val_every == 0 || last);
         const bool sample = a.sample_every > 0 && main_rank && ((step > 0 && step % a.sample_every == 0) || last);
-        if (checkpoint || sample || last) grad_exchange_sync(&exchange);  // the parameters' all-gather has landed
+        if (checkpoint || sample || last) opt.sync();  // the parameters' all-gather has landed
         if (checkpoint) {
             multi_gpu_barrier(mg);
-            std::vector<uint8_t> optimizer_state = model.zero.on ? zero_gather_optimizer_state(model, mg)
-                                                   : main_rank  ? gpt2_optimizer_state_to_host(&model)
-                                                                : std::vector<uint8_t>();
-            if (main_rank)
-                ckpt.save(model, step, shape, sampler_rng, train_loader, val_loader.get(), std::move(optimizer_state));
+            ckpt.save(model, opt, step, shape, sampler_rng, train_loader, val_loader.get(), mg.rank);
             multi_gpu_barrier(mg);
         }
         if (validate) {
-            const float val_loss = evaluate(model, *val_loader, a.val_max_batches, a.B, a.T, mg);
+            const float val_loss = evaluate(model, opt, *val_loader, a.val_max_batches, a.B, a.T, mg);
             printf("val loss %.6f (after %d steps)\n", val_loss, step);
             log.log_val(step, val_loss);
         }
@@ -483,7 +429,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         }
         if (last) break;
 
-        const StepResult r = train_step(model, exchange, train_loader, a, layout, sched, mg, step);
+        const StepResult r = train_step(model, opt, train_loader, a, layout, sched, mg, step);
         StepStats st;
         st.step = step + 1;
         st.total_steps = total_steps;
@@ -523,7 +469,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
                          left, path);
         else printf("GEMM tuning: every shape written to %s\n", path);
     }
-    grad_exchange_free(&exchange);
+    opt.free();
     gpt2_free(&model);
     multi_gpu_free(mg);
     return 0;

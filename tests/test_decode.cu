@@ -24,7 +24,6 @@ static int test_model(const GPT2Config& c, const char* label) {
     const double tol = kFloatXIsBF16 ? 2e-2 : 1e-5;
     GPT2 m;
     gpt2_build_random(&m, c, 1234);
-    m.use_master_weights = false;
     const std::vector<int> prompt_len = {5, 64, 17};
     const int B = (int)prompt_len.size(), steps = 40, T = 128;
     gpt2_allocate(&m, B, T, 0, kFloatXIsBF16 ? AttentionBackend::Flash : AttentionBackend::Materialized);

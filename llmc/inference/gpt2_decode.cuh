@@ -30,7 +30,7 @@
 #include "llmc/kernels/attention_decode.cuh"
 #include "llmc/kernels/decode_matvec.cuh"
 #include "llmc/kernels/mma/decode_mma.cuh"
-#include "llmc/model/gpt2.cuh"
+#include "llmc/model/gpt2_step.cuh"
 #include "llmc/kernels/sampling.cuh"
 
 // Batches up to kDecodeMatvecMaxB run the products as decode_matvec, up to kDecodeMmaMaxB as decode_mma (both BF16
@@ -188,7 +188,7 @@ inline bool decode_forward(GPT2* m, KVCache* cache, const DecodeGreedyPick* pick
     float* mean = buf<float>(m, mem::Ln1Mean);
     float* rstd = buf<float>(m, mem::Ln1Rstd);
     gpt2_decode_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, s>>>(x, buf<int>(m, mem::Inputs), cache->len,
-                                                                         param(m, WTE), param(m, WPE), B, C);
+                                                                         m->params(WTE), m->params(WPE), B, C);
     cudaCheckLaunch();
     if (cache->products != DecodeProducts::Cublas) {  // per layer: 4 products + decode attention
         // each product and attention kernel starts while the kernel before it ends (see decode_matvec)
@@ -206,62 +206,62 @@ inline bool decode_forward(GPT2* m, KVCache* cache, const DecodeGreedyPick* pick
         for (int l = 0; l < L; l++) {
             floatX* k_cache = cache->k + l * cache->layer_elements();
             floatX* v_cache = cache->v + l * cache->layer_elements();
-            DecodeMatvec qkv_mv{qkv, residual, param(m, LN1W, l), param(m, LN1B, l), param(m, QKVW, l), param(m, QKVB, l)};
+            DecodeMatvec qkv_mv{qkv, residual, m->params(LN1W, l), m->params(LN1B, l), m->params(QKVW, l), m->params(QKVB, l)};
             qkv_mv.k_cache = k_cache, qkv_mv.v_cache = v_cache, qkv_mv.len = cache->len;
             qkv_mv.NH = NH, qkv_mv.HS = HS, qkv_mv.max_T = cache->max_T, qkv_mv.N = 3 * C, qkv_mv.K = C;
             product(qkv_mv);
             cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS,
                                        cache->workspace, s, (size_t)3 * C, /*pdl=*/true,
                                        /*new_kv=*/(const floatX*)nullptr, cache->attention));  // appended already
-            DecodeMatvec proj{residual2, atty, nullptr, nullptr, param(m, ATTPROJW, l), param(m, ATTPROJB, l), residual};
+            DecodeMatvec proj{residual2, atty, nullptr, nullptr, m->params(ATTPROJW, l), m->params(ATTPROJB, l), residual};
             proj.N = C, proj.K = C;
             product(proj);
-            DecodeMatvec fc{fch_gelu, residual2, param(m, LN2W, l), param(m, LN2B, l), param(m, FCW, l), param(m, FCB, l)};
+            DecodeMatvec fc{fch_gelu, residual2, m->params(LN2W, l), m->params(LN2B, l), m->params(FCW, l), m->params(FCB, l)};
             fc.gelu = true, fc.N = 4 * C, fc.K = C;
             product(fc);
-            DecodeMatvec fcproj{residual3, fch_gelu, nullptr, nullptr, param(m, FCPROJW, l), param(m, FCPROJB, l), residual2};
+            DecodeMatvec fcproj{residual3, fch_gelu, nullptr, nullptr, m->params(FCPROJW, l), m->params(FCPROJB, l), residual2};
             fcproj.N = C, fcproj.K = 4 * C;
             product(fcproj);
             residual = residual3;
         }
         if (cache->products == DecodeProducts::Matvec && B <= cache->matvec_rows * cache->matvec_classifier_groups) {
-            DecodeMatvec logits{buf<floatX>(m, mem::Logits), residual, param(m, LNFW), param(m, LNFB), param(m, WTE)};
+            DecodeMatvec logits{buf<floatX>(m, mem::Logits), residual, m->params(LNFW), m->params(LNFB), m->params(WTE)};
             logits.B = B, logits.N = Vp, logits.K = C, logits.rows = cache->matvec_rows;
             logits.pdl = true;
             if (pick) logits.pick = *pick;
             decode_matvec(logits, s);
             return pick != nullptr;
         }
-        layernorm_forward(buf<floatX>(m, mem::Lnf), mean, rstd, residual, param(m, LNFW), param(m, LNFB), B, C, s,
+        layernorm_forward(buf<floatX>(m, mem::Lnf), mean, rstd, residual, m->params(LNFW), m->params(LNFB), B, C, s,
                           /*pdl=*/true);
-        matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp,
+        matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), m->params(WTE), nullptr, B, C, Vp,
                        nullptr, false, s);
         return false;
     }
     // Our kernels here are launched as programmatic dependents (PDL): each starts while the kernel before it
     // (often a cuBLASLt product) ends, and waits for its output inside.
-    layernorm_forward(ln, mean, rstd, x, param(m, LN1W), param(m, LN1B), B, C, s, /*pdl=*/true);
+    layernorm_forward(ln, mean, rstd, x, m->params(LN1W), m->params(LN1B), B, C, s, /*pdl=*/true);
     const floatX* residual = x;
     for (int l = 0; l < L; l++) {
-        matmul_forward(qkv, ln, param(m, QKVW, l), param(m, QKVB, l), B, C, 3 * C, nullptr, false, s);
+        matmul_forward(qkv, ln, m->params(QKVW, l), m->params(QKVB, l), B, C, 3 * C, nullptr, false, s);
         floatX* k_cache = cache->k + l * cache->layer_elements();
         floatX* v_cache = cache->v + l * cache->layer_elements();
         // the new token's K and V go from the QKV row into the cache inside attention_decode
         cudaCheck(attention_decode(atty, qkv, k_cache, v_cache, cache->len, B, NH, cache->max_T, HS, cache->workspace,
                                    s, (size_t)3 * C, /*pdl=*/true, (const floatX*)qkv + C, cache->attention));
-        matmul_forward(scratch, atty, param(m, ATTPROJW, l), param(m, ATTPROJB, l), B, C, C, nullptr, false, s);
-        fused_residual_layernorm_forward(residual2, ln, mean, rstd, residual, scratch, param(m, LN2W, l),
-                                         param(m, LN2B, l), B, C, s, /*pdl=*/true);
-        matmul_forward(fch_gelu, ln, param(m, FCW, l), param(m, FCB, l), B, C, 4 * C, fch, m->fuse_gelu, s);
-        matmul_forward(scratch, fch_gelu, param(m, FCPROJW, l), param(m, FCPROJB, l), B, 4 * C, C, nullptr, false, s);
+        matmul_forward(scratch, atty, m->params(ATTPROJW, l), m->params(ATTPROJB, l), B, C, C, nullptr, false, s);
+        fused_residual_layernorm_forward(residual2, ln, mean, rstd, residual, scratch, m->params(LN2W, l),
+                                         m->params(LN2B, l), B, C, s, /*pdl=*/true);
+        matmul_forward(fch_gelu, ln, m->params(FCW, l), m->params(FCB, l), B, C, 4 * C, fch, m->fuse_gelu, s);
+        matmul_forward(scratch, fch_gelu, m->params(FCPROJW, l), m->params(FCPROJB, l), B, 4 * C, C, nullptr, false, s);
         const bool last = l + 1 == L;
         floatX* next_ln = last ? buf<floatX>(m, mem::Lnf) : ln;
         fused_residual_layernorm_forward(residual3, next_ln, mean, rstd, residual2, scratch,
-                                         last ? param(m, LNFW) : param(m, LN1W, l + 1),
-                                         last ? param(m, LNFB) : param(m, LN1B, l + 1), B, C, s, /*pdl=*/true);
+                                         last ? m->params(LNFW) : m->params(LN1W, l + 1),
+                                         last ? m->params(LNFB) : m->params(LN1B, l + 1), B, C, s, /*pdl=*/true);
         residual = residual3;  // the next layer reads it for its residual2, then overwrites it with its residual3
     }
-    matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), param(m, WTE), nullptr, B, C, Vp, nullptr,
+    matmul_forward(buf<floatX>(m, mem::Logits), buf<floatX>(m, mem::Lnf), m->params(WTE), nullptr, B, C, Vp, nullptr,
                    false, s);
     return false;
 }

@@ -1,7 +1,8 @@
-// The GPT-2 model's memory as one table of named tensors: every buffer the model owns is a row with a name, an
-// element count, an element size and a group (parameters, gradients, optimizer, master weights, activations,
-// workspace). Offsets into the single device allocation, the MemoryPlan and its printout all come from this
-// table; nothing else counts bytes by hand.
+// The training model's memory as one table of named tensors: every buffer the model owns is a row with a name, an
+// element count, an element size and a group (parameters, gradients, activations, workspace). Offsets into the
+// single device allocation, the MemoryPlan and its printout all come from this table; nothing else counts bytes by
+// hand. The optimizer's state (master weights, AdamW moments, the exchange's staging) is its own table
+// (llmc/training/adamw_optimizer.cuh), in the same MemoryTensor rows.
 // recompute: 0 keeps every activation; 1 recomputes GELU(fch) in backward instead of storing it per layer;
 // 2 additionally recomputes the ln1/ln2 outputs from the saved residuals and statistics.
 // The logits buffer doubles as the backward's scratch once the classifier's gradient is consumed: dqkv, the
@@ -16,55 +17,23 @@
 
 #include "llmc/kernels/attention.cuh"
 #include "llmc/core/cuda_common.h"
+#include "llmc/core/memory_table.h"
 #include "llmc/kernels/encoder.cuh"
-#include "llmc/kernels/global_norm.cuh"
 #include "llmc/model/gpt2_config.h"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
 #include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
 
 // ---------------------------------------------------------------- the memory table
-enum class MemoryGroup { Parameters, Gradients, Optimizer, MasterWeights, Activations, Workspace };
-
-struct MemoryTensor {
-    std::string name;
-    MemoryGroup group;
-    size_t elems;
-    size_t elem_bytes;
-    size_t bytes() const { return round_up(elems * elem_bytes, 256); }  // every tensor 256-byte aligned
-};
-
-struct MemoryPlan {
-    size_t parameters = 0, gradients = 0, optimizer = 0, master_weights = 0, activations = 0, workspace = 0;
-    size_t total() const { return parameters + gradients + optimizer + master_weights + activations + workspace; }
-};
-
 // Indices of the table's rows (the order of this enum is the order of the table).
 namespace mem {
 enum Id {
-    Params, Grads, Master, AdamM, AdamV,
+    Params, Grads,
     Encoded, Ln1, Ln1Mean, Ln1Rstd, Qkv, Atty, AttSaved, Residual2, Ln2, Ln2Mean, Ln2Rstd, Fch,
     FchGelu, Residual3, Lnf, LnfMean, LnfRstd, Logits, Losses,
-    DResidual, ScratchBTC, ScratchBT4C, NormPartials, Inputs, Targets, EncoderScratch, ZeroStaging, Count
+    DResidual, ScratchBTC, ScratchBT4C, Inputs, Targets, EncoderScratch, Count
 };
 }  // namespace mem
-
-inline MemoryPlan memory_plan_of(const std::vector<MemoryTensor>& table) {
-    MemoryPlan p;
-    for (const MemoryTensor& t : table) {
-        size_t b = t.bytes();
-        switch (t.group) {
-            case MemoryGroup::Parameters: p.parameters += b; break;
-            case MemoryGroup::Gradients: p.gradients += b; break;
-            case MemoryGroup::Optimizer: p.optimizer += b; break;
-            case MemoryGroup::MasterWeights: p.master_weights += b; break;
-            case MemoryGroup::Activations: p.activations += b; break;
-            case MemoryGroup::Workspace: p.workspace += b; break;
-        }
-    }
-    p.workspace += matmul_workspace_bytes();  // cuBLASLt's own workspace, allocated by matmul_init
-    return p;
-}
 
 // The backward's reduction partials (fp32): LayerNorm backward's weight and bias sums, the bias-gradient column sums,
 // the GELU-backward GEMM's bias partials and the attention's qkv bias partial rows, each used and finished within
@@ -83,12 +52,8 @@ inline size_t gpt2_backward_partials_offset(const GPT2Config& c, int B, int T, A
     return round_up(dqkv_bytes + attention_workspace_bytes(backend, B, T, c.channels, c.num_heads), 256);
 }
 
-// zero_shard, zero_staging (elements): ZeRO-1 (llmc/distributed/zero.cuh) keeps master weights and moments for its shard only,
-// plus a staging buffer for the largest bucket (the reduce-scattered gradients go back into the gradient buffer);
-// 0, 0 without it.
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
-                                                   AttentionBackend backend, bool master_weights = kFloatXIsBF16,
-                                                   size_t zero_shard = 0, size_t zero_staging = 0) {
+                                                   AttentionBackend backend) {
     const size_t N = gpt2_num_parameters(c), L = c.num_layers, C = c.channels, NH = c.num_heads,
                  Vp = c.padded_vocab_size, BT = (size_t)B * T;
     const size_t X = sizeof(floatX), F = sizeof(float);
@@ -101,10 +66,6 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     std::vector<MemoryTensor> t(mem::Count);
     t[mem::Params] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};
     t[mem::Grads] = {"gradients (" PRECISION_NAME ")", G::Gradients, N, X};
-    const size_t opt = zero_shard ? zero_shard : N;  // elements of master weights, m and v on this GPU
-    t[mem::Master] = {"master weights (fp32)", G::MasterWeights, master_weights && kFloatXIsBF16 ? opt : 0, F};
-    t[mem::AdamM] = {"AdamW m (fp32)", G::Optimizer, opt, F};
-    t[mem::AdamV] = {"AdamW v (fp32)", G::Optimizer, opt, F};
     t[mem::Encoded] = {"encoded", G::Activations, BT * C, X};
     t[mem::Ln1] = {"ln1", G::Activations, ln_layers * BT * C, X};
     t[mem::Ln1Mean] = {"ln1_mean", G::Activations, L * BT, F};
@@ -128,25 +89,16 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     t[mem::DResidual] = {"dresidual", G::Workspace, BT * C, X};
     t[mem::ScratchBTC] = {"scratch (B,T,C)", G::Workspace, BT * C, X};
     t[mem::ScratchBT4C] = {"scratch (B,T,4C)", G::Workspace, BT * 4 * C, X};
-    t[mem::NormPartials] = {"global norm partials", G::Workspace, global_norm_scratch_floats(), F};
     t[mem::Inputs] = {"inputs", G::Workspace, BT, sizeof(int)};
     t[mem::Targets] = {"targets", G::Workspace, BT, sizeof(int)};
     t[mem::EncoderScratch] = {"encoder backward sort", G::Workspace,
                           encoder_backward_scratch_bytes((int)BT, c.vocab_size), 1};
-    t[mem::ZeroStaging] = {"bucket staging (ZeRO-1)", G::Workspace, zero_staging, X};
     return t;
 }
 
-
-inline MemoryPlan gpt2_memory_plan(const GPT2Config& c, int B, int T, int recompute, AttentionBackend backend) {
-    return memory_plan_of(gpt2_memory_table(c, B, T, recompute, backend));
+// The model's plan: its table, and cuBLASLt's workspace (matmul_init allocates it; counted once, here).
+inline MemoryPlan gpt2_memory_plan(const std::vector<MemoryTensor>& table) {
+    MemoryPlan p = memory_plan_of(table);
+    p.workspace += matmul_workspace_bytes();
+    return p;
 }
-
-// The plan as (label, bytes) rows, in the order every printout shows them (the trainer's start-up table, tests).
-inline std::vector<std::pair<std::string, size_t>> memory_plan_rows(const MemoryPlan& p) {
-    return {{"memory: parameters", p.parameters},     {"memory: gradients", p.gradients},
-            {"memory: optimizer m, v", p.optimizer},  {"memory: master weights", p.master_weights},
-            {"memory: activations", p.activations},   {"memory: workspace", p.workspace},
-            {"memory: total (plan)", p.total()}};
-}
-

@@ -1,0 +1,101 @@
+// GPT-2's backward on the training model's buffers: the classifier, then the layers from the last to the first
+// (the same modules as the forward, in reverse), then the encoder. Each layer's parameter gradients are final when
+// its iteration ends, and the backward says so to a BackwardListener (the optimizer's gradient exchange sends them
+// while the layers below are still in their backward).
+#pragma once
+
+#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/encoder.cuh"
+#include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
+#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/matmul.cuh"
+#include "llmc/model/gpt2.cuh"
+
+// Told as the backward queues its kernels (on the model's stream; nothing has run yet).
+struct BackwardListener {
+    virtual ~BackwardListener() = default;
+    // Layer `layer`'s parameter gradients are queued in full (L-1 down to 0), then -1: wte, wpe and lnf's.
+    virtual void gradients_ready(int layer) = 0;
+};
+
+namespace gpt2_detail {
+
+// The backward's kernels on m->stream, after a forward with targets over the same B, T (the logits buffer holds
+// dlogits of the mean loss; loss_scale enters as the classifier GEMMs' alpha). Queues only.
+inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardListener* listener) {
+    const GPT2Config& c = m->config;
+    const int L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    const int BT = B * T;
+    cudaStream_t s = m->stream;
+    const GPT2Params& p = m->params;
+    const GPT2Params& g = m->grads;
+    const ForwardActivations& a = m->acts;
+    floatX* dresidual = buf<floatX>(m, mem::DResidual);
+    floatX* scratch = buf<floatX>(m, mem::ScratchBTC);
+    floatX* scratch4 = buf<floatX>(m, mem::ScratchBT4C);
+    // the logits buffer is dead once the classifier's backward has read dlogits: dqkv, the attention's workspace
+    // and the reduction partials live there (gpt2_memory.cuh)
+    floatX* dqkv = buf<floatX>(m, mem::Logits);
+    void* attn_ws = dqkv + (size_t)BT * 3 * C;
+    float* reduce = (float*)(buf<char>(m, mem::Logits) + gpt2_backward_partials_offset(c, m->B, m->T, m->backend));
+    const bool qkv_bias_in_attention = attention_backward_sums_qkv_bias(m->backend, C / NH);
+
+    // Classifier (no bias: no partials, which would overwrite dlogits).
+    matmul_backward(scratch, g(WTE), nullptr, buf<floatX>(m, mem::Logits), a.lnf, p(WTE), BT, C, Vp, nullptr, nullptr,
+                    false, loss_scale, s);
+    cudaCheck(cudaMemsetAsync(dresidual, 0, (size_t)BT * C * sizeof(floatX), s));
+    // Each LayerNorm backward also sums its dinp over rows: the bias gradient of the projection (fcproj or
+    // attproj) whose output gradient that residual stream is, so those two GEMMs need no bias pass.
+    layernorm_backward(dresidual, g(LNFW), g(LNFB), scratch, a.residual3.at(L - 1), p(LNFW), a.lnf_mean, a.lnf_rstd,
+                       BT, C, reduce, s, g(FCPROJB, L - 1));
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* residual = a.residual_in(l);
+        floatX* fch_gelu = a.fch_gelu.at(l);
+        if (m->recompute >= 1 && !m->hopper_dgelu) gelu_forward(fch_gelu, a.fch.at(l), (size_t)BT * 4 * C, s);
+        if (m->recompute >= 2) {  // same kernel, same inputs: bit-identical to the forward's outputs
+            layernorm_forward(a.ln1.at(l), a.ln1_mean.at(l), a.ln1_rstd.at(l), residual, p(LN1W, l), p(LN1B, l), BT,
+                              C, s);
+            layernorm_forward(a.ln2.at(l), a.ln2_mean.at(l), a.ln2_rstd.at(l), a.residual2.at(l), p(LN2W, l),
+                              p(LN2B, l), BT, C, s);
+        }
+        // MLP: dresidual is d(residual3) here.
+        floatX* dfch = scratch4;
+        floatX* fc_dbias = g(FCB, l);
+        if (m->hopper_dgelu) {
+            // dfch, fc's bias gradient summed in the same kernel (so none in fc's GEMM) and, under recompute, the
+            // GELU output fcproj's weight gradient reads (so no pass of its own over fch)
+            matmul_backward_dgelu_hopper(dfch, reduce, dresidual, p(FCPROJW, l), a.fch.at(l), BT, 4 * C, C, 1.0f, s,
+                                         m->recompute >= 1 ? fch_gelu : nullptr);
+            matmul_dgelu_bias_grad(fc_dbias, reduce, BT, 4 * C, 1.0f, s);
+            fc_dbias = nullptr;
+        } else {
+            matmul_backward_input(dfch, dresidual, p(FCPROJW, l), BT, 4 * C, C, a.fch.at(l), m->fuse_gelu, 1.0f, s);
+        }
+        // after dfch: the Hopper kernel may have written fch_gelu (dfch has a buffer of its own, scratch4)
+        matmul_backward_weight(g(FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
+        matmul_backward(scratch, g(FCW, l), fc_dbias, dfch, a.ln2.at(l), p(FCW, l), BT, C, 4 * C, reduce, nullptr,
+                        false, 1.0f, s);
+        layernorm_backward(dresidual, g(LN2W, l), g(LN2B, l), scratch, a.residual2.at(l), p(LN2W, l),
+                           a.ln2_mean.at(l), a.ln2_rstd.at(l), BT, C, reduce, s, g(ATTPROJB, l));
+        // Attention: dresidual is now d(residual2).
+        matmul_backward(scratch, g(ATTPROJW, l), nullptr, dresidual, a.atty.at(l), p(ATTPROJW, l), BT, C, C, reduce,
+                        nullptr, false, 1.0f, s);
+        // on Hopper the attention backward also sums dqkv's columns (the qkv bias gradient), so its GEMM takes none
+        attention_backward(m->backend, dqkv, scratch, a.qkv.at(l), a.atty.at(l), a.attention_saved.at(l), attn_ws, B,
+                           T, C, NH, s, qkv_bias_in_attention ? reduce : nullptr);
+        if (qkv_bias_in_attention)
+            column_sum_finish(g(QKVB, l), reduce, attention_qkv_bias_partial_rows(B, T), 3 * C, 1.0f, s);
+        matmul_backward(scratch, g(QKVW, l), qkv_bias_in_attention ? nullptr : g(QKVB, l), dqkv, a.ln1.at(l),
+                        p(QKVW, l), BT, C, 3 * C, reduce, nullptr, false, 1.0f, s);
+        layernorm_backward(dresidual, g(LN1W, l), g(LN1B, l), scratch, residual, p(LN1W, l), a.ln1_mean.at(l),
+                           a.ln1_rstd.at(l), BT, C, reduce, s, l > 0 ? g(FCPROJB, l - 1) : nullptr);
+        // layer l's gradients are final (its fcproj bias was written by the LayerNorm backward above it)
+        if (listener) listener->gradients_ready(l);
+    }
+    encoder_backward(g(WTE), g(WPE), dresidual, buf<int>(m, mem::Inputs), B, T, C, c.vocab_size, m->encoder_scratch,
+                     s);
+    if (listener) listener->gradients_ready(-1);
+}
+
+}  // namespace gpt2_detail

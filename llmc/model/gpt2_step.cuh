@@ -1,0 +1,135 @@
+// The training model's passes: the forward with the classifier and loss, the backward, and both as one unit whose
+// kernels are replayed from a CUDA Graph. Listeners (the optimizer's gradient exchange with several GPUs) are
+// passed per call; with none, gpt2_forward_backward can be a graph.
+#pragma once
+
+#include <vector>
+
+#include "llmc/kernels/fused_classifier.cuh"
+#include "llmc/model/gpt2.cuh"
+#include "llmc/model/gpt2_backward.cuh"
+#include "llmc/model/gpt2_forward.cuh"
+
+namespace gpt2_detail {
+
+inline void check_forward_shape(const GPT2* m, int B, int T, const char* what) {
+    if (!m->device_block || B < 1 || T < 1 || B > m->B || T > m->T) {
+        fprintf(stderr, "error: %s: B=%d T=%d must be within the allocated B=%d T=%d\n", what, B, T, m->B, m->T);
+        exit(EXIT_FAILURE);
+    }
+}
+
+inline void upload_tokens(GPT2* m, mem::Id id, const int* host, int B, int T, const char* what) {
+    const int V = m->config.vocab_size;
+    for (int i = 0; i < B * T; i++) {
+        if (host[i] < 0 || host[i] >= V) {
+            fprintf(stderr, "error: gpt2_forward: %s token %d at position %d is out of range [0, %d)\n", what, host[i],
+                    i, V);
+            exit(EXIT_FAILURE);
+        }
+    }
+    cudaCheck(cudaMemcpyAsync(m->memory[id], host, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+}
+
+// The forward's kernels on m->stream (tokens already on the device), through the classifier when with_targets
+// (the logits become dlogits, the losses land in mem::Losses). Queues only: no host synchronisation.
+inline void forward_enqueue(GPT2* m, int B, int T, bool with_targets, ForwardListener* listener) {
+    const GPT2Config& c = m->config;
+    const int C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, BT = B * T;
+    cudaStream_t s = m->stream;
+    gpt2_forward_layers(c, m->params, m->acts, buf<int>(m, mem::Inputs), ForwardShape{B, T, m->backend, m->fuse_gelu},
+                        s, listener);
+    matmul_forward(buf<floatX>(m, mem::Logits), m->acts.lnf, m->params(WTE), nullptr, BT, C, Vp, nullptr, false, s);
+    if (with_targets) {
+        fused_classifier(buf<floatX>(m, mem::Logits), buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
+                         1.0f / (float)BT, s);
+    }
+}
+
+// The mean of the last forward's losses (waits for the stream).
+inline float read_mean_loss(GPT2* m, int BT) {
+    std::vector<float> losses(BT);
+    cudaCheck(cudaMemcpyAsync(losses.data(), m->memory[mem::Losses], BT * sizeof(float), cudaMemcpyDeviceToHost,
+                              m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) sum += losses[i];
+    return (float)(sum / BT);
+}
+
+}  // namespace gpt2_detail
+
+// Forward pass on host token arrays (B*T each, B <= allocated B, T <= allocated T). Returns the mean loss,
+// or NAN when targets is null (then the logits stay readable through gpt2_logits_to_host). With targets the
+// logits are replaced by the gradient of the mean loss (the fused classifier), ready for gpt2_backward.
+inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T,
+                          ForwardListener* listener = nullptr) {
+    using namespace gpt2_detail;
+    check_forward_shape(m, B, T, "gpt2_forward");
+    upload_tokens(m, mem::Inputs, inputs, B, T, "input");
+    if (targets) upload_tokens(m, mem::Targets, targets, B, T, "target");
+    forward_enqueue(m, B, T, targets != nullptr, listener);
+    m->last_B = B;
+    m->last_T = T;
+    m->logits_valid = !targets;
+    m->dlogits_ready = targets != nullptr;
+    m->last_loss = targets ? read_mean_loss(m, B * T) : NAN;
+    return m->last_loss;
+}
+
+inline void gpt2_zero_grad(GPT2* m) {
+    cudaCheck(cudaMemsetAsync(m->grads.base, 0, m->num_parameters * sizeof(floatX), m->stream));
+}
+
+// Accumulates the gradient of loss_scale · (mean loss of the last forward) into the gradients.
+// Must follow a gpt2_forward with targets (its inputs and targets are still on the device).
+inline void gpt2_backward(GPT2* m, float loss_scale, BackwardListener* listener = nullptr) {
+    if (!m->dlogits_ready) {
+        fprintf(stderr, "error: gpt2_backward: needs a preceding gpt2_forward with targets\n");
+        exit(EXIT_FAILURE);
+    }
+    m->dlogits_ready = false;
+    gpt2_detail::backward_enqueue(m, m->last_B, m->last_T, loss_scale, listener);
+    cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+// gpt2_forward with targets, then gpt2_backward(loss_scale), as one unit: with use_graphs, the second call with
+// the same B, T and loss_scale captures the kernels into a CUDA Graph and every later call replays it (one launch
+// instead of ~380: no gaps while the host queues them). Same kernels, same order, same bits. Returns the mean loss.
+// No listeners: nothing may run on the host between the kernels (one GPU).
+inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+    using namespace gpt2_detail;
+    check_forward_shape(m, B, T, "gpt2_forward_backward");
+    upload_tokens(m, mem::Inputs, inputs, B, T, "input");
+    upload_tokens(m, mem::Targets, targets, B, T, "target");
+    GPT2::StepGraph& g = m->graph;
+    const bool graphable = m->use_graphs && m->stream != 0;
+    const bool same_key = g.B == B && g.T == T && g.loss_scale == loss_scale;
+    if (!graphable || !same_key) {
+        if (g.exec) cudaCheck(cudaGraphExecDestroy(g.exec));
+        g = GPT2::StepGraph{};
+        g.B = B, g.T = T, g.loss_scale = loss_scale;
+    }
+    if (graphable && g.seen && !g.exec) {
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+        forward_enqueue(m, B, T, true, nullptr);
+        backward_enqueue(m, B, T, loss_scale, nullptr);
+        cudaCheck(cudaStreamEndCapture(m->stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&g.exec, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    if (g.exec) {
+        cudaCheck(cudaGraphLaunch(g.exec, m->stream));
+    } else {
+        forward_enqueue(m, B, T, true, nullptr);
+        backward_enqueue(m, B, T, loss_scale, nullptr);
+        g.seen = true;
+    }
+    m->last_B = B;
+    m->last_T = T;
+    m->logits_valid = false;
+    m->dlogits_ready = false;
+    m->last_loss = read_mean_loss(m, B * T);
+    return m->last_loss;
+}

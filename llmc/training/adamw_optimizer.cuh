@@ -1,0 +1,269 @@
+// The optimizer: AdamW on the training model's parameters, with everything it needs of its own. It owns the fp32
+// master weights (BF16 builds, -w 1), the moments m and v, the ZeRO shard plan (-z 1: master weights and moments
+// for this rank's shard only, llmc/distributed/zero.cuh) and the bucketed gradient exchange between ranks
+// (llmc/distributed/grad_exchange.cuh); it runs the step (gradient norm over every rank, clipping, the update, the
+// parameters' all-gather) and saves and restores its state in one flat layout whatever the number of ranks:
+//   [fp32 master weights (when kept)] [AdamW m (fp32)] [AdamW v (fp32)], each in the parameter table's order.
+//
+//   AdamW opt;  opt.init(&model, &mg, settings);           // after gpt2_allocate, before gpt2_release_host_params
+//   gpt2_forward(&model, ..., opt.listener());  gpt2_backward(&model, scale, last_micro_step ? opt.listener() : 0);
+//   AdamW::Result r = opt.step(lr, grad_clip, step, seed);
+//   opt.sync();                                            // before the parameters are read outside a forward
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "llmc/core/memory_table.h"
+#include "llmc/core/utils.h"
+#include "llmc/distributed/grad_exchange.cuh"
+#include "llmc/distributed/multi_gpu.cuh"
+#include "llmc/distributed/zero.cuh"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/global_norm.cuh"
+#include "llmc/model/gpt2.cuh"
+
+struct AdamWSettings {
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+    bool master_weights = kFloatXIsBF16;  // fp32 master copy of bf16 parameters (-w)
+    int zero_stage = 0;                   // -z: 1 keeps this rank's shard of the state only
+    size_t bucket_bytes = 0;              // gradients per exchanged bucket (-zb MB)
+};
+
+namespace adamw_memory {
+enum Id { Master, M, V, Staging, NormPartials, Count };
+
+// The buckets the exchange sends and, with ZeRO-1, the shards (the same bucketing for -z 0).
+inline std::vector<GradBucket> buckets(const GPT2Config& c, const AdamWSettings& s, int world) {
+    return zero_bucket_plan(c, s.bucket_bytes, world);
+}
+
+// The optimizer's memory as a table (llmc/core/memory_table.h).
+inline std::vector<MemoryTensor> table(const GPT2Config& c, const AdamWSettings& s, int world) {
+    using G = MemoryGroup;
+    const std::vector<GradBucket> plan = buckets(c, s, world);
+    const size_t state = s.zero_stage == 1 ? zero_shard_size(plan, world) : gpt2_num_parameters(c);
+    size_t staging = 0;  // -z 1 with several ranks: the largest bucket, padded
+    if (s.zero_stage == 1 && world > 1)
+        for (const GradBucket& b : plan) staging = std::max(staging, b.padded);
+    std::vector<MemoryTensor> t(Count);
+    t[Master] = {"master weights (fp32)", G::MasterWeights, s.master_weights && kFloatXIsBF16 ? state : 0, 4};
+    t[M] = {"AdamW m (fp32)", G::Optimizer, state, 4};
+    t[V] = {"AdamW v (fp32)", G::Optimizer, state, 4};
+    t[Staging] = {"bucket staging (ZeRO-1)", G::Workspace, staging, sizeof(floatX)};
+    t[NormPartials] = {"global norm partials", G::Workspace, global_norm_scratch_floats(), 4};
+    return t;
+}
+}  // namespace adamw_memory
+
+// Device bytes AdamW::init will allocate (for the model's out-of-memory check, which comes first).
+inline size_t adamw_device_bytes(const GPT2Config& c, const AdamWSettings& s, int world) {
+    return memory_table_bytes(adamw_memory::table(c, s, world));
+}
+
+struct AdamW {
+    struct Result {
+        float grad_norm = 0, grad_scale = 1;  // the global norm before clipping; the factor clipping applied
+    };
+
+    AdamWSettings settings;
+    GPT2* model = nullptr;
+    MultiGpu* mg = nullptr;
+    std::vector<MemoryTensor> memory_table;
+    std::vector<void*> memory;  // device pointer per adamw_memory::Id
+    void* device_block = nullptr;
+    MemoryPlan plan;
+    size_t state_elements = 0;  // per array: the parameters, or this rank's shard of them
+    ZeroShard shard;            // -z 1: this rank's segments
+    GradExchange exchange;
+
+    // After gpt2_allocate: the master copy from the model's fp32 host parameters, zero moments.
+    void init(GPT2* m, MultiGpu* multi_gpu, const AdamWSettings& s) {
+        model = m, mg = multi_gpu, settings = s;
+        const GPT2Config& c = m->config;
+        if (s.zero_stage != 0 && s.zero_stage != 1) {
+            fprintf(stderr, "error: AdamW: ZeRO stage %d (0 or 1)\n", s.zero_stage);
+            exit(EXIT_FAILURE);
+        }
+        const std::vector<GradBucket> plan_buckets = adamw_memory::buckets(c, s, mg->world);
+        memory_table = adamw_memory::table(c, s, mg->world);
+        plan = memory_plan_of(memory_table);
+        cudaCheck(cudaMalloc(&device_block, memory_table_bytes(memory_table)));
+        memory = memory_table_carve(memory_table, device_block);
+        state_elements = memory_table[adamw_memory::M].elems;
+        if (sharded()) shard = zero_shard_create(plan_buckets, c, mg->world, mg->rank);
+        if (master()) {
+            if (m->host_params.size() != m->num_parameters) {
+                fprintf(stderr, "error: AdamW::init: the model's fp32 parameters were released before the master "
+                                "copy was made\n");
+                exit(EXIT_FAILURE);
+            }
+            const float* flat = m->host_params.data();
+            std::vector<float> own;
+            if (sharded()) own = zero_shard_from_flat(plan_buckets, mg->world, mg->rank, flat, 0.0f), flat = own.data();
+            cudaCheck(cudaMemcpy(master(), flat, state_elements * sizeof(float), cudaMemcpyHostToDevice));
+        }
+        cudaCheck(cudaMemset(moment(adamw_memory::M), 0, state_elements * sizeof(float)));
+        cudaCheck(cudaMemset(moment(adamw_memory::V), 0, state_elements * sizeof(float)));
+        if (memory[adamw_memory::Staging])
+            cudaCheck(cudaMemset(memory[adamw_memory::Staging], 0, memory_table[adamw_memory::Staging].bytes()));
+        exchange.init(mg, m->stream, plan_buckets, c.num_layers, m->grads.base, m->params.base,
+                      (floatX*)memory[adamw_memory::Staging], sharded());
+    }
+
+    bool sharded() const { return settings.zero_stage == 1; }
+    float* master() const { return (float*)memory[adamw_memory::Master]; }
+    float* moment(adamw_memory::Id id) const { return (float*)memory[id]; }
+
+    // What the model's passes tell while they queue (null with one rank: nothing to exchange, and the step can be
+    // a CUDA Graph). Pass it to the forward of every micro-step and to the backward of the last.
+    GradExchange* listener() { return exchange.active() ? &exchange : nullptr; }
+
+    // One optimizer step, after the last micro-step's backward: the exchanged gradients' global norm, clipping to
+    // grad_clip (0: none), AdamW with learning rate lr, then (-z 1) the parameters' all-gather, which the next forward
+    // waits for bucket by bucket. step: the update's number (>= 1); seed fixes the stochastic rounding.
+    Result step(float lr, float grad_clip, int step, uint64_t seed) {
+        if (step < 1) {
+            fprintf(stderr, "error: AdamW::step: step must be >= 1 (got %d)\n", step);
+            exit(EXIT_FAILURE);
+        }
+        cudaStream_t s = model->stream;
+        exchange.finish();
+        Result r;
+        if (sharded()) {  // each rank holds the mean of its shard; the norm combines the shards'
+            const float shard_norm = zero_grad_norm(shard, model->grads.base, s);
+            r.grad_norm = sqrtf(multi_gpu_sum(*mg, shard_norm * shard_norm));
+        } else {
+            r.grad_norm = global_norm(model->grads.base, model->num_parameters,
+                                      (float*)memory[adamw_memory::NormPartials], s);
+        }
+        r.grad_scale = (grad_clip > 0 && r.grad_norm > grad_clip) ? grad_clip / r.grad_norm : 1.0f;
+        AdamWTensorTable table;
+        const auto specs = gpt2_parameter_table(model->config);
+        for (int i = 0; i < kNumParameterTensors; i++) {
+            table.offset[i] = model->params.offsets[i];
+            table.size[i] = specs[i].numel;
+            table.weight_decay[i] = specs[i].weight_decay ? settings.weight_decay : 0.0f;
+        }
+        const AdamWSettings& a = settings;
+        if (sharded()) {  // this rank's shard, from its reduce-scattered gradients
+            zero_adamw_update(shard, model->params.base, master(), model->grads.base, moment(adamw_memory::M),
+                              moment(adamw_memory::V), table,
+                              adamw_step(lr, a.beta1, a.beta2, a.eps, r.grad_scale, step, seed), s);
+        } else {
+            adamw_update(model->params.base, master(), model->grads.base, moment(adamw_memory::M),
+                         moment(adamw_memory::V), table, kNumParameterTensors, lr, a.beta1, a.beta2, a.eps,
+                         r.grad_scale, step, seed, s);
+        }
+        cudaCheck(cudaStreamSynchronize(s));
+        exchange.gather_params();
+        return r;
+    }
+
+    // Before the parameters are read outside a training forward (checkpoints, samples, the end).
+    void sync() { exchange.sync(); }
+
+    // ---- state for checkpoints, the flat layout above
+    size_t state_bytes() const {
+        const size_t P = model->num_parameters;
+        return ((master() ? P : 0) + 2 * P) * sizeof(float);
+    }
+
+    // Every rank calls it (with ZeRO-1 the shards are gathered: collectives), between steps; rank 0 gets the
+    // bytes, the others an empty vector.
+    std::vector<uint8_t> state_to_host() {
+        if (sharded()) return gather_state();
+        if (mg->rank != 0) return {};
+        std::vector<uint8_t> out(state_bytes());
+        uint8_t* dst = out.data();
+        for (float* a : state_arrays()) {
+            cudaCheck(cudaMemcpy(dst, a, model->num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+            dst += model->num_parameters * sizeof(float);
+        }
+        return out;
+    }
+
+    // Puts a saved state back (each rank its shard with ZeRO-1, whatever number of ranks wrote it); `path` names the
+    // file in the error when the size does not match this model and settings.
+    void state_from_host(const std::vector<uint8_t>& state, const std::string& path) {
+        if (state.size() != state_bytes()) {
+            file_error(path, "optimizer state is %zu bytes, this model needs %zu (different model or -w?)",
+                       state.size(), state_bytes());
+        }
+        const float* src = reinterpret_cast<const float*>(state.data());
+        const std::vector<GradBucket>& buckets = exchange.plan;
+        for (float* a : state_arrays()) {
+            std::vector<float> own;
+            const float* from = src;
+            if (sharded()) own = zero_shard_from_flat(buckets, mg->world, mg->rank, src, 0.0f), from = own.data();
+            cudaCheck(cudaMemcpy(a, from, state_elements * sizeof(float), cudaMemcpyHostToDevice));
+            src += model->num_parameters;
+        }
+    }
+
+    // The start-up table's rows.
+    std::string zero_description() const {
+        return sharded() ? "1 (master weights and AdamW moments: this rank's shard)"
+                         : "0 (every rank keeps the whole optimizer state)";
+    }
+    std::string exchange_description(size_t bucket_mb) const {
+        return std::to_string(exchange.plan.size()) + " buckets of about " + std::to_string(bucket_mb) + " MB, " +
+               (sharded() ? "reduce-scatter" : "all-reduce") + " under the backward" +
+               (sharded() ? ", all-gather under the forward" : "");
+    }
+
+    void free() {
+        exchange.free();
+        zero_shard_free(&shard);
+        if (device_block) cudaCheck(cudaFree(device_block));
+        device_block = nullptr;
+        memory.clear();
+    }
+
+  private:
+    std::vector<float*> state_arrays() const {
+        std::vector<float*> out;
+        if (master()) out.push_back(master());
+        out.push_back(moment(adamw_memory::M));
+        out.push_back(moment(adamw_memory::V));
+        return out;
+    }
+
+    // ZeRO-1: the ranks' shards into the flat layout, a bucket at a time through an fp32 buffer of the largest
+    // bucket (in the model's activations, dead between steps, when it fits; else a buffer of its own).
+    std::vector<uint8_t> gather_state() {
+        const size_t P = model->num_parameters;
+        std::vector<uint8_t> out(mg->rank == 0 ? state_bytes() : 0);
+        size_t largest = 0;
+        for (const GradBucket& b : exchange.plan) largest = std::max(largest, b.padded);
+        size_t scratch_bytes = 0;
+        float* gathered = (float*)gpt2_scratch_between_steps(model, &scratch_bytes);
+        const bool own_buffer = largest * sizeof(float) > scratch_bytes;
+        if (own_buffer) cudaCheck(cudaMalloc(&gathered, largest * sizeof(float)));
+        std::vector<float> host(largest);
+        size_t array = 0;
+        for (float* a : state_arrays()) {
+            float* flat = mg->rank == 0 ? reinterpret_cast<float*>(out.data()) + array * P : nullptr;
+            size_t shard_at = 0;
+            for (const GradBucket& b : exchange.plan) {
+                const size_t per = b.shard_elements(mg->world);
+                cudaCheck(cudaMemcpyAsync(gathered + (size_t)mg->rank * per, a + shard_at, per * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, mg->stream));
+                multi_gpu_all_gather_in_place(*mg, gathered, per);
+                cudaCheck(cudaStreamSynchronize(mg->stream));
+                shard_at += per;
+                if (!flat) continue;
+                cudaCheck(cudaMemcpy(host.data(), gathered, b.elements * sizeof(float), cudaMemcpyDeviceToHost));
+                size_t at = 0;  // the gathered buffer is the bucket's staging layout: its ranges in table order
+                for (const FlatRange& r : b.ranges) {
+                    std::copy(host.begin() + at, host.begin() + at + r.count, flat + r.offset);
+                    at += r.count;
+                }
+            }
+            array++;
+        }
+        if (own_buffer) cudaCheck(cudaFree(gathered));
+        return out;
+    }
+};
