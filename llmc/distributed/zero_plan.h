@@ -1,4 +1,4 @@
-// ZeRO-1 groundwork (issue 15, docs/MULTI_GPU.md): which gradients are exchanged together, and which part of them
+// ZeRO-1 groundwork (docs/MULTI_GPU.md): which gradients are exchanged together, and which part of them
 // each rank owns. Host-only arithmetic on the parameter table; llmc/distributed/zero.cuh is the device side.
 //
 // The checkpoint's flat parameter order is tensor-major (all layers' ln1w, then all layers' ln1b, ...), so one

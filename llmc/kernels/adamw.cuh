@@ -82,12 +82,11 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
 
 // The same, 4 elements per thread with 16-byte (fp32) and 8-byte (bf16) accesses, over the whole table in chunks of
 // equal size: block b takes chunk b of the tensors' chunks numbered in table order, so every block has the same
-// work and the last wave is short whatever the tensor sizes. (With one grid-stride row of 2·SMs blocks per tensor,
-// the largest tensors ran last on 2 blocks per SM: 11.6 ms at d48 on an H200 against 10.5 now, 3.8 against 4.2
-// TB/s.) The update moves 28 bytes per parameter and is bound by memory; the optimizer state is touched once per
-// step, so it is loaded and stored evict-first (d48: 10.5 against 11.0 ms with plain accesses). kUnroll groups of
-// 4 per thread, all loaded before any is computed: 1 by default, since more groups with fewer threads resident
-// moved fewer bytes (dev/cuda/adamw, docs/PERFORMANCE.md). Needs every tensor's offset and size to be multiples of 4
+// work and the last wave is short whatever the tensor sizes (with a grid-stride row of blocks per tensor, the
+// largest tensors ran last on few blocks per SM). The update moves 28 bytes per parameter and is bound by memory;
+// the optimizer state is touched once per step, so it is loaded and stored evict-first. kUnroll groups of 4 per
+// thread, all loaded before any is computed: 1 by default, since more groups with fewer threads resident moved
+// fewer bytes (dev/cuda/adamw; the timings are in docs/PERFORMANCE.md). Needs every tensor's offset and size to be multiples of 4
 // (GPT-2's are: C % 8 == 0).
 namespace adamw_detail {
 constexpr int kDefaultUnroll = 1, kDefaultThreads = 256;

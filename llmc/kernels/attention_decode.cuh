@@ -1,10 +1,10 @@
-// Attention for one new token per sequence against a KV cache (generation's decode step, issue 16), in two kernels
+// Attention for one new token per sequence against a KV cache (generation's decode step), in two kernels
 // for two regimes:
 //   - split_kernel (FlashDecoding's split), for few sequences x heads: the cache length is cut into chunks, a block
 //     per (chunk, b, h) computes that chunk's softmax partials, and the last block of each (b, h) to finish (an
 //     atomic count per (b, h)) merges them through their log-sum-exp, in chunk order whatever the order of
-//     finishing, so the result is deterministic. One kernel: at batch 1 a second kernel for the merge cost as much
-//     as the partials (3.7 vs 4.9 µs per layer at d12).
+//     finishing, so the result is deterministic. One kernel: at batch 1 a second kernel for the merge costs about as
+//     much as the partials.
 //   - head_kernel, for many (d12 at batch 64: 768): a block per (b, h) over its whole cache, 16-byte loads, no
 //     partials; it can also take the new token's K and V from the QKV row and append them to the cache itself.
 //
@@ -70,7 +70,7 @@ __device__ __forceinline__ void load_elements(const __nv_bfloat16* p, float (&ou
 // sequence's length exit at once.
 // kWarps: 8 when the grid is small (a 64-key chunk is one round of 8-key loads per warp at HS 64: the latency of
 // one round, what a batch-1 step waits for), 4 when it fills the GPU many times over (fewer partials to merge per
-// block: batch 64 was 5% slower per step with 8).
+// block: batch 64 was slower per step with 8).
 template <int HS, typename T, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     split_kernel(T* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int n = len[b];
     const int k_begin = chunk * kChunk, k_end = min(n, k_begin + kChunk);
     if (k_begin >= n) return;  // past this sequence's length: the merge reads only the chunks that hold keys
-    const float scale_log2 = rsqrtf((float)HS) * 1.4426950408889634f;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     float qv[kPer], o[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; i++) {
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
     const int sub = lane / kLanes, d0 = (lane % kLanes) * kVec;  // this lane's row of a load and its elements
     const int n = len[b];
     const int cached = new_kv ? n - 1 : n;  // keys read from the cache
-    const float scale_log2 = rsqrtf((float)HS) * 1.4426950408889634f;
+    const float scale_log2 = rsqrtf((float)HS) * kLog2e;
     float qv[kVec], o[kVec], m = -INFINITY, l = 0.f;
     unpack16<T, kVec>(*reinterpret_cast<const uint4*>(q + b * q_stride + (size_t)h * HS + d0), qv);
 #pragma unroll
@@ -392,11 +392,9 @@ inline cudaError_t attention_decode_workspace_init(void* workspace, int B, int N
 }
 
 // Which kernel: the cache split into chunks over blocks, merged by the last (split_kernel), or a block per (b, h)
-// over its whole cache (head_kernel). Auto: per head once its blocks fill half the SMs. d12 generation on an H200
-// (prompt 64, 256 new, ms/step, split vs per head; docs/PERFORMANCE.md): B 1 0.260 vs 0.268, B 8 0.345 vs 0.331,
-// B 16 0.438 vs 0.399, B 32 0.526 vs 0.485, B 64 0.607 vs 0.541. (Alone, dev/cuda/attention_decode times per head
-// faster at batch 1 up to 512 keys too; inside the step, where it follows a product as a programmatic dependent,
-// the split kernel's 60 blocks of 8 warps won.)
+// over its whole cache (head_kernel). Auto: per head once its blocks fill half the SMs. Timed inside generation's
+// step, not alone (docs/PERFORMANCE.md): there it follows a product as a programmatic dependent, and at small
+// batches the split kernel's many blocks win although dev/cuda/attention_decode alone times the per-head one faster.
 enum class DecodeAttentionKernel { Auto, Split, PerHead };
 inline bool attention_decode_per_head(int B, int NH, DecodeAttentionKernel kernel) {
     return kernel == DecodeAttentionKernel::PerHead ||

@@ -8,9 +8,8 @@
 //     two rows in shared memory and copies the next row in (cp.async) while it computes the current one, so DRAM
 //     streams without pause;
 //   - resident (everything else): one block per row, the row held in registers, in chunks when it is longer.
-// A block per row that loads, computes and stores in turn leaves DRAM idle between its phases: for the 16384 rows of
-// a GPT-2 B=16 step on an H200, 1.35 ms (the online-softmax kernel before these), 1.27 ms resident, 1.09 ms pipelined
-// (DRAM at 62% of its peak; 0.7 ms would be the floor: docs/PERFORMANCE.md).
+// A block per row that loads, computes and stores in turn leaves DRAM idle between its phases, which the pipelined
+// kernel avoids (timings: docs/PERFORMANCE.md).
 // Vp is a multiple of 128 (gpt2_config.h), so each row is 16-byte aligned and split into x128 packs.
 #pragma once
 

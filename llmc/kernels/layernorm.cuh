@@ -13,8 +13,8 @@
 // One warp per row, 128-bit packs (C is a multiple of x128::size), the row held in registers: every load of the
 // row is issued at once, so a row costs one memory latency, not one per pass. kPacks: packs per lane the kernel
 // holds (C <= kPacks · 32 · x128::size; layernorm_packs picks the instance). kWeightsEarly: the weights and biases
-// are loaded with the row (generation's decode step runs a few rows, where latency is all there is: 4.5 µs per
-// call at 64 rows when each pass re-read the row); else they are read in the last pass, from L1/L2, where every
+// are loaded with the row (generation's decode step runs a few rows, where latency is all there is, and a pass that
+// re-reads the row costs a latency); else they are read in the last pass, from L1/L2, where every
 // row finds them: the registers they would hold cost occupancy on a training batch (212 registers at 8 packs).
 // `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised.
 constexpr int kLayerNormForwardThreads = 256;
@@ -162,9 +162,8 @@ inline void fused_residual_layernorm_forward(floatX* residual_out, floatX* out, 
 // named barrier. The teams' column sums are added in team order and the block writes one row of partials; a second
 // kernel adds the rows in a fixed order. No atomics: results repeat bit for bit, on any GPU (the split into blocks
 // and teams depends on N and C only).
-// H200, dev/cuda/layernorm (µs, against the warp-per-row kernel in the same call): d12 B16 44.3 -> 40.4, d12 B32
-// 79.6 -> 69.2, d36 B16 102.5 -> 62.9, d48 B8 60.4 -> 43.8. Fewer rows per block (16, 32) were slower: the partial
-// rows and their ordered sum cost what their bytes cost; 128 was slower at d48 (64 blocks for 132 SMs).
+// 64 rows per block: fewer leave more partial rows, whose ordered sum costs what their bytes cost; more leave too
+// few blocks for the SMs at d48 (dev/cuda/layernorm; the timings are in docs/PERFORMANCE.md).
 constexpr int kLayerNormRowsPerBlock = 64;  // N/64 partial rows to add at the end
 constexpr int kLayerNormBackwardRows = 2, kLayerNormBackwardStages = 3, kLayerNormBackwardTeams = 2;
 constexpr int kLayerNormBackwardMaxThreads = 512;  // registers: at most 128 per thread

@@ -2,7 +2,7 @@
 // that later runs use the same algorithms and therefore give the same bits.
 //
 // cuBLASLt's heuristic answers a shape with a ranked list of algorithms; the first is a good guess, not always the
-// fastest (on an H200 the later answers run some of GPT-2's shapes 5-15% faster in isolation). Timing them in
+// fastest (later answers run some of GPT-2's shapes faster). Timing them in
 // isolation misleads: a GEMM timed back to back with itself has its operands in L2 and its own power state, and
 // choices made that way made the d12 step slower. So the candidates are timed where they run:
 //

@@ -13,10 +13,9 @@
 //     counter, which it resets) adds the slices in slice order and runs the epilogue: deterministic, whichever
 //     block finishes last. Products with K = 4C (the fc projection) or N = C (attention's projection) would
 //     otherwise run on too few blocks.
-// Rows past the batch are zeros and never stored. What limits it (per-block times on an H200, d12 at batch 64):
-// every block reads all of its rows from L2 (2.5–2.8 µs for 64 x 768) and normalises all of them (6.3 µs: a warp
-// per row, one row after the other; side by side was slower), so it beats cuBLASLt up to 16 rows, not at 32 or 64
-// (llmc/inference/gpt2_decode.cuh chooses by batch).
+// Rows past the batch are zeros and never stored. What limits it: every block reads all of its rows from L2 and
+// normalises all of them (a warp per row), so it beats cuBLASLt at small batches only (the choice by batch and its
+// timings: llmc/inference/, docs/PERFORMANCE.md).
 #pragma once
 
 #include <algorithm>
@@ -26,7 +25,7 @@
 
 namespace decode_mma_detail {
 
-constexpr int kWarps = 8;         // the products are latency-bound: more warps hide more of it (4: 17–26 µs each)
+constexpr int kWarps = 8;         // the products are latency-bound: more warps hide more of it (4 warps were slower)
 constexpr int kThreads = kWarps * 32;
 constexpr int kGroupRows = 64;     // rows per block (blockIdx.z takes further groups of 64)
 constexpr int kBN = 32;            // output columns per block
