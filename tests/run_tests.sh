@@ -24,6 +24,8 @@ run_suite() {  # name, command...
 
 # ---- CPU suites (everywhere)
 run_suite cpu-reference ./test_gpt2 tests/fixtures/tiny
+# the engine's folders include only the folders below them; no engine file over 400 lines but single algorithms
+run_suite layout bash tests/check_layout.sh
 run_suite unit-tests ./tests/unit_tests
 run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
 run_suite gpt2-convert bash tests/test_gpt2_convert.sh

@@ -25,10 +25,22 @@
 #include <string>
 #include <vector>
 
-#include "llmc/training/dataloader.h"
 #include "llmc/formats/file_header.h"
 #include "llmc/core/rand.h"
 #include "llmc/core/utils.h"
+
+// A data loader's position (llmc/training/dataloader.h), as the run state records it: plain data (memcpy). The
+// shape fields guard against restoring into a loader built with different settings.
+struct DataLoaderState {
+    int64_t epoch;
+    int64_t shard_pos;    // index into this epoch's shard order
+    int64_t window_pos;   // index into the current shard's window order
+    int64_t started;      // 0 = no batch loaded yet (fresh or reset)
+    uint64_t seed;
+    int64_t shuffle;
+    int64_t B, T, process_rank, num_processes, num_shards, num_windows;
+    int64_t micro_steps;  // gradient-accumulation steps per window (run-state version 3; 1 before)
+};
 
 constexpr int kRunStateMagic = 20241121;
 constexpr int kRunStateVersion = 3;

@@ -35,21 +35,9 @@
 #include <vector>
 
 #include "llmc/formats/data_shard.h"
+#include "llmc/formats/run_state.h"
 #include "llmc/core/rand.h"
 #include "llmc/core/utils.h"
-
-// Plain data (checkpointable with memcpy). The shape fields guard against restoring into a loader
-// built with different settings.
-struct DataLoaderState {
-    int64_t epoch;
-    int64_t shard_pos;    // index into this epoch's shard order
-    int64_t window_pos;   // index into the current shard's window order
-    int64_t started;      // 0 = no batch loaded yet (fresh or reset)
-    uint64_t seed;
-    int64_t shuffle;
-    int64_t B, T, process_rank, num_processes, num_shards, num_windows;
-    int64_t micro_steps;  // gradient-accumulation steps per window (run-state version 3; 1 before)
-};
 
 class DataLoader {
 public:
