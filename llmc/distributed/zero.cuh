@@ -1,4 +1,4 @@
-// ZeRO-1 on the GPU (docs/MULTI_GPU.md): the device half of llmc/zero_plan.h. Each rank keeps the fp32
+// ZeRO-1 on the GPU (docs/MULTI_GPU.md): the device half of llmc/distributed/zero_plan.h. Each rank keeps the fp32
 // master weights and AdamW moments of its shard only; a shard is the rank's slice of every bucket's staging buffer
 // (zero_plan.h). The averaged gradients a reduce-scatter leaves in the rank's slice of the staging buffer go back to
 // their own places in the flat gradient buffer (those places are final once the bucket is packed), so no gradient

@@ -17,7 +17,7 @@ namespace flash {
 using bf16 = __nv_bfloat16;
 
 // ------------------------------------------------------------------------------------------ PTX wrappers
-// smem_addr, cp_async_16, cp_async_commit, cp_async_wait: llmc/cuda_common.h.
+// smem_addr, cp_async_16, cp_async_commit, cp_async_wait: llmc/core/cuda_common.h.
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
