@@ -14,29 +14,32 @@ namespace hopper {
 // address is tile + row * 128 + sw128_chunk_offset(row, chunk).
 __device__ __forceinline__ int sw128_chunk_offset(int row, int chunk) { return (chunk ^ (row % 8)) * 16; }
 
-// An R x C tile of T as TMA stores it with the 128-byte swizzle: boxes of 128-byte columns (64 bf16, 32 fp32) one
-// after the other, each R rows of 128 bytes ([box][row][128 bytes]). It starts 1024-byte aligned, as the swizzle's
-// 8-row atoms and the wgmma descriptors (base offset 0) assume.
+// TMA's 128-byte swizzle: rows of 128 bytes whose 16-byte chunks are permuted within atoms of 8 rows.
+constexpr int kSwizzleRowBytes = 128, kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+
+// An R x C tile of T as TMA stores it with the 128-byte swizzle: boxes of one swizzle row's columns (64 bf16, 32
+// fp32) one after the other, each R rows ([box][row][128 bytes]). It starts on a swizzle atom, as the swizzle and
+// the wgmma descriptors (base offset 0) assume.
 template <typename T, int R, int C>
-struct alignas(1024) Tile {
+struct alignas(kSwizzleAtomBytes) Tile {
     using Element = T;
     static constexpr int kRows = R, kCols = C;
-    static constexpr int kBoxCols = 128 / (int)sizeof(T), kBoxes = C / kBoxCols, kBoxBytes = R * 128;
-    static constexpr int kBytes = kBoxes * kBoxBytes;
+    static constexpr int kBoxCols = kSwizzleRowBytes / (int)sizeof(T), kBoxes = C / kBoxCols;
+    static constexpr int kBoxBytes = R * kSwizzleRowBytes, kBytes = kBoxes * kBoxBytes;
     static_assert(C % kBoxCols == 0 && R % 8 == 0, "whole boxes of whole swizzle atoms");
     uint8_t bytes[kBytes];
 
     __device__ __forceinline__ uint8_t* box(int b) { return bytes + b * kBoxBytes; }
     __device__ __forceinline__ const uint8_t* box(int b) const { return bytes + b * kBoxBytes; }
     // Row r of the first box; row r of box b is b * kBoxBytes further on.
-    __device__ __forceinline__ uint8_t* row(int r) { return bytes + r * 128; }
-    __device__ __forceinline__ const uint8_t* row(int r) const { return bytes + r * 128; }
+    __device__ __forceinline__ uint8_t* row(int r) { return bytes + r * kSwizzleRowBytes; }
+    __device__ __forceinline__ const uint8_t* row(int r) const { return bytes + r * kSwizzleRowBytes; }
 };
 
-// The dynamic shared memory rounded up to 1024 bytes, where a kernel's layout starts (Tile's alignment). Launch with
-// 1024 bytes to spare (smem_bytes). Rounded by adding to the shared array's own pointer, not through an integer, so
-// the compiler still knows the result is shared memory: plain loads and stores through it compile to LDS/STS, not the
-// generic LD/ST that an integer round trip leaves.
+// The dynamic shared memory rounded up to 1024 bytes (a swizzle atom, Tile's alignment), where a kernel's layout
+// starts; launch with 1024 bytes to spare (smem_bytes). Rounded by adding to the shared array's own pointer, not
+// through an integer, so the compiler still knows the result is shared memory: plain loads and stores through it
+// compile to LDS/STS, not the generic LD/ST that an integer round trip leaves.
 __device__ __forceinline__ uint8_t* smem_align_1024(uint8_t* raw) {
     return raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
 }
