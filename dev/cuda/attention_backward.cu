@@ -14,7 +14,7 @@
 //      the engine's default on Hopper, run as the engine runs it: each block also writes the column sums of its
 //      dq, dk, dv tiles (the qkv bias gradient's partial rows), checked against the column sums of dqkv
 //   5  Hopper, one fused kernel (FlashAttention-3's scheme): dQ partial sums added by TMA reduce-adds into an fp32
-//      accumulator in a fixed order (a semaphore per query tile): deterministic
+//      accumulator in a fixed order (a semaphore per query tile; attention_hopper_backward_ordered.cuh): deterministic
 //   6  the same with unordered reduce-adds: faster where the ordering waits, not bit-reproducible
 //      (4-6 need an sm_90a build on a compute-capability 9.0 GPU, else they are skipped)
 // Every variant is validated against the fp64 CPU reference (reference/gpt2_cpu.h) at several shapes first.
@@ -23,6 +23,7 @@
 // Build: make -C dev/cuda attention_backward     Run: ./attention_backward [-v 3] [-s "8,12,1024,64;..."]
 #include "attention_common.h"
 #include "attention_flash_configs.cuh"
+#include "attention_hopper_backward_ordered.cuh"
 #include "llmc/kernels/hopper/attention_hopper_backward.cuh"
 #include "llmc/kernels/attention_materialized.cuh"
 #include "reference/gpt2_cpu.h"
@@ -172,7 +173,7 @@ static const std::vector<Variant> kVariants = {
     {2, "flash2-fp32", false, {32, 64}},
     {3, "flash2-bf16-mma", true, {0, 1, 2, 3, 4}},  // "block" = flash config, 0 = default
     {4, "hopper-two-kernels", true, {0}},          // sm_90a: dK/dV kernel + dQ kernel (deterministic)
-    {5, "hopper-fused-ordered", true, {0}},        // sm_90a: one kernel, dQ reduce-adds in a fixed order (default)
+    {5, "hopper-fused-ordered", true, {0}},        // sm_90a: one kernel, dQ reduce-adds in a fixed order
     {6, "hopper-fused-unordered", true, {0}},      // sm_90a: one kernel, unordered dQ reduce-adds (not deterministic)
 };
 
@@ -253,7 +254,12 @@ void run_backward(int variant, int block, Problem& p) {
                 exit(1);
             }
             using flash_hopper::DqMode;
-            const DqMode mode = variant == 4 ? DqMode::TwoKernels : variant == 5 ? DqMode::Ordered : DqMode::Unordered;
+            if (variant == 5) {
+                cudaCheck(attention_hopper_backward_ordered(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr,
+                                                            p.qkv16.ptr, s.B, s.T, s.NH, s.HS, p.hopper_ws.ptr));
+                break;
+            }
+            const DqMode mode = variant == 4 ? DqMode::TwoKernels : DqMode::Unordered;
             cudaCheck(attention_hopper_backward(p.dinp16.ptr, p.dout16.ptr, p.out16.ptr, p.lse.ptr, p.qkv16.ptr, s.B,
                                                 s.T, s.NH, s.HS, p.hopper_ws.ptr, 0, mode,
                                                 variant == 4 ? p.bias_partials.ptr : nullptr));

@@ -10,7 +10,7 @@
 //   4  tensor cores: mma.sync m16n8k16 bf16 -> fp32, ldmatrix from XOR-swizzled shared tiles (no bank conflicts),
 //      3-stage cp.async pipeline; 128x128x64 block tile, 8 warps of 64x32; output staged through shared memory
 //      for 16-byte stores. PTX wrappers and the swizzle are the flash kernels' (llmc/kernels/mma/attention_flash_tiles.cuh)
-//   5  Hopper: TMA loads + wgmma, warp-specialised (llmc/kernels/hopper/matmul_hopper.cuh); needs an sm_90a build on a
+//   5  Hopper: TMA loads + wgmma, warp-specialised (matmul_hopper_forward.cuh); needs an sm_90a build on a
 //      compute-capability 9.0 GPU, otherwise reported as not available and skipped (an error only with -v 5)
 //   6  cuBLASLt as the engine calls it (llmc/kernels/matmul.cuh matmul_forward): the yardstick
 // Variants 3 and 4 launch blocks in groups of 8 block rows, so the blocks running at once share their B (weight)
@@ -31,7 +31,7 @@
 #include "llmc/kernels/mma/attention_flash_tiles.cuh"
 #include "llmc/kernels/matmul.cuh"
 #include "reference/gpt2_cpu.h"
-#include "llmc/kernels/hopper/matmul_hopper.cuh"
+#include "matmul_hopper_forward.cuh"
 
 static_assert(kFloatXIsBF16, "matmul_forward.cu is built without -DENABLE_FP32: variant 6 is the bf16 engine GEMM");
 

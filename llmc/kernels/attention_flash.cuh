@@ -1,7 +1,8 @@
 // Causal flash attention on bf16 tensor cores (FlashAttention-2 loop order), forward and backward: the engine's
 // entry points, each running the tuned default configuration for its head size. On Hopper (sm_90a builds on
-// compute capability 9.0) they run llmc/kernels/hopper/attention_hopper_forward.cuh's and attention_hopper_backward.cuh's TMA +
-// wgmma kernels instead (LLMC_NO_HOPPER=1 keeps these). Only those configurations are compiled into the engine; the kernels and their tiling are in attention_flash_forward.cuh and
+// compute capability 9.0) they run the TMA + wgmma kernels of llmc/kernels/hopper/attention_hopper_forward.cuh and
+// attention_hopper_backward.cuh instead (LLMC_NO_HOPPER=1 keeps these). Only those configurations are compiled into
+// the engine; the kernels and their tiling are in llmc/kernels/mma/attention_flash_forward.cuh and
 // attention_flash_backward.cuh (tile primitives in attention_flash_tiles.cuh), and dev/cuda sweeps the others.
 //
 // Layout, as the QKV projection writes it and the rest of the model reads it:

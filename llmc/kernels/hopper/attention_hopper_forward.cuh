@@ -1,59 +1,52 @@
-// Causal attention forward on Hopper (FlashAttention-3's machinery; ../shared/design/attention.md, Step E), built
-// from llmc/hopper.cuh. Layouts as the mma.sync backend: qkv (B, T, 3, NH, HS) bf16 in; out (B, T, NH·HS) bf16 and
-// lse (B, NH, T) fp32 (natural log) out; scale 1/sqrt(HS). HS 64 or 128, any T.
+// Causal attention forward on Hopper (FlashAttention-3's machinery; ../shared/design/attention.md, Step E). Layouts
+// as the mma.sync backend: qkv (B, T, 3, NH, HS) bf16 in; out (B, T, NH·HS) bf16 and lse (B, NH, T) fp32 (natural
+// log) out; scale 1/sqrt(HS). HS 64 or 128, any T.
 //
-// One block per (query block of 128 rows, b, h), the longest query blocks first, three warpgroups:
+// One block per (query block of Br = 128 rows, b, h), the longest query blocks first, three warpgroups:
 //   - the producer (warpgroup 0, registers given away with setmaxnreg) loads the block's Q once, then streams the
-//     K and V tiles of 128 keys up to the diagonal into a ring of stages by TMA, each stage with a "full" mbarrier
-//     (the bytes landed) and an "empty" one (both consumers are done with it);
+//     K and V tiles of Bc = 128 keys up to the diagonal by TMA through a ring of stages (pipeline.cuh);
 //   - two consumers (64 query rows each) compute S = Q·Kᵀ with wgmma from shared memory, the online softmax on the
 //     accumulators (exp2, the scale folded in, the causal mask only on tiles that reach past the diagonal), pack P
 //     to bf16 in registers — S's accumulator layout is the register-A layout of the next product — and
 //     O += P·V with wgmma (A from registers, V used as stored: MN-major);
-//   - epilogue: O / l into this consumer's rows of the Q buffer (128-byte swizzle) and out by TMA stores, which drop
-//     rows past T; LSE per row.
-// The 3D tensor maps (HS-wide column slices of qkv per batch) zero-fill rows past T, so partial tiles need no
-// special loads; keys past T sit above the diagonal of every real query row and are masked with it.
+//   - epilogue: O / l into this consumer's rows of sQ and out by TMA stores, which drop rows past T; LSE per row.
+// The 3D tensor maps zero-fill rows past T, so partial tiles need no special loads; keys past T sit above the
+// diagonal of every real query row and are masked with it.
 // Overlap (Step E): each consumer issues S of tile j with P·V of tile j − 1 behind it and runs tile j's softmax while
 // that product is on the tensor cores; the two consumers are not otherwise synchronised (an explicit ping-pong on
-// named barriers measured slower, docs/PERFORMANCE.md). Not here: separate K and V barriers.
+// named barriers measured slower, docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <type_traits>
 
-#include "llmc/kernels/hopper/hopper.cuh"
+#include "llmc/kernels/hopper/attention_hopper_common.cuh"
 
 namespace flash_hopper {
-
-using bf16 = __nv_bfloat16;
 
 template <int kHS>
 struct ForwardConfig {
     static constexpr int HS = kHS;
     static constexpr int kBr = 128, kBc = 128;  // query rows per block (64 per consumer), keys per tile
     static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
-    static constexpr int kSub = HS / 64;  // 64-column sub-tiles: one 128-byte swizzle row each
-    static constexpr int kQBytes = kBr * HS * 2, kKVBytes = kBc * HS * 2;
     static constexpr int kStages = HS == 64 ? 4 : 3;
-    // Q [kSub][kBr][64], then per stage K [kSub][kBc][64] and V [kSub][kBc][64], then the barriers
-    static constexpr int kKOffset = kQBytes, kStageBytes = 2 * kKVBytes;
-    static constexpr int kBarrierOffset = kKOffset + kStages * kStageBytes;
-    static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;  // + aligning the base
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    // Q once (in the epilogue each consumer's rows of it stage that consumer's O), K and V per stage
+    struct Layout {
+        hopper::Tile<bf16, kBr, HS> q;
+        struct {
+            hopper::Tile<bf16, kBc, HS> k, v;
+        } kv[kStages];
+        struct {
+            uint64_t q_full;
+            hopper::RingBarriers<kStages> ring;
+        } barriers;
+    };
+    static constexpr int kSmemBytes = hopper::smem_bytes<Layout>();
     static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
-    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+    static_assert(kSmemBytes <= hopper::kSmemLimit, "shared memory");
 };
-
-// The wgmma shared-memory descriptor of V (kBc keys x HS, HS contiguous) used as B of O += P·V: MN-major with the
-// 128-byte swizzle; 64-column sub-tiles are kBc·128 bytes apart (leading byte offset), 8-key groups 1024 (stride).
-template <typename Cfg>
-__device__ __forceinline__ uint64_t v_descriptor(const uint8_t* v_tile, int kk) {
-    return hopper::descriptor_plus(hopper::smem_descriptor_sw128(v_tile, Cfg::kBc * 128, 1024), kk * 16 * 128);
-}
-
-using hopper::kNoMask;
 
 // The online softmax of one S tile (64 x kBc, accumulator layout) in place, in the log2 domain: S becomes
 // P = exp2(S·scale_log2 − m_new), m and l are updated, and alpha receives exp2(m_old − m_new) for the O rows. kMask:
@@ -107,11 +100,11 @@ __device__ __forceinline__ void rescale_rows(float (&o)[kHS / 2], const float (&
 
 // Issues O += P·V (A from registers, V used as stored: MN-major) as one wgmma group. The caller fences first (the
 // register writes of P and of the rescaled O before the products read them).
-template <typename Cfg>
-__device__ __forceinline__ void issue_pv(float (&o)[Cfg::HS / 2], const uint32_t (&p)[Cfg::kBc / 16][4],
-                                         const uint8_t* v_tile) {
+template <int kBc, int kHS>
+__device__ __forceinline__ void issue_pv(float (&o)[kHS / 2], const uint32_t (&p)[kBc / 16][4],
+                                         const hopper::Tile<bf16, kBc, kHS>& sV) {
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBc / 16; kk++) hopper::wgmma_rs<1>(o, p[kk], v_descriptor<Cfg>(v_tile, kk), 1);
+    for (int kk = 0; kk < kBc / 16; kk++) hopper::wgmma_rs<1>(o, p[kk], hopper::mn_major_descriptor(sV, kk), 1);
     hopper::wgmma_commit();
 }
 
@@ -122,11 +115,9 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     using Cfg = ForwardConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_align_1024(smem_raw);
-    uint8_t* sQ = smem;
-    uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
-    uint64_t* full = q_full + 1;
-    uint64_t* empty = full + Cfg::kStages;
+    auto& L = smem_layout<typename Cfg::Layout>(smem_raw);
+    auto& sQ = L.q;
+    auto& bar = L.barriers;
 
     const int C = NH * kHS;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -138,59 +129,53 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     if (threadIdx.x == 0) {
         tma_prefetch_map(&map_qkv);
         tma_prefetch_map(&map_out);
-        mbarrier_init(q_full, 1);
-        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
+        mbarrier_init(&bar.q_full, 1);
+        bar.ring.init(1, Cfg::kConsumers * 4);
+        fence_barrier_init();
     }
     __syncthreads();
+    Ring<Cfg::kStages> ring(bar.ring);
 
     if (warpgroup == 0) {  // ---- producer
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(q_full, Cfg::kQBytes);
-            for (int sub = 0; sub < Cfg::kSub; sub++)
-                tma_load_3d(sQ + sub * Cfg::kBr * 128, &map_qkv, q_full, h * kHS + 64 * sub, q0, b);
-            int stage = 0;
-            uint32_t phase = 0;
-            for (int j = 0; j < n_tiles; j++) {
-                mbarrier_wait(&empty[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
-                uint8_t* k_tile = smem + Cfg::kKOffset + stage * Cfg::kStageBytes;
-                uint8_t* v_tile = k_tile + Cfg::kKVBytes;
-                for (int sub = 0; sub < Cfg::kSub; sub++) {
-                    tma_load_3d(k_tile + sub * Cfg::kBc * 128, &map_qkv, &full[stage], C + h * kHS + 64 * sub,
-                                j * Cfg::kBc, b);
-                    tma_load_3d(v_tile + sub * Cfg::kBc * 128, &map_qkv, &full[stage], 2 * C + h * kHS + 64 * sub,
-                                j * Cfg::kBc, b);
+            mbarrier_arrive_expect_tx(&bar.q_full, sizeof(sQ));
+            for (int sub = 0; sub < sQ.kBoxes; sub++)
+                tma_load_3d(sQ.box(sub), &map_qkv, &bar.q_full, h * kHS + 64 * sub, q0, b);
+            for (int j = 0; j < n_tiles; j++, ring.advance()) {
+                uint64_t* full = ring.acquire(sizeof(L.kv[0]));
+                auto& kv = L.kv[ring.stage()];
+                for (int sub = 0; sub < sQ.kBoxes; sub++) {
+                    tma_load_3d(kv.k.box(sub), &map_qkv, full, C + h * kHS + 64 * sub, j * Cfg::kBc, b);
+                    tma_load_3d(kv.v.box(sub), &map_qkv, full, 2 * C + h * kHS + 64 * sub, j * Cfg::kBc, b);
                 }
-                if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
             }
         }
         return;
     }
 
-    // ---- consumers
+    // ---- consumers: query rows q_first .. q_first + 63, rows 64·consumer.. of sQ
     setmaxnreg_inc<Cfg::kConsumerRegs>();
     const int consumer = warpgroup - 1;
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const int row_in = warp * 16 + lane / 4;  // this thread's rows in the consumer's 64: row_in and row_in + 8
-    const int q_first = q0 + consumer * 64;   // the consumer's first query row
-    const float scale_log2 = rsqrtf((float)kHS) * 1.4426950408889634f;
-    const uint8_t* sQ_rows = sQ + consumer * 64 * 128;
+    const int q_row = consumer * 64;          // the consumer's first row in sQ
+    const int q_first = q0 + q_row;           // and its query
+    const float scale_log2 = rsqrtf((float)kHS) * kLog2e;
 
-    float s_acc[Cfg::kBc / 2];         // S (64 x kBc) in the wgmma accumulator layout (hopper.cuh)
-    float o_acc[kHS / 2];              // O (64 x HS)
+    float s_acc[Cfg::kBc / 2];          // S (64 x Bc) in the wgmma accumulator layout (wgmma.cuh)
+    float o_acc[kHS / 2];               // O (64 x HS)
     uint32_t p_frag[Cfg::kBc / 16][4];  // P of the previous tile, bf16, the A operand of O += P·V
 #pragma unroll
     for (int i = 0; i < kHS / 2; i++) o_acc[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows row_in, row_in + 8 (l: this thread's part)
     float alpha[2];
-    auto k_tile = [&](int stage) { return smem + Cfg::kKOffset + stage * Cfg::kStageBytes; };
 
     // Tile 0 alone: S, softmax, P. Masked only when it is also the last (diagonal) tile; branch-free.
-    mbarrier_wait(q_full, 0);
-    mbarrier_wait(&full[0], 0);
+    mbarrier_wait(&bar.q_full, 0);
+    ring.wait_full();
     wgmma_fence();
-    wgmma_ss_over_head_dim<kHS>(s_acc, sQ_rows, Cfg::kBr, k_tile(0), Cfg::kBc);
+    wgmma_ss_over_head_dim(s_acc, sQ, q_row, L.kv[0].k, 0);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulator(s_acc);
@@ -201,14 +186,14 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     // is still on the tensor cores (Step E's intra-warpgroup overlap). Only the last tile reaches the diagonal (query
     // blocks and key tiles are both 128 wide), so the loop has no mask at all and the last tile runs after it.
     static_assert(Cfg::kStages >= 2, "tile 1 is in the ring's second stage");
-    int prev = 0, stage = 1;
-    uint32_t phase = 0;
+    int prev = ring.stage();  // the stage of tile j - 1, released once P_{j-1}·V_{j-1} is done
+    ring.advance();
     auto next_tile = [&](auto masked, int j) {
-        mbarrier_wait(&full[stage], phase);
+        ring.wait_full();
         wgmma_fence();
-        wgmma_ss_over_head_dim<kHS>(s_acc, sQ_rows, Cfg::kBr, k_tile(stage), Cfg::kBc);
+        wgmma_ss_over_head_dim(s_acc, sQ, q_row, L.kv[ring.stage()].k, 0);
         wgmma_commit();
-        issue_pv<Cfg>(o_acc, p_frag, k_tile(prev) + Cfg::kKVBytes);
+        issue_pv(o_acc, p_frag, L.kv[prev].v);
         wgmma_wait<1>();  // S_j done; P_{j-1}·V_{j-1} may still run
         fence_accumulator(s_acc);
         online_softmax<Cfg::kBc, decltype(masked)::value>(s_acc, m, l, alpha, scale_log2, lane, row_in,
@@ -216,52 +201,41 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
         wgmma_wait<0>();
         fence_accumulator(o_acc);
         fence_fragments(p_frag);
-        if (lane == 0) mbarrier_arrive(&empty[prev]);
+        if (lane == 0) ring.release(prev);
         rescale_rows<kHS>(o_acc, alpha);
         pack_a_fragments<Cfg::kBc>(s_acc, p_frag);  // P, straight from S's accumulators
-        prev = stage;
-        if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
+        prev = ring.stage();
+        ring.advance();
     };
     for (int j = 1; j < n_tiles - 1; j++) next_tile(std::false_type{}, j);
     if (n_tiles > 1) next_tile(std::true_type{}, n_tiles - 1);
     wgmma_fence();
-    issue_pv<Cfg>(o_acc, p_frag, k_tile(prev) + Cfg::kKVBytes);
+    issue_pv(o_acc, p_frag, L.kv[prev].v);
     wgmma_wait<0>();
     fence_fragments(p_frag);
-    if (lane == 0) mbarrier_arrive(&empty[prev]);
+    if (lane == 0) ring.release(prev);
 
     fence_accumulator(o_acc);
-    // ---- epilogue: O / l -> bf16 -> this consumer's rows of the Q buffer (its own, read only by its wgmmas, all done)
+    // ---- epilogue: O / l -> bf16 -> this consumer's rows of sQ (its own, read only by its wgmmas, all done)
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
     }
     const float inv[2] = {1.f / l[0], 1.f / l[1]};
-    uint8_t* o_tile = sQ + consumer * 64 * 128;  // sub-tile `sub` at + sub * kBr * 128
-#pragma unroll
-    for (int jj = 0; jj < kHS / 8; jj++) {
-        uint8_t* box = o_tile + (jj / 8) * Cfg::kBr * 128;
-        const int chunk = jj % 8;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row_in + 8 * r;
-            const __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[4 * jj + 2 * r] * inv[r], o_acc[4 * jj + 2 * r + 1] * inv[r]);
-            *reinterpret_cast<__nv_bfloat162*>(box + row * 128 + sw128_chunk_offset(row, chunk) + 4 * (lane % 4)) = v;
-        }
-    }
+    store_accumulator(sQ, q_row, o_acc, inv, row_in, lane);
     fence_proxy_async();
     named_barrier_sync(1 + consumer, 128);
     if (t == 0) {
-        for (int sub = 0; sub < Cfg::kSub; sub++)
-            tma_store_3d(&map_out, o_tile + sub * Cfg::kBr * 128, h * kHS + 64 * sub, q_first, b);
+        for (int sub = 0; sub < sQ.kBoxes; sub++)
+            tma_store_3d(&map_out, sQ.row(q_row) + sub * sQ.kBoxBytes, h * kHS + 64 * sub, q_first, b);
         tma_store_commit();
     }
     if (lane % 4 == 0) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int query = q_first + row_in + 8 * r;
-            if (query < T) lse[((size_t)b * NH + h) * T + query] = (m[r] + log2f(l[r])) * 0.6931471805599453f;
+            if (query < T) lse[((size_t)b * NH + h) * T + query] = (m[r] + log2f(l[r])) * kLn2;
         }
     }
     if (t == 0) tma_store_wait<0>();
@@ -273,11 +247,8 @@ inline void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
     static const bool smem_ready = (hopper::allow_dynamic_smem(forward_kernel<kHS>, Cfg::kSmemBytes), true);
     (void)smem_ready;
     const int C = NH * kHS;
-    // qkv as [B][T][3C]: boxes of 128 rows x 64 columns (Q, K or V of one head, one 64-column slice)
-    const CUtensorMap map_qkv = hopper::make_tensor_map_3d(qkv, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, 3 * C, 3 * C,
-                                                           (uint64_t)T * 3 * C, 128, 64, CU_TENSOR_MAP_SWIZZLE_128B);
-    const CUtensorMap map_out = hopper::make_tensor_map_3d(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, C, C,
-                                                           (uint64_t)T * C, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap map_qkv = head_slice_map(qkv, B, T, 3 * C, Cfg::kBr);  // Q, K, V boxes of 128 rows
+    const CUtensorMap map_out = head_slice_map(out, B, T, C, 64);            // a consumer's O
     dim3 grid((T + Cfg::kBr - 1) / Cfg::kBr, B * NH);
     forward_kernel<kHS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_out, lse, T, NH);
     cudaCheckLaunch();

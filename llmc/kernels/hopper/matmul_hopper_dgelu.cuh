@@ -5,33 +5,34 @@
 // In GPT-2 this is fcproj's input gradient: dout = d(fcproj output) (BT x C), weight = W_fcproj as stored (C x 4C,
 // nn.Linear's out x in), pre_gelu = fc's output before the GELU, and the column sums of dinp are fc's bias gradient,
 // finished by matmul_dgelu_bias_grad (a fixed-order sum of the partial rows: deterministic, no atomics). cuBLASLt's
-// DGELU epilogue runs its GELU derivative after the main loop, with the tensor cores idle (167 µs per call at d12
-// B16 against 104 µs for the same GEMM without it), and its bias gradient (BGRADB, in fc's weight-gradient GEMM)
-// needs a reduction kernel of its own.
+// DGELU epilogue runs its GELU derivative after the main loop, with the tensor cores idle, and its bias gradient
+// (BGRADB, in fc's weight-gradient GEMM) needs a reduction kernel of its own; with both folded in here, this kernel
+// and fc's weight gradient beat cuBLASLt's pair at d12 and d48, so the engine uses it on every Hopper GPU
+// (docs/PERFORMANCE.md).
 //
-// Same machinery as llmc/kernels/hopper/matmul_hopper.cuh (TMA ring of stages on mbarriers, wgmma from 128-byte-swizzled shared
-// memory, setmaxnreg, a persistent grid), ping-pong rather than cooperative: each consumer warpgroup owns whole
-// 128 x 128 output tiles (two m64n128k16 per k16 step, 128 fp32 accumulators per thread) and the two take the
-// block's tiles in turn, so one runs its epilogue while the other keeps the tensor cores busy. The main loops take
-// strict turns (a named barrier pair): a consumer waiting on a stage a whole tile ahead would otherwise see that
-// stage's earlier phase of the same parity completed, and read the other consumer's data.
+// Warp-specialised (a TMA producer feeding a ring of stages, pipeline.cuh; wgmma from 128-byte-swizzled shared
+// memory; setmaxnreg) on a persistent grid (gemm_schedule.cuh), ping-pong rather than cooperative: each consumer
+// warpgroup owns whole 128 x 128 output tiles (two m64n128k16 per k16 step, 128 fp32 accumulators per thread) and the
+// two take the block's tiles in turn, so one runs its epilogue while the other keeps the tensor cores busy. The main
+// loops take strict turns (a named barrier pair): a consumer waiting on a stage a whole tile ahead would otherwise see
+// that stage's earlier phase of the same parity completed, and read the other consumer's data.
 // pre_gelu arrives by TMA into the consumer's output tile while the tile before it is finished; the epilogue turns it
 // into dinp in place (gelu and gelu' from one hardware tanh), writes gelu(pre_gelu) if asked, sends the tile out by
-// TMA and sums its columns with a wgmma of ones.
-// Measured against cuBLASLt with the GELU kernel (dev/cuda/matmul_backward_dgelu, docs/PERFORMANCE.md): with fc's
-// weight-gradient GEMM (no BGRADB pass) faster at d12 (B16 313-336 against 363 µs, B32 662 against 698-707) and at
-// d48 (602 against 590-620), so the engine uses it on every Hopper GPU. With one epilogue warp per scheduler and
-// nothing to hide its latencies, the epilogue, more than the tensor cores, sets the pace (ncu: 55% of the consumers'
-// samples against 35% for the main loop before the epilogue was trimmed); TMA multicast in clusters, which halves
-// the L2 reads, made it slower.
+// TMA and sums its columns with a wgmma of ones. That epilogue, more than the tensor cores, sets the pace: with one
+// epilogue warp per scheduler nothing hides its latencies.
 // weight is K x N with N contiguous: B is MN-major, read as 64-row x 64-column boxes (one 128-byte swizzle row per
 // K row) and handed to wgmma transposed.
 // Rules: K % 8 == 0 and N % 8 == 0 (TMA row strides of 16 bytes), every pointer 16-byte aligned; any M >= 1.
 #pragma once
 
 #include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/hopper/arch.cuh"
+#include "llmc/kernels/hopper/gemm_schedule.cuh"
+#include "llmc/kernels/hopper/pipeline.cuh"
+#include "llmc/kernels/hopper/smem.cuh"
+#include "llmc/kernels/hopper/tma.cuh"
+#include "llmc/kernels/hopper/wgmma.cuh"
 #include "llmc/kernels/matmul.cuh"
-#include "llmc/kernels/hopper/matmul_hopper.cuh"
 
 namespace matmul_dgelu {
 
@@ -40,35 +41,28 @@ using bf16 = __nv_bfloat16;
 struct Config {
     static constexpr int BM = 128, BN = 128, BK = 64;
     static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
-    static constexpr int kABytes = BM * BK * 2, kBBytes = BK * BN * 2, kStageBytes = kABytes + kBBytes;
-    static constexpr int kBBoxBytes = BK * 64 * 2;  // B: 64 K rows x 64 columns, BN/64 of them per stage
-    // a consumer's output tile: pre_gelu lands in it, becomes dinp and leaves from it; two 128-row x 64-column boxes
-    static constexpr int kTileBytes = BM * BN * 2, kHalfBytes = BM * 64 * 2;
-    static constexpr int kSmemLimit = 227 * 1024;
-    // 4 stages, although 5 fit: measured (d12 B16 / B32 / d48 dfch, cold µs) 2: 265 / 549 / 607, 3: 193 / 401 / 355,
-    // 4: 179 / 365 / 311, 5: 180 / 377 / 340
+    // 4 stages, although 5 fit (measured: docs/PERFORMANCE.md, "A Hopper GEMM for the GELU backward")
     static constexpr int kStages = 4;
-    static constexpr int kTileOffset = kStages * kStageBytes;
-    static constexpr int kBarrierOffset = kTileOffset + kConsumers * kTileBytes;
-    static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + kConsumers) * 8 + 1024;
+    // per stage A (BM x BK) and B (BK x BN, as BN/64 boxes of 64 K rows x 64 columns); each consumer's output tile:
+    // pre_gelu lands in it, becomes dinp and leaves from it (two 128-row x 64-column boxes)
+    struct Layout {
+        hopper::Tile<bf16, BM, BK> a[kStages];
+        hopper::Tile<bf16, BK, BN> b[kStages];
+        hopper::Tile<bf16, BM, BN> tile[kConsumers];
+        struct {
+            hopper::RingBarriers<kStages> ring;
+            uint64_t pre_full[kConsumers];  // per consumer: its pre_gelu tile has landed
+        } barriers;
+    };
+    static constexpr int kStageBytes = (BM + BN) * BK * 2;
+    static constexpr int kSmemBytes = hopper::smem_bytes<Layout>();
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
-    static_assert(kSmemBytes <= kSmemLimit, "shared memory");
+    static_assert(kSmemBytes <= hopper::kSmemLimit, "shared memory");
 };
 
 // Partial rows of 64 (each consumer tile's two row halves), and the scratch floats they take.
 inline int partial_rows(int M) { return 2 * ((M + Config::BM - 1) / Config::BM); }
-
-// Where the ring stands for one consumer: stage index and the parity of its current phase.
-struct RingPosition {
-    int stage = 0;
-    uint32_t phase = 0;
-    __device__ __forceinline__ void advance(int steps) {
-        const int total = stage + steps;
-        phase ^= (uint32_t)((total / Config::kStages) & 1);
-        stage = total % Config::kStages;
-    }
-};
 
 __global__ void __launch_bounds__(Config::kThreads, 1)
     dgelu_kernel(const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_weight,
@@ -77,12 +71,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     using Cfg = Config;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_align_1024(smem_raw);
-    uint8_t* sA = smem;                                // [kStages][BM][BK]
-    uint8_t* sB = smem + Cfg::kStages * Cfg::kABytes;  // [kStages][BN/64][BK][64]
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
-    uint64_t* empty = full + Cfg::kStages;
-    uint64_t* pre_full = empty + Cfg::kStages;  // per consumer: its pre_gelu tile has landed
+    auto& L = smem_layout<Cfg::Layout>(smem_raw);
+    uint64_t* pre_full = L.barriers.pre_full;
 
     const int warpgroup = threadIdx.x / 128;
     const int tiles_m = (M + Cfg::BM - 1) / Cfg::BM, tiles_n = (N + Cfg::BN - 1) / Cfg::BN;
@@ -94,27 +84,25 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         tma_prefetch_map(&map_pre);
         tma_prefetch_map(&map_dinp);
         for (int c = 0; c < Cfg::kConsumers; c++) mbarrier_init(&pre_full[c], 1);
-        ring_barriers_init(full, empty, Cfg::kStages, 4);  // a stage is released by the 4 warps of one consumer
+        L.barriers.ring.init(1, 4);  // a stage is released by the 4 warps of one consumer
+        fence_barrier_init();
     }
     __syncthreads();
+    Ring<Cfg::kStages> ring(L.barriers.ring);
 
     if (warpgroup == 0) {  // ---- producer: every tile's k-steps in the block's tile order
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0) {
-            RingPosition pos;
             for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
                 int tm, tn;
                 matmul_hopper::tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
-                for (int k = 0; k < k_steps; k++) {
-                    mbarrier_wait(&empty[pos.stage], pos.phase ^ 1);
-                    mbarrier_arrive_expect_tx(&full[pos.stage], Cfg::kStageBytes);
-                    tma_load_2d(sA + pos.stage * Cfg::kABytes, &map_dout, &full[pos.stage], k * Cfg::BK, tm * Cfg::BM);
-                    uint8_t* b = sB + pos.stage * Cfg::kBBytes;
+                for (int k = 0; k < k_steps; k++, ring.advance()) {
+                    uint64_t* full = ring.acquire(Cfg::kStageBytes);
+                    tma_load_2d(L.a[ring.stage()].bytes, &map_dout, full, k * Cfg::BK, tm * Cfg::BM);
+                    auto& b = L.b[ring.stage()];
 #pragma unroll
-                    for (int box = 0; box < Cfg::BN / 64; box++)
-                        tma_load_2d(b + box * Cfg::kBBoxBytes, &map_weight, &full[pos.stage], tn * Cfg::BN + 64 * box,
-                                    k * Cfg::BK);
-                    pos.advance(1);
+                    for (int box = 0; box < b.kBoxes; box++)
+                        tma_load_2d(b.box(box), &map_weight, full, tn * Cfg::BN + 64 * box, k * Cfg::BK);
                 }
             }
         }
@@ -129,20 +117,19 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     const int barrier_id = 1 + consumer;  // this consumer's 128 threads
     // named barriers 3 + c: consumer c may start its main loop (the other has waited on every stage before it)
     const int my_turn = 3 + consumer, their_turn = 3 + (1 - consumer);
-    uint8_t* tile_buf = smem + Cfg::kTileOffset + consumer * Cfg::kTileBytes;
+    auto& tile_buf = L.tile[consumer];
     const int first_tile = blockIdx.x + consumer * gridDim.x, tile_stride = 2 * gridDim.x;
     // pre_gelu of a tile into the output tile (thread 0, once the last tile's stores have read the buffer)
     auto load_pre = [&](int tile) {
         int tm, tn;
         matmul_hopper::tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
         tma_store_wait_read<0>();
-        mbarrier_arrive_expect_tx(&pre_full[consumer], Cfg::kTileBytes);
-        tma_load_2d(tile_buf, &map_pre, &pre_full[consumer], tn * Cfg::BN, tm * Cfg::BM);
-        tma_load_2d(tile_buf + Cfg::kHalfBytes, &map_pre, &pre_full[consumer], tn * Cfg::BN + 64, tm * Cfg::BM);
+        mbarrier_arrive_expect_tx(&pre_full[consumer], sizeof(tile_buf));
+        tma_load_2d(tile_buf.box(0), &map_pre, &pre_full[consumer], tn * Cfg::BN, tm * Cfg::BM);
+        tma_load_2d(tile_buf.box(1), &map_pre, &pre_full[consumer], tn * Cfg::BN + 64, tm * Cfg::BM);
     };
     if (t == 0 && first_tile < num_tiles) load_pre(first_tile);
-    RingPosition pos;
-    if (consumer == 1) pos.advance(k_steps);  // the block's first tile is consumer 0's
+    if (consumer == 1) ring.advance(k_steps);  // the block's first tile is consumer 0's
     uint32_t pre_phase = 0;
     float acc[2][64];  // rows 0..63 and 64..127 of the tile, m64n128 accumulator layout (hopper.cuh)
     for (int tile = first_tile; tile < num_tiles; tile += tile_stride) {
@@ -151,15 +138,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         if (tile != blockIdx.x) named_barrier_sync(my_turn, 256);  // all but the block's first tile
         int previous = -1;
         for (int k = 0; k < k_steps; k++) {
-            mbarrier_wait(&full[pos.stage], pos.phase);
-            const uint8_t* a = sA + pos.stage * Cfg::kABytes;
-            const uint8_t* b = sB + pos.stage * Cfg::kBBytes;
+            ring.wait_full();
+            const uint8_t* a = L.a[ring.stage()].bytes;
+            const uint8_t* b = L.b[ring.stage()].bytes;
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Cfg::BK / 16; kk++) {
-                // B MN-major: 16 K rows of 128 bytes per k16 step; 64-column boxes kBBoxBytes apart (leading byte
-                // offset), 8-row groups 1024 bytes apart (stride byte offset)
-                const uint64_t desc_b = smem_descriptor_sw128(b + kk * 16 * 128, Cfg::kBBoxBytes, 1024);
+                // B MN-major: 16 K rows of 128 bytes per k16 step; 64-column boxes the leading byte offset apart,
+                // 8-row groups 1024 bytes apart (stride byte offset)
+                const uint64_t desc_b = smem_descriptor_sw128(b + kk * 16 * 128, L.b[0].kBoxBytes, 1024);
 #pragma unroll
                 for (int h = 0; h < 2; h++)
                     wgmma_ss<1>(acc[h], smem_descriptor_sw128(a + h * 64 * 128 + 32 * kk), desc_b,
@@ -167,16 +154,16 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
             }
             wgmma_commit();
             wgmma_wait<1>();  // the stage before is read: release it
-            if (previous >= 0 && warp_leader) mbarrier_arrive(&empty[previous]);
-            previous = pos.stage;
-            pos.advance(1);
+            if (previous >= 0 && warp_leader) ring.release(previous);
+            previous = ring.stage();
+            ring.advance();
         }
         if (tile + gridDim.x < num_tiles) named_barrier_arrive(their_turn, 256);  // the block's next tile is theirs
         wgmma_wait<0>();
         fence_accumulator(acc[0]);
         fence_accumulator(acc[1]);
-        if (warp_leader) mbarrier_arrive(&empty[previous]);
-        pos.advance(k_steps);  // the other consumer's tile
+        if (warp_leader) ring.release(previous);
+        ring.advance(k_steps);  // the other consumer's tile
 
         // epilogue: dinp = alpha · acc · gelu'(pre), in place of pre in the output tile (each thread reads and writes
         // its own bf16 pairs: 16-byte chunk c of row r sits at chunk c ^ (r % 8), no bank conflicts). With gelu_out,
@@ -189,7 +176,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         const int col_in = 2 * (lane % 4), quad = lane / 4;
         uint8_t* chunk_base[8];  // chunk c of this thread's first row, at column pair col_in
 #pragma unroll
-        for (int c = 0; c < 8; c++) chunk_base[c] = tile_buf + (16 * warp + quad) * 128 + (c ^ quad) * 16 + 2 * col_in;
+        for (int c = 0; c < 8; c++)
+            chunk_base[c] = tile_buf.bytes + (16 * warp + quad) * 128 + (c ^ quad) * 16 + 2 * col_in;
         const int row0 = tm * Cfg::BM + 16 * warp + quad, col0 = tn * Cfg::BN + col_in;
         const bool whole_tile = (tm + 1) * Cfg::BM <= M && (tn + 1) * Cfg::BN <= N;
 #pragma unroll
@@ -202,7 +190,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
 #pragma unroll
                 for (int j = 0; j < Cfg::BN / 8; j++) {
                     __nv_bfloat162* p =
-                        reinterpret_cast<__nv_bfloat162*>(chunk_base[j % 8] + (j / 8) * Cfg::kHalfBytes + dr * 128);
+                        reinterpret_cast<__nv_bfloat162*>(chunk_base[j % 8] + (j / 8) * tile_buf.kBoxBytes + dr * 128);
                     const float2 pre = __bfloat1622float2(*p);
                     const GeluAndSlope g0 = gelu_and_slope_fast(pre.x), g1 = gelu_and_slope_fast(pre.y);
                     const float* a = &acc[h][4 * j + 2 * half];
@@ -214,8 +202,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         fence_proxy_async();  // st.shared above, read by the TMA store next
         named_barrier_sync(barrier_id, 128);
         if (t == 0) {
-            tma_store_2d(&map_dinp, tile_buf, tn * Cfg::BN, tm * Cfg::BM);
-            tma_store_2d(&map_dinp, tile_buf + Cfg::kHalfBytes, tn * Cfg::BN + 64, tm * Cfg::BM);
+            tma_store_2d(&map_dinp, tile_buf.box(0), tn * Cfg::BN, tm * Cfg::BM);
+            tma_store_2d(&map_dinp, tile_buf.box(1), tn * Cfg::BN + 64, tm * Cfg::BM);
             tma_store_commit();
         }
         // column sums of the stored values per 64-row half (wgmma_column_sums_64_rows), into the accumulators the
@@ -224,7 +212,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         {
             wgmma_fence();
 #pragma unroll
-            for (int h = 0; h < 2; h++) wgmma_column_sums_64_rows(acc[h], tile_buf + 64 * h * 128, Cfg::kHalfBytes);
+            for (int h = 0; h < 2; h++) wgmma_column_sums_64_rows(acc[h], tile_buf, 64 * h);
             wgmma_commit();
             wgmma_wait<0>();
             fence_accumulator(acc[0]);
@@ -243,7 +231,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         }
         // the sums' wgmma reads (waited for) and the TMA store's (load_pre waits) come before the next load
         named_barrier_sync(barrier_id, 128);
-        if (t == 0 && tile + tile_stride < num_tiles) load_pre(tile + tile_stride);  // lands during the wait for our turn
+        // the next pre_gelu lands during the wait for our turn
+        if (t == 0 && tile + tile_stride < num_tiles) load_pre(tile + tile_stride);
     }
     if (t == 0) tma_store_wait<0>();  // the consumer's last stores are done before the block exits
 }

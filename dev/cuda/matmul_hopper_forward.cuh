@@ -1,12 +1,12 @@
 // The forward matrix multiply on Hopper: out (M x N) = inp (M x K) · weightᵀ (weight N x K, like nn.Linear)
-// + bias, bf16 in and out, fp32 accumulation (dev/cuda/matmul_forward.cu, variant 5; cuBLASLt is the engine's).
+// + bias, bf16 in and out, fp32 accumulation: matmul_forward variant 5 (cuBLASLt is the engine's forward). Its tile
+// schedule is the engine's (llmc/kernels/hopper/gemm_schedule.cuh), shared with the GELU-backward GEMM.
 //
 // Warp-specialised and persistent (the FlashAttention-3 / CUTLASS "ping-pong-free" shape):
 //   - one block per SM, looping over output tiles of BM x BN (BM = 128, BN 128/192/256 chosen per shape) in an
 //     order that keeps a band of A rows and all of B's columns in L2;
-//   - warpgroup 0 is the producer: one thread streams A (BM x 64) and B (BN x 64) boxes of each K step by TMA into
-//     a ring of stages, each stage with a "full" mbarrier (the copy lands) and an "empty" one (consumers are done);
-//     it gives its registers away (setmaxnreg);
+//   - warpgroup 0 is the producer: one thread streams A (BM x 64) and B (BN x 64) boxes of each K step by TMA
+//     through a ring of stages (llmc/kernels/hopper/pipeline.cuh); it gives its registers away (setmaxnreg);
 //   - warpgroups 1 and 2 are consumers, 64 rows of the tile each: per stage four wgmma m64nBNk16 read A and B from
 //     shared memory (128-byte swizzle, as TMA wrote them), one group of them is kept in flight while the stage
 //     before is released; the epilogue adds the bias, writes bf16 into shared memory and leaves by TMA stores
@@ -15,9 +15,16 @@
 // aligned; any M, N >= 1 (partial tiles: TMA fills zeros past the matrix, the epilogue stores only inside it).
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
-#include "llmc/kernels/hopper/hopper.cuh"
+#include "llmc/kernels/hopper/arch.cuh"
+#include "llmc/kernels/hopper/gemm_schedule.cuh"
+#include "llmc/kernels/hopper/pipeline.cuh"
+#include "llmc/kernels/hopper/smem.cuh"
+#include "llmc/kernels/hopper/tma.cuh"
+#include "llmc/kernels/hopper/wgmma.cuh"
 
 namespace matmul_hopper {
 
@@ -28,31 +35,22 @@ struct Config {
     static constexpr int BM = 128, BN = kBN, BK = 64;  // BK = 64 bf16 = one 128-byte swizzle row
     static constexpr int kConsumers = BM / 64;          // warpgroups, 64 rows each
     static constexpr int kThreads = 128 * (1 + kConsumers);
-    static constexpr int kABytes = BM * BK * 2, kBBytes = BN * BK * 2, kStageBytes = kABytes + kBBytes;
-    // the output tile on its way out: per consumer 64 rows x BN as BN/64 boxes of 64 x 64 (128-byte swizzle)
-    static constexpr int kBoxBytes = 64 * 64 * 2, kOutBytes = 64 * BN * 2;
-    static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
-    static constexpr int kStages = std::min(6, (kSmemLimit - 2048 - kConsumers * kOutBytes) / kStageBytes);
-    // stages of A, stages of B, the consumers' output tiles (each 1024-byte aligned for the swizzle), barriers
-    static constexpr int kOutOffset = kStages * kStageBytes;
-    static constexpr int kBarrierOffset = kOutOffset + kConsumers * kOutBytes;
-    static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + 1024: aligning the base
+    static constexpr int kStageBytes = (BM + BN) * BK * 2, kOutBytes = 64 * BN * 2;
+    static constexpr int kStages = std::min(6, (hopper::kSmemLimit - 2048 - kConsumers * kOutBytes) / kStageBytes);
+    // per stage A and B (all stages of A first), then each consumer's output tile on its way out (64 x 64 boxes)
+    struct Layout {
+        hopper::Tile<bf16, BM, BK> a[kStages];
+        hopper::Tile<bf16, BN, BK> b[kStages];
+        hopper::Tile<bf16, 64, BN> out[kConsumers];
+        struct {
+            hopper::RingBarriers<kStages> ring;
+        } barriers;
+    };
+    static constexpr int kSmemBytes = hopper::smem_bytes<Layout>();
     static constexpr int kAccum = BN / 2;  // fp32 accumulators per consumer thread (m64nBN / 128 threads)
     static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
 };
-
-// Output tile `tile` of a (tiles_m x tiles_n) grid, in groups of kGroupM tile rows: the blocks running at once
-// share a band of A rows and sweep B, so both stay in L2.
-__device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int* tm, int* tn) {
-    constexpr int kGroupM = 16;
-    const int per_group = kGroupM * tiles_n;
-    const int group = tile / per_group, first = group * kGroupM;
-    const int rows = min(kGroupM, tiles_m - first);
-    const int in_group = tile % per_group;
-    *tm = first + in_group % rows;
-    *tn = in_group / rows;
-}
 
 // kTmaStore: the output leaves through shared memory and TMA stores (whole 128-byte lines, asynchronous; needs
 // N % 8 == 0 and a 16-byte aligned out); else each thread stores its accumulator pairs directly.
@@ -64,11 +62,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
     using Cfg = Config<kBN>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_align_1024(smem_raw);
-    uint8_t* sA = smem;                                  // [kStages][BM][BK]
-    uint8_t* sB = smem + Cfg::kStages * Cfg::kABytes;    // [kStages][BN][BK]
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
-    uint64_t* empty = full + Cfg::kStages;
+    auto& L = smem_layout<typename Cfg::Layout>(smem_raw);
 
     const int warpgroup = threadIdx.x / 128;
     const int tiles_m = (M + Cfg::BM - 1) / Cfg::BM, tiles_n = (N + kBN - 1) / kBN;
@@ -78,24 +72,22 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
         tma_prefetch_map(&map_a);
         tma_prefetch_map(&map_b);
         if (kTmaStore) tma_prefetch_map(&map_out);
-        ring_barriers_init(full, empty, Cfg::kStages, Cfg::kConsumers * 4);
+        L.barriers.ring.init(1, Cfg::kConsumers * 4);
+        fence_barrier_init();
     }
     __syncthreads();
+    Ring<Cfg::kStages> ring(L.barriers.ring);
 
     if (warpgroup == 0) {  // ---- producer
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0) {
-            int stage = 0;
-            uint32_t phase = 0;
             for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
                 int tm, tn;
                 tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
-                for (int k = 0; k < k_steps; k++) {
-                    mbarrier_wait(&empty[stage], phase ^ 1);  // the consumers released this stage
-                    mbarrier_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
-                    tma_load_2d(sA + stage * Cfg::kABytes, &map_a, &full[stage], k * Cfg::BK, tm * Cfg::BM);
-                    tma_load_2d(sB + stage * Cfg::kBBytes, &map_b, &full[stage], k * Cfg::BK, tn * kBN);
-                    if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
+                for (int k = 0; k < k_steps; k++, ring.advance()) {
+                    uint64_t* full = ring.acquire(Cfg::kStageBytes);
+                    tma_load_2d(L.a[ring.stage()].bytes, &map_a, full, k * Cfg::BK, tm * Cfg::BM);
+                    tma_load_2d(L.b[ring.stage()].bytes, &map_b, full, k * Cfg::BK, tn * kBN);
                 }
             }
         }
@@ -108,16 +100,14 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const bool warp_leader = lane == 0;
     float acc[Cfg::kAccum];
-    int stage = 0;
-    uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
         int tm, tn;
         tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
         int previous = -1;
         for (int k = 0; k < k_steps; k++) {
-            mbarrier_wait(&full[stage], phase);
-            const uint8_t* a = sA + stage * Cfg::kABytes + consumer * 64 * Cfg::BK * 2;
-            const uint8_t* b = sB + stage * Cfg::kBBytes;
+            ring.wait_full();
+            const uint8_t* a = L.a[ring.stage()].row(64 * consumer);
+            const uint8_t* b = L.b[ring.stage()].bytes;
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Cfg::BK / 16; kk++) {  // 32 bytes along K per k16 step, inside the swizzle row
@@ -126,13 +116,13 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
             }
             wgmma_commit();
             wgmma_wait<1>();  // the products of the stage before are done: release it
-            if (previous >= 0 && warp_leader) mbarrier_arrive(&empty[previous]);
-            previous = stage;
-            if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
+            if (previous >= 0 && warp_leader) ring.release(previous);
+            previous = ring.stage();
+            ring.advance();
         }
         wgmma_wait<0>();
         fence_accumulator(acc);
-        if (warp_leader) mbarrier_arrive(&empty[previous]);
+        if (warp_leader) ring.release(previous);
 
         // epilogue: + bias, bf16 (bias loads first, all in flight together, then the adds)
         const int row_in = warp * 16 + lane / 4;  // this thread's first row in the consumer's 64
@@ -149,13 +139,13 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
         if constexpr (kTmaStore) {
             // into this consumer's output tile as TMA reads it (64 x 64 boxes, 128-byte swizzle: 16-byte chunk c of
             // row r sits at chunk c ^ (r % 8)); the 8 rows of a store land in 8 different chunks, so no bank conflicts
-            uint8_t* tile_out = smem + Cfg::kOutOffset + consumer * Cfg::kOutBytes;
+            auto& tile_out = L.out[consumer];
             const int barrier_id = 1 + consumer, leader = t == 0;
             if (leader) tma_store_wait_read<0>();  // the previous tile's stores have read the buffer
             named_barrier_sync(barrier_id, 128);
 #pragma unroll
             for (int j = 0; j < kBN / 8; j++) {
-                uint8_t* box = tile_out + (j / 8) * Cfg::kBoxBytes;
+                uint8_t* box = tile_out.box(j / 8);
                 const int chunk = j % 8;
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
@@ -169,7 +159,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
             if (leader) {
 #pragma unroll
                 for (int b = 0; b < kBN / 64; b++) {
-                    tma_store_2d(&map_out, tile_out + b * Cfg::kBoxBytes, tn * kBN + 64 * b, tm * Cfg::BM + consumer * 64);
+                    tma_store_2d(&map_out, tile_out.box(b), tn * kBN + 64 * b, tm * Cfg::BM + consumer * 64);
                 }
                 tma_store_commit();
             }
@@ -243,26 +233,15 @@ inline void launch(bf16* out, const bf16* inp, const bf16* weight, const bf16* b
     else launch<kBN, false>(out, inp, weight, bias, M, N, K, num_sms, stream);
 }
 
-inline int num_sms() {
-    static const int n = [] {
-        int dev = 0, count = 0;
-        cudaCheck(cudaGetDevice(&dev));
-        cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-        return count;
-    }();
-    return n;
-}
-
 }  // namespace matmul_hopper
-
-inline bool matmul_hopper_available() { return hopper::hopper_available(); }
 
 // out (M x N) = inp (M x K) · weightᵀ + bias (N entries, or null). bn: the tile width (128, 192 or 256; 0 = chosen
 // from the shape).
 inline void matmul_forward_hopper(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight,
                                   const __nv_bfloat16* bias, int M, int N, int K, cudaStream_t stream = 0, int bn = 0) {
     if (M < 1 || N < 1 || K < 8 || K % 8 != 0) {
-        fprintf(stderr, "error: matmul_forward_hopper: M %d, N %d, K %d: needs M, N >= 1 and K a multiple of 8\n", M, N, K);
+        fprintf(stderr, "error: matmul_forward_hopper: M %d, N %d, K %d: needs M, N >= 1 and K a multiple of 8\n", M, N,
+                K);
         exit(EXIT_FAILURE);
     }
     if ((reinterpret_cast<uintptr_t>(inp) | reinterpret_cast<uintptr_t>(weight)) % 16 != 0) {
