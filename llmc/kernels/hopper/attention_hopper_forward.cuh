@@ -172,10 +172,11 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     float alpha[2];
 
     // Tile 0 alone: S, softmax, P. Masked only when it is also the last (diagonal) tile; branch-free.
+    const KMajorRows<decltype(L.q)> q_rows(sQ, q_row);  // A of every S product
     mbarrier_wait(&bar.q_full, 0);
     ring.wait_full();
     wgmma_fence();
-    wgmma_ss_over_head_dim(s_acc, sQ, q_row, L.kv[0].k, 0);
+    wgmma_ss_over_head_dim(s_acc, q_rows, L.kv[0].k, 0);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulator(s_acc);
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     auto next_tile = [&](auto masked, int j) {
         ring.wait_full();
         wgmma_fence();
-        wgmma_ss_over_head_dim(s_acc, sQ, q_row, L.kv[ring.stage()].k, 0);
+        wgmma_ss_over_head_dim(s_acc, q_rows, L.kv[ring.stage()].k, 0);
         wgmma_commit();
         issue_pv(o_acc, p_frag, L.kv[prev].v);
         wgmma_wait<1>();  // S_j done; P_{j-1}·V_{j-1} may still run

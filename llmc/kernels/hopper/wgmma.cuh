@@ -65,11 +65,25 @@ __device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* tile, uint
 // once per wgmma, in the inner loops).
 __device__ __forceinline__ uint64_t descriptor_plus(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
-// The K-major descriptor of k16 step kk of a tile's rows from `row` on, for an operand whose rows hold K (Q, K, V,
-// dO over the head dimension): box kk / 4, 32 bytes per step inside its 128-byte rows.
+// A K-major operand: a tile's rows from `row` on, whose columns hold K (Q, K, V, dO over the head dimension); its
+// k16 step kk is box kk / 4, 32 bytes per step inside the 128-byte rows. Built once outside a loop for an operand
+// every iteration reads (the forward's Q rows), it keeps the address arithmetic out of the loop, which the compiler
+// does not always hoist.
+template <typename Tile>
+struct KMajorRows {
+    uint64_t desc;  // step 0
+    // The descriptor passes through a register move the compiler cannot see into, so it stays where it is made
+    // (else it may be recomputed at every use, inside the loop).
+    __device__ __forceinline__ KMajorRows(const Tile& t, int row) : desc(smem_descriptor_sw128(t.row(row))) {
+        asm("mov.b64 %0, %0;" : "+l"(desc));
+    }
+    __device__ __forceinline__ uint64_t step(int kk) const {
+        return descriptor_plus(desc, (kk / 4) * Tile::kBoxBytes + (kk % 4) * 32);
+    }
+};
 template <typename Tile>
 __device__ __forceinline__ uint64_t k_major_descriptor(const Tile& t, int row, int kk) {
-    return descriptor_plus(smem_descriptor_sw128(t.row(row)), (kk / 4) * Tile::kBoxBytes + (kk % 4) * 32);
+    return KMajorRows<Tile>(t, row).step(kk);
 }
 // The MN-major descriptor of k16 step kk of a tile used transposed, its rows running along K (V as B of O += P·V):
 // its boxes are the leading byte offset apart, 8-row groups 1024 bytes (the stride byte offset), 16 rows per step.
@@ -279,12 +293,17 @@ __device__ __forceinline__ void store_accumulator(Tile& t, int first_row, const 
 // and waits).
 // acc (64 x N) = A·Bᵀ, A and B from shared memory.
 template <int kN, typename TileA, typename TileB>
-__device__ __forceinline__ void wgmma_ss_over_head_dim(float (&acc)[kN], const TileA& a, int a_row, const TileB& b,
+__device__ __forceinline__ void wgmma_ss_over_head_dim(float (&acc)[kN], const KMajorRows<TileA>& a, const TileB& b,
                                                        int b_row) {
     static_assert(TileA::kCols == TileB::kCols, "A and B share K");
 #pragma unroll
     for (int kk = 0; kk < TileA::kCols / 16; kk++)
-        wgmma_ss<0>(acc, k_major_descriptor(a, a_row, kk), k_major_descriptor(b, b_row, kk), kk > 0 ? 1 : 0);
+        wgmma_ss<0>(acc, a.step(kk), k_major_descriptor(b, b_row, kk), kk > 0 ? 1 : 0);
+}
+template <int kN, typename TileA, typename TileB>
+__device__ __forceinline__ void wgmma_ss_over_head_dim(float (&acc)[kN], const TileA& a, int a_row, const TileB& b,
+                                                       int b_row) {
+    wgmma_ss_over_head_dim(acc, KMajorRows<TileA>(a, a_row), b, b_row);
 }
 
 // A fragments (the accumulator layout above, as attention packs P) of a warpgroup's 64 rows of a tile from
