@@ -1,7 +1,7 @@
 # GPT-2 training and inference in C++/CUDA.
 #   make train_gpt2cu        the GPU trainer            make test   CPU tests (+ GPU tests when a GPU is visible)
 #   make test_gpt2cu         the GPU reference test     make clean
-#   make generate_gpt2cu     text for prompts (first version: no KV cache yet)
+#   make generate_gpt2cu     text for prompts (README, "Generate")
 #   make gpt2_convert        our model files <-> Hugging Face GPT-2 (safetensors)
 #   make -C dev/cuda NAME    a standalone kernel program
 # Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1
@@ -118,7 +118,7 @@ train_gpt2cu: train_gpt2.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 test_gpt2cu: test_gpt2.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
-# Text for prompts (README, "Generate"; a first version: see the file's header).
+# Text for prompts (README, "Generate").
 generate_gpt2cu: generate_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 

@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kWarps * 32, kPreV == kPre ? kBlocksPerSM : 1)
 }  // namespace decode_matvec_detail
 
 // BF16 builds only: the kernel reads 8 elements per 16-byte vector (Packed128 of fp32 holds 4); FP32 builds decode
-// through cuBLASLt (llmc/inference/gpt2_decode.cuh chooses).
+// through cuBLASLt (llmc/inference/decode_step.cuh chooses).
 constexpr bool kDecodeMatvecAvailable = kFloatXIsBF16;
 
 // Blocks a product's grid has at most (every block resident), and the partials a greedy pick needs for B rows.

@@ -16,7 +16,7 @@
 // Rows past the batch are zeros and never stored. What limits it (per-block times on an H200, d12 at batch 64):
 // every block reads all of its rows from L2 (2.5–2.8 µs for 64 x 768) and normalises all of them (6.3 µs: a warp
 // per row, one row after the other; side by side was slower), so it beats cuBLASLt up to 16 rows, not at 32 or 64
-// (llmc/inference/gpt2_decode.cuh chooses by batch).
+// (llmc/inference/decode_step.cuh chooses by batch).
 #pragma once
 
 #include <algorithm>
