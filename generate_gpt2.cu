@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -105,8 +106,7 @@ int run(const GenerateArgs& a, const char* program) {
     io.decode = decode_settings(options);
     io.report = stderr;  // stdout carries the text
     InferenceEngine engine;
-    inference_engine_upload(&engine, c, model.params.data(), generation_shape(c, B, (int)longest, new_tokens), io);
-    model.params = std::vector<float>();  // on the GPU now
+    inference_engine_upload(&engine, c, std::move(model.params), generation_shape(c, B, (int)longest, new_tokens), io);
 
     const TokenizerFile table = token_table(bpe);
     std::unique_ptr<TokenPrinter> stream_out = B == 1 ? std::make_unique<TokenPrinter>(table) : nullptr;

@@ -109,7 +109,7 @@ InferenceShape shape_of(int B, int max_T, int prefill_T, int max_new) {
 void make_engine(InferenceEngine* e, Reference& ref, const InferenceShape& shape, const InferenceOptions& o,
                  bool borrow) {
     if (borrow) inference_engine_borrow(e, ref.m.config, ref.m.params, shape, o);
-    else inference_engine_upload(e, ref.m.config, ref.host_params.data(), shape, o);
+    else inference_engine_upload(e, ref.m.config, ref.host_params, shape, o);
 }
 
 // Checks 1 and 2 on a model with a KV cache.

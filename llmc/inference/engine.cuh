@@ -3,7 +3,7 @@
 // step's scratch and the on-GPU loop's buffers, a stream of its own, and set-up's one-time work. One engine serves
 // one shape: B sequences, prompts of up to prefill_T tokens, max_new new tokens each, one sampling rule.
 //   InferenceEngine e;
-//   inference_engine_upload(&e, config, host_params, shape, options);   // generate_gpt2cu
+//   inference_engine_upload(&e, config, std::move(host_params), shape, options);  // generate_gpt2cu
 //   inference_engine_borrow(&e, config, model.params, shape, options);  // the trainer's samples: no copy
 //   generate(&e, request) (llmc/inference/generate.cuh), or step by step (tests):
 //   inference_prefill(&e, prompts, pad);  inference_decode_step(&e, tokens);  inference_logits_to_host(&e, b, out);
@@ -280,7 +280,7 @@ inline void report(const InferenceEngine* e) {
 }
 
 inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape& shape, const InferenceOptions& o,
-                   const GPT2Params* borrowed, const float* host_params) {
+                   const GPT2Params* borrowed, std::vector<float>* host_params) {
     const auto t0 = std::chrono::steady_clock::now();
     check_shape(c, shape);
     matmul_init();
@@ -294,8 +294,11 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->step.settings = e->options.decode;
     e->step.params = borrowed ? *borrowed : GPT2Params(c, e->at<floatX>(infer::Params));
     if (!borrowed) {  // on the legacy stream, which the engine's does not wait for: done before anything reads it
-        host_floats_to_device(e->at<floatX>(infer::Params), host_params, gpt2_num_parameters(c));
+        host_floats_to_device(e->at<floatX>(infer::Params), host_params->data(), gpt2_num_parameters(c));
         cudaCheck(cudaDeviceSynchronize());
+        // freed now, not after the warm-up: unmapping gigabytes takes the host long enough for the GPU to idle
+        // down between the warm-up and the timed run
+        *host_params = std::vector<float>();
     }
     set_up_views(e);
     if (o.warm_up) inference_engine_warm_up(e);
@@ -306,10 +309,16 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
 
 }  // namespace inference_detail
 
-// host_params: gpt2_parameter_table order, fp32 (as read_model_any returns them), rounded to floatX on upload.
-inline void inference_engine_upload(InferenceEngine* e, const GPT2Config& c, const float* host_params,
+// host_params: gpt2_parameter_table order, fp32 (as read_model_any returns them), rounded to floatX on upload and
+// then freed (move them in; a copy is freed otherwise).
+inline void inference_engine_upload(InferenceEngine* e, const GPT2Config& c, std::vector<float> host_params,
                                     const InferenceShape& shape, const InferenceOptions& options) {
-    inference_detail::create(e, c, shape, options, nullptr, host_params);
+    if (host_params.size() != gpt2_num_parameters(c)) {
+        fprintf(stderr, "error: inference_engine_upload: %zu parameters for a model of %zu\n", host_params.size(),
+                gpt2_num_parameters(c));
+        exit(EXIT_FAILURE);
+    }
+    inference_detail::create(e, c, shape, options, nullptr, &host_params);
 }
 // params: another model's parameters on this device (the trainer's), read in place; they must not change while
 // the engine runs (the caller synchronises its own stream first).
