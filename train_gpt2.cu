@@ -17,7 +17,7 @@
 #include "llmc/model/gpt2.cuh"
 #include "llmc/model/gpt2_step.cuh"
 #include "llmc/training/adamw_optimizer.cuh"
-#include "llmc/inference/gpt2_decode.cuh"
+#include "llmc/inference/generate.cuh"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
 #include "llmc/core/options.h"
@@ -77,38 +77,25 @@ float evaluate(GPT2& model, AdamW& opt, DataLoader& val, int max_batches, int B,
 }
 
 // Generates gen_tokens after <|endoftext|> and prints them, one coin per token from the sampler's stream (saved in
-// checkpoints). Models with head size 64 or 128 (every GPT-2 size) run generation's path (llmc/inference/gpt2_decode.cuh: a
-// KV cache, decode steps, the token picker on the GPU); otherwise batch 1 at one fixed length Tg (a multiple of 64,
-// so the matmul plans are built once) is recomputed per token (causal attention: the filler after position t cannot affect the
-// logits at t) and the host sampler picks, by the same rule.
+// checkpoints). generate() (llmc/inference/generate.cuh), as generate_gpt2cu runs it, on an engine that reads the
+// model's parameters in place and has its own small KV cache and scratch.
 void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile* tok, int eot) {
-    const GPT2Config& c = model.config;
-    std::vector<float> coins((size_t)a.gen_tokens);
-    for (float& coin : coins) coin = rng.uniform();
-    std::vector<int> ids;
-    if (kv_cache_supported(c)) {
-        KVCache cache = kv_cache_allocate(&model, 1, a.gen_tokens + 1);
-        gpt2_forward(&model, &eot, nullptr, 1, 1);
-        kv_cache_fill(&model, &cache, 1, {1});
-        DecodeLoop loop = decode_loop_create(cache, PickParams{a.temperature, a.top_k, 1.f}, coins, a.gen_tokens, false);
-        decode_loop_begin(&model, &cache, &loop);
-        for (int t = 1; t < a.gen_tokens; t++) decode_loop_step(&model, &cache, &loop);
-        cudaCheck(cudaStreamSynchronize(model.stream));
-        ids.assign(loop.tokens, loop.tokens + a.gen_tokens);
-        decode_loop_free(&loop);
-        kv_cache_free(&cache);
-    }
-    if (ids.empty()) {
-        const int Tg = std::min(a.T, (a.gen_tokens + 1 + 63) / 64 * 64);  // > gen_tokens, since gen_tokens < T
-        std::vector<int> tokens((size_t)Tg, eot);
-        std::vector<float> logits(c.padded_vocab_size);
-        for (int t = 1; t <= a.gen_tokens; t++) {
-            gpt2_forward(&model, tokens.data(), nullptr, 1, Tg);
-            gpt2_logits_to_host(&model, 0, t - 1, logits.data());
-            tokens[t] = sample_token(logits.data(), c.vocab_size, a.temperature, a.top_k, coins[t - 1]);
-            ids.push_back(tokens[t]);
-        }
-    }
+    GenerateRequest request;
+    request.prompts = {{eot}};
+    request.max_new = a.gen_tokens;
+    request.coins.resize((size_t)a.gen_tokens);
+    for (float& coin : request.coins) coin = rng.uniform();
+    request.pad_token = eot;
+    InferenceOptions options;
+    options.pick = PickParams{a.temperature, a.top_k, 1.f};
+    options.attention = attention_backend_name(model.backend);
+    options.fuse_gelu = model.fuse_gelu;
+    cudaCheck(cudaStreamSynchronize(model.stream));  // the parameters are final; the engine reads them on its stream
+    InferenceEngine engine;
+    inference_engine_borrow(&engine, model.config, model.params, generation_shape(model.config, 1, 1, a.gen_tokens),
+                            options);
+    const std::vector<int> ids = generate(&engine, request).tokens[0];
+    inference_engine_free(&engine);
     printf("generating:\n---\n");
     std::unique_ptr<TokenPrinter> printer = tok ? std::make_unique<TokenPrinter>(*tok) : nullptr;
     for (int next : ids) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Generation speed of generate_gpt2cu (BF16 build: KV cache, CUDA Graph, greedy on the GPU) against Hugging Face
 # generate (../shared/anchors/hf_generate_baseline.py), same weights, same GPU, same call: prompt of 64 tokens,
-# 256 new tokens, greedy, batch 1 and 64 (BATCHES). The model: MODEL (our file; default ref/d12_model.bin, which
-# `make test` writes), converted to Hugging Face's format for the baseline.
+# 256 new tokens, greedy, batch 1 and 64 (BATCHES). tokens/s counts the prefill's time with the decode steps';
+# set-up (its warm-up included) is printed on its own line, with the device memory in use after it. The model:
+# MODEL (our file; default ref/d12_model.bin, which `make test` writes), converted to Hugging Face's format for the
+# baseline.
 #   scripts/bench_generate.sh
 # Env: MODEL, BATCHES ("1 64"), N (256), BASELINE, BASELINE_MODES (eager; eager,static adds HF's static cache +
 #      torch.compile, minutes of compilation), LOGDIR (bench_generate_logs), NO_BASELINE=1, DATA_MIRROR.
@@ -37,6 +39,7 @@ for B in $BATCHES; do
     for i in $(seq "$B"); do cat "$LOGDIR/prompt.txt"; done > "$LOGDIR/prompts_B$B.txt"
     ./generate_gpt2cu -e "$MODEL" -pf "$LOGDIR/prompts_B$B.txt" -n "$N" -st 0 > "$LOGDIR/ours_B$B.log" 2>&1
     echo "ours B=$B: $(grep -a "tokens/s" "$LOGDIR/ours_B$B.log" | sed 's/.*prefill/prefill/')"
+    echo "ours B=$B: $(grep -a "in use after set-up\|^set-up" "$LOGDIR/ours_B$B.log" | tr '\n' ' ')"
 done
 if [ "${NO_BASELINE:-0}" != 1 ]; then
     HF_DIR="$LOGDIR/hf_model"

@@ -1,111 +1,165 @@
-// GPU test of generation's decode path (llmc/inference/gpt2_decode.cuh): a prefill of prompts of different lengths, then
-// decode steps; after every step each sequence's logits must match the full forward (gpt2_forward) over the same
-// prefix at its last position. They round in different orders (a product of B rows against one of B·T rows, decode
-// attention against the forward's), so the bound is on rel-L2: 2e-2 in BF16 builds (the order of test_gpt2cu's BF16
-// reference bounds), 1e-5 in FP32 builds; plus the same argmax wherever the top two logits are more than 0.1 apart.
-// Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; V 1000,
-// max T 256), fresh random prompts and tokens. The steps run as a CUDA Graph after the first.
-// Then the loop on the GPU as generate_gpt2cu runs it (decode_loop_*: the token picker feeds the next step), greedy
-// and sampling (temperature, top-k, top-p), with and without the graph: every token must be the host sampler's
-// (llmc/inference/sampler.h) on the logits the step left (the prefill's at the prompt's end for the first), for the same
-// coin — or, for a coin within 1e-5 of a CDF boundary, a token between the host's for coin ± 1e-5 (fp32 sums
-// against double) — and the graph and plain runs must give the same tokens. The cache is floatX: both builds.
+// GPU test of generation (llmc/inference/: the engine, its prefill, decode step, loop and generate()) against the
+// training model's full forward (gpt2_forward) built from the same random weights; the engine borrows the training
+// model's parameters or uploads the same host weights (alternating, so both are checked).
+//  1. Prefill and decode steps: prompts of different lengths, then decode steps on random tokens; the prefill's logits
+//     (each prompt's last position) and every step's must match the full forward over the same prefix at its last
+//     position. They round in different orders (products of B rows against B·T rows, decode attention against the
+//     forward's), so the bound is on rel-L2: 2e-2 in BF16 builds (the order of test_gpt2cu's BF16 reference
+//     bounds), 1e-5 in FP32 builds; plus the same argmax wherever the top two logits are more than 0.1 apart. Every
+//     product path and decode attention kernel is forced once; the steps run as a CUDA Graph after the first.
+//  2. The loop on the GPU (decode_loop_*: the token picker feeds the next step), greedy and sampling (temperature,
+//     top-k, top-p), with and without the graph: every token must be the host sampler's (llmc/inference/sampler.h)
+//     on the logits the GPU left (the prefill's for the first), for the same coin — or, for a coin within 1e-5 of a
+//     CDF boundary, a token between the host's for coin ± 1e-5 (fp32 sums against double) — the graph and plain
+//     runs must agree, and generate() on the same engine must return the same tokens. The loop's graph is the one
+//     the engine captured at set-up.
+//  3. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
+//     against the full forward's, and generate()'s greedy tokens against the full forward's argmax where it is clear.
+// Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
+// 4 heads of 32; V 1000, max T 256), fresh random prompts and tokens. The cache is floatX: both builds.
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <vector>
 
-#include "llmc/inference/gpt2_decode.cuh"
 #include "llmc/core/rand.h"
+#include "llmc/inference/generate.cuh"
 #include "llmc/inference/sampler.h"
+#include "llmc/model/gpt2_step.cuh"
 #include "reference/compare.h"
 
-// Every check on one random-init model; returns the failures and prints one line (label: the model's name).
-static int test_model(const GPT2Config& c, const char* label) {
-    const double tol = kFloatXIsBF16 ? 2e-2 : 1e-5;
+namespace {
+
+const double kTol = kFloatXIsBF16 ? 2e-2 : 1e-5;
+int failures = 0;
+
+void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void fail(const char* fmt, ...) {
+    if (failures++ >= 10) return;
+    va_list args;
+    va_start(args, fmt);
+    printf("FAIL ");
+    vprintf(fmt, args);
+    printf("\n");
+    va_end(args);
+}
+
+// The training model built from seed 1234 and allocated for B x T, the weights it was built from, and its full
+// forward's logits at each sequence's last position.
+struct Reference {
     GPT2 m;
-    gpt2_build_random(&m, c, 1234);
-    const std::vector<int> prompt_len = {5, 64, 17};
-    const int B = (int)prompt_len.size(), steps = 40, T = 128;
-    gpt2_allocate(&m, B, T, 0, kFloatXIsBF16 ? AttentionBackend::Flash : AttentionBackend::Materialized);
-    cudaStream_t stream;
-    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    m.stream = stream;
-
-    Rng rng(42);
-    std::vector<std::vector<int>> seq(B);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < prompt_len[b]; t++) seq[b].push_back((int)(rng.uniform() * c.vocab_size) % c.vocab_size);
-
-    // the full forward over every sequence's current prefix (padded with token 0); logits at each last position
-    auto full_logits = [&](std::vector<std::vector<float>>* out) {
+    std::vector<float> host_params;
+    Reference(const GPT2Config& c, int B, int T) {
+        gpt2_build_random(&m, c, 1234);
+        host_params = m.host_params;  // gpt2_allocate uploads and drops them
+        const int HS = c.channels / c.num_heads;
+        const bool flash = kFloatXIsBF16 && (HS == 64 || HS == 128);
+        gpt2_allocate(&m, B, T, 0, flash ? AttentionBackend::Flash : AttentionBackend::Materialized);
+        cudaCheck(cudaDeviceSynchronize());  // the upload has landed before an engine's stream reads it
+    }
+    ~Reference() { gpt2_free(&m); }
+    std::vector<std::vector<float>> last_logits(const std::vector<std::vector<int>>& seq) {
+        const int B = (int)seq.size();
         int longest = 0;
         for (const auto& s : seq) longest = std::max(longest, (int)s.size());
         std::vector<int> batch((size_t)B * longest, 0);
-        for (int b = 0; b < B; b++)
-            for (size_t t = 0; t < seq[b].size(); t++) batch[(size_t)b * longest + t] = seq[b][t];
+        for (int b = 0; b < B; b++) std::copy(seq[b].begin(), seq[b].end(), batch.begin() + (size_t)b * longest);
         gpt2_forward(&m, batch.data(), nullptr, B, longest);
-        out->assign(B, std::vector<float>(c.padded_vocab_size));
-        for (int b = 0; b < B; b++) gpt2_logits_to_host(&m, b, (int)seq[b].size() - 1, (*out)[b].data());
-        return longest;
-    };
+        std::vector<std::vector<float>> out(B, std::vector<float>(m.config.padded_vocab_size));
+        for (int b = 0; b < B; b++) gpt2_logits_to_host(&m, b, (int)seq[b].size() - 1, out[b].data());
+        return out;
+    }
+};
 
-    std::vector<std::vector<float>> ref;
-    int failures = 0;
-    double worst = 0, worst_by_path[7] = {-1, -1, -1, -1, -1, -1, -1};  // -1: the path does not run in this build
+std::vector<std::vector<float>> engine_logits(InferenceEngine* e) {
+    std::vector<std::vector<float>> out(e->shape.B, std::vector<float>(e->config.padded_vocab_size));
+    for (int b = 0; b < e->shape.B; b++) inference_logits_to_host(e, b, out[b].data());
+    return out;
+}
+
+int argmax(const std::vector<float>& l, int V) { return argmax_token(l.data(), V); }
+
+// Whether the reference's top two logits are more than 0.1 apart (so rounding cannot swap them); *top the first.
+bool clear_top(const std::vector<float>& ref, int V, int* top) {
+    *top = argmax(ref, V);
+    float second = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (i != *top) second = std::max(second, ref[i]);
+    return ref[*top] - second > 0.1f;
+}
+
+// rel-L2 within the bound, and the same argmax where the reference's is clear; returns the rel-L2.
+double check_logits(const std::vector<float>& got, const std::vector<float>& ref, int V, const char* what, int step,
+                    int b) {
+    const ErrorStats e = compare(got.data(), ref.data(), V);
+    int top = 0;
+    if (!(e.rel_l2 <= kTol) || (clear_top(ref, V, &top) && argmax(got, V) != top))
+        fail("%s step %d sequence %d: logits rel-L2 %.3e, argmax %d vs %d", what, step, b, e.rel_l2, argmax(got, V),
+             top);
+    return e.rel_l2;
+}
+
+InferenceShape shape_of(int B, int max_T, int prefill_T, int max_new) {
+    InferenceShape s;
+    s.B = B, s.max_T = max_T, s.prefill_T = prefill_T, s.max_new = max_new;
+    return s;
+}
+
+void make_engine(InferenceEngine* e, Reference& ref, const InferenceShape& shape, const InferenceOptions& o,
+                 bool borrow) {
+    if (borrow) inference_engine_borrow(e, ref.m.config, ref.m.params, shape, o);
+    else inference_engine_upload(e, ref.m.config, ref.host_params, shape, o);
+}
+
+// Checks 1 and 2 on a model with a KV cache.
+void test_cached(const GPT2Config& c, const char* label) {
+    const int f0 = failures;
+    const std::vector<int> prompt_len = {5, 64, 17};
+    const int B = (int)prompt_len.size(), steps = 40, T = 128, longest = 64, V = c.vocab_size;
+    Reference ref(c, B, T);
+    Rng rng(42);
+    std::vector<std::vector<int>> prompts(B);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < prompt_len[b]; t++) prompts[b].push_back((int)(rng.uniform() * V) % V);
+
+    double worst_prefill = 0, worst_by_path[7] = {-1, -1, -1, -1, -1, -1, -1};  // -1: not run in this build
     for (int path = 0; path < 7; path++) {  // decode_matvec (LayerNorm, cache append fused; BF16 builds): 0 one
         // group of rows, 1 groups of 2 rows, 2 of 1 row (the register path; the classifier of 1 and 2 by cuBLASLt);
         // 3 decode_mma (BF16 builds); 4 cuBLASLt, decode attention's split kernel after its append kernel; 5
         // cuBLASLt, the per-head kernel appending (batch 64's path); 6 decode_mma, the per-head kernel reading the
         // K and V the product appended (batches 6-16 at d12; BF16 builds). The attention kernel is forced.
-    if ((path < 3 && !kDecodeMatvecAvailable) || ((path == 3 || path == 6) && !kDecodeMmaAvailable)) continue;
-    for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
-    const int Tp = full_logits(&ref);  // the prefill
-    KVCache cache = kv_cache_allocate(&m, B, T);
-    // forced: B = 3 is above kDecodeMatvecMaxB, where kv_cache_allocate picks decode_mma in BF16 builds
-    cache.products = path < 3                  ? DecodeProducts::Matvec
-                     : path == 3 || path == 6 ? DecodeProducts::Mma
-                                              : DecodeProducts::Cublas;
-    cache.attention = path >= 5 ? DecodeAttentionKernel::PerHead : DecodeAttentionKernel::Split;
-    cache.matvec_rows = path == 1 ? 2 : path == 2 ? 1 : kDecodeMaxRows;
-    kv_cache_fill(&m, &cache, Tp, prompt_len);
-    DecodeGraph graph;
-    for (int step = 0; step < steps; step++) {
-        std::vector<int> next(B);
-        for (int b = 0; b < B; b++) {
-            next[b] = (int)(rng.uniform() * c.vocab_size) % c.vocab_size;
-            seq[b].push_back(next[b]);
-        }
-        gpt2_decode_step_graph(&m, &cache, next, &graph);
-        std::vector<std::vector<float>> got(B, std::vector<float>(c.padded_vocab_size));
-        for (int b = 0; b < B; b++) gpt2_logits_to_host(&m, b, 0, got[b].data());
-        full_logits(&ref);
-        for (int b = 0; b < B; b++) {
-            const ErrorStats e = compare(got[b].data(), ref[b].data(), c.vocab_size);
-            worst = std::max(worst, e.rel_l2);
-            worst_by_path[path] = std::max(worst_by_path[path], e.rel_l2);
-            int arg_got = 0, arg_ref = 0, second = -1;
-            for (int i = 1; i < c.vocab_size; i++) {
-                if (got[b][i] > got[b][arg_got]) arg_got = i;
-                if (ref[b][i] > ref[b][arg_ref]) { second = arg_ref; arg_ref = i; }
-                else if (second < 0 || ref[b][i] > ref[b][second]) second = i;
-            }
-            const bool clear_top = second < 0 || ref[b][arg_ref] - ref[b][second] > 0.1f;
-            if (!(e.rel_l2 <= tol) || (clear_top && arg_got != arg_ref)) {
-                if (failures < 10)
-                    printf("FAIL step %d sequence %d (length %zu): logits rel-L2 %.3e, argmax %d vs %d\n", step, b,
-                           seq[b].size(), e.rel_l2, arg_got, arg_ref);
-                failures++;
+        if ((path < 3 && !kDecodeMatvecAvailable) || ((path == 3 || path == 6) && !kDecodeMmaAvailable)) continue;
+        InferenceOptions o;
+        o.pick = PickParams{0.f, 0, 1.f};
+        o.decode.products = path < 3 ? DecodeProducts::Matvec : path == 3 || path == 6 ? DecodeProducts::Mma
+                                                                                       : DecodeProducts::Cublas;
+        o.decode.attention = path >= 5 ? DecodeAttentionKernel::PerHead : DecodeAttentionKernel::Split;
+        o.decode.matvec_rows = path == 1 ? 2 : path == 2 ? 1 : kDecodeMaxRows;
+        InferenceEngine e;
+        make_engine(&e, ref, shape_of(B, T, longest, steps), o, path % 2 == 0);
+        std::vector<std::vector<int>> seq = prompts;
+        inference_prefill(&e, seq, 0);
+        std::vector<std::vector<float>> got = engine_logits(&e), want = ref.last_logits(seq);
+        for (int b = 0; b < B; b++)
+            worst_prefill = std::max(worst_prefill, check_logits(got[b], want[b], V, "prefill", 0, b));
+        worst_by_path[path] = 0;
+        for (int step = 0; step < steps; step++) {
+            std::vector<int> next(B);
+            for (int b = 0; b < B; b++) seq[b].push_back(next[b] = (int)(rng.uniform() * V) % V);
+            inference_decode_step(&e, next);
+            got = engine_logits(&e), want = ref.last_logits(seq);
+            for (int b = 0; b < B; b++) {
+                const double rel_l2 = check_logits(got[b], want[b], V, "decode", step, b);
+                worst_by_path[path] = std::max(worst_by_path[path], rel_l2);
             }
         }
-    }
-    decode_graph_free(&graph);
-    kv_cache_free(&cache);
+        inference_engine_free(&e);
     }
 
-    // ---- the loop on the GPU
+    // ---- the loop on the GPU, and generate()
     const int new_tokens = 24;
-    int boundary = 0, picks = 0;
-    // matvec_rows 0: the path kv_cache_allocate picks (decode_mma at B = 3 in BF16 builds, else cuBLASLt); else
+    int boundary = 0, picks = 0, modes_run = 0;
+    // matvec_rows 0: the path the engine picks (decode_mma at B = 3 in BF16 builds, else cuBLASLt); else
     // decode_matvec forced with that many rows per group, the classifier too (greedy: the pick folded into it;
     // rows 1 and 2: several groups)
     struct Mode { PickParams pick; bool graph; int matvec_rows; };
@@ -115,81 +169,143 @@ static int test_model(const GPT2Config& c, const char* label) {
                                      {{0.f, 0, 1.f}, false, 2},    {{0.f, 0, 1.f}, true, kDecodeMaxRows},
                                      {{0.9f, 20, 0.9f}, true, 1}};
     std::vector<std::vector<int>> tokens_of_mode;
-    int modes_run = 0;
     for (const Mode& mode : modes) {
-        for (int b = 0; b < B; b++) seq[b].resize(prompt_len[b]);
-        const int Tq = full_logits(&ref);
-        if (mode.matvec_rows > 0 && !kDecodeMatvecAvailable) continue;
+        if (mode.matvec_rows > 0 && !kDecodeMatvecAvailable) {
+            tokens_of_mode.push_back({});
+            continue;
+        }
         modes_run++;
-        KVCache lc = kv_cache_allocate(&m, B, T);
-        if (mode.matvec_rows > 0) lc.products = DecodeProducts::Matvec, lc.matvec_rows = mode.matvec_rows, lc.matvec_classifier_groups = B;
-        kv_cache_fill(&m, &lc, Tq, prompt_len);
+        InferenceOptions o;
+        o.pick = mode.pick;
+        o.graph = mode.graph;
+        if (mode.matvec_rows > 0) {
+            o.decode.products = DecodeProducts::Matvec;
+            o.decode.matvec_rows = mode.matvec_rows, o.decode.matvec_classifier_groups = B;
+        }
+        InferenceEngine e;
+        make_engine(&e, ref, shape_of(B, T, longest, new_tokens), o, modes_run % 2 == 0);
         Rng coin_rng(7);
         std::vector<float> coins((size_t)new_tokens * B);
         for (float& x : coins) x = coin_rng.uniform();
-        DecodeLoop loop = decode_loop_create(lc, mode.pick, coins, new_tokens, mode.graph);
-        decode_loop_begin(&m, &lc, &loop);
-        std::vector<int> got;
+        decode_loop_set_coins(&e.loop, coins, e.stream);
+        inference_prefill(&e, prompts, 0);
+        std::vector<std::vector<float>> logits = engine_logits(&e);  // the ones the first pick reads
+        decode_loop_begin(e.step, &e.loop);
+        std::vector<int> got;  // token g of sequence b at [g * B + b]
         for (int g = 0; g < new_tokens; g++) {
-            if (g > 0) decode_loop_step(&m, &lc, &loop);
-            cudaCheck(cudaStreamSynchronize(stream));
+            if (g > 0) {
+                decode_loop_step(e.step, &e.loop);
+                logits = engine_logits(&e);
+            }
+            cudaCheck(cudaStreamSynchronize(e.stream));
             for (int b = 0; b < B; b++) {
-                std::vector<float> logits(c.padded_vocab_size);
-                gpt2_logits_to_host(&m, b, g == 0 ? prompt_len[b] - 1 : 0, logits.data());
                 const PickParams& p = mode.pick;
-                auto host = [&](float coin) { return sample_token(logits.data(), c.vocab_size, p.temperature, p.top_k, p.top_p, coin); };
+                auto host = [&](float coin) {
+                    return sample_token(logits[b].data(), V, p.temperature, p.top_k, p.top_p, coin);
+                };
                 const float coin = coins[(size_t)g * B + b];
-                const int tok = loop.tokens[(size_t)g * B + b];
+                const int tok = e.loop.tokens[(size_t)g * B + b];
                 got.push_back(tok);
                 picks++;
                 bool ok = tok == host(coin);
-                if (!ok && !p.greedy() && host(std::max(0.f, coin - 1e-5f)) <= tok && tok <= host(std::min(0.99999994f, coin + 1e-5f)))
+                if (!ok && !p.greedy() && host(std::max(0.f, coin - 1e-5f)) <= tok &&
+                    tok <= host(std::min(0.99999994f, coin + 1e-5f)))
                     ok = true, boundary++;  // the CDF runs in id order
-                if (!ok) {
-                    if (failures < 10)
-                        printf("FAIL loop (T %.1f k %d p %.2f graph %d matvec rows %d) token %d of sequence %d: GPU %d, "
-                               "host sampler %d\n", p.temperature, p.top_k, p.top_p, mode.graph, mode.matvec_rows, g, b,
-                               tok, host(coin));
-                    failures++;
-                }
+                if (!ok)
+                    fail("loop (T %.1f k %d p %.2f graph %d matvec rows %d) token %d of sequence %d: GPU %d, host "
+                         "sampler %d", p.temperature, p.top_k, p.top_p, mode.graph, mode.matvec_rows, g, b, tok,
+                         host(coin));
             }
         }
+        GenerateRequest request;
+        request.prompts = prompts;
+        request.max_new = new_tokens;
+        request.coins = coins;
+        const GenerateResult r = generate(&e, request);
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < new_tokens; g++)
+                if ((int)r.tokens[b].size() != new_tokens || r.tokens[b][g] != got[(size_t)g * B + b]) {
+                    fail("generate() (T %.1f graph %d) sequence %d token %d differs from the loop's",
+                         mode.pick.temperature, mode.graph, b, g);
+                    g = new_tokens;
+                }
         tokens_of_mode.push_back(got);
-        decode_loop_free(&loop);
-        kv_cache_free(&lc);
+        inference_engine_free(&e);
     }
-    const bool same_graph_plain = tokens_of_mode[0] == tokens_of_mode[1] && tokens_of_mode[3] == tokens_of_mode[4];
-    if (!same_graph_plain) {
-        printf("FAIL loop: the CUDA Graph and plain runs chose different tokens\n");
-        failures++;
-    }
-    if (boundary * 50 > picks) {
-        printf("FAIL loop: %d of %d picks on a CDF boundary\n", boundary, picks);
-        failures++;
-    }
-    m.stream = 0;
-    cudaCheck(cudaStreamDestroy(stream));
-    gpt2_free(&m);
+    if (tokens_of_mode[0] != tokens_of_mode[1] || tokens_of_mode[3] != tokens_of_mode[4])
+        fail("loop: the CUDA Graph and plain runs chose different tokens");
+    if (boundary * 50 > picks) fail("loop: %d of %d picks on a CDF boundary", boundary, picks);
     char by_path[7][16];
     for (int p = 0; p < 7; p++) {
         if (worst_by_path[p] < 0) snprintf(by_path[p], sizeof(by_path[p]), "not run");
         else snprintf(by_path[p], sizeof(by_path[p]), "%.3e", worst_by_path[p]);
     }
-    printf("test_decode (%s, %s): %d decode steps x %d sequences (CUDA Graph after the first), worst logits rel-L2 "
-           "%.3e (<= %.0e; decode_matvec %s, in groups of 2 rows %s, of 1 row %s, decode_mma %s, cuBLASLt %s, with "
-           "per-head attention %s, decode_mma with per-head attention %s); the loop on the GPU, %d modes x %d tokens x %d sequences = the host sampler on "
-           "the step's logits (%d on a CDF boundary), graph = plain: %s\n", PRECISION_NAME, label, steps, B, worst,
-           tol, by_path[0], by_path[1], by_path[2], by_path[3], by_path[4], by_path[5], by_path[6], modes_run, new_tokens, B,
-           boundary, failures ? "FAIL" : "PASS");
-    return failures;
+    printf("test_decode (%s, %s): prefill worst logits rel-L2 %.3e; %d decode steps x %d sequences (CUDA Graph after "
+           "the first), worst logits rel-L2 (<= %.0e): decode_matvec %s, in groups of 2 rows %s, of 1 row %s, "
+           "decode_mma %s, cuBLASLt %s, with per-head attention %s, decode_mma with per-head attention %s; the loop on "
+           "the GPU, %d modes x %d tokens x %d sequences = the host sampler on the step's logits (%d on a CDF "
+           "boundary), graph = plain, generate() = the loop: %s\n", PRECISION_NAME, label, worst_prefill, steps, B,
+           kTol, by_path[0], by_path[1], by_path[2], by_path[3], by_path[4], by_path[5], by_path[6], modes_run,
+           new_tokens, B, boundary, failures == f0 ? "PASS" : "FAIL");
 }
+
+// Check 3 on a model whose head size decode attention does not take.
+void test_recompute(const GPT2Config& c, const char* label) {
+    const int f0 = failures;
+    const std::vector<int> prompt_len = {5, 30, 17};
+    const int B = (int)prompt_len.size(), longest = 30, new_tokens = 12, V = c.vocab_size;
+    const InferenceShape shape = generation_shape(c, B, longest, new_tokens);
+    Reference ref(c, B, shape.prefill_T);
+    Rng rng(43);
+    std::vector<std::vector<int>> prompts(B);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < prompt_len[b]; t++) prompts[b].push_back((int)(rng.uniform() * V) % V);
+    InferenceOptions o;
+    o.pick = PickParams{0.f, 0, 1.f};
+    InferenceEngine e;
+    make_engine(&e, ref, shape, o, false);
+    double worst = 0;
+    std::vector<std::vector<int>> seq = prompts;
+    for (int step = 0; step < new_tokens; step++) {  // random continuations, one forward each
+        inference_prefill(&e, seq, 0, shape.prefill_T);
+        const std::vector<std::vector<float>> got = engine_logits(&e), want = ref.last_logits(seq);
+        for (int b = 0; b < B; b++) worst = std::max(worst, check_logits(got[b], want[b], V, "recompute", step, b));
+        for (int b = 0; b < B; b++) seq[b].push_back((int)(rng.uniform() * V) % V);
+    }
+    GenerateRequest request;
+    request.prompts = prompts;
+    request.max_new = new_tokens;
+    const GenerateResult r = generate(&e, request);
+    int clear = 0;
+    seq = prompts;
+    for (int g = 0; g < new_tokens; g++) {
+        const std::vector<std::vector<float>> want = ref.last_logits(seq);
+        for (int b = 0; b < B; b++) {
+            int top = 0;
+            if (clear_top(want[b], V, &top)) {
+                clear++;
+                if (r.tokens[b][g] != top)
+                    fail("recompute generate() token %d of sequence %d: %d, the forward's argmax %d", g, b,
+                         r.tokens[b][g], top);
+            }
+            seq[b].push_back(r.tokens[b][g]);
+        }
+    }
+    inference_engine_free(&e);
+    printf("test_decode (%s, %s): recompute, %d forwards x %d sequences, worst logits rel-L2 %.3e (<= %.0e); "
+           "generate() greedy = the forward's argmax at %d clear positions: %s\n", PRECISION_NAME, label, new_tokens,
+           B, worst, kTol, clear, failures == f0 ? "PASS" : "FAIL");
+}
+
+}  // namespace
 
 int main() {
     require_cuda_device("test_decode");
     // max_T, V, Vp, L, NH, C: a small model, and one layer at d12's widths (products of 768 and 3072 rows:
     // decode_matvec's wide preload for the fc projection, QKV columns in one pass)
-    int failures = test_model(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
-    failures += test_model(GPT2Config{256, 1000, 1024, 1, 12, 768}, "L1 C768");
-    failures += test_model(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");  // decode attention at HS 128
+    test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+    test_cached(GPT2Config{256, 1000, 1024, 1, 12, 768}, "L1 C768");
+    test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");  // decode attention at HS 128
+    test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
     return failures ? 1 : 0;
 }

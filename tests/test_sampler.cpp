@@ -1,8 +1,11 @@
-// Token sampling (llmc/inference/sampler.h): greedy, temperature, top-k, top-p, padded vocabulary, determinism,
-// and the empirical distribution against the exact softmax.
+// Token sampling (llmc/inference/sampler.h) and the rule it shares with the GPU (llmc/kernels/sampling_rule.h):
+// greedy, temperature, top-k, top-p, padded vocabulary, determinism, and the empirical distribution against the
+// exact softmax.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "llmc/core/rand.h"
@@ -202,4 +205,42 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
     EXPECT_GE(highest, 1400);  // the kept 1500 are all drawn from, up to near the end
     EXPECT_THROW(sample_token(l.data(), 4, 1.0f, 0, 0.0f, 0.5f), std::invalid_argument);
     EXPECT_THROW(sample_token(l.data(), 4, 1.0f, 0, 1.5f, 0.5f), std::invalid_argument);
+}
+
+// The rule's pieces the host sampler and the GPU picker share (llmc/kernels/sampling_rule.h).
+TEST(SamplingRule, KeysRankLikeTheValuesWithTiesToTheLowerId) {
+    const std::vector<float> ascending = {-INFINITY, -3.5f, -1.0f, -1e-30f, -0.0f, 0.0f, 1e-30f, 0.25f, 7.0f, INFINITY};
+    for (size_t i = 1; i < ascending.size(); i++)
+        EXPECT_LT(sampling_rule::key_of(ascending[i - 1]), sampling_rule::key_of(ascending[i])) << ascending[i];
+    // bf16 bit patterns rank as their widened floats do (the GPU ranks bf16 keys, the host the widened floats)
+    for (uint32_t a : {0x3f80u, 0xbf80u, 0x0000u, 0x8000u, 0x4040u, 0xc040u, 0x7f7fu, 0xff7fu}) {
+        for (uint32_t b : {0x3f80u, 0xbf80u, 0x0000u, 0x8000u, 0x4040u, 0xc040u, 0x7f7fu, 0xff7fu}) {
+            float fa, fb;
+            const uint32_t wa = a << 16, wb = b << 16;
+            memcpy(&fa, &wa, 4), memcpy(&fb, &wb, 4);
+            EXPECT_EQ(sampling_rule::key_of_bits16(a) < sampling_rule::key_of_bits16(b),
+                      sampling_rule::key_of(fa) < sampling_rule::key_of(fb)) << a << " " << b;
+        }
+        EXPECT_EQ(sampling_rule::bits16_of_key(sampling_rule::key_of_bits16(a)), a);
+    }
+    using sampling_rule::rank;
+    EXPECT_GT(rank(sampling_rule::key_of(2.0f), 7), rank(sampling_rule::key_of(1.0f), 3));
+    EXPECT_GT(rank(sampling_rule::key_of(1.0f), 3), rank(sampling_rule::key_of(1.0f), 4));  // a tie: the lower id
+    EXPECT_EQ(sampling_rule::rank_id(rank(sampling_rule::key_of(1.0f), 50256)), 50256);
+    EXPECT_GT(rank(0u, 0), sampling_rule::rank_floor());
+    // so greedy on the host takes +0 over -0 (the GPU's order), and the lower id on an exact tie
+    const std::vector<float> zeros = {-0.0f, 0.0f, 0.0f};
+    EXPECT_EQ(argmax_token(zeros.data(), 3), 1);
+}
+
+TEST(SamplingRule, CdfWalkStopsAtTheCoinAndFallsBackToTheLastWeight) {
+    sampling_rule::CdfWalk<double> walk(0.5, 0.0);
+    walk.step(4, 0.25), walk.step(9, 0.5), walk.step(11, 0.25);
+    EXPECT_EQ(walk.result(), 9);
+    sampling_rule::CdfWalk<double> top(1.0, 0.0);  // the target at the very top by rounding
+    top.step(4, 0.5), top.step(9, 0.5), top.step(11, 0.0);
+    EXPECT_EQ(top.result(), 9);  // the last candidate with weight, not the zero-weight one after it
+    sampling_rule::CdfWalk<float> after(0.6f, 0.5f);  // a walk starting where an earlier chunk's mass ends
+    after.step(20, 0.05f), after.step(21, 0.2f);
+    EXPECT_EQ(after.result(), 21);
 }

@@ -11,13 +11,17 @@
 
 enum class MemoryGroup { Parameters, Gradients, Optimizer, MasterWeights, Activations, Workspace };
 
-struct MemoryTensor {
+// One named buffer of a table; Group is the table's own grouping (MemoryGroup for the trainer's model and optimizer,
+// InferenceGroup for generation's, llmc/inference/inference_plan.h).
+template <typename Group>
+struct NamedBuffer {
     std::string name;
-    MemoryGroup group;
+    Group group;
     size_t elems;
     size_t elem_bytes;
-    size_t bytes() const { return round_up(elems * elem_bytes, 256); }  // every tensor 256-byte aligned
+    size_t bytes() const { return round_up(elems * elem_bytes, 256); }  // every buffer 256-byte aligned
 };
+using MemoryTensor = NamedBuffer<MemoryGroup>;
 
 struct MemoryPlan {
     size_t parameters = 0, gradients = 0, optimizer = 0, master_weights = 0, activations = 0, workspace = 0;
@@ -53,19 +57,31 @@ inline std::vector<std::pair<std::string, size_t>> memory_plan_rows(const Memory
             {"memory: total (plan)", p.total()}};
 }
 
-
-// Each row's place in one allocation of memory_table_bytes(table) at `block`, 256-byte aligned (null: empty rows).
-inline size_t memory_table_bytes(const std::vector<MemoryTensor>& table) {
+// The bytes of one allocation holding the rows `in_block` keeps (every row by default), and each such row's place in
+// it, in table order, 256-byte aligned (null: empty rows and the ones left out).
+template <typename Row, typename Keep>
+inline size_t memory_table_bytes(const std::vector<Row>& table, Keep in_block) {
     size_t n = 0;
-    for (const MemoryTensor& t : table) n += t.bytes();
+    for (const Row& r : table)
+        if (in_block(r)) n += r.bytes();
     return n;
 }
-inline std::vector<void*> memory_table_carve(const std::vector<MemoryTensor>& table, void* block) {
+template <typename Row, typename Keep>
+inline std::vector<void*> memory_table_carve(const std::vector<Row>& table, void* block, Keep in_block) {
     std::vector<void*> at(table.size(), nullptr);
     char* p = (char*)block;
     for (size_t i = 0; i < table.size(); i++) {
+        if (!in_block(table[i])) continue;
         if (table[i].elems) at[i] = p;
         p += table[i].bytes();
     }
     return at;
+}
+template <typename Row>
+inline size_t memory_table_bytes(const std::vector<Row>& table) {
+    return memory_table_bytes(table, [](const Row&) { return true; });
+}
+template <typename Row>
+inline std::vector<void*> memory_table_carve(const std::vector<Row>& table, void* block) {
+    return memory_table_carve(table, block, [](const Row&) { return true; });
 }

@@ -1,9 +1,10 @@
-// Picking the next token from a row of logits, and printing tokens.
-// Sampling: softmax(logits / temperature) over the real vocabulary (padded entries V..Vp-1 are never
-// chosen), optionally restricted to the top_k largest logits and then to the nucleus (top_p: the most likely
-// tokens whose probabilities sum to at least top_p, at least one; as Hugging Face's generate applies them, in that
-// order), then inverse-CDF with one uniform number `coin` in [0, 1) from the caller's seeded Rng (llmc/core/rand.h),
-// so a seed reproduces a sample exactly. temperature 0 means greedy (argmax). Ties go to the lower token id.
+// Picking the next token from a row of logits on the host, and printing tokens.
+// The rule (llmc/kernels/sampling_rule.h, shared with the GPU picker): softmax(logits / temperature) over the real
+// vocabulary (padded entries V..Vp-1 are never chosen), optionally restricted to the top_k highest logits and then
+// to the nucleus (top_p: the highest tokens whose probabilities sum to at least top_p, at least one; as Hugging
+// Face's generate applies them, in that order), then inverse-CDF in id order with one uniform number `coin` in
+// [0, 1) from the caller's seeded Rng (llmc/core/rand.h), so a seed reproduces a sample exactly. temperature 0 means
+// greedy. "Highest" ranks by logit, ties to the lower token id. Sums are double here, fp32 on the GPU.
 #pragma once
 
 #include <algorithm>
@@ -14,62 +15,65 @@
 #include <vector>
 
 #include "llmc/formats/tokenizer_file.h"
+#include "llmc/kernels/sampling_rule.h"
 
-// Index of the largest logit among the first vocab_size (lowest index on ties).
+// The highest-ranked among the first vocab_size logits (lowest index on ties).
 inline int argmax_token(const float* logits, int vocab_size) {
-    int best = 0;
-    for (int i = 1; i < vocab_size; i++) {
-        if (logits[i] > logits[best]) best = i;
-    }
-    return best;
+    unsigned long long best = sampling_rule::rank_floor();
+    for (int i = 0; i < vocab_size; i++)
+        best = std::max(best, sampling_rule::rank(sampling_rule::key_of(logits[i]), i));
+    return sampling_rule::rank_id(best);
 }
 
 inline int sample_token(const float* logits, int vocab_size, float temperature, int top_k, float top_p, float coin) {
+    const PickParams p{temperature, top_k, top_p};
     if (vocab_size < 1) throw std::invalid_argument("sample_token: vocab_size must be >= 1");
-    if (!(temperature >= 0.0f)) throw std::invalid_argument("sample_token: temperature must be >= 0");
-    if (!(top_p > 0.0f && top_p <= 1.0f)) throw std::invalid_argument("sample_token: top_p must be in (0, 1]");
+    if (const char* problem = pick_params_problem(p))
+        throw std::invalid_argument(std::string("sample_token: ") + problem);
     for (int i = 0; i < vocab_size; i++) {
         if (!std::isfinite(logits[i])) {
             throw std::runtime_error("sample_token: logit " + std::to_string(i) + " is not finite (" +
                                      std::to_string(logits[i]) + ")");
         }
     }
-    if (temperature == 0.0f || top_k == 1) return argmax_token(logits, vocab_size);
+    if (p.greedy()) return argmax_token(logits, vocab_size);
 
-    // Candidate ids: all, or the top_k by logit (stable order: larger logit first, then lower id).
+    using sampling_rule::rank;
+    using sampling_rule::key_of;
+    auto higher = [&](int a, int b) { return rank(key_of(logits[a]), a) > rank(key_of(logits[b]), b); };
+    // Candidate ids: all, or the top_k highest, in id order (the CDF runs in id order).
     std::vector<int> ids(vocab_size);
     for (int i = 0; i < vocab_size; i++) ids[i] = i;
     int n = vocab_size;
-    if (top_k > 0 && top_k < vocab_size) {
-        auto larger = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-        std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(), larger);
+    if (p.cuts_top_k(vocab_size)) {
+        std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(), higher);
         n = top_k;
-        std::sort(ids.begin(), ids.begin() + n);  // id order, so the CDF does not depend on sort internals
+        std::sort(ids.begin(), ids.begin() + n);
     }
-    // Softmax in double, shifted by the max so exp never overflows.
+    // Weights in double, shifted by the max so exp never overflows.
     double max_logit = -INFINITY;
     for (int j = 0; j < n; j++) max_logit = std::max(max_logit, (double)logits[ids[j]]);
+    const double inv_temperature = 1.0 / (double)temperature;
     std::vector<double> weight(n);
     double sum = 0.0;
-    for (int j = 0; j < n; j++) {
-        weight[j] = std::exp(((double)logits[ids[j]] - max_logit) / temperature);
-        sum += weight[j];
-    }
-    if (top_p < 1.0f) {  // the nucleus: by probability, largest first (lower id on ties), until the sum reaches top_p
+    for (int j = 0; j < n; j++)
+        sum += weight[j] = sampling_rule::weight((double)logits[ids[j]], max_logit, inv_temperature);
+    if (p.cuts_top_p()) {  // the nucleus: highest first until the kept weight reaches the target
         std::vector<int> order(n);
         for (int j = 0; j < n; j++) order[j] = j;
-        auto heavier = [&](int a, int b) { return weight[a] > weight[b] || (weight[a] == weight[b] && ids[a] < ids[b]); };
-        // the heaviest 1024 first (a nucleus is usually far smaller than the vocabulary), the rest only if needed;
-        // the order is total, so this is the same sequence a full sort gives
+        auto higher_at = [&](int a, int b) { return higher(ids[a], ids[b]); };
+        // the highest 1024 first (a nucleus is usually far smaller than the vocabulary), the rest only if needed;
+        // the order is total, so this is the sequence a full sort gives
         const int head = std::min(n, 1024);
-        std::partial_sort(order.begin(), order.begin() + head, order.end(), heavier);
+        std::partial_sort(order.begin(), order.begin() + head, order.end(), higher_at);
         std::vector<bool> keep(n, false);
+        const double target = sampling_rule::nucleus_target(top_p, sum);
         double mass = 0.0;
         for (int r = 0; r < n; r++) {
-            if (r == head) std::sort(order.begin() + head, order.end(), heavier);
+            if (r == head) std::sort(order.begin() + head, order.end(), higher_at);
             keep[order[r]] = true;
             mass += weight[order[r]];
-            if (mass >= (double)top_p * sum) break;
+            if (mass >= target) break;
         }
         sum = 0.0;
         for (int j = 0; j < n; j++) {
@@ -77,20 +81,12 @@ inline int sample_token(const float* logits, int vocab_size, float temperature, 
             sum += weight[j];
         }
     }
-    const double target = (double)coin * sum;
-    double cdf = 0.0;
-    for (int j = 0; j < n; j++) {
-        cdf += weight[j];
-        if (target < cdf) return ids[j];
-    }
-    // coin ~ 1 with rounding: the last candidate with non-zero weight.
-    for (int j = n - 1; j >= 0; j--) {
-        if (weight[j] > 0.0) return ids[j];
-    }
-    return ids[n - 1];
+    sampling_rule::CdfWalk<double> walk(sampling_rule::cdf_target(coin, sum), 0.0);
+    for (int j = 0; j < n && !walk.done(); j++) walk.step(ids[j], weight[j]);
+    return walk.result();  // never -1: the highest candidate weighs 1
 }
 
-// Without top-p (the trainer's samples).
+// Without top-p (tests).
 inline int sample_token(const float* logits, int vocab_size, float temperature, int top_k, float coin) {
     return sample_token(logits, vocab_size, temperature, top_k, 1.0f, coin);
 }

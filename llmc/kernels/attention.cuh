@@ -84,6 +84,12 @@ inline size_t attention_workspace_bytes(AttentionBackend b, int B, int T, int C,
     return attention_materialized_workspace_bytes(B, T, C, NH);
 }
 
+// What the forward alone needs (generation's prefill, which keeps no backward): flash none; materialized its
+// permuted Q, K, V and S, laid out as the backward lays them, so the whole workspace.
+inline size_t attention_forward_workspace_bytes(AttentionBackend b, int B, int T, int C, int NH) {
+    return is_flash(b) ? 0 : attention_materialized_workspace_bytes(B, T, C, NH);
+}
+
 inline void attention_forward(AttentionBackend b, floatX* out, void* saved, const floatX* qkv, void* workspace, int B,
                               int T, int C, int NH, cudaStream_t stream = 0) {
     if (b == AttentionBackend::Materialized) {

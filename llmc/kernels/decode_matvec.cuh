@@ -21,8 +21,8 @@
 constexpr int kDecodeMaxRows = 8;
 
 // The greedy pick folded into the classifier's product (generation's loop at temperature 0): each block keeps the
-// largest (logit, lowest id) of its columns below V per row, as pick_tokens_kernel orders them (the key of the
-// stored, rounded logit), and the last block to finish (a count per row group, which it resets) takes the
+// highest rank (sampling_rule.h: the key of the stored, rounded logit, ties to the lowest id) of its columns below V
+// per row, and the last block to finish (a count per row group, which it resets) takes the
 // maximum over the blocks' partials and does what pick_tokens does after its choice: the token into next_tokens
 // and tokens_out, len advanced. A maximum is exact, so the order the blocks finish in changes nothing.
 struct DecodeGreedyPick {
@@ -319,12 +319,12 @@ __device__ __forceinline__ void pick_greedy(const DecodeGreedyPick& p, unsigned 
     }
     if (!last_to_arrive(p.count + blockIdx.y, gridDim.x)) return;
     for (int r = warp; r < B; r += kWarps) {
-        unsigned long long b = sampling_detail::key_arg(0u, INT_MAX);
+        unsigned long long b = sampling_rule::rank_floor();
         for (int i = lane; i < (int)gridDim.x; i += 32) b = max(b, __ldcg(p.partials + (size_t)(row0 + r) * gridDim.x + i));
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) b = max(b, __shfl_xor_sync(0xffffffffu, b, off));
         if (lane == 0)
-            store_pick(row0 + r, sampling_detail::key_arg_id(b), p.len[row0 + r], p.prompt_len, p.len, p.next_tokens,
+            store_pick(row0 + r, sampling_rule::rank_id(b), p.len[row0 + r], p.prompt_len, p.len, p.next_tokens,
                        p.tokens_out, p.max_new, p.B);
     }
 }
@@ -388,13 +388,13 @@ __global__ void __launch_bounds__(kWarps * 32, kPreV == kPre ? kBlocksPerSM : 1)
     const int r_mine = row0 + lane;
     const int pos_mine = a.k_cache && lane < B ? a.len[r_mine] - 1 : 0;  // the QKV product's cache position
     // the greedy pick: lane r's best (key, id) of row r over this warp's columns
-    unsigned long long best = sampling_detail::key_arg(0u, INT_MAX);
+    unsigned long long best = sampling_rule::rank_floor();
     auto column_done = [&](int col, float sum, float bias, float res) {
         if (lane < B) {
             if constexpr (kPick) {
                 const floatX o = from_float<floatX>(sum + bias);
                 a.out[(size_t)r_mine * a.N + col] = o;
-                if (col < a.pick.V) best = max(best, sampling_detail::key_arg(sampling_detail::KeyOf<floatX>::key(o), col));
+                if (col < a.pick.V) best = max(best, sampling_rule::rank(sampling_detail::KeyOf<floatX>::key(o), col));
             } else {
                 store_column(a, r_mine, col, sum, bias, res, pos_mine);
             }
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kWarps * 32, kPreV == kPre ? kBlocksPerSM : 1)
 }  // namespace decode_matvec_detail
 
 // BF16 builds only: the kernel reads 8 elements per 16-byte vector (Packed128 of fp32 holds 4); FP32 builds decode
-// through cuBLASLt (llmc/inference/gpt2_decode.cuh chooses).
+// through cuBLASLt (llmc/inference/decode_step.cuh chooses).
 constexpr bool kDecodeMatvecAvailable = kFloatXIsBF16;
 
 // Blocks a product's grid has at most (every block resident), and the partials a greedy pick needs for B rows.

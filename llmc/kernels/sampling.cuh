@@ -1,30 +1,25 @@
-// Choosing the next token on the GPU (issue 16), so no logits cross to the host during generation.
+// Choosing the next token on the GPU, so no logits cross to the host during generation.
 //
-// The rule is the host sampler's (llmc/inference/sampler.h): greedy at temperature 0 or top-k 1 (the lowest id among equal
-// maxima); else softmax(logits / temperature) over the real vocabulary, restricted to the top_k largest logits and
-// then to the nucleus (the heaviest tokens whose probabilities reach top_p, ties by lower id), and one coin in
-// [0, 1) inverts the CDF in id order. One block of 1024 threads per sequence; thread t owns the contiguous ids
-// [t·chunk, (t+1)·chunk), so "lower id first" is a prefix over threads. Thresholds are found by bisection over the
-// order of the logit's bit pattern (16 steps for bf16, 32 for fp32), each step one fixed-order block reduction:
-// the same coin gives the same token on every run. Sums are fp32 where the host's are double, so a coin within
-// rounding of a CDF boundary may pick the neighbouring token (tests/test_sampling.cu allows exactly that).
+// The rule is llmc/kernels/sampling_rule.h's, which the host sampler (llmc/inference/sampler.h) is built from too:
+// greedy at temperature 0 or top-k 1 (the lowest id among equal maxima); else softmax(logits / temperature) over the
+// real vocabulary, restricted to the top_k highest logits and then to the nucleus (the highest tokens whose
+// probabilities reach top_p, ties by lower id), and one coin in [0, 1) inverts the CDF in id order. One block of
+// 1024 threads per sequence; thread t owns the contiguous ids [t·chunk, (t+1)·chunk), so "lower id first" is a
+// prefix over threads. Thresholds are found by bisection over the rule's key order (16 steps for bf16, 32 for fp32),
+// each step one fixed-order block reduction: the same coin gives the same token on every run. Sums are fp32 where
+// the host's are double, so a coin within rounding of a CDF boundary may pick the neighbouring token
+// (tests/test_sampling.cu allows exactly that).
 //
-// Per sequence b the kernel reads the logits row b·rows_per_seq + (rows_per_seq > 1 ? len[b] − 1 : 0) (after a
-// prefill of rows_per_seq positions, the sequence's last one; after a decode step, its only row), takes the coin
-// coins[g·B + b] with g = len[b] − prompt_len[b] (the index of the token being chosen), and writes the token to
-// next_tokens[b] (the next decode step's input) and tokens_out[g·B + b], then advances len[b] by one.
+// Per sequence b the kernel reads the logits row b·rows_per_seq + (rows_per_seq > 1 ? len[b] − 1 : 0) (rows_per_seq
+// 1: one row per sequence, as generation's prefill and decode step leave them), takes the coin coins[g·B + b] with
+// g = len[b] − prompt_len[b] (the index of the token being chosen), and writes the token to next_tokens[b] (the next
+// decode step's input) and tokens_out[g·B + b], then advances len[b] by one.
 #pragma once
 
 #include <climits>
 
 #include "llmc/core/cuda_common.h"
-
-struct PickParams {
-    float temperature = 1.0f;  // 0: greedy
-    int top_k = 0;             // 0 or >= V: no top-k
-    float top_p = 1.0f;        // (0, 1]; 1: no nucleus
-    __host__ __device__ bool greedy() const { return temperature <= 0.f || top_k == 1; }
-};
+#include "llmc/kernels/sampling_rule.h"
 
 // A pick's outputs for sequence b (its length len_b before the pick): the token as its g-th new one (g = len_b −
 // prompt_len[b], when 0 <= g < max_new), as the next step's input, and the length advanced by one. pick_tokens and
@@ -41,26 +36,19 @@ namespace sampling_detail {
 
 constexpr int kThreads = 1024, kWarps = kThreads / 32;
 
-// A logit's bit pattern as an unsigned key in the same order as the values (negative values reversed), and back.
+// The rule's key order (sampling_rule.h) for a logit of type T, and the logit of a key.
 template <typename T> struct KeyOf;
 template <> struct KeyOf<__nv_bfloat16> {
     static constexpr int kBits = 16;
-    __device__ static uint32_t key(__nv_bfloat16 x) {
-        const uint32_t u = __bfloat16_as_ushort(x);
-        return (u & 0x8000u) ? (~u & 0xffffu) : (u | 0x8000u);
-    }
+    __device__ static uint32_t key(__nv_bfloat16 x) { return sampling_rule::key_of_bits16(__bfloat16_as_ushort(x)); }
     __device__ static float value(uint32_t k) {
-        const uint32_t u = (k & 0x8000u) ? (k & 0x7fffu) : (~k & 0xffffu);
-        return __bfloat162float(__ushort_as_bfloat16((unsigned short)u));
+        return __bfloat162float(__ushort_as_bfloat16((unsigned short)sampling_rule::bits16_of_key(k)));
     }
 };
 template <> struct KeyOf<float> {
     static constexpr int kBits = 32;
-    __device__ static uint32_t key(float x) {
-        const uint32_t u = __float_as_uint(x);
-        return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    }
-    __device__ static float value(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+    __device__ static uint32_t key(float x) { return sampling_rule::key_of(x); }
+    __device__ static float value(uint32_t k) { return __uint_as_float(sampling_rule::bits32_of_key(k)); }
 };
 
 // Fixed-order block reductions (xor trees within warps, then warp 0 over the warp results): bit-identical on
@@ -116,12 +104,6 @@ __device__ V block_exclusive_scan(V v, V* scratch, V* total) {
     return scratch[warp] + excl;
 }
 
-// (key, id) packed so that the larger key wins and, among equal keys, the lower id: one 64-bit max.
-__device__ __forceinline__ unsigned long long key_arg(uint32_t key, int id) {
-    return ((unsigned long long)key << 32) | (0xffffffffu - (uint32_t)id);
-}
-__device__ __forceinline__ int key_arg_id(unsigned long long ka) { return (int)(0xffffffffu - (uint32_t)ka); }
-
 template <typename T>
 struct PickArgs {
     const T* logits;
@@ -154,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
 
     // pass over the row in 16-byte vectors: the largest key (lowest id), and the row into shared memory to sample
     const int n_vec = (V + kVec - 1) / kVec;
-    unsigned long long best = key_arg(0u, INT_MAX);
+    unsigned long long best = sampling_rule::rank_floor();
     for (int j = tid; j < n_vec; j += kThreads) {
         const uint4 raw = reinterpret_cast<const uint4*>(row)[j];
         const T* e = reinterpret_cast<const T*>(&raw);
@@ -162,19 +144,19 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
 #pragma unroll
         for (int x = 0; x < kVec; x++) {
             const int id = j * kVec + x;
-            if (id < V) best = max(best, key_arg(K::key(e[x]), id));
+            if (id < V) best = max(best, sampling_rule::rank(K::key(e[x]), id));
         }
     }
     best = block_reduce(best, [](unsigned long long u, unsigned long long v) { return max(u, v); }, scratch_ka);
     const uint32_t best_key = (uint32_t)(best >> 32);
-    int chosen = key_arg_id(best);
+    int chosen = sampling_rule::rank_id(best);
 
     if (!greedy) {
         __syncthreads();  // row_s complete
         const int chunk = (V + kThreads - 1) / kThreads;
         const int i0 = min(V, tid * chunk), i1 = min(V, i0 + chunk);
         const float max_v = K::value(best_key), inv_t = 1.f / a.p.temperature;
-        auto weight = [&](int i) { return expf((to_float(row_s[i]) - max_v) * inv_t); };
+        auto weight = [&](int i) { return sampling_rule::weight(to_float(row_s[i]), max_v, inv_t); };
         auto count_ge = [&](uint32_t k) {
             int n = 0;
             for (int i = i0; i < i1; i++) n += K::key(row_s[i]) >= k;
@@ -203,15 +185,15 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
             }
             return lo;
         };
-        if (a.p.top_k > 0 && a.p.top_k < V) {
+        if (a.p.cuts_top_k(V)) {
             tau = bisect(0u, best_key, [&](uint32_t k) { return count_ge(k) >= a.p.top_k; });
             ties = a.p.top_k - (tau < best_key ? count_ge(tau + 1) : 0);
             set_tie_base();
         }
-        if (a.p.top_p < 1.f) {
+        if (a.p.cuts_top_p()) {
             float kept = 0.f;
             for_kept([&](int i) { kept += weight(i); });
-            const float target = a.p.top_p * block_sum(kept, scratch_f);
+            const float target = sampling_rule::nucleus_target(a.p.top_p, block_sum(kept, scratch_f));
             auto mass_ge = [&](uint32_t k) {  // k > tau: every id with key >= k is kept
                 float m = 0.f;
                 for (int i = i0; i < i1; i++)
@@ -220,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
             };
             const uint32_t tau_p = bisect(tau, best_key, [&](uint32_t k) { return k == tau || mass_ge(k) >= target; });
             const float above = tau_p < best_key ? mass_ge(tau_p + 1) : 0.f;
-            const float w_tau = expf((K::value(tau_p) - max_v) * inv_t);
+            const float w_tau = sampling_rule::weight(K::value(tau_p), max_v, inv_t);
             const int need = max(1, (int)ceilf((target - above) / w_tau));  // ties at tau_p, by lower id
             if (tau_p == tau) {
                 ties = min(ties, need);
@@ -235,20 +217,14 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
         for_kept([&](int i) { mine += weight(i); });
         const float prefix = block_exclusive_scan(mine, scratch_f, &total);
         const int g = len_b - a.prompt_len[b];
-        const float target = a.coins[(size_t)min(max(g, 0), a.max_new - 1) * a.B + b] * total;
-        const int owner = block_reduce(mine > 0.f && prefix <= target ? tid : -1, [](int u, int v) { return max(u, v); },
-                                       scratch_i);
+        const float target = sampling_rule::cdf_target(a.coins[(size_t)min(max(g, 0), a.max_new - 1) * a.B + b], total);
+        const int owner =
+            block_reduce(mine > 0.f && prefix <= target ? tid : -1, [](int u, int v) { return max(u, v); }, scratch_i);
         int pick = -1;
         if (tid == owner) {
-            float cdf = prefix;
-            int last = -1;
-            for_kept([&](int i) {
-                if (pick >= 0) return;
-                cdf += weight(i);
-                last = i;
-                if (target < cdf) pick = i;
-            });
-            if (pick < 0) pick = last;  // target at the very top by rounding: the last kept id
+            sampling_rule::CdfWalk<float> walk(target, prefix);
+            for_kept([&](int i) { walk.step(i, weight(i)); });
+            pick = walk.result();
         }
         chosen = block_reduce(pick, [](int u, int v) { return max(u, v); }, scratch_i);
     }
@@ -273,7 +249,7 @@ inline void pick_tokens(const T* logits, size_t row_stride, int rows_per_seq, in
     const size_t smem = p.greedy() ? 0 : pick_tokens_smem_bytes<T>(V);
     constexpr size_t kVec = 16 / sizeof(T);  // the kernel reads whole 16-byte vectors
     if (row_stride % kVec != 0 || row_stride < (V + kVec - 1) / kVec * kVec || max_new < 1 ||
-        (!p.greedy() && (coins == nullptr || !(p.temperature > 0.f) || !(p.top_p > 0.f && p.top_p <= 1.f)))) {
+        pick_params_problem(p) || (!p.greedy() && coins == nullptr)) {
         fprintf(stderr, "error: pick_tokens: row stride %zu for V %d, max_new %d, temperature %g, top_p %g\n",
                 row_stride, V, max_new, p.temperature, p.top_p);
         exit(EXIT_FAILURE);

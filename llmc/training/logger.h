@@ -4,8 +4,7 @@
 //   "s:<step> tel:<loss>"   validation loss after <step> updates
 // On resume from step S, lines from the earlier run at s >= S are dropped (the resumed run writes them
 // again), so an interrupted-and-resumed run leaves the same main.log as an uninterrupted one.
-// The console gets a start-up table (format_table_row, format_bytes) and one line per step
-// (format_step_line).
+// The console gets a start-up table (llmc/core/startup_table.h) and one line per step (format_step_line).
 #pragma once
 
 #include <cerrno>
@@ -14,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/core/startup_table.h"
 #include "llmc/core/utils.h"
 
 class MainLog {
@@ -81,24 +81,6 @@ private:
     std::string path_;
     FILE* fp_ = nullptr;
 };
-
-// "12.34 GiB", "56.7 MiB", "890 B".
-inline std::string format_bytes(double bytes) {
-    char buf[32];
-    if (bytes >= 1024.0 * 1024 * 1024) snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-    else if (bytes >= 1024.0 * 1024) snprintf(buf, sizeof(buf), "%.1f MiB", bytes / (1024.0 * 1024));
-    else if (bytes >= 1024.0) snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
-    else snprintf(buf, sizeof(buf), "%.0f B", bytes);
-    return buf;
-}
-
-// One row of the start-up table: "| name                 | value                              |".
-inline std::string format_table_row(const std::string& name, const std::string& value) {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "| %-24s | %-44s |", name.c_str(), value.c_str());
-    return buf;
-}
-inline std::string format_table_rule() { return "+" + std::string(26, '-') + "+" + std::string(46, '-') + "+"; }
 
 struct StepStats {
     int step = 0;            // 1-based for display

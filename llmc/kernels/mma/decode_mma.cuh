@@ -14,8 +14,8 @@
 //     block finishes last. Products with K = 4C (the fc projection) or N = C (attention's projection) would
 //     otherwise run on too few blocks.
 // Rows past the batch are zeros and never stored. What limits it: every block reads all of its rows from L2 and
-// normalises all of them (a warp per row), so it beats cuBLASLt at small batches only (the choice by batch and its
-// timings: llmc/inference/, docs/PERFORMANCE.md).
+// normalises all of them (a warp per row), so it beats cuBLASLt at small batches only (llmc/inference/decode_step.cuh
+// chooses by batch; timings: docs/PERFORMANCE.md).
 #pragma once
 
 #include <algorithm>
