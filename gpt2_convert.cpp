@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "data/tokenizer/bpe.h"
+#include "llmc/core/utils.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/model_file.h"
-#include "llmc/core/utils.h"
 
 static const char* kUsage =
     "usage:\n"

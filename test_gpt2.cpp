@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "llmc/core/bf16.h"
-#include "llmc/formats/model_file.h"
 #include "llmc/core/rand.h"
+#include "llmc/formats/model_file.h"
 #include "reference/compare.h"
 #include "reference/debug_state.h"
 #include "reference/gpt2_cpu.h"

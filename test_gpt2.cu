@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "llmc/formats/model_file.h"
 #include "llmc/model/gpt2.cuh"
 #include "llmc/model/gpt2_step.cuh"
 #include "llmc/training/adamw_optimizer.cuh"
 #include "llmc/training/logger.h"
-#include "llmc/formats/model_file.h"
-#include "reference/compare.h"
 #include "reference/bf16_error.h"
+#include "reference/compare.h"
 #include "reference/debug_state.h"
 #include "reference/reference_trajectory.h"
 

@@ -12,19 +12,19 @@
 #include <string>
 #include <vector>
 
-#include "llmc/training/checkpoint.cuh"
-#include "llmc/training/dataloader.h"
+#include "llmc/core/options.h"
+#include "llmc/distributed/multi_gpu.cuh"
+#include "llmc/formats/tokenizer_file.h"
+#include "llmc/inference/generate.cuh"
+#include "llmc/inference/sampler.h"
 #include "llmc/model/gpt2.cuh"
 #include "llmc/model/gpt2_step.cuh"
 #include "llmc/training/adamw_optimizer.cuh"
-#include "llmc/inference/generate.cuh"
+#include "llmc/training/checkpoint.cuh"
+#include "llmc/training/dataloader.h"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
-#include "llmc/core/options.h"
-#include "llmc/distributed/multi_gpu.cuh"
-#include "llmc/inference/sampler.h"
 #include "llmc/training/schedulers.h"
-#include "llmc/formats/tokenizer_file.h"
 #include "llmc/training/train_args.h"
 
 namespace {

@@ -19,8 +19,8 @@
 
 #include "data/prepro_input.h"
 #include "data/tokenizer/bpe.h"
-#include "llmc/formats/data_shard.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/data_shard.h"
 
 static const char* kUsage =
     "usage: data/prepro [options] INPUT...\n"

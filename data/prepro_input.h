@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "data/read_file.h"
+#include "llmc/core/utils.h"
 #include "llmc/formats/json_reader.h"
 #include "llmc/formats/tokenizer_file.h"
-#include "llmc/core/utils.h"
 
 struct Document {
     size_t offset = 0, length = 0;  // into FileDocuments::storage

@@ -16,8 +16,8 @@
 #include "data/read_file.h"
 #include "data/tokenizer/bpe.h"
 #include "data/tokenizer/sha256.h"
-#include "llmc/formats/tokenizer_file.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/tokenizer_file.h"
 
 static const char* kUsage =
     "usage:\n"

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/gpt2_config.h"
 #include "llmc/core/utils.h"
+#include "llmc/model/gpt2_config.h"
 #include "reference/reference_trajectory.h"
 #include "reference/text_record.h"
 

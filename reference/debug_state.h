@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/formats/file_header.h"
-#include "llmc/model/gpt2_config.h"
-#include "llmc/formats/model_file.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/file_header.h"
+#include "llmc/formats/model_file.h"
+#include "llmc/model/gpt2_config.h"
 
 struct DebugState {
     int B = 0, T = 0;

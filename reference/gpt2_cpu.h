@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/gpt2_config.h"
+#include "llmc/core/utils.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/model_file.h"
-#include "llmc/core/utils.h"
+#include "llmc/model/gpt2_config.h"
 
 #ifdef _OPENMP
 #include <omp.h>

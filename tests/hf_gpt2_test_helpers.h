@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/gpt2_config.h"
 #include "llmc/core/utils.h"
+#include "llmc/model/gpt2_config.h"
 #include "tests/file_test_helpers.h"
 
 struct HandTensor {

@@ -1,8 +1,8 @@
 // PyTorch's bf16 error record (reference/bf16_error.h): what test_gpt2cu's BF16 bounds are derived from.
 #include <gtest/gtest.h>
 
-#include "tests/file_test_helpers.h"
 #include "reference/bf16_error.h"
+#include "tests/file_test_helpers.h"
 
 namespace {
 

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 
-#include "llmc/formats/data_shard.h"
 #include "llmc/core/rand.h"
+#include "llmc/formats/data_shard.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -1,8 +1,8 @@
 // Debug state file (reference/debug_state.h).
 #include <gtest/gtest.h>
 
-#include "reference/debug_state.h"
 #include "llmc/core/rand.h"
+#include "reference/debug_state.h"
 #include "tests/file_test_helpers.h"
 #include "tests/sparse_file.h"
 

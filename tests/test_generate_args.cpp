@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "llmc/inference/generate_args.h"
-#include "tests/flag_test_helpers.h"
 #include "tests/file_test_helpers.h"
+#include "tests/flag_test_helpers.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/formats/hf_gpt2.h"
 #include "llmc/core/rand.h"
+#include "llmc/formats/hf_gpt2.h"
 #include "tests/file_test_helpers.h"
 #include "tests/hf_gpt2_test_helpers.h"
 

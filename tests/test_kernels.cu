@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
+#include "llmc/core/bf16.h"
+#include "llmc/core/rand.h"
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/attention.cuh"
-#include "llmc/core/bf16.h"
-#include "llmc/kernels/mma/decode_mma.cuh"
 #include "llmc/kernels/encoder.cuh"
 #include "llmc/kernels/fused_classifier.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
-#include "llmc/core/rand.h"
+#include "llmc/kernels/mma/decode_mma.cuh"
 #include "reference/compare.h"
 #include "reference/gpt2_cpu.h"
 

@@ -3,9 +3,9 @@
 
 #include <string>
 
+#include "llmc/formats/run_state.h"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
-#include "llmc/formats/run_state.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "llmc/core/bf16.h"
-#include "llmc/formats/model_file.h"
 #include "llmc/core/rand.h"
+#include "llmc/formats/model_file.h"
 #include "tests/file_test_helpers.h"
 #include "tests/sparse_file.h"
 

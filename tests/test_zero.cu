@@ -12,9 +12,9 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/kernels/global_norm.cuh"
 #include "llmc/core/rand.h"
 #include "llmc/distributed/zero.cuh"
+#include "llmc/kernels/global_norm.cuh"
 
 namespace {
 

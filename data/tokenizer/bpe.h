@@ -34,11 +34,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "data/tokenizer/pretokenizer.h"
 #include "data/read_file.h"
+#include "data/tokenizer/pretokenizer.h"
+#include "llmc/core/utils.h"
 #include "llmc/formats/json_reader.h"
 #include "llmc/formats/tokenizer_file.h"
-#include "llmc/core/utils.h"
 
 inline uint64_t bpe_hash_bytes(const unsigned char* p, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;

@@ -24,8 +24,8 @@
 #include "attention_common.h"
 #include "attention_flash_configs.cuh"
 #include "attention_hopper_backward_ordered.cuh"
-#include "llmc/kernels/hopper/attention_hopper_backward.cuh"
 #include "llmc/kernels/attention_materialized.cuh"
+#include "llmc/kernels/hopper/attention_hopper_backward.cuh"
 #include "reference/gpt2_cpu.h"
 
 // ------------------------------------------------------------------------------------------ variant 2

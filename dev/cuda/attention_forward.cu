@@ -20,8 +20,8 @@
 // Build: make -C dev/cuda attention_forward     Run: ./attention_forward [-v 5] [-s "8,12,1024,64;..."]
 #include "attention_common.h"
 #include "attention_flash_configs.cuh"
-#include "llmc/kernels/hopper/attention_hopper_forward.cuh"
 #include "llmc/kernels/attention_materialized.cuh"
+#include "llmc/kernels/hopper/attention_hopper_forward.cuh"
 #include "reference/gpt2_cpu.h"
 
 // ------------------------------------------------------------------------------------------ variant 1

@@ -16,8 +16,8 @@
 // (whole sequence, and the dfch and fch_gelu part alone) at the GPT-2 shapes.
 // Build: make -C dev/cuda matmul_backward_dgelu     Run: ./matmul_backward_dgelu [-r repeats] [-s "M,C;M,C"] [-c]
 #include "common.h"
-#include "llmc/kernels/matmul.cuh"
 #include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
+#include "llmc/kernels/matmul.cuh"
 #include "reference/gpt2_cpu.h"
 
 static_assert(kFloatXIsBF16, "matmul_backward_dgelu.cu is built without -DENABLE_FP32: it runs the bf16 engine path");

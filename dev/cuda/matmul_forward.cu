@@ -28,10 +28,10 @@
 // Build: make -C dev/cuda matmul_forward (built WITHOUT -DENABLE_FP32: floatX is bf16, so variant 6 is the engine's
 // bf16 cuBLASLt call)     Run: ./matmul_forward [-v 4] [-c] [-r repeats] [-s "M,N,K[,0];..."]
 #include "common.h"
-#include "llmc/kernels/mma/attention_flash_tiles.cuh"
 #include "llmc/kernels/matmul.cuh"
-#include "reference/gpt2_cpu.h"
+#include "llmc/kernels/mma/attention_flash_tiles.cuh"
 #include "matmul_hopper_forward.cuh"
+#include "reference/gpt2_cpu.h"
 
 static_assert(kFloatXIsBF16, "matmul_forward.cu is built without -DENABLE_FP32: variant 6 is the bf16 engine GEMM");
 

@@ -20,10 +20,10 @@
 
 #include <vector>
 
-#include "llmc/kernels/adamw.cuh"
 #include "llmc/core/cuda_common.h"
-#include "llmc/kernels/global_norm.cuh"
 #include "llmc/distributed/zero_plan.h"
+#include "llmc/kernels/adamw.cuh"
+#include "llmc/kernels/global_norm.cuh"
 
 // One owned piece on the device: shard[shard_offset + i] <-> flat[flat_offset + i], element index_in_tensor + i of
 // tensor `tensor`.

@@ -9,8 +9,8 @@
 #include <climits>
 #include <string>
 
-#include "llmc/formats/file_header.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/file_header.h"
 
 constexpr int kShardMagic = 20240520;
 constexpr int kShardVersion = 1;

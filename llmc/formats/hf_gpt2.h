@@ -20,12 +20,12 @@
 #include <vector>
 
 #include "llmc/core/bf16.h"
+#include "llmc/core/utils.h"
 #include "llmc/formats/file_header.h"
-#include "llmc/model/gpt2_config.h"
 #include "llmc/formats/hf_gpt2_config.h"
 #include "llmc/formats/model_file.h"
 #include "llmc/formats/safetensors.h"
-#include "llmc/core/utils.h"
+#include "llmc/model/gpt2_config.h"
 
 struct HfTensorName {
     const char* name;  // after "h.<l>." for per-layer tensors

@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/model/gpt2_config.h"
+#include "llmc/core/utils.h"
 #include "llmc/formats/json_reader.h"
 #include "llmc/formats/model_file.h"
-#include "llmc/core/utils.h"
+#include "llmc/model/gpt2_config.h"
 
 constexpr int64_t kHfJsonFileLimit = 64 << 20;  // config.json and the shard index are kilobytes to megabytes
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "llmc/core/bf16.h"
+#include "llmc/core/utils.h"
 #include "llmc/formats/file_header.h"
 #include "llmc/model/gpt2_config.h"
-#include "llmc/core/utils.h"
 
 enum class ParamDtype { FP32, BF16 };
 

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/formats/file_header.h"
 #include "llmc/core/rand.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/file_header.h"
 
 // A data loader's position (llmc/training/dataloader.h), as the run state records it: plain data (memcpy). The
 // shape fields guard against restoring into a loader built with different settings.

@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/formats/json_reader.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/json_reader.h"
 
 constexpr uint64_t kSafetensorsMaxHeaderBytes = 100000000;
 

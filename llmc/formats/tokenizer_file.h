@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "llmc/formats/file_header.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/file_header.h"
 
 struct TokenizerFile {
     std::vector<std::string> tokens;  // tokens[id] = the token's bytes

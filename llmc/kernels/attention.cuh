@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/kernels/attention_materialized.cuh"
 #include "llmc/core/cuda_common.h"
+#include "llmc/kernels/attention_materialized.cuh"
 #if !defined(ENABLE_FP32)
 #include "llmc/kernels/attention_flash.cuh"  // bf16 tensor-core kernels, BF16 builds only
 #endif

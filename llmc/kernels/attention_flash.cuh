@@ -22,10 +22,10 @@
 #include <cstddef>
 #include <cstdio>
 
-#include "llmc/kernels/mma/attention_flash_backward.cuh"
-#include "llmc/kernels/mma/attention_flash_forward.cuh"
 #include "llmc/kernels/hopper/attention_hopper_backward.cuh"
 #include "llmc/kernels/hopper/attention_hopper_forward.cuh"
+#include "llmc/kernels/mma/attention_flash_backward.cuh"
+#include "llmc/kernels/mma/attention_flash_forward.cuh"
 
 namespace flash {
 

@@ -15,8 +15,8 @@
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/kernels/gelu.cuh"
-#include "llmc/model/gpt2_config.h"
 #include "llmc/kernels/sampling.cuh"
+#include "llmc/model/gpt2_config.h"
 
 constexpr int kDecodeMaxRows = 8;
 

@@ -15,14 +15,14 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/kernels/attention.cuh"
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/memory_table.h"
+#include "llmc/kernels/attention.cuh"
 #include "llmc/kernels/encoder.cuh"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
-#include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
+#include "llmc/model/gpt2_config.h"
 
 // ---------------------------------------------------------------- the memory table
 // Indices of the table's rows (the order of this enum is the order of the table).

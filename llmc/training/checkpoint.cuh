@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "llmc/training/checkpoint_files.h"
-#include "llmc/training/dataloader.h"
-#include "llmc/model/gpt2.cuh"
-#include "llmc/training/adamw_optimizer.cuh"
 #include "llmc/core/rand.h"
 #include "llmc/formats/run_state.h"
+#include "llmc/model/gpt2.cuh"
+#include "llmc/training/adamw_optimizer.cuh"
+#include "llmc/training/checkpoint_files.h"
+#include "llmc/training/dataloader.h"
 
 // ---------------------------------------------------------------- save and restore
 // The batch shape of a run. Its data order depends only on T and the tokens per step (llmc/training/dataloader.h), so a

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "llmc/core/rand.h"
-#include "llmc/formats/run_state.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/run_state.h"
 
 inline std::string checkpoint_file(const std::string& dir, const char* kind, int step) {
     char name[64];

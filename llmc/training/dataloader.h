@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "llmc/formats/data_shard.h"
-#include "llmc/formats/run_state.h"
 #include "llmc/core/rand.h"
 #include "llmc/core/utils.h"
+#include "llmc/formats/data_shard.h"
+#include "llmc/formats/run_state.h"
 
 class DataLoader {
 public:

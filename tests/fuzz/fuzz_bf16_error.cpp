@@ -5,9 +5,9 @@
 // same once written out again in the format (format_bf16_error, fuzz_inputs.h).
 #include <cmath>
 
+#include "reference/bf16_error.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
-#include "reference/bf16_error.h"
 
 static std::vector<Bf16ErrorPair> all_pairs(const PyTorchBf16Error& e) {
     std::vector<Bf16ErrorPair> v{e.logits_rel_l2, e.loss_abs};

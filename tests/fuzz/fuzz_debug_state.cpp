@@ -6,9 +6,9 @@
 // one that does not survive write_debug_state + read_debug_state bit for bit.
 #include <cstring>
 
+#include "reference/debug_state.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
-#include "reference/debug_state.h"
 
 template <typename T>
 static bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

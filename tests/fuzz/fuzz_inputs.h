@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "data/tokenizer/bpe.h"
-#include "llmc/training/dataloader.h"
 #include "llmc/model/gpt2_config.h"
-#include "tests/fuzz/fuzz_common.h"
+#include "llmc/training/dataloader.h"
 #include "reference/bf16_error.h"
+#include "tests/fuzz/fuzz_common.h"
 
 namespace fuzz {
 

@@ -4,8 +4,8 @@
 // an accepted file that does not survive write_tokenizer_file + read_tokenizer_file, printed text that is
 // not safe for a terminal (invalid UTF-8 or a control character other than newline and tab), or a token
 // stream that is safe text already but prints differently.
-#include "llmc/inference/sampler.h"
 #include "llmc/formats/tokenizer_file.h"
+#include "llmc/inference/sampler.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "tests/fuzz/fuzz_common.h"
 #include "reference/reference_trajectory.h"
+#include "tests/fuzz/fuzz_common.h"
 
 static bool same_float(float a, float b) { return memcmp(&a, &b, sizeof(float)) == 0; }
 

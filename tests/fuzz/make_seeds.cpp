@@ -15,11 +15,11 @@
 #include "llmc/formats/model_file.h"
 #include "llmc/formats/run_state.h"
 #include "llmc/formats/tokenizer_file.h"
-#include "tests/fuzz/fuzz_common.h"
-#include "tests/fuzz/fuzz_inputs.h"
 #include "reference/bf16_error.h"
 #include "reference/debug_state.h"
 #include "reference/reference_trajectory.h"
+#include "tests/fuzz/fuzz_common.h"
+#include "tests/fuzz/fuzz_inputs.h"
 
 static std::string root;
 

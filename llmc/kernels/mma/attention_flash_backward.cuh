@@ -11,8 +11,8 @@
 
 #include <cmath>
 
-#include "llmc/kernels/mma/attention_flash_tiles.cuh"
 #include "llmc/core/cuda_common.h"
+#include "llmc/kernels/mma/attention_flash_tiles.cuh"
 
 namespace flash {
 

@@ -20,8 +20,8 @@
 
 #include <algorithm>
 
-#include "llmc/kernels/mma/attention_flash_tiles.cuh"
 #include "llmc/kernels/decode_matvec.cuh"
+#include "llmc/kernels/mma/attention_flash_tiles.cuh"
 
 namespace decode_mma_detail {
 
