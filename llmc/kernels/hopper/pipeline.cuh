@@ -59,18 +59,27 @@ struct RingBarriers {
     }
 };
 
-// One thread's (or warp's) place in a ring: the number of buffers that went round before this one. Buffer n sits in
-// stage n % kStages, as that stage's fill number n / kStages, whose barrier phases have that number's parity.
-// Producers and consumers each keep their own Ring over the same barriers and advance it past every buffer they
-// fill or read, their own or not (a consumer that skips another's buffers advances by their count).
+// One thread's (or warp's) place in a ring: the stage it is at and the parity of that stage's fill, as buffer n
+// sits in stage n % kStages as that stage's fill number n / kStages. Producers and consumers each keep their own
+// Ring over the same barriers and advance it past every buffer they fill or read, their own or not (a consumer that
+// skips another's buffers advances by their count). Stage and phase are kept, not derived from a count: the
+// increment-and-flip is what the kernels' loops were measured fastest with (the attention forward at HS 64).
 template <int kStages>
 class Ring {
   public:
     __device__ __forceinline__ explicit Ring(RingBarriers<kStages>& barriers, uint32_t buffers_before = 0)
-        : bar_(barriers), n_(buffers_before) {}
-    __device__ __forceinline__ int stage() const { return n_ % kStages; }
-    __device__ __forceinline__ uint32_t phase() const { return (n_ / kStages) & 1; }
-    __device__ __forceinline__ void advance(uint32_t buffers = 1) { n_ += buffers; }
+        : bar_(barriers), stage_(buffers_before % kStages), phase_((buffers_before / kStages) & 1) {}
+    __device__ __forceinline__ int stage() const { return stage_; }
+    __device__ __forceinline__ uint32_t phase() const { return phase_; }
+    __device__ __forceinline__ void advance(uint32_t buffers = 1) {
+        if (buffers == 1) {
+            if (++stage_ == kStages) stage_ = 0, phase_ ^= 1;
+            return;
+        }
+        const uint32_t n = stage_ + buffers;
+        stage_ = n % kStages;
+        phase_ ^= (n / kStages) & 1;
+    }
 
     // Producer: waits until the consumers have released this stage (at once in the first round).
     __device__ __forceinline__ void wait_empty() const { mbarrier_wait(&bar_.empty[stage()], phase() ^ 1); }
@@ -84,7 +93,7 @@ class Ring {
     // Producer storing with threads: its arrival once the warp's stores are done (one lane, after __syncwarp).
     __device__ __forceinline__ void arrive_full() const { mbarrier_arrive(&bar_.full[stage()]); }
 
-    // Consumer: waits until this stage holds buffer n.
+    // Consumer: waits until this stage holds its next buffer.
     __device__ __forceinline__ void wait_full() const { mbarrier_wait(&bar_.full[stage()], phase()); }
     // Consumer: one warp's release of stage s (lane 0, once the warp's reads of it, wgmma included, are done).
     __device__ __forceinline__ void release(int s) const { mbarrier_arrive(&bar_.empty[s]); }
@@ -92,7 +101,8 @@ class Ring {
 
   private:
     RingBarriers<kStages>& bar_;
-    uint32_t n_;
+    int stage_;
+    uint32_t phase_;
 };
 
 }  // namespace hopper
