@@ -1,4 +1,4 @@
-// Flags of the generation program (generate_gpt2cu, issue 16) and its prompts: what the user asks for, checked
+// Flags of the generation program (generate_gpt2cu) and its prompts: what the user asks for, checked
 // before any GPU work, each problem one line naming the flag, the file or the prompt.
 //   -e MODEL      model file (ours or llm.c's), Hugging Face GPT-2 directory / .safetensors (required)
 //   -p TEXT       one prompt            -pf FILE   one prompt per line (UTF-8; "\n" and "\r\n" line ends)

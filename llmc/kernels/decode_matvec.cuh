@@ -251,8 +251,8 @@ __device__ __forceinline__ void layernorm_vectors(int4 (&x)[kV], WeightBias weig
 // The register path (one row whose K the kPreV vectors per lane cover: d12's every product at batch 1): each warp
 // loads its lanes' vectors of the row itself (the same vectors as its weights: lane, lane + 32, ...), so no shared
 // memory and no __syncthreads, and, with LayerNorm weights, normalises them itself (every warp the same two-pass
-// statistics, as layernorm_forward_kernel computes them, the output rounded to floatX). The one-warp LayerNorm
-// between two __syncthreads of the staged path cost about 2.6 µs per product at d12 batch 1.
+// statistics, as layernorm_forward_kernel computes them, the output rounded to floatX). A one-warp LayerNorm
+// between two __syncthreads, the staged path, costs more than the product saves at batch 1.
 // kNormalize false: the caller guarantees no LayerNorm (the wide kernels: fewer registers).
 template <int kRows, int kPreV, bool kNormalize>
 __device__ __forceinline__ void rows_to_registers(int4 (&xr)[kRows][kPreV], const DecodeMatvec& a, int row0, int B) {
@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(kWarps * 32, kPreV == kPre ? kBlocksPerSM : 1)
     // Before anything that depends on the kernel before this one: this warp's first weight columns are requested
     // into L2 and the first kPre vectors of its first column loaded into registers. Launched as a programmatic
     // dependent (a.pdl), the kernel runs this while the one before it finishes, so the weight fetch overlaps that
-    // kernel's tail, this kernel's launch and its prologue (d12 batch 1: 0.371 -> 0.334 ms per step with both).
+    // kernel's tail, this kernel's launch and its prologue (timings: docs/PERFORMANCE.md, Generation).
     const int stride = gridDim.x * kWarps;
     int n = blockIdx.x * kWarps + warp;
     auto prefetch_column = [&](int col) {
