@@ -40,7 +40,7 @@ endif
 NVCC_ARCH := $(HOPPER_ARCH)  # sm_90a at compute capability 9.0: the Hopper kernels (detect.mk)
 NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math --expt-relaxed-constexpr $(NVCC_ARCH) $(PRECISION_FLAG) \
              -Xcompiler "-Wall -Wextra -Wno-unused-parameter $(OPENMP_FLAGS)" --Werror all-warnings
-NVCC_LIBS := -lcublas -lcublasLt
+NVCC_LIBS := -lcublas -lcublasLt -ldl
 
 # Multi-GPU: NCCL (from the CUDA install or the pip package nvidia.nccl) and, optionally, MPI for launch.
 NCCL_DIR ?= $(shell python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)

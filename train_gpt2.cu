@@ -25,6 +25,7 @@
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
 #include "llmc/training/schedulers.h"
+#include "llmc/training/step_trace.h"
 #include "llmc/training/train_args.h"
 
 namespace {
@@ -395,6 +396,8 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
     double sum_ms = 0;
     int timed_steps = 0;
+    StepTrace trace;  // LLMC_TRACE
+    trace.init(mg.rank);
     for (int step = start_step;; step++) {
         const bool last = step == total_steps;
         const bool checkpoint = a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || last);
@@ -416,7 +419,9 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         }
         if (last) break;
 
+        trace.before(step + 1);
         const StepResult r = train_step(model, opt, train_loader, a, layout, sched, mg, step);
+        trace.after(step + 1, [&] { opt.sync(); });
         StepStats st;
         st.step = step + 1;
         st.total_steps = total_steps;

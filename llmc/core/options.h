@@ -9,6 +9,12 @@
 //   LLMC_PRINT_MEMORY_MAP=1   print every model buffer's device address range (to read sanitizer reports)
 //   LLMC_DECODE_ATTENTION=split|head   decode attention's kernel, forced (comparisons)
 //   LLMC_DECODE_CUBLAS=1      a decode step's products by cuBLASLt, forced (comparisons)
+//   LLMC_TRACE=PREFIX         the trainer records every kernel, copy and collective of one step (and the step
+//                             before it) with CUPTI: PREFIX.rank<R>.json (Chrome trace) and a summary line per rank
+//   LLMC_TRACE_STEP=N         the step LLMC_TRACE records (default 6)
+//   LLMC_COMM_SMS=N           several GPUs: NCCL's blocks per collective, and the SMs the persistent kernels leave
+//                             free while a collective is in flight (docs/MULTI_GPU.md; -1: NCCL's own choice and
+//                             every SM for compute)
 #pragma once
 
 #include <cstdio>
@@ -18,12 +24,16 @@
 #include <vector>
 
 struct EngineOptions {
+    static constexpr int kCommSmsDefault = -1;
     bool no_hopper = false;
     bool hopper_dgelu = true;
     std::string gemm_tune, gemm_algos;
     bool print_memory_map = false;
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
+    std::string trace;
+    int trace_step = 6;
+    int comm_sms = -1;
 
     // The switches that are set, as (name, value), for the start-up tables.
     std::vector<std::pair<std::string, std::string>> set() const {
@@ -35,6 +45,8 @@ struct EngineOptions {
         if (print_memory_map) out.push_back({"LLMC_PRINT_MEMORY_MAP", "1"});
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
+        if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
+        if (comm_sms != kCommSmsDefault) out.push_back({"LLMC_COMM_SMS", std::to_string(comm_sms)});
         return out;
     }
     // One line for a start-up table: "none", or "NAME=value, ...".
@@ -59,6 +71,15 @@ inline bool flag(const char* name, bool unset) {
     if (std::string(v) == "1") return true;
     bad(name, v, "0 or 1");
 }
+// An integer in [lo, hi]; unset or empty gives `unset`.
+inline int integer(const char* name, int unset, int lo, int hi) {
+    const char* v = getenv(name);
+    if (!v || !*v) return unset;
+    char* end = nullptr;
+    const long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) bad(name, v, ("an integer from " + std::to_string(lo) + " to " + std::to_string(hi)).c_str());
+    return (int)x;
+}
 inline std::string text(const char* name) {
     const char* v = getenv(name);
     return v ? v : "";
@@ -79,6 +100,9 @@ inline EngineOptions read() {
     if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");
     o.decode_cublas = flag("LLMC_DECODE_CUBLAS", false);
+    o.trace = text("LLMC_TRACE");
+    o.trace_step = integer("LLMC_TRACE_STEP", o.trace_step, 2, 1 << 30);
+    o.comm_sms = integer("LLMC_COMM_SMS", EngineOptions::kCommSmsDefault, -1, 64);
     return o;
 }
 

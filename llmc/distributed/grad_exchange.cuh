@@ -13,8 +13,11 @@
 // (llmc/training/adamw_optimizer.cuh) owns it and calls finish, gather_params and sync around its update.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
+#include "llmc/core/options.h"
+#include "llmc/core/sm_budget.h"
 #include "llmc/distributed/multi_gpu.cuh"
 #include "llmc/distributed/zero.cuh"
 #include "llmc/model/gpt2_backward.cuh"
@@ -63,11 +66,15 @@ struct GradExchange : ForwardListener, BackwardListener {
         const int k = layer < 0 ? (int)plan.size() - 1 : bucket_of_layer[(size_t)layer];
         cudaCheck(cudaStreamWaitEvent(compute, gathered[(size_t)k], 0));
         if (layer == (int)bucket_of_layer.size() - 1) gather_pending = false;  // every bucket waited for
+        // the last bucket gathered (plan[0]) has landed: what is queued from here on runs with every SM
+        if (!gather_pending || event_done(gathered[0])) reserve_sms(false);
     }
 
     // After the exchanging backward: the compute stream waits until every bucket's gradients are averaged.
     void finish() {
-        if (active()) stream_wait_for(compute, mg->stream, to_compute);
+        if (!active()) return;
+        stream_wait_for(compute, mg->stream, to_compute);
+        reserve_sms(false);
     }
 
     // -z 1, after the shard's update: every rank's updated parameters to every rank, bucket by bucket in the order
@@ -75,6 +82,7 @@ struct GradExchange : ForwardListener, BackwardListener {
     void gather_params() {
         if (!active() || !sharded) return;
         stream_wait_for(mg->stream, compute, to_comm);  // the update is queued before this point
+        reserve_sms(true);
         for (int k = (int)plan.size() - 1; k >= 0; k--) {
             const GradBucket& b = plan[(size_t)k];
             zero_pack_owned(b, params, staging, mg->world, mg->rank, mg->stream);
@@ -93,6 +101,7 @@ struct GradExchange : ForwardListener, BackwardListener {
         cudaCheck(cudaStreamSynchronize(mg->stream));
         cudaCheck(cudaStreamSynchronize(compute));
         gather_pending = false;
+        reserve_sms(false);
     }
 
     void free() {
@@ -106,8 +115,19 @@ struct GradExchange : ForwardListener, BackwardListener {
     }
 
   private:
+    // While a collective may be in flight, persistent kernels leave LLMC_COMM_SMS SMs to NCCL's blocks
+    // (llmc/core/sm_budget.h); off by default (-1).
+    static void reserve_sms(bool on) { sm_reserved_for_comm() = on ? std::max(0, engine_options().comm_sms) : 0; }
+    static bool event_done(cudaEvent_t e) {
+        const cudaError_t r = cudaEventQuery(e);
+        if (r == cudaErrorNotReady) return false;
+        cudaCheck(r);
+        return true;
+    }
+
     void send_bucket(int k) {
         const GradBucket& b = plan[(size_t)k];
+        reserve_sms(true);
         stream_wait_for(mg->stream, compute, to_comm);  // the bucket's gradients are queued before this point
         if (sharded) {
             zero_pack_zero_padded(b, grads, staging, mg->stream);

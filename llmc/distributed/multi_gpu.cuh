@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "llmc/core/cuda_common.h"
+#include "llmc/core/options.h"
 #include "llmc/core/utils.h"
 
 #ifdef MULTI_GPU
@@ -157,7 +158,12 @@ inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, c
             }
             id = multi_gpu_detail::exchange_id_via_files(o, started);
         }
-        ncclCheck(ncclCommInitRank(&m.comm, m.world, id, m.rank));
+        // LLMC_COMM_SMS caps NCCL's blocks per collective: the SMs the persistent kernels leave free while a
+        // collective is in flight (llmc/core/sm_budget.h)
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        const int comm_sms = engine_options().comm_sms;
+        if (comm_sms > 0) config.minCTAs = config.maxCTAs = comm_sms;
+        ncclCheck(ncclCommInitRankConfig(&m.comm, m.world, id, m.rank, &config));
     }
 #else
     (void)argc_for_mpi;

@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include "llmc/core/cuda_common.h"
+#include "llmc/core/sm_budget.h"
 
 struct SoftmaxStats {
     float m, l;  // running max and sum of exp(x - m)
@@ -291,7 +292,7 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
                                            (int)pipelined_smem));
             smem_set = pipelined_smem;
         }
-        const int blocks = std::min(N, prop.multiProcessorCount);
+        const int blocks = std::min(N, compute_sm_count());
         pipelined_kernel<<<blocks, kThreads, pipelined_smem, stream>>>(logits, losses, targets, N, V, Vp, dloss);
         cudaCheckLaunch();
         return;

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "llmc/core/cuda_common.h"
+#include "llmc/core/sm_budget.h"
 #include "llmc/kernels/column_sum.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/matmul_algos.cuh"
@@ -34,10 +35,12 @@ struct Key {
     int M, N, K, transA, transB, batch;
     long long strideA, strideB, strideC;
     int epilogue, has_beta, bias_type;
+    int sm_target;  // 0: every SM; else the SMs a collective in flight leaves (llmc/core/sm_budget.h)
     bool operator<(const Key& o) const {
-        return std::tie(M, N, K, transA, transB, batch, strideA, strideB, strideC, epilogue, has_beta, bias_type) <
+        return std::tie(M, N, K, transA, transB, batch, strideA, strideB, strideC, epilogue, has_beta, bias_type,
+                        sm_target) <
                std::tie(o.M, o.N, o.K, o.transA, o.transB, o.batch, o.strideA, o.strideB, o.strideC, o.epilogue,
-                        o.has_beta, o.bias_type);
+                        o.has_beta, o.bias_type, o.sm_target);
     }
 };
 
@@ -113,9 +116,11 @@ namespace matmul_detail {
 inline std::string key_text(const Key& k) {
     static const char* const kEpilogues[] = {"none", "bias", "gelu_bias", "dgelu", "bias_grad"};
     char buf[256];
-    snprintf(buf, sizeof(buf), "M=%d N=%d K=%d tA=%d tB=%d batch=%d sA=%lld sB=%lld sC=%lld epi=%s beta=%d bias=%d%s",
+    char sms[32] = "";
+    if (k.sm_target > 0) snprintf(sms, sizeof(sms), " sms=%d", k.sm_target);
+    snprintf(buf, sizeof(buf), "M=%d N=%d K=%d tA=%d tB=%d batch=%d sA=%lld sB=%lld sC=%lld epi=%s beta=%d bias=%d%s%s",
              k.M, k.N, k.K, k.transA, k.transB, k.batch, k.strideA, k.strideB, k.strideC, kEpilogues[k.epilogue],
-             k.has_beta, k.bias_type, !kFloatXIsBF16 && state().tf32 ? " tf32" : "");
+             k.has_beta, k.bias_type, !kFloatXIsBF16 && state().tf32 ? " tf32" : "", sms);
     return buf;
 }
 
@@ -150,6 +155,10 @@ inline Plan* find_plan(const Key& key) {
     // Our A is the column-major problem's second operand ("B"), so its row sums are cuBLASLt's BGRADB.
     if (epilogue == MatmulEpilogue::BiasGrad) epi = CUBLASLT_EPILOGUE_BGRADB;
     cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (key.sm_target > 0) {
+        const int32_t sms = key.sm_target;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
+    }
     if (epilogue == MatmulEpilogue::Bias || epilogue == MatmulEpilogue::GeluBias ||
         epilogue == MatmulEpilogue::BiasGrad) {
         cudaDataType_t bias_type = (cudaDataType_t)key.bias_type;
@@ -202,7 +211,9 @@ inline Plan* find_plan(const Key& key) {
 
 inline Key make_key(int M, int N, int K, bool transA, bool transB, float beta, MatmulEpilogue epilogue,
                     cudaDataType_t bias_type, int batch, long long strideA, long long strideB, long long strideC) {
-    return Key{M, N, K, transA, transB, batch, strideA, strideB, strideC, (int)epilogue, beta != 0.0f, (int)bias_type};
+    const int sm_target = sm_reserved_for_comm() > 0 ? compute_sm_count() : 0;
+    return Key{M,      N,       K,       transA,         transB,           batch,          strideA,
+               strideB, strideC, (int)epilogue, beta != 0.0f, (int)bias_type, sm_target};
 }
 
 inline void check_alignment(const void* A, const void* B, const void* C, const void* bias, const void* pre_gelu) {

@@ -251,7 +251,7 @@ inline void launch(bf16* dinp, float* partials, bf16* gelu_out, const bf16* dout
     const CUtensorMap map_dinp = make_tensor_map_2d(dinp, kBf16, 2, M, N, N, Cfg::BM, 64, kSw128);
     const int tiles = ((M + Cfg::BM - 1) / Cfg::BM) * ((N + Cfg::BN - 1) / Cfg::BN);
     // two tiles per block at once (one per consumer): fewer blocks than SMs when there are few tiles
-    const int blocks = std::min((tiles + 1) / 2, matmul_hopper::num_sms());
+    const int blocks = std::min((tiles + 1) / 2, compute_sm_count());
     dgelu_kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_dout, map_weight, map_pre, map_dinp, partials,
                                                                     gelu_out, alpha, M, N, K);
     cudaCheckLaunch();
