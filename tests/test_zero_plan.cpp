@@ -45,14 +45,21 @@ void expect_partition(const GPT2Config& c, const std::vector<GradBucket>& plan) 
 TEST(ZeroPlan, OneLayerPerBucketInBackwardOrder) {
     const GPT2Config c = odd();
     const auto plan = zero_bucket_plan(c, 0, 2);
-    ASSERT_EQ(plan.size(), (size_t)c.num_layers + 1);
+    ASSERT_EQ(plan.size(), (size_t)c.num_layers + 2);
     for (int i = 0; i < c.num_layers; i++) {
         EXPECT_EQ(plan[i].first_layer, c.num_layers - 1 - i);
         EXPECT_EQ(plan[i].last_layer, c.num_layers - 1 - i);
         EXPECT_EQ(plan[i].ranges.size(), 12u);  // one per per-layer tensor
     }
-    EXPECT_EQ(plan.back().first_layer, -1);
-    EXPECT_EQ(plan.back().ranges.size(), 4u);  // wte, wpe, lnfw, lnfb
+    const GradBucket& rest = plan[plan.size() - 2];
+    EXPECT_EQ(rest.first_layer, -1);
+    ASSERT_EQ(rest.ranges.size(), 3u);  // wpe, lnfw, lnfb
+    EXPECT_EQ(rest.ranges[0].tensor, 1);
+    const GradBucket& wte = plan.back();
+    EXPECT_EQ(wte.first_layer, -1);
+    ASSERT_EQ(wte.ranges.size(), 1u);  // wte alone, last
+    EXPECT_EQ(wte.ranges[0].tensor, 0);
+    EXPECT_EQ(wte.ranges[0].offset, 0u);
     expect_partition(c, plan);
 }
 
@@ -61,13 +68,15 @@ TEST(ZeroPlan, BucketsReachTheTargetAndPadForEveryRank) {
     for (int N : {1, 2, 3, 8}) {
         const auto plan = zero_bucket_plan(c, 25u << 20, N);  // 25 MiB of bf16 gradients
         expect_partition(c, plan);
-        for (size_t i = 0; i + 1 < plan.size(); i++) {
+        for (size_t i = 0; i + 2 < plan.size(); i++) {
             if (plan[i].first_layer > 0) {  // all but the last
                 EXPECT_GE(plan[i].elements * 2, (size_t)25 << 20);
             }
             EXPECT_EQ(plan[i].last_layer, i == 0 ? c.num_layers - 1 : plan[i - 1].first_layer - 1);
         }
-        EXPECT_EQ(plan[plan.size() - 2].first_layer, 0);
+        EXPECT_EQ(plan[plan.size() - 3].first_layer, 0);
+        // GPT-2's wte (Vp = 50304 rows) splits evenly over these ranks: exchanged in place
+        EXPECT_EQ(plan.back().in_place(), 50304u * 768u % ((size_t)N * kZeroAlign) == 0) << "N=" << N;
         for (const GradBucket& b : plan) {
             EXPECT_GE(b.padded, b.elements);
             EXPECT_LT(b.padded - b.elements, (size_t)N * kZeroAlign);

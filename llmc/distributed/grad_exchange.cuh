@@ -4,9 +4,11 @@
 // their backward:
 //   -z 0: the bucket's ranges are averaged in place, one NCCL group of all-reduces (no copies);
 //   -z 1: the bucket is packed into the staging buffer, reduce-scattered in place, and the rank's averaged slice is
-//         copied back to its places in the gradient buffer (llmc/distributed/zero.cuh).
+//         copied back to its places in the gradient buffer (llmc/distributed/zero.cuh); a bucket of one range that
+//         splits evenly (wte) is reduce-scattered where it lies, with no copies.
 // After the shard's update (-z 1) the buckets' parameters are all-gathered in the order the next forward uses them
-// (wte, wpe and lnf first, then from layer 0 up), and the forward waits for a bucket only where it first needs it.
+// (wte, wpe and lnf first, then from layer 0 up; wte in place), and the forward waits for a bucket only where it
+// first needs it.
 //
 // It is the model's listener: gpt2_backward(..., &x) sends the buckets (pass it only to the micro-step whose
 // gradients are exchanged, the last), gpt2_forward(..., &x) waits for gathered parameters. The optimizer
@@ -56,15 +58,24 @@ struct GradExchange : ForwardListener, BackwardListener {
     // The backward has queued layer `layer`'s gradients (-1: wte, wpe, lnf, the last bucket): a bucket leaves once
     // its lowest layer is done.
     void gradients_ready(int layer) override {
-        const int k = layer < 0 ? (int)plan.size() - 1 : bucket_of_layer[(size_t)layer];
-        if (layer < 0 || plan[(size_t)k].first_layer == layer) send_bucket(k);
+        if (layer < 0) {  // the buckets outside the layers, wte last
+            for (size_t k = 0; k < plan.size(); k++)
+                if (plan[k].first_layer < 0) send_bucket((int)k);
+            return;
+        }
+        const int k = bucket_of_layer[(size_t)layer];
+        if (plan[(size_t)k].first_layer == layer) send_bucket(k);
     }
 
     // The forward is about to read layer `layer`'s parameters (-1: wte, wpe, lnf).
     void parameters_needed(int layer) override {
         if (!gather_pending) return;
-        const int k = layer < 0 ? (int)plan.size() - 1 : bucket_of_layer[(size_t)layer];
-        cudaCheck(cudaStreamWaitEvent(compute, gathered[(size_t)k], 0));
+        if (layer < 0) {
+            for (size_t k = 0; k < plan.size(); k++)
+                if (plan[k].first_layer < 0) cudaCheck(cudaStreamWaitEvent(compute, gathered[k], 0));
+        } else {
+            cudaCheck(cudaStreamWaitEvent(compute, gathered[(size_t)bucket_of_layer[(size_t)layer]], 0));
+        }
         if (layer == (int)bucket_of_layer.size() - 1) gather_pending = false;  // every bucket waited for
         // the last bucket gathered (plan[0]) has landed: what is queued from here on runs with every SM
         if (!gather_pending || event_done(gathered[0])) reserve_sms(false);
@@ -85,9 +96,13 @@ struct GradExchange : ForwardListener, BackwardListener {
         reserve_sms(true);
         for (int k = (int)plan.size() - 1; k >= 0; k--) {
             const GradBucket& b = plan[(size_t)k];
-            zero_pack_owned(b, params, staging, mg->world, mg->rank, mg->stream);
-            multi_gpu_all_gather_in_place(*mg, staging, b.shard_elements(mg->world));
-            zero_unpack(b, staging, params, mg->stream);
+            if (b.in_place()) {
+                multi_gpu_all_gather_in_place(*mg, params + b.ranges[0].offset, b.shard_elements(mg->world));
+            } else {
+                zero_pack_owned(b, params, staging, mg->world, mg->rank, mg->stream);
+                multi_gpu_all_gather_in_place(*mg, staging, b.shard_elements(mg->world));
+                zero_unpack(b, staging, params, mg->stream);
+            }
             cudaCheck(cudaEventRecord(gathered[(size_t)k], mg->stream));
         }
         gather_pending = true;
@@ -129,7 +144,9 @@ struct GradExchange : ForwardListener, BackwardListener {
         const GradBucket& b = plan[(size_t)k];
         reserve_sms(true);
         stream_wait_for(mg->stream, compute, to_comm);  // the bucket's gradients are queued before this point
-        if (sharded) {
+        if (sharded && b.in_place()) {  // the rank's averaged slice lands where zero_unpack_owned would put it
+            multi_gpu_reduce_scatter_avg_in_place(*mg, grads + b.ranges[0].offset, b.shard_elements(mg->world));
+        } else if (sharded) {
             zero_pack_zero_padded(b, grads, staging, mg->stream);
             multi_gpu_reduce_scatter_avg_in_place(*mg, staging, b.shard_elements(mg->world));
             zero_unpack_owned(b, staging, grads, mg->world, mg->rank, mg->stream);

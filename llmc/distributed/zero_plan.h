@@ -3,9 +3,10 @@
 //
 // The checkpoint's flat parameter order is tensor-major (all layers' ln1w, then all layers' ln1b, ...), so one
 // layer's gradients are not contiguous. The layers' backward ends from the last layer to the first; a bucket is a
-// run of consecutive layers [first, last], which is one contiguous range per per-layer tensor (12 ranges), plus a
-// final bucket of the tensors outside the layers (wte, wpe, lnfw, lnfb: wte's gradient is complete only after the
-// encoder backward, the very end). For the exchange a bucket's ranges are packed, in table order, into a staging
+// run of consecutive layers [first, last], which is one contiguous range per per-layer tensor (12 ranges), plus two
+// buckets of the tensors outside the layers: wpe, lnfw, lnfb, then wte alone (its gradient is complete only after
+// the encoder backward, the very end; one range, exchanged in place when it splits evenly over the ranks, which
+// GPT-2's padded vocabulary makes it do). For the exchange a bucket's ranges are packed, in table order, into a staging
 // buffer padded to a multiple of num_ranks · kZeroAlign elements; a reduce-scatter of that buffer leaves rank r the
 // summed slice [r · padded / N, (r + 1) · padded / N), whose master weights and AdamW moments only rank r keeps.
 // zero_staging_to_flat maps a staging index back to the flat index; zero_owned_segments lists a rank's shard as
@@ -36,10 +37,13 @@ struct GradBucket {
     size_t padded = 0;                      // elements rounded up to a multiple of num_ranks * kZeroAlign
     // rank r owns staging elements [r * shard_elements(N), (r + 1) * shard_elements(N))
     size_t shard_elements(int num_ranks) const { return padded / (size_t)num_ranks; }
+    // One range with no padding: its place in the flat buffer is its staging buffer (reduce-scattered and
+    // all-gathered in place there, nothing copied).
+    bool in_place() const { return ranges.size() == 1 && padded == elements; }
 };
 
 // Buckets in the order the backward completes them: layers from the last down, each bucket at least target_bytes
-// of bf16 gradients (or the layers left), then the non-layer tensors. target_bytes 0: one layer per bucket.
+// of bf16 gradients (or the layers left), then wpe, lnfw and lnfb, then wte. target_bytes 0: one layer per bucket.
 inline std::vector<GradBucket> zero_bucket_plan(const GPT2Config& c, size_t target_bytes, int num_ranks) {
     if (num_ranks < 1) throw std::invalid_argument("zero_bucket_plan: num_ranks must be >= 1");
     const auto table = gpt2_parameter_table(c);
@@ -74,11 +78,17 @@ inline std::vector<GradBucket> zero_bucket_plan(const GPT2Config& c, size_t targ
         plan.push_back(b);
         last = first - 1;
     }
-    GradBucket rest;
-    for (size_t i = 0; i < table.size(); i++)
-        if (!table[i].per_layer) rest.ranges.push_back({offset[i], table[i].numel, (int)i});
+    // wte on its own, last: the largest tensor, complete only after the encoder backward, and one contiguous range,
+    // so with a size that splits evenly it is exchanged in place (GradBucket::in_place) with no staging copies
+    GradBucket rest, embedding;
+    for (size_t i = 0; i < table.size(); i++) {
+        if (table[i].per_layer) continue;
+        (i == 0 ? embedding : rest).ranges.push_back({offset[i], table[i].numel, (int)i});
+    }
     finish(rest);
+    finish(embedding);
     plan.push_back(rest);
+    plan.push_back(embedding);
     return plan;
 }
 

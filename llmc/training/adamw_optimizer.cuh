@@ -44,9 +44,10 @@ inline std::vector<MemoryTensor> table(const GPT2Config& c, const AdamWSettings&
     using G = MemoryGroup;
     const std::vector<GradBucket> plan = buckets(c, s, world);
     const size_t state = s.zero_stage == 1 ? zero_shard_size(plan, world) : gpt2_num_parameters(c);
-    size_t staging = 0;  // -z 1 with several ranks: the largest bucket, padded
+    size_t staging = 0;  // -z 1 with several ranks: the largest bucket exchanged through it, padded
     if (s.zero_stage == 1 && world > 1)
-        for (const GradBucket& b : plan) staging = std::max(staging, b.padded);
+        for (const GradBucket& b : plan)
+            if (!b.in_place()) staging = std::max(staging, b.padded);
     std::vector<MemoryTensor> t(Count);
     t[Master] = {"master weights (fp32)", G::MasterWeights, s.master_weights && kFloatXIsBF16 ? state : 0, 4};
     t[M] = {"AdamW m (fp32)", G::Optimizer, state, 4};
@@ -156,8 +157,7 @@ struct AdamW {
                          moment(adamw_memory::V), table, kNumParameterTensors, lr, a.beta1, a.beta2, a.eps,
                          r.grad_scale, step, seed, s);
         }
-        cudaCheck(cudaStreamSynchronize(s));
-        exchange.gather_params();
+        exchange.gather_params();  // queued behind the update (an event), no host wait
         return r;
     }
 

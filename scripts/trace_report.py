@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Where a traced training step's time went (LLMC_TRACE=PREFIX, llmc/training/step_trace.h), from the
+PREFIX.rank<R>.json files the trainer writes: per rank, the exposed communication (collectives and copies on the
+communication stream while no compute kernel runs) as intervals with what ran, the largest idle gaps with the
+records around them, and, given --baseline PREFIX of a one-GPU trace, how much longer each compute kernel ran.
+
+  python3 scripts/trace_report.py PREFIX [--baseline PREFIX1] [--step 6] [--top 12]
+"""
+import argparse
+import glob
+import json
+import re
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    recs = [e for e in events if e.get("ph") == "X"]
+    marks = {e["name"]: e["ts"] for e in events if e.get("ph") == "i"}
+    return recs, marks
+
+
+def union(intervals):
+    out = []
+    for b, e in sorted(intervals):
+        if out and b <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([b, e])
+    return out
+
+
+def subtract(a, b):
+    """a minus b, both sorted disjoint unions."""
+    out, j = [], 0
+    for lo, hi in a:
+        cur = lo
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < hi:
+            if b[k][0] > cur:
+                out.append([cur, b[k][0]])
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < hi:
+            out.append([cur, hi])
+    return out
+
+
+def window(recs, marks, step):
+    lo, hi = marks.get(f"step {step}"), marks.get(f"step {step} end")
+    if lo is None or hi is None:
+        sys.exit(f"error: no 'step {step}' marks in the trace (LLMC_TRACE_STEP?)")
+    inside = [r for r in recs if r["ts"] + r["dur"] > lo and r["ts"] < hi]
+    return lo, hi, inside
+
+
+def clip(r, lo, hi):
+    return max(r["ts"], lo), min(r["ts"] + r["dur"], hi)
+
+
+def report(path, step, top, baseline_totals):
+    recs, marks = load(path)
+    lo, hi, inside = window(recs, marks, step)
+    comp = union([list(clip(r, lo, hi)) for r in inside if r["cat"] == "compute"])
+    comm = union([list(clip(r, lo, hi)) for r in inside if r["cat"] == "comm"])
+    exposed = subtract(comm, comp)
+    busy = union(comp + comm)
+    idle = subtract([[lo, hi]], busy)
+    ms = lambda us: us / 1e3
+    print(f"== {path}: step {step}, {ms(hi - lo):.3f} ms; exposed communication "
+          f"{ms(sum(e - b for b, e in exposed)):.3f} ms in {len(exposed)} pieces, idle {ms(sum(e - b for b, e in idle)):.3f} ms")
+    print(f"  exposed communication (the largest {top}; start from the step's start, ms):")
+    for b, e in sorted(exposed, key=lambda x: x[0] - x[1])[:top]:
+        names = sorted({r["name"] for r in inside if r["cat"] == "comm" and r["ts"] < e and r["ts"] + r["dur"] > b})
+        print(f"    {ms(b - lo):8.3f} +{ms(e - b):.3f}  {', '.join(names)[:110]}")
+    print(f"  idle gaps (the largest {top}):")
+    by_end = sorted(inside, key=lambda r: r["ts"] + r["dur"])
+    for b, e in sorted(idle, key=lambda x: x[0] - x[1])[:top]:
+        before = [r for r in by_end if r["ts"] + r["dur"] <= b + 0.01]
+        after = [r for r in inside if r["ts"] >= e - 0.01]
+        prev = before[-1]["name"] if before else "(window start)"
+        nxt = min(after, key=lambda r: r["ts"])["name"] if after else "(window end)"
+        print(f"    {ms(b - lo):8.3f} +{ms(e - b):.3f}  after {prev[:50]} / before {nxt[:50]}")
+    if baseline_totals:
+        totals = defaultdict(float)
+        for r in inside:
+            if r["cat"] == "compute" and lo <= r["ts"] < hi:
+                totals[r["name"]] += r["dur"]
+        rows = sorted(((totals[n] - baseline_totals.get(n, 0.0), n) for n in totals), reverse=True)
+        grown = sum(d for d, _ in rows)
+        print(f"  compute kernels against the one-GPU trace: {ms(grown):+.3f} ms in all; the largest changes:")
+        for d, n in rows[:top]:
+            print(f"    {ms(d):+8.3f} ms  {ms(totals[n]):8.3f} (one GPU {ms(baseline_totals.get(n, 0.0)):8.3f})  {n[:70]}")
+
+
+def totals_of(prefix, step):
+    path = sorted(glob.glob(prefix + ".rank0.json"))
+    if not path:
+        sys.exit(f"error: {prefix}.rank0.json not found")
+    recs, marks = load(path[0])
+    lo, hi, inside = window(recs, marks, step)
+    t = defaultdict(float)
+    for r in inside:
+        if r["cat"] == "compute" and lo <= r["ts"] < hi:
+            t[r["name"]] += r["dur"]
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("prefix")
+    ap.add_argument("--baseline", help="PREFIX of a one-GPU trace of the same model and batch")
+    ap.add_argument("--step", type=int, default=6)
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--ranks", default="all", help="'all' or a comma list")
+    a = ap.parse_args()
+    files = sorted(glob.glob(a.prefix + ".rank*.json"), key=lambda p: int(re.search(r"rank(\d+)", p).group(1)))
+    if not files:
+        sys.exit(f"error: no {a.prefix}.rank*.json files")
+    if a.ranks != "all":
+        want = {int(x) for x in a.ranks.split(",")}
+        files = [f for f in files if int(re.search(r"rank(\d+)", f).group(1)) in want]
+    base = totals_of(a.baseline, a.step) if a.baseline else None
+    for f in files:
+        report(f, a.step, a.top, base)
+
+
+if __name__ == "__main__":
+    main()
