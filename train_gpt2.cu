@@ -301,14 +301,11 @@ StepResult train_step(GPT2& model, AdamW& opt, DataLoader& train, const TrainArg
     GradExchange* exchange = opt.listener();
     for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
         train.next_batch();
-        if (!exchange) {  // one GPU: nothing between forward and backward (a CUDA Graph with -cg 1)
-            loss_sum += gpt2_forward_backward(&model, train.inputs(), train.targets(), a.B, a.T,
-                                              1.0f / layout.grad_accum_steps);
-            continue;
-        }
-        loss_sum += gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T, exchange);
-        const bool last_micro = micro == layout.grad_accum_steps - 1;  // only its gradients are exchanged
-        gpt2_backward(&model, 1.0f / layout.grad_accum_steps, last_micro ? exchange : nullptr);
+        // one GPU: no exchange, a CUDA Graph (-cg 1); several: the forward waits for gathered parameters and only
+        // the last micro-step's backward sends its gradients
+        const bool last_micro = micro == layout.grad_accum_steps - 1;
+        loss_sum += gpt2_forward_backward(&model, train.inputs(), train.targets(), a.B, a.T,
+                                          1.0f / layout.grad_accum_steps, exchange, last_micro ? exchange : nullptr);
     }
     StepResult r;
     r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));

@@ -95,15 +95,18 @@ inline void gpt2_backward(GPT2* m, float loss_scale, BackwardListener* listener 
 
 // gpt2_forward with targets, then gpt2_backward(loss_scale), as one unit: with use_graphs, the second call with
 // the same B, T and loss_scale captures the kernels into a CUDA Graph and every later call replays it (one launch
-// instead of ~380: no gaps while the host queues them). Same kernels, same order, same bits. Returns the mean loss.
-// No listeners: nothing may run on the host between the kernels (one GPU).
-inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+// instead of ~380: no gaps while the host queues them). Same kernels, same order, same bits. Returns the mean loss,
+// read once at the end (no host wait between the forward and the backward). With listeners (several GPUs: the
+// exchange runs on the host between the kernels) the kernels are queued one by one.
+inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale,
+                                   ForwardListener* forward_listener = nullptr,
+                                   BackwardListener* backward_listener = nullptr) {
     using namespace gpt2_detail;
     check_forward_shape(m, B, T, "gpt2_forward_backward");
     upload_tokens(m, mem::Inputs, inputs, B, T, "input");
     upload_tokens(m, mem::Targets, targets, B, T, "target");
     GPT2::StepGraph& g = m->graph;
-    const bool graphable = m->use_graphs && m->stream != 0;
+    const bool graphable = m->use_graphs && m->stream != 0 && !forward_listener && !backward_listener;
     const bool same_key = g.B == B && g.T == T && g.loss_scale == loss_scale;
     if (!graphable || !same_key) {
         if (g.exec) cudaCheck(cudaGraphExecDestroy(g.exec));
@@ -122,9 +125,9 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
     if (g.exec) {
         cudaCheck(cudaGraphLaunch(g.exec, m->stream));
     } else {
-        forward_enqueue(m, B, T, true, nullptr);
-        backward_enqueue(m, B, T, loss_scale, nullptr);
-        g.seen = true;
+        forward_enqueue(m, B, T, true, forward_listener);
+        backward_enqueue(m, B, T, loss_scale, backward_listener);
+        g.seen = graphable;
     }
     m->last_B = B;
     m->last_T = T;
