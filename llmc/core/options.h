@@ -9,6 +9,8 @@
 //   LLMC_PRINT_MEMORY_MAP=1   print every model buffer's device address range (to read sanitizer reports)
 //   LLMC_DECODE_ATTENTION=split|head   decode attention's kernel, forced (comparisons)
 //   LLMC_DECODE_CUBLAS=1      a decode step's products by cuBLASLt, forced (comparisons)
+//   LLMC_RANK_TIMEOUT_S=N     several GPUs: a rank that has made no progress for N seconds stops the run (a peer on
+//                             another host lost without NCCL noticing; llmc/distributed/rank_watchdog.h); 0: off
 #pragma once
 
 #include <cstdio>
@@ -24,6 +26,7 @@ struct EngineOptions {
     bool print_memory_map = false;
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
+    int rank_timeout_s = 0;
 
     // The switches that are set, as (name, value), for the start-up tables.
     std::vector<std::pair<std::string, std::string>> set() const {
@@ -35,6 +38,7 @@ struct EngineOptions {
         if (print_memory_map) out.push_back({"LLMC_PRINT_MEMORY_MAP", "1"});
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
+        if (rank_timeout_s > 0) out.push_back({"LLMC_RANK_TIMEOUT_S", std::to_string(rank_timeout_s)});
         return out;
     }
     // One line for a start-up table: "none", or "NAME=value, ...".
@@ -63,6 +67,14 @@ inline std::string text(const char* name) {
     const char* v = getenv(name);
     return v ? v : "";
 }
+// Whole seconds, 0 to a week; unset or empty gives 0.
+inline int seconds(const char* name) {
+    const std::string v = text(name);
+    if (v.empty()) return 0;
+    if (v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) > 7 * 24 * 3600)
+        bad(name, v.c_str(), "whole seconds from 0 (off) to 604800");
+    return std::stoi(v);
+}
 
 inline EngineOptions read() {
     EngineOptions o;
@@ -79,6 +91,7 @@ inline EngineOptions read() {
     if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");
     o.decode_cublas = flag("LLMC_DECODE_CUBLAS", false);
+    o.rank_timeout_s = seconds("LLMC_RANK_TIMEOUT_S");
     return o;
 }
 
