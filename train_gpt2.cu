@@ -117,6 +117,7 @@ MultiGpu start_processes(const TrainArgs& a, int* argc, char*** argv) {
     mo.gpus_per_node = a.gpus_per_node;
     mo.init_method = a.init_method;
     mo.rendezvous_dir = a.rendezvous_dir;
+    mo.rank_timeout_s = engine_options().rank_timeout_s;
     MultiGpu mg = multi_gpu_init(mo, argc, argv);
     if (mg.rank != 0 && !freopen("/dev/null", "w", stdout)) {
         fail("cannot silence stdout on rank " + std::to_string(mg.rank));
@@ -396,6 +397,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     StepTrace trace;  // LLMC_TRACE
     trace.init(mg.rank);
     for (int step = start_step;; step++) {
+        multi_gpu_progress(mg, step);  // `step` steps completed: what the watchdog's line names if a peer is lost
         const bool last = step == total_steps;
         const bool checkpoint = a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || last);
         const bool validate = val_loader && (step % a.val_every == 0 || last);
@@ -416,6 +418,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         }
         if (last) break;
 
+        multi_gpu_progress(mg, step);  // the work between steps counts as progress (LLMC_RANK_TIMEOUT_S)
         trace.before(step + 1);
         const StepResult r = train_step(model, opt, train_loader, a, layout, sched, mg, step);
         trace.after(step + 1, [&] { opt.sync(); });

@@ -1,6 +1,8 @@
 // Checkpoint files in an output directory (llmc/training/checkpoint_files.h): names, pairs that belong together, whose run
 // they are, keeping the newest, and what crashed writers leave behind.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,6 +130,44 @@ TEST(CheckpointFiles, StaleTemporariesOfCrashedWriters) {
     ASSERT_EQ(notes.size(), 2u);
     EXPECT_TRUE(contains(notes, "removed " + dead + ", left by a writer that crashed (process 999999999 is gone)"));
     EXPECT_TRUE(contains(notes, "leaving " + alive + ": process"));
+}
+
+// A writer killed in the middle of a checkpoint (a rank the watchdog stops, kill -9) leaves a temporary file and
+// never a truncated checkpoint: -y 1 resumes the pair before, and the next run removes the temporary, also while
+// the killed writer is still an unreaped zombie.
+TEST(CheckpointFiles, AWriterKilledMidWriteLeavesOnlyATemporary) {
+    const std::string dir = scratch_path("killed_writer");
+    ensure_directory(dir);
+    write_pair(dir, 2, kRunA, 2);
+    write_bytes(checkpoint_model_path(dir, 3), std::vector<unsigned char>(100, 3));  // the model of step 3 is in place
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    const pid_t writer = fork();
+    if (writer == 0) {  // writes half of step 3's state, then waits to be killed
+        AtomicOutputFile out(checkpoint_state_path(dir, 3));
+        out.write("half", 4);
+        if (write(ready[1], "x", 1) != 1) _exit(2);
+        for (;;) pause();
+    }
+    char c;
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    ASSERT_EQ(kill(writer, SIGKILL), 0);
+    const std::string tmp = checkpoint_state_path(dir, 3) + ".tmp." + std::to_string((long)writer);
+    EXPECT_TRUE(file_exists(tmp));
+    EXPECT_FALSE(file_exists(checkpoint_state_path(dir, 3)));
+    std::vector<std::string> notes;
+    EXPECT_EQ(latest_checkpoint(dir, &notes), 2);
+    EXPECT_TRUE(notes.empty());
+    for (int i = 0; i < 500 && process_alive(writer); i++) usleep(10000);  // a zombie until reaped below
+    notes = clean_stale_temporaries(dir);
+    EXPECT_FALSE(file_exists(tmp));
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_TRUE(contains(notes, "removed " + tmp + ", left by a writer that crashed")) << notes[0];
+    int status = 0;
+    waitpid(writer, &status, 0);
+    EXPECT_EQ(latest_checkpoint(dir, &notes), 2);
 }
 
 // Regression: a fresh run into a directory holding another run's checkpoints mixed its files with them.

@@ -19,9 +19,15 @@
 #include "llmc/core/utils.h"
 
 // ---------------------------------------------------------------- error checks
+// Set while something may know the real cause of a failed call better than the call itself: the rank watchdog
+// (llmc/distributed/rank_watchdog.h), when a peer process is gone. It runs first and may end the process with its
+// own line.
+inline void (*library_failure_hook)() = nullptr;
+
 // One message shape for every library (CUDA, cuBLAS, NCCL in multi_gpu.cuh): what failed, why, and where.
 [[noreturn]] inline void library_call_failed(const char* library, const char* what, int code, const char* file,
                                              int line) {
+    if (library_failure_hook) library_failure_hook();
     fprintf(stderr, "error: %s: %s (%d) at %s:%d\n", library, what, code, file, line);
     exit(EXIT_FAILURE);
 }

@@ -15,6 +15,8 @@
 //   LLMC_COMM_SMS=N           several GPUs: NCCL's blocks per collective, and the SMs the persistent kernels leave
 //                             free while a collective is in flight (docs/MULTI_GPU.md; -1: NCCL's own choice and
 //                             every SM for compute)
+//   LLMC_RANK_TIMEOUT_S=N     several GPUs: a rank that has made no progress for N seconds stops the run (a peer on
+//                             another host lost without NCCL noticing; llmc/distributed/rank_watchdog.h); 0: off
 #pragma once
 
 #include <cstdio>
@@ -34,6 +36,7 @@ struct EngineOptions {
     std::string trace;
     int trace_step = 6;
     int comm_sms = -1;
+    int rank_timeout_s = 0;
 
     // The switches that are set, as (name, value), for the start-up tables.
     std::vector<std::pair<std::string, std::string>> set() const {
@@ -47,6 +50,7 @@ struct EngineOptions {
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
         if (comm_sms != kCommSmsDefault) out.push_back({"LLMC_COMM_SMS", std::to_string(comm_sms)});
+        if (rank_timeout_s > 0) out.push_back({"LLMC_RANK_TIMEOUT_S", std::to_string(rank_timeout_s)});
         return out;
     }
     // One line for a start-up table: "none", or "NAME=value, ...".
@@ -84,6 +88,14 @@ inline std::string text(const char* name) {
     const char* v = getenv(name);
     return v ? v : "";
 }
+// Whole seconds, 0 to a week; unset or empty gives 0.
+inline int seconds(const char* name) {
+    const std::string v = text(name);
+    if (v.empty()) return 0;
+    if (v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) > 7 * 24 * 3600)
+        bad(name, v.c_str(), "whole seconds from 0 (off) to 604800");
+    return std::stoi(v);
+}
 
 inline EngineOptions read() {
     EngineOptions o;
@@ -103,6 +115,7 @@ inline EngineOptions read() {
     o.trace = text("LLMC_TRACE");
     o.trace_step = integer("LLMC_TRACE_STEP", o.trace_step, 2, 1 << 30);
     o.comm_sms = integer("LLMC_COMM_SMS", EngineOptions::kCommSmsDefault, -1, 64);
+    o.rank_timeout_s = seconds("LLMC_RANK_TIMEOUT_S");
     return o;
 }
 

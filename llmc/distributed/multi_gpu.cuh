@@ -7,6 +7,8 @@
 //   - otherwise ("-pi fs"): ranks and size from -pr/-pn, rank 0 writes the id into a file in a shared
 //     directory (-pf) atomically, the others poll for it, and rank 0 removes it once everyone has
 //     acknowledged (so a stale id never outlives its run; ids older than our own start are ignored).
+// With several ranks, the ranks then swap their pid and machine, and a watchdog thread (llmc/distributed/rank_watchdog.h)
+// stops this rank with one line when another is lost, instead of waiting in a collective forever.
 // Built without MULTI_GPU (no NCCL), only one process is possible and every call is a no-op.
 #pragma once
 
@@ -15,6 +17,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/options.h"
 #include "llmc/core/utils.h"
+#include "llmc/distributed/rank_watchdog.h"
 
 #ifdef MULTI_GPU
 #include <nccl.h>
@@ -53,6 +57,7 @@ struct MultiGpu {
 #ifdef MULTI_GPU
     ncclComm_t comm = nullptr;
 #endif
+    std::unique_ptr<RankWatchdog> watchdog;  // only with several ranks
 };
 
 // dst waits for everything queued on src so far (one event per pair, reused: a wait binds to the latest record).
@@ -65,6 +70,7 @@ struct MultiGpuOptions {
     int num_processes = 1, process_rank = 0, gpus_per_node = 8;
     std::string init_method = "mpi";   // mpi | fs
     std::string rendezvous_dir = "/tmp";
+    double rank_timeout_s = 0;  // the watchdog's no-progress limit (LLMC_RANK_TIMEOUT_S; 0: off)
 };
 
 namespace multi_gpu_detail {
@@ -115,6 +121,37 @@ inline ncclUniqueId exchange_id_via_files(const MultiGpuOptions& o, time_t start
     }
     return id;
 }
+
+// Every rank's pid and machine, by rank: one all-gather of bytes.
+inline std::vector<RankPeer> exchange_peers(MultiGpu& m) {
+    const RankPeer me = this_rank_peer();
+    std::vector<RankPeer> peers((size_t)m.world);
+    RankPeer* buf = nullptr;
+    cudaCheck(cudaMalloc(&buf, sizeof(RankPeer) * peers.size()));
+    cudaCheck(cudaMemcpyAsync(buf + m.rank, &me, sizeof(me), cudaMemcpyHostToDevice, m.stream));
+    ncclCheck(ncclAllGather(buf + m.rank, buf, sizeof(RankPeer), ncclUint8, m.comm, m.stream));
+    cudaCheck(cudaMemcpyAsync(peers.data(), buf, sizeof(RankPeer) * peers.size(), cudaMemcpyDeviceToHost, m.stream));
+    cudaCheck(cudaStreamSynchronize(m.stream));
+    cudaCheck(cudaFree(buf));
+    return peers;
+}
+
+inline std::unique_ptr<RankWatchdog> start_watchdog(MultiGpu& m, double timeout_s) {
+    RankWatchdogSettings s;
+    s.rank = m.rank;
+    s.peers = exchange_peers(m);
+    s.timeout_s = timeout_s;
+    s.poll_error = [comm = m.comm]() -> std::string {  // NCCL allows this from any thread, under running collectives
+        ncclResult_t async = ncclSuccess;
+        const ncclResult_t r = ncclCommGetAsyncError(comm, &async);
+        if (r != ncclSuccess) return std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(r);
+        return async == ncclSuccess || async == ncclInProgress ? "" : ncclGetErrorString(async);
+    };
+    auto w = std::make_unique<RankWatchdog>(std::move(s));
+    library_failure_hook = &RankWatchdog::explain_failure_of_running;  // a failed call names a lost peer
+    w->start();
+    return w;
+}
 #endif
 
 }  // namespace multi_gpu_detail
@@ -164,6 +201,7 @@ inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, c
         const int comm_sms = engine_options().comm_sms;
         if (comm_sms > 0) config.minCTAs = config.maxCTAs = comm_sms;
         ncclCheck(ncclCommInitRankConfig(&m.comm, m.world, id, m.rank, &config));
+        m.watchdog = multi_gpu_detail::start_watchdog(m, o.rank_timeout_s);
     }
 #else
     (void)argc_for_mpi;
@@ -246,7 +284,19 @@ inline void multi_gpu_barrier(MultiGpu& m) {
     if (m.world > 1) multi_gpu_mean(m, 0.0f);
 }
 
+// After each step (and the work between steps): the last step this rank completed, which the watchdog's line
+// names, and progress for its no-progress limit. Nothing with one rank.
+inline void multi_gpu_progress(MultiGpu& m, int completed_steps) {
+    if (m.watchdog) m.watchdog->progress(completed_steps);
+}
+
+// With several ranks, a barrier first: no rank leaves (which its peers' watchdogs would take for a loss) while
+// another still works; from there on a peer that leaves has finished (RankWatchdog::closing).
 inline void multi_gpu_free(MultiGpu& m) {
+    if (m.watchdog) {
+        m.watchdog->closing();
+        multi_gpu_barrier(m);
+    }
     if (m.stream) {
         cudaCheck(cudaStreamSynchronize(m.stream));
         cudaCheck(cudaStreamDestroy(m.stream));
@@ -254,8 +304,11 @@ inline void multi_gpu_free(MultiGpu& m) {
     }
     m.stream = nullptr, m.scalar = nullptr;
 #ifdef MULTI_GPU
-    if (m.comm) ncclCheck(ncclCommDestroy(m.comm));
+    if (m.watchdog) m.watchdog->forget_error_poll();
+    if (m.comm) ncclCheck(ncclCommDestroy(m.comm));  // still watched: it may wait for a peer that is gone
     m.comm = nullptr;
+    if (m.watchdog) m.watchdog->stop();
+    m.watchdog.reset();
 #ifdef USE_MPI
     if (m.used_mpi) MPI_Finalize();
 #endif

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <dirent.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -24,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/core/process.h"
 #include "llmc/core/rand.h"
 #include "llmc/core/utils.h"
 #include "llmc/formats/run_state.h"
@@ -167,8 +167,9 @@ inline int remove_all_checkpoints(const std::string& dir) {
     return removed;
 }
 
-// Temporary files "<name>.tmp.<pid>" that a writer (AtomicOutputFile) left behind when it crashed: removed when
-// process <pid> is gone, left alone while it runs. One note per file.
+// Temporary files "<name>.tmp.<pid>" that a writer (AtomicOutputFile) left behind when it crashed or was killed
+// (a rank stopped by the watchdog mid-write, llmc/distributed/rank_watchdog.h): removed when process <pid> is gone
+// (or a zombie), left alone while it runs. One note per file. No reader ever takes one for a checkpoint.
 inline std::vector<std::string> clean_stale_temporaries(const std::string& dir) {
     std::vector<std::string> notes;
     for (const std::string& name : list_directory(dir)) {
@@ -178,7 +179,7 @@ inline std::vector<std::string> clean_stale_temporaries(const std::string& dir) 
         if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
         const long pid = strtol(digits.c_str(), nullptr, 10);
         const std::string path = dir + "/" + name;
-        if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {  // EPERM: alive, not ours
+        if (process_alive((pid_t)pid)) {
             notes.push_back("leaving " + path + ": process " + digits + " is still writing it");
         } else if (remove(path.c_str()) == 0) {
             notes.push_back("removed " + path + ", left by a writer that crashed (process " + digits + " is gone)");

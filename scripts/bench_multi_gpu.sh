@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Data-parallel scaling: 1, 2 and 4 GPUs x ZeRO stage (-z 0, 1, 2) x d12 (-b 16) and d48 (-b 8), T = 1024, random
+# init, Tiny Shakespeare, the same batch per GPU at every GPU count. For each run: the median ms/step over steps
+# 3..STEPS (the first steps pay for cuBLAS plans and NCCL's set-up), tok/s over all GPUs, the efficiency (the 1-GPU
+# -z 0 run's ms/step of the same model / this run's; the 1-GPU run of the same -z when there is no -z 0 one) and the
+# device memory in use on rank 0 after its first step (what the trainer prints). A run that fails (a -z the trainer
+# does not have, out of memory, fewer GPUs than asked) gets n/a in its row; the sweep goes on. One markdown table at
+# the end, also written to $LOGS/bench_multi_gpu.md; every run's log stays in $LOGS (rank r > 0: <run>_rank<r>.log).
+# Several GPUs: mpirun -np N -x NCCL_NVLS_ENABLE=0 when there is mpirun and the trainer is built with MPI, else the
+# file rendezvous (-pi fs) with N processes.
+#   scripts/bench_multi_gpu.sh
+#   MODELS=d12 GPUS="1 2" ZS="0 1" STEPS=20 scripts/bench_multi_gpu.sh
+# env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODELS=${MODELS:-"d12 d48"}; GPUS=${GPUS:-"1 2 4"}; ZS=${ZS:-"0 1 2"}; STEPS=${STEPS:-12}
+LOGS=${LOGS:-${OUT:-bench_mgpu_logs}}
+T=1024
+DATA=data/tinyshakespeare/tiny_shakespeare_train.bin
+export NCCL_NVLS_ENABLE=0  # NVLink hosts without multicast support (README)
+[ "$STEPS" -ge 3 ] 2>/dev/null || { echo "error: STEPS=$STEPS: the median is over steps 3..STEPS" >&2; exit 1; }
+mkdir -p "$LOGS"
+[ -f "$DATA" ] || make -s data || exit 1
+make -s -j16 train_gpt2cu || exit 1
+visible=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
+launch=fs
+command -v mpirun >/dev/null && ldd ./train_gpt2cu | grep -q libmpi && launch=mpirun
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -n 1
+echo "$visible GPUs visible; several GPUs start by $launch; $STEPS steps per run, median over steps 3..$STEPS"
+
+batch_of() { case $1 in d48) echo 8 ;; *) echo 16 ;; esac; }
+
+# The random initialisation of d48 takes ~30 s on the host: each model is initialised once, saved after one step
+# (-n 1) and every run loads that file (same weights for every run; the speed does not depend on them).
+init_of() {  # model -> a model file
+    local dir="$LOGS/init_$1"
+    if [ ! -f "$dir/model_00000001.bin" ]; then
+        rm -rf "$dir"
+        ./train_gpt2cu -e "$1" -b 1 -t 64 -x 1 -n 1 -v 0 -s 0 -i "$DATA" -o "$dir" >"$LOGS/init_$1.log" 2>&1 ||
+            { tail -n 3 "$LOGS/init_$1.log" >&2; echo "$1"; return; }
+    fi
+    echo "$dir/model_00000001.bin"
+}
+
+# Runs the trainer on n GPUs; rank 0's output in $1, rank r's in ${1%.log}_rank<r>.log.
+run() {  # log, n, flags...
+    local log=$1 n=$2 rdv r rc=0
+    local pids=()
+    shift 2
+    if [ "$n" = 1 ]; then
+        ./train_gpt2cu "$@" >"$log" 2>&1
+        return
+    fi
+    if [ $launch = mpirun ]; then
+        mpirun --allow-run-as-root -np "$n" -x NCCL_NVLS_ENABLE=0 ./train_gpt2cu "$@" >"$log" 2>&1
+        return
+    fi
+    rdv=$(mktemp -d)
+    for ((r = 1; r < n; r++)); do
+        ./train_gpt2cu "$@" -pn "$n" -pr "$r" -pi fs -pf "$rdv" >"${log%.log}_rank$r.log" 2>&1 &
+        pids[r]=$!
+    done
+    ./train_gpt2cu "$@" -pn "$n" -pr 0 -pi fs -pf "$rdv" >"$log" 2>&1 || rc=1
+    for ((r = 1; r < n; r++)); do wait "${pids[r]}" || rc=1; done
+    rm -rf "$rdv"
+    return $rc
+}
+
+# median ms/step over steps 3..end of a log ("step    11/12 | loss ... | norm ... | lr ... |  52.10 ms | ..."), or empty
+median_ms() {
+    sed -n 's/^step *\([0-9]*\)\/[0-9]* |.*| *\([0-9.]*\) ms |.*/\1 \2/p' "$1" | awk '$1 >= 3 {print $2}' | sort -g |
+        awk '{v[NR] = $1} END {if (NR) printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+
+declare -A ms
+rows=()
+for model in $MODELS; do
+    B=$(batch_of "$model")
+    init=$(init_of "$model")
+    for z in $ZS; do
+        for n in $GPUS; do
+            # one GPU has nothing to shard or exchange: its -z 0 run is the baseline (ONE_GPU_ALL_Z=1 runs every -z)
+            [ "$n" = 1 ] && [ "$z" != 0 ] && [ "${ONE_GPU_ALL_Z:-0}" != 1 ] && [[ " $ZS " == *" 0 "* ]] && continue
+            name="${model}_z${z}_gpu${n}"
+            log="$LOGS/$name.log"
+            rm -f "$LOGS/$name"*.log
+            echo "==== $model B=$B T=$T -z $z on $n GPU(s) -> $log"
+            if [ "$n" -gt "$visible" ]; then
+                echo "only $visible GPUs visible" >"$log"
+            elif ! run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA"; then
+                tail -n 3 "$log"
+            fi
+            m=$(median_ms "$log")
+            mem=$(sed -n 's/^device memory in use after the first step: \([^(]*[^ (]\) *(.*/\1/p' "$log" | head -n 1)
+            if [ -n "$m" ] && grep -qE "^step +$STEPS/" "$log"; then
+                ms[$name]=$m
+                toks=$(awk -v m="$m" -v t=$((B * T * n)) 'BEGIN {printf "%.0f", t / (m / 1000)}')
+                echo "$m ms/step, $toks tok/s, ${mem:-?} on rank 0"
+                rows+=("$model|$n|$z|$m|$toks|${mem:-n/a}|$name")
+            else
+                echo "failed: n/a"
+                rows+=("$model|$n|$z|n/a|n/a|n/a|$name")
+            fi
+        done
+    done
+done
+
+table="$LOGS/bench_multi_gpu.md"
+{
+    echo "| model | B/GPU x T | GPUs | -z | ms/step (median, steps 3..$STEPS) | tok/s | efficiency | device memory (rank 0) | log |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    for row in "${rows[@]}"; do
+        IFS='|' read -r model n z m toks mem name <<<"$row"
+        base=${ms[${model}_z0_gpu1]:-${ms[${model}_z${z}_gpu1]:-}}
+        eff=n/a
+        [ "$m" != n/a ] && [ -n "$base" ] && eff=$(awk -v a="$base" -v b="$m" 'BEGIN {printf "%.3f", a / b}')
+        echo "| $model | $(batch_of "$model") x $T | $n | $z | $m | $toks | $eff | $mem | $name.log |"
+    done
+} >"$table"
+echo "==== $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $launch"
+cat "$table"
+echo "(also in $table)"
