@@ -54,9 +54,15 @@ inline ZeroShard zero_shard_create(const std::vector<GradBucket>& plan, const GP
     std::vector<size_t> tensor_offset(table.size());
     for (size_t i = 0, at = 0; i < table.size(); at += table[i].numel, i++) tensor_offset[i] = at;
     std::vector<ZeroDeviceSegment> host;
-    for (const ZeroSegment& g : zero_owned_segments(plan, num_ranks, rank))
+    for (const ZeroSegment& g : zero_owned_segments(plan, num_ranks, rank)) {
+        if ((g.shard_offset | g.flat_offset | g.count) % 4 != 0) {  // the update's 4-wide accesses
+            fprintf(stderr, "error: ZeRO shard: a segment of tensor %d is not a multiple of 4 elements (C %% 8 != 0?)\n",
+                    g.tensor);
+            exit(EXIT_FAILURE);
+        }
         host.push_back({g.shard_offset, g.flat_offset, g.count, (uint32_t)(g.flat_offset - tensor_offset[g.tensor]),
                         g.tensor});
+    }
     ZeroShard z;
     z.num_ranks = num_ranks, z.rank = rank, z.elements = zero_shard_size(plan, num_ranks);
     z.num_segments = (int)host.size();
@@ -141,18 +147,43 @@ inline void zero_pack_owned(const GradBucket& b, const T* flat, T* staging, int 
 
 namespace zero_detail {
 
-// One block per chunk: params and grads (flat) and the shard's master, m, v (shard order).
+// One block per chunk: params and grads (flat) and the shard's master, m, v (shard order), 4 elements per thread
+// with 16-byte (fp32) and 8-byte (bf16) accesses as adamw_kernel_chunks (every segment's offsets and counts are
+// multiples of 4: zero_shard_create checks), each element through adamw_value and store_param with its index in its
+// tensor, so the bits are adamw_element's.
 __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
                                    const ZeroDeviceSegment* segments, const ZeroDeviceChunk* chunks,
                                    AdamWTensorTable table, AdamWStep s) {
+    using namespace adamw_detail;
     const ZeroDeviceChunk c = chunks[blockIdx.x];
     const ZeroDeviceSegment g = segments[c.segment];
     const float wd = table.weight_decay[g.tensor];
     const uint32_t seed = tensor_seed(g.tensor, s);  // adamw_kernel's stream for this tensor
-    for (uint32_t i = c.start + threadIdx.x; i < c.start + c.count; i += blockDim.x) {
-        const size_t at = g.shard_offset + i;
-        adamw_element(params + g.flat_offset + i, master ? master + at : nullptr, grads[g.flat_offset + i], m + at,
-                      v + at, wd, g.index_in_tensor + i, seed, s);
+    for (uint32_t i = c.start + 4 * threadIdx.x; i < c.start + c.count; i += 4 * blockDim.x) {
+        const size_t at = g.shard_offset + i, flat = g.flat_offset + i;
+        const Raw4 graw = load<true>(reinterpret_cast<const Raw4*>(grads + flat));
+        const floatX* gx = reinterpret_cast<const floatX*>(&graw);
+        float4 mi = load<true>(reinterpret_cast<const float4*>(m + at));
+        float4 vi = load<true>(reinterpret_cast<const float4*>(v + at));
+        float4 p;
+        if (master) {
+            p = load<true>(reinterpret_cast<const float4*>(master + at));
+        } else {
+            const Raw4 praw = load<true>(reinterpret_cast<const Raw4*>(params + flat));
+            const floatX* px = reinterpret_cast<const floatX*>(&praw);
+            p = make_float4(to_float(px[0]), to_float(px[1]), to_float(px[2]), to_float(px[3]));
+        }
+        Raw4 out;
+        floatX* ox = reinterpret_cast<floatX*>(&out);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            component(p, k) = adamw_value(to_float(gx[k]), component(mi, k), component(vi, k), component(p, k), wd, s);
+            store_param(&ox[k], component(p, k), g.index_in_tensor + i + k, seed);
+        }
+        store<true>(reinterpret_cast<float4*>(m + at), mi);
+        store<true>(reinterpret_cast<float4*>(v + at), vi);
+        if (master) store<true>(reinterpret_cast<float4*>(master + at), p);
+        store<true>(reinterpret_cast<Raw4*>(params + flat), out);
     }
 }
 
