@@ -15,6 +15,8 @@
 //   LLMC_COMM_SMS=N           several GPUs: NCCL's blocks per collective, and the SMs the persistent kernels leave
 //                             free while a collective is in flight (docs/MULTI_GPU.md; -1: NCCL's own choice and
 //                             every SM for compute)
+//   LLMC_NCCL_CTA_POLICY=efficiency   several GPUs: NCCL's CTA policy (NCCL_CTA_POLICY_EFFICIENCY: the fewest blocks
+//                             that keep its bandwidth, for overlap with compute; default: NCCL's own choice)
 //   LLMC_RANK_TIMEOUT_S=N     several GPUs: a rank that has made no progress for N seconds stops the run (a peer on
 //                             another host lost without NCCL noticing; llmc/distributed/rank_watchdog.h); 0: off
 #pragma once
@@ -36,6 +38,7 @@ struct EngineOptions {
     std::string trace;
     int trace_step = 6;
     int comm_sms = -1;
+    std::string nccl_cta_policy;  // "" or "efficiency"
     int rank_timeout_s = 0;
 
     // The switches that are set, as (name, value), for the start-up tables.
@@ -50,6 +53,7 @@ struct EngineOptions {
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
         if (comm_sms != kCommSmsDefault) out.push_back({"LLMC_COMM_SMS", std::to_string(comm_sms)});
+        if (!nccl_cta_policy.empty()) out.push_back({"LLMC_NCCL_CTA_POLICY", nccl_cta_policy});
         if (rank_timeout_s > 0) out.push_back({"LLMC_RANK_TIMEOUT_S", std::to_string(rank_timeout_s)});
         return out;
     }
@@ -115,6 +119,10 @@ inline EngineOptions read() {
     o.trace = text("LLMC_TRACE");
     o.trace_step = integer("LLMC_TRACE_STEP", o.trace_step, 2, 1 << 30);
     o.comm_sms = integer("LLMC_COMM_SMS", EngineOptions::kCommSmsDefault, -1, 64);
+    o.nccl_cta_policy = text("LLMC_NCCL_CTA_POLICY");
+    if (!o.nccl_cta_policy.empty() && o.nccl_cta_policy != "efficiency" && o.nccl_cta_policy != "default")
+        bad("LLMC_NCCL_CTA_POLICY", o.nccl_cta_policy.c_str(), "efficiency or default");
+    if (o.nccl_cta_policy == "default") o.nccl_cta_policy.clear();
     o.rank_timeout_s = seconds("LLMC_RANK_TIMEOUT_S");
     return o;
 }

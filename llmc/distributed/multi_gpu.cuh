@@ -200,6 +200,14 @@ inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, c
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         const int comm_sms = engine_options().comm_sms;
         if (comm_sms > 0) config.minCTAs = config.maxCTAs = comm_sms;
+        if (!engine_options().nccl_cta_policy.empty()) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+            config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+#else
+            fprintf(stderr, "error: LLMC_NCCL_CTA_POLICY needs NCCL 2.27 or later (built with %d)\n", NCCL_VERSION_CODE);
+            exit(EXIT_FAILURE);
+#endif
+        }
         ncclCheck(ncclCommInitRankConfig(&m.comm, m.world, id, m.rank, &config));
         m.watchdog = multi_gpu_detail::start_watchdog(m, o.rank_timeout_s);
     }
