@@ -39,10 +39,16 @@ std::string write_valid(const std::string& name) {
 // A version 3 file rewritten as version 2 wrote it: loader records without micro_steps.
 std::vector<unsigned char> as_version2(const std::vector<unsigned char>& b) {
     const size_t header = 1024, rng = sizeof(RngState), v3 = sizeof(DataLoaderState), v2 = (size_t)kDataLoaderStateV2Bytes;
-    std::vector<unsigned char> old(b.begin(), b.begin() + header + rng);
-    old.insert(old.end(), b.begin() + header + rng, b.begin() + header + rng + v2);            // train loader
-    old.insert(old.end(), b.begin() + header + rng + v3, b.begin() + header + rng + v3 + v2);  // val loader
-    old.insert(old.end(), b.begin() + header + rng + 2 * v3, b.end());                         // optimizer
+    // byte by byte: GCC 12 reports a false -Warray-bounds for vector::insert of these ranges at -O3
+    std::vector<unsigned char> old;
+    old.reserve(b.size());
+    auto append = [&](size_t from, size_t to) {
+        for (size_t i = from; i < to; i++) old.push_back(b[i]);
+    };
+    append(0, header + rng);
+    append(header + rng, header + rng + v2);                  // train loader
+    append(header + rng + v3, header + rng + v3 + v2);        // val loader
+    append(header + rng + 2 * v3, b.size());                  // optimizer
     const int32_t version = 2, record = (int32_t)v2;
     memcpy(&old[4], &version, 4);
     memcpy(&old[8 * 4], &record, 4);
