@@ -13,6 +13,10 @@
 // bucket's rank slice copied then added into the rank's gradient shard; the shard must hold the owned gradients bit
 // for bit, its norm (padding poisoned) must be the -z 1 norm's float, and zero_adamw_update_shard must give the same
 // parameters, master weights and moments as adamw_update.
+// Last, the model's side of -z 2 (backward_into_slots): a real backward writes the layers' gradients through
+// GPT2Params::slices into a ring of slots handed out by layer_begins as GradExchange does (without the ranks), and
+// wte's, wpe's and lnf's into its own buffer in the exchange's layout; copied out bucket by bucket when ready, the
+// gradients must equal a flat model's bit for bit, in two backwards in a row (slots reused and re-zeroed).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -22,7 +26,9 @@
 #include "llmc/distributed/grad_slots.h"
 #include "llmc/distributed/zero.cuh"
 #include "llmc/kernels/global_norm.cuh"
+#include "llmc/model/gpt2.cuh"
 #include "llmc/model/gpt2_params.cuh"
+#include "llmc/model/gpt2_step.cuh"
 
 namespace {
 
@@ -116,6 +122,96 @@ void zero2_fill_shards(const GPT2Config& c, const std::vector<GradBucket>& plan,
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaFree(slots));
     cudaCheck(cudaFree(outer));
+}
+
+// GradExchange's slot protocol without the ranks (llmc/distributed/grad_exchange.cuh): layer_begins hands out and
+// zeroes the slots in plan order; a bucket's gradients, once ready, are copied from its slot (or the model's buffer)
+// to their flat places (zero_unpack: the staging layout), where the exchange would reduce-scatter them; the model's
+// buffer is zeroed after the last bucket, as the exchange does for the next micro-step.
+struct SlotCollector : BackwardListener {
+    const std::vector<GradBucket>* plan = nullptr;
+    const GradSlotLayout* g = nullptr;
+    std::vector<int> owner;  // layer l's bucket
+    floatX *slots = nullptr, *outer = nullptr, *flat = nullptr;
+    cudaStream_t stream = 0;
+    int next = 0;
+    void layer_begins(int layer) override {
+        if (layer == (int)owner.size()) next = 0;
+        for (; next <= grad_slots_needed_through(owner, layer); next++)
+            cudaCheck(cudaMemsetAsync(slots + g->slot_start(g->slot_of_bucket[(size_t)next]), 0,
+                                      (*plan)[(size_t)next].padded * sizeof(floatX), stream));
+    }
+    void gradients_ready(int layer) override {
+        if (layer >= 0) {
+            const int k = owner[(size_t)layer];
+            if (k >= next) printf("FAIL: layer %d's gradients ready before its slot was handed out\n", layer), failures++;
+            if ((*plan)[(size_t)k].first_layer == layer)
+                zero_unpack((*plan)[(size_t)k], slots + g->slot_start(g->slot_of_bucket[(size_t)k]), flat, stream);
+            return;
+        }
+        for (size_t k = 0; k < plan->size(); k++)
+            if ((*plan)[k].first_layer < 0) zero_unpack((*plan)[k], outer + g->outer_offset[k], flat, stream);
+        cudaCheck(cudaMemsetAsync(outer, 0, g->outer_elements * sizeof(floatX), stream));
+    }
+};
+
+// C = 128: every slice 256-byte aligned, so both models' GEMMs run the same cuBLASLt plans (bit-identical).
+void backward_into_slots() {
+    const GPT2Config c{64, 1000, 1024, 5, 4, 128};  // maxT V Vp L NH C
+    const int B = 2, T = 64, N = 3;
+    std::vector<int> tokens(B * T), targets(B * T);
+    Rng rng(77);
+    for (int i = 0; i < B * T; i++) tokens[i] = (int)(rng.uniform() * c.vocab_size) % c.vocab_size;
+    for (int i = 0; i < B * T; i++) targets[i] = (int)(rng.uniform() * c.vocab_size) % c.vocab_size;
+    const size_t P = gpt2_num_parameters(c);
+    GPT2 flat_model;
+    gpt2_build_random(&flat_model, c, 5);
+    gpt2_allocate(&flat_model, B, T, 1, AttentionBackend::Materialized);
+    gpt2_zero_grad(&flat_model);
+    gpt2_forward(&flat_model, tokens.data(), targets.data(), B, T);
+    gpt2_backward(&flat_model, 1.0f);
+    const std::vector<float> want = gpt2_grads_to_host(&flat_model);
+    gpt2_free(&flat_model);
+    for (size_t bucket_bytes : {(size_t)0, (size_t)500000}) {  // a layer per bucket (5 > 3 slots); two per bucket
+        const std::vector<GradBucket> plan = zero_bucket_plan(c, bucket_bytes, N);
+        const GradSlotLayout g = grad_slot_layout(plan, c);
+        GPT2 m;
+        gpt2_build_random(&m, c, 5);
+        m.grad_layout.elements = g.outer_elements;
+        m.grad_layout.offsets = g.outer_tensor_offset;
+        gpt2_allocate(&m, B, T, 1, AttentionBackend::Materialized);
+        SlotCollector x;
+        x.plan = &plan, x.g = &g, x.stream = m.stream;
+        x.owner.assign((size_t)c.num_layers, -1);
+        for (size_t k = 0; k < plan.size(); k++)
+            for (int l = plan[k].first_layer; l >= 0 && l <= plan[k].last_layer; l++) x.owner[(size_t)l] = (int)k;
+        x.slots = floatX_to_device(std::vector<float>(g.slots_elements(), 1.5f));  // stale until handed out
+        x.outer = m.grads.base;
+        m.grads.slices.assign(g.slice.size(), nullptr);
+        for (size_t i = 0; i < g.slice.size(); i++)
+            if (g.slice[i] != GradSlotLayout::kNoSlice) m.grads.slices[i] = x.slots + g.slice[i];
+        float poison;
+        const uint32_t poison_bits = 0x7fc0dead;
+        memcpy(&poison, &poison_bits, 4);
+        for (int pass = 0; pass < 2; pass++) {
+            x.flat = floatX_to_device(std::vector<float>(P, poison));
+            gpt2_forward(&m, tokens.data(), targets.data(), B, T);
+            gpt2_backward(&m, 1.0f, &x);
+            cudaCheck(cudaDeviceSynchronize());
+            const std::vector<float> got = floatX_to_host(x.flat, P);
+            size_t differ = 0;
+            for (size_t i = 0; i < P; i++) differ += memcmp(&got[i], &want[i], 4) != 0;
+            if (differ) {
+                printf("FAIL: -z 2 backward into slots (buckets of %zu bytes, backward %d): %zu of %zu gradients differ "
+                       "from the flat model's\n", bucket_bytes, pass + 1, differ, P);
+                failures++;
+            }
+            cudaCheck(cudaFree(x.flat));
+        }
+        m.grads.slices.clear();
+        cudaCheck(cudaFree(x.slots));
+        gpt2_free(&m);
+    }
 }
 
 }  // namespace
@@ -320,9 +416,10 @@ int main() {
         }
     }
     cudaCheck(cudaFree(d_half));
+    backward_into_slots();
     printf("test_zero (%s): %d cases (-z 1 and -z 2 x N = 1, 2, 3 x 2 bucket sizes, %zu parameters): sharded AdamW + "
            "simulated reduce-scatter / all-gather = adamw_update bit for bit, norms combine, -z 2's slots and "
-           "gradient shard: %s\n",
+           "gradient shard; a backward into -z 2's slots = the flat backward bit for bit: %s\n",
            PRECISION_NAME, cases, P, failures ? "FAIL" : "PASS");
     return failures ? 1 : 0;
 }
