@@ -133,7 +133,8 @@ tests/test_decode: tests/test_decode.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFE
 tests/test_sampling: tests/test_sampling.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
-# ZeRO-1's sharded AdamW, pack and unpack, N ranks simulated on one GPU, against the unsharded update
+# ZeRO-1's and -2's sharded AdamW, pack and unpack, gradient slots and shard, N ranks simulated on one GPU, against
+# the unsharded update; a backward into -2's slots against the flat backward
 tests/test_zero: tests/test_zero.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 

@@ -290,9 +290,10 @@ struct StepResult {
     double ms;
 };
 
-// zero grad -> grad_accum_steps × (forward, backward; the last backward's buckets exchanged under it) -> the
-// optimizer's step (norm, clip, AdamW; -z 1: then the parameters' all-gather, which the next forward waits for
-// bucket by bucket), timed on the compute stream from the previous step's end to the end of the update.
+// zero grad -> grad_accum_steps × (forward, backward; the last backward's buckets exchanged under it, every
+// backward's with -z 2) -> the optimizer's step (norm, clip, AdamW; -z 1, 2: then the parameters' all-gather, which
+// the next forward waits for bucket by bucket), timed on the compute stream from the previous step's end to the end
+// of the update.
 StepResult train_step(GPT2& model, AdamW& opt, DataLoader& train, const TrainArgs& a, const BatchLayout& layout,
                       const LRScheduler& sched, MultiGpu& mg, int step) {
     cudaCheck(cudaStreamSynchronize(model.stream));  // not the device: a -z 1 all-gather may still be running
@@ -303,10 +304,11 @@ StepResult train_step(GPT2& model, AdamW& opt, DataLoader& train, const TrainArg
     for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
         train.next_batch();
         // one GPU: no exchange, a CUDA Graph (-cg 1); several: the forward waits for gathered parameters and only
-        // the last micro-step's backward sends its gradients
+        // the last micro-step's backward sends its gradients (-z 2: every micro-step's)
         const bool last_micro = micro == layout.grad_accum_steps - 1;
         loss_sum += gpt2_forward_backward(&model, train.inputs(), train.targets(), a.B, a.T,
-                                          1.0f / layout.grad_accum_steps, exchange, last_micro ? exchange : nullptr);
+                                          1.0f / layout.grad_accum_steps, exchange,
+                                          exchange ? opt.backward_listener(last_micro) : nullptr);
     }
     StepResult r;
     r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
@@ -347,6 +349,8 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     opt_settings.master_weights = a.master_weights;
     opt_settings.zero_stage = a.zero_stage;
     opt_settings.bucket_bytes = (size_t)a.zero_bucket_mb << 20;
+    if (a.zero_stage == 2 && mg.world == 1) printf("note: -z 2 with one process: nothing to exchange, runs as -z 1\n");
+    model.grad_layout = adamw_model_grad_layout(c, opt_settings, mg.world);  // -z 2: wte, wpe, lnf's only
     // out of memory: exits naming the largest B that fits next to the optimizer's state
     gpt2_allocate(&model, a.B, a.T, a.recompute, backend, adamw_device_bytes(c, opt_settings, mg.world));
     AdamW opt;

@@ -52,7 +52,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     run_suite gpu-decode ./tests/test_decode
     # the GPU token picker against the host sampler
     run_suite gpu-sampling ./tests/test_sampling
-    # ZeRO-1's sharded AdamW with a simulated reduce-scatter / all-gather (1-3 ranks) against the unsharded update
+    # ZeRO-1's and -2's sharded AdamW with a simulated reduce-scatter / all-gather (1-3 ranks) against the unsharded
+    # update; a backward into ZeRO-2's gradient slots against the flat backward
     run_suite gpu-zero ./tests/test_zero
     # the dev programs' strict validation: every variant at every shape against the fp64 reference, no timing
     run_suite dev-attention-forward ./dev/cuda/attention_forward -c

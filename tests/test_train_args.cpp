@@ -160,6 +160,22 @@ TEST(TrainArgs, EnumsAndBooleansAreStrict) {
     expect_rejected({"-ab", "cudnn"}, "auto, materialized, flash or flash-nondet");
 }
 
+// -z: ZeRO stages 0, 1 and 2 (llmc/training/adamw_optimizer.cuh), default 0; the usage names all three.
+TEST(TrainArgs, ZeroStages) {
+    EXPECT_EQ(parse({}).args.zero_stage, 0);
+    for (int stage : {0, 1, 2}) {
+        Parsed p = parse({"-z", std::to_string(stage)});
+        ASSERT_EQ(p.status, ParseStatus::Ok) << stage;
+        EXPECT_EQ(p.args.zero_stage, stage);
+    }
+    expect_rejected({"-z", "3"}, "flag -z: expected 0, 1 or 2, got '3'");
+    expect_rejected({"-z", "-1"}, "flag -z");
+    expect_rejected({"-z", "two"}, "flag -z");
+    const std::string usage = train_usage("train_gpt2cu");
+    EXPECT_NE(usage.find("  -z <0|1|2>"), std::string::npos);
+    EXPECT_NE(usage.find("  -h, --help   print this and exit\n"), std::string::npos) << "usage cut short";
+}
+
 TEST(TrainArgs, CrossFlagChecks) {
     expect_rejected({"-pn", "2", "-pr", "2"}, "-pr");
     expect_rejected({"-y", "1"}, "-y 1 needs -o");

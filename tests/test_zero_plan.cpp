@@ -1,5 +1,6 @@
-// The ZeRO-1 bucket plan (llmc/distributed/zero_plan.h): every parameter in exactly one bucket, buckets in backward order,
-// staging padded so that every rank's shard is equal and aligned, and staging indices mapping back to flat ones.
+// The ZeRO bucket plan (llmc/distributed/zero_plan.h): every parameter in exactly one bucket, buckets in backward order,
+// staging padded so that every rank's shard is equal and aligned, and staging indices mapping back to flat ones; and
+// ZeRO-2's gradient slots (llmc/distributed/grad_slots.h): the backward's slices in the buckets' staging layout.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmc/distributed/grad_slots.h"
 #include "llmc/distributed/zero_plan.h"
 
 namespace {
@@ -228,4 +230,180 @@ TEST(ZeroPlan, SimulatedStepEqualsTheUnshardedStep) {
             EXPECT_EQ(differ, 0u) << "N " << N << " step " << t;
         }
     }
+}
+
+// ---------------------------------------------------------------- ZeRO-2's slots (llmc/distributed/grad_slots.h)
+
+namespace {
+
+std::vector<int> bucket_of_layer(const GPT2Config& c, const std::vector<GradBucket>& plan) {
+    std::vector<int> out((size_t)c.num_layers, -1);
+    for (size_t k = 0; k < plan.size(); k++)
+        for (int l = plan[k].first_layer; l >= 0 && l <= plan[k].last_layer; l++) out[(size_t)l] = (int)k;
+    return out;
+}
+
+}  // namespace
+
+// Every (tensor, layer) slice of a layer bucket lies inside the bucket's slot, the slices tile the bucket's elements
+// (disjoint, nothing left over), and each element sits where zero_pack puts it: staging index i of the slot holds the
+// flat element zero_staging_to_flat(b, i). The tensors outside the layers sit in the model's buffer in their buckets'
+// staging layout, each bucket at its padded offset.
+TEST(GradSlots, SlicesAreTheBucketsStagingLayout) {
+    for (const GPT2Config& c : {odd(), d12()}) {
+        const auto table = gpt2_parameter_table(c);
+        const auto offsets = gpt2_parameter_offsets(c);
+        const size_t L = (size_t)c.num_layers;
+        for (int N : {1, 2, 3, 8}) {
+            for (size_t target : {(size_t)0, (size_t)4096, (size_t)25 << 20}) {
+                const auto plan = zero_bucket_plan(c, target, N);
+                const GradSlotLayout g = grad_slot_layout(plan, c);
+                ASSERT_EQ(g.num_slots, kGradSlots);
+                size_t largest = 0, outer = 0;
+                for (size_t k = 0; k < plan.size(); k++) {
+                    const GradBucket& b = plan[k];
+                    if (b.first_layer < 0) {
+                        EXPECT_EQ(g.slot_of_bucket[k], -1);
+                        outer = round_up(outer, kGradAreaAlign);
+                        EXPECT_EQ(g.outer_offset[k], outer);
+                        for (const FlatRange& r : b.ranges) {
+                            const size_t at = g.outer_tensor_offset[(size_t)r.tensor] - g.outer_offset[k];
+                            EXPECT_EQ(zero_staging_to_flat(b, at), offsets[(size_t)r.tensor]);
+                            EXPECT_EQ(zero_staging_to_flat(b, at + r.count - 1), offsets[(size_t)r.tensor] + r.count - 1);
+                        }
+                        outer += b.padded;
+                        EXPECT_EQ(g.outer_offset[k] % kGradAreaAlign, 0u);  // 256-byte aligned in bf16
+                        continue;
+                    }
+                    largest = std::max(largest, b.padded);
+                    const int s = g.slot_of_bucket[k];
+                    ASSERT_EQ(s, (int)(k % kGradSlots));
+                    std::vector<std::pair<size_t, size_t>> pieces;  // [start, end) within the slot
+                    for (int l = b.first_layer; l <= b.last_layer; l++) {
+                        for (int t = 0; t < kNumParameterTensors; t++) {
+                            if (!table[(size_t)t].per_layer) continue;
+                            const size_t each = table[(size_t)t].numel / L;
+                            const size_t at = g.slice[(size_t)l * kNumParameterTensors + (size_t)t];
+                            ASSERT_GE(at, g.slot_start(s));
+                            const size_t in_slot = at - g.slot_start(s);
+                            ASSERT_LE(in_slot + each, b.elements) << "past the bucket's elements in its slot";
+                            const size_t flat = offsets[(size_t)t] + (size_t)l * each;
+                            EXPECT_EQ(zero_staging_to_flat(b, in_slot), flat);
+                            EXPECT_EQ(zero_staging_to_flat(b, in_slot + each - 1), flat + each - 1);
+                            EXPECT_EQ(in_slot % 8, 0u);  // 16-byte aligned in bf16, as the flat tensors are
+                            pieces.push_back({in_slot, in_slot + each});
+                        }
+                    }
+                    std::sort(pieces.begin(), pieces.end());
+                    size_t next = 0;
+                    for (const auto& [lo, hi] : pieces) {
+                        ASSERT_EQ(lo, next) << "slices overlap or leave a gap";
+                        next = hi;
+                    }
+                    EXPECT_EQ(next, b.elements);
+                }
+                EXPECT_EQ(g.slot_elements, round_up(largest, kGradAreaAlign));
+                EXPECT_EQ(g.slot_elements % kGradAreaAlign, 0u);
+                EXPECT_EQ(g.outer_elements, outer);
+                EXPECT_EQ(g.slots_elements(), (size_t)kGradSlots * g.slot_elements);
+            }
+        }
+    }
+}
+
+// The parameters' all-gather stages every bucket that is not in place: a layer bucket through its own slot, a bucket
+// outside the layers through a slot it fits or the gather staging buffer, which is large enough.
+TEST(GradSlots, EveryGatherHasAStagingBuffer) {
+    GPT2Config long_wpe = odd();
+    long_wpe.max_seq_len = 4096;  // wpe larger than a layer: its bucket does not fit a slot
+    for (const GPT2Config& c : {odd(), d12(), long_wpe}) {
+        for (int N : {1, 2, 3, 5}) {
+            const auto plan = zero_bucket_plan(c, 0, N);
+            const GradSlotLayout g = grad_slot_layout(plan, c);
+            for (size_t k = 0; k < plan.size(); k++) {
+                const GradBucket& b = plan[k];
+                if (b.first_layer >= 0) {
+                    EXPECT_EQ(g.gather_slot[k], g.slot_of_bucket[k]);
+                } else if (b.in_place()) {
+                    EXPECT_EQ(g.gather_slot[k], -1);
+                } else if (g.gather_slot[k] >= 0) {
+                    EXPECT_LE(b.padded, g.slot_elements);
+                } else {
+                    EXPECT_GE(g.gather_staging_elements, b.padded);
+                }
+            }
+        }
+    }
+    const auto plan = zero_bucket_plan(long_wpe, 0, 2);
+    EXPECT_GT(grad_slot_layout(plan, long_wpe).gather_staging_elements, 0u);
+    EXPECT_EQ(grad_slot_layout(zero_bucket_plan(d12(), 25u << 20, 2), d12()).gather_staging_elements, 0u);
+}
+
+// The backward's order against the ring, simulated: layer_begins(L), then per layer l (L-1 down to 0)
+// layer_begins(l), its gradients, gradients_ready(l). Every gradient the backward writes (layer l's own, and the
+// fcproj bias of layer l - 1 its first LayerNorm backward writes; lnf's backward writes layer L-1's) goes to a bucket
+// whose slot has been handed out; a slot is handed to bucket k only once bucket k - kGradSlots, its last user, has
+// been sent (its reduce-scatter queued, so the compute stream's wait on it can be met), and never while a bucket still
+// being written holds it.
+TEST(GradSlots, TheBackwardNeverWaitsForASlotStillBeingWritten) {
+    for (const GPT2Config& c : {odd(), d12()}) {
+        for (size_t target : {(size_t)0, (size_t)4096, (size_t)25 << 20}) {
+            const auto plan = zero_bucket_plan(c, target, 2);
+            const GradSlotLayout g = grad_slot_layout(plan, c);
+            const std::vector<int> owner = bucket_of_layer(c, plan);
+            const int L = c.num_layers;
+            int mapped = 0;                       // buckets [0, mapped) have their slots
+            std::vector<bool> sent(plan.size(), false);
+            std::vector<int> holder(kGradSlots, -1);  // the bucket a slot was last handed to
+            auto begin = [&](int layer) {
+                const int through = grad_slots_needed_through(owner, layer);
+                for (; mapped <= through; mapped++) {
+                    const int s = g.slot_of_bucket[(size_t)mapped];
+                    ASSERT_GE(s, 0);
+                    if (holder[s] >= 0) {
+                        EXPECT_TRUE(sent[(size_t)holder[s]]) << "slot " << s << " still being written";
+                    }
+                    holder[s] = mapped;
+                }
+            };
+            auto write = [&](int layer) {
+                const int k = owner[(size_t)layer];
+                ASSERT_LT(k, mapped) << "layer " << layer << " written before its slot";
+                EXPECT_EQ(holder[g.slot_of_bucket[(size_t)k]], k);
+                EXPECT_FALSE(sent[(size_t)k]) << "layer " << layer << " written after its bucket left";
+            };
+            begin(L);
+            write(L - 1);  // lnf's backward: layer L-1's fcproj bias
+            for (int l = L - 1; l >= 0; l--) {
+                begin(l);
+                write(l);
+                if (l > 0) write(l - 1);
+                const int k = owner[(size_t)l];
+                if (plan[(size_t)k].first_layer == l) sent[(size_t)k] = true;
+            }
+            EXPECT_EQ(mapped, owner[0] + 1);
+        }
+    }
+}
+
+// At d12 every slice the backward's GEMMs write (and wte's gradient, the classifier's) lies 256 bytes aligned in bf16,
+// as in the flat buffer, so cuBLASLt runs the same plans as with -z 0 and -z 1 (llmc/kernels/matmul.cuh keys plans
+// by alignment under 256 bytes). At d48 (C = 1600) attprojw's slices are only 128-byte aligned: those GEMMs get
+// plans of their own.
+TEST(GradSlots, GemmOutputsStay256ByteAlignedAtD12) {
+    const GPT2Config c = d12();
+    for (int N : {2, 3, 4, 8}) {
+        for (size_t target : {(size_t)0, (size_t)25 << 20}) {
+            const GradSlotLayout g = grad_slot_layout(zero_bucket_plan(c, target, N), c);
+            EXPECT_EQ(g.outer_tensor_offset[WTE] * 2 % 256, 0u);
+            for (int l = 0; l < c.num_layers; l++)
+                for (ParamTensor t : {QKVW, ATTPROJW, FCW, FCPROJW})
+                    EXPECT_EQ(g.slice[(size_t)l * kNumParameterTensors + t] * 2 % 256, 0u)
+                        << "N " << N << " layer " << l << " tensor " << t;
+        }
+    }
+    GPT2Config d48;
+    ASSERT_TRUE(gpt2_preset("d48", &d48));
+    const GradSlotLayout g = grad_slot_layout(zero_bucket_plan(d48, 25u << 20, 4), d48);
+    EXPECT_EQ(g.slice[ATTPROJW] * 2 % 256, 128u);
 }

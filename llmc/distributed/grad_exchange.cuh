@@ -6,13 +6,20 @@
 //   -z 1: the bucket is packed into the staging buffer, reduce-scattered in place, and the rank's averaged slice is
 //         copied back to its places in the gradient buffer (llmc/distributed/zero.cuh); a bucket of one range that
 //         splits evenly (wte) is reduce-scattered where it lies, with no copies.
-// After the shard's update (-z 1) the buckets' parameters are all-gathered in the order the next forward uses them
-// (wte, wpe and lnf first, then from layer 0 up; wte in place), and the forward waits for a bucket only where it
+//   -z 2: the backward has written the bucket's gradients straight into its slot of a ring (layer buckets) or into
+//         the model's buffer of wte, wpe and lnf, both in the bucket's staging layout (llmc/distributed/grad_slots.h);
+//         it is reduce-scattered in place there and the rank's averaged slice goes into the gradient shard (copied on
+//         a step's first micro-step, added on the others: every micro-step's backward exchanges). Before the backward
+//         writes into a slot (layer_begins), the compute stream waits until the slot's last reduce-scatter is done
+//         and zeroes it; after the buckets outside the layers, the model's buffer is zeroed for the next micro-step.
+// After the shard's update (-z 1, -z 2) the buckets' parameters are all-gathered in the order the next forward uses
+// them (wte, wpe and lnf first, then from layer 0 up; wte in place), and the forward waits for a bucket only where it
 // first needs it.
 //
 // It is the model's listener: gpt2_backward(..., &x) sends the buckets (pass it only to the micro-step whose
-// gradients are exchanged, the last), gpt2_forward(..., &x) waits for gathered parameters. The optimizer
-// (llmc/training/adamw_optimizer.cuh) owns it and calls finish, gather_params and sync around its update.
+// gradients are exchanged: the last, or every one with -z 2), gpt2_forward(..., &x) waits for gathered parameters.
+// The optimizer (llmc/training/adamw_optimizer.cuh) owns it and calls finish, gather_params and sync around its
+// update.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +27,7 @@
 
 #include "llmc/core/options.h"
 #include "llmc/core/sm_budget.h"
+#include "llmc/distributed/grad_slots.h"
 #include "llmc/distributed/multi_gpu.cuh"
 #include "llmc/distributed/zero.cuh"
 #include "llmc/model/gpt2_backward.cuh"
@@ -28,15 +36,27 @@
 struct GradExchange : ForwardListener, BackwardListener {
     MultiGpu* mg = nullptr;
     cudaStream_t compute = 0;           // the model's stream
-    floatX* grads = nullptr;            // the model's flat gradients and parameters
+    floatX* grads = nullptr;            // the model's gradients (flat; -z 2: wte, wpe, lnf) and parameters
     floatX* params = nullptr;
-    floatX* staging = nullptr;          // -z 1: the largest bucket, padded
-    bool sharded = false;               // -z 1
+    floatX* staging = nullptr;          // -z 1: the largest bucket, padded; -z 2: GradSlotLayout's gather staging
+    bool sharded = false;               // -z 1 or 2
     std::vector<GradBucket> plan;
     std::vector<int> bucket_of_layer;   // layer l's bucket
-    std::vector<cudaEvent_t> gathered;  // per bucket: its parameters are all-gathered (-z 1)
+    std::vector<cudaEvent_t> gathered;  // per bucket: its parameters are all-gathered (-z 1, 2)
     cudaEvent_t to_comm = nullptr, to_compute = nullptr;
     bool gather_pending = false;        // a forward must wait for gathered[] before reading parameters
+
+    // -z 2 (init_grad_shard)
+    bool grad_shard = false;
+    GradSlotLayout slots;
+    floatX* slot_memory = nullptr;       // slots.num_slots x slots.slot_elements
+    floatX* shard_grads = nullptr;       // this rank's averaged gradients, shard order (ZeroShard::elements)
+    std::vector<size_t> shard_offset;    // per bucket: where its slice starts in the shard
+    std::vector<cudaEvent_t> slot_free;  // per slot: the communication stream's last use of it is done
+    cudaEvent_t outer_free = nullptr;    // the model's gradient buffer exchanged and zeroed again
+    int next_to_map = 0;                 // the backward's next bucket to get its slot
+    bool step_begins = true;             // the next backward is its step's first: it copies into the shard
+    bool add_to_shard = false;           // the current backward adds into the shard
 
     // More than one rank: something to exchange (with one, nothing is, and no listener is passed).
     bool active() const { return mg && mg->world > 1; }
@@ -55,15 +75,58 @@ struct GradExchange : ForwardListener, BackwardListener {
         cudaCheck(cudaEventCreateWithFlags(&to_compute, cudaEventDisableTiming));
     }
 
+    // -z 2, after init with the model's gradient buffer (the tensors outside the layers, in layout's places) as
+    // grads_flat and layout's gather staging as staging_buffer: the slots (layout.slots_elements(), what the
+    // model's grads.slices point into) and the gradient shard (shard_elements).
+    void init_grad_shard(const GradSlotLayout& layout, floatX* slot_buffer, floatX* shard_buffer, size_t shard_elements) {
+        if (!active() || !sharded) return;
+        grad_shard = true, slots = layout, slot_memory = slot_buffer, shard_grads = shard_buffer;
+        shard_offset.assign(plan.size(), 0);
+        size_t at = 0;
+        for (size_t k = 0; k < plan.size(); at += plan[k].shard_elements(mg->world), k++) shard_offset[k] = at;
+        if (at != shard_elements) {
+            fprintf(stderr, "error: GradExchange: a gradient shard of %zu elements for a plan of %zu\n", shard_elements, at);
+            exit(EXIT_FAILURE);
+        }
+        slot_free.resize((size_t)slots.num_slots);
+        for (cudaEvent_t& e : slot_free) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&outer_free, cudaEventDisableTiming));
+    }
+
+    // -z 2: the backward is about to write layer `layer`'s gradients (L: the classifier's and lnf's, first); they and
+    // the fcproj bias gradient of the layer below (written by this layer's first LayerNorm backward) need their
+    // buckets' slots, handed out in backward order.
+    void layer_begins(int layer) override {
+        if (!grad_shard) return;
+        const int L = (int)bucket_of_layer.size();
+        if (layer == L) {  // a new backward: the classifier accumulates into wte's gradient, zeroed after the last one
+            next_to_map = 0;
+            add_to_shard = !step_begins;
+            cudaCheck(cudaStreamWaitEvent(compute, outer_free, 0));
+        }
+        const int needed = grad_slots_needed_through(bucket_of_layer, layer);
+        while (next_to_map <= needed) map_slot(next_to_map++);
+    }
+
     // The backward has queued layer `layer`'s gradients (-1: wte, wpe, lnf, the last bucket): a bucket leaves once
     // its lowest layer is done.
     void gradients_ready(int layer) override {
         if (layer < 0) {  // the buckets outside the layers, wte last
             for (size_t k = 0; k < plan.size(); k++)
                 if (plan[k].first_layer < 0) send_bucket((int)k);
+            if (grad_shard) {  // exchanged: zero for the next micro-step's backward (layer_begins waits for it)
+                cudaCheck(cudaMemsetAsync(grads, 0, slots.outer_elements * sizeof(floatX), mg->stream));
+                cudaCheck(cudaEventRecord(outer_free, mg->stream));
+                step_begins = false;
+            }
             return;
         }
         const int k = bucket_of_layer[(size_t)layer];
+        if (grad_shard && k >= next_to_map) {  // its gradients went to a slot that was not handed out
+            fprintf(stderr, "error: GradExchange: layer %d's gradients are ready before its slot was given "
+                            "(the backward did not call layer_begins)\n", layer);
+            exit(EXIT_FAILURE);
+        }
         if (plan[(size_t)k].first_layer == layer) send_bucket(k);
     }
 
@@ -81,15 +144,18 @@ struct GradExchange : ForwardListener, BackwardListener {
         if (!gather_pending || event_done(gathered[0])) reserve_sms(false);
     }
 
-    // After the exchanging backward: the compute stream waits until every bucket's gradients are averaged.
+    // After the exchanging backward: the compute stream waits until every bucket's gradients are averaged. The step's
+    // exchange is over: with -z 2 the next backward starts the next step's gradient shard.
     void finish() {
         if (!active()) return;
         stream_wait_for(compute, mg->stream, to_compute);
         reserve_sms(false);
+        step_begins = true;
     }
 
-    // -z 1, after the shard's update: every rank's updated parameters to every rank, bucket by bucket in the order
-    // the forward reads them; each bucket's event lets the next forward start on what has arrived.
+    // -z 1 and 2, after the shard's update: every rank's updated parameters to every rank, bucket by bucket in the
+    // order the forward reads them; each bucket's event lets the next forward start on what has arrived. -z 2 stages
+    // through the slots (idle until the next backward, which waits for their events) or its gather staging.
     void gather_params() {
         if (!active() || !sharded) return;
         stream_wait_for(mg->stream, compute, to_comm);  // the update is queued before this point
@@ -99,9 +165,12 @@ struct GradExchange : ForwardListener, BackwardListener {
             if (b.in_place()) {
                 multi_gpu_all_gather_in_place(*mg, params + b.ranges[0].offset, b.shard_elements(mg->world));
             } else {
-                zero_pack_owned(b, params, staging, mg->world, mg->rank, mg->stream);
-                multi_gpu_all_gather_in_place(*mg, staging, b.shard_elements(mg->world));
-                zero_unpack(b, staging, params, mg->stream);
+                const int s = grad_shard ? slots.gather_slot[(size_t)k] : -1;
+                floatX* buffer = s >= 0 ? slot_memory + slots.slot_start(s) : staging;
+                zero_pack_owned(b, params, buffer, mg->world, mg->rank, mg->stream);
+                multi_gpu_all_gather_in_place(*mg, buffer, b.shard_elements(mg->world));
+                zero_unpack(b, buffer, params, mg->stream);
+                if (s >= 0) cudaCheck(cudaEventRecord(slot_free[(size_t)s], mg->stream));
             }
             cudaCheck(cudaEventRecord(gathered[(size_t)k], mg->stream));
         }
@@ -123,9 +192,11 @@ struct GradExchange : ForwardListener, BackwardListener {
         if (!active()) return;
         sync();
         for (cudaEvent_t e : gathered) cudaCheck(cudaEventDestroy(e));
+        for (cudaEvent_t e : slot_free) cudaCheck(cudaEventDestroy(e));
+        if (outer_free) cudaCheck(cudaEventDestroy(outer_free));
         cudaCheck(cudaEventDestroy(to_comm));
         cudaCheck(cudaEventDestroy(to_compute));
-        gathered.clear();
+        gathered.clear(), slot_free.clear(), outer_free = nullptr, grad_shard = false;
         mg = nullptr;
     }
 
@@ -140,11 +211,29 @@ struct GradExchange : ForwardListener, BackwardListener {
         return true;
     }
 
+    floatX* slot(int s) const { return slot_memory + slots.slot_start(s); }
+
+    // -z 2: bucket k's slot to the backward, zeroed (the backward accumulates) once its last user is done with it.
+    void map_slot(int k) {
+        const int s = slots.slot_of_bucket[(size_t)k];
+        if (s < 0) return;  // outside the layers: the model's own buffer
+        cudaCheck(cudaStreamWaitEvent(compute, slot_free[(size_t)s], 0));
+        cudaCheck(cudaMemsetAsync(slot(s), 0, plan[(size_t)k].padded * sizeof(floatX), compute));
+    }
+
     void send_bucket(int k) {
         const GradBucket& b = plan[(size_t)k];
         reserve_sms(true);
         stream_wait_for(mg->stream, compute, to_comm);  // the bucket's gradients are queued before this point
-        if (sharded && b.in_place()) {  // the rank's averaged slice lands where zero_unpack_owned would put it
+        if (grad_shard) {  // in place where the backward wrote it, then the rank's slice into the gradient shard
+            const int s = slots.slot_of_bucket[(size_t)k];
+            floatX* area = s >= 0 ? slot(s) : grads + slots.outer_offset[(size_t)k];
+            const size_t per = b.shard_elements(mg->world);
+            multi_gpu_reduce_scatter_avg_in_place(*mg, area, per);
+            zero_shard_accumulate(shard_grads + shard_offset[(size_t)k], area + (size_t)mg->rank * per, per,
+                                  add_to_shard, mg->stream);
+            if (s >= 0) cudaCheck(cudaEventRecord(slot_free[(size_t)s], mg->stream));
+        } else if (sharded && b.in_place()) {  // the rank's averaged slice lands where zero_unpack_owned would put it
             multi_gpu_reduce_scatter_avg_in_place(*mg, grads + b.ranges[0].offset, b.shard_elements(mg->world));
         } else if (sharded) {
             zero_pack_zero_padded(b, grads, staging, mg->stream);

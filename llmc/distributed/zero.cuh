@@ -1,8 +1,10 @@
-// ZeRO-1 on the GPU (docs/MULTI_GPU.md): the device half of llmc/distributed/zero_plan.h. Each rank keeps the fp32
+// ZeRO-1 and -2 on the GPU (docs/MULTI_GPU.md): the device half of llmc/distributed/zero_plan.h. Each rank keeps the fp32
 // master weights and AdamW moments of its shard only; a shard is the rank's slice of every bucket's staging buffer
-// (zero_plan.h). The averaged gradients a reduce-scatter leaves in the rank's slice of the staging buffer go back to
-// their own places in the flat gradient buffer (those places are final once the bucket is packed), so no gradient
-// shard is stored anywhere else: the update and the norm read the owned places of the flat gradients.
+// (zero_plan.h). -z 1: the averaged gradients a reduce-scatter leaves in the rank's slice of the staging buffer go
+// back to their own places in the flat gradient buffer (those places are final once the bucket is packed), so no
+// gradient shard is stored anywhere else: the update and the norm read the owned places of the flat gradients.
+// -z 2: there is no flat gradient buffer to go back to (llmc/distributed/grad_slots.h): the slice is kept in a
+// gradient shard, shard order like master, m and v, which the norm and the update read instead.
 //
 //   ZeroShard z = zero_shard_create(plan, c, num_ranks, rank);      // the rank's segments, on the device
 //   zero_pack(b, flat, staging) / zero_unpack(b, staging, flat);    // a bucket's ranges <-> its staging buffer
@@ -11,6 +13,9 @@
 //   zero_pack_owned(b, params, staging, N, rank);                   // before an all-gather: the rank's slice only
 //   zero_grad_norm(z, grads);                                       // L2 norm of the owned gradients
 //   zero_adamw_update(z, params, master, grads, m, v, table, step_args);  // the rank's elements only
+//   -z 2 (the rank's averaged gradients kept in a gradient shard, shard order, instead of the flat buffer):
+//   zero_shard_accumulate(shard + offset, slice, count, add);       // a bucket's slice in, after its reduce-scatter
+//   zero_grad_norm_shard(z, shard);  zero_adamw_update_shard(z, params, master, shard, m, v, table, step_args);
 //
 // zero_adamw_update applies adamw_element (llmc/kernels/adamw.cuh) with each element's index in its tensor and its
 // tensor's rounding stream, so every element gets the bits the unsharded adamw_update gives it, whichever rank
@@ -147,10 +152,12 @@ inline void zero_pack_owned(const GradBucket& b, const T* flat, T* staging, int 
 
 namespace zero_detail {
 
-// One block per chunk: params and grads (flat) and the shard's master, m, v (shard order), 4 elements per thread
-// with 16-byte (fp32) and 8-byte (bf16) accesses as adamw_kernel_chunks (every segment's offsets and counts are
-// multiples of 4: zero_shard_create checks), each element through adamw_value and store_param with its index in its
-// tensor, so the bits are adamw_element's.
+// One block per chunk: params (flat) and the shard's master, m, v (shard order); grads flat (-z 1: the owned places
+// of the model's buffer) or, kShardGrads, in shard order (-z 2: the gradient shard). 4 elements per thread with
+// 16-byte (fp32) and 8-byte (bf16) accesses as adamw_kernel_chunks (every segment's offsets and counts are multiples
+// of 4: zero_shard_create checks), each element through adamw_value and store_param with its index in its tensor
+// and its tensor's seed, so the bits are adamw_element's whichever kernel and layout.
+template <bool kShardGrads>
 __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
                                    const ZeroDeviceSegment* segments, const ZeroDeviceChunk* chunks,
                                    AdamWTensorTable table, AdamWStep s) {
@@ -161,7 +168,7 @@ __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* 
     const uint32_t seed = tensor_seed(g.tensor, s);  // adamw_kernel's stream for this tensor
     for (uint32_t i = c.start + 4 * threadIdx.x; i < c.start + c.count; i += 4 * blockDim.x) {
         const size_t at = g.shard_offset + i, flat = g.flat_offset + i;
-        const Raw4 graw = load<true>(reinterpret_cast<const Raw4*>(grads + flat));
+        const Raw4 graw = load<true>(reinterpret_cast<const Raw4*>(grads + (kShardGrads ? at : flat)));
         const floatX* gx = reinterpret_cast<const floatX*>(&graw);
         float4 mi = load<true>(reinterpret_cast<const float4*>(m + at));
         float4 vi = load<true>(reinterpret_cast<const float4*>(v + at));
@@ -188,10 +195,12 @@ __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* 
 }
 
 // Sum of squares: one partial per chunk; global_norm_finish_kernel adds them in order.
+template <bool kShardGrads>
 __global__ void norm_partials_kernel(float* partials, const floatX* grads, const ZeroDeviceSegment* segments,
                                      const ZeroDeviceChunk* chunks) {
     const ZeroDeviceChunk c = chunks[blockIdx.x];
-    const floatX* x = grads + segments[c.segment].flat_offset + c.start;
+    const ZeroDeviceSegment& g = segments[c.segment];
+    const floatX* x = grads + (kShardGrads ? g.shard_offset : g.flat_offset) + c.start;
     float acc = 0.0f;
     for (uint32_t i = threadIdx.x; i < c.count; i += blockDim.x) {
         const float v = to_float(x[i]);
@@ -201,12 +210,21 @@ __global__ void norm_partials_kernel(float* partials, const floatX* grads, const
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-}  // namespace zero_detail
+// dst += src, rounded to nearest; 8 floatX (bf16) per thread and step, over `packs` 16-byte packs.
+__global__ void shard_accumulate_kernel(floatX* dst, const floatX* src, size_t packs) {
+    for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < packs; p += (size_t)gridDim.x * blockDim.x) {
+        const x128 a = load128(dst + p * x128::size), b = load128cs(src + p * x128::size);
+        x128 out;
+#pragma unroll
+        for (int k = 0; k < x128::size; k++) out[k] = (floatX)(to_float(a[k]) + to_float(b[k]));
+        store128(dst + p * x128::size, out);
+    }
+}
 
-// The L2 norm of the rank's owned gradients (grads: the flat buffer); deterministic, synchronizes `stream`.
-inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t stream = 0) {
+template <bool kShardGrads>
+inline float grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t stream) {
     if (z.num_chunks == 0) return 0.0f;
-    zero_detail::norm_partials_kernel<<<z.num_chunks, 512, 0, stream>>>(z.norm_partials + 1, grads, z.segments, z.chunks);
+    norm_partials_kernel<kShardGrads><<<z.num_chunks, 512, 0, stream>>>(z.norm_partials + 1, grads, z.segments, z.chunks);
     cudaCheckLaunch();
     global_norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, z.num_chunks);
     cudaCheckLaunch();
@@ -216,14 +234,57 @@ inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_
     return norm;
 }
 
+template <bool kShardGrads>
+inline void adamw_update(const ZeroShard& z, floatX* params, float* master, const floatX* grads, float* m, float* v,
+                         const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream) {
+    if (z.num_chunks == 0) return;
+    adamw_shard_kernel<kShardGrads><<<z.num_chunks, 512, 0, stream>>>(params, master, grads, m, v, z.segments,
+                                                                       z.chunks, table, s);
+    cudaCheckLaunch();
+}
+
+}  // namespace zero_detail
+
+// The L2 norm of the rank's owned gradients (grads: the flat buffer); deterministic, synchronizes `stream`.
+inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t stream = 0) {
+    return zero_detail::grad_norm<false>(z, grads, stream);
+}
+// The same over a gradient shard (-z 2: z.elements in shard order; its padding is not read): the same chunks in the
+// same order, so the same float as zero_grad_norm over the same values at their flat places.
+inline float zero_grad_norm_shard(const ZeroShard& z, const floatX* shard_grads, cudaStream_t stream = 0) {
+    return zero_detail::grad_norm<true>(z, shard_grads, stream);
+}
+
 // AdamW on the rank's shard: params and grads are the full flat floatX buffers (only owned elements are read from
 // grads and written to params), master (or null without master weights), m and v are shard-ordered arrays of
 // z.elements. table: weight decay per tensor
 // (its offsets and sizes are not used). Same step and seed as adamw_update gives the same bits per element.
 inline void zero_adamw_update(const ZeroShard& z, floatX* params, float* master, const floatX* grads, float* m,
                               float* v, const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream = 0) {
-    if (z.num_chunks == 0) return;
-    zero_detail::adamw_shard_kernel<<<z.num_chunks, 512, 0, stream>>>(params, master, grads, m, v, z.segments, z.chunks,
-                                                                     table, s);
+    zero_detail::adamw_update<false>(z, params, master, grads, m, v, table, s, stream);
+}
+// The same with the gradients read from a gradient shard (-z 2: shard order, like master, m and v).
+inline void zero_adamw_update_shard(const ZeroShard& z, floatX* params, float* master, const floatX* shard_grads,
+                                    float* m, float* v, const AdamWTensorTable& table, const AdamWStep& s,
+                                    cudaStream_t stream = 0) {
+    zero_detail::adamw_update<true>(z, params, master, shard_grads, m, v, table, s, stream);
+}
+
+// -z 2: a bucket's averaged slice (after its reduce-scatter) into its place in the gradient shard: copied on a step's
+// first backward, added on the later ones (gradient accumulation: one reduce-scatter per micro-step).
+inline void zero_shard_accumulate(floatX* shard_at, const floatX* slice, size_t count, bool add, cudaStream_t stream) {
+    if (count == 0) return;
+    if (!add) {
+        cudaCheck(cudaMemcpyAsync(shard_at, slice, count * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+    if (count % x128::size != 0 || (uintptr_t)shard_at % 16 != 0 || (uintptr_t)slice % 16 != 0) {
+        fprintf(stderr, "error: zero_shard_accumulate: %zu elements at %p, %p are not whole 16-byte packs\n", count,
+                (void*)shard_at, (const void*)slice);
+        exit(EXIT_FAILURE);
+    }
+    const size_t packs = count / x128::size;
+    const unsigned blocks = (unsigned)std::min<size_t>((packs + 255) / 256, 4 * (size_t)device_sm_count());
+    zero_detail::shard_accumulate_kernel<<<blocks, 256, 0, stream>>>(shard_at, slice, packs);
     cudaCheckLaunch();
 }

@@ -36,11 +36,12 @@ struct Key {
     long long strideA, strideB, strideC;
     int epilogue, has_beta, bias_type;
     int sm_target;  // 0: every SM; else the SMs a collective in flight leaves (llmc/core/sm_budget.h)
+    int align;      // 0: A, B, C all 256-byte aligned; else the smallest alignment among them (check_alignment)
     bool operator<(const Key& o) const {
         return std::tie(M, N, K, transA, transB, batch, strideA, strideB, strideC, epilogue, has_beta, bias_type,
-                        sm_target) <
+                        sm_target, align) <
                std::tie(o.M, o.N, o.K, o.transA, o.transB, o.batch, o.strideA, o.strideB, o.strideC, o.epilogue,
-                        o.has_beta, o.bias_type, o.sm_target);
+                        o.has_beta, o.bias_type, o.sm_target, o.align);
     }
 };
 
@@ -116,11 +117,12 @@ namespace matmul_detail {
 inline std::string key_text(const Key& k) {
     static const char* const kEpilogues[] = {"none", "bias", "gelu_bias", "dgelu", "bias_grad"};
     char buf[256];
-    char sms[32] = "";
+    char sms[32] = "", align[32] = "";
     if (k.sm_target > 0) snprintf(sms, sizeof(sms), " sms=%d", k.sm_target);
-    snprintf(buf, sizeof(buf), "M=%d N=%d K=%d tA=%d tB=%d batch=%d sA=%lld sB=%lld sC=%lld epi=%s beta=%d bias=%d%s%s",
+    if (k.align > 0) snprintf(align, sizeof(align), " align=%d", k.align);
+    snprintf(buf, sizeof(buf), "M=%d N=%d K=%d tA=%d tB=%d batch=%d sA=%lld sB=%lld sC=%lld epi=%s beta=%d bias=%d%s%s%s",
              k.M, k.N, k.K, k.transA, k.transB, k.batch, k.strideA, k.strideB, k.strideC, kEpilogues[k.epilogue],
-             k.has_beta, k.bias_type, !kFloatXIsBF16 && state().tf32 ? " tf32" : "", sms);
+             k.has_beta, k.bias_type, !kFloatXIsBF16 && state().tf32 ? " tf32" : "", sms, align);
     return buf;
 }
 
@@ -176,6 +178,10 @@ inline Plan* find_plan(const Key& key) {
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &s.workspace_bytes, sizeof(s.workspace_bytes)));
+    const uint32_t align = (uint32_t)key.align;  // 0: the default, 256 (check_alignment)
+    for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        if (align) cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
     cublasLtMatmulHeuristicResult_t results[matmul_algos::kCandidates];
     int found = 0;
     // Not cublasCheck: an unsupported combination (e.g. a bias-gradient type) is an answer, not an error.
@@ -210,17 +216,25 @@ inline Plan* find_plan(const Key& key) {
 }
 
 inline Key make_key(int M, int N, int K, bool transA, bool transB, float beta, MatmulEpilogue epilogue,
-                    cudaDataType_t bias_type, int batch, long long strideA, long long strideB, long long strideC) {
+                    cudaDataType_t bias_type, int batch, long long strideA, long long strideB, long long strideC,
+                    int align) {
     const int sm_target = sm_reserved_for_comm() > 0 ? compute_sm_count() : 0;
-    return Key{M,      N,       K,       transA,         transB,           batch,          strideA,
-               strideB, strideC, (int)epilogue, beta != 0.0f, (int)bias_type, sm_target};
+    return Key{M, N, K, transA, transB, batch, strideA, strideB,
+               strideC, (int)epilogue, beta != 0.0f, (int)bias_type, sm_target, align};
 }
 
-inline void check_alignment(const void* A, const void* B, const void* C, const void* bias, const void* pre_gelu) {
+// Every operand 16-byte aligned, or an error. Returns the plan key's `align`: cuBLASLt's heuristic assumes 256-byte
+// aligned A, B, C unless told and may pick an algorithm that needs it, so 0 where they all are, else their smallest
+// alignment, which the plan's heuristic is told (ZeRO-2's gradient slots at d48: llmc/distributed/grad_slots.h).
+inline int check_alignment(const void* A, const void* B, const void* C, const void* bias, const void* pre_gelu) {
     if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)bias | (uintptr_t)pre_gelu) % 16 != 0) {
         fprintf(stderr, "error: matmul: operands must be 16-byte aligned\n");
         exit(EXIT_FAILURE);
     }
+    const uintptr_t bits = (uintptr_t)A | (uintptr_t)B | (uintptr_t)C;
+    int align = 16;
+    while (align < 256 && bits % (uintptr_t)(2 * align) == 0) align *= 2;
+    return align == 256 ? 0 : align;
 }
 
 // M x N outputs (batch of them, strideC apart), and what the epilogue writes besides: pre_gelu (GeluBias), the
@@ -277,13 +291,13 @@ inline void matmul(floatX* C, const floatX* A, const floatX* B, int M, int N, in
                    long long strideB = 0, long long strideC = 0, cudaStream_t stream = 0) {
     using namespace matmul_detail;
     if (!state().handle) matmul_init();
-    check_alignment(A, B, C, bias, pre_gelu);
+    const int align = check_alignment(A, B, C, bias, pre_gelu);
     if (epilogue == MatmulEpilogue::BiasGrad) {
         fprintf(stderr, "error: matmul: BiasGrad goes through matmul_with_bias_grad\n");
         exit(EXIT_FAILURE);
     }
     const Key key = make_key(M, N, K, transA, transB, beta, epilogue, cuda_datatype_of_floatX(), batch, strideA,
-                             strideB, strideC);
+                             strideB, strideC, align);
     Plan* p = find_plan(key);
     if (!p) {
         fprintf(stderr, "error: matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d transA=%d transB=%d "
@@ -300,9 +314,9 @@ inline bool matmul_with_bias_grad(floatX* C, const floatX* A, const floatX* B, i
                                   float beta, void* bias_grad, cudaDataType_t* bias_grad_type, cudaStream_t stream = 0) {
     using namespace matmul_detail;
     if (!state().handle) matmul_init();
-    check_alignment(A, B, C, bias_grad, nullptr);
+    const int align = check_alignment(A, B, C, bias_grad, nullptr);
     for (cudaDataType_t type : {CUDA_R_32F, cuda_datatype_of_floatX()}) {
-        Plan* p = find_plan(make_key(M, N, K, true, false, beta, MatmulEpilogue::BiasGrad, type, 1, 0, 0, 0));
+        Plan* p = find_plan(make_key(M, N, K, true, false, beta, MatmulEpilogue::BiasGrad, type, 1, 0, 0, 0, align));
         if (!p) continue;
         const size_t grad_bytes = type == CUDA_R_32F ? sizeof(float) : sizeof(floatX);
         run_plan(*p, MatmulEpilogue::BiasGrad, C, A, B, alpha, beta, bias_grad, nullptr, Outputs{M, N, 1, 0, grad_bytes},

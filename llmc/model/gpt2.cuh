@@ -38,6 +38,10 @@ struct GPT2 {
         cudaGraphExec_t exec = nullptr;
     } graph;
     cudaStream_t owned_stream = nullptr;  // created by gpt2_allocate for use_graphs
+    // Set before gpt2_allocate: where the gradients live (gpt2_params.cuh). Flat by default; ZeRO-2's optimizer
+    // (llmc/training/adamw_optimizer.cuh) gives the layout in which the model keeps only wte's, wpe's and lnf's, and
+    // points grads.slices at its slots for the layers'.
+    GradLayout grad_layout;
 
     // Set by gpt2_build_*: the parameters in fp32 as built or read. gpt2_allocate uploads them and keeps them for
     // the optimizer's master copy (exact fp32, not the rounded floatX); gpt2_release_host_params frees them.
@@ -184,7 +188,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->backend = backend;
     m->hopper_dgelu = engine_options().hopper_dgelu && kFloatXIsBF16 && m->fuse_gelu && matmul_hopper_available() &&
                       c.channels % 8 == 0;
-    m->memory_table = gpt2_memory_table(c, B, T, recompute, backend);
+    m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->grad_layout);
     m->plan = gpt2_memory_plan(m->memory_table);
     const size_t bytes = memory_table_bytes(m->memory_table);  // cuBLASLt's workspace is already allocated
     size_t free_bytes = 0, total_bytes = 0;
@@ -195,7 +199,8 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         cudaGetLastError();  // clear the failed allocation's error state
         int fits = 0;
         for (int b = B - 1; b >= 1; b--) {
-            if (memory_table_bytes(gpt2_memory_table(c, b, T, recompute, backend)) + reserve_bytes <= free_bytes) {
+            if (memory_table_bytes(gpt2_memory_table(c, b, T, recompute, backend, m->grad_layout)) + reserve_bytes <=
+                free_bytes) {
                 fits = b;
                 break;
             }
@@ -219,10 +224,10 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     }
     m->encoder_scratch = encoder_backward_scratch_at(m->memory[mem::EncoderScratch], B * T, c.vocab_size);
     m->params = GPT2Params(c, buf<floatX>(m, mem::Params));
-    m->grads = GPT2Params(c, buf<floatX>(m, mem::Grads));
+    m->grads = GPT2Params(c, buf<floatX>(m, mem::Grads), m->grad_layout);
     m->acts = training_activations(m);
     host_floats_to_device(m->params.base, m->host_params.data(), m->num_parameters);  // fp32 -> floatX, to nearest
-    cudaCheck(cudaMemset(m->grads.base, 0, m->num_parameters * sizeof(floatX)));
+    cudaCheck(cudaMemset(m->grads.base, 0, m->memory_table[mem::Grads].elems * sizeof(floatX)));
 }
 
 // The fp32 parameters gpt2_build_* made, once nothing needs them any more (the optimizer has its master copy).
@@ -256,8 +261,12 @@ inline std::vector<float> gpt2_params_to_host(GPT2* m) {
     return out;
 }
 
-// The gradients as fp32 on the host (for tests).
+// The gradients as fp32 on the host (for tests; a model that holds them all).
 inline std::vector<float> gpt2_grads_to_host(GPT2* m) {
+    if (!m->grad_layout.flat()) {
+        fprintf(stderr, "error: gpt2_grads_to_host: this model keeps only wte's, wpe's and lnf's gradients (ZeRO-2)\n");
+        exit(EXIT_FAILURE);
+    }
     std::vector<float> out(m->num_parameters);
     device_to_host_floats(out.data(), m->grads.base, out.size());
     return out;

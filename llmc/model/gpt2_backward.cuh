@@ -17,6 +17,11 @@ struct BackwardListener {
     virtual ~BackwardListener() = default;
     // Layer `layer`'s parameter gradients are queued in full (L-1 down to 0), then -1: wte, wpe and lnf's.
     virtual void gradients_ready(int layer) = 0;
+    // Before the backward queues anything that writes layer `layer`'s gradients (L-1 down to 0), and once with
+    // layer = L before the classifier's and lnf's (the first gradients it writes). Layer l also writes layer l-1's
+    // fcproj bias gradient (its first LayerNorm backward sums it), and the lnf backward layer L-1's: ZeRO-2's exchange
+    // gives the buckets of layer and layer - 1 their gradient slots here.
+    virtual void layer_begins(int layer) {}
 };
 
 namespace gpt2_detail {
@@ -41,6 +46,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     float* reduce = (float*)(buf<char>(m, mem::Logits) + gpt2_backward_partials_offset(c, m->B, m->T, m->backend));
     const bool qkv_bias_in_attention = attention_backward_sums_qkv_bias(m->backend, C / NH);
 
+    if (listener) listener->layer_begins(L);
     // Classifier (no bias: no partials, which would overwrite dlogits).
     matmul_backward(scratch, g(WTE), nullptr, buf<floatX>(m, mem::Logits), a.lnf, p(WTE), BT, C, Vp, nullptr, nullptr,
                     false, loss_scale, s);
@@ -50,6 +56,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     layernorm_backward(dresidual, g(LNFW), g(LNFB), scratch, a.residual3.at(L - 1), p(LNFW), a.lnf_mean, a.lnf_rstd,
                        BT, C, reduce, s, g(FCPROJB, L - 1));
     for (int l = L - 1; l >= 0; l--) {
+        if (listener) listener->layer_begins(l);
         const floatX* residual = a.residual_in(l);
         floatX* fch_gelu = a.fch_gelu.at(l);
         if (m->recompute >= 1 && !m->hopper_dgelu) gelu_forward(fch_gelu, a.fch.at(l), (size_t)BT * 4 * C, s);

@@ -5,6 +5,8 @@
 // (llmc/training/adamw_optimizer.cuh), in the same MemoryTensor rows.
 // recompute: 0 keeps every activation; 1 recomputes GELU(fch) in backward instead of storing it per layer;
 // 2 additionally recomputes the ln1/ln2 outputs from the saved residuals and statistics.
+// grads: where the gradients live (gpt2_params.cuh): the whole flat buffer, or (ZeRO-2) only the tensors outside the
+// layers, in the exchange's layout; the layers' gradients are then in the optimizer's table.
 // The logits buffer doubles as the backward's scratch once the classifier's gradient is consumed: dqkv, the
 // attention's workspace, then the reduction partials (gpt2_backward_partials_offset). The attention forward also
 // takes it as workspace.
@@ -23,6 +25,7 @@
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
 #include "llmc/model/gpt2_config.h"
+#include "llmc/model/gpt2_params.cuh"
 
 // ---------------------------------------------------------------- the memory table
 // Indices of the table's rows (the order of this enum is the order of the table).
@@ -53,7 +56,7 @@ inline size_t gpt2_backward_partials_offset(const GPT2Config& c, int B, int T, A
 }
 
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
-                                                   AttentionBackend backend) {
+                                                   AttentionBackend backend, const GradLayout& grads = GradLayout{}) {
     const size_t N = gpt2_num_parameters(c), L = c.num_layers, C = c.channels, NH = c.num_heads,
                  Vp = c.padded_vocab_size, BT = (size_t)B * T;
     const size_t X = sizeof(floatX), F = sizeof(float);
@@ -65,7 +68,9 @@ inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, i
     const size_t logits_elems = std::max(BT * Vp, (scratch_bytes + X - 1) / X);
     std::vector<MemoryTensor> t(mem::Count);
     t[mem::Params] = {"parameters (" PRECISION_NAME ")", G::Parameters, N, X};
-    t[mem::Grads] = {"gradients (" PRECISION_NAME ")", G::Gradients, N, X};
+    t[mem::Grads] = grads.flat() ? MemoryTensor{"gradients (" PRECISION_NAME ")", G::Gradients, N, X}
+                                 : MemoryTensor{"gradients (" PRECISION_NAME ", wte wpe lnf only: ZeRO-2)", G::Gradients,
+                                                grads.elements, X};
     t[mem::Encoded] = {"encoded", G::Activations, BT * C, X};
     t[mem::Ln1] = {"ln1", G::Activations, ln_layers * BT * C, X};
     t[mem::Ln1Mean] = {"ln1_mean", G::Activations, L * BT, F};

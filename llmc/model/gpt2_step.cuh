@@ -77,8 +77,10 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     return m->last_loss;
 }
 
+// Zeroes the gradients the model holds (with ZeRO-2 only wte's, wpe's and lnf's: the exchange zeroes its slots as it
+// hands them to the backward).
 inline void gpt2_zero_grad(GPT2* m) {
-    cudaCheck(cudaMemsetAsync(m->grads.base, 0, m->num_parameters * sizeof(floatX), m->stream));
+    cudaCheck(cudaMemsetAsync(m->grads.base, 0, m->memory_table[mem::Grads].elems * sizeof(floatX), m->stream));
 }
 
 // Accumulates the gradient of loss_scale · (mean loss of the last forward) into the gradients.
@@ -86,6 +88,11 @@ inline void gpt2_zero_grad(GPT2* m) {
 inline void gpt2_backward(GPT2* m, float loss_scale, BackwardListener* listener = nullptr) {
     if (!m->dlogits_ready) {
         fprintf(stderr, "error: gpt2_backward: needs a preceding gpt2_forward with targets\n");
+        exit(EXIT_FAILURE);
+    }
+    if (!m->grad_layout.flat() && (!listener || m->grads.slices.empty())) {
+        fprintf(stderr, "error: gpt2_backward: the layers' gradients live in the exchange's slots (ZeRO-2): the "
+                        "backward needs the exchange as its listener\n");
         exit(EXIT_FAILURE);
     }
     m->dlogits_ready = false;
@@ -103,6 +110,10 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
                                    BackwardListener* backward_listener = nullptr) {
     using namespace gpt2_detail;
     check_forward_shape(m, B, T, "gpt2_forward_backward");
+    if (!m->grad_layout.flat()) {
+        fprintf(stderr, "error: gpt2_forward_backward: a ZeRO-2 model's backward needs the exchange (gpt2_backward)\n");
+        exit(EXIT_FAILURE);
+    }
     upload_tokens(m, mem::Inputs, inputs, B, T, "input");
     upload_tokens(m, mem::Targets, targets, B, T, "target");
     GPT2::StepGraph& g = m->graph;

@@ -1,12 +1,14 @@
 // The optimizer: AdamW on the training model's parameters, with everything it needs of its own. It owns the fp32
 // master weights (BF16 builds, -w 1), the moments m and v, the ZeRO shard plan (-z 1: master weights and moments
-// for this rank's shard only, llmc/distributed/zero.cuh) and the bucketed gradient exchange between ranks
+// for this rank's shard only, llmc/distributed/zero.cuh; -z 2: also the averaged gradients, and the slots the layers'
+// gradients are written into, llmc/distributed/grad_slots.h) and the bucketed gradient exchange between ranks
 // (llmc/distributed/grad_exchange.cuh); it runs the step (gradient norm over every rank, clipping, the update, the
-// parameters' all-gather) and saves and restores its state in one flat layout whatever the number of ranks:
+// parameters' all-gather) and saves and restores its state in one flat layout whatever the number of ranks and stage:
 //   [fp32 master weights (when kept)] [AdamW m (fp32)] [AdamW v (fp32)], each in the parameter table's order.
 //
+//   model.grad_layout = adamw_model_grad_layout(c, settings, world);  // before gpt2_allocate (-z 2: not flat)
 //   AdamW opt;  opt.init(&model, &mg, settings);           // after gpt2_allocate, before gpt2_release_host_params
-//   gpt2_forward(&model, ..., opt.listener());  gpt2_backward(&model, scale, last_micro_step ? opt.listener() : 0);
+//   gpt2_forward(&model, ..., opt.listener());  gpt2_backward(&model, scale, opt.backward_listener(last_micro_step));
 //   AdamW::Result r = opt.step(lr, grad_clip, step, seed);
 //   opt.sync();                                            // before the parameters are read outside a forward
 #pragma once
@@ -18,6 +20,7 @@
 #include "llmc/core/memory_table.h"
 #include "llmc/core/utils.h"
 #include "llmc/distributed/grad_exchange.cuh"
+#include "llmc/distributed/grad_slots.h"
 #include "llmc/distributed/multi_gpu.cuh"
 #include "llmc/distributed/zero.cuh"
 #include "llmc/kernels/adamw.cuh"
@@ -27,36 +30,60 @@
 struct AdamWSettings {
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
     bool master_weights = kFloatXIsBF16;  // fp32 master copy of bf16 parameters (-w)
-    int zero_stage = 0;                   // -z: 1 keeps this rank's shard of the state only
+    int zero_stage = 0;                   // -z: 1 keeps this rank's shard of the state only, 2 of the gradients too
     size_t bucket_bytes = 0;              // gradients per exchanged bucket (-zb MB)
 };
 
 namespace adamw_memory {
-enum Id { Master, M, V, Staging, NormPartials, Count };
+enum Id { Master, M, V, Staging, GradSlots, GradShard, NormPartials, Count };
 
-// The buckets the exchange sends and, with ZeRO-1, the shards (the same bucketing for -z 0).
+// The buckets the exchange sends and, with ZeRO, the shards (the same bucketing for -z 0).
 inline std::vector<GradBucket> buckets(const GPT2Config& c, const AdamWSettings& s, int world) {
     return zero_bucket_plan(c, s.bucket_bytes, world);
 }
+
+// -z 2 with several ranks (with one there is nothing to exchange, and -z 2 runs as -z 1).
+inline bool grad_shard(const AdamWSettings& s, int world) { return s.zero_stage == 2 && world > 1; }
 
 // The optimizer's memory as a table (llmc/core/memory_table.h).
 inline std::vector<MemoryTensor> table(const GPT2Config& c, const AdamWSettings& s, int world) {
     using G = MemoryGroup;
     const std::vector<GradBucket> plan = buckets(c, s, world);
-    const size_t state = s.zero_stage == 1 ? zero_shard_size(plan, world) : gpt2_num_parameters(c);
+    const size_t shard = zero_shard_size(plan, world);
+    const size_t state = s.zero_stage >= 1 ? shard : gpt2_num_parameters(c);
     size_t staging = 0;  // -z 1 with several ranks: the largest bucket exchanged through it, padded
     if (s.zero_stage == 1 && world > 1)
         for (const GradBucket& b : plan)
             if (!b.in_place()) staging = std::max(staging, b.padded);
+    size_t slots = 0, grad_shard_elems = 0;
+    if (grad_shard(s, world)) {
+        const GradSlotLayout layout = grad_slot_layout(plan, c);
+        slots = layout.slots_elements(), grad_shard_elems = shard, staging = layout.gather_staging_elements;
+    }
     std::vector<MemoryTensor> t(Count);
     t[Master] = {"master weights (fp32)", G::MasterWeights, s.master_weights && kFloatXIsBF16 ? state : 0, 4};
     t[M] = {"AdamW m (fp32)", G::Optimizer, state, 4};
     t[V] = {"AdamW v (fp32)", G::Optimizer, state, 4};
-    t[Staging] = {"bucket staging (ZeRO-1)", G::Workspace, staging, sizeof(floatX)};
+    t[Staging] = {s.zero_stage == 2 ? "all-gather staging (ZeRO-2)" : "bucket staging (ZeRO-1)", G::Workspace, staging,
+                  sizeof(floatX)};
+    t[GradSlots] = {"layer gradient slots (ZeRO-2: " + std::to_string(kGradSlots) + " x the largest layer bucket)",
+                    G::Gradients, slots, sizeof(floatX)};
+    t[GradShard] = {"gradient shard (ZeRO-2: this rank's, averaged)", G::Gradients, grad_shard_elems, sizeof(floatX)};
     t[NormPartials] = {"global norm partials", G::Workspace, global_norm_scratch_floats(), 4};
     return t;
 }
 }  // namespace adamw_memory
+
+// Where the model keeps its gradients for these settings (set as GPT2::grad_layout before gpt2_allocate): flat, or
+// with -z 2 on several ranks only wte's, wpe's and lnf's, in the exchange's layout (llmc/distributed/grad_slots.h).
+inline GradLayout adamw_model_grad_layout(const GPT2Config& c, const AdamWSettings& s, int world) {
+    GradLayout g;
+    if (!adamw_memory::grad_shard(s, world)) return g;
+    const GradSlotLayout layout = grad_slot_layout(adamw_memory::buckets(c, s, world), c);
+    g.elements = layout.outer_elements;
+    g.offsets = layout.outer_tensor_offset;
+    return g;
+}
 
 // Device bytes AdamW::init will allocate (for the model's out-of-memory check, which comes first).
 inline size_t adamw_device_bytes(const GPT2Config& c, const AdamWSettings& s, int world) {
@@ -83,8 +110,15 @@ struct AdamW {
     void init(GPT2* m, MultiGpu* multi_gpu, const AdamWSettings& s) {
         model = m, mg = multi_gpu, settings = s;
         const GPT2Config& c = m->config;
-        if (s.zero_stage != 0 && s.zero_stage != 1) {
-            fprintf(stderr, "error: AdamW: ZeRO stage %d (0 or 1)\n", s.zero_stage);
+        if (s.zero_stage < 0 || s.zero_stage > 2) {
+            fprintf(stderr, "error: AdamW: ZeRO stage %d (0, 1 or 2)\n", s.zero_stage);
+            exit(EXIT_FAILURE);
+        }
+        const GradLayout want = adamw_model_grad_layout(c, s, mg->world);
+        if (m->grad_layout.elements != want.elements || m->grad_layout.offsets != want.offsets) {
+            fprintf(stderr, "error: AdamW::init: the model's gradients were allocated in another layout than ZeRO "
+                            "stage %d needs (set GPT2::grad_layout = adamw_model_grad_layout(...) before "
+                            "gpt2_allocate)\n", s.zero_stage);
             exit(EXIT_FAILURE);
         }
         const std::vector<GradBucket> plan_buckets = adamw_memory::buckets(c, s, mg->world);
@@ -107,19 +141,34 @@ struct AdamW {
         }
         cudaCheck(cudaMemset(moment(adamw_memory::M), 0, state_elements * sizeof(float)));
         cudaCheck(cudaMemset(moment(adamw_memory::V), 0, state_elements * sizeof(float)));
-        if (memory[adamw_memory::Staging])
-            cudaCheck(cudaMemset(memory[adamw_memory::Staging], 0, memory_table[adamw_memory::Staging].bytes()));
+        for (adamw_memory::Id id : {adamw_memory::Staging, adamw_memory::GradShard})  // never read unwritten; tidy
+            if (memory[id]) cudaCheck(cudaMemset(memory[id], 0, memory_table[id].bytes()));
         exchange.init(mg, m->stream, plan_buckets, c.num_layers, m->grads.base, m->params.base,
                       (floatX*)memory[adamw_memory::Staging], sharded());
+        if (grad_shard()) {  // the layers' gradients in the exchange's slots: the backward writes them there
+            const GradSlotLayout layout = grad_slot_layout(plan_buckets, c);
+            floatX* slots = (floatX*)memory[adamw_memory::GradSlots];
+            exchange.init_grad_shard(layout, slots, shard_grads(), shard.elements);
+            m->grads.slices.assign(layout.slice.size(), nullptr);
+            for (size_t i = 0; i < layout.slice.size(); i++)
+                if (layout.slice[i] != GradSlotLayout::kNoSlice) m->grads.slices[i] = slots + layout.slice[i];
+        }
     }
 
-    bool sharded() const { return settings.zero_stage == 1; }
+    bool sharded() const { return settings.zero_stage >= 1; }
+    bool grad_shard() const { return adamw_memory::grad_shard(settings, mg->world); }
+    floatX* shard_grads() const { return (floatX*)memory[adamw_memory::GradShard]; }
     float* master() const { return (float*)memory[adamw_memory::Master]; }
     float* moment(adamw_memory::Id id) const { return (float*)memory[id]; }
 
     // What the model's passes tell while they queue (null with one rank: nothing to exchange, and the step can be
     // a CUDA Graph). Pass it to the forward of every micro-step and to the backward of the last.
     GradExchange* listener() { return exchange.active() ? &exchange : nullptr; }
+    // The backward's: the last micro-step's exchanges its gradients; with -z 2 every micro-step's does (the layers'
+    // gradients are not held whole between micro-steps).
+    GradExchange* backward_listener(bool last_micro_step) {
+        return last_micro_step || grad_shard() ? listener() : nullptr;
+    }
 
     // One optimizer step, after the last micro-step's backward: the exchanged gradients' global norm, clipping to
     // grad_clip (0: none), AdamW with learning rate lr, then (-z 1) the parameters' all-gather, which the next forward
@@ -133,7 +182,8 @@ struct AdamW {
         exchange.finish();
         Result r;
         if (sharded()) {  // each rank holds the mean of its shard; the norm combines the shards'
-            const float shard_norm = zero_grad_norm(shard, model->grads.base, s);
+            const float shard_norm =
+                grad_shard() ? zero_grad_norm_shard(shard, shard_grads(), s) : zero_grad_norm(shard, model->grads.base, s);
             r.grad_norm = sqrtf(multi_gpu_sum(*mg, shard_norm * shard_norm));
         } else {
             r.grad_norm = global_norm(model->grads.base, model->num_parameters,
@@ -148,7 +198,11 @@ struct AdamW {
             table.weight_decay[i] = specs[i].weight_decay ? settings.weight_decay : 0.0f;
         }
         const AdamWSettings& a = settings;
-        if (sharded()) {  // this rank's shard, from its reduce-scattered gradients
+        if (grad_shard()) {  // this rank's shard, from its gradient shard
+            zero_adamw_update_shard(shard, model->params.base, master(), shard_grads(), moment(adamw_memory::M),
+                                    moment(adamw_memory::V), table,
+                                    adamw_step(lr, a.beta1, a.beta2, a.eps, r.grad_scale, step, seed), s);
+        } else if (sharded()) {  // this rank's shard, from its reduce-scattered gradients
             zero_adamw_update(shard, model->params.base, master(), model->grads.base, moment(adamw_memory::M),
                               moment(adamw_memory::V), table,
                               adamw_step(lr, a.beta1, a.beta2, a.eps, r.grad_scale, step, seed), s);
@@ -204,16 +258,23 @@ struct AdamW {
 
     // The start-up table's rows.
     std::string zero_description() const {
+        if (grad_shard())
+            return "2 (master weights, AdamW moments and averaged gradients: this rank's shard; the layers' gradients "
+                   "in " + std::to_string(kGradSlots) + " slots)";
+        if (settings.zero_stage == 2) return "2 with one process: runs as 1 (nothing to exchange)";
         return sharded() ? "1 (master weights and AdamW moments: this rank's shard)"
                          : "0 (every rank keeps the whole optimizer state)";
     }
     std::string exchange_description(size_t bucket_mb) const {
         return std::to_string(exchange.plan.size()) + " buckets of about " + std::to_string(bucket_mb) + " MB, " +
-               (sharded() ? "reduce-scatter" : "all-reduce") + " under the backward" +
+               (sharded() ? "reduce-scatter" : "all-reduce") +
+               (grad_shard() ? " under every micro-step's backward (ZeRO-2, also with -d > B*T*N)"
+                             : " under the backward") +
                (sharded() ? ", all-gather under the forward" : "");
     }
 
     void free() {
+        if (grad_shard() && model) model->grads.slices.clear();  // they pointed into this optimizer's memory
         exchange.free();
         zero_shard_free(&shard);
         if (device_block) cudaCheck(cudaFree(device_block));

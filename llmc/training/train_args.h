@@ -61,7 +61,8 @@ struct TrainArgs {
     int gpus_per_node = 8;               // -pg  local device = rank % gpus_per_node
     std::string init_method = "mpi";     // -pi mpi | fs (file rendezvous in -pf)
     std::string rendezvous_dir = "/tmp"; // -pf
-    int zero_stage = 0;                  // -z 0 | 1: ZeRO-1 shards master weights and AdamW moments over the ranks
+    int zero_stage = 0;                  // -z 0 | 1 | 2: ZeRO-1 shards master weights and AdamW moments over the
+                                         // ranks, ZeRO-2 the gradients too
     int zero_bucket_mb = 25;             // -zb  MB of bf16 gradients per exchanged bucket (several GPUs)
 };
 
@@ -122,8 +123,10 @@ inline std::string train_usage(const std::string& program) {
              "  -pg <int>    GPUs per node (default %d)\n"
              "  -pi <s>      NCCL rendezvous: mpi | fs (default %s)\n"
              "  -pf <dir>    shared directory for -pi fs (default %s)\n"
-             "  -z <0|1>     ZeRO stage: 1 keeps fp32 master weights and AdamW moments for this rank's shard\n"
-             "               only (gradients reduce-scattered, parameters all-gathered) (default %d)\n"
+             "  -z <0|1|2>   ZeRO stage: 1 keeps fp32 master weights and AdamW moments for this rank's shard\n"
+             "               only (gradients reduce-scattered, parameters all-gathered); 2 also keeps only the\n"
+             "               shard of the gradients (reduce-scattered on every micro-step, also with -d);\n"
+             "               with one process 2 runs as 1 (default %d)\n"
              "  -zb <int>    several GPUs: MB of bf16 gradients per bucket exchanged under the backward (default %d)\n"
              "  -h, --help   print this and exit\n",
              program.c_str(), d.train_pattern.c_str(), d.val_pattern.c_str(), d.init_from.c_str(),
@@ -223,7 +226,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-pg") { if (!get_int(&a->gpus_per_node, 1, 1024)) return fail("an integer >= 1"); }
         else if (flag == "-pi") { if (v != "mpi" && v != "fs") return fail("mpi or fs"); a->init_method = v; }
         else if (flag == "-pf") { if (v.empty()) return fail("a directory"); a->rendezvous_dir = v; }
-        else if (flag == "-z") { if (!get_int(&a->zero_stage, 0, 1)) return fail("0 or 1"); }
+        else if (flag == "-z") { if (!get_int(&a->zero_stage, 0, 2)) return fail("0, 1 or 2"); }
         else if (flag == "-zb") { if (!get_int(&a->zero_bucket_mb, 1, 65536)) return fail("an integer from 1 to 65536"); }
         else {
             *error = "unknown flag " + flag;

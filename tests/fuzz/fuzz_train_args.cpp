@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  "a float flag out of range accepted");
     FUZZ_REQUIRE(a.recompute >= 0 && a.recompute <= 2 && a.gen_tokens >= 1 && a.warmup_steps >= 0 &&
                      a.val_every >= 0 && a.sample_every >= 0 && a.top_k >= 0 && a.checkpoint_every >= 0 &&
-                     a.checkpoint_keep >= 0 && a.gpus_per_node >= 1 && (a.zero_stage == 0 || a.zero_stage == 1) &&
+                     a.checkpoint_keep >= 0 && a.gpus_per_node >= 1 && a.zero_stage >= 0 && a.zero_stage <= 2 &&
                      a.zero_bucket_mb >= 1,
                  "an integer flag out of range accepted");
     FUZZ_REQUIRE(!a.train_pattern.empty() && !a.val_pattern.empty() && !a.init_from.empty() &&
