@@ -110,8 +110,9 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
                                    BackwardListener* backward_listener = nullptr) {
     using namespace gpt2_detail;
     check_forward_shape(m, B, T, "gpt2_forward_backward");
-    if (!m->grad_layout.flat()) {
-        fprintf(stderr, "error: gpt2_forward_backward: a ZeRO-2 model's backward needs the exchange (gpt2_backward)\n");
+    if (!m->grad_layout.flat() && (!backward_listener || m->grads.slices.empty())) {
+        fprintf(stderr, "error: gpt2_forward_backward: the layers' gradients live in the exchange's slots (ZeRO-2): "
+                        "the backward needs the exchange as its listener\n");
         exit(EXIT_FAILURE);
     }
     upload_tokens(m, mem::Inputs, inputs, B, T, "input");
