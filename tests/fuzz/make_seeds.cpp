@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "llmc/formats/data_shard.h"
+#include "llmc/formats/eval_file.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/model_file.h"
 #include "llmc/formats/run_state.h"
@@ -93,6 +94,15 @@ static void hf_gpt2_seeds() {
 static void shard_seeds() {
     put("data_shard", "100_tokens.bin", shard_bytes(100, 50257));
     put("data_shard", "1_token.bin", shard_bytes(1, 50257));
+}
+
+// Two HellaSwag-like examples (4 endings) and one with a single ending.
+static void eval_file_seeds() {
+    EvalExample a{3, {464, 582, 318}, {{318, 1262}, {318, 2712, 13}, {11}, {50256, 7, 8}}};
+    EvalExample b{0, {7}, {{8, 9, 10}, {9}, {10}, {11, 12}}};
+    put("eval_file", "two_examples.bin", written([&](const std::string& p) { write_eval_file(p, {a, b}); }));
+    EvalExample c{0, {65534}, {{0}}};
+    put("eval_file", "one_ending.bin", written([&](const std::string& p) { write_eval_file(p, {c}); }));
 }
 
 static void loader_seeds() {
@@ -283,6 +293,7 @@ int main(int argc, char** argv) {
         model_seeds();
         hf_gpt2_seeds();
         shard_seeds();
+        eval_file_seeds();
         loader_seeds();
         tokenizer_seeds();
         run_state_seeds();
