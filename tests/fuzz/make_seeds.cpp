@@ -3,6 +3,12 @@
 // ../shared/data: the tokenizer seeds use the synthetic vocabulary of fuzz_inputs.h.
 //   bin/make_seeds corpus        (make -C tests/fuzz seeds)
 #include <sys/stat.h>
+#ifdef LLMC_HAVE_ZLIB
+#include <zlib.h>
+#endif
+#ifdef LLMC_HAVE_ZSTD
+#include <zstd.h>
+#endif
 
 #include <cmath>
 #include <cstdio>
@@ -263,6 +269,41 @@ static void prepro_seeds() {
     put("prepro_input", "whole.txt", input(0, 0, "a whole file \xFF as one document\n"));
 }
 
+// fuzz_jsonl_stream: a small JSONL file as it is, as gzip (two members) and as zstd, and a .txt.
+static void jsonl_stream_seeds() {
+    const std::string jsonl = "{\"text\": \"first\", \"id\": 1}\n\n{\"text\": \"caf\\u00e9 second\\n\"}\r\n{\"text\": \"\"}\n";
+    auto input = [](uint8_t name, uint16_t batch, const std::string& bytes) {
+        fuzz::ByteWriter w;
+        w.put<uint8_t>(name);
+        w.put<uint16_t>(batch);
+        w.bytes(bytes);
+        return w.out;
+    };
+    put("jsonl_stream", "plain.bin", input(0, 9, jsonl));
+    put("jsonl_stream", "text.bin", input(3, 100, "a text\n\nfile\n"));
+#ifdef LLMC_HAVE_ZLIB
+    auto gzip = [](const std::string& s) {
+        z_stream z{};
+        deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+        std::string out(deflateBound(&z, (uLong)s.size()) + 64, '\0');
+        z.next_in = (Bytef*)s.data();
+        z.avail_in = (uInt)s.size();
+        z.next_out = (Bytef*)&out[0];
+        z.avail_out = (uInt)out.size();
+        deflate(&z, Z_FINISH);
+        out.resize(out.size() - z.avail_out);
+        deflateEnd(&z);
+        return out;
+    };
+    put("jsonl_stream", "gzip_two_members.bin", input(1, 5, gzip(jsonl.substr(0, 20)) + gzip(jsonl.substr(20))));
+#endif
+#ifdef LLMC_HAVE_ZSTD
+    std::string z(ZSTD_compressBound(jsonl.size()), '\0');
+    z.resize(ZSTD_compress(&z[0], z.size(), jsonl.data(), jsonl.size(), 3));
+    put("jsonl_stream", "zstd.bin", input(2, 3, z));
+#endif
+}
+
 static void train_args_seeds() {
     auto argv = [](std::vector<std::string> args) {
         std::string s;
@@ -304,6 +345,7 @@ int main(int argc, char** argv) {
         json_seeds();
         bpe_seeds();
         prepro_seeds();
+        jsonl_stream_seeds();
         train_args_seeds();
     } catch (const std::exception& e) {
         fprintf(stderr, "make_seeds: %s\n", e.what());
