@@ -72,7 +72,7 @@ TEST_HEADERS := $(wildcard tests/*.h)
 
 # ---------------------------------------------------------------- CPU programs and tests
 CPU_TESTS := test_gpt2 tests/unit_tests
-TOOLS := tokenizer data/prepro gpt2_convert
+TOOLS := tokenizer data/prepro data/hellaswag gpt2_convert
 
 # GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md).
 tokenizer: data/tokenizer.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
@@ -82,6 +82,9 @@ DATA_HEADERS := $(wildcard data/*.h)
 data/prepro: data/prepro.cpp $(DATA_HEADERS) $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread $(COMPRESSION_LIBS)
 
+# HellaSwag JSONL -> llm.c's eval file (docs/EVALUATION.md).
+data/hellaswag: data/hellaswag.cpp $(DATA_HEADERS) $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@ -pthread $(COMPRESSION_LIBS)
 
 # Our model files <-> Hugging Face GPT-2 directories (README, "Hugging Face models").
 gpt2_convert: gpt2_convert.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)

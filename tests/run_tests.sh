@@ -30,6 +30,8 @@ run_suite unit-tests ./tests/unit_tests
 run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
 # prepro on .jsonl.gz / .jsonl.zst (same shards as plain JSONL, any -j), --fineweb-layout, the inputs it refuses
 run_suite prepro-data bash tests/test_prepro_data.sh
+# data/hellaswag: the fixture against the golden eval file (llm.c's layout), bad lines, the golden script
+run_suite hellaswag-converter bash tests/test_hellaswag.sh
 run_suite gpt2-convert bash tests/test_gpt2_convert.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)
 run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2
