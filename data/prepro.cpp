@@ -14,9 +14,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "data/prepro_input.h"
@@ -44,13 +47,14 @@ static const char* kUsage =
     "                       val shard PREFIX_val_000000.bin, the rest PREFIX_train_000001.bin, _000002, ...\n"
     "                       (no val option: no val split; an empty train split is an error)\n"
     "  --shard-tokens N     tokens per shard (default 100000000, as llm.c's fineweb.py)\n"
+    "  --batch-bytes N      text read and encoded per batch (default 67108864); memory follows it\n"
     "  -j N                 threads (default: all cores)\n";
 
 struct Options {
     std::vector<std::string> inputs;
     std::string prefix = "data/out/data", vocab_dir = "data/cache/gpt2", val_file, text_field = "text";
     bool jsonl = false, split_blank_lines = false, fineweb_layout = false;
-    int64_t val_tokens = -1, shard_tokens = 100000000;
+    int64_t val_tokens = -1, shard_tokens = 100000000, batch_bytes = 64 << 20;
     double val_fraction = -1;
     int threads = 0;
 };
@@ -115,6 +119,8 @@ static Options parse_args(int argc, char** argv) {
             o.val_file = value();
         } else if (a == "--shard-tokens") {
             o.shard_tokens = int_value(1, kShardMaxTokens);  // the shard header holds an int32
+        } else if (a == "--batch-bytes") {
+            o.batch_bytes = int_value(1, (int64_t)1 << 40);
         } else if (a == "-j") {
             o.threads = (int)int_value(1, 4096);
         } else if (a.size() > 1 && a[0] == '-') {
@@ -354,8 +360,8 @@ int main(int argc, char** argv) {
                     pos = end;
                 } while (pos < doc.size());
             }
-            // Encode in batches of ~64 MB of text, so memory stays bounded and progress moves.
-            const size_t kBatchBytes = 64 << 20;
+            // Encode in batches of ~--batch-bytes of text, so memory stays bounded and progress moves.
+            const size_t kBatchBytes = (size_t)o.batch_bytes;
             for (size_t b0 = 0, b1 = 0; b0 < items.size(); b0 = b1) {
                 size_t batch_bytes = 0;
                 for (b1 = b0; b1 < items.size() && batch_bytes < kBatchBytes; b1++) batch_bytes += items[b1].text.size();
@@ -397,11 +403,33 @@ int main(int argc, char** argv) {
         for (size_t fi = 0; fi < files.size(); fi++) {
             const int64_t file_end = file_offset[fi] + file_size_or_throw(files[fi]);
             if (kinds[fi].jsonl) {  // streamed: one batch of lines at a time
+                // Reading (decompressing, parsing) the next batch on a thread of its own overlaps encoding this one.
+                const size_t kLinesBytes = (size_t)o.batch_bytes;
                 JsonlReader reader(files[fi], o.text_field, stream_offset[fi]);
-                FileDocuments d;
-                while (reader.next(d, 64 << 20)) {
+                FileDocuments d, next_d;
+                bool have = reader.next(d, kLinesBytes);
+                while (have) {
                     const int64_t done = file_offset[fi] + reader.file_bytes_read();
+                    bool have_next = false;
+                    std::exception_ptr read_error;
+                    std::thread read_ahead([&] {
+                        try {
+                            have_next = reader.next(next_d, kLinesBytes);
+                        } catch (...) {
+                            read_error = std::current_exception();
+                        }
+                    });
+                    struct Join {  // joined before anything unwinds past it (an error while encoding)
+                        std::thread& t;
+                        ~Join() {
+                            if (t.joinable()) t.join();
+                        }
+                    } join{read_ahead};
                     encode_and_route(d, fi, [&](size_t) { return done; });
+                    read_ahead.join();
+                    if (read_error) std::rethrow_exception(read_error);
+                    std::swap(d, next_d);
+                    have = have_next;
                 }
             } else {
                 FileDocuments d = parse_documents(read_file_bytes(files[fi]), files[fi], false, o.split_blank_lines,

@@ -54,6 +54,16 @@ c_threads() {
     run "$TMP/j1" "${FLAGS[@]}" -j 1 "$TMP/d.jsonl.gz" && run "$TMP/j2" "${FLAGS[@]}" -j 2 "$TMP/d.jsonl.gz" &&
         run "$TMP/j5" "${FLAGS[@]}" -j 5 "$TMP/d.jsonl.gz" && diff -r "$TMP/j1" "$TMP/j2" && diff -r "$TMP/j1" "$TMP/j5"
 }
+c_small_batches() {  # many read-ahead batches (1,000 bytes of lines each) against one: the same shards
+    run "$TMP/sb" "${FLAGS[@]}" --batch-bytes 1000 -j 2 "$TMP/members.jsonl.gz" && diff -r "$TMP/plain" "$TMP/sb"
+}
+c_late_error_small_batches() (  # a bad line read ahead while a batch is encoded: one line, nothing written
+    { cat "$TMP/d.jsonl"; echo '{"text": 5}'; } | gzip -c >"$TMP/late.jsonl.gz"
+    rm -rf "$TMP/late"
+    "$PREPRO" "${FLAGS[@]}" --batch-bytes 1000 -o "$TMP/late/p" "$TMP/late.jsonl.gz" 2>"$TMP/late.err"
+    [ $? = 1 ] && [ "$(cat "$TMP/late.err")" = "error: $TMP/late.jsonl.gz: line $((lines + 1)): \"text\" is not a string" ] &&
+        [ ! -e "$TMP/late" ]
+)
 c_val_fraction() {  # the split point counts decompressed bytes, so it is the plain file's
     run "$TMP/vf_plain" --vocab-dir "$VOCAB" --val-fraction 0.1 "$TMP/d.jsonl" &&
         run "$TMP/vf_gz" --vocab-dir "$VOCAB" --val-fraction 0.1 "$TMP/d.jsonl.gz" && diff -r "$TMP/vf_plain" "$TMP/vf_gz" &&
@@ -77,6 +87,8 @@ c_fineweb_layout() (
 CHECKS=(
     "c_compressed_same_shards|plain .jsonl, .jsonl.gz (one member and two) and .jsonl.zst give byte-identical shards"
     "c_threads|compressed input: -j 1, 2 and 5 give byte-identical shards"
+    "c_small_batches|--batch-bytes 1000 (hundreds of batches read ahead) gives the same shards"
+    "c_late_error_small_batches|a bad line near the end, read ahead: one error line, nothing written"
     "c_val_fraction|--val-fraction splits a .jsonl.gz where it splits the plain file"
     "c_text_field|--text-field picks another field"
     "c_fineweb_layout|--fineweb-layout: llm.c's names, shard 0 val, N tokens each, the plain run's stream"
