@@ -17,7 +17,7 @@ DATA_MIRROR ?= ../shared/data
 # ---------------------------------------------------------------- host compiler
 CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I.
 include detect.mk
-CXXFLAGS := $(CXXFLAGS_COMMON) $(OPENMP_FLAGS)
+CXXFLAGS := $(CXXFLAGS_COMMON) $(OPENMP_FLAGS) $(COMPRESSION_FLAGS)
 
 GTEST_LIBS := -lgtest -lgtest_main -pthread
 
@@ -72,14 +72,19 @@ TEST_HEADERS := $(wildcard tests/*.h)
 
 # ---------------------------------------------------------------- CPU programs and tests
 CPU_TESTS := test_gpt2 tests/unit_tests
-TOOLS := tokenizer data/prepro gpt2_convert
+TOOLS := tokenizer data/prepro data/hellaswag gpt2_convert
 
 # GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md).
 tokenizer: data/tokenizer.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
-data/prepro: data/prepro.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
-	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
+DATA_HEADERS := $(wildcard data/*.h)
+data/prepro: data/prepro.cpp $(DATA_HEADERS) $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@ -pthread $(COMPRESSION_LIBS)
+
+# HellaSwag JSONL -> llm.c's eval file (docs/EVALUATION.md).
+data/hellaswag: data/hellaswag.cpp $(DATA_HEADERS) $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@ -pthread $(COMPRESSION_LIBS)
 
 # Our model files <-> Hugging Face GPT-2 directories (README, "Hugging Face models").
 gpt2_convert: gpt2_convert.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
@@ -97,11 +102,11 @@ test_gpt2: test_gpt2.cpp $(REFERENCE_HEADERS) $(ENGINE_HEADERS)
 # One object per test file, so make -j compiles them in parallel.
 UNIT_TEST_SOURCES := $(wildcard tests/test_*.cpp)
 UNIT_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(UNIT_TEST_SOURCES))
-tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
+tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(DATA_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
 	@mkdir -p tests/obj
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 tests/unit_tests: $(UNIT_TEST_OBJECTS)
-	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) -lm
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) -lm $(COMPRESSION_LIBS)
 
 # ---------------------------------------------------------------- GPU programs
 GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling \

@@ -1,5 +1,6 @@
 # What this machine has, shared by the top-level Makefile and dev/cuda/Makefile:
-# OPENMP_FLAGS, NVCC_FOUND, GPU_VISIBLE and GPU_COMPUTE_CAPABILITY (read from nvidia-smi, sm_90 when no GPU is
+# OPENMP_FLAGS, COMPRESSION_FLAGS / COMPRESSION_LIBS (zlib and libzstd for data/prepro's .jsonl.gz and .jsonl.zst),
+# NVCC_FOUND, GPU_VISIBLE and GPU_COMPUTE_CAPABILITY (read from nvidia-smi, sm_90 when no GPU is
 # visible; setting GPU_COMPUTE_CAPABILITY overrides). Each missing piece is reported in one line.
 CXX ?= g++
 NVCC ?= nvcc
@@ -9,6 +10,22 @@ ifeq ($(OPENMP_OK),1)
   OPENMP_FLAGS := -fopenmp
 else
   $(info note: OpenMP not available, CPU reference runs single-threaded)
+endif
+
+# zlib and libzstd (Debian: zlib1g-dev, libzstd-dev; .ci/run installs them): each links and runs a call, or is off.
+ZLIB_OK := $(shell printf '\043include <zlib.h>\nint main(){return zlibVersion()[0]==0;}\n' | $(CXX) -x c++ - -lz -o /dev/null 2>/dev/null && echo 1)
+ZSTD_OK := $(shell printf '\043include <zstd.h>\nint main(){return ZSTD_versionNumber()==0;}\n' | $(CXX) -x c++ - -lzstd -o /dev/null 2>/dev/null && echo 1)
+ifeq ($(ZLIB_OK),1)
+  COMPRESSION_FLAGS += -DLLMC_HAVE_ZLIB
+  COMPRESSION_LIBS += -lz
+else
+  $(info note: zlib not found (Debian: zlib1g-dev), data/prepro cannot read .jsonl.gz)
+endif
+ifeq ($(ZSTD_OK),1)
+  COMPRESSION_FLAGS += -DLLMC_HAVE_ZSTD
+  COMPRESSION_LIBS += -lzstd
+else
+  $(info note: libzstd not found (Debian: libzstd-dev), data/prepro cannot read .jsonl.zst)
 endif
 
 NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)

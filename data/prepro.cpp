@@ -2,7 +2,8 @@
 //   data/prepro [options] INPUT...      (see kUsage; docs/TOKENIZER.md)
 // Each document becomes <|endoftext|> followed by its ids (tiktoken's encode_ordinary), as llm.c's
 // scripts do. Documents are encoded on all cores; the output depends only on the inputs and the
-// options (never on the thread count): results are written in input order.
+// options (never on the thread count): results are written in input order. JSONL (plain, .jsonl.gz,
+// .jsonl.zst) is streamed a batch of lines at a time; a text file is read whole.
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +14,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "data/prepro_input.h"
@@ -25,25 +30,31 @@
 static const char* kUsage =
     "usage: data/prepro [options] INPUT...\n"
     "  INPUT: a text file (one document), a directory (every regular file below it, sorted by path),\n"
-    "         or a .jsonl file (one JSON object per line; its \"text\" string is a document).\n"
+    "         or a .jsonl file (one JSON object per line; its \"text\" string is a document), also gzip- or\n"
+    "         zstd-compressed as .jsonl.gz / .jsonl.zst (read as a stream). A file whose content is not what its\n"
+    "         name says (compressed or binary data, JSONL in a .txt) is refused in one line.\n"
     "  -o PREFIX            output prefix (default data/out/data): PREFIX_val_000000.bin, PREFIX_train_000000.bin, ...\n"
     "                       Its directories are made. After a run PREFIX_{train,val}_*.bin are exactly that run's\n"
     "                       shards (an earlier run's extra shards are removed); a failed run changes nothing there.\n"
     "  --vocab-dir DIR      encoder.json + vocab.bpe (default data/cache/gpt2)\n"
-    "  --jsonl              read every INPUT file as JSONL, whatever its name\n"
+    "  --jsonl              read every INPUT file as JSONL, whatever its name (gzip or zstd by its content)\n"
+    "  --text-field NAME    the JSONL field holding a document's text (default \"text\")\n"
     "  --split-blank-lines  cut text files into documents after every \"\\n\\n\" (llm.c's Tiny Shakespeare rule)\n"
     "  --val-tokens N       the first N tokens of the stream form the val split (cut mid-document, as llm.c)\n"
     "  --val-fraction F     documents starting in the first F of the input bytes form the val split\n"
     "  --val-file FILE      the val split is FILE's documents; INPUTs are all train\n"
+    "  --fineweb-layout     llm.c's FineWeb shards (dev/data/fineweb.py): the first --shard-tokens tokens are the\n"
+    "                       val shard PREFIX_val_000000.bin, the rest PREFIX_train_000001.bin, _000002, ...\n"
     "                       (no val option: no val split; an empty train split is an error)\n"
-    "  --shard-tokens N     tokens per shard (default 100000000)\n"
+    "  --shard-tokens N     tokens per shard (default 100000000, as llm.c's fineweb.py)\n"
+    "  --batch-bytes N      text read and encoded per batch (default 67108864); memory follows it\n"
     "  -j N                 threads (default: all cores)\n";
 
 struct Options {
     std::vector<std::string> inputs;
-    std::string prefix = "data/out/data", vocab_dir = "data/cache/gpt2", val_file;
-    bool jsonl = false, split_blank_lines = false;
-    int64_t val_tokens = -1, shard_tokens = 100000000;
+    std::string prefix = "data/out/data", vocab_dir = "data/cache/gpt2", val_file, text_field = "text";
+    bool jsonl = false, split_blank_lines = false, fineweb_layout = false;
+    int64_t val_tokens = -1, shard_tokens = 100000000, batch_bytes = 64 << 20;
     double val_fraction = -1;
     int threads = 0;
 };
@@ -69,7 +80,10 @@ static Options parse_args(int argc, char** argv) {
             return (int64_t)x;
         };
         auto set_val_mode = [&]() {
-            if (!val_mode.empty()) throw UsageError(a + ": give at most one of --val-tokens, --val-fraction, --val-file (" + val_mode + " given too)");
+            if (!val_mode.empty()) {
+                throw UsageError(a + ": give at most one of --val-tokens, --val-fraction, --val-file, --fineweb-layout (" +
+                                 val_mode + " given too)");
+            }
             val_mode = a;
         };
         if (a == "-h" || a == "--help") {
@@ -81,6 +95,12 @@ static Options parse_args(int argc, char** argv) {
             o.vocab_dir = value();
         } else if (a == "--jsonl") {
             o.jsonl = true;
+        } else if (a == "--text-field") {
+            o.text_field = value();
+            if (o.text_field.empty()) throw UsageError("--text-field: needs a non-empty field name");
+        } else if (a == "--fineweb-layout") {
+            set_val_mode();
+            o.fineweb_layout = true;
         } else if (a == "--split-blank-lines") {
             o.split_blank_lines = true;
         } else if (a == "--val-tokens") {
@@ -99,6 +119,8 @@ static Options parse_args(int argc, char** argv) {
             o.val_file = value();
         } else if (a == "--shard-tokens") {
             o.shard_tokens = int_value(1, kShardMaxTokens);  // the shard header holds an int32
+        } else if (a == "--batch-bytes") {
+            o.batch_bytes = int_value(1, (int64_t)1 << 40);
         } else if (a == "-j") {
             o.threads = (int)int_value(1, 4096);
         } else if (a.size() > 1 && a[0] == '-') {
@@ -163,8 +185,9 @@ static std::vector<std::string> make_parent_directories(const std::string& prefi
 // every shard it wrote, so a failed run leaves the prefix as it was.
 class ShardedOutput {
 public:
-    ShardedOutput(std::string prefix, std::string split, int64_t shard_tokens)
-        : prefix_(std::move(prefix)), split_(std::move(split)), shard_tokens_(shard_tokens) {}
+    // first_index: the number of the first shard (1 for train in llm.c's FineWeb layout, where 0 is val).
+    ShardedOutput(std::string prefix, std::string split, int64_t shard_tokens, int first_index = 0)
+        : prefix_(std::move(prefix)), split_(std::move(split)), shard_tokens_(shard_tokens), first_index_(first_index) {}
     ShardedOutput(const ShardedOutput&) = delete;
     ShardedOutput& operator=(const ShardedOutput&) = delete;
     ~ShardedOutput() {
@@ -216,12 +239,13 @@ private:
     };
     std::string prefix_, split_;
     int64_t shard_tokens_, total_ = 0;
+    int first_index_ = 0;
     std::vector<Shard> shards_;
     size_t published_ = 0;
     std::unique_ptr<ShardWriter> writer_;
     void open_next() {
         char name[32];
-        snprintf(name, sizeof(name), "_%06d.bin", (int)shards_.size());
+        snprintf(name, sizeof(name), "_%06d.bin", first_index_ + (int)shards_.size());
         Shard s;
         s.path = prefix_ + "_" + split_ + name;
         s.staged = s.path + ".incomplete." + std::to_string((long)getpid());
@@ -299,19 +323,30 @@ int main(int argc, char** argv) {
         } created;
         created.dirs = make_parent_directories(o.prefix);
 
-        Progress progress;
-        std::vector<int64_t> file_offset;
-        for (const auto& f : files) {
-            file_offset.push_back(progress.total_bytes);
-            progress.total_bytes += file_size_or_throw(f);
-        }
-        int64_t val_bytes_limit = o.val_fraction >= 0 ? (int64_t)(o.val_fraction * (double)progress.total_bytes) : 0;
+        // What each file is, before any work: a file prepro would misread stops the run here, in one line.
+        std::vector<InputFileKind> kinds;
+        for (const auto& f : files) kinds.push_back(check_input_file(f, o.jsonl, o.text_field));
+        if (o.fineweb_layout) o.val_tokens = o.shard_tokens;  // shard 0 is val, as llm.c's fineweb.py
 
-        ShardedOutput val(o.prefix, "val", o.shard_tokens), train(o.prefix, "train", o.shard_tokens);
-        const size_t kChunk = 1 << 20;  // long documents are encoded in ~1 MB pieces in parallel
+        // Progress counts the files' bytes on disk; --val-fraction counts the input stream's (decompressed) bytes.
+        Progress progress;
+        std::vector<int64_t> file_offset, stream_offset;
+        int64_t stream_bytes = 0;
         for (size_t fi = 0; fi < files.size(); fi++) {
-            const bool jsonl = o.jsonl || is_jsonl_path(files[fi]);
-            FileDocuments d = parse_documents(read_file_bytes(files[fi]), files[fi], jsonl, o.split_blank_lines, file_offset[fi]);
+            file_offset.push_back(progress.total_bytes);
+            stream_offset.push_back(stream_bytes);
+            const int64_t size = file_size_or_throw(files[fi]);
+            progress.total_bytes += size;
+            const bool count_stream = o.val_fraction >= 0 && kinds[fi].compression != Compression::None;
+            stream_bytes += count_stream ? decompressed_size(files[fi]) : size;
+        }
+        int64_t val_bytes_limit = o.val_fraction >= 0 ? (int64_t)(o.val_fraction * (double)stream_bytes) : 0;
+
+        ShardedOutput val(o.prefix, "val", o.shard_tokens), train(o.prefix, "train", o.shard_tokens, o.fineweb_layout ? 1 : 0);
+        // One batch of one file's documents: encoded on all cores, written in order to val or train.
+        // done_bytes(k) is how far into the input (bytes on disk) the documents before k reach, for progress.
+        auto encode_and_route = [&](const FileDocuments& d, size_t fi, const std::function<int64_t(size_t)>& done_bytes) {
+            const size_t kChunk = 1 << 20;  // long documents are encoded in ~1 MB pieces in parallel
             // Work items: (document, chunk) in order; a chunk boundary is a safe split point.
             struct Item { size_t doc; std::string_view text; bool doc_start; };
             std::vector<Item> items;
@@ -325,8 +360,8 @@ int main(int argc, char** argv) {
                     pos = end;
                 } while (pos < doc.size());
             }
-            // Encode in batches of ~64 MB of text, so memory stays bounded and progress moves.
-            const size_t kBatchBytes = 64 << 20;
+            // Encode in batches of ~--batch-bytes of text, so memory stays bounded and progress moves.
+            const size_t kBatchBytes = (size_t)o.batch_bytes;
             for (size_t b0 = 0, b1 = 0; b0 < items.size(); b0 = b1) {
                 size_t batch_bytes = 0;
                 for (b1 = b0; b1 < items.size() && batch_bytes < kBatchBytes; b1++) batch_bytes += items[b1].text.size();
@@ -361,13 +396,49 @@ int main(int argc, char** argv) {
                     (to_val ? val : train).append(t, n);
                     progress.tokens += (int64_t)buf.size();
                 }
-                size_t last_doc = items[b1 - 1].doc;
-                int64_t done = (last_doc + 1 < d.docs.size()) ? d.docs[last_doc + 1].input_offset
-                                                              : file_offset[fi] + file_size_or_throw(files[fi]);
-                progress.done_bytes = done;
+                progress.done_bytes = done_bytes(items[b1 - 1].doc + 1);
                 progress.update(false);
             }
-            progress.done_bytes = file_offset[fi] + file_size_or_throw(files[fi]);
+        };
+        for (size_t fi = 0; fi < files.size(); fi++) {
+            const int64_t file_end = file_offset[fi] + file_size_or_throw(files[fi]);
+            if (kinds[fi].jsonl) {  // streamed: one batch of lines at a time
+                // Reading (decompressing, parsing) the next batch on a thread of its own overlaps encoding this one.
+                const size_t kLinesBytes = (size_t)o.batch_bytes;
+                JsonlReader reader(files[fi], o.text_field, stream_offset[fi]);
+                FileDocuments d, next_d;
+                bool have = reader.next(d, kLinesBytes);
+                while (have) {
+                    const int64_t done = file_offset[fi] + reader.file_bytes_read();
+                    bool have_next = false;
+                    std::exception_ptr read_error;
+                    std::thread read_ahead([&] {
+                        try {
+                            have_next = reader.next(next_d, kLinesBytes);
+                        } catch (...) {
+                            read_error = std::current_exception();
+                        }
+                    });
+                    struct Join {  // joined before anything unwinds past it (an error while encoding)
+                        std::thread& t;
+                        ~Join() {
+                            if (t.joinable()) t.join();
+                        }
+                    } join{read_ahead};
+                    encode_and_route(d, fi, [&](size_t) { return done; });
+                    read_ahead.join();
+                    if (read_error) std::rethrow_exception(read_error);
+                    std::swap(d, next_d);
+                    have = have_next;
+                }
+            } else {
+                FileDocuments d = parse_documents(read_file_bytes(files[fi]), files[fi], false, o.split_blank_lines,
+                                                  stream_offset[fi]);
+                encode_and_route(d, fi, [&](size_t k) {
+                    return k < d.docs.size() ? file_offset[fi] + (d.docs[k].input_offset - stream_offset[fi]) : file_end;
+                });
+            }
+            progress.done_bytes = file_end;
         }
         progress.update(true);
         end_progress_line();
@@ -376,6 +447,11 @@ int main(int argc, char** argv) {
             throw FileError("INPUT: no documents in any of the " + std::to_string(files.size()) + " input files (all empty)");
         }
         if (train.total() == 0) {
+            if (o.fineweb_layout) {
+                file_error("--fineweb-layout", "the input's %lld tokens fill only the val shard (shard 0 takes the first "
+                           "%lld, --shard-tokens), so the train split would be empty",
+                           (long long)val.total(), (long long)o.shard_tokens);
+            }
             if (o.val_tokens >= 0) {
                 file_error("--val-tokens", "%lld takes all %lld tokens of the input, so the train split would be empty",
                            (long long)o.val_tokens, (long long)val.total());

@@ -28,6 +28,10 @@ run_suite cpu-reference ./test_gpt2 tests/fixtures/tiny
 run_suite layout bash tests/check_layout.sh
 run_suite unit-tests ./tests/unit_tests
 run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
+# prepro on .jsonl.gz / .jsonl.zst (same shards as plain JSONL, any -j), --fineweb-layout, the inputs it refuses
+run_suite prepro-data bash tests/test_prepro_data.sh
+# data/hellaswag: the fixture against the golden eval file (llm.c's layout), bad lines, the golden script
+run_suite hellaswag-converter bash tests/test_hellaswag.sh
 run_suite gpt2-convert bash tests/test_gpt2_convert.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)
 run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2

@@ -178,12 +178,17 @@ expect_error "bad JSONL names file and line" "bad.jsonl: line 2: invalid JSON" "
 if truncate -s 4T "$TMP/huge.txt" 2>/dev/null; then
     expect_error "encode a 4 TiB file" "huge.txt: needs 4398046511104 bytes (4096.0 GiB) for its contents, more than this machine's memory" \
         "$TOK" encode --vocab-dir "$VOCAB" "$TMP/huge.txt"
-    expect_error "prepro a 4 TiB file" "huge.txt: needs 4398046511104 bytes (4096.0 GiB) for its contents, more than this machine's memory" \
+    # prepro refuses a file of zeros as binary before reading it; with 64 KiB of text first (past what it looks at),
+    # the size is the problem
+    expect_error "prepro a 4 TiB file of zeros" "huge.txt: looks binary (a NUL byte at byte 0), not text" \
         "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/huge.txt"
+    head -c 65536 /dev/zero | tr '\0' a >"$TMP/huge_text.txt" && truncate -s 4T "$TMP/huge_text.txt"
+    expect_error "prepro a 4 TiB file" "huge_text.txt: needs 4398046511104 bytes (4096.0 GiB) for its contents, more than this machine's memory" \
+        "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x" "$TMP/huge_text.txt"
     "$TOK" export --vocab-dir "$VOCAB" -o "$TMP/huge_tok.bin" 2>/dev/null && truncate -s 1024 "$TMP/huge_tok.bin" && truncate -s 4T "$TMP/huge_tok.bin"
     expect_error "decode --bin with a 4 TiB tokenizer file" "huge_tok.bin: token 0 has length 0 (at byte 1024)" \
         bash -c "echo 1 | $TOK decode --bin '$TMP/huge_tok.bin'"
-    rm -f "$TMP/huge.txt" "$TMP/huge_tok.bin"
+    rm -f "$TMP/huge.txt" "$TMP/huge_text.txt" "$TMP/huge_tok.bin"
 else echo "skip files of 4 TiB (the file system cannot hold a sparse one)"; fi
 printf '{"text": "a", "text": "b"}\n{"text": "c"}\n' >"$TMP/dup.jsonl"
 expect_error "JSONL key given twice" "dup.jsonl: line 1: key \"text\" appears twice" "$PREPRO" --vocab-dir "$VOCAB" --val-fraction 0.5 -o "$TMP/x" "$TMP/dup.jsonl"

@@ -5,6 +5,7 @@
 //   fuzz_debug_state GPT2Config as 6 int32 (maxT V Vp L NH C), then the debug-state file
 //   fuzz_bpe_encode  u8 merges, u8 eot slot, u8 options, merges x (u16 left, u16 right), then the text
 //   fuzz_prepro_input u8 flags (1 = JSONL, 2 = split on blank lines), u32 base offset, then the file
+//   fuzz_jsonl_stream u8 name (0 .jsonl, 1 .jsonl.gz, 2 .jsonl.zst, 3 .txt), u16 batch bytes - 1, then the file
 //   fuzz_train_args  argv[1..] separated by NUL bytes
 //   fuzz_json        u8 mode, then the text
 // And the synthetic GPT-2-style vocabulary (encoder.json + vocab.bpe) the tokenizer targets load, and the

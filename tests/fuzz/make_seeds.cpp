@@ -3,6 +3,12 @@
 // ../shared/data: the tokenizer seeds use the synthetic vocabulary of fuzz_inputs.h.
 //   bin/make_seeds corpus        (make -C tests/fuzz seeds)
 #include <sys/stat.h>
+#ifdef LLMC_HAVE_ZLIB
+#include <zlib.h>
+#endif
+#ifdef LLMC_HAVE_ZSTD
+#include <zstd.h>
+#endif
 
 #include <cmath>
 #include <cstdio>
@@ -11,6 +17,7 @@
 #include <vector>
 
 #include "llmc/formats/data_shard.h"
+#include "llmc/formats/eval_file.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/model_file.h"
 #include "llmc/formats/run_state.h"
@@ -93,6 +100,15 @@ static void hf_gpt2_seeds() {
 static void shard_seeds() {
     put("data_shard", "100_tokens.bin", shard_bytes(100, 50257));
     put("data_shard", "1_token.bin", shard_bytes(1, 50257));
+}
+
+// Two HellaSwag-like examples (4 endings) and one with a single ending.
+static void eval_file_seeds() {
+    EvalExample a{3, {464, 582, 318}, {{318, 1262}, {318, 2712, 13}, {11}, {50256, 7, 8}}};
+    EvalExample b{0, {7}, {{8, 9, 10}, {9}, {10}, {11, 12}}};
+    put("eval_file", "two_examples.bin", written([&](const std::string& p) { write_eval_file(p, {a, b}); }));
+    EvalExample c{0, {65534}, {{0}}};
+    put("eval_file", "one_ending.bin", written([&](const std::string& p) { write_eval_file(p, {c}); }));
 }
 
 static void loader_seeds() {
@@ -253,6 +269,41 @@ static void prepro_seeds() {
     put("prepro_input", "whole.txt", input(0, 0, "a whole file \xFF as one document\n"));
 }
 
+// fuzz_jsonl_stream: a small JSONL file as it is, as gzip (two members) and as zstd, and a .txt.
+static void jsonl_stream_seeds() {
+    const std::string jsonl = "{\"text\": \"first\", \"id\": 1}\n\n{\"text\": \"caf\\u00e9 second\\n\"}\r\n{\"text\": \"\"}\n";
+    auto input = [](uint8_t name, uint16_t batch, const std::string& bytes) {
+        fuzz::ByteWriter w;
+        w.put<uint8_t>(name);
+        w.put<uint16_t>(batch);
+        w.bytes(bytes);
+        return w.out;
+    };
+    put("jsonl_stream", "plain.bin", input(0, 9, jsonl));
+    put("jsonl_stream", "text.bin", input(3, 100, "a text\n\nfile\n"));
+#ifdef LLMC_HAVE_ZLIB
+    auto gzip = [](const std::string& s) {
+        z_stream z{};
+        deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+        std::string out(deflateBound(&z, (uLong)s.size()) + 64, '\0');
+        z.next_in = (Bytef*)s.data();
+        z.avail_in = (uInt)s.size();
+        z.next_out = (Bytef*)&out[0];
+        z.avail_out = (uInt)out.size();
+        deflate(&z, Z_FINISH);
+        out.resize(out.size() - z.avail_out);
+        deflateEnd(&z);
+        return out;
+    };
+    put("jsonl_stream", "gzip_two_members.bin", input(1, 5, gzip(jsonl.substr(0, 20)) + gzip(jsonl.substr(20))));
+#endif
+#ifdef LLMC_HAVE_ZSTD
+    std::string z(ZSTD_compressBound(jsonl.size()), '\0');
+    z.resize(ZSTD_compress(&z[0], z.size(), jsonl.data(), jsonl.size(), 3));
+    put("jsonl_stream", "zstd.bin", input(2, 3, z));
+#endif
+}
+
 static void train_args_seeds() {
     auto argv = [](std::vector<std::string> args) {
         std::string s;
@@ -283,6 +334,7 @@ int main(int argc, char** argv) {
         model_seeds();
         hf_gpt2_seeds();
         shard_seeds();
+        eval_file_seeds();
         loader_seeds();
         tokenizer_seeds();
         run_state_seeds();
@@ -293,6 +345,7 @@ int main(int argc, char** argv) {
         json_seeds();
         bpe_seeds();
         prepro_seeds();
+        jsonl_stream_seeds();
         train_args_seeds();
     } catch (const std::exception& e) {
         fprintf(stderr, "make_seeds: %s\n", e.what());
