@@ -33,3 +33,20 @@ ifeq ($(GPU_COMPUTE_CAPABILITY),90)
 else
   HOPPER_ARCH := $(GPU_ARCH)
 endif
+
+# The server's libraries (serve_gpt2cu, tests/serve_tests, tests/serve_mock, the request fuzzer; docs/SERVING.md), when
+# the including Makefile asks (DETECT_SERVE=1): cpp-httplib (Debian's libcpp-httplib-dev is a compiled library whose
+# header must see the flags it was built with, so both come from pkg-config) and nlohmann/json (header-only).
+# SERVE_DEPS=1 when both are here; else one line names what is missing and how to install it.
+ifeq ($(DETECT_SERVE),1)
+  HTTPLIB_OK := $(shell pkg-config --exists cpp-httplib 2>/dev/null && echo 1)
+  HTTPLIB_CFLAGS := $(if $(HTTPLIB_OK),$(shell pkg-config --cflags cpp-httplib))
+  HTTPLIB_LIBS := $(if $(HTTPLIB_OK),$(shell pkg-config --libs cpp-httplib))
+  NLOHMANN_JSON_OK := $(shell echo '\#include <nlohmann/json.hpp>' | $(CXX) -std=c++17 -E -x c++ - >/dev/null 2>&1 && echo 1)
+  SERVE_MISSING := $(strip $(if $(HTTPLIB_OK),,cpp-httplib) $(if $(NLOHMANN_JSON_OK),,nlohmann/json))
+  ifeq ($(SERVE_MISSING),)
+    SERVE_DEPS := 1
+  else
+    $(info note: $(SERVE_MISSING) not found (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config): serve_gpt2cu and its tests are skipped)
+  endif
+endif
