@@ -3,7 +3,11 @@
 // pieces join to the whole response and end with "data: [DONE]", usage chunks, logprobs, stop strings across
 // tokens, <|endoftext|> and ignore_eos, seeds, the error statuses (400, 404, 405, 413, 429 with Retry-After, 503
 // while draining) with JSON bodies, a client that leaves a stream (its request cancelled), and the drain.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -267,8 +271,26 @@ TEST(ServeHttp, ErrorStatusesWithJsonBodies) {
     auto r = c.Get("/v1/completions");
     expect_error(r, 405, "");
     EXPECT_EQ(r->get_header_value("Allow"), "POST");
+    // not HTTP at all, a truncated body, a client that closes at once: answered or dropped, never a crash
+    for (const std::string& raw : {std::string("GARBAGE\r\n\r\n"), std::string("POST /v1/completions HTTP/1.1\r\n"
+                                  "Content-Length: 100\r\n\r\n{\"prompt\""), std::string("")}) {
+        const int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)s.server.port());
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(connect(fd, (sockaddr*)&a, sizeof(a)), 0);
+        if (!raw.empty()) {
+            ASSERT_EQ(send(fd, raw.data(), raw.size(), 0), (ssize_t)raw.size());
+        }
+        shutdown(fd, SHUT_WR);
+        char buf[256];
+        while (recv(fd, buf, sizeof(buf), 0) > 0) {  // whatever it answers, until it closes
+        }
+        close(fd);
+    }
     // still serving after all that
-    EXPECT_EQ(post_json(c, {{"prompt", "ok"}, {"max_tokens", 2}})["usage"]["completion_tokens"], 2);
+    EXPECT_EQ(post_json(c, {{"prompt", "ok"}, {"max_tokens", 2}, {"ignore_eos", true}})["usage"]["completion_tokens"], 2);
 }
 
 TEST(ServeHttp, QueueFullIs429WithRetryAfter) {
@@ -277,7 +299,7 @@ TEST(ServeHttp, QueueFullIs429WithRetryAfter) {
     Server s(fake(1, 0, 20000), so);  // one slot, no queue, 20 ms a step
     std::thread first([&] {
         httplib::Client c = s.client();
-        post_json(c, {{"prompt", "slow"}, {"max_tokens", 20}});
+        post_json(c, {{"prompt", "slow"}, {"max_tokens", 20}, {"ignore_eos", true}});
     });
     for (int i = 0; i < 500 && s.scheduler.stats().running == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     ASSERT_EQ(s.scheduler.stats().running, 1);
@@ -297,7 +319,7 @@ TEST(ServeHttp, ClientLeavingAStreamCancelsIt) {
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
-    req.body = json{{"prompt", "long"}, {"max_tokens", 120}, {"stream", true}}.dump();
+    req.body = json{{"prompt", "long"}, {"max_tokens", 120}, {"stream", true}, {"ignore_eos", true}}.dump();
     req.set_header("Content-Type", "application/json");
     int chunks = 0;
     req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };  // leave early
@@ -316,7 +338,7 @@ TEST(ServeHttp, DrainFinishesStreamsAndRefusesNewRequests) {
     std::vector<std::string> events;
     std::thread streaming([&] {
         httplib::Client c = s.client();
-        events = post_stream(c, {{"prompt", "drain"}, {"max_tokens", 25}, {"stream", true}});
+        events = post_stream(c, {{"prompt", "drain"}, {"max_tokens", 25}, {"stream", true}, {"ignore_eos", true}});
     });
     for (int i = 0; i < 500 && s.scheduler.stats().running == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     std::thread drainer([&] { s.server.drain_and_stop(); });

@@ -8,6 +8,7 @@
 // request runs to its end (cpp-httplib 0.11 tells a handler nothing of its connection). Host-only.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -32,7 +33,7 @@ struct ServeSetup {
     PromptEncoder encode;                            // text -> token ids (the server's GPT-2 BPE)
     const std::vector<std::string>* token_bytes = nullptr;  // id -> bytes
     int eot = -1;                                    // <|endoftext|>: ends a completion (unless ignore_eos)
-    int threads = 0;                                 // request threads (0: slots + max_queue + 8)
+    int threads = 0;                                 // request threads (0: slots + max_queue + 8, at most 1024)
     int retry_after_s = 1;                           // 429's Retry-After
     FILE* log = stderr;                              // a line per finished completion (null: none)
 };
@@ -42,8 +43,10 @@ public:
     CompletionServer(Scheduler* scheduler, ServeSetup setup)
         : sched_(scheduler), setup_(std::move(setup)), created_(unix_seconds()) {
         const SchedulerStats st = sched_->stats();
+        // a thread per request in the system (running or queued) and a few to refuse more with 429; at most 1024
+        // (beyond, connections wait in cpp-httplib's queue for a thread)
         const int threads =
-            setup_.threads > 0 ? setup_.threads : st.slots + sched_->options().max_queue + 8;
+            setup_.threads > 0 ? setup_.threads : std::min(1024, st.slots + sched_->options().max_queue + 8);
         svr_.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
         svr_.set_payload_max_length(setup_.limits.max_body_bytes);
         svr_.set_keep_alive_timeout(3);
