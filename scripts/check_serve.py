@@ -7,8 +7,9 @@ It starts the server (--server, default ./serve_gpt2cu; --server-args adds flags
   1. GET /health, GET /v1/models;
   2. greedy completions of several prompts, sent together (so they share decode steps), against generate_gpt2cu's
      --ids output for each prompt alone (--generate): the same text, finish_reason and token count; a difference is
-     allowed only at a near-tie (the server's top-2 logprobs within --near-tie nats: the batch changes the GEMMs'
-     rounding in BF16), and is reported;
+     allowed only at a near-tie (the server's top-2 logprobs within --near-tie nats, generate's token the server's
+     second: the server's batch runs other GEMMs than generate's batch of 1, so BF16 rounding differs), and is
+     reported with its gap;
   3. each prompt alone against the same prompt in the batch, greedy and seeded sampling: identical (the server's
      own determinism); seeded sampling against generate_gpt2cu -seed: reported (the host sampler sums in double,
      the GPU picker in fp32, so a coin at a CDF boundary may differ);
@@ -409,7 +410,10 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64, help="new tokens per compared completion")
     ap.add_argument("--long-tokens", type=int, default=400, help="a long stream's tokens (the small server's checks)")
     ap.add_argument("--max-body", type=int, default=1 << 20, help="the server's --max-body (for the 413 check)")
-    ap.add_argument("--near-tie", type=float, default=0.05, help="top-2 logprob gap (nats) that excuses a difference")
+    ap.add_argument("--near-tie", type=float, default=1.0,
+                    help="top-2 logprob gap (nats) that excuses a difference from generate_gpt2cu (default 1.0: GPT-2's "
+                         "logits are tens to a hundred or more, where one bf16 step is 0.125-0.5, and "
+                         "check_generate_hf.py allows 2%% of the top logit; 0 for FP32 builds)")
     ap.add_argument("--start-timeout", type=float, default=600)
     ap.add_argument("--out", default="serve_check")
     ap.add_argument("--skip-small-server", action="store_true", help="no 429 / client-left / SIGTERM checks")
