@@ -3,6 +3,7 @@
 #   make test_gpt2cu         the GPU reference test     make clean
 #   make generate_gpt2cu     text for prompts (KV cache, decode steps as a CUDA Graph)
 #   make gpt2_convert        our model files <-> Hugging Face GPT-2 (safetensors)
+#   make serve_gpt2cu        an OpenAI-compatible completions server (docs/SERVING.md; needs cpp-httplib, nlohmann/json)
 #   make -C dev/cuda NAME    a standalone kernel program
 # Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1
 
@@ -16,6 +17,8 @@ DATA_MIRROR ?= ../shared/data
 
 # ---------------------------------------------------------------- host compiler
 CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I.
+# detect.mk also looks for the server's libraries (SERVE_DEPS, HTTPLIB_CFLAGS, HTTPLIB_LIBS)
+DETECT_SERVE := 1
 include detect.mk
 CXXFLAGS := $(CXXFLAGS_COMMON) $(OPENMP_FLAGS) $(COMPRESSION_FLAGS)
 
@@ -99,8 +102,10 @@ data: tokenizer data/prepro
 test_gpt2: test_gpt2.cpp $(REFERENCE_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -lm
 
-# One object per test file, so make -j compiles them in parallel.
-UNIT_TEST_SOURCES := $(wildcard tests/test_*.cpp)
+# One object per test file, so make -j compiles them in parallel. The server's tests (tests/test_serve_*.cpp) are
+# their own binary: they need its libraries.
+SERVE_TEST_SOURCES := $(wildcard tests/test_serve_*.cpp)
+UNIT_TEST_SOURCES := $(filter-out $(SERVE_TEST_SOURCES),$(wildcard tests/test_*.cpp))
 UNIT_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(UNIT_TEST_SOURCES))
 tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(DATA_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
 	@mkdir -p tests/obj
@@ -108,9 +113,23 @@ tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(DATA_HEADERS
 tests/unit_tests: $(UNIT_TEST_OBJECTS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) -lm $(COMPRESSION_LIBS)
 
+# ---------------------------------------------------------------- the server (docs/SERVING.md)
+# Its request layer, scheduler and HTTP side are host code, tested here on a fake engine (tests/serve_tests) and run
+# as tests/serve_mock (the server on the fake engine) for scripts/check_serve.py and scripts/bench_serve.py.
+SERVE_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(SERVE_TEST_SOURCES))
+tests/obj/test_serve_%.o: tests/test_serve_%.cpp $(ENGINE_HEADERS) $(TEST_HEADERS)
+	@mkdir -p tests/obj
+	$(CXX) $(CXXFLAGS) $(HTTPLIB_CFLAGS) -c $< -o $@
+tests/serve_tests: $(SERVE_TEST_OBJECTS)
+	$(CXX) $(CXXFLAGS) $^ -o $@ $(HTTPLIB_LIBS) $(GTEST_LIBS)
+tests/serve_mock: tests/serve_mock.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(TEST_HEADERS)
+	$(CXX) $(CXXFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(HTTPLIB_LIBS) -pthread
+SERVE_CPU := $(if $(SERVE_DEPS),tests/serve_tests tests/serve_mock)
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+
 # ---------------------------------------------------------------- GPU programs
 GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling \
-                tests/test_zero
+                tests/test_zero $(if $(SERVE_DEPS),serve_gpt2cu)
 
 # GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
 BUILD_STAMP := .build-config
@@ -126,6 +145,11 @@ test_gpt2cu: test_gpt2.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 # Text for prompts (README, "Generate").
 generate_gpt2cu: generate_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
+# The completions server (docs/SERVING.md).
+serve_gpt2cu: serve_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD_STAMP)
+	$(if $(SERVE_DEPS),,@echo "serve_gpt2cu needs $(SERVE_MISSING) (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)"; exit 1)
+	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) -DLLMC_VERSION='"$(VERSION)"' $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
 
 # every engine kernel against the double-precision CPU reference
 tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
@@ -153,25 +177,26 @@ fuzz:
 
 # ---------------------------------------------------------------- aggregate targets
 ifneq ($(NVCC_FOUND),)
-all: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS)
+all: $(CPU_TESTS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS)
 else
-all: $(CPU_TESTS) $(TOOLS)
+all: $(CPU_TESTS) $(TOOLS) $(SERVE_CPU)
 endif
 
 # `make test`: CPU tests everywhere, GPU tests when a GPU is visible; ends with "N passed, N failed".
 # With a GPU: the GPU programs and the dev/cuda programs (their -c validation) too. Without one but with nvcc:
-# train_gpt2cu, to check it fails in one clear line there.
+# train_gpt2cu (and serve_gpt2cu), to check they fail in one clear line there.
 ifeq ($(GPU_VISIBLE),1)
-test: $(CPU_TESTS) $(TOOLS) $(GPU_PROGRAMS) dev fuzz
-	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 PRECISION=$(PRECISION) bash tests/run_tests.sh
+test: $(CPU_TESTS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS) dev fuzz
+	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
 else
-test: $(CPU_TESTS) $(TOOLS) fuzz $(if $(NVCC_FOUND),train_gpt2cu)
-	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 PRECISION=$(PRECISION) bash tests/run_tests.sh
+test: $(CPU_TESTS) $(TOOLS) $(SERVE_CPU) fuzz $(if $(NVCC_FOUND),train_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
+	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
 endif
 check: test
 
 clean:
-	rm -f test_gpt2 tests/unit_tests $(TOOLS) $(GPU_PROGRAMS) $(BUILD_STAMP) *.o
+	rm -f test_gpt2 tests/unit_tests tests/serve_tests tests/serve_mock serve_gpt2cu $(TOOLS) $(GPU_PROGRAMS) \
+	      $(BUILD_STAMP) *.o
 	rm -rf tests/obj
 	$(MAKE) -C dev/cuda clean 2>/dev/null || true
 	$(MAKE) -C tests/fuzz clean 2>/dev/null || true

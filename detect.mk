@@ -50,3 +50,35 @@ ifeq ($(GPU_COMPUTE_CAPABILITY),90)
 else
   HOPPER_ARCH := $(GPU_ARCH)
 endif
+
+# The server's libraries (serve_gpt2cu, tests/serve_tests, tests/serve_mock, the request fuzzer; docs/SERVING.md), when
+# the including Makefile asks (DETECT_SERVE=1): cpp-httplib (Debian's libcpp-httplib-dev is a compiled library whose
+# header must see the flags it was built with, so both come from pkg-config) and nlohmann/json (header-only). On a
+# machine without apt (the GPU machines), SERVE_PREFIX=DIR takes them, and what they need, from Debian packages
+# unpacked under DIR (scripts/serve_deps.sh), with DIR's libraries on the programs' run path (DT_RPATH, which
+# also serves the libraries' own dependencies).
+# SERVE_DEPS=1 when both are here; else one line names what is missing and how to install it.
+ifeq ($(DETECT_SERVE),1)
+  ifneq ($(SERVE_PREFIX),)
+    SERVE_ROOT := $(abspath $(SERVE_PREFIX))
+    SERVE_LIBDIR := $(SERVE_ROOT)/usr/lib/x86_64-linux-gnu
+    HTTPLIB_OK := $(if $(wildcard $(SERVE_ROOT)/usr/include/httplib.h $(SERVE_LIBDIR)/libcpp-httplib.so),1)
+    HTTPLIB_CFLAGS := -I$(SERVE_ROOT)/usr/include -I$(SERVE_ROOT)/usr/include/x86_64-linux-gnu \
+                      -DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_ZLIB_SUPPORT -DCPPHTTPLIB_BROTLI_SUPPORT
+    SERVE_RPATH := $(SERVE_LIBDIR):$(SERVE_ROOT)/lib/x86_64-linux-gnu
+    HTTPLIB_LIBS := -L$(SERVE_LIBDIR) -lcpp-httplib -Xlinker --disable-new-dtags -Xlinker -rpath=$(SERVE_RPATH) \
+                    -Xlinker -rpath-link=$(SERVE_RPATH)
+    NLOHMANN_JSON_OK := $(if $(wildcard $(SERVE_ROOT)/usr/include/nlohmann/json.hpp),1)
+  else
+    HTTPLIB_OK := $(shell pkg-config --exists cpp-httplib 2>/dev/null && echo 1)
+    HTTPLIB_CFLAGS := $(if $(HTTPLIB_OK),$(shell pkg-config --cflags cpp-httplib))
+    HTTPLIB_LIBS := $(if $(HTTPLIB_OK),$(shell pkg-config --libs cpp-httplib))
+    NLOHMANN_JSON_OK := $(shell echo '\#include <nlohmann/json.hpp>' | $(CXX) -std=c++17 -E -x c++ - >/dev/null 2>&1 && echo 1)
+  endif
+  SERVE_MISSING := $(strip $(if $(HTTPLIB_OK),,cpp-httplib) $(if $(NLOHMANN_JSON_OK),,nlohmann/json))
+  ifeq ($(SERVE_MISSING),)
+    SERVE_DEPS := 1
+  else
+    $(info note: $(SERVE_MISSING) not found$(if $(SERVE_PREFIX), under SERVE_PREFIX=$(SERVE_PREFIX) (scripts/serve_deps.sh), (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)): serve_gpt2cu and its tests are skipped)
+  endif
+endif

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The engine's layout rules (docs/ARCHITECTURE.md, "What may include what"), checked on the tree:
 #   - each llmc/ folder includes only the folders below it (core <- formats <- kernels <- model <- distributed,
-#     inference <- training), kernels/mma and kernels/hopper count as kernels;
+#     inference <- training; inference <- serving), kernels/mma and kernels/hopper count as kernels;
+#   - llmc/serving/ is host code: its .h files include no .cuh (the GPU engine is its one .cuh);
 #   - nothing in llmc/ or dev/ includes tests/; llmc/ includes neither reference/ nor data/;
 #   - no engine file over 400 lines, except the ones listed below as one algorithm each.
 set -u
@@ -16,6 +17,7 @@ allowed() {  # folder -> the llmc folders its files may include
         distributed) echo "core formats kernels model distributed" ;;
         inference) echo "core formats kernels model inference" ;;
         training) echo "core formats kernels model distributed inference training" ;;
+        serving) echo "core formats kernels model inference serving" ;;
         *) echo "" ;;
     esac
 }
@@ -36,6 +38,9 @@ for f in $(find llmc -name '*.h' -o -name '*.cuh' | sort); do
         done
         [ $good = 1 ] || { echo "layout: $f includes $inc (llmc/$folder may include: $ok)"; fail=1; }
     done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f")
+done
+for f in $(find llmc/serving -name '*.h' 2>/dev/null | sort); do
+    if grep -q '^#include ".*\.cuh"' "$f"; then echo "layout: $f includes a .cuh (llmc/serving/*.h are host code)"; fail=1; fi
 done
 for f in $(find dev -name '*.cu' -o -name '*.h' -o -name '*.cuh' | sort); do
     if grep -q '^#include "tests/' "$f"; then echo "layout: $f includes tests/ (dev programs use reference/)"; fail=1; fi

@@ -35,6 +35,14 @@ run_suite hellaswag-converter bash tests/test_hellaswag.sh
 run_suite gpt2-convert bash tests/test_gpt2_convert.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)
 run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2
+# the server's host side (requests, scheduler, HTTP) on a fake engine, and the GPU session's scripts against the server
+# on that engine (tests/serve_mock); SERVE_TESTS=1 when make found its libraries
+if [ "${SERVE_TESTS:-0}" = 1 ]; then
+    run_suite serve-tests ./tests/serve_tests
+    run_suite serve-scripts bash tests/test_serve_scripts.sh
+else
+    skipped+=("the server (cpp-httplib or nlohmann/json not found: apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)")
+fi
 
 # ---- without a GPU: the GPU trainer (built when nvcc is present) fails in one clear line
 if [ "${GPU_TESTS:-0}" != 1 ] && [ -x ./train_gpt2cu ]; then

@@ -25,7 +25,7 @@ InferenceShape shape(int B, int max_T, int prefill_T, int max_new, bool cached =
 InferenceKernelSizes sizes(const GPT2Config& c, const InferenceShape& s) {
     const size_t B = s.B, NH = c.num_heads, HS = c.channels / c.num_heads, chunks = (s.max_T + 63) / 64;
     InferenceKernelSizes k;
-    k.attention_saved = B * NH * s.prefill_T * sizeof(float);
+    k.attention_saved = (size_t)s.prefill_rows() * NH * s.prefill_T * sizeof(float);
     k.decode_attention_workspace = B * NH * chunks * (HS + 2) * sizeof(float) + B * NH * sizeof(unsigned);
     k.pick_partials = B <= 2 ? B * 132 * 3 : 0;
     k.cublaslt_workspace = 32u << 20;
@@ -65,6 +65,20 @@ TEST(InferencePlan, PrefillIsOneLayerOfActivations) {
     deep.num_layers = 48;  // every layer reuses the one layer's buffers
     EXPECT_EQ(group(plan(deep, shape(64, 1024, 64, 960)), InferenceGroup::Prefill),
               group(plan(d12(), shape(64, 1024, 64, 960)), InferenceGroup::Prefill));
+}
+
+// A server's engine (llmc/inference/slots.cuh): B slots in the cache and the decode step, prompts prefilled one slot
+// at a time, so the prefill's layer holds one sequence of up to context - 1 positions whatever B is.
+TEST(InferencePlan, ServingPrefillsOneSlotAtATime) {
+    const size_t per_position = 17 * 768 * 2 + 4 + 2 * 4 + 12 * 4;
+    InferenceShape served = shape(64, 1025, 1024, 1);  // a context of 1025: rows of 1024 (no 256-byte rounding)
+    served.prefill_B = 1;
+    const InferencePlan p = plan(d12(), served);
+    EXPECT_EQ(group(p, InferenceGroup::Prefill), 1024 * per_position);
+    EXPECT_EQ(group(p, InferenceGroup::KVCache), group(plan(d12(), shape(64, 1025, 64, 960)), InferenceGroup::KVCache));
+    EXPECT_EQ(group(p, InferenceGroup::Decode), group(plan(d12(), shape(64, 1025, 64, 1)), InferenceGroup::Decode));
+    served.prefill_B = 0;  // 0: all B at once, as generate() prefills
+    EXPECT_EQ(group(plan(d12(), served), InferenceGroup::Prefill), 64 * 1024 * per_position);
 }
 
 TEST(InferencePlan, DecodeScratchIsBatchRows) {

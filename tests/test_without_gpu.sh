@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a machine without a GPU (where CI runs), the GPU trainer and generator must fail in one clear line: no driver or
+# On a machine without a GPU (where CI runs), the GPU trainer, generator and server must fail in one clear line: no driver or
 # device is named as such (not the runtime's "driver version is insufficient"), a bad flag is one line
 # pointing at --help (not the whole usage), and -h / --help print the usage and succeed.
 set -u
@@ -43,6 +43,25 @@ if [ -x ./generate_gpt2cu ]; then
         check "generate: prompt outside the model's vocabulary" 1 1 "error: -p: token id 15496 is outside the model's vocabulary (V = 1000)" "${G[@]}" -e tests/fixtures/tiny_model.bin -p "Hello"
         check "generate: empty prompt file" 1 1 "is empty: one prompt per line" "${G[@]}" -e tests/fixtures/tiny_model.bin -pf "$empty"
         check "generate: -h prints the usage" 0 0 "^usage: ./generate_gpt2cu" ./generate_gpt2cu -h
+    fi
+fi
+# serve_gpt2cu (built where the server's libraries are) checks its flags, vocabulary and model before it looks for a
+# GPU. The tiny fixture's head size is 16 (no KV cache): with NH 1 instead of 4 (the same parameters) it is 64.
+if [ -x ./serve_gpt2cu ]; then
+    if [ -z "$VOCAB" ]; then
+        echo "FAIL: serve_gpt2cu checks: no GPT-2 vocabulary in \$DATA_MIRROR/gpt2 or data/cache/gpt2 (make data)"; fail=1
+    else
+        S=(./serve_gpt2cu --vocab-dir "$VOCAB")
+        hs64=$(mktemp); cp tests/fixtures/tiny_model.bin "$hs64"
+        printf '\x01' | dd of="$hs64" bs=1 seek=20 conv=notrunc 2>/dev/null  # header[5] = NH
+        check "serve: no GPU after the inputs check out" 1 1 "no NVIDIA driver found" "${S[@]}" -e "$hs64" --port 0
+        check "serve: bad flag, one line" 1 1 "error: flag --port: expected a port in \[0, 65535\], got 'x' (./serve_gpt2cu --help lists the flags)" "${S[@]}" -e m --port x
+        check "serve: head size without a KV cache, one line" 1 1 "head size 16 (C 64, NH 4): the server needs a KV cache" "${S[@]}" -e tests/fixtures/tiny_model.bin
+        check "serve: context over the model's, one line" 1 1 "flag --max-context: 100 is over the model's context of 64" "${S[@]}" -e "$hs64" --max-context 100
+        check "serve: missing model, one line naming it" 1 1 "error: no_such_model.bin" "${S[@]}" -e no_such_model.bin
+        check "serve: -h prints the usage" 0 0 "^usage: ./serve_gpt2cu" ./serve_gpt2cu -h
+        check "serve: --version" 0 0 "^serve_gpt2cu " ./serve_gpt2cu --version
+        rm -f "$hs64"
     fi
 fi
 [ $fail = 0 ] && echo "GPU programs without a GPU: all checks passed"

@@ -63,12 +63,12 @@ namespace inference_detail {
 
 inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceShape& s, AttentionBackend backend,
                                          const DecodeSettings& decode, const PickParams& pick) {
-    const int B = s.B, T = s.prefill_T, C = c.channels, NH = c.num_heads;
+    const int B = s.B, Bp = s.prefill_rows(), T = s.prefill_T, C = c.channels, NH = c.num_heads;
     InferenceKernelSizes k;
     k.elem_bytes = sizeof(floatX);
     k.precision = PRECISION_NAME;
-    k.attention_saved = attention_saved_bytes(backend, B, T, NH);
-    k.attention_workspace = attention_forward_workspace_bytes(backend, B, T, C, NH);
+    k.attention_saved = attention_saved_bytes(backend, Bp, T, NH);
+    k.attention_workspace = attention_forward_workspace_bytes(backend, Bp, T, C, NH);
     k.cublaslt_workspace = matmul_workspace_bytes();
     if (!s.cached) return k;
     k.decode_attention_workspace = attention_decode_workspace_bytes(B, NH, s.max_T, C / NH);
@@ -84,13 +84,14 @@ inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceSha
 }
 
 inline void check_shape(const GPT2Config& c, const InferenceShape& s) {
-    const bool ok = s.B >= 1 && s.prefill_T >= 1 && s.prefill_T <= c.max_seq_len && c.channels % 8 == 0 &&
+    const bool ok = s.B >= 1 && s.prefill_B >= 0 && s.prefill_B <= s.B && s.prefill_T >= 1 && s.prefill_T <= c.max_seq_len && c.channels % 8 == 0 &&
                     c.channels <= kLayerNormMaxChannels &&
                     (!s.cached || (kv_cache_supported(c) && s.max_new >= 1 && s.max_T >= s.prefill_T + s.max_new - 1 &&
                                    s.max_T <= c.max_seq_len));
     if (!ok) {
-        fprintf(stderr, "error: generation: B %d, prefill T %d, context %d of %d, %d new tokens, C %d (a multiple "
-                "of 8, at most %d), cached %d (head size 64 or 128)\n", s.B, s.prefill_T, s.max_T, c.max_seq_len,
+        fprintf(stderr, "error: generation: B %d (prefill %d), prefill T %d, context %d of %d, %d new tokens, C %d (a "
+                "multiple of 8, at most %d), cached %d (head size 64 or 128)\n", s.B, s.prefill_B, s.prefill_T, s.max_T,
+                c.max_seq_len,
                 s.max_new, c.channels, kLayerNormMaxChannels, (int)s.cached);
         exit(EXIT_FAILURE);
     }
@@ -170,7 +171,7 @@ inline void inference_prefill(InferenceEngine* e, const std::vector<std::vector<
     int longest = 0;
     for (const auto& s : seqs) longest = std::max(longest, (int)s.size());
     if (T == 0) T = longest;
-    bool ok = (int)seqs.size() == B && longest <= T && T <= e->shape.prefill_T && pad >= 0 && pad < V;
+    bool ok = (int)seqs.size() == B && e->shape.prefill_rows() == B && longest <= T && T <= e->shape.prefill_T && pad >= 0 && pad < V;
     std::vector<int> batch((size_t)B * T, pad), lengths(B);
     for (int b = 0; ok && b < B; b++) {
         lengths[b] = (int)seqs[b].size();
@@ -180,7 +181,7 @@ inline void inference_prefill(InferenceEngine* e, const std::vector<std::vector<
     }
     if (!ok) {
         fprintf(stderr, "error: inference_prefill: %d sequences of 1..%d tokens below %d (the engine's B %d, prefill T "
-                "%d), pad %d\n", (int)seqs.size(), T, V, B, e->shape.prefill_T, pad);
+                "%d, all B prefilled at once), pad %d\n", (int)seqs.size(), T, V, B, e->shape.prefill_T, pad);
         exit(EXIT_FAILURE);
     }
     // from pageable memory: each copy is staged before the call returns
@@ -228,16 +229,16 @@ inline void inference_logits_to_host(InferenceEngine* e, int b, float* out) {
 // once, in the timed part); the decode loop's begin and two steps (plain, then captured) run on the engine's own
 // scratch with every sequence one token long. The real prefill overwrites the lengths and what the cache holds.
 inline void inference_engine_warm_up(InferenceEngine* e) {
-    const int B = e->shape.B, T = e->shape.prefill_T;
-    cudaCheck(cudaMemsetAsync(e->at<int>(infer::PrefillInputs), 0, (size_t)B * T * sizeof(int), e->stream));
+    const int B = e->shape.B, Bp = e->shape.prefill_rows(), T = e->shape.prefill_T;
+    cudaCheck(cudaMemsetAsync(e->at<int>(infer::PrefillInputs), 0, (size_t)Bp * T * sizeof(int), e->stream));
     e->cache.host_len.assign(B, 1);
     cudaCheck(cudaMemcpyAsync(e->cache.len, e->cache.host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice,
                               e->stream));
     GPT2Config one_layer = e->config;
     one_layer.num_layers = 1;
-    KVCacheWriter writer(&e->cache, T, e->stream);
+    KVCacheWriter writer(&e->cache, T, e->stream, 0, Bp);
     prefill_forward(one_layer, e->step.params, e->prefill, e->at<int>(infer::PrefillInputs), e->cache.len,
-                    ForwardShape{B, T, e->backend, e->options.fuse_gelu}, e->step.s.lnf, e->step.s.logits, e->stream,
+                    ForwardShape{Bp, T, e->backend, e->options.fuse_gelu}, e->step.s.lnf, e->step.s.logits, e->stream,
                     e->shape.cached ? &writer : nullptr);
     if (e->shape.cached) {
         decode_loop_begin(e->step, &e->loop);

@@ -19,9 +19,11 @@ struct InferenceShape {
     int B = 1;                // sequences generated together
     int max_T = 0;            // positions a sequence reaches (prompt + new tokens): the KV cache's length
     int prefill_T = 0;        // positions one prefill covers (the longest prompt; recompute: the padded sequence)
+    int prefill_B = 0;        // sequences one prefill covers (0: B; a server prefills one slot at a time: 1)
     int max_new = 0;          // new tokens per sequence: the coins and the token rows
     bool cached = true;       // the KV cache and decode step (head size 64 or 128), else recompute per token
     bool owns_params = true;  // false: a view of parameters that live elsewhere (the trainer's)
+    int prefill_rows() const { return prefill_B > 0 ? prefill_B : B; }
 };
 
 // Sizes the kernels define, for this shape on this GPU; bytes unless the name says otherwise.
@@ -95,7 +97,7 @@ inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, 
                                                            const InferenceKernelSizes& k) {
     using G = InferenceGroup;
     const size_t C = c.channels, Vp = c.padded_vocab_size, L = c.num_layers, B = s.B;
-    const size_t BT = B * (size_t)s.prefill_T, X = k.elem_bytes, F = sizeof(float), I = sizeof(int);
+    const size_t BT = (size_t)s.prefill_rows() * s.prefill_T, X = k.elem_bytes, F = sizeof(float), I = sizeof(int);
     const size_t cache = s.cached ? L * B * C * (size_t)s.max_T : 0;  // (L, B, NH, max_T, HS)
     const size_t D = s.cached ? B : 0;                               // the decode step's rows
     const size_t loop = s.cached ? (size_t)s.max_new * B : 0;

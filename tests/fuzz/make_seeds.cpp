@@ -323,6 +323,19 @@ static void train_args_seeds() {
     put("generate_args", "lines.txt", "Once upon a time\r\nThe meaning of life is\nHello");
 }
 
+// POST /v1/completions bodies (fuzz_serve_request; its second half reads the same bytes as stops and tokens).
+static void serve_request_seeds() {
+    put("serve_request", "basic.json", R"({"prompt": "Hello", "max_tokens": 8})");
+    put("serve_request", "every_field.json",
+        R"({"model": "m", "prompt": [1, 2, 299], "max_tokens": 61, "temperature": 0, "top_p": 0.5, "top_k": 40, )"
+        R"("seed": 18446744073709551615, "stop": ["a", "bc"], "stream": true, "stream_options": {"include_usage": )"
+        R"(true}, "logprobs": 5, "n": 1, "best_of": 1, "echo": false, "presence_penalty": 0, "frequency_penalty": )"
+        R"(0.0, "logit_bias": {}, "suffix": null, "user": "u", "ignore_eos": true})");
+    put("serve_request", "bad.json", R"({"prompt": ["a", "b"], "n": 2, "stop": ["", "x", "y", "z", "w"], "temperature": 9})");
+    put("serve_request", "unicode.json", R"({"prompt": "caf\u00e9 \ud83d\ude00", "stop": "\n\n", "seed": -3})");
+    put("serve_request", "text.bin", std::string_view("\x02\x03" "abc\x02\xc3\xa9\x03xab\x05" "cdefg\x02\xe2\x82\x01\xac", 23));
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
@@ -347,6 +360,7 @@ int main(int argc, char** argv) {
         prepro_seeds();
         jsonl_stream_seeds();
         train_args_seeds();
+        serve_request_seeds();
     } catch (const std::exception& e) {
         fprintf(stderr, "make_seeds: %s\n", e.what());
         return 1;

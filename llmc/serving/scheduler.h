@@ -1,0 +1,392 @@
+// Continuous batching over a ServeEngine's slots (llmc/serving/serve_engine.h), engine-agnostic and host-only.
+//
+// Requests wait in a FIFO queue; a step (1) drops cancelled requests, queued or running, (2) gives free slots to
+// the oldest waiting requests, (3) prefills prompts within a token budget, oldest first, in chunks where the engine
+// takes them (an engine that takes prompts only whole gets at most one over-budget prompt per step, alone, so none
+// starves), (4) runs one decode step over every sequence whose prompt is in, so each running stream gets a token
+// every step whatever joins, and (5) ends sequences at their stop token (<|endoftext|>), at max_tokens, when their
+// request says stop (a stop string, found by the request layer in on_token), when cancelled (client gone) or when
+// the engine fails on them; their slots are released for the next step. Each request has its own random stream:
+// token g is picked with the g-th uniform number of Rng(seed), as generate_gpt2cu draws its coins, so a seed and a
+// prompt give the same tokens whatever else is in the batch (the engine's pick depends on the sequence, its rule
+// and the coin only).
+//
+// Threads: submit(), begin_drain(), shut_down() and stats() from any thread; step() and run() on one thread (the
+// engine's), where on_token and on_end are called too: they must be quick and must not call back into step().
+//   Scheduler s(&engine, options);  std::thread t([&] { s.run(); });
+//   s.submit(request);  ...  s.begin_drain();  t.join();   // drain: stop accepting, finish what was accepted
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llmc/core/rand.h"
+#include "llmc/serving/serve_engine.h"
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+
+inline const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::Stop: return "stop";
+        case FinishReason::Length: return "length";
+        case FinishReason::Cancelled: return "cancelled";
+        case FinishReason::Error: return "error";
+    }
+    return "?";
+}
+
+struct SequenceEnd {
+    FinishReason reason = FinishReason::Stop;
+    int prompt_tokens = 0;
+    int completion_tokens = 0;  // every token delivered, the stop token included
+    double queued_ms = 0;       // submission to a slot
+    double first_token_ms = 0;  // submission to the first token (0: none)
+    double total_ms = 0;        // submission to the end
+    std::string error;          // FinishReason::Error: what failed
+};
+
+struct SequenceRequest {
+    std::vector<int> prompt;  // 1 .. context - 1 ids below the engine's vocabulary
+    int max_tokens = 16;      // >= 1, prompt + max_tokens <= context
+    TokenPick pick;           // the rule and the logprobs wanted; the scheduler sets each token's coin
+    uint64_t seed = 0;
+    int stop_token = -1;      // the sequence ends after this token (<|endoftext|>); -1: none
+    // Each new token, in order (engine thread); false ends the sequence after it (FinishReason::Stop).
+    std::function<bool(const PickedToken&)> on_token;
+    // Exactly once for every accepted request, last (engine thread; the scheduler's destructor or shut_down()
+    // for what is left then).
+    std::function<void(const SequenceEnd&)> on_end;
+    // Set by anyone: the sequence leaves at the next step (FinishReason::Cancelled). Optional.
+    std::shared_ptr<std::atomic<bool>> cancel;
+};
+
+enum class Admission { Accepted, QueueFull, Draining, Invalid };
+
+struct SchedulerOptions {
+    int max_queue = 64;        // requests waiting beyond the free slots; more are refused (QueueFull)
+    int prefill_budget = 512;  // prompt tokens prefilled per step (>= 1)
+};
+
+struct SchedulerStats {
+    uint64_t steps = 0, decode_steps = 0, decode_rows = 0;  // rows: sequences decoded, summed over decode steps
+    uint64_t prefill_calls = 0, prefill_tokens = 0, tokens = 0;
+    uint64_t accepted = 0, finished = 0, cancelled = 0, errors = 0, refused_full = 0;
+    int slots = 0, running = 0, queued = 0;
+    bool draining = false;
+};
+
+class Scheduler {
+public:
+    Scheduler(ServeEngine* engine, SchedulerOptions options)
+        : engine_(engine), opt_(options), slots_(engine->slots()) {
+        opt_.max_queue = std::max(0, opt_.max_queue);
+        opt_.prefill_budget = std::max(1, opt_.prefill_budget);
+        st_.slots = engine->slots();
+    }
+    ~Scheduler() { end_all(); }
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    // Queues a request; *why says what is wrong with an Invalid one (the request layer checks first).
+    Admission submit(SequenceRequest r, std::string* why = nullptr) {
+        const std::string problem = check(r);
+        if (!problem.empty()) {
+            if (why) *why = problem;
+            return Admission::Invalid;
+        }
+        auto s = std::make_unique<Sequence>();
+        s->r = std::move(r);
+        s->rng = Rng(s->r.seed);
+        s->submitted = Clock::now();
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            if (draining_ || shut_) return Admission::Draining;
+            const int free_slots = (int)slots_.size() - active_;
+            if ((int)queue_.size() >= opt_.max_queue + free_slots) {
+                st_.refused_full++;
+                return Admission::QueueFull;
+            }
+            s->order = next_order_++;
+            queue_.push_back(std::move(s));
+            st_.accepted++;
+        }
+        cv_.notify_all();
+        return Admission::Accepted;
+    }
+
+    // One step (see the top of the file); false when there was nothing to do.
+    bool step() {
+        bool worked = false;
+        for (int slot = 0; slot < (int)slots_.size(); slot++)
+            if (slots_[slot] && cancelled(*slots_[slot])) end(slot, FinishReason::Cancelled), worked = true;
+        std::vector<std::unique_ptr<Sequence>> dropped;  // cancelled while queued
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            for (auto it = queue_.begin(); it != queue_.end();) {
+                if (cancelled(**it)) dropped.push_back(std::move(*it)), it = queue_.erase(it);
+                else ++it;
+            }
+            for (int slot = 0; slot < (int)slots_.size() && !queue_.empty(); slot++) {
+                if (slots_[slot]) continue;
+                slots_[slot] = std::move(queue_.front());
+                queue_.pop_front();
+                slots_[slot]->slot = slot;
+                slots_[slot]->admitted = Clock::now();
+                active_++;
+            }
+        }
+        worked |= !dropped.empty();
+        for (auto& s : dropped) finish(s.get(), FinishReason::Cancelled);
+        worked |= prefill_phase();
+        worked |= decode_phase();
+        std::lock_guard<std::mutex> lock(m_);
+        st_.steps++;
+        return worked;
+    }
+
+    // Steps until drained (begin_drain: nothing queued or running) or shut down; waits while there is no work.
+    void run() {
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> lock(m_);
+                cv_.wait(lock, [&] { return shut_ || draining_ || !queue_.empty() || active_ > 0; });
+                if (shut_ || (draining_ && queue_.empty() && active_ == 0)) break;
+            }
+            step();
+        }
+        end_all();
+    }
+
+    // Stop accepting (submit says Draining); run() returns once everything accepted has finished.
+    void begin_drain() {
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            draining_ = true;
+        }
+        cv_.notify_all();
+    }
+    // Stop now: run() returns after its current step; what is left ends as Cancelled.
+    void shut_down() {
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            shut_ = draining_ = true;
+        }
+        cv_.notify_all();
+    }
+    // Blocks until nothing is queued or running (after begin_drain, until run() is about to return).
+    void wait_idle() {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return queue_.empty() && active_ == 0; });
+    }
+
+    SchedulerStats stats() const {
+        std::lock_guard<std::mutex> lock(m_);
+        SchedulerStats s = st_;
+        s.running = active_;
+        s.queued = (int)queue_.size();
+        s.draining = draining_;
+        return s;
+    }
+    const SchedulerOptions& options() const { return opt_; }
+    ServeEngine* engine() const { return engine_; }
+
+private:
+    using Clock = std::chrono::steady_clock;
+    struct Sequence {
+        SequenceRequest r;
+        Rng rng;
+        int slot = -1;
+        int prefilled = 0;  // prompt positions in the slot
+        int generated = 0;  // tokens delivered
+        int next = -1;      // the last token: the next decode step's input
+        uint64_t order = 0;
+        Clock::time_point submitted, admitted, first;
+    };
+
+    static double ms(Clock::time_point a, Clock::time_point b) {
+        return std::chrono::duration<double, std::milli>(b - a).count();
+    }
+    static bool cancelled(const Sequence& s) { return s.r.cancel && s.r.cancel->load(); }
+
+    std::string check(const SequenceRequest& r) const {
+        const int n = (int)r.prompt.size(), ctx = engine_->context(), V = engine_->vocab_size();
+        if (n < 1) return "the prompt is empty";
+        if (n >= ctx) return "the prompt is " + std::to_string(n) + " tokens, the context " + std::to_string(ctx);
+        for (int id : r.prompt)
+            if (id < 0 || id >= V) return "token id " + std::to_string(id) + " is outside the vocabulary";
+        if (r.max_tokens < 1 || r.max_tokens > ctx - n)
+            return "max_tokens " + std::to_string(r.max_tokens) + " must be in [1, " + std::to_string(ctx - n) + "]";
+        if (pick_params_problem(r.pick.params)) return pick_params_problem(r.pick.params);
+        return "";
+    }
+
+    // The pick of the sequence's next token, with its coin (one per token, in order, greedy or not).
+    TokenPick pick_for(Sequence& s) {
+        TokenPick p = s.r.pick;
+        p.coin = s.rng.uniform();
+        return p;
+    }
+
+    // Hands a token to the request; false when the sequence has ended (and its slot is released).
+    bool deliver(Sequence& s, const PickedToken& t) {
+        if (t.token < 0) {
+            end(s.slot, FinishReason::Error, "the engine could not pick a token for this sequence");
+            return false;
+        }
+        if (s.generated++ == 0) s.first = Clock::now();
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            st_.tokens++;
+        }
+        bool keep = true;
+        try {
+            if (s.r.on_token) keep = s.r.on_token(t);
+        } catch (const std::exception& e) {
+            end(s.slot, FinishReason::Error, e.what());
+            return false;
+        }
+        if (!keep || t.token == s.r.stop_token) return end(s.slot, FinishReason::Stop), false;
+        if (s.generated >= s.r.max_tokens) return end(s.slot, FinishReason::Length), false;
+        s.next = t.token;
+        return true;
+    }
+
+    bool prefill_phase() {
+        std::vector<Sequence*> waiting;  // prompts not yet in, oldest first
+        for (auto& s : slots_)
+            if (s && s->prefilled < (int)s->r.prompt.size()) waiting.push_back(s.get());
+        std::sort(waiting.begin(), waiting.end(), [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
+        const int chunk = engine_->prefill_chunk();
+        int budget = opt_.prefill_budget;
+        bool any = false;
+        for (Sequence* s : waiting) {
+            const int n = (int)s->r.prompt.size();
+            if (chunk == 0 && n > budget && any) break;  // whole prompts only: an over-budget one goes first in a step
+            while (budget > 0 && s->prefilled < n) {     // chunks of it while the budget lasts
+                const int take = chunk > 0 ? std::min({n - s->prefilled, budget, chunk}) : n;
+                const bool last = s->prefilled + take == n;
+                const TokenPick pick = last ? pick_for(*s) : TokenPick{};
+                const int slot = s->slot;
+                PickedToken t;
+                any = true;
+                try {
+                    t = engine_->prefill(slot, s->r.prompt.data() + s->prefilled, s->prefilled, take,
+                                         last ? &pick : nullptr);
+                } catch (const std::exception& e) {
+                    end(slot, FinishReason::Error, std::string("prefill: ") + e.what());
+                    break;
+                }
+                s->prefilled += take;
+                budget -= take;
+                {
+                    std::lock_guard<std::mutex> lock(m_);
+                    st_.prefill_calls++;
+                    st_.prefill_tokens += (uint64_t)take;
+                }
+                if (last) {
+                    deliver(*s, t);  // may end it (max_tokens 1, a stop) and free the slot: s is gone then
+                    break;
+                }
+            }
+            if (budget <= 0) break;
+        }
+        return any;
+    }
+
+    bool decode_phase() {
+        std::vector<DecodeSlot> batch;
+        for (auto& s : slots_) {
+            if (!s || s->prefilled < (int)s->r.prompt.size() || s->generated == 0) continue;
+            batch.push_back(DecodeSlot{s->slot, s->next, (int)s->r.prompt.size() + s->generated - 1, pick_for(*s)});
+        }
+        if (batch.empty()) return false;
+        std::vector<PickedToken> out;
+        try {
+            engine_->decode(batch, &out);
+            if (out.size() != batch.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
+        } catch (const std::exception& e) {
+            for (const DecodeSlot& d : batch) end(d.slot, FinishReason::Error, std::string("decode: ") + e.what());
+            return true;
+        }
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            st_.decode_steps++;
+            st_.decode_rows += batch.size();
+        }
+        for (size_t i = 0; i < batch.size(); i++)
+            if (slots_[batch[i].slot]) deliver(*slots_[batch[i].slot], out[i]);
+        return true;
+    }
+
+    // The sequence leaves its slot: the engine forgets it, the request hears why.
+    void end(int slot, FinishReason why, const std::string& error = "") {
+        std::unique_ptr<Sequence> s = std::move(slots_[slot]);
+        if (!s) return;
+        engine_->release(slot);
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            active_--;
+        }
+        finish(s.get(), why, error);
+        cv_.notify_all();
+    }
+
+    void finish(Sequence* s, FinishReason why, const std::string& error = "") {
+        const Clock::time_point now = Clock::now();
+        SequenceEnd e;
+        e.reason = why;
+        e.prompt_tokens = (int)s->r.prompt.size();
+        e.completion_tokens = s->generated;
+        e.queued_ms = s->slot >= 0 ? ms(s->submitted, s->admitted) : ms(s->submitted, now);
+        e.first_token_ms = s->generated ? ms(s->submitted, s->first) : 0.0;
+        e.total_ms = ms(s->submitted, now);
+        e.error = error;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            st_.finished++;
+            st_.cancelled += why == FinishReason::Cancelled;
+            st_.errors += why == FinishReason::Error;
+        }
+        if (s->r.on_end) {
+            try {
+                s->r.on_end(e);
+            } catch (const std::exception&) {  // a request's failure never stops the others
+            }
+        }
+    }
+
+    // Whatever is left, queued or running, ends as Cancelled.
+    void end_all() {
+        std::deque<std::unique_ptr<Sequence>> left;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            left.swap(queue_);
+        }
+        for (auto& s : left) finish(s.get(), FinishReason::Cancelled);
+        for (int slot = 0; slot < (int)slots_.size(); slot++)
+            if (slots_[slot]) end(slot, FinishReason::Cancelled);
+        cv_.notify_all();
+    }
+
+    ServeEngine* engine_;
+    SchedulerOptions opt_;
+    mutable std::mutex m_;
+    std::condition_variable cv_;
+    std::deque<std::unique_ptr<Sequence>> queue_;   // under m_
+    std::vector<std::unique_ptr<Sequence>> slots_;  // the engine thread's
+    int active_ = 0;                                // occupied slots, under m_
+    bool draining_ = false, shut_ = false;
+    uint64_t next_order_ = 0;
+    SchedulerStats st_;
+};

@@ -1,0 +1,58 @@
+// The engine a serving scheduler (llmc/serving/scheduler.h) drives, as a small interface: sequences live in slots
+// of a KV cache; a slot's prompt is prefilled (whole, or in chunks where the engine can), then every decoding slot
+// advances one token per decode step, each token picked by its own request's rule and coin. The GPU engine
+// (llmc/serving/gpu_engine.cuh) implements it over llmc/inference; the tests' fake engine (tests/serve_fake_engine.h)
+// computes a token from the slot's history, so the scheduler is tested on the CPU. Host-only.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "llmc/kernels/sampling_rule.h"
+
+// How one token is chosen: the sampling rule's parameters (llmc/kernels/sampling_rule.h), this token's coin (the
+// request's g-th uniform number from Rng(seed), as generate_gpt2cu draws them; unused when greedy) and what to
+// report of the distribution.
+struct TokenPick {
+    PickParams params{0.f, 0, 1.f};  // greedy unless set
+    float coin = 0.f;
+    int top_logprobs = -1;  // -1: no logprobs; 0: the chosen token's; N: also the N most likely tokens
+};
+
+// A chosen token, and when asked, its log-probability under the model (log-softmax of the raw logits: before
+// temperature, top-k and top-p) and the N most likely tokens' (highest first). token -1: the engine failed on this
+// sequence (non-finite logits, say); the scheduler ends it with an error, the others go on.
+struct PickedToken {
+    int token = -1;
+    float logprob = 0.f;
+    std::vector<std::pair<int, float>> top;
+};
+
+// One row of a decode step: the slot's input token at `position` (the cache holds positions [0, position) of its
+// sequence, and the step appends this one), and how to pick the next.
+struct DecodeSlot {
+    int slot = 0;
+    int token = 0;
+    int position = 0;
+    TokenPick pick;
+};
+
+class ServeEngine {
+public:
+    virtual ~ServeEngine() = default;
+    virtual int slots() const = 0;       // sequences held at once
+    virtual int context() const = 0;     // positions per slot: prompt + generated tokens
+    virtual int vocab_size() const = 0;  // token ids 0..V-1
+    // Prompt tokens one prefill call takes at most, in chunks that continue a slot's sequence; 0: prompts only
+    // whole, in one call from position 0 (the GPU engine today: llmc/model's forward attends over its own
+    // positions only, not over a cached prefix).
+    virtual int prefill_chunk() const = 0;
+    // Positions [start, start + n) of the slot's sequence from tokens[0..n); the slot holds [0, start) of it (start
+    // 0: a new sequence, whatever the slot held before). last (the prompt's final chunk): pick the first new token
+    // from the logits of position start + n - 1, else the returned token is -1 and means nothing.
+    virtual PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) = 0;
+    // One step over the given slots (any subset, any order); out[i] is batch[i]'s next token.
+    virtual void decode(const std::vector<DecodeSlot>& batch, std::vector<PickedToken>* out) = 0;
+    // The slot's sequence has ended; it is free for a new one (engines that keep per-slot state reset it).
+    virtual void release(int slot) {}
+};

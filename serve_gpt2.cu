@@ -1,0 +1,111 @@
+// serve_gpt2cu: an OpenAI-compatible completions server for a GPT-2 model on the GPU, with continuous batching.
+//   ./serve_gpt2cu -e MODEL [--host 127.0.0.1] [--port 8000] [--max-batch 16] [--max-context T]
+//   curl http://127.0.0.1:8000/v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 32}'
+// docs/SERVING.md: the API subset, errors, the scheduler, what is measured. Requests are checked on arrival
+// (llmc/serving/completion_request.h) and queued on the scheduler (llmc/serving/scheduler.h), which the engine's
+// thread steps: prompts prefilled into free KV-cache slots, one decode step for every running sequence at a time,
+// each token picked by its own request's rule and seed (llmc/serving/gpu_engine.cuh over llmc/inference/slots.cuh).
+// Everything the user gives is checked before the GPU is touched (one line each); without a GPU it stops in one
+// line. SIGTERM or Ctrl-C: no new requests, every accepted one finishes, exit 0 (llmc/serving/serve_main.h).
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer/bpe.h"
+#include "llmc/core/options.h"
+#include "llmc/formats/hf_gpt2.h"
+#include "llmc/serving/gpu_engine.cuh"
+#include "llmc/serving/serve_args.h"
+#include "llmc/serving/serve_main.h"
+
+#ifndef LLMC_VERSION
+#define LLMC_VERSION "unknown"
+#endif
+
+namespace {
+
+// The LLMC_DECODE_* switches (for comparison runs) as the decode step's settings, as generate_gpt2cu reads them.
+DecodeSettings decode_settings(const EngineOptions& o) {
+    DecodeSettings d;
+    if (o.decode_cublas) d.products = DecodeProducts::Cublas;
+    d.attention = o.decode_attention == "split"  ? DecodeAttentionKernel::Split
+                  : o.decode_attention == "head" ? DecodeAttentionKernel::PerHead
+                                                 : DecodeAttentionKernel::Auto;
+    return d;
+}
+
+int run(const ServeArgs& a, const char* program, const sigset_t& signals) {
+    // ---- everything the user gave, on the host
+    const EngineOptions& options = engine_options();  // a bad LLMC_* value stops here, before the GPU
+    const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
+    ModelFile model = read_model_any(a.model);  // host only: reads and checks the file
+    const GPT2Config& c = model.config;
+    if (!kv_cache_supported(c)) {
+        throw std::runtime_error(a.model + ": head size " + std::to_string(c.channels / c.num_heads) + " (C " +
+                                 std::to_string(c.channels) + ", NH " + std::to_string(c.num_heads) +
+                                 "): the server needs a KV cache, for head size 64 or 128 (every GPT-2 size)");
+    }
+    const int context = a.max_context > 0 ? a.max_context : c.max_seq_len;
+    if (context > c.max_seq_len)
+        throw std::runtime_error("flag --max-context: " + std::to_string(context) + " is over the model's context of " +
+                                 std::to_string(c.max_seq_len));
+
+    // ---- the GPU
+    require_cuda_device(program);
+    InferenceOptions io;
+    io.pick = PickParams{0.f, 0, 1.f};  // the on-GPU loop's (warm-up only); requests pick on the host
+    io.decode = decode_settings(options);
+    io.report = stderr;
+    GpuServeEngine engine(c, std::move(model.params), a.max_batch, context, io);
+
+    ServeSetup setup;
+    setup.limits.model = a.model_name;
+    setup.limits.context = context;
+    setup.limits.vocab_size = c.vocab_size;
+    setup.limits.max_body_bytes = (size_t)a.max_body;
+    setup.limits.max_tokens = a.max_tokens;
+    setup.limits.pick = PickParams{a.temperature, a.top_k, a.top_p};
+    setup.limits.has_seed = a.has_seed, setup.limits.seed = a.seed;
+    BPEEncoder encoder(bpe);
+    std::mutex encoder_mutex;  // one encoder, its caches shared: requests encode one at a time
+    setup.encode = [&](const std::string& text) {
+        std::vector<int> ids;
+        std::lock_guard<std::mutex> lock(encoder_mutex);
+        encoder.encode_ordinary(text, ids);
+        return ids;
+    };
+    setup.token_bytes = &bpe.tokens();
+    setup.eot = bpe.eot_token();
+    return run_server(&engine, a, std::move(setup), signals, std::string("GPU, ") + PRECISION_NAME);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const sigset_t signals = serve_block_signals();  // before any thread
+    ServeArgs args;
+    std::string error;
+    const ParseStatus st = parse_serve_args(argc, argv, &args, &error);
+    if (st == ParseStatus::Help) {
+        printf("%s", serve_usage(argv[0]).c_str());
+        return 0;
+    }
+    if (st == ParseStatus::Error) {
+        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
+        return 1;
+    }
+    if (args.version) {
+        printf("serve_gpt2cu %s (%s)\n", LLMC_VERSION, PRECISION_NAME);
+        return 0;
+    }
+    try {
+        return run(args, argv[0], signals);
+    } catch (const std::exception& e) {
+        fflush(stdout);
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}

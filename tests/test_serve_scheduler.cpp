@@ -1,0 +1,408 @@
+// The serving scheduler (llmc/serving/scheduler.h) on the fake engine (tests/serve_fake_engine.h), on the CPU:
+// requests joining and leaving the running batch, slots taken and reused, chunked prefill that leaves running
+// streams one token per step, whole-prompt engines and the prefill budget, cancellation (queued and running), queue
+// limits, each request's tokens equal to what it gets alone whatever the batch mix, stop tokens and stop callbacks,
+// engine failures, and the drain (stop accepting, finish in-flight).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "llmc/core/rand.h"
+#include "llmc/serving/scheduler.h"
+#include "tests/serve_fake_engine.h"
+
+namespace {
+
+struct Outcome {
+    std::vector<int> tokens;
+    int ends = 0;
+    SequenceEnd end;
+    int stop_after = -1;  // on_token says stop after this many tokens
+};
+
+SequenceRequest make_request(const std::vector<int>& prompt, int max_tokens, std::shared_ptr<Outcome> out,
+                             TokenPick pick = {}, uint64_t seed = 0, int stop_token = -1) {
+    SequenceRequest r;
+    r.prompt = prompt;
+    r.max_tokens = max_tokens;
+    r.pick = pick;
+    r.seed = seed;
+    r.stop_token = stop_token;
+    r.on_token = [out](const PickedToken& t) {
+        out->tokens.push_back(t.token);
+        return out->stop_after < 0 || (int)out->tokens.size() < out->stop_after;
+    };
+    r.on_end = [out](const SequenceEnd& e) {
+        out->ends++;
+        out->end = e;
+    };
+    r.cancel = std::make_shared<std::atomic<bool>>(false);
+    return r;
+}
+
+std::vector<int> prompt_of(int n, int salt, int V = 1000) {
+    std::vector<int> p(n);
+    for (int i = 0; i < n; i++) p[i] = (i * 37 + salt * 101 + 7) % V;
+    return p;
+}
+
+// Steps until nothing is queued or running (bounded).
+int run_to_idle(Scheduler& s, int limit = 100000) {
+    int n = 0;
+    while (n < limit) {
+        const SchedulerStats st = s.stats();
+        if (st.running == 0 && st.queued == 0) break;
+        s.step();
+        n++;
+    }
+    return n;
+}
+
+TEST(ServeScheduler, AloneMatchesTheEngineRule) {
+    FakeEngine e({/*slots*/ 2, /*context*/ 64});
+    Scheduler s(&e, {});
+    auto out = std::make_shared<Outcome>();
+    const std::vector<int> p = prompt_of(5, 1);
+    ASSERT_EQ(s.submit(make_request(p, 20, out)), Admission::Accepted);
+    run_to_idle(s);
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+    EXPECT_EQ(out->tokens, e.alone(p, 20, {}, 0));
+    EXPECT_EQ(out->ends, 1);
+    EXPECT_EQ(out->end.reason, FinishReason::Length);
+    EXPECT_EQ(out->end.completion_tokens, 20);
+    EXPECT_EQ(out->end.prompt_tokens, 5);
+    EXPECT_EQ(e.steps.size(), 19u);  // the first token comes from the prefill
+    EXPECT_EQ(e.released, std::vector<int>{0});
+}
+
+TEST(ServeScheduler, JoinAtTheNextStepLeaveAtTheEndAndReuseSlots) {
+    FakeEngine e({2, 128});
+    Scheduler s(&e, {});
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
+    const std::vector<int> pa = prompt_of(6, 1), pb = prompt_of(3, 2), pc = prompt_of(9, 3);
+    s.submit(make_request(pa, 30, a));
+    s.submit(make_request(pb, 4, b));
+    s.submit(make_request(pc, 5, c));  // waits: two slots
+    s.step();
+    EXPECT_EQ(s.stats().running, 2);
+    EXPECT_EQ(s.stats().queued, 1);
+    EXPECT_EQ(e.steps.back(), (std::vector<int>{0, 1}));
+    for (int i = 0; i < 2; i++) s.step();
+    EXPECT_EQ(b->ends, 1);                     // 1 token from the prefill + 3 decode steps
+    EXPECT_EQ(e.released, std::vector<int>{1});
+    const size_t before = e.prefills.size();
+    s.step();                                  // c takes slot 1, is prefilled and decoded in the same step
+    ASSERT_EQ(e.prefills.size(), before + 1);
+    EXPECT_EQ(e.prefills.back().slot, 1);
+    EXPECT_EQ(e.prefills.back().start, 0);
+    EXPECT_EQ(e.steps.back(), (std::vector<int>{0, 1}));
+    run_to_idle(s);
+    EXPECT_TRUE(e.violations.empty());
+    EXPECT_EQ(a->tokens, e.alone(pa, 30, {}, 0));
+    EXPECT_EQ(b->tokens, e.alone(pb, 4, {}, 0));
+    EXPECT_EQ(c->tokens, e.alone(pc, 5, {}, 0));
+    // a ran every step from the first to its end
+    int a_steps = 0;
+    for (const auto& st : e.steps) a_steps += std::count(st.begin(), st.end(), 0);
+    EXPECT_EQ(a_steps, 29);
+}
+
+// A request's tokens do not depend on what runs beside it: random prompts, lengths, rules, seeds and arrival times,
+// against each request alone.
+TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
+    for (int chunk : {0, 8}) {
+        FakeEngine e({5, 96, 1000, chunk});
+        SchedulerOptions o;
+        o.max_queue = 100;
+        o.prefill_budget = 16;
+        Scheduler s(&e, o);
+        Rng rng(42 + chunk);
+        struct Job {
+            std::vector<int> prompt;
+            int max_tokens, arrive;
+            TokenPick pick;
+            uint64_t seed;
+            std::shared_ptr<Outcome> out;
+        };
+        std::vector<Job> jobs;
+        for (int i = 0; i < 40; i++) {
+            Job j;
+            j.prompt = prompt_of(1 + (int)(rng.next_u32() % 40), i);
+            j.max_tokens = 1 + (int)(rng.next_u32() % 30);
+            j.arrive = (int)(rng.next_u32() % 60);
+            if (rng.next_u32() % 2) j.pick.params = PickParams{0.2f + rng.uniform(), (int)(rng.next_u32() % 50), 0.5f + 0.5f * rng.uniform()};
+            j.seed = rng.next_u64();
+            j.out = std::make_shared<Outcome>();
+            jobs.push_back(j);
+        }
+        for (int t = 0; t < 2000; t++) {
+            for (Job& j : jobs)
+                if (j.arrive == t) {
+                    ASSERT_EQ(s.submit(make_request(j.prompt, j.max_tokens, j.out, j.pick, j.seed)), Admission::Accepted);
+                }
+            s.step();
+        }
+        EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+        int sampled_differs = 0;
+        for (const Job& j : jobs) {
+            EXPECT_EQ(j.out->ends, 1);
+            EXPECT_EQ(j.out->end.reason, FinishReason::Length);
+            EXPECT_EQ(j.out->tokens, e.alone(j.prompt, j.max_tokens, j.pick, j.seed)) << "chunk " << chunk;
+            if (!j.pick.params.greedy() && j.max_tokens > 3)
+                sampled_differs += e.alone(j.prompt, j.max_tokens, j.pick, j.seed + 1) != j.out->tokens;
+        }
+        EXPECT_GT(sampled_differs, 0);  // the seed matters: the comparison above could fail
+        EXPECT_GT(s.stats().decode_rows, s.stats().decode_steps);  // sequences did share steps
+    }
+}
+
+// A long prompt's prefill in chunks, interleaved: the running stream gets a token every step meanwhile.
+TEST(ServeScheduler, ChunkedPrefillKeepsRunningStreamsAtPace) {
+    FakeEngine e({2, 2048, 1000, /*chunk*/ 100});  // the budget (64) is the smaller
+    SchedulerOptions o;
+    o.prefill_budget = 64;
+    Scheduler s(&e, o);
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
+    s.submit(make_request(prompt_of(4, 1), 300, a));
+    s.step();
+    s.step();
+    ASSERT_EQ(a->tokens.size(), 3u);
+    s.submit(make_request(prompt_of(1000, 2), 10, b));
+    int steps = 0;
+    while (b->tokens.empty()) {
+        const size_t before = a->tokens.size();
+        const long long prefilled = e.prefilled_tokens;
+        s.step();
+        steps++;
+        EXPECT_EQ(a->tokens.size(), before + 1) << "step " << steps;
+        EXPECT_LE(e.prefilled_tokens - prefilled, 64);
+        ASSERT_LT(steps, 100);
+    }
+    EXPECT_EQ(steps, 16);  // ceil(1000 / 64)
+    int calls = 0;
+    for (const FakePrefill& p : e.prefills)
+        if (p.slot == 1) {
+            EXPECT_EQ(p.start, 64 * calls++);
+        }
+    EXPECT_EQ(calls, 16);
+    run_to_idle(s);
+    EXPECT_TRUE(e.violations.empty());
+    EXPECT_EQ(b->tokens, e.alone(prompt_of(1000, 2), 10, {}, 0));
+}
+
+// A budget of several chunks: a long prompt takes several chunks a step, and the next prompt what is left of it.
+TEST(ServeScheduler, ChunksPerStepFillTheBudget) {
+    FakeEngine e({3, 2048, 1000, /*chunk*/ 64});
+    SchedulerOptions o;
+    o.prefill_budget = 256;
+    Scheduler s(&e, o);
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
+    s.submit(make_request(prompt_of(1000, 1), 5, a));
+    s.submit(make_request(prompt_of(100, 2), 5, b));
+    std::vector<long long> per_step;
+    while (a->tokens.empty() || b->tokens.empty()) {
+        const long long before = e.prefilled_tokens;
+        s.step();
+        per_step.push_back(e.prefilled_tokens - before);
+        ASSERT_LT(per_step.size(), 20u);
+    }
+    // a: 256 a step for three steps, then 232 with b's first 24; then b's last 76
+    EXPECT_EQ(per_step, (std::vector<long long>{256, 256, 256, 256, 76}));
+    EXPECT_EQ(e.prefills[3].n, 64);
+    run_to_idle(s);
+    EXPECT_TRUE(e.violations.empty());
+    EXPECT_EQ(a->tokens, e.alone(prompt_of(1000, 1), 5, {}, 0));
+    EXPECT_EQ(b->tokens, e.alone(prompt_of(100, 2), 5, {}, 0));
+}
+
+// An engine that takes prompts only whole: within the budget, several per step; an over-budget one alone.
+TEST(ServeScheduler, WholePromptsWithinTheBudget) {
+    FakeEngine e({4, 2048, 1000, /*chunk*/ 0});
+    SchedulerOptions o;
+    o.prefill_budget = 64;
+    Scheduler s(&e, o);
+    std::vector<std::shared_ptr<Outcome>> outs;
+    for (int n : {40, 40, 1000, 20}) {
+        outs.push_back(std::make_shared<Outcome>());
+        s.submit(make_request(prompt_of(n, n), 3, outs.back()));
+    }
+    std::vector<size_t> per_step;
+    for (int i = 0; i < 4; i++) {
+        const size_t before = e.prefills.size();
+        s.step();
+        per_step.push_back(e.prefills.size() - before);
+    }
+    // step 1: 40 (40 + 40 > 64); step 2: 40 (then 1000 does not fit); step 3: 1000 alone (first); step 4: 20
+    EXPECT_EQ(per_step, (std::vector<size_t>{1, 1, 1, 1}));
+    EXPECT_EQ(e.prefills[2].n, 1000);
+    run_to_idle(s);
+    EXPECT_TRUE(e.violations.empty());
+}
+
+TEST(ServeScheduler, CancelRunningAndQueued) {
+    FakeEngine e({1, 128});
+    Scheduler s(&e, {});
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
+    SequenceRequest ra = make_request(prompt_of(5, 1), 50, a), rb = make_request(prompt_of(7, 2), 50, b);
+    auto cancel_a = ra.cancel, cancel_b = rb.cancel;
+    s.submit(std::move(ra));
+    s.submit(std::move(rb));
+    s.submit(make_request(prompt_of(3, 3), 4, c));
+    for (int i = 0; i < 5; i++) s.step();
+    ASSERT_EQ(a->tokens.size(), 6u);
+    cancel_a->store(true);
+    cancel_b->store(true);  // still queued: never prefilled
+    s.step();               // a leaves, c takes the slot
+    EXPECT_EQ(a->ends, 1);
+    EXPECT_EQ(a->end.reason, FinishReason::Cancelled);
+    EXPECT_EQ(a->end.completion_tokens, 6);
+    EXPECT_EQ(a->tokens.size(), 6u);
+    EXPECT_EQ(b->ends, 1);
+    EXPECT_EQ(b->end.reason, FinishReason::Cancelled);
+    EXPECT_TRUE(b->tokens.empty());
+    run_to_idle(s);
+    for (const FakePrefill& p : e.prefills) EXPECT_NE(p.n, 7);  // b's prompt never reached the engine
+    EXPECT_EQ(c->tokens, e.alone(prompt_of(3, 3), 4, {}, 0));
+    EXPECT_EQ(s.stats().cancelled, 2u);
+    EXPECT_TRUE(e.violations.empty());
+}
+
+TEST(ServeScheduler, QueueLimit) {
+    FakeEngine e({2, 64});
+    SchedulerOptions o;
+    o.max_queue = 3;
+    Scheduler s(&e, o);
+    std::vector<std::shared_ptr<Outcome>> outs;
+    auto submit = [&] {
+        outs.push_back(std::make_shared<Outcome>());
+        return s.submit(make_request(prompt_of(4, (int)outs.size()), 5, outs.back()));
+    };
+    for (int i = 0; i < 5; i++) EXPECT_EQ(submit(), Admission::Accepted) << i;  // 2 free slots + 3 waiting
+    EXPECT_EQ(submit(), Admission::QueueFull);
+    s.step();
+    EXPECT_EQ(s.stats().queued, 3);
+    EXPECT_EQ(submit(), Admission::QueueFull);
+    EXPECT_EQ(s.stats().refused_full, 2u);
+    run_to_idle(s);
+    EXPECT_EQ(submit(), Admission::Accepted);
+    run_to_idle(s);
+    for (size_t i = 0; i < outs.size(); i++)
+        if (i != 5 && i != 6) {
+            EXPECT_EQ(outs[i]->ends, 1) << i;
+        }
+    EXPECT_EQ(outs[5]->ends, 0);  // refused: never queued, never ended
+}
+
+TEST(ServeScheduler, InvalidRequests) {
+    FakeEngine e({2, 64, 1000});
+    Scheduler s(&e, {});
+    auto out = std::make_shared<Outcome>();
+    std::string why;
+    EXPECT_EQ(s.submit(make_request({}, 5, out), &why), Admission::Invalid);
+    EXPECT_NE(why.find("empty"), std::string::npos);
+    EXPECT_EQ(s.submit(make_request(prompt_of(64, 1), 1, out), &why), Admission::Invalid);
+    EXPECT_EQ(s.submit(make_request({1, 1000}, 5, out), &why), Admission::Invalid);
+    EXPECT_NE(why.find("1000"), std::string::npos);
+    EXPECT_EQ(s.submit(make_request({1, 2}, 0, out), &why), Admission::Invalid);
+    EXPECT_EQ(s.submit(make_request(prompt_of(60, 1), 5, out), &why), Admission::Invalid);
+    EXPECT_EQ(s.submit(make_request(prompt_of(60, 1), 4, out), &why), Admission::Accepted);  // 60 + 4 = 64
+    run_to_idle(s);
+    EXPECT_EQ(out->tokens.size(), 4u);
+    EXPECT_TRUE(e.violations.empty());
+}
+
+TEST(ServeScheduler, StopTokenStopCallbackAndOneToken) {
+    FakeEngine e({3, 128});
+    Scheduler s(&e, {});
+    const std::vector<int> p = prompt_of(8, 5);
+    const std::vector<int> alone = e.alone(p, 10, {}, 0);
+    const int stop = alone[3];
+    ASSERT_EQ(std::find(alone.begin(), alone.begin() + 3, stop), alone.begin() + 3) << "pick another prompt";
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
+    b->stop_after = 2;
+    s.submit(make_request(p, 10, a, {}, 0, stop));
+    s.submit(make_request(p, 10, b));
+    s.submit(make_request(p, 1, c));
+    run_to_idle(s);
+    EXPECT_EQ(a->tokens, std::vector<int>(alone.begin(), alone.begin() + 4));
+    EXPECT_EQ(a->end.reason, FinishReason::Stop);
+    EXPECT_EQ(a->end.completion_tokens, 4);
+    EXPECT_EQ(b->tokens.size(), 2u);
+    EXPECT_EQ(b->end.reason, FinishReason::Stop);
+    EXPECT_EQ(c->tokens, std::vector<int>{alone[0]});
+    EXPECT_EQ(c->end.reason, FinishReason::Length);
+    for (const auto& st : e.steps) EXPECT_EQ(std::count(st.begin(), st.end(), 2), 0);  // c never decoded
+    EXPECT_TRUE(e.violations.empty());
+}
+
+TEST(ServeScheduler, EngineFailureEndsOnlyThatSequence) {
+    FakeEngine e({2, 64});
+    e.fail_slot = 1;
+    Scheduler s(&e, {});
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
+    s.submit(make_request(prompt_of(4, 1), 10, a));
+    s.submit(make_request(prompt_of(4, 2), 10, b));
+    run_to_idle(s);
+    EXPECT_EQ(a->end.reason, FinishReason::Length);
+    EXPECT_EQ(a->tokens, e.alone(prompt_of(4, 1), 10, {}, 0));
+    EXPECT_EQ(b->end.reason, FinishReason::Error);
+    EXPECT_EQ(b->tokens.size(), 1u);  // the prefill's token only
+    EXPECT_FALSE(b->end.error.empty());
+    EXPECT_EQ(s.stats().errors, 1u);
+}
+
+// SIGTERM's path: stop accepting, finish everything accepted (queued included), then run() returns.
+TEST(ServeScheduler, DrainFinishesInFlightAndRefusesNew) {
+    FakeEngineOptions fo;
+    fo.slots = 2, fo.context = 64, fo.step_us = 2000;
+    FakeEngine e(fo);
+    Scheduler s(&e, {});
+    std::thread engine([&] { s.run(); });
+    std::vector<std::shared_ptr<Outcome>> outs;
+    for (int i = 0; i < 5; i++) {
+        outs.push_back(std::make_shared<Outcome>());
+        ASSERT_EQ(s.submit(make_request(prompt_of(3, i), 8, outs.back())), Admission::Accepted);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s.begin_drain();
+    auto late = std::make_shared<Outcome>();
+    EXPECT_EQ(s.submit(make_request(prompt_of(3, 9), 8, late)), Admission::Draining);
+    engine.join();
+    for (const auto& o : outs) {
+        EXPECT_EQ(o->ends, 1);
+        EXPECT_EQ(o->end.reason, FinishReason::Length);
+        EXPECT_EQ(o->tokens.size(), 8u);
+    }
+    EXPECT_EQ(late->ends, 0);
+    EXPECT_TRUE(s.stats().draining);
+    EXPECT_EQ(s.stats().running + s.stats().queued, 0);
+}
+
+TEST(ServeScheduler, ShutDownEndsEverythingOnce) {
+    FakeEngineOptions fo;
+    fo.slots = 1, fo.context = 200, fo.step_us = 1000;
+    FakeEngine e(fo);
+    std::vector<std::shared_ptr<Outcome>> outs;
+    {
+        Scheduler s(&e, {});
+        std::thread engine([&] { s.run(); });
+        for (int i = 0; i < 3; i++) {
+            outs.push_back(std::make_shared<Outcome>());
+            s.submit(make_request(prompt_of(3, i), 150, outs.back()));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        s.shut_down();
+        engine.join();
+    }
+    for (const auto& o : outs) {
+        EXPECT_EQ(o->ends, 1);
+        EXPECT_EQ(o->end.reason, FinishReason::Cancelled);
+    }
+    EXPECT_TRUE(e.violations.empty());
+}
+
+}  // namespace
