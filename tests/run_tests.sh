@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite, prints each one's output, and ends with one summary line
-# "tests: N passed, N failed". Exits non-zero if any suite failed.
+# "tests: N passed, N failed[, K GPU suites skipped (no GPU visible)][, K other skipped]". Exits non-zero if any
+# suite failed.
 # Environment: DATA_MIRROR (GPT-2 vocab + text corpora), GPU_TESTS=1 to add the GPU suites,
 #              TEST_ONLY (an extended regex: only the suites whose names match run, e.g. TEST_ONLY='d12|generate';
 #              the data and the d12 reference are still made when a selected suite needs them).
@@ -11,8 +12,13 @@ export DATA_MIRROR
 
 passed=0; failed=0; failed_names=(); skipped=(); deselected=0
 selected() { [ -z "${TEST_ONLY:-}" ] || [[ "$1" =~ $TEST_ONLY ]]; }
+gpu_not_run=0  # without a GPU: the GPU suites that would have run (the GPU block is walked with COUNT_ONLY=1)
 run_suite() {  # name, command...
     local name=$1; shift
+    if [ "${COUNT_ONLY:-0}" = 1 ]; then
+        { [ "${PREREQ:-0}" = 1 ] || selected "$name"; } && gpu_not_run=$((gpu_not_run + 1))
+        return 0
+    fi
     if [ "${PREREQ:-0}" != 1 ] && ! selected "$name"; then deselected=$((deselected + 1)); return; fi
     echo "==== $name: $*"
     if "$@"; then
@@ -49,8 +55,10 @@ if [ "${GPU_TESTS:-0}" != 1 ] && [ -x ./train_gpt2cu ]; then
     run_suite gpu-programs-without-gpu bash tests/test_without_gpu.sh
 fi
 
-# ---- GPU suites (only when a GPU is visible)
-if [ "${GPU_TESTS:-0}" = 1 ]; then
+# ---- GPU suites (only when a GPU is visible; otherwise only counted, for the summary line)
+skipped_before_gpu=("${skipped[@]}")
+[ "${GPU_TESTS:-0}" = 1 ] || COUNT_ONLY=1
+if true; then
     backends="materialized"
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash flash-nondet"   # flash attention is bf16-only
     # what the selected suites need (TEST_ONLY): the d12 reference, the Tiny Shakespeare shards
@@ -113,13 +121,20 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
             skipped+=("generate vs transformers (no transformers/tiktoken)")
         fi
     else
-        echo "note: python3 with PyTorch not found: the d12 reference suites are skipped"
+        [ "${COUNT_ONLY:-0}" = 1 ] || echo "note: python3 with PyTorch not found: the d12 reference suites are skipped"
         skipped+=("d12 reference (no PyTorch)")
     fi
 fi
 
+if [ "${COUNT_ONLY:-0}" = 1 ]; then
+    skipped=("${skipped_before_gpu[@]}")  # notes from the counted-only GPU block are not about this machine
+    unset COUNT_ONLY
+fi
 [ ${#failed_names[@]} -gt 0 ] && echo "failed suites: ${failed_names[*]}"
 [ ${#skipped[@]} -gt 0 ] && echo "skipped: ${skipped[*]}"
 [ $deselected -gt 0 ] && echo "TEST_ONLY='$TEST_ONLY': $deselected suites not selected"
-echo "tests: $passed passed, $failed failed${skipped:+, ${#skipped[@]} skipped}"
+summary="tests: $passed passed, $failed failed"
+[ $gpu_not_run -gt 0 ] && summary+=", $gpu_not_run GPU suites skipped (no GPU visible)"
+[ ${#skipped[@]} -gt 0 ] && summary+=", ${#skipped[@]} other skipped"
+echo "$summary"
 [ "$failed" -eq 0 ]
