@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The engine's layout rules (docs/ARCHITECTURE.md, "What may include what"), checked on the tree:
 #   - each llmc/ folder includes only the folders below it (core <- formats <- kernels <- model <- distributed,
-#     inference <- training), kernels/mma and kernels/hopper count as kernels;
+#     inference <- training), kernels/mma and kernels/hopper count as kernels; cpu (the CPU trainer's engine)
+#     stands beside them on core, formats and the model's shape;
 #   - nothing in llmc/ or dev/ includes tests/; llmc/ includes neither reference/ nor data/;
 #   - no engine file over 400 lines, except the ones listed below as one algorithm each.
 set -u
@@ -16,6 +17,7 @@ allowed() {  # folder -> the llmc folders its files may include
         distributed) echo "core formats kernels model distributed" ;;
         inference) echo "core formats kernels model inference" ;;
         training) echo "core formats kernels model distributed inference training" ;;
+        cpu) echo "core formats model/gpt2_config.h cpu" ;;
         *) echo "" ;;
     esac
 }
