@@ -6,6 +6,7 @@
 // (-y 1) continues bit for bit.
 #include <algorithm>
 #include <chrono>
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,29 @@ int thread_count() {
     return 1;
 #endif
 }
+
+// OpenMP's idle threads spin for a while before they sleep (libgomp's default); on a machine shared with other
+// work a spinning thread takes the core from the thread still working, and a step took 2-6x longer than with idle
+// threads asleep (docs/PERFORMANCE.md). The runtime reads OMP_WAIT_POLICY only when it loads, so unless the user
+// set it, the trainer starts itself again once with OMP_WAIT_POLICY=passive (and carries on as it is if it cannot).
+void prefer_passive_openmp_threads(char** argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OMP_WAIT_POLICY");  // exec failed: the runtime already runs with its defaults
+#else
+    (void)argv;
+#endif
+}
+
+#ifdef _OPENMP
+std::string openmp_wait_policy() {
+    if (const char* p = getenv("OMP_WAIT_POLICY")) return std::string(p) + " (OMP_WAIT_POLICY)";
+    if (const char* c = getenv("GOMP_SPINCOUNT")) return std::string("GOMP_SPINCOUNT=") + c;
+    return "the OpenMP runtime's default";
+}
+#endif
 
 // The GPU trainer's flags with no meaning here: a note naming them, or an error for several processes.
 void check_cpu_flags(const TrainArgs& a) {
@@ -142,9 +166,10 @@ void print_startup_table(const TrainArgs& a, const Model& model, const Optimizer
     row("parameters", str((long long)gpt2_num_parameters(c)));
     row("precision", "fp32 (CPU: no master weights)");
 #ifdef _OPENMP
-    row("threads", str(thread_count()) + " (OpenMP; OMP_NUM_THREADS)");
+    row("threads", str(thread_count()) + " (OpenMP, OMP_NUM_THREADS)");
+    row("idle threads", openmp_wait_policy());
 #else
-    row("threads", "1 (built without OpenMP)");
+    row("threads", str(thread_count()) + " (built without OpenMP)");
 #endif
     row("vectors / GEMM tile", std::string(cpu_engine::kVecName) + " / " + str(cpu_engine::kMR) + " x " +
                                    str(cpu_engine::kNR));
@@ -284,6 +309,7 @@ int train(const TrainArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    prefer_passive_openmp_threads(argv);
     TrainArgs args;
     std::string error;
     const ParseStatus st = parse_train_args(argc, argv, &args, &error);

@@ -79,7 +79,24 @@ inline void pack_b_panel(float* dst, const MatView& B, int k0, int kc, int j0, i
         }
         return;
     }
-    for (int j = 0; j < kNR; j++) {  // B transposed (W read as Wᵀ): each column j is contiguous along k
+    // B transposed (W read as Wᵀ): column j is contiguous along k. Squares of kVec columns x kVec k are transposed
+    // in registers (vtranspose); the edges go one element at a time.
+    int j = 0;
+    if (B.rs == 1) {
+        for (; j + kVec <= cols; j += kVec) {
+            const float* src = B.p + (size_t)(j0 + j) * B.cs + k0;
+            int k = 0;
+            for (; k + kVec <= kc; k += kVec) {
+                vfloat r[kVec];
+                for (int l = 0; l < kVec; l++) r[l] = vload(src + (size_t)l * B.cs + k);
+                vtranspose(r);
+                for (int l = 0; l < kVec; l++) vstore(dst + (size_t)(k + l) * kNR + j, r[l]);
+            }
+            for (; k < kc; k++)
+                for (int l = 0; l < kVec; l++) dst[(size_t)k * kNR + j + l] = src[(size_t)l * B.cs + k];
+        }
+    }
+    for (; j < kNR; j++) {
         float* d = dst + j;
         if (j < cols) {
             const float* src = B.p + (size_t)(j0 + j) * B.cs + (size_t)k0 * B.rs;

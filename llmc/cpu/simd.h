@@ -45,6 +45,34 @@ inline float vmax_lanes(vfloat v) {
     return m;
 }
 
+// Transposes the kVec x kVec matrix whose rows are r[0..kVec): log2(kVec) stages, each swapping the off-diagonal
+// blocks of size d between rows i and i + d (one two-input shuffle per row: vpermt2ps on AVX-512).
+inline void vtranspose(vfloat* r) {
+#if defined(__clang__)
+    float m[kVec][kVec];
+    for (int i = 0; i < kVec; i++) vstore(m[i], r[i]);
+    for (int i = 0; i < kVec; i++)
+        for (int l = 0; l < kVec; l++) r[i][l] = m[l][i];
+#else
+#pragma GCC unroll 4
+    for (int d = 1; d < kVec; d *= 2) {
+        vint lo, hi;
+#pragma GCC unroll 16
+        for (int l = 0; l < kVec; l++) {
+            lo[l] = (l & d) ? kVec + l - d : l;
+            hi[l] = (l & d) ? kVec + l : l + d;
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < kVec; i++) {
+            if (i & d) continue;
+            const vfloat a = r[i], b = r[i + d];
+            r[i] = __builtin_shuffle(a, b, lo);
+            r[i + d] = __builtin_shuffle(a, b, hi);
+        }
+    }
+#endif
+}
+
 // exp(x) lane-wise: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial (Cephes' expf coefficients),
 // 2^n built in the exponent bits. Inputs below -87.3 give 0 (denormals flushed), above 88.3 are clamped.
 inline vfloat vexp(vfloat x) {
