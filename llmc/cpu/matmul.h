@@ -61,9 +61,21 @@ inline Buffer& buffer(int which) {
 // A rows [i0, i0 + rows) x k [k0, k0 + kc) as slivers of kMR rows, [sliver][k][kMR]; rows past the end zero.
 inline void pack_a_sliver(float* d, const MatView& A, int i0, int rows, int k0, int kc) {
     const int r_end = std::min(kMR, rows);
+    const float* row[kMR];
+    for (int r = 0; r < kMR; r++) row[r] = A.p + (size_t)(i0 + std::min(r, r_end - 1)) * A.rs + (size_t)k0 * A.cs;
+    if (r_end == kMR && A.cs == 1) {  // rows contiguous along k
+        for (int k = 0; k < kc; k++)
+            for (int r = 0; r < kMR; r++) d[k * kMR + r] = row[r][k];
+        return;
+    }
+    if (r_end == kMR && A.rs == 1) {  // Aᵀ read in place: a sliver's kMR values at each k are contiguous
+        for (int k = 0; k < kc; k++)
+            for (int r = 0; r < kMR; r++) d[k * kMR + r] = row[0][(size_t)k * A.cs + r];
+        return;
+    }
     for (int k = 0; k < kc; k++) {
         int r = 0;
-        for (; r < r_end; r++) d[k * kMR + r] = A.at(i0 + r, k0 + k);
+        for (; r < r_end; r++) d[k * kMR + r] = row[r][(size_t)k * A.cs];
         for (; r < kMR; r++) d[k * kMR + r] = 0.0f;
     }
 }
@@ -74,8 +86,12 @@ inline void pack_b_panel(float* dst, const MatView& B, int k0, int kc, int j0, i
         for (int k = 0; k < kc; k++) {
             const float* src = B.p + (size_t)(k0 + k) * B.rs + j0;
             float* d = dst + (size_t)k * kNR;
-            std::copy(src, src + cols, d);
-            std::fill(d + cols, d + kNR, 0.0f);
+            if (cols == kNR) {
+                for (int v = 0; v < kNV; v++) vstore(d + v * kVec, vload(src + v * kVec));
+            } else {
+                for (int j = 0; j < cols; j++) d[j] = src[j];
+                for (int j = cols; j < kNR; j++) d[j] = 0.0f;
+            }
         }
         return;
     }

@@ -81,80 +81,83 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
     const TrainArgs d;
     const bool gpu = trainer == Trainer::Gpu;
     std::string out;
+    auto text = [&](const char* s) {
+        out += s;
+        out += '\n';
+    };
     auto line = [&](const char* fmt, auto... args) {
         char buf[512];
         snprintf(buf, sizeof(buf), fmt, args...);
-        out += buf;
-        out += '\n';
+        text(buf);
     };
     line("usage: %s [flag value]...", program.c_str());
-    line("data and model");
+    text("data and model");
     line("  -i <glob>    train token shards (default %s)", d.train_pattern.c_str());
     line("  -j <glob>    validation token shards (default %s)", d.val_pattern.c_str());
-    line("  -e <s>       init from a model file, a Hugging Face GPT-2 directory or .safetensors file,");
-    line("               or d6|d12|d24|d36|d48 for random init (max sequence length max(1024, -t))");
+    text("  -e <s>       init from a model file, a Hugging Face GPT-2 directory or .safetensors file,");
+    text("               or d6|d12|d24|d36|d48 for random init (max sequence length max(1024, -t))");
     line("               (default %s)", d.init_from.c_str());
-    line("  -o <dir>     output dir for main.log and checkpoints (default: none)");
+    text("  -o <dir>     output dir for main.log and checkpoints (default: none)");
     line("  -tok <file>  tokenizer .bin for printing samples (default %s)", d.tokenizer_path.c_str());
-    line("batch");
+    text("batch");
     line("  -b <int>     micro-batch size%s (default %d)", gpu ? " per GPU" : "", d.B);
     line("  -t <int>     sequence length (default %d)", d.T);
-    if (gpu) line("  -d <int>     total tokens per step, a multiple of B*T*processes; -1 = B*T*processes (default -1)");
-    else line("  -d <int>     total tokens per step, a multiple of B*T (gradient accumulation); -1 = B*T (default -1)");
-    line("  -x <int>     number of steps; -1 = one epoch (default -1)");
-    line("  -sh <0|1>    shuffle the training windows every epoch (default 1)");
-    line("optimizer");
-    line("  -k <s>       lr schedule cosine|linear|constant|wsd (default cosine)");
+    if (gpu) text("  -d <int>     total tokens per step, a multiple of B*T*processes; -1 = B*T*processes (default -1)");
+    else text("  -d <int>     total tokens per step, a multiple of B*T (gradient accumulation); -1 = B*T (default -1)");
+    text("  -x <int>     number of steps; -1 = one epoch (default -1)");
+    text("  -sh <0|1>    shuffle the training windows every epoch (default 1)");
+    text("optimizer");
+    text("  -k <s>       lr schedule cosine|linear|constant|wsd (default cosine)");
     line("  -l <float>   learning rate (default %g)", d.learning_rate);
     line("  -u <int>     warmup steps (default %d)", d.warmup_steps);
     line("  -q <float>   final lr as a fraction of -l, in [0,1] (default %g)", d.final_lr_frac);
     line("  -c <float>   weight decay on matrices (default %g)", d.weight_decay);
     line("  -gc <float>  clip the gradient norm to this, 0 = off (default %g)", d.grad_clip);
-    line("evaluation and sampling");
+    text("evaluation and sampling");
     line("  -v <int>     val loss every N steps, 0 = never (default %d)", d.val_every);
     line("  -m <int>     max val batches, -1 = all (default %d)", d.val_max_batches);
     line("  -s <int>     sample every N steps, 0 = never (default %d)", d.sample_every);
     line("  -g <int>     tokens to generate (default %d)", d.gen_tokens);
     line("  -st <float>  sampling temperature, 0 = greedy (default %g)", d.temperature);
     line("  -sk <int>    sample from the top k tokens, 0 = all (default %d)", d.top_k);
-    line("checkpoints");
+    text("checkpoints");
     line("  -n <int>     checkpoint every N steps (and at the end), 0 = never (default %d)", d.checkpoint_every);
     line("  -nk <int>    keep only this run's newest K checkpoints, 0 = keep all (default %d)", d.checkpoint_keep);
-    line("  -y <0|1>     resume from the newest complete checkpoint in -o (default 0)");
-    line("  -ow <0|1>    a fresh run in an -o holding another run's checkpoints deletes them; without it,");
-    line("               such a run stops with an error (default 0)");
+    text("  -y <0|1>     resume from the newest complete checkpoint in -o (default 0)");
+    text("  -ow <0|1>    a fresh run in an -o holding another run's checkpoints deletes them; without it,");
+    text("               such a run stops with an error (default 0)");
     if (gpu) {
-        line("memory and numerics");
+        text("memory and numerics");
         line("  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)", d.recompute);
         line("  -f <0|1>     TF32 matmuls in FP32 builds (default %d)", d.tf32 ? 1 : 0);
         line("  -w <0|1>     fp32 master weights in BF16 builds (default %d)", d.master_weights ? 1 : 0);
-        line("  -cg <0|1>    one GPU: replay forward+backward from a CUDA Graph from the second micro-step on;");
+        text("  -cg <0|1>    one GPU: replay forward+backward from a CUDA Graph from the second micro-step on;");
         line("               same kernels and bits, without the gaps of queuing them one by one (default %d)",
              d.cuda_graph ? 1 : 0);
-        line("  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16");
+        text("  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16");
         line("               builds with head size 64 or 128, else materialized (default %s). flash runs the",
              d.attention.c_str());
-        line("               Hopper TMA/wgmma kernels on H100/H200 (sm_90a builds), mma.sync elsewhere; all");
-        line("               but flash-nondet are deterministic. flash-nondet: flash with unordered dQ");
-        line("               additions in the Hopper backward at head size 64 (faster at T >= 4096 only)");
+        text("               Hopper TMA/wgmma kernels on H100/H200 (sm_90a builds), mma.sync elsewhere; all");
+        text("               but flash-nondet are deterministic. flash-nondet: flash with unordered dQ");
+        text("               additions in the Hopper backward at head size 64 (faster at T >= 4096 only)");
         line("  -seed <int>  seed for init, data order, sampling, rounding (default %llu)", (unsigned long long)d.seed);
-        line("multi-GPU (one process per GPU)");
-        line("  -pn <int>    number of processes (default 1; with MPI taken from mpirun)");
-        line("  -pr <int>    this process's rank (default 0)");
+        text("multi-GPU (one process per GPU)");
+        text("  -pn <int>    number of processes (default 1; with MPI taken from mpirun)");
+        text("  -pr <int>    this process's rank (default 0)");
         line("  -pg <int>    GPUs per node (default %d)", d.gpus_per_node);
         line("  -pi <s>      NCCL rendezvous: mpi | fs (default %s)", d.init_method.c_str());
         line("  -pf <dir>    shared directory for -pi fs (default %s)", d.rendezvous_dir.c_str());
-        line("  -z <0|1>     ZeRO stage: 1 keeps fp32 master weights and AdamW moments for this rank's shard");
+        text("  -z <0|1>     ZeRO stage: 1 keeps fp32 master weights and AdamW moments for this rank's shard");
         line("               only (gradients reduce-scattered, parameters all-gathered) (default %d)", d.zero_stage);
         line("  -zb <int>    several GPUs: MB of bf16 gradients per bucket exchanged under the backward (default %d)",
              d.zero_bucket_mb);
     } else {
-        line("numerics");
+        text("numerics");
         line("  -seed <int>  seed for init, data order, sampling (default %llu)", (unsigned long long)d.seed);
-        line("  (fp32 throughout, OpenMP threads: OMP_NUM_THREADS. The GPU trainer's -r -f -w -cg -ab -pn -pr -pg");
-        line("   -pi -pf -z -zb are accepted and ignored, with a note; -pn above 1 is an error)");
+        text("  (fp32 throughout, OpenMP threads: OMP_NUM_THREADS. The GPU trainer's -r -f -w -cg -ab -pn -pr -pg");
+        text("   -pi -pf -z -zb are accepted and ignored, with a note; -pn above 1 is an error)");
     }
-    line("  -h, --help   print this and exit");
+    text("  -h, --help   print this and exit");
     return out;
 }
 
