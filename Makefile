@@ -1,11 +1,12 @@
 # GPT-2 training and inference in C++/CUDA.
 #   make train_gpt2cu        the GPU trainer            make test   CPU tests (+ GPU tests when a GPU is visible)
+#   make train_gpt2          the CPU trainer (fp32, OpenMP, -march=$(CPU_ARCH))
 #   make test_gpt2cu         the GPU reference test     make clean
 #   make generate_gpt2cu     text for prompts (KV cache, decode steps as a CUDA Graph)
 #   make gpt2_convert        our model files <-> Hugging Face GPT-2 (safetensors)
 #   make serve_gpt2cu        an OpenAI-compatible completions server (docs/SERVING.md; needs cpp-httplib, nlohmann/json)
 #   make -C dev/cuda NAME    a standalone kernel program
-# Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1
+# Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1, CPU_ARCH=native
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
@@ -74,8 +75,18 @@ REFERENCE_HEADERS := $(wildcard reference/*.h)
 TEST_HEADERS := $(wildcard tests/*.h)
 
 # ---------------------------------------------------------------- CPU programs and tests
-CPU_TESTS := test_gpt2 tests/unit_tests
+CPU_TESTS := test_gpt2 tests/unit_tests tests/test_cpu_engine
+CPU_PROGRAMS := train_gpt2
 TOOLS := tokenizer data/prepro data/hellaswag gpt2_convert
+
+# The CPU trainer (README, "Training on the CPU"): fp32, the host's vector instructions, OpenMP where available.
+# Its engine test is built the same way, so it checks the code train_gpt2 runs.
+CPU_TRAINER_FLAGS := $(CXXFLAGS) $(CPU_ARCH_FLAGS) -fno-math-errno
+train_gpt2: train_gpt2.cpp $(ENGINE_HEADERS) detect.mk
+	$(CXX) $(CPU_TRAINER_FLAGS) $< -o $@
+
+tests/test_cpu_engine: tests/test_cpu_engine.cpp $(ENGINE_HEADERS) $(REFERENCE_HEADERS) detect.mk
+	$(CXX) $(CPU_TRAINER_FLAGS) $< -o $@ -lm
 
 # GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md).
 tokenizer: data/tokenizer.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
@@ -103,9 +114,9 @@ test_gpt2: test_gpt2.cpp $(REFERENCE_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -lm
 
 # One object per test file, so make -j compiles them in parallel. The server's tests (tests/test_serve_*.cpp) are
-# their own binary: they need its libraries.
+# their own binary: they need its libraries; tests/test_cpu_engine.cpp is its own too (the CPU trainer's flags).
 SERVE_TEST_SOURCES := $(wildcard tests/test_serve_*.cpp)
-UNIT_TEST_SOURCES := $(filter-out $(SERVE_TEST_SOURCES),$(wildcard tests/test_*.cpp))
+UNIT_TEST_SOURCES := $(filter-out $(SERVE_TEST_SOURCES) tests/test_cpu_engine.cpp,$(wildcard tests/test_*.cpp))
 UNIT_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(UNIT_TEST_SOURCES))
 tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(DATA_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
 	@mkdir -p tests/obj
@@ -177,25 +188,25 @@ fuzz:
 
 # ---------------------------------------------------------------- aggregate targets
 ifneq ($(NVCC_FOUND),)
-all: $(CPU_TESTS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS)
+all: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS)
 else
-all: $(CPU_TESTS) $(TOOLS) $(SERVE_CPU)
+all: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU)
 endif
 
 # `make test`: CPU tests everywhere, GPU tests when a GPU is visible; ends with "N passed, N failed".
 # With a GPU: the GPU programs and the dev/cuda programs (their -c validation) too. Without one but with nvcc:
 # train_gpt2cu (and serve_gpt2cu), to check they fail in one clear line there.
 ifeq ($(GPU_VISIBLE),1)
-test: $(CPU_TESTS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS) dev fuzz
+test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS) dev fuzz
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
 else
-test: $(CPU_TESTS) $(TOOLS) $(SERVE_CPU) fuzz $(if $(NVCC_FOUND),train_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
+test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) fuzz $(if $(NVCC_FOUND),train_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
 endif
 check: test
 
 clean:
-	rm -f test_gpt2 tests/unit_tests tests/serve_tests tests/serve_mock serve_gpt2cu $(TOOLS) $(GPU_PROGRAMS) \
+	rm -f $(CPU_TESTS) $(CPU_PROGRAMS) tests/serve_tests tests/serve_mock serve_gpt2cu $(TOOLS) $(GPU_PROGRAMS) \
 	      $(BUILD_STAMP) *.o
 	rm -rf tests/obj
 	$(MAKE) -C dev/cuda clean 2>/dev/null || true

@@ -1,6 +1,6 @@
 # What this machine has, shared by the top-level Makefile and dev/cuda/Makefile:
-# OPENMP_FLAGS, COMPRESSION_FLAGS / COMPRESSION_LIBS (zlib and libzstd for data/prepro's .jsonl.gz and .jsonl.zst),
-# NVCC_FOUND, GPU_VISIBLE and GPU_COMPUTE_CAPABILITY (read from nvidia-smi, sm_90 when no GPU is
+# OPENMP_FLAGS, CPU_ARCH_FLAGS (the CPU trainer's -march), COMPRESSION_FLAGS / COMPRESSION_LIBS (zlib and libzstd for
+# data/prepro's .jsonl.gz and .jsonl.zst), NVCC_FOUND, GPU_VISIBLE and GPU_COMPUTE_CAPABILITY (read from nvidia-smi, sm_90 when no GPU is
 # visible; setting GPU_COMPUTE_CAPABILITY overrides). Each missing piece is reported in one line.
 CXX ?= g++
 NVCC ?= nvcc
@@ -9,7 +9,16 @@ OPENMP_OK := $(shell echo 'int main(){return 0;}' | $(CXX) -fopenmp -x c++ - -o 
 ifeq ($(OPENMP_OK),1)
   OPENMP_FLAGS := -fopenmp
 else
-  $(info note: OpenMP not available, CPU reference runs single-threaded)
+  $(info note: OpenMP not available, the CPU reference and train_gpt2 run single-threaded)
+endif
+
+# The CPU trainer's target (CPU_ARCH, default native: the vector instructions of the machine that builds it).
+CPU_ARCH ?= native
+CPU_ARCH_OK := $(shell echo 'int main(){return 0;}' | $(CXX) -march=$(CPU_ARCH) -x c++ - -o /dev/null 2>/dev/null && echo 1)
+ifeq ($(CPU_ARCH_OK),1)
+  CPU_ARCH_FLAGS := -march=$(CPU_ARCH)
+else
+  $(info note: $(CXX) does not take -march=$(CPU_ARCH), train_gpt2 is built for the compiler's default target)
 endif
 
 # zlib and libzstd (Debian: zlib1g-dev, libzstd-dev; .ci/run installs them): each links and runs a call, or is off.

@@ -27,10 +27,9 @@
 #include "llmc/training/schedulers.h"
 #include "llmc/training/step_trace.h"
 #include "llmc/training/train_args.h"
+#include "llmc/training/trainer_setup.h"
 
 namespace {
-
-[[noreturn]] void fail(const std::string& msg) { throw std::runtime_error(msg); }
 
 // What the device can do, from its properties (no table of product names: llmc/training/mfu.h).
 struct DeviceSummary {
@@ -120,104 +119,18 @@ MultiGpu start_processes(const TrainArgs& a, int* argc, char*** argv) {
     mo.rank_timeout_s = engine_options().rank_timeout_s;
     MultiGpu mg = multi_gpu_init(mo, argc, argv);
     if (mg.rank != 0 && !freopen("/dev/null", "w", stdout)) {
-        fail("cannot silence stdout on rank " + std::to_string(mg.rank));
+        trainer_fail("cannot silence stdout on rank " + std::to_string(mg.rank));
     }
     return mg;
 }
 
-// The output directory (-o) and where the run starts: the newest checkpoint that belongs together (-y 1), else
-// step 0 as a new run, which may not mix its files with another run's checkpoints there (-ow 1 deletes them).
-// Crashed writers' temporary files are cleaned up. Returns the step to resume from, or -1.
-int prepare_output_dir(const TrainArgs& a, Checkpointer* ckpt, MultiGpu& mg) {
-    const bool main_rank = mg.rank == 0;
-    std::vector<std::string> notes;
-    if (!a.output_dir.empty() && main_rank) {
-        ensure_directory(a.output_dir);
-        notes = clean_stale_temporaries(a.output_dir);
-    }
-    const int resume_step = a.resume ? ckpt->latest(&notes) : -1;
-    if (a.resume && resume_step < 0) {
-        notes.push_back("-y 1 but no complete checkpoint in " + a.output_dir + ": starting from scratch");
-    }
-    if (resume_step < 0) {
-        ckpt->run_id = new_run_id();
-        const std::string conflict = a.output_dir.empty() ? "" : fresh_run_conflict(a.output_dir);
-        if (!conflict.empty() && !a.overwrite_output) fail(conflict);
-        if (a.overwrite_output) {  // the barriers on every rank alike, whatever each one's view of -o
-            multi_gpu_barrier(mg);  // every rank has looked at the directory before rank 0 changes it
-            if (main_rank && !conflict.empty()) {
-                const int removed = remove_all_checkpoints(a.output_dir);
-                notes.push_back("-ow 1: deleted " + std::to_string(removed) + " checkpoint files of an earlier run in " +
-                                a.output_dir);
-            }
-            multi_gpu_barrier(mg);
-        }
-    }
-    for (const std::string& n : notes) printf("note: %s\n", n.c_str());
-    return resume_step;
-}
-
-// The model's weights: the checkpoint to resume (resume_step >= 0), a random-init preset (-e d12), or a model
-// file (-e path). Returns how it was made, for the start-up table.
+// The model's weights: the checkpoint to resume, a random-init preset (-e d12), or a model file (-e path).
+// Returns how it was made, for the start-up table.
 std::string build_model(GPT2* model, const TrainArgs& a, const Checkpointer& ckpt, int resume_step) {
-    GPT2Config preset;
-    if (resume_step >= 0) {
-        gpt2_build_from_checkpoint(model, ckpt.model_path(resume_step));
-        return ckpt.model_path(resume_step);
-    }
-    if (gpt2_preset(a.init_from, &preset, std::max(1024, a.T))) {  // positions for T > 1024 too
-        gpt2_build_random(model, preset, a.seed);
-        return a.init_from + " random init (seed " + std::to_string(a.seed) + ")";
-    }
-    gpt2_build_from_checkpoint(model, a.init_from);
-    return a.init_from;
-}
-
-// Flags that can only be checked against the model's shape.
-void check_flags_against_model(const TrainArgs& a, const GPT2Config& c) {
-    if (a.T > c.max_seq_len) {
-        fail("flag -t: T = " + std::to_string(a.T) + " exceeds the model's max sequence length " +
-             std::to_string(c.max_seq_len));
-    }
-    if (a.sample_every > 0 && a.gen_tokens >= a.T) {
-        fail("flag -g: " + std::to_string(a.gen_tokens) + " tokens do not fit in T = " + std::to_string(a.T) +
-             " (need -g < -t)");
-    }
-}
-
-// Optimizer steps of the run: -x, or one epoch of the training data.
-int count_steps(const TrainArgs& a, const DataLoader& train, const BatchLayout& layout) {
-    if (a.max_steps != -1) return a.max_steps;
-    const int steps = (int)(train.num_batches_per_epoch() / layout.grad_accum_steps);
-    if (steps < 1) {
-        fail(a.train_pattern + ": one epoch has " + std::to_string(train.num_batches_per_epoch()) +
-             " micro-batches, fewer than one step's " + std::to_string(layout.grad_accum_steps) +
-             " (lower -d or set -x)");
-    }
-    return steps;
-}
-
-LRScheduler make_schedule(const TrainArgs& a, int total_steps) {
-    LRScheduler sched;
-    sched.type = a.lr_schedule;
-    sched.max_lr = a.learning_rate;
-    sched.warmup_steps = a.warmup_steps;
-    sched.total_steps = total_steps;
-    sched.final_lr_frac = a.final_lr_frac;
-    const std::string err = sched.invalid_reason();
-    if (!err.empty()) fail("learning-rate schedule: " + err);
-    return sched;
-}
-
-// The tokenizer for printing samples (rank 0, when sampling): missing or bad means samples print token ids.
-std::unique_ptr<TokenizerFile> load_sample_tokenizer(const TrainArgs& a, bool main_rank) {
-    if (a.sample_every <= 0 || !main_rank) return nullptr;
-    try {
-        return std::make_unique<TokenizerFile>(read_tokenizer_file(a.tokenizer_path));
-    } catch (const FileError& e) {
-        printf("note: samples are printed as token ids (%s)\n", e.what());
-        return nullptr;
-    }
+    const ModelSource src = model_source(a, ckpt, resume_step);
+    if (src.kind == ModelSource::Preset) gpt2_build_random(model, src.preset, a.seed);
+    else gpt2_build_from_checkpoint(model, src.path);
+    return src.description;
 }
 
 struct StartupInfo {
@@ -316,10 +229,7 @@ StepResult train_step(GPT2& model, AdamW& opt, DataLoader& train, const TrainArg
     r.grad_norm = opt.step(r.lr, a.grad_clip, step + 1, mix_seed(a.seed, (uint64_t)step + 1)).grad_norm;
     cudaCheck(cudaStreamSynchronize(model.stream));
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-        fail("step " + std::to_string(step + 1) + ": loss " + std::to_string(r.loss) + ", grad norm " +
-             std::to_string(r.grad_norm) + " (diverged: lower -l or raise -u)");
-    }
+    check_step_finite(step + 1, r.loss, r.grad_norm);
     return r;
 }
 
@@ -329,9 +239,9 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     const bool main_rank = mg.rank == 0;
     BatchLayout layout;
     const std::string layout_error = resolve_batch_layout(a, mg.world, &layout);
-    if (!layout_error.empty()) fail(layout_error);
+    if (!layout_error.empty()) trainer_fail(layout_error);
     Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
-    const int resume_step = prepare_output_dir(a, &ckpt, mg);
+    const int resume_step = prepare_output_dir(a, &ckpt, main_rank, [&] { multi_gpu_barrier(mg); });
 
     // ---- model
     GPT2 model;
@@ -367,17 +277,13 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     const int total_steps = count_steps(a, train_loader, layout);
     const LRScheduler sched = make_schedule(a, total_steps);
     const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, main_rank);
-    const int eot = tokenizer ? tokenizer->eot_token : 50256;
-    if (a.sample_every > 0 && eot >= c.vocab_size) {  // samples start from <|endoftext|>
-        fail("flag -s: samples start from the end-of-text token " + std::to_string(eot) +
-             ", which is outside the model's vocabulary (V = " + std::to_string(c.vocab_size) + "); use -s 0");
-    }
-    Rng sampler_rng(mix_seed(a.seed, 0x73616d706c65ull));  // "sample"
+    const int eot = sample_start_token(a, tokenizer.get(), c);
+    Rng sampler_rng = make_sampler_rng(a);
 
     // ---- resume: optimizer state, data position, sampler
     const RunShape shape{a.B, a.T, mg.world, layout.grad_accum_steps};
     const int start_step =
-        resume_step >= 0 ? ckpt.restore(&opt, resume_step, shape, &sampler_rng, &train_loader, mg.rank) : 0;
+        resume_step >= 0 ? checkpoint_restore(ckpt, &opt, resume_step, shape, &sampler_rng, &train_loader, mg.rank) : 0;
     MainLog log;
     if (main_rank) log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
 
@@ -402,25 +308,22 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     trace.init(mg.rank);
     for (int step = start_step;; step++) {
         multi_gpu_progress(mg, step);  // `step` steps completed: what the watchdog's line names if a peer is lost
-        const bool last = step == total_steps;
-        const bool checkpoint = a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || last);
-        const bool validate = val_loader && (step % a.val_every == 0 || last);
-        const bool sample = a.sample_every > 0 && main_rank && ((step > 0 && step % a.sample_every == 0) || last);
-        if (checkpoint || sample || last) opt.sync();  // the parameters' all-gather has landed
-        if (checkpoint) {
+        const StepEvents ev = step_events(a, step, start_step, total_steps, val_loader != nullptr, main_rank);
+        if (ev.checkpoint || ev.sample || ev.last) opt.sync();  // the parameters' all-gather has landed
+        if (ev.checkpoint) {
             multi_gpu_barrier(mg);
-            ckpt.save(model, opt, step, shape, sampler_rng, train_loader, val_loader.get(), mg.rank);
+            checkpoint_save(ckpt, model, opt, step, shape, sampler_rng, train_loader, val_loader.get(), mg.rank);
             multi_gpu_barrier(mg);
         }
-        if (validate) {
+        if (ev.validate) {
             const float val_loss = evaluate(model, opt, *val_loader, a.val_max_batches, a.B, a.T, mg);
             printf("val loss %.6f (after %d steps)\n", val_loss, step);
             log.log_val(step, val_loss);
         }
-        if (sample) {
+        if (ev.sample) {
             print_sample(model, a, sampler_rng, tokenizer.get(), eot);
         }
-        if (last) break;
+        if (ev.last) break;
 
         multi_gpu_progress(mg, step);  // the work between steps counts as progress (LLMC_RANK_TIMEOUT_S)
         trace.before(step + 1);

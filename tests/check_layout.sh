@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The engine's layout rules (docs/ARCHITECTURE.md, "What may include what"), checked on the tree:
 #   - each llmc/ folder includes only the folders below it (core <- formats <- kernels <- model <- distributed,
-#     inference <- training; inference <- serving), kernels/mma and kernels/hopper count as kernels;
+#     inference <- training; inference <- serving), kernels/mma and kernels/hopper count as kernels; cpu (the CPU
+#     trainer's engine) stands beside them on core, formats and the model's shape;
 #   - llmc/serving/ is host code: its .h files include no .cuh (the GPU engine is its one .cuh);
 #   - nothing in llmc/ or dev/ includes tests/; llmc/ includes neither reference/ nor data/;
 #   - no engine file over 400 lines, except the ones listed below as one algorithm each.
@@ -18,6 +19,7 @@ allowed() {  # folder -> the llmc folders its files may include
         inference) echo "core formats kernels model inference" ;;
         training) echo "core formats kernels model distributed inference training" ;;
         serving) echo "core formats kernels model inference serving" ;;
+        cpu) echo "core formats model/gpt2_config.h cpu" ;;
         *) echo "" ;;
     esac
 }

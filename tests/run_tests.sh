@@ -30,6 +30,10 @@ run_suite() {  # name, command...
 
 # ---- CPU suites (everywhere)
 run_suite cpu-reference ./test_gpt2 tests/fixtures/tiny
+# the CPU trainer's engine against PyTorch's fixture and the reference (10 steps within 1e-4, thread-count
+# independence), then train_gpt2 itself: flags and bad inputs, logs, checkpoints, resume bit for bit
+run_suite cpu-engine ./tests/test_cpu_engine tests/fixtures/tiny
+run_suite cpu-trainer bash tests/test_cpu_trainer.sh
 # the engine's folders include only the folders below them; no engine file over 400 lines but single algorithms
 run_suite layout bash tests/check_layout.sh
 run_suite unit-tests ./tests/unit_tests

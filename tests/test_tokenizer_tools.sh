@@ -213,22 +213,32 @@ c_no_data_is_one_line() {
 check "no test data: one line saying what is missing and how to get it, and exit 1" c_no_data_is_one_line
 
 # scripts/run_tinyshakespeare.sh asks make for the data and the trainer every time (make decides what is
-# stale); it used to skip make whenever ./train_gpt2cu existed, however old. Run in a copy of the
-# repository's layout with stand-ins for make, the trainer and python3 that record their calls.
-c_run_script_calls_make() (
+# stale); it used to skip make whenever ./train_gpt2cu existed, however old. It picks the GPU trainer where
+# nvidia-smi lists a GPU and nvcc exists, else the CPU trainer, and its first line says which and why. Run in a
+# copy of the repository's layout with stand-ins for make, nvidia-smi, nvcc, the trainers and python3 that record
+# their calls.
+run_script_in_fake_repo() {  # gpu_listed (0|1), expected trainer, expected first-line pattern
+    local gpu=$1 trainer=$2 first=$3
     fake=$TMP/fake_repo
-    rm -rf "$fake" && mkdir -p "$fake/scripts" "$fake/bin" "$fake/data/tinyshakespeare" || exit 1
+    rm -rf "$fake" && mkdir -p "$fake/scripts" "$fake/bin" "$fake/data/tinyshakespeare" || return 1
     cp scripts/run_tinyshakespeare.sh "$fake/scripts/"
     : >"$fake/data/tinyshakespeare/tiny_shakespeare_train.bin"
     printf '#!/bin/sh\necho "make $*" >>"%s/calls"\n' "$fake" >"$fake/bin/make"
     printf '#!/bin/sh\necho "python3 $*" >>"%s/calls"\n' "$fake" >"$fake/bin/python3"
-    printf '#!/bin/sh\necho "train_gpt2cu" >>"%s/calls"\n' "$fake" >"$fake/train_gpt2cu"
-    chmod +x "$fake/bin/make" "$fake/bin/python3" "$fake/train_gpt2cu"
-    PATH="$fake/bin:$PATH" OUTDIR="$fake/out" bash "$fake/scripts/run_tinyshakespeare.sh" >/dev/null 2>&1 &&
-        grep -qx "make -s data" "$fake/calls" && grep -qx "make -s train_gpt2cu" "$fake/calls" &&
-        [ "$(grep -n train_gpt2cu "$fake/calls" | head -1 | cut -d: -f1)" -lt "$(grep -nx train_gpt2cu "$fake/calls" | cut -d: -f1)" ]
-)
-check "run_tinyshakespeare.sh lets make decide on a rebuild (calls make before training, every time)" c_run_script_calls_make
+    printf '#!/bin/sh\n[ %s = 1 ] && echo "GPU 0: NVIDIA H100 (UUID: GPU-0)"\nexit 0\n' "$gpu" >"$fake/bin/nvidia-smi"
+    printf '#!/bin/sh\nexit 0\n' >"$fake/bin/nvcc"
+    for t in train_gpt2cu train_gpt2; do printf '#!/bin/sh\necho "%s" >>"%s/calls"\n' "$t" "$fake" >"$fake/$t"; done
+    chmod +x "$fake/bin/"* "$fake/train_gpt2cu" "$fake/train_gpt2"
+    PATH="$fake/bin:$PATH" OUTDIR="$fake/out" bash "$fake/scripts/run_tinyshakespeare.sh" >"$fake/out.log" 2>&1 &&
+        head -1 "$fake/out.log" | grep -q -- "$first" &&
+        grep -qx "make -s data" "$fake/calls" && grep -qx "make -s $trainer" "$fake/calls" && grep -qx "$trainer" "$fake/calls" &&
+        [ "$(grep -n "make -s $trainer" "$fake/calls" | head -1 | cut -d: -f1)" -lt "$(grep -nx "$trainer" "$fake/calls" | cut -d: -f1)" ] &&
+        grep -q "^python3 scripts/plot_loss.py" "$fake/calls"
+}
+c_run_script_gpu() { run_script_in_fake_repo 1 train_gpt2cu "^using the GPU trainer (train_gpt2cu): nvidia-smi lists a GPU"; }
+c_run_script_cpu() { run_script_in_fake_repo 0 train_gpt2 "^using the CPU trainer (train_gpt2): no GPU: nvidia-smi -L lists none"; }
+check "run_tinyshakespeare.sh with a GPU: says so, lets make rebuild train_gpt2cu, then trains and plots" c_run_script_gpu
+check "run_tinyshakespeare.sh without a GPU: says so, lets make rebuild train_gpt2, then trains and plots" c_run_script_cpu
 
 # ---- self-check: every check above must fail when ./tokenizer and ./data/prepro are broken (the
 # "empty == empty" trap); the empty-file check is exempt from the silent stand-in (no output is its right answer).

@@ -17,6 +17,7 @@
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/model/gpt2_config.h"
 #include "llmc/model/gpt2_forward.cuh"
+#include "llmc/model/gpt2_init.h"
 #include "llmc/model/gpt2_memory.cuh"
 #include "llmc/model/gpt2_params.cuh"
 
@@ -122,29 +123,10 @@ inline void gpt2_build_from_checkpoint(GPT2* m, const std::string& path) {
     m->host_params = std::move(f.params);
 }
 
-// GPT-2 init: weights N(0, 0.02), the residual projections (attprojw, fcprojw) N(0, 0.02/sqrt(2L)),
-// LayerNorm weights 1, biases 0; wte's padding rows zero. Deterministic for a seed (llmc/core/rand.h).
+// GPT-2's random init (llmc/model/gpt2_init.h), deterministic for a seed.
 inline void gpt2_build_random(GPT2* m, const GPT2Config& c, uint64_t seed) {
     gpt2_detail::set_config(m, c);
-    m->host_params.assign(m->num_parameters, 0.0f);
-    const auto table = gpt2_parameter_table(c);
-    const auto offsets = gpt2_parameter_offsets(c);
-    Rng rng(seed);
-    const float residual_std = 0.02f / sqrtf(2.0f * c.num_layers);
-    for (int t = 0; t < kNumParameterTensors; t++) {
-        const ParamTensor i = (ParamTensor)t;
-        float* p = m->host_params.data() + offsets[i];
-        size_t n = table[i].numel;
-        if (i == LN1W || i == LN2W || i == LNFW) {
-            for (size_t k = 0; k < n; k++) p[k] = 1.0f;
-        } else if (i == WTE) {
-            rng.fill_normal(p, (size_t)c.vocab_size * c.channels, 0.0f, 0.02f);  // padding rows stay 0
-        } else if (i == WPE || i == QKVW || i == FCW) {
-            rng.fill_normal(p, n, 0.0f, 0.02f);
-        } else if (i == ATTPROJW || i == FCPROJW) {
-            rng.fill_normal(p, n, 0.0f, residual_std);
-        }  // biases stay 0
-    }
+    m->host_params = gpt2_random_init(c, seed);
 }
 
 // The start-up tables' line on the matrix products: cuBLASLt, where its algorithms come from, the Hopper GELU

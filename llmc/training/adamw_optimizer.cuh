@@ -239,15 +239,20 @@ struct AdamW {
     }
 
     // Puts a saved state back (each rank its shard with ZeRO-1, whatever number of ranks wrote it); `path` names the
-    // file in the error when the size does not match this model and settings.
+    // file in the error when the size does not match this model and settings. A state without master weights
+    // ([m][v]: an FP32 build's, the CPU trainer's) also restores into a run that keeps them: the master copy stays
+    // as init() made it, from the checkpoint's model file (exact when that file is fp32, as those runs write it).
     void state_from_host(const std::vector<uint8_t>& state, const std::string& path) {
-        if (state.size() != state_bytes()) {
+        const size_t moments_bytes = 2 * model->num_parameters * sizeof(float);
+        const bool without_master = master() && state.size() == moments_bytes;
+        if (state.size() != state_bytes() && !without_master) {
             file_error(path, "optimizer state is %zu bytes, this model needs %zu (different model or -w?)",
                        state.size(), state_bytes());
         }
         const float* src = reinterpret_cast<const float*>(state.data());
         const std::vector<GradBucket>& buckets = exchange.plan;
         for (float* a : state_arrays()) {
+            if (without_master && a == master()) continue;
             std::vector<float> own;
             const float* from = src;
             if (sharded()) own = zero_shard_from_flat(buckets, mg->world, mg->rank, src, 0.0f), from = own.data();

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "llmc/core/flag_parse.h"
 #include "llmc/training/schedulers.h"
@@ -64,78 +65,103 @@ struct TrainArgs {
     int zero_stage = 0;                  // -z 0 | 1 | 2: ZeRO-1 shards master weights and AdamW moments over the
                                          // ranks, ZeRO-2 the gradients too
     int zero_bucket_mb = 25;             // -zb  MB of bf16 gradients per exchanged bucket (several GPUs)
+    std::vector<std::string> flags_given;  // every flag on the command line, in order (the CPU trainer's notes)
 };
 
-inline std::string train_usage(const std::string& program) {
-    TrainArgs d;
-    char buf[8192];
-    snprintf(buf, sizeof(buf),
-             "usage: %s [flag value]...\n"
-             "data and model\n"
-             "  -i <glob>    train token shards (default %s)\n"
-             "  -j <glob>    validation token shards (default %s)\n"
-             "  -e <s>       init from a model file, a Hugging Face GPT-2 directory or .safetensors file,\n"
-             "               or d6|d12|d24|d36|d48 for random init (max sequence length max(1024, -t))\n"
-             "               (default %s)\n"
-             "  -o <dir>     output dir for main.log and checkpoints (default: none)\n"
-             "  -tok <file>  tokenizer .bin for printing samples (default %s)\n"
-             "batch\n"
-             "  -b <int>     micro-batch size per GPU (default %d)\n"
-             "  -t <int>     sequence length (default %d)\n"
-             "  -d <int>     total tokens per step, a multiple of B*T*processes; -1 = B*T*processes (default -1)\n"
-             "  -x <int>     number of steps; -1 = one epoch (default -1)\n"
-             "  -sh <0|1>    shuffle the training windows every epoch (default 1)\n"
-             "optimizer\n"
-             "  -k <s>       lr schedule cosine|linear|constant|wsd (default cosine)\n"
-             "  -l <float>   learning rate (default %g)\n"
-             "  -u <int>     warmup steps (default %d)\n"
-             "  -q <float>   final lr as a fraction of -l, in [0,1] (default %g)\n"
-             "  -c <float>   weight decay on matrices (default %g)\n"
-             "  -gc <float>  clip the gradient norm to this, 0 = off (default %g)\n"
-             "evaluation and sampling\n"
-             "  -v <int>     val loss every N steps, 0 = never (default %d)\n"
-             "  -m <int>     max val batches, -1 = all (default %d)\n"
-             "  -s <int>     sample every N steps, 0 = never (default %d)\n"
-             "  -g <int>     tokens to generate (default %d)\n"
-             "  -st <float>  sampling temperature, 0 = greedy (default %g)\n"
-             "  -sk <int>    sample from the top k tokens, 0 = all (default %d)\n"
-             "checkpoints\n"
-             "  -n <int>     checkpoint every N steps (and at the end), 0 = never (default %d)\n"
-             "  -nk <int>    keep only this run's newest K checkpoints, 0 = keep all (default %d)\n"
-             "  -y <0|1>     resume from the newest complete checkpoint in -o (default 0)\n"
-             "  -ow <0|1>    a fresh run in an -o holding another run's checkpoints deletes them; without it,\n"
-             "               such a run stops with an error (default 0)\n"
-             "memory and numerics\n"
-             "  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)\n"
-             "  -f <0|1>     TF32 matmuls in FP32 builds (default %d)\n"
-             "  -w <0|1>     fp32 master weights in BF16 builds (default %d)\n"
-             "  -cg <0|1>    one GPU: replay forward+backward from a CUDA Graph from the second micro-step on;\n"
-             "               same kernels and bits, without the gaps of queuing them one by one (default %d)\n"
-             "  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16\n"
-             "               builds with head size 64 or 128, else materialized (default %s). flash runs the\n"
-             "               Hopper TMA/wgmma kernels on H100/H200 (sm_90a builds), mma.sync elsewhere; all\n"
-             "               but flash-nondet are deterministic. flash-nondet: flash with unordered dQ\n"
-             "               additions in the Hopper backward at head size 64 (faster at T >= 4096 only)\n"
-             "  -seed <int>  seed for init, data order, sampling, rounding (default %llu)\n"
-             "multi-GPU (one process per GPU)\n"
-             "  -pn <int>    number of processes (default 1; with MPI taken from mpirun)\n"
-             "  -pr <int>    this process's rank (default 0)\n"
-             "  -pg <int>    GPUs per node (default %d)\n"
-             "  -pi <s>      NCCL rendezvous: mpi | fs (default %s)\n"
-             "  -pf <dir>    shared directory for -pi fs (default %s)\n"
-             "  -z <0|1|2>   ZeRO stage: 1 keeps fp32 master weights and AdamW moments for this rank's shard\n"
-             "               only (gradients reduce-scattered, parameters all-gathered); 2 also keeps only the\n"
-             "               shard of the gradients (reduce-scattered on every micro-step, also with -d);\n"
-             "               with one process 2 runs as 1 (default %d)\n"
-             "  -zb <int>    several GPUs: MB of bf16 gradients per bucket exchanged under the backward (default %d)\n"
-             "  -h, --help   print this and exit\n",
-             program.c_str(), d.train_pattern.c_str(), d.val_pattern.c_str(), d.init_from.c_str(),
-             d.tokenizer_path.c_str(), d.B, d.T, d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay,
-             d.grad_clip, d.val_every, d.val_max_batches, d.sample_every, d.gen_tokens, d.temperature, d.top_k,
-             d.checkpoint_every, d.checkpoint_keep, d.recompute, d.tf32 ? 1 : 0, d.master_weights ? 1 : 0,
-             d.cuda_graph ? 1 : 0, d.attention.c_str(), (unsigned long long)d.seed, d.gpus_per_node,
-             d.init_method.c_str(), d.rendezvous_dir.c_str(), d.zero_stage, d.zero_bucket_mb);
-    return buf;
+// Which trainer a usage text and the flag checks are for: train_gpt2cu (GPUs) or train_gpt2 (the CPU, which has no
+// use for the flags of the GPU's memory, numerics, kernels and processes: gpu_only_flag).
+enum class Trainer { Gpu, Cpu };
+
+inline bool gpu_only_flag(const std::string& flag) {
+    for (const char* f : {"-r", "-f", "-w", "-cg", "-ab", "-pn", "-pr", "-pg", "-pi", "-pf", "-z", "-zb"})
+        if (flag == f) return true;
+    return false;
+}
+
+inline std::string train_usage(const std::string& program, Trainer trainer = Trainer::Gpu) {
+    const TrainArgs d;
+    const bool gpu = trainer == Trainer::Gpu;
+    std::string out;
+    auto text = [&](const char* s) {
+        out += s;
+        out += '\n';
+    };
+    auto line = [&](const char* fmt, auto... args) {
+        char buf[512];
+        snprintf(buf, sizeof(buf), fmt, args...);
+        text(buf);
+    };
+    line("usage: %s [flag value]...", program.c_str());
+    text("data and model");
+    line("  -i <glob>    train token shards (default %s)", d.train_pattern.c_str());
+    line("  -j <glob>    validation token shards (default %s)", d.val_pattern.c_str());
+    text("  -e <s>       init from a model file, a Hugging Face GPT-2 directory or .safetensors file,");
+    text("               or d6|d12|d24|d36|d48 for random init (max sequence length max(1024, -t))");
+    line("               (default %s)", d.init_from.c_str());
+    text("  -o <dir>     output dir for main.log and checkpoints (default: none)");
+    line("  -tok <file>  tokenizer .bin for printing samples (default %s)", d.tokenizer_path.c_str());
+    text("batch");
+    line("  -b <int>     micro-batch size%s (default %d)", gpu ? " per GPU" : "", d.B);
+    line("  -t <int>     sequence length (default %d)", d.T);
+    if (gpu) text("  -d <int>     total tokens per step, a multiple of B*T*processes; -1 = B*T*processes (default -1)");
+    else text("  -d <int>     total tokens per step, a multiple of B*T (gradient accumulation); -1 = B*T (default -1)");
+    text("  -x <int>     number of steps; -1 = one epoch (default -1)");
+    text("  -sh <0|1>    shuffle the training windows every epoch (default 1)");
+    text("optimizer");
+    text("  -k <s>       lr schedule cosine|linear|constant|wsd (default cosine)");
+    line("  -l <float>   learning rate (default %g)", d.learning_rate);
+    line("  -u <int>     warmup steps (default %d)", d.warmup_steps);
+    line("  -q <float>   final lr as a fraction of -l, in [0,1] (default %g)", d.final_lr_frac);
+    line("  -c <float>   weight decay on matrices (default %g)", d.weight_decay);
+    line("  -gc <float>  clip the gradient norm to this, 0 = off (default %g)", d.grad_clip);
+    text("evaluation and sampling");
+    line("  -v <int>     val loss every N steps, 0 = never (default %d)", d.val_every);
+    line("  -m <int>     max val batches, -1 = all (default %d)", d.val_max_batches);
+    line("  -s <int>     sample every N steps, 0 = never (default %d)", d.sample_every);
+    line("  -g <int>     tokens to generate (default %d)", d.gen_tokens);
+    line("  -st <float>  sampling temperature, 0 = greedy (default %g)", d.temperature);
+    line("  -sk <int>    sample from the top k tokens, 0 = all (default %d)", d.top_k);
+    text("checkpoints");
+    line("  -n <int>     checkpoint every N steps (and at the end), 0 = never (default %d)", d.checkpoint_every);
+    line("  -nk <int>    keep only this run's newest K checkpoints, 0 = keep all (default %d)", d.checkpoint_keep);
+    text("  -y <0|1>     resume from the newest complete checkpoint in -o (default 0)");
+    text("  -ow <0|1>    a fresh run in an -o holding another run's checkpoints deletes them; without it,");
+    text("               such a run stops with an error (default 0)");
+    if (gpu) {
+        text("memory and numerics");
+        line("  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)", d.recompute);
+        line("  -f <0|1>     TF32 matmuls in FP32 builds (default %d)", d.tf32 ? 1 : 0);
+        line("  -w <0|1>     fp32 master weights in BF16 builds (default %d)", d.master_weights ? 1 : 0);
+        text("  -cg <0|1>    one GPU: replay forward+backward from a CUDA Graph from the second micro-step on;");
+        line("               same kernels and bits, without the gaps of queuing them one by one (default %d)",
+             d.cuda_graph ? 1 : 0);
+        text("  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16");
+        line("               builds with head size 64 or 128, else materialized (default %s). flash runs the",
+             d.attention.c_str());
+        text("               Hopper TMA/wgmma kernels on H100/H200 (sm_90a builds), mma.sync elsewhere; all");
+        text("               but flash-nondet are deterministic. flash-nondet: flash with unordered dQ");
+        text("               additions in the Hopper backward at head size 64 (faster at T >= 4096 only)");
+        line("  -seed <int>  seed for init, data order, sampling, rounding (default %llu)", (unsigned long long)d.seed);
+        text("multi-GPU (one process per GPU)");
+        text("  -pn <int>    number of processes (default 1; with MPI taken from mpirun)");
+        text("  -pr <int>    this process's rank (default 0)");
+        line("  -pg <int>    GPUs per node (default %d)", d.gpus_per_node);
+        line("  -pi <s>      NCCL rendezvous: mpi | fs (default %s)", d.init_method.c_str());
+        line("  -pf <dir>    shared directory for -pi fs (default %s)", d.rendezvous_dir.c_str());
+        text("  -z <0|1|2>   ZeRO stage: 1 keeps fp32 master weights and AdamW moments for this rank's shard");
+        text("               only (gradients reduce-scattered, parameters all-gathered); 2 also keeps only the");
+        text("               shard of the gradients (reduce-scattered on every micro-step, also with -d);");
+        line("               with one process 2 runs as 1 (default %d)", d.zero_stage);
+        line("  -zb <int>    several GPUs: MB of bf16 gradients per bucket exchanged under the backward (default %d)",
+             d.zero_bucket_mb);
+    } else {
+        text("numerics");
+        line("  -seed <int>  seed for init, data order, sampling (default %llu)", (unsigned long long)d.seed);
+        text("  (fp32 throughout, OpenMP threads: OMP_NUM_THREADS. The GPU trainer's -r -f -w -cg -ab -pn -pr -pg");
+        text("   -pi -pf -z -zb are accepted and ignored, with a note; -pn above 1 is an error)");
+    }
+    text("  -h, --help   print this and exit");
+    return out;
 }
 
 // Parses argv[1..argc). On Error, *error holds one line naming the flag and the problem.
@@ -154,6 +180,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
             return ParseStatus::Error;
         }
         const std::string v = argv[++i];
+        a->flags_given.push_back(flag);
         auto fail = [&](const char* expected) {
             *error = "flag " + flag + ": expected " + expected + ", got '" + v + "'";
             return ParseStatus::Error;

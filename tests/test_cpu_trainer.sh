@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# End-to-end checks of ./train_gpt2, the CPU trainer, on a small real run (GPT-2 d6 from scratch on Alice in
+# Wonderland, B=2 T=32, made into shards here by data/prepro from the data mirror):
+#   - every bad input is one line "error: ..." naming the flag or file, and a non-zero exit, before training;
+#   - the step lines and main.log in the shared formats (format_step_line, llm.c's "s:N trl:/tel:"), validation,
+#     a sample through the tokenizer file, checkpoints (an llm.c fp32 model file + a run state whose optimizer
+#     state is [m][v]) that load again as a model (-e);
+#   - resume (-y 1) continues bit for bit (model, state, main.log, console), and 1 thread gives the same weights
+#     as several; the GPU trainer's flags that mean nothing here are named in one note.
+# Prints one line per check; exit 1 if any failed.
+set -u
+set -o pipefail
+cd "$(dirname "$0")/.."
+DATA_MIRROR=${DATA_MIRROR:-../shared/data}
+DATA=
+for root in "$DATA_MIRROR" data/cache; do
+    [ -f "$root/gpt2/encoder.json" ] && [ -f "$root/gpt2/vocab.bpe" ] && [ -f "$root/alice/pg11_lf.txt" ] && { DATA=$root; break; }
+done
+if [ -z "$DATA" ]; then
+    echo "error: test data missing: gpt2/encoder.json, gpt2/vocab.bpe, alice/pg11_lf.txt (not in DATA_MIRROR=$DATA_MIRROR nor data/cache): run 'make data' or set DATA_MIRROR=DIR"
+    exit 1
+fi
+for tool in ./train_gpt2 ./data/prepro ./tokenizer; do
+    [ -x "$tool" ] || { echo "error: $tool not built (make train_gpt2 data/prepro tokenizer)"; exit 1; }
+done
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+./data/prepro --vocab-dir "$DATA/gpt2" --split-blank-lines --val-tokens 4096 -j 2 -o "$TMP/alice" \
+    "$DATA/alice/pg11_lf.txt" >/dev/null 2>&1 && ./tokenizer export --vocab-dir "$DATA/gpt2" -o "$TMP/tok.bin" >/dev/null 2>&1 ||
+    { echo "error: cannot make the test shards with data/prepro and ./tokenizer"; exit 1; }
+TRAIN=$TMP/alice_train_000000.bin VAL=$TMP/alice_val_000000.bin
+RUN=(./train_gpt2 -e d6 -i "$TRAIN" -j "$VAL" -tok "$TMP/tok.bin" -b 2 -t 32 -l 1e-3 -u 2 -c 0.1 -k cosine -q 0.1 -m 2 -g 8)
+
+# ---- bad inputs: one line on stderr naming the flag or file, exit non-zero, nothing trained
+expect_error() {  # description, expected substring, command...
+    local what=$1 needle=$2; shift 2
+    if "$@" >"$TMP/err.out" 2>"$TMP/err.log"; then bad "$what (exit 0)"; return; fi
+    if [ "$(wc -l <"$TMP/err.log")" = 1 ] && grep -q '^error: ' "$TMP/err.log" && grep -qF -- "$needle" "$TMP/err.log" &&
+        ! grep -q '^step' "$TMP/err.out"; then
+        ok "$what: $(cat "$TMP/err.log")"
+    else bad "$what: stderr is not one line 'error: ...$needle...':"; tail -3 "$TMP/err.log"; fi
+}
+head -c 5000 tests/fixtures/tiny_model.bin >"$TMP/truncated.bin"
+mkdir -p "$TMP/other"
+expect_error "bad number" "error: flag -b: expected an integer >= 1, got 'x' (./train_gpt2 --help lists the flags)" ./train_gpt2 -b x
+expect_error "unknown flag" "unknown flag -zz" ./train_gpt2 -zz 1
+expect_error "missing train shards" "$TMP/nope_*.bin: no data shard matches this pattern" "${RUN[@]}" -i "$TMP/nope_*.bin"
+expect_error "missing val shards" "$TMP/noval.bin: no data shard matches" "${RUN[@]}" -j "$TMP/noval.bin"
+expect_error "missing model file" "$TMP/nope.bin" "${RUN[@]}" -e "$TMP/nope.bin"
+expect_error "truncated model file" "truncated.bin: file is 5000 bytes" "${RUN[@]}" -e "$TMP/truncated.bin"
+expect_error "T beyond the model" "flag -t: T = 128 exceeds the model's max sequence length 64" "${RUN[@]}" -e tests/fixtures/tiny_model.bin -t 128
+expect_error "tokens outside the vocabulary" "is >= vocab_size 1000" "${RUN[@]}" -e tests/fixtures/tiny_model.bin -s 0 -x 1
+expect_error "several processes" "flag -pn: the CPU trainer runs one process" "${RUN[@]}" -pn 2
+expect_error "sample longer than T" "flag -g: 32 tokens do not fit in T = 32" "${RUN[@]}" -g 32
+expect_error "-d not a multiple of B*T" "flag -d: 100 tokens per step is not a multiple of B*T*processes = 2*32*1 = 64" "${RUN[@]}" -d 100
+expect_error "-y 1 without -o" "flag -y 1 needs -o" "${RUN[@]}" -y 1
+expect_error "schedule" "flag -k: expected cosine, linear, constant or wsd, got 'cos'" "${RUN[@]}" -k cos
+if ./train_gpt2 --help >"$TMP/help.out" 2>&1 && grep -q '^usage: ./train_gpt2 ' "$TMP/help.out" && grep -q '^  -seed ' "$TMP/help.out" &&
+    ! grep -q '^  -ab ' "$TMP/help.out"; then ok "--help: the CPU trainer's flags"; else bad "--help"; fi
+
+# ---- a run: step lines, validation, samples, checkpoints, main.log
+STEP_LINE='^step +[0-9]+/6 \| loss [0-9]+\.[0-9]{6} \| norm +[0-9]+\.[0-9]{4} \| lr [0-9]\.[0-9]{3}e[-+][0-9]{2} \| +[0-9]+\.[0-9]{2} ms \| +[0-9]+ tok/s \| MFU n/a$'
+if "${RUN[@]}" -x 6 -n 3 -v 3 -s 3 -o "$TMP/a" -r 1 -cg 0 >"$TMP/a.log" 2>&1; then ok "run a: 6 steps, checkpoints at 3 and 6"
+else bad "run a failed:"; tail -5 "$TMP/a.log"; fi
+n=$(grep -cE "$STEP_LINE" "$TMP/a.log")
+[ "$n" = 6 ] && ok "6 step lines in format_step_line's format" || { bad "step lines: $n of 6 match"; grep '^step' "$TMP/a.log" | head -2; }
+grep -q '^note: flags -r, -cg are for the GPU trainer; the CPU trainer ignores them$' "$TMP/a.log" &&
+    ok "GPU-only flags: one note naming them" || bad "no note on -r, -cg"
+[ "$(grep -c '^val loss [0-9.]* (after [036] steps)$' "$TMP/a.log")" = 3 ] && ok "validation at steps 0, 3, 6" || bad "validation lines"
+[ "$(grep -c '^generating:$' "$TMP/a.log")" = 2 ] && ok "samples at steps 3 and 6" || bad "sample blocks"
+want_log=$(printf 's:0 tel:\ns:0 trl:\ns:1 trl:\ns:2 trl:\ns:3 tel:\ns:3 trl:\ns:4 trl:\ns:5 trl:\ns:6 tel:')
+got_log=$(sed -E 's/(t[er]l:).*/\1/' "$TMP/a/main.log" 2>/dev/null)
+[ "$got_log" = "$want_log" ] && ok "main.log: llm.c's s:N trl:/tel: lines" || { bad "main.log:"; head -3 "$TMP/a/main.log"; }
+model_header=$(od -An -t d4 -N 32 "$TMP/a/model_00000006.bin" 2>/dev/null | xargs)
+[ "$model_header" = "20240326 3 1024 50257 6 6 384 50304" ] && ok "model file: llm.c's fp32 header (v3, d6)" ||
+    bad "model file header: $model_header"
+P=$(( ($(stat -c %s "$TMP/a/model_00000006.bin") - 1024) / 4 ))
+opt_bytes=$(od -An -t u4 -j 36 -N 8 "$TMP/a/state_00000006.bin" | awk '{print $1 + $2 * 4294967296}')
+[ "$opt_bytes" = $((2 * P * 4)) ] && ok "run state: optimizer state [m][v], $opt_bytes bytes for $P parameters" ||
+    bad "optimizer state is $opt_bytes bytes, expected $((2 * P * 4))"
+if command -v python3 >/dev/null; then
+    python3 scripts/plot_loss.py "$TMP/a/main.log" -o "$TMP/a/loss.png" >"$TMP/plot.log" 2>&1 && [ -s "$TMP/a/loss.png" ] &&
+        ok "plot_loss.py reads main.log: $(cat "$TMP/plot.log")" || { bad "plot_loss.py:"; cat "$TMP/plot.log"; }
+fi
+
+# ---- resume: bit for bit
+mkdir -p "$TMP/b"
+cp "$TMP/a/model_00000003.bin" "$TMP/a/state_00000003.bin" "$TMP/a/main.log" "$TMP/b/"
+if "${RUN[@]}" -x 6 -n 3 -v 3 -s 3 -o "$TMP/b" -y 1 >"$TMP/b.log" 2>&1; then ok "run b: resumed from step 3"
+else bad "run b failed:"; tail -5 "$TMP/b.log"; fi
+for f in model_00000006.bin state_00000006.bin main.log; do
+    cmp -s "$TMP/a/$f" "$TMP/b/$f" && ok "resume: $f identical" || bad "resume: $f differs"
+done
+strip() { sed -n '/(after 3 steps)/,$p' "$1" | LC_ALL=C grep -a -v -e '^saved checkpoint' -e '^average over' |
+          sed -E 's/\| +[0-9.]+ ms \| +[0-9]+ tok\/s \| MFU .*$//'; }
+[ "$(strip "$TMP/a.log" | grep -c '^step')" = 3 ] && diff <(strip "$TMP/a.log") <(strip "$TMP/b.log") >/dev/null &&
+    ok "resume: console after step 3 identical (losses, norms, validation, sample)" || bad "resume: console differs"
+
+# ---- threads: the same weights from 1 thread
+if OMP_NUM_THREADS=1 "${RUN[@]}" -x 6 -n 6 -v 0 -s 0 -o "$TMP/c" >"$TMP/c.log" 2>&1 &&
+    cmp -s "$TMP/a/model_00000006.bin" "$TMP/c/model_00000006.bin"; then ok "1 thread: the same model bits after 6 steps"
+else bad "1 thread: different weights (or the run failed)"; tail -3 "$TMP/c.log"; fi
+
+# ---- a checkpoint's model file as -e; a fresh run refuses -o with another run's checkpoints
+"${RUN[@]}" -e "$TMP/a/model_00000006.bin" -x 1 -v 0 -s 0 >"$TMP/e.log" 2>&1 && grep -q "model_00000006.bin" "$TMP/e.log" &&
+    ok "-e <checkpoint model file> trains on" || { bad "-e <model file>:"; tail -3 "$TMP/e.log"; }
+expect_error "fresh run in another run's -o" "holds checkpoints of another run (steps 3..6)" "${RUN[@]}" -x 6 -o "$TMP/a"
+
+[ $fails = 0 ] && echo "train_gpt2: all checks passed"
+exit $((fails > 0))

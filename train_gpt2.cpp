@@ -1,0 +1,331 @@
+// GPT-2 training on the CPU: flags -> model + data -> loop (forward, backward with gradient accumulation, clip,
+// AdamW) -> validation, samples, checkpoints, logs. fp32 throughout, OpenMP over the cores (llmc/cpu/: blocked,
+// vectorised kernels). The GPU trainer's flags, data, checkpoints and logs (train_gpt2.cu; the shared set-up is
+// llmc/training/trainer_setup.h): a checkpoint written here resumes on the GPU trainer and one written there resumes
+// here; the step lines and main.log read the same. Runs are deterministic for any number of threads, and resume
+// (-y 1) continues bit for bit.
+#include <algorithm>
+#include <chrono>
+#include <unistd.h>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/generate.h"
+#include "llmc/cpu/gpt2.h"
+#include "llmc/formats/hf_gpt2.h"
+#include "llmc/formats/model_file.h"
+#include "llmc/formats/tokenizer_file.h"
+#include "llmc/inference/sampler.h"
+#include "llmc/model/gpt2_init.h"
+#include "llmc/training/checkpoint.h"
+#include "llmc/training/dataloader.h"
+#include "llmc/training/logger.h"
+#include "llmc/training/mfu.h"
+#include "llmc/training/schedulers.h"
+#include "llmc/training/train_args.h"
+#include "llmc/training/trainer_setup.h"
+
+namespace {
+
+using Model = cpu_engine::GPT2;
+using Optimizer = cpu_engine::AdamW;
+
+int thread_count() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// OpenMP's idle threads spin for a while before they sleep (libgomp's default); on a machine shared with other
+// work a spinning thread takes the core from the thread still working, and a step took 2-6x longer than with idle
+// threads asleep (docs/PERFORMANCE.md). The runtime reads OMP_WAIT_POLICY only when it loads, so unless the user
+// set it, the trainer starts itself again once with OMP_WAIT_POLICY=passive (and carries on as it is if it cannot).
+void prefer_passive_openmp_threads(char** argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OMP_WAIT_POLICY");  // exec failed: the runtime already runs with its defaults
+#else
+    (void)argv;
+#endif
+}
+
+#ifdef _OPENMP
+std::string openmp_wait_policy() {
+    if (const char* p = getenv("OMP_WAIT_POLICY")) return std::string(p) + " (OMP_WAIT_POLICY)";
+    if (const char* c = getenv("GOMP_SPINCOUNT")) return std::string("GOMP_SPINCOUNT=") + c;
+    return "the OpenMP runtime's default";
+}
+#endif
+
+// The GPU trainer's flags with no meaning here: a note naming them, or an error for several processes.
+void check_cpu_flags(const TrainArgs& a) {
+    if (a.num_processes > 1) trainer_fail("flag -pn: the CPU trainer runs one process (-pn 1); -pn is for GPUs");
+    std::vector<std::string> seen;
+    std::string ignored;
+    for (const std::string& f : a.flags_given) {
+        if (!gpu_only_flag(f) || std::find(seen.begin(), seen.end(), f) != seen.end()) continue;
+        seen.push_back(f);
+        ignored += (ignored.empty() ? "" : ", ") + f;
+    }
+    if (!ignored.empty()) printf("note: flags %s are for the GPU trainer; the CPU trainer ignores them\n", ignored.c_str());
+}
+
+// Mean loss over up to max_batches validation batches (all if -1).
+float evaluate(Model& model, DataLoader& val, int max_batches, int B, int T) {
+    val.reset();
+    size_t n = val.num_batches_per_epoch();
+    if (max_batches > 0 && (size_t)max_batches < n) n = (size_t)max_batches;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        val.next_batch();
+        sum += cpu_engine::gpt2_forward(&model, val.inputs(), val.targets(), B, T);
+    }
+    return (float)(sum / (double)n);
+}
+
+// gen_tokens after <|endoftext|>, one coin per token from the sampler's stream (as the GPU trainer draws them), the
+// host sampler's rule (llmc/inference/sampler.h) on each position's logits; printed as the GPU trainer prints them.
+void print_sample(Model& model, const TrainArgs& a, Rng& rng, const TokenizerFile* tok, int eot) {
+    std::vector<float> coins((size_t)a.gen_tokens);
+    for (float& coin : coins) coin = rng.uniform();
+    const int V = model.config.vocab_size;
+    const std::vector<int> ids = cpu_engine::generate(model, {eot}, a.gen_tokens, [&](const float* logits, int g) {
+        return sample_token(logits, V, a.temperature, a.top_k, 1.0f, coins[(size_t)g]);
+    });
+    printf("generating:\n---\n");
+    std::unique_ptr<TokenPrinter> printer = tok ? std::make_unique<TokenPrinter>(*tok) : nullptr;
+    for (int next : ids) {
+        if (printer) printf("%s", printer->next(next).c_str());  // control bytes escaped, characters kept whole
+        else printf("%d ", next);
+    }
+    if (printer) printf("%s", printer->finish().c_str());
+    printf("\n---\n");
+    fflush(stdout);
+}
+
+// The model's weights: the checkpoint to resume, a random-init preset (-e d12, the GPU trainer's values for the
+// seed), or a model file (ours, llm.c's, Hugging Face's). A file is read here (its shape is needed to check the
+// flags and the data); a preset's weights are made later, by build_model, once every input has been checked.
+struct ModelInput {
+    ModelSource source;
+    GPT2Config config;
+    std::vector<float> params;  // a file's
+};
+
+ModelInput read_model_input(const TrainArgs& a, const Checkpointer& ckpt, int resume_step) {
+    ModelInput in;
+    in.source = model_source(a, ckpt, resume_step);
+    if (in.source.kind == ModelSource::Preset) {
+        in.config = in.source.preset;
+    } else {
+        ModelFile f = read_model_any(in.source.path);
+        in.config = f.config;
+        in.params = std::move(f.params);
+    }
+    return in;
+}
+
+void build_model(Model* model, ModelInput in, uint64_t seed) {
+    if (in.source.kind == ModelSource::Preset) in.params = gpt2_random_init(in.config, seed);
+    cpu_engine::gpt2_build(model, in.config, std::move(in.params));
+}
+
+struct StartupInfo {
+    std::string init_desc;
+    uint64_t run_id;
+    BatchLayout layout;
+    int start_step, total_steps;
+    double flops_per_token;
+};
+
+void print_startup_table(const TrainArgs& a, const Model& model, const Optimizer& opt, const StartupInfo& s,
+                         const DataLoader& train, const DataLoader* val) {
+    const GPT2Config& c = model.config;
+    auto row = [](const std::string& k, const std::string& v) { printf("%s\n", format_table_row(k, v).c_str()); };
+    auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
+    auto str = [](long long x) { return std::to_string(x); };
+    const std::string rule = format_table_rule();
+    printf("%s\n", rule.c_str());
+    row("model", s.init_desc);
+    row("L / NH / C", str(c.num_layers) + " / " + str(c.num_heads) + " / " + str(c.channels));
+    row("max T / V / Vp", str(c.max_seq_len) + " / " + str(c.vocab_size) + " / " + str(c.padded_vocab_size));
+    row("parameters", str((long long)gpt2_num_parameters(c)));
+    row("precision", "fp32 (CPU: no master weights)");
+#ifdef _OPENMP
+    row("threads", str(thread_count()) + " (OpenMP, OMP_NUM_THREADS)");
+    row("idle threads", openmp_wait_policy());
+#else
+    row("threads", str(thread_count()) + " (built without OpenMP)");
+#endif
+    row("vectors / GEMM tile", std::string(cpu_engine::kVecName) + " / " + str(cpu_engine::kMR) + " x " +
+                                   str(cpu_engine::kNR));
+    row("B / T", str(a.B) + " / " + str(a.T));
+    row("tokens per step", str(s.layout.tokens_per_step) + " (grad accum " + str(s.layout.grad_accum_steps) + ")");
+    row("steps", str(s.start_step) + " -> " + str(s.total_steps) + (a.max_steps == -1 ? " (one epoch)" : ""));
+    row("lr schedule", std::string(lr_schedule_name(a.lr_schedule)) + " max " + num(a.learning_rate) + " warmup " +
+                           str(a.warmup_steps) + " final x" + num(a.final_lr_frac));
+    row("weight decay / clip", num(a.weight_decay) + " / " + num(a.grad_clip));
+    row("train data", a.train_pattern + " (" + str(train.num_shards()) + " shards, " +
+                          str((long long)train.num_batches_per_epoch()) + " batches)");
+    if (val) row("val data", a.val_pattern + " (" + str((long long)val->num_batches_per_epoch()) + " batches)");
+    row("output", a.output_dir.empty() ? "(none)" : a.output_dir + " (run " + run_id_hex(s.run_id) + ")");
+    row("model FLOPs per token", num(s.flops_per_token) + " (6N+6LTC)");
+    printf("%s\n", rule.c_str());
+    const double P = (double)model.num_parameters * sizeof(float);
+    row("parameters + gradients", format_bytes(2 * P));
+    row("AdamW m, v", format_bytes((double)(opt.m.size() + opt.v.size()) * sizeof(float)));
+    row("activations", format_bytes((double)model.bytes() - 2 * P));
+    printf("%s\n", rule.c_str());
+    fflush(stdout);
+}
+
+struct StepResult {
+    float loss, grad_norm, lr;
+    double ms;
+};
+
+// zero grad -> grad_accum_steps x (forward, backward) -> norm, clip, AdamW; timed by the wall clock.
+StepResult train_step(Model& model, Optimizer& opt, DataLoader& train, const TrainArgs& a, const BatchLayout& layout,
+                      const LRScheduler& sched, int step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu_engine::gpt2_zero_grad(&model);
+    double loss_sum = 0;
+    for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
+        train.next_batch();
+        loss_sum += cpu_engine::gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T);
+        cpu_engine::gpt2_backward(&model, 1.0f / layout.grad_accum_steps);
+    }
+    StepResult r;
+    r.loss = (float)(loss_sum / layout.grad_accum_steps);
+    r.lr = sched.lr_at(step);
+    r.grad_norm = opt.step(model, r.lr, a.grad_clip, step + 1).grad_norm;
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    check_step_finite(step + 1, r.loss, r.grad_norm);
+    return r;
+}
+
+int train(const TrainArgs& a) {
+    check_cpu_flags(a);
+    BatchLayout layout;
+    const std::string layout_error = resolve_batch_layout(a, 1, &layout);
+    if (!layout_error.empty()) trainer_fail(layout_error);
+    Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
+    const int resume_step = prepare_output_dir(a, &ckpt, true, [] {});
+
+    // ---- every input checked before the heavy work: the model's shape, the flags against it, the data
+    ModelInput input = read_model_input(a, ckpt, resume_step);
+    const GPT2Config c = input.config;
+    check_flags_against_model(a, c);
+    DataLoader train_loader(a.train_pattern, a.B, a.T, 0, 1, a.shuffle, a.seed, c.vocab_size, layout.grad_accum_steps);
+    std::unique_ptr<DataLoader> val_loader;
+    if (a.val_every > 0) val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, 0, 1, false, a.seed, c.vocab_size);
+    const int total_steps = count_steps(a, train_loader, layout);
+    const LRScheduler sched = make_schedule(a, total_steps);
+    const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, true);
+    const int eot = sample_start_token(a, tokenizer.get(), c);
+    Rng sampler_rng = make_sampler_rng(a);
+
+    // ---- model and optimizer
+    const std::string init_desc = input.source.description;
+    Model model;
+    build_model(&model, std::move(input), a.seed);
+    cpu_engine::gpt2_allocate(&model, a.B, a.T);
+    cpu_engine::AdamWSettings opt_settings;  // betas and eps as in GPT-2/GPT-3 training (and llm.c): the defaults
+    opt_settings.weight_decay = a.weight_decay;
+    Optimizer opt;
+    opt.init(model, opt_settings);
+
+    // ---- resume: optimizer state (and the master weights of a BF16 GPU run), data position, sampler
+    const RunShape shape{a.B, a.T, 1, layout.grad_accum_steps};
+    const int start_step =
+        resume_step >= 0 ? ckpt.restore([&](const std::vector<uint8_t>& bytes, const std::string& path) {
+            opt.state_from_host(bytes, path, &model);
+        }, resume_step, shape, &sampler_rng, &train_loader, 0) : 0;
+    MainLog log;
+    log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
+
+    StartupInfo info{init_desc, ckpt.run_id, layout, start_step, total_steps,
+                     gpt2_flops_per_token(c, a.T, AttentionFlops::Causal)};
+    print_startup_table(a, model, opt, info, train_loader, val_loader.get());
+
+    // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
+    double sum_ms = 0;
+    int timed_steps = 0;
+    for (int step = start_step;; step++) {
+        const StepEvents ev = step_events(a, step, start_step, total_steps, val_loader != nullptr, true);
+        if (ev.checkpoint) {
+            ckpt.save([&](const std::string& path) {
+                write_model_file(path, c, model.params.data(), ParamDtype::FP32);
+            }, opt.state_to_host(), step, shape, sampler_rng, train_loader, val_loader.get(), 0);
+        }
+        if (ev.validate) {
+            const float val_loss = evaluate(model, *val_loader, a.val_max_batches, a.B, a.T);
+            printf("val loss %.6f (after %d steps)\n", val_loss, step);
+            log.log_val(step, val_loss);
+        }
+        if (ev.sample) print_sample(model, a, sampler_rng, tokenizer.get(), eot);
+        if (ev.last) break;
+
+        const StepResult r = train_step(model, opt, train_loader, a, layout, sched, step);
+        StepStats st;
+        st.step = step + 1;
+        st.total_steps = total_steps;
+        st.loss = r.loss;
+        st.grad_norm = r.grad_norm;
+        st.lr = r.lr;
+        st.ms = r.ms;
+        st.tokens_per_s = layout.tokens_per_step / (r.ms / 1e3);
+        printf("%s\n", format_step_line(st).c_str());  // MFU n/a: no peak rate is known for a CPU
+        fflush(stdout);
+        log.log_train(step, r.loss);
+        if (step > start_step) {  // the first step pays for the page faults of every buffer
+            sum_ms += r.ms;
+            timed_steps++;
+        }
+    }
+    if (timed_steps > 0) {
+        const double ms = sum_ms / timed_steps;
+        printf("average over %d steps (first excluded): %.2f ms/step, %.0f tok/s, %.1f GFLOP/s (model FLOPs)\n",
+               timed_steps, ms, layout.tokens_per_step / (ms / 1e3),
+               info.flops_per_token * layout.tokens_per_step / (ms / 1e3) / 1e9);
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    prefer_passive_openmp_threads(argv);
+    TrainArgs args;
+    std::string error;
+    const ParseStatus st = parse_train_args(argc, argv, &args, &error);
+    if (st == ParseStatus::Help) {
+        printf("%s", train_usage(argv[0], Trainer::Cpu).c_str());
+        return 0;
+    }
+    if (st == ParseStatus::Error) {
+        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
+        return 1;
+    }
+    try {
+        return train(args);
+    } catch (const std::exception& e) {
+        fflush(stdout);
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
