@@ -153,7 +153,7 @@ struct StartupInfo {
 };
 
 void print_startup_table(const TrainArgs& a, const Model& model, const Optimizer& opt, const StartupInfo& s,
-                         const DataLoader& train, const DataLoader* val) {
+                         const DataLoader* train, const DataLoader* val, const HellaSwagEval* hs) {
     const GPT2Config& c = model.config;
     auto row = [](const std::string& k, const std::string& v) { printf("%s\n", format_table_row(k, v).c_str()); };
     auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
@@ -179,9 +179,7 @@ void print_startup_table(const TrainArgs& a, const Model& model, const Optimizer
     row("lr schedule", std::string(lr_schedule_name(a.lr_schedule)) + " max " + num(a.learning_rate) + " warmup " +
                            str(a.warmup_steps) + " final x" + num(a.final_lr_frac));
     row("weight decay / clip", num(a.weight_decay) + " / " + num(a.grad_clip));
-    row("train data", a.train_pattern + " (" + str(train.num_shards()) + " shards, " +
-                          str((long long)train.num_batches_per_epoch()) + " batches)");
-    if (val) row("val data", a.val_pattern + " (" + str((long long)val->num_batches_per_epoch()) + " batches)");
+    for (const auto& [k, v] : data_table_rows(a, train, val, hs)) row(k, v);
     row("output", a.output_dir.empty() ? "(none)" : a.output_dir + " (run " + run_id_hex(s.run_id) + ")");
     row("model FLOPs per token", num(s.flops_per_token) + " (6N+6LTC)");
     printf("%s\n", rule.c_str());
@@ -230,10 +228,11 @@ int train(const TrainArgs& a) {
     ModelInput input = read_model_input(a, ckpt, resume_step);
     const GPT2Config c = input.config;
     check_flags_against_model(a, c);
-    DataLoader train_loader(a.train_pattern, a.B, a.T, 0, 1, a.shuffle, a.seed, c.vocab_size, layout.grad_accum_steps);
+    const std::unique_ptr<DataLoader> train_loader = open_train_data(a, 0, 1, c.vocab_size, layout);
     std::unique_ptr<DataLoader> val_loader;
     if (a.val_every > 0) val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, 0, 1, false, a.seed, c.vocab_size);
-    const int total_steps = count_steps(a, train_loader, layout);
+    const std::unique_ptr<HellaSwagEval> hellaswag = open_hellaswag(a, c.vocab_size, 0, 1);
+    const int total_steps = count_steps(a, train_loader.get(), layout);
     const LRScheduler sched = make_schedule(a, total_steps);
     const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, true);
     const int eot = sample_start_token(a, tokenizer.get(), c);
@@ -254,13 +253,13 @@ int train(const TrainArgs& a) {
     const int start_step =
         resume_step >= 0 ? ckpt.restore([&](const std::vector<uint8_t>& bytes, const std::string& path) {
             opt.state_from_host(bytes, path, &model);
-        }, resume_step, shape, &sampler_rng, &train_loader, 0) : 0;
+        }, resume_step, shape, &sampler_rng, train_loader.get(), 0) : 0;
     MainLog log;
     log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
 
     StartupInfo info{init_desc, ckpt.run_id, layout, start_step, total_steps,
                      gpt2_flops_per_token(c, a.T, AttentionFlops::Causal)};
-    print_startup_table(a, model, opt, info, train_loader, val_loader.get());
+    print_startup_table(a, model, opt, info, train_loader.get(), val_loader.get(), hellaswag.get());
 
     // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
     double sum_ms = 0;
@@ -270,17 +269,27 @@ int train(const TrainArgs& a) {
         if (ev.checkpoint) {
             ckpt.save([&](const std::string& path) {
                 write_model_file(path, c, model.params.data(), ParamDtype::FP32);
-            }, opt.state_to_host(), step, shape, sampler_rng, train_loader, val_loader.get(), 0);
+            }, opt.state_to_host(), step, shape, sampler_rng, *train_loader, val_loader.get(), 0);
         }
         if (ev.validate) {
             const float val_loss = evaluate(model, *val_loader, a.val_max_batches, a.B, a.T);
             printf("val loss %.6f (after %d steps)\n", val_loss, step);
             log.log_val(step, val_loss);
         }
+        if (ev.hellaswag) {
+            const HellaSwagResult hs = hellaswag->run(
+                [&](const EvalBatch& b, std::vector<float>& losses) {
+                    cpu_engine::gpt2_forward(&model, b.inputs.data(), b.targets.data(), a.B, a.T);
+                    cpu_engine::gpt2_last_losses(&model, &losses);
+                },
+                [](double*, int) {}, true);
+            printf("%s\n", HellaSwagEval::report(hs, 1).c_str());
+            log.log_eval(step, (float)hs.acc.acc_norm());
+        }
         if (ev.sample) print_sample(model, a, sampler_rng, tokenizer.get(), eot);
         if (ev.last) break;
 
-        const StepResult r = train_step(model, opt, train_loader, a, layout, sched, step);
+        const StepResult r = train_step(model, opt, *train_loader, a, layout, sched, step);
         StepStats st;
         st.step = step + 1;
         st.total_steps = total_steps;

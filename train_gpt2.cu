@@ -76,6 +76,20 @@ float evaluate(GPT2& model, AdamW& opt, DataLoader& val, int max_batches, int B,
     return multi_gpu_mean(mg, (float)(sum / (double)n));
 }
 
+// HellaSwag (-h 1) over this rank's examples, the counts summed over the ranks. The forward waits for gathered
+// parameters (-z 1, 2) through the optimizer's listener, as the validation does; every rank runs the same batches.
+HellaSwagResult evaluate_hellaswag(GPT2& model, AdamW& opt, HellaSwagEval& hs, int B, int T, MultiGpu& mg) {
+    return hs.run(
+        [&](const EvalBatch& b, std::vector<float>& losses) {
+            gpt2_forward(&model, b.inputs.data(), b.targets.data(), B, T, opt.listener());
+            gpt2_last_losses(&model, &losses);
+        },
+        [&](double* v, int n) {  // counts below 2^24: exact as floats
+            for (int i = 0; i < n; i++) v[i] = (double)multi_gpu_sum(mg, (float)v[i]);
+        },
+        mg.rank == 0);
+}
+
 // Generates gen_tokens after <|endoftext|> and prints them, one coin per token from the sampler's stream (saved in
 // checkpoints). generate() (llmc/inference/generate.cuh), as generate_gpt2cu runs it, on an engine that reads the
 // model's parameters in place and has its own small KV cache and scratch.
@@ -146,7 +160,7 @@ struct StartupInfo {
 };
 
 void print_startup_table(const TrainArgs& a, const GPT2& model, const AdamW& opt, const StartupInfo& s,
-                         const DataLoader& train, const DataLoader* val) {
+                         const DataLoader* train, const DataLoader* val, const HellaSwagEval* hs) {
     const GPT2Config& c = model.config;
     auto row = [](const std::string& k, const std::string& v) { printf("%s\n", format_table_row(k, v).c_str()); };
     auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
@@ -174,9 +188,7 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const AdamW& opt
     row("lr schedule", std::string(lr_schedule_name(a.lr_schedule)) + " max " + num(a.learning_rate) + " warmup " +
                            str(a.warmup_steps) + " final x" + num(a.final_lr_frac));
     row("weight decay / clip", num(a.weight_decay) + " / " + num(a.grad_clip));
-    row("train data", a.train_pattern + " (" + str(train.num_shards()) + " shards, " +
-                          str((long long)train.num_batches_per_epoch()) + " batches)");
-    if (val) row("val data", a.val_pattern + " (" + str((long long)val->num_batches_per_epoch()) + " batches)");
+    for (const auto& [k, v] : data_table_rows(a, train, val, hs)) row(k, v);
     row("LLMC_* switches", engine_options().description());
     row("output", a.output_dir.empty() ? "(none)" : a.output_dir + " (run " + run_id_hex(s.run_id) + ")");
     printf("%s\n", rule.c_str());
@@ -268,13 +280,13 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     gpt2_release_host_params(&model);
 
     // ---- data, schedule, samples
-    DataLoader train_loader(a.train_pattern, a.B, a.T, mg.rank, mg.world, a.shuffle, a.seed, c.vocab_size,
-                             layout.grad_accum_steps);
+    const std::unique_ptr<DataLoader> train_loader = open_train_data(a, mg.rank, mg.world, c.vocab_size, layout);
     std::unique_ptr<DataLoader> val_loader;
     if (a.val_every > 0) {
         val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, mg.rank, mg.world, false, a.seed, c.vocab_size);
     }
-    const int total_steps = count_steps(a, train_loader, layout);
+    const std::unique_ptr<HellaSwagEval> hellaswag = open_hellaswag(a, c.vocab_size, mg.rank, mg.world);
+    const int total_steps = count_steps(a, train_loader.get(), layout);
     const LRScheduler sched = make_schedule(a, total_steps);
     const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, main_rank);
     const int eot = sample_start_token(a, tokenizer.get(), c);
@@ -283,7 +295,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     // ---- resume: optimizer state, data position, sampler
     const RunShape shape{a.B, a.T, mg.world, layout.grad_accum_steps};
     const int start_step =
-        resume_step >= 0 ? checkpoint_restore(ckpt, &opt, resume_step, shape, &sampler_rng, &train_loader, mg.rank) : 0;
+        resume_step >= 0 ? checkpoint_restore(ckpt, &opt, resume_step, shape, &sampler_rng, train_loader.get(), mg.rank) : 0;
     MainLog log;
     if (main_rank) log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
 
@@ -299,7 +311,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     info.dev = query_device(mg.local_device, info.math);
     info.flops_per_token = gpt2_flops_per_token(c, a.T, AttentionFlops::Causal);
     info.flops_per_token_full = gpt2_flops_per_token(c, a.T, AttentionFlops::Full);
-    print_startup_table(a, model, opt, info, train_loader, val_loader.get());
+    print_startup_table(a, model, opt, info, train_loader.get(), val_loader.get(), hellaswag.get());
 
     // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
     double sum_ms = 0;
@@ -312,13 +324,18 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         if (ev.checkpoint || ev.sample || ev.last) opt.sync();  // the parameters' all-gather has landed
         if (ev.checkpoint) {
             multi_gpu_barrier(mg);
-            checkpoint_save(ckpt, model, opt, step, shape, sampler_rng, train_loader, val_loader.get(), mg.rank);
+            checkpoint_save(ckpt, model, opt, step, shape, sampler_rng, *train_loader, val_loader.get(), mg.rank);
             multi_gpu_barrier(mg);
         }
         if (ev.validate) {
             const float val_loss = evaluate(model, opt, *val_loader, a.val_max_batches, a.B, a.T, mg);
             printf("val loss %.6f (after %d steps)\n", val_loss, step);
             log.log_val(step, val_loss);
+        }
+        if (ev.hellaswag) {
+            const HellaSwagResult hs = evaluate_hellaswag(model, opt, *hellaswag, a.B, a.T, mg);
+            printf("%s\n", HellaSwagEval::report(hs, mg.world).c_str());
+            log.log_eval(step, (float)hs.acc.acc_norm());
         }
         if (ev.sample) {
             print_sample(model, a, sampler_rng, tokenizer.get(), eot);
@@ -327,7 +344,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
 
         multi_gpu_progress(mg, step);  // the work between steps counts as progress (LLMC_RANK_TIMEOUT_S)
         trace.before(step + 1);
-        const StepResult r = train_step(model, opt, train_loader, a, layout, sched, mg, step);
+        const StepResult r = train_step(model, opt, *train_loader, a, layout, sched, mg, step);
         trace.after(step + 1, [&] { opt.sync(); });
         StepStats st;
         st.step = step + 1;

@@ -110,5 +110,33 @@ else bad "1 thread: different weights (or the run failed)"; tail -3 "$TMP/c.log"
     ok "-e <checkpoint model file> trains on" || { bad "-e <model file>:"; tail -3 "$TMP/e.log"; }
 expect_error "fresh run in another run's -o" "holds checkpoints of another run (steps 3..6)" "${RUN[@]}" -x 6 -o "$TMP/a"
 
+# ---- HellaSwag (-h 1) on the project's own fixture (6 examples; rows up to 47 tokens, so T 64 and B 4 = 1 example)
+HS=(./train_gpt2 -e d6 -j "$VAL" -tok "$TMP/tok.bin" -b 4 -t 64 -m 2 -s 0 -h 1 -hf tests/fixtures/hellaswag_fixture.bin)
+if "${HS[@]}" -x 0 -i "$TMP/no_train_*.bin" -hp "$TMP/picks.tsv" -o "$TMP/h" >"$TMP/h.log" 2>&1; then
+    ok "-x 0 -h 1: evaluated without training data"
+else bad "-x 0 -h 1 failed:"; tail -3 "$TMP/h.log"; fi
+hs_line=$(grep -E '^HellaSwag: [0-9]+/6 = [01]\.[0-9]{6}$' "$TMP/h.log")
+hs_correct=$(echo "$hs_line" | sed -E 's/^HellaSwag: ([0-9]+)\/.*/\1/')
+[ "$(echo "$hs_line" | grep -c .)" = 1 ] && [ "$(grep -c '^step' "$TMP/h.log")" = 0 ] &&
+    ok "llm.c's line once, no step: $hs_line" || { bad "HellaSwag line:"; grep -i hellaswag "$TMP/h.log"; }
+picked=$(awk -F'\t' 'NR > 1 && $2 == $3 { n++ } END { print n + 0 }' "$TMP/picks.tsv" 2>/dev/null)
+endings=$(awk -F'\t' 'NR > 1 { print $1, $2, $9, $10, $11, $12 }' "$TMP/picks.tsv" 2>/dev/null | tr '\n' ';')
+[ "$picked" = "$hs_correct" ] && ok "-hp: the picks file agrees ($picked correct)" || bad "-hp: $picked correct in the file, $hs_correct printed"
+# example, label, tokens per ending: what the converter wrote for the fixture (tests/test_hellaswag.sh)
+[ "$endings" = "0 0 9 9 9 9;1 1 8 8 7 8;2 0 19 12 12 10;3 2 10 7 9 9;4 3 8 8 8 12;5 0 12 12 9 10;" ] &&
+    ok "-hp: each example's label and ending lengths as in the file" || bad "-hp rows: $endings"
+grep -qE '^s:0 eval:[01]\.[0-9]{4}$' "$TMP/h/main.log" && grep -q '^s:0 tel:' "$TMP/h/main.log" &&
+    ok "main.log: llm.c's s:0 eval: line" || { bad "main.log eval line:"; cat "$TMP/h/main.log"; }
+"${HS[@]}" -x 4 -v 2 -i "$TRAIN" >"$TMP/h4.log" 2>&1 &&
+    [ "$(grep -E '^(HellaSwag|step +[24]/)' "$TMP/h4.log" | cut -c1-10 | tr '\n' ' ')" = "step     2 HellaSwag: step     4 HellaSwag: " ] &&
+    [ "$(grep -c '^val loss' "$TMP/h4.log")" = 3 ] &&
+    ok "-x 4 -v 2 -h 1: HellaSwag after steps 2 and 4 (not 0, as llm.c), validation at 0, 2, 4" ||
+    { bad "-h 1 during training:"; grep -E '^(HellaSwag|val loss)' "$TMP/h4.log"; }
+expect_error "-h 1 without the eval file" "flag -h 1: no HellaSwag eval file at $TMP/none.bin (name one with -hf" "${HS[@]}" -x 0 -hf "$TMP/none.bin"
+expect_error "-h 1 with B not a multiple of 4" "multiple of 4 (one row per ending), not 2" "${HS[@]}" -x 0 -b 2
+expect_error "-h 1 with rows longer than T" "more than the sequence length 32" "${HS[@]}" -x 0 -t 32
+expect_error "-h 2" "flag -h: expected 0 or 1 (-h alone prints the usage), got '2'" ./train_gpt2 -h 2
+./train_gpt2 -h >"$TMP/h_help.out" 2>&1 && grep -q '^usage: ' "$TMP/h_help.out" && ok "-h alone: the usage" || bad "-h alone"
+
 [ $fails = 0 ] && echo "train_gpt2: all checks passed"
 exit $((fails > 0))

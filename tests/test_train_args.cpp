@@ -118,6 +118,27 @@ TEST(TrainArgs, HelpIsRecognisedAnywhere) {
     }
 }
 
+// llm.c's -h 1 turns the HellaSwag eval on; -h alone, last or before another flag, is still help.
+TEST(TrainArgs, HellaSwagFlagsAndHelp) {
+    EXPECT_EQ(parse({"-h", "-b", "8"}).status, ParseStatus::Help);
+    EXPECT_EQ(parse({"-b", "8", "-h"}).status, ParseStatus::Help);
+    Parsed p = parse({"-h", "1", "-hf", "hs.bin", "-hp", "picks.tsv", "-x", "0"});
+    ASSERT_EQ(p.status, ParseStatus::Ok);
+    EXPECT_TRUE(p.args.hellaswag);
+    EXPECT_EQ(p.args.hellaswag_path, "hs.bin");
+    EXPECT_EQ(p.args.hellaswag_picks, "picks.tsv");
+    EXPECT_EQ(p.args.max_steps, 0);
+    EXPECT_FALSE(parse({"-h", "0"}).args.hellaswag);
+    EXPECT_EQ(parse({}).args.hellaswag_path, "dev/data/hellaswag/hellaswag_val.bin");  // llm.c's default
+    expect_rejected({"-h", "2"}, "flag -h: expected 0 or 1 (-h alone prints the usage), got '2'");
+    expect_rejected({"-hf", ""}, "flag -hf");
+    expect_rejected({"-x", "0", "-y", "1", "-o", "out"}, "flag -x 0 (evaluate only) takes its model from -e");
+    const std::string usage = train_usage("train_gpt2cu");
+    for (const char* flag : {"-h <0|1>", "-hf <file>", "-hp <file>"}) {
+        EXPECT_NE(usage.find(std::string("  ") + flag), std::string::npos) << "usage lacks " << flag;
+    }
+}
+
 TEST(TrainArgs, UnknownFlagsAndStrayArguments) {
     expect_rejected({"-zz", "1"}, "unknown flag -zz");
     expect_rejected({"model.bin"}, "unexpected argument 'model.bin'");
@@ -133,8 +154,8 @@ TEST(TrainArgs, BadNumbersNameTheFlagAndValue) {
     expect_rejected({"-t", "1.5"}, "flag -t");
     expect_rejected({"-d", "0"}, "flag -d");
     expect_rejected({"-d", "-2"}, "flag -d");
-    expect_rejected({"-x", "0"}, "flag -x");
     expect_rejected({"-x", "-5"}, "flag -x");
+    expect_rejected({"-x", "-2"}, "an integer >= 0, or -1");
     expect_rejected({"-l", "abc"}, "flag -l");
     expect_rejected({"-l", "-1e-4"}, "flag -l");
     expect_rejected({"-l", "nan"}, "flag -l");

@@ -71,6 +71,7 @@ struct GPT2 {
     float* param(int t) { return params.data() + offsets[t]; }
     float* grad(int t) { return grads.data() + offsets[t]; }
     float* act(int a) { return acts.data() + act_offsets[a]; }
+    const float* act(int a) const { return acts.data() + act_offsets[a]; }
     size_t bytes() const {
         return (params.size() + grads.size() + acts.size() + d_residual.size() + d_scratch.size() + d_qkv.size() +
                 d_fch.size()) * sizeof(float);
@@ -171,6 +172,14 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     const float* losses = m->act(LOSSES);
     for (int i = 0; i < N; i++) sum += losses[i];
     return (float)(sum / N);
+}
+
+// The last forward's loss at each of its B*T positions (-log p of the target there), for evals that score some
+// positions only (HellaSwag's endings). Needs a forward with targets not yet consumed by a backward.
+inline void gpt2_last_losses(const GPT2* m, std::vector<float>* losses) {
+    if (!m->have_targets) throw std::logic_error("cpu_engine::gpt2_last_losses needs a forward with targets first");
+    const float* l = m->act(LOSSES);
+    losses->assign(l, l + (size_t)m->B * (size_t)m->T);
 }
 
 // Backward of the last forward (with targets), ACCUMULATING into m->grads the gradient of loss_scale x the mean

@@ -46,12 +46,18 @@ inline void forward_enqueue(GPT2* m, int B, int T, bool with_targets, ForwardLis
     }
 }
 
-// The mean of the last forward's losses (waits for the stream).
-inline float read_mean_loss(GPT2* m, int BT) {
-    std::vector<float> losses(BT);
-    cudaCheck(cudaMemcpyAsync(losses.data(), m->memory[mem::Losses], BT * sizeof(float), cudaMemcpyDeviceToHost,
+// The last forward's per-position losses (waits for the stream).
+inline void read_losses(GPT2* m, int BT, std::vector<float>* losses) {
+    losses->resize((size_t)BT);
+    cudaCheck(cudaMemcpyAsync(losses->data(), m->memory[mem::Losses], BT * sizeof(float), cudaMemcpyDeviceToHost,
                               m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+// The mean of the last forward's losses (waits for the stream).
+inline float read_mean_loss(GPT2* m, int BT) {
+    std::vector<float> losses;
+    read_losses(m, BT, &losses);
     double sum = 0.0;
     for (int i = 0; i < BT; i++) sum += losses[i];
     return (float)(sum / BT);
@@ -75,6 +81,16 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     m->dlogits_ready = targets != nullptr;
     m->last_loss = targets ? read_mean_loss(m, B * T) : NAN;
     return m->last_loss;
+}
+
+// The last gpt2_forward's loss at each of its B*T positions (-log p of the target there), for evals that score
+// some positions only (HellaSwag's endings). Needs a forward with targets not yet consumed by a backward.
+inline void gpt2_last_losses(GPT2* m, std::vector<float>* losses) {
+    if (!m->dlogits_ready) {
+        fprintf(stderr, "error: gpt2_last_losses: needs a preceding gpt2_forward with targets\n");
+        exit(EXIT_FAILURE);
+    }
+    gpt2_detail::read_losses(m, m->last_B * m->last_T, losses);
 }
 
 // Zeroes the gradients the model holds (with ZeRO-2 only wte's, wpe's and lnf's: the exchange zeroes its slots as it

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/core/utils.h"
@@ -27,6 +28,7 @@ struct EvalBatch {
     std::vector<uint8_t> mask;         // (B, T): 1 where the target is an ending's token
     std::vector<int> labels;           // per example slot; -1 where the slot is empty
     int examples = 0;                  // slots filled (the first ones)
+    int first_example = 0;             // the file's index of slot 0's example
 };
 
 class EvalLoader {
@@ -77,6 +79,7 @@ public:
         b.mask.assign(BT, 0);
         b.labels.assign((size_t)examples_per_batch(), -1);
         b.examples = 0;
+        b.first_example = next_;
         for (int slot = 0; slot < examples_per_batch() && next_ < end_; slot++, next_++) {
             const EvalExample& e = file_.examples[(size_t)next_];
             b.labels[(size_t)slot] = e.label;
@@ -95,8 +98,10 @@ public:
         }
     }
 
-    // The picks for a batch from the forward's per-position losses (B, T) (-log p of each target), added to acc.
-    static void score_batch(const EvalBatch& b, const float* losses, int T, EvalAccuracy& acc) {
+    // The picks for a batch from the forward's per-position losses (B, T) (-log p of each target), added to acc
+    // (and each example's prediction appended to picks, when given).
+    static void score_batch(const EvalBatch& b, const float* losses, int T, EvalAccuracy& acc,
+                            std::vector<EvalPrediction>* picks = nullptr) {
         std::vector<std::vector<float>> logprobs(kEvalRowsPerExample);
         for (int slot = 0; slot < b.examples; slot++) {
             for (int c = 0; c < kEvalRowsPerExample; c++) {
@@ -106,7 +111,9 @@ public:
                     if (b.mask[row + (size_t)t]) logprobs[(size_t)c].push_back(-losses[row + (size_t)t]);
                 }
             }
-            acc.add(eval_predict(logprobs), b.labels[(size_t)slot]);
+            EvalPrediction p = eval_predict(logprobs);
+            acc.add(p, b.labels[(size_t)slot]);
+            if (picks) picks->push_back(std::move(p));
         }
     }
 

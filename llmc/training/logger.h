@@ -2,6 +2,7 @@
 // main.log (in -o) uses llm.c's line format so its plotting tools read it:
 //   "s:<step> trl:<loss>"   training loss of step <step> (0-based: the batch seen after <step> updates)
 //   "s:<step> tel:<loss>"   validation loss after <step> updates
+//   "s:<step> eval:<acc>"   HellaSwag accuracy (acc_norm) after <step> updates (-h 1), four decimals as llm.c
 // On resume from step S, lines from the earlier run at s >= S are dropped (the resumed run writes them
 // again), so an interrupted-and-resumed run leaves the same main.log as an uninterrupted one.
 // The console gets a start-up table (llmc/core/startup_table.h) and one line per step (format_step_line).
@@ -36,6 +37,7 @@ public:
 
     void log_train(int step, float loss) { write_line("s:%d trl:%f\n", step, loss); }
     void log_val(int step, float loss) { write_line("s:%d tel:%f\n", step, loss); }
+    void log_eval(int step, float accuracy) { write_line("s:%d eval:%.4f\n", step, accuracy); }
 
     // The step number of a main.log line, or -1 if it is not one.
     static int line_step(const std::string& line) {

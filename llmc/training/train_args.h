@@ -1,5 +1,6 @@
 // Command-line flags of train_gpt2cu, named and defaulted like llm.c's train_gpt2.cu so its users
-// feel at home. Every flag takes one value ("-b 16"); "-h" or "--help" prints the usage.
+// feel at home. Every flag takes one value ("-b 16"); "-h" or "--help" alone prints the usage, "-h 1" turns on
+// the HellaSwag eval as in llm.c.
 // Parsing is strict: an unknown flag, a missing value, text where a number belongs, or a value out of
 // range is an error whose message names the flag, the value and what was expected.
 // Checks that need the model or the process count (T <= maxT, -d a multiple of B*T*processes) are in
@@ -28,7 +29,7 @@ struct TrainArgs {
     int B = 4;                           // -b micro-batch size per process
     int T = 1024;                        // -t sequence length
     int64_t total_batch_size = -1;       // -d tokens per optimizer step over all processes; -1 = B*T*processes
-    int max_steps = -1;                  // -x optimizer steps; -1 = one epoch of the training data
+    int max_steps = -1;                  // -x optimizer steps; -1 = one epoch of the training data; 0 = evaluate only
     bool shuffle = true;                 // -sh shuffle the training windows each epoch (val never is)
     // optimizer
     LRSchedule lr_schedule = LRSchedule::Cosine;  // -k
@@ -44,6 +45,9 @@ struct TrainArgs {
     int gen_tokens = 64;                 // -g
     float temperature = 1.0f;            // -st (0 = greedy)
     int top_k = 0;                       // -sk (0 = whole vocabulary)
+    bool hellaswag = false;              // -h 1: HellaSwag accuracy with every validation (llm.c's flag)
+    std::string hellaswag_path = "dev/data/hellaswag/hellaswag_val.bin";  // -hf: llm.c's default path
+    std::string hellaswag_picks;         // -hp: each example's scores and pick to this file (TSV); empty = none
     // checkpoints
     int checkpoint_every = 0;            // -n (0 = never; with N > 0 the last step is saved too)
     int checkpoint_keep = 0;             // -nk keep this run's newest K checkpoints (0 = keep all)
@@ -105,7 +109,7 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
     line("  -t <int>     sequence length (default %d)", d.T);
     if (gpu) text("  -d <int>     total tokens per step, a multiple of B*T*processes; -1 = B*T*processes (default -1)");
     else text("  -d <int>     total tokens per step, a multiple of B*T (gradient accumulation); -1 = B*T (default -1)");
-    text("  -x <int>     number of steps; -1 = one epoch (default -1)");
+    text("  -x <int>     number of steps; -1 = one epoch, 0 = only evaluate the model (-v, -h) (default -1)");
     text("  -sh <0|1>    shuffle the training windows every epoch (default 1)");
     text("optimizer");
     text("  -k <s>       lr schedule cosine|linear|constant|wsd (default cosine)");
@@ -121,6 +125,10 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
     line("  -g <int>     tokens to generate (default %d)", d.gen_tokens);
     line("  -st <float>  sampling temperature, 0 = greedy (default %g)", d.temperature);
     line("  -sk <int>    sample from the top k tokens, 0 = all (default %d)", d.top_k);
+    text("  -h <0|1>     HellaSwag accuracy (acc_norm) at every validation and at the end (default 0)");
+    line("  -hf <file>   HellaSwag eval file, llm.c's format (default %s)", d.hellaswag_path.c_str());
+    text("  -hp <file>   write each HellaSwag example's four scores and pick to this file (TSV; with several");
+    text("               processes one file per rank, FILE.rank<r>) (default: none)");
     text("checkpoints");
     line("  -n <int>     checkpoint every N steps (and at the end), 0 = never (default %d)", d.checkpoint_every);
     line("  -nk <int>    keep only this run's newest K checkpoints, 0 = keep all (default %d)", d.checkpoint_keep);
@@ -170,7 +178,9 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
     constexpr int64_t kIntMax = 2147483647;
     for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];
-        if (flag == "--help" || flag == "-h") return ParseStatus::Help;
+        if (flag == "--help") return ParseStatus::Help;
+        // "-h" alone (or before another flag) is help; "-h 0|1" is llm.c's HellaSwag switch
+        if (flag == "-h" && (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] != '\0'))) return ParseStatus::Help;
         if (flag.size() < 2 || flag[0] != '-') {
             *error = "unexpected argument '" + flag + "' (flags look like -b 16)";
             return ParseStatus::Error;
@@ -216,7 +226,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
             if (!parse_int64(v, -1, INT64_MAX, &x) || x == 0) return fail("an integer >= 1, or -1");
             a->total_batch_size = x;
         }
-        else if (flag == "-x") { if (!get_positive_or_minus_one(&a->max_steps)) return fail("an integer >= 1, or -1 (one epoch)"); }
+        else if (flag == "-x") { if (!get_int(&a->max_steps, -1, kIntMax)) return fail("an integer >= 0, or -1 (one epoch)"); }
         else if (flag == "-k") { if (!parse_lr_schedule(v, &a->lr_schedule)) return fail("cosine, linear, constant or wsd"); }
         else if (flag == "-l") { if (!parse_float(v, 0.0, 1e9, &a->learning_rate)) return fail("a number >= 0"); }
         else if (flag == "-u") { if (!get_int(&a->warmup_steps, 0, kIntMax)) return fail("an integer >= 0"); }
@@ -229,6 +239,9 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-g") { if (!get_int(&a->gen_tokens, 1, kIntMax)) return fail("an integer >= 1"); }
         else if (flag == "-st") { if (!parse_float(v, 0.0, 1e6, &a->temperature)) return fail("a number >= 0"); }
         else if (flag == "-sk") { if (!get_int(&a->top_k, 0, kIntMax)) return fail("an integer >= 0"); }
+        else if (flag == "-h") { if (!get_bool(&a->hellaswag)) return fail("0 or 1 (-h alone prints the usage)"); }
+        else if (flag == "-hf") { if (v.empty()) return fail("a file"); a->hellaswag_path = v; }
+        else if (flag == "-hp") { if (v.empty()) return fail("a file"); a->hellaswag_picks = v; }
         else if (flag == "-n") { if (!get_int(&a->checkpoint_every, 0, kIntMax)) return fail("an integer >= 0"); }
         else if (flag == "-nk") { if (!get_int(&a->checkpoint_keep, 0, kIntMax)) return fail("an integer >= 0"); }
         else if (flag == "-y") { if (!get_bool(&a->resume)) return fail("0 or 1"); }
@@ -275,6 +288,10 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
     }
     if (a->resume && a->output_dir.empty()) {
         *error = "flag -y 1 needs -o <dir> (checkpoints are read from the output dir)";
+        return ParseStatus::Error;
+    }
+    if (a->max_steps == 0 && a->resume) {
+        *error = "flag -x 0 (evaluate only) takes its model from -e (e.g. -e out/model_00005000.bin), not -y 1";
         return ParseStatus::Error;
     }
     if (a->checkpoint_every > 0 && a->output_dir.empty()) {

@@ -6,6 +6,8 @@
 // Problems are thrown as std::runtime_error with one line naming the flag or file (the trainers print it).
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/core/rand.h"
@@ -21,6 +24,7 @@
 #include "llmc/model/gpt2_config.h"
 #include "llmc/training/checkpoint.h"
 #include "llmc/training/dataloader.h"
+#include "llmc/training/hellaswag_eval.h"
 #include "llmc/training/schedulers.h"
 #include "llmc/training/train_args.h"
 
@@ -96,15 +100,51 @@ inline void check_flags_against_model(const TrainArgs& a, const GPT2Config& c) {
 }
 
 // Optimizer steps of the run: -x, or one epoch of the training data.
-inline int count_steps(const TrainArgs& a, const DataLoader& train, const BatchLayout& layout) {
+// -x N, else one epoch of the training data; -x 0 (evaluate only) reads no training data (train is null).
+inline int count_steps(const TrainArgs& a, const DataLoader* train, const BatchLayout& layout) {
     if (a.max_steps != -1) return a.max_steps;
-    const int steps = (int)(train.num_batches_per_epoch() / layout.grad_accum_steps);
+    const int steps = (int)(train->num_batches_per_epoch() / layout.grad_accum_steps);
     if (steps < 1) {
-        trainer_fail(a.train_pattern + ": one epoch has " + std::to_string(train.num_batches_per_epoch()) +
+        trainer_fail(a.train_pattern + ": one epoch has " + std::to_string(train->num_batches_per_epoch()) +
                      " micro-batches, fewer than one step's " + std::to_string(layout.grad_accum_steps) +
                      " (lower -d or set -x)");
     }
     return steps;
+}
+
+// The training data (-i), unless -x 0 only evaluates the model.
+inline std::unique_ptr<DataLoader> open_train_data(const TrainArgs& a, int rank, int world, int vocab_size,
+                                                   const BatchLayout& layout) {
+    if (a.max_steps == 0) return nullptr;
+    return std::make_unique<DataLoader>(a.train_pattern, a.B, a.T, rank, world, a.shuffle, a.seed, vocab_size,
+                                        layout.grad_accum_steps);
+}
+
+// The start-up table's data rows: training data (or none, -x 0), validation data, the HellaSwag file.
+inline std::vector<std::pair<std::string, std::string>> data_table_rows(const TrainArgs& a, const DataLoader* train,
+                                                                        const DataLoader* val,
+                                                                        const HellaSwagEval* hs) {
+    auto str = [](long long x) { return std::to_string(x); };
+    std::vector<std::pair<std::string, std::string>> rows;
+    rows.emplace_back("train data", train ? a.train_pattern + " (" + str(train->num_shards()) + " shards, " +
+                                                str((long long)train->num_batches_per_epoch()) + " batches)"
+                                          : std::string("(not read: -x 0 evaluates only)"));
+    if (val) rows.emplace_back("val data", a.val_pattern + " (" + str((long long)val->num_batches_per_epoch()) + " batches)");
+    if (hs) {
+        rows.emplace_back("HellaSwag", a.hellaswag_path + " (" + str(hs->examples()) + " examples, " +
+                                           str(hs->batches()) + " batches per process)");
+    }
+    return rows;
+}
+
+// -h 1: the eval file read and checked against the model's vocabulary and -b/-t, before the run starts.
+inline std::unique_ptr<HellaSwagEval> open_hellaswag(const TrainArgs& a, int vocab_size, int rank, int world) {
+    if (!a.hellaswag) return nullptr;
+    if (access(a.hellaswag_path.c_str(), F_OK) != 0) {
+        trainer_fail("flag -h 1: no HellaSwag eval file at " + a.hellaswag_path +
+                     " (name one with -hf; data/hellaswag makes it from HellaSwag's JSONL: docs/EVALUATION.md)");
+    }
+    return std::make_unique<HellaSwagEval>(a.hellaswag_path, a.hellaswag_picks, vocab_size, a.B, a.T, rank, world);
 }
 
 inline LRScheduler make_schedule(const TrainArgs& a, int total_steps) {
@@ -112,7 +152,7 @@ inline LRScheduler make_schedule(const TrainArgs& a, int total_steps) {
     sched.type = a.lr_schedule;
     sched.max_lr = a.learning_rate;
     sched.warmup_steps = a.warmup_steps;
-    sched.total_steps = total_steps;
+    sched.total_steps = std::max(total_steps, 1);  // -x 0 (evaluate only) never asks for a rate
     sched.final_lr_frac = a.final_lr_frac;
     const std::string err = sched.invalid_reason();
     if (!err.empty()) trainer_fail("learning-rate schedule: " + err);
@@ -148,7 +188,7 @@ inline Rng make_sampler_rng(const TrainArgs& a) { return Rng(mix_seed(a.seed, 0x
 // every -n steps and at the end (not at the step a run starts or resumes from); validation every -v steps and at
 // the end; samples every -s steps (not before the first update) and at the end, on the main process.
 struct StepEvents {
-    bool last = false, checkpoint = false, validate = false, sample = false;
+    bool last = false, checkpoint = false, validate = false, sample = false, hellaswag = false;
 };
 
 inline StepEvents step_events(const TrainArgs& a, int step, int start_step, int total_steps, bool have_val,
@@ -157,6 +197,8 @@ inline StepEvents step_events(const TrainArgs& a, int step, int start_step, int 
     e.last = step == total_steps;
     e.checkpoint = a.checkpoint_every > 0 && step > start_step && (step % a.checkpoint_every == 0 || e.last);
     e.validate = have_val && (step % a.val_every == 0 || e.last);
+    // llm.c: with every validation after the first step, and at the end
+    e.hellaswag = a.hellaswag && ((a.val_every > 0 && step > 0 && step % a.val_every == 0) || e.last);
     e.sample = a.sample_every > 0 && main_rank && ((step > 0 && step % a.sample_every == 0) || e.last);
     return e;
 }

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  "rank %d of %d processes accepted", a.process_rank, a.num_processes);
     FUZZ_REQUIRE(!(a.resume || a.checkpoint_every > 0) || !a.output_dir.empty(), "-y 1 or -n without -o accepted");
     FUZZ_REQUIRE(a.total_batch_size == -1 || a.total_batch_size >= 1, "-d %lld accepted", (long long)a.total_batch_size);
-    FUZZ_REQUIRE((a.max_steps == -1 || a.max_steps >= 1) && (a.val_max_batches == -1 || a.val_max_batches >= 1),
+    FUZZ_REQUIRE(a.max_steps >= -1 && (a.val_max_batches == -1 || a.val_max_batches >= 1),
                  "-x/-m out of range accepted");
     FUZZ_REQUIRE(std::isfinite(a.learning_rate) && a.learning_rate >= 0 && a.final_lr_frac >= 0 &&
                      a.final_lr_frac <= 1 && a.weight_decay >= 0 && a.grad_clip >= 0 && a.temperature >= 0 &&
