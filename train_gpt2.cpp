@@ -31,6 +31,7 @@
 #include "llmc/training/dataloader.h"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
+#include "llmc/training/progress_line.h"
 #include "llmc/training/schedulers.h"
 #include "llmc/training/train_args.h"
 #include "llmc/training/trainer_setup.h"
@@ -90,9 +91,11 @@ float evaluate(Model& model, DataLoader& val, int max_batches, int B, int T) {
     size_t n = val.num_batches_per_epoch();
     if (max_batches > 0 && (size_t)max_batches < n) n = (size_t)max_batches;
     double sum = 0.0;
+    ProgressLine progress("validation", (int)n, true);
     for (size_t i = 0; i < n; i++) {
         val.next_batch();
         sum += cpu_engine::gpt2_forward(&model, val.inputs(), val.targets(), B, T);
+        progress.update((int)i + 1);
     }
     return (float)(sum / (double)n);
 }

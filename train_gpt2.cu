@@ -24,6 +24,7 @@
 #include "llmc/training/dataloader.h"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
+#include "llmc/training/progress_line.h"
 #include "llmc/training/schedulers.h"
 #include "llmc/training/step_trace.h"
 #include "llmc/training/train_args.h"
@@ -69,9 +70,11 @@ float evaluate(GPT2& model, AdamW& opt, DataLoader& val, int max_batches, int B,
     size_t n = val.num_batches_per_epoch();
     if (max_batches > 0 && (size_t)max_batches < n) n = (size_t)max_batches;
     double sum = 0.0;
+    ProgressLine progress("validation", (int)n, mg.rank == 0);
     for (size_t i = 0; i < n; i++) {
         val.next_batch();
         sum += gpt2_forward(&model, val.inputs(), val.targets(), B, T, opt.listener());
+        progress.update((int)i + 1);
     }
     return multi_gpu_mean(mg, (float)(sum / (double)n));
 }

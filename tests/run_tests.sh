@@ -67,7 +67,7 @@ if true; then
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash flash-nondet"   # flash attention is bf16-only
     # what the selected suites need (TEST_ONLY): the d12 reference, the Tiny Shakespeare shards
     needs_d12=0; needs_data=0
-    for name in $(printf 'gpu-reference-d12-%s ' $backends) gpu-reference-d12-flash-cublas-dgelu generate-vs-transformers; do
+    for name in $(printf 'gpu-reference-d12-%s ' $backends) gpu-reference-d12-flash-cublas-dgelu generate-vs-transformers hellaswag-vs-transformers; do
         selected "$name" && needs_d12=1 && needs_data=1
     done
     for name in gpu-data resume-bit-exact cuda-graph-bit-exact checkpoint-directory; do selected "$name" && needs_data=1; done
@@ -121,8 +121,12 @@ if true; then
         if python3 -c "import transformers, tiktoken" 2>/dev/null; then
             run_suite generate-vs-transformers python3 scripts/check_generate_hf.py --precision "${PRECISION:-BF16}" \
                 --model ${d12}_model.bin --out ref/generate_check
+            # the trainer's HellaSwag picks (-h 1) against transformers' on the d12, item by item, on an eval file
+            # made from Tiny Shakespeare through data/hellaswag (FP32: every pick; BF16: all but near-ties)
+            run_suite hellaswag-vs-transformers python3 scripts/check_hellaswag_hf.py --precision "${PRECISION:-BF16}" \
+                --model ${d12}_model.bin --out ref/hellaswag_check
         else
-            skipped+=("generate vs transformers (no transformers/tiktoken)")
+            skipped+=("generate and HellaSwag vs transformers (no transformers/tiktoken)")
         fi
     else
         [ "${COUNT_ONLY:-0}" = 1 ] || echo "note: python3 with PyTorch not found: the d12 reference suites are skipped"

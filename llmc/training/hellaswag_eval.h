@@ -7,8 +7,6 @@
 // (scripts/check_hellaswag_hf.py); with several processes each rank writes its own examples to FILE.rank<r>.
 #pragma once
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -19,6 +17,7 @@
 #include "llmc/formats/eval_file.h"
 #include "llmc/training/eval_loader.h"
 #include "llmc/training/eval_scoring.h"
+#include "llmc/training/progress_line.h"
 
 struct HellaSwagResult {
     EvalAccuracy acc;  // over every rank's examples
@@ -40,11 +39,10 @@ public:
 
     // forward(batch, losses): losses (B*T) = -log p of each target of the batch's rows.
     // sum_over_ranks(values, n): the n doubles summed over the ranks, in place (identity with one process).
-    // progress: a batch counter on stderr when it is a terminal.
+    // progress: a batch counter on stderr when it is a terminal (progress_line.h).
     template <class Forward, class SumOverRanks>
     HellaSwagResult run(Forward&& forward, SumOverRanks&& sum_over_ranks, bool progress) {
         const auto t0 = std::chrono::steady_clock::now();
-        const bool tty = progress && isatty(fileno(stderr));
         const bool want_picks = !picks_path_.empty();
         loader_.reset();
         EvalAccuracy local;
@@ -54,6 +52,7 @@ public:
         EvalBatch b;
         HellaSwagResult r;
         r.batches = loader_.num_batches();
+        ProgressLine line("HellaSwag", r.batches, progress);
         for (int i = 0; i < r.batches; i++) {
             loader_.next_batch(b);
             forward(b, losses);
@@ -63,12 +62,9 @@ public:
                 pick_index.push_back(b.first_example + (int)(k - before));
                 pick_label.push_back(b.labels[k - before]);
             }
-            if (tty && (i % 8 == 0 || i + 1 == r.batches)) {
-                fprintf(stderr, "\rHellaSwag: batch %d/%d", i + 1, r.batches);
-                fflush(stderr);
-            }
+            line.update(i + 1);
         }
-        if (tty) fprintf(stderr, "\r%40s\r", "");
+        line.finish();
         if (want_picks) write_picks(picks, pick_index, pick_label);
         double counts[3] = {(double)local.total, (double)local.correct, (double)local.correct_norm};
         sum_over_ranks(counts, 3);
