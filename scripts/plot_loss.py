@@ -12,7 +12,7 @@ import struct
 import sys
 import zlib
 
-LINE = re.compile(r"^s:(\d+) (trl|tel):([-+0-9.eEinfa]+)")
+LINE = re.compile(r"^s:(\d+) (trl|tel|eval):([-+0-9.eEinfa]+)")  # eval: HellaSwag accuracy (-h 1), not plotted
 
 
 def read_log(path):
@@ -35,7 +35,8 @@ def read_log(path):
             step, kind, loss = int(m.group(1)), m.group(2), float(m.group(3))
         except ValueError:
             sys.exit(f"error: {path}: line {n}: bad loss value {m.group(3)!r}")
-        (train if kind == "trl" else val).append((step, loss))
+        if kind != "eval":
+            (train if kind == "trl" else val).append((step, loss))
     if not train and not val:
         sys.exit(f"error: {path}: no loss lines")
     return train, val
