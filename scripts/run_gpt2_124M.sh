@@ -74,12 +74,19 @@ run_once() {
     esac
 }
 
+newest() { ls "$OUT"/model_*.bin 2>/dev/null | sort | tail -n 1; }
 for attempt in $(seq 0 "$RETRIES"); do
-    [ "$attempt" -gt 0 ] && echo "the run stopped with an error: resuming from the newest checkpoint (attempt $attempt of $RETRIES)"
+    before=$(newest)
     if run_once 2>&1 | tee -a "$OUT/train.log"; then
         python3 scripts/plot_loss.py "$OUT/main.log" -o "$OUT/loss.png" --title "GPT-2 124M, FineWeb 10B" || true
         exit 0
     fi
+    # a failure before any new checkpoint (a bad flag or file, out of memory) would only fail again
+    if [ "$(newest)" = "$before" ]; then
+        echo "error: the run stopped before writing a new checkpoint; not retrying ($OUT/train.log)" >&2
+        exit 1
+    fi
+    [ "$attempt" -lt "$RETRIES" ] && echo "the run stopped with an error: resuming from $(newest) (retry $((attempt + 1)) of $RETRIES)"
 done
 echo "error: the run failed $((RETRIES + 1)) times; $OUT/train.log has each attempt" >&2
 exit 1
