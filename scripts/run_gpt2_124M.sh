@@ -74,7 +74,7 @@ run_once() {
     esac
 }
 
-newest() { ls "$OUT"/model_*.bin 2>/dev/null | sort | tail -n 1; }
+newest() { ls "$OUT"/model_*.bin 2>/dev/null | sort | tail -n 1 || true; }
 for attempt in $(seq 0 "$RETRIES"); do
     before=$(newest)
     if run_once 2>&1 | tee -a "$OUT/train.log"; then

@@ -5,6 +5,7 @@
 // host's double — lie between the host's tokens for the coin moved by 1e-5 either way (the CDF runs in id order:
 // a coin on a CDF boundary); such boundary cases must stay rare (<= 1%). Greedy must be exact (lowest id among equal maxima). The whole run twice
 // gives identical tokens. Outputs start poisoned (-1); len must advance by one and next_tokens equal the output.
+// The server's per-row picker (each row its own rule and coin) likewise, with its non-finite flags.
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -16,7 +17,8 @@
 namespace {
 
 int failures = 0;
-long long picks = 0, boundary = 0;
+long long picks = 0, boundary = 0;   // pick_tokens' (every run twice)
+long long row_picks = 0, row_boundary = 0;  // pick_tokens_per_row's (once)
 
 template <typename T> T to_t(float x);
 template <> float to_t<float>(float x) { return x; }
@@ -102,6 +104,78 @@ std::vector<int> run(const char* name, int V, int Vp, bool ties, uint64_t seed) 
     return all;
 }
 
+// The server's picker (pick_tokens_per_row): every row its own rule and coin, one launch per round; each row's token
+// against the host's with that row's rule and coin (the same boundary allowance), and the non-finite flag: row 3
+// holds a NaN and row 5 an inf (flagged, whatever their picks), the others none (0, over a poisoned start).
+template <typename T>
+void check_per_row(const char* name, int V, int Vp, uint64_t seed) {
+    const long long f0 = failures;
+    const int R = 10, rounds = 32;
+    const PickParams rules[R] = {{0.f, 0, 1.f},   {1.f, 0, 1.f},  {0.7f, 40, 1.f},   {1.f, 0, 0.9f}, {0.8f, 50, 0.95f},
+                                 {1.f, 1, 1.f},   {1.3f, 3, 1.f}, {0.5f, 0, 0.3f}, {1.f, V, 1.f},  {0.9f, 0, 1.f}};
+    Rng rng(seed);
+    std::vector<T> logits((size_t)R * Vp, to_t<T>(0.f));
+    std::vector<std::vector<float>> host(R, std::vector<float>(V));
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < V; i++) {
+            logits[(size_t)r * Vp + i] = to_t<T>(3.f * rng.normal());
+            host[r][i] = from_t<T>(logits[(size_t)r * Vp + i]);
+        }
+    logits[(size_t)3 * Vp + V / 2] = to_t<T>(NAN);
+    logits[(size_t)5 * Vp + 7] = to_t<T>(INFINITY);
+    T* d_logits;
+    PickParams* d_rules;
+    float* d_coins;
+    int *d_result, *d_scratch;
+    cudaCheck(cudaMalloc(&d_logits, logits.size() * sizeof(T)));
+    cudaCheck(cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(T), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&d_rules, R * sizeof(PickParams)));
+    cudaCheck(cudaMemcpy(d_rules, rules, R * sizeof(PickParams), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&d_coins, R * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_result, 2 * R * sizeof(int)));
+    cudaCheck(cudaMalloc(&d_scratch, 2 * R * sizeof(int)));
+    for (int round = 0; round < rounds; round++) {
+        std::vector<float> coins(R);
+        for (float& x : coins) x = (float)rng.uniform();
+        cudaCheck(cudaMemcpy(d_coins, coins.data(), R * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemset(d_result, 0x7f, 2 * R * sizeof(int)));  // poison
+        pick_tokens_per_row<T>(d_logits, Vp, R, V, d_rules, true, d_coins, d_result, d_result + R, d_scratch, 0);
+        std::vector<int> result(2 * R);
+        cudaCheck(cudaMemcpy(result.data(), d_result, 2 * R * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int r = 0; r < R; r++) {
+            const bool bad_row = r == 3 || r == 5;
+            if (result[R + r] != (bad_row ? 1 : 0)) {
+                if (failures < 12) printf("FAIL %s per row: row %d non-finite flag %d\n", name, r, result[R + r]);
+                failures++;
+            }
+            if (bad_row) continue;
+            const PickParams& p = rules[r];
+            const int got = result[r];
+            const int want = sample_token(host[r].data(), V, p.temperature, p.top_k, p.top_p, coins[r]);
+            row_picks++;
+            bool ok = got == want;
+            if (!ok && !p.greedy()) {
+                const int lo = sample_token(host[r].data(), V, p.temperature, p.top_k, p.top_p, std::max(0.f, coins[r] - 1e-5f));
+                const int hi = sample_token(host[r].data(), V, p.temperature, p.top_k, p.top_p,
+                                            std::min(0.99999994f, coins[r] + 1e-5f));
+                if (lo <= got && got <= hi) ok = true, row_boundary++;
+            }
+            if (!ok) {
+                if (failures < 12)
+                    printf("FAIL %s per row: row %d T=%.1f k=%d p=%.2f coin %.7f: GPU %d, host %d\n", name, r,
+                           p.temperature, p.top_k, p.top_p, coins[r], got, want);
+                failures++;
+            }
+        }
+    }
+    cudaCheck(cudaFree(d_logits));
+    cudaCheck(cudaFree(d_rules));
+    cudaCheck(cudaFree(d_coins));
+    cudaCheck(cudaFree(d_result));
+    cudaCheck(cudaFree(d_scratch));
+    printf("%-5s V %5d per row: %d rows x %d rounds, %s\n", name, V, R, rounds, failures == f0 ? "OK" : "FAIL");
+}
+
 template <typename T>
 void check(const char* name, int V, int Vp, bool ties, uint64_t seed) {
     const long long f0 = failures;
@@ -125,8 +199,11 @@ int main() {
     check<__nv_bfloat16>("bf16", 1000, 1024, true, 4);
     check<float>("fp32", 50257, 50304, false, 5);
     check<float>("fp32", 1000, 1024, true, 6);
-    const bool rare = boundary * 100 <= picks;
-    printf("test_sampling: %lld picks (each run twice, identical), %lld on a CDF boundary (<= 1%%), %d failures: %s\n",
-           picks / 2, boundary / 2, failures, failures == 0 && rare ? "PASS" : "FAIL");
+    check_per_row<__nv_bfloat16>("bf16", 50257, 50304, 7);
+    check_per_row<float>("fp32", 1000, 1024, 8);
+    const bool rare = boundary * 100 <= picks && row_boundary * 100 <= row_picks;
+    printf("test_sampling: %lld picks (each run twice, identical), %lld on a CDF boundary (<= 1%%); per row %lld picks, "
+           "%lld on a boundary; %d failures: %s\n",
+           picks / 2, boundary / 2, row_picks, row_boundary, failures, failures == 0 && rare ? "PASS" : "FAIL");
     return failures == 0 && rare ? 0 : 1;
 }

@@ -116,6 +116,8 @@ struct PickArgs {
     int* next_tokens;        // (B)
     int* tokens_out;         // (max_new, B), may be host-mapped memory
     int max_new;
+    const PickParams* row_params;  // (B) each sequence's own rule (the server's rows are different requests), or null: p
+    int* nonfinite;                // (B) set to 1 where the row holds a non-finite logit, 0 elsewhere; or null
 };
 
 template <typename T>
@@ -132,11 +134,13 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
     const int b = blockIdx.x, tid = threadIdx.x, V = a.V;
     const int len_b = a.len[b];
     const T* row = a.logits + ((size_t)b * a.rows_per_seq + (a.rows_per_seq > 1 ? len_b - 1 : 0)) * a.row_stride;
-    const bool greedy = a.p.greedy();
+    const PickParams p = a.row_params ? a.row_params[b] : a.p;
+    const bool greedy = p.greedy();
 
     // pass over the row in 16-byte vectors: the largest key (lowest id), and the row into shared memory to sample
     const int n_vec = (V + kVec - 1) / kVec;
     unsigned long long best = sampling_rule::rank_floor();
+    int bad = 0;
     for (int j = tid; j < n_vec; j += kThreads) {
         const uint4 raw = reinterpret_cast<const uint4*>(row)[j];
         const T* e = reinterpret_cast<const T*>(&raw);
@@ -144,10 +148,17 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
 #pragma unroll
         for (int x = 0; x < kVec; x++) {
             const int id = j * kVec + x;
-            if (id < V) best = max(best, sampling_rule::rank(K::key(e[x]), id));
+            if (id < V) {
+                best = max(best, sampling_rule::rank(K::key(e[x]), id));
+                bad |= !isfinite(to_float(e[x]));
+            }
         }
     }
     best = block_reduce(best, [](unsigned long long u, unsigned long long v) { return max(u, v); }, scratch_ka);
+    if (a.nonfinite) {
+        bad = block_reduce(bad, [](int u, int v) { return u | v; }, scratch_i);
+        if (tid == 0) a.nonfinite[b] = bad;
+    }
     const uint32_t best_key = (uint32_t)(best >> 32);
     int chosen = sampling_rule::rank_id(best);
 
@@ -155,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
         __syncthreads();  // row_s complete
         const int chunk = (V + kThreads - 1) / kThreads;
         const int i0 = min(V, tid * chunk), i1 = min(V, i0 + chunk);
-        const float max_v = K::value(best_key), inv_t = 1.f / a.p.temperature;
+        const float max_v = K::value(best_key), inv_t = 1.f / p.temperature;
         auto weight = [&](int i) { return sampling_rule::weight(to_float(row_s[i]), max_v, inv_t); };
         auto count_ge = [&](uint32_t k) {
             int n = 0;
@@ -185,15 +196,15 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
             }
             return lo;
         };
-        if (a.p.cuts_top_k(V)) {
-            tau = bisect(0u, best_key, [&](uint32_t k) { return count_ge(k) >= a.p.top_k; });
-            ties = a.p.top_k - (tau < best_key ? count_ge(tau + 1) : 0);
+        if (p.cuts_top_k(V)) {
+            tau = bisect(0u, best_key, [&](uint32_t k) { return count_ge(k) >= p.top_k; });
+            ties = p.top_k - (tau < best_key ? count_ge(tau + 1) : 0);
             set_tie_base();
         }
-        if (a.p.cuts_top_p()) {
+        if (p.cuts_top_p()) {
             float kept = 0.f;
             for_kept([&](int i) { kept += weight(i); });
-            const float target = sampling_rule::nucleus_target(a.p.top_p, block_sum(kept, scratch_f));
+            const float target = sampling_rule::nucleus_target(p.top_p, block_sum(kept, scratch_f));
             auto mass_ge = [&](uint32_t k) {  // k > tau: every id with key >= k is kept
                 float m = 0.f;
                 for (int i = i0; i < i1; i++)
@@ -239,19 +250,17 @@ inline size_t pick_tokens_smem_bytes(int V) {
     return ((size_t)V + 15) / 16 * 16 * sizeof(T);
 }
 
-// One token per sequence from its logits row (see the top of this file); coins may be null when greedy. pdl: launched
-// as a programmatic dependent of the kernel before it.
+namespace sampling_detail {
+
+// Checks the launch, sets the shared memory the sampling path needs (sampling: some row samples) and launches.
 template <typename T>
-inline void pick_tokens(const T* logits, size_t row_stride, int rows_per_seq, int B, int V, const PickParams& p,
-                        const float* coins, const int* prompt_len, int* len, int* next_tokens, int* tokens_out,
-                        int max_new, cudaStream_t stream, bool pdl = false) {
-    using namespace sampling_detail;
-    const size_t smem = p.greedy() ? 0 : pick_tokens_smem_bytes<T>(V);
+inline void launch_pick(const PickArgs<T>& a, bool sampling, cudaStream_t stream, bool pdl) {
+    const size_t smem = sampling ? pick_tokens_smem_bytes<T>(a.V) : 0;
     constexpr size_t kVec = 16 / sizeof(T);  // the kernel reads whole 16-byte vectors
-    if (row_stride % kVec != 0 || row_stride < (V + kVec - 1) / kVec * kVec || max_new < 1 ||
-        pick_params_problem(p) || (!p.greedy() && coins == nullptr)) {
-        fprintf(stderr, "error: pick_tokens: row stride %zu for V %d, max_new %d, temperature %g, top_p %g\n",
-                row_stride, V, max_new, p.temperature, p.top_p);
+    if (a.row_stride % kVec != 0 || a.row_stride < (a.V + kVec - 1) / kVec * kVec || a.max_new < 1 ||
+        (sampling && a.coins == nullptr)) {
+        fprintf(stderr, "error: pick_tokens: row stride %zu for V %d, max_new %d, %s\n", a.row_stride, a.V, a.max_new,
+                sampling && !a.coins ? "sampling without coins" : "bad shape");
         exit(EXIT_FAILURE);
     }
     if (smem > 0) {
@@ -259,13 +268,47 @@ inline void pick_tokens(const T* logits, size_t row_stride, int rows_per_seq, in
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
         if (smem > (size_t)limit) {
-            fprintf(stderr, "error: pick_tokens: a row of %d logits needs %zu bytes of shared memory (%d here)\n", V,
+            fprintf(stderr, "error: pick_tokens: a row of %d logits needs %zu bytes of shared memory (%d here)\n", a.V,
                     smem, limit);
             exit(EXIT_FAILURE);
         }
         cudaCheck(cudaFuncSetAttribute(pick_tokens_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     }
-    PickArgs<T> a{logits, row_stride, rows_per_seq, B, V, p, coins, prompt_len, len, next_tokens, tokens_out, max_new};
-    PdlLaunch launch(dim3(B), dim3(kThreads), smem, stream, pdl);
+    PdlLaunch launch(dim3(a.B), dim3(kThreads), smem, stream, pdl);
     cudaCheck(cudaLaunchKernelEx(&launch.config, pick_tokens_kernel<T>, a));
+}
+
+}  // namespace sampling_detail
+
+// One token per sequence from its logits row (see the top of this file); coins may be null when greedy. pdl: launched
+// as a programmatic dependent of the kernel before it.
+template <typename T>
+inline void pick_tokens(const T* logits, size_t row_stride, int rows_per_seq, int B, int V, const PickParams& p,
+                        const float* coins, const int* prompt_len, int* len, int* next_tokens, int* tokens_out,
+                        int max_new, cudaStream_t stream, bool pdl = false) {
+    if (const char* problem = pick_params_problem(p)) {
+        fprintf(stderr, "error: pick_tokens: %s (temperature %g, top_p %g)\n", problem, p.temperature, p.top_p);
+        exit(EXIT_FAILURE);
+    }
+    const sampling_detail::PickArgs<T> a{logits, row_stride, rows_per_seq, B,       V,       p,
+                                         coins,  prompt_len, len,          next_tokens, tokens_out, max_new,
+                                         nullptr, nullptr};
+    sampling_detail::launch_pick(a, !p.greedy(), stream, pdl);
+}
+
+// One token per row of logits (B rows, row_stride apart), each row by its own rule row_params[b] (device memory;
+// every one already checked by pick_params_problem on the host) and coin coins[b]: the server's decode step, whose
+// rows belong to different requests. tokens[b] gets the pick; nonfinite[b] 1 where the row holds a non-finite logit
+// (its pick means nothing). sampling: some row is not greedy (those rows need the row in shared memory).
+// scratch: 2B ints of device memory for the kernel's length bookkeeping (zeroed here).
+template <typename T>
+inline void pick_tokens_per_row(const T* logits, size_t row_stride, int B, int V, const PickParams* row_params,
+                                bool sampling, const float* coins, int* tokens, int* nonfinite, int* scratch,
+                                cudaStream_t stream) {
+    // every row's length and prompt length 0: the pick is its new token 0, written to tokens[b]
+    cudaCheck(cudaMemsetAsync(scratch, 0, 2 * (size_t)B * sizeof(int), stream));
+    const sampling_detail::PickArgs<T> a{logits, row_stride, 1,       B,      V,         PickParams{},
+                                         coins,  scratch + B, scratch, tokens, tokens, 1,
+                                         row_params, nonfinite};
+    sampling_detail::launch_pick(a, sampling, stream, false);
 }

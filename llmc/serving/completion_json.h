@@ -158,6 +158,8 @@ inline std::string health_json(const SchedulerStats& s, const std::string& model
                         {"steps", s.steps},
                         {"decode_steps", s.decode_steps},
                         {"decode_rows", s.decode_rows},
+                        {"decode_ms", s.decode_ms},
+                        {"deliver_ms", s.deliver_ms},
                         {"prefill_calls", s.prefill_calls},
                         {"prefill_tokens", s.prefill_tokens},
                         {"generated_tokens", s.tokens},

@@ -81,6 +81,7 @@ struct SchedulerOptions {
 struct SchedulerStats {
     uint64_t steps = 0, decode_steps = 0, decode_rows = 0;  // rows: sequences decoded, summed over decode steps
     uint64_t prefill_calls = 0, prefill_tokens = 0, tokens = 0;
+    double decode_ms = 0, deliver_ms = 0;  // in the engine's decode calls; in delivering their tokens (on_token)
     uint64_t accepted = 0, finished = 0, cancelled = 0, errors = 0, refused_full = 0;
     int slots = 0, running = 0, queued = 0;
     bool draining = false;
@@ -312,6 +313,7 @@ private:
         }
         if (batch.empty()) return false;
         std::vector<PickedToken> out;
+        const Clock::time_point t0 = Clock::now();
         try {
             engine_->decode(batch, &out);
             if (out.size() != batch.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
@@ -319,13 +321,16 @@ private:
             for (const DecodeSlot& d : batch) end(d.slot, FinishReason::Error, std::string("decode: ") + e.what());
             return true;
         }
+        const Clock::time_point t1 = Clock::now();
+        for (size_t i = 0; i < batch.size(); i++)
+            if (slots_[batch[i].slot]) deliver(*slots_[batch[i].slot], out[i]);
         {
             std::lock_guard<std::mutex> lock(m_);
             st_.decode_steps++;
             st_.decode_rows += batch.size();
+            st_.decode_ms += ms(t0, t1);
+            st_.deliver_ms += ms(t1, Clock::now());
         }
-        for (size_t i = 0; i < batch.size(); i++)
-            if (slots_[batch[i].slot]) deliver(*slots_[batch[i].slot], out[i]);
         return true;
     }
 

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -73,8 +74,11 @@ inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup,
         return 1;
     }
     const SchedulerStats st = scheduler.stats();
-    fprintf(stderr, "stopped: %llu completions (%llu cancelled, %llu failed), %llu tokens\n",
+    const double steps = (double)std::max<uint64_t>(st.decode_steps, 1);
+    fprintf(stderr, "stopped: %llu completions (%llu cancelled, %llu failed), %llu tokens; %llu decode steps of %.1f "
+                    "sequences: %.3f ms in the engine, %.3f ms delivering tokens per step\n",
             (unsigned long long)st.finished, (unsigned long long)st.cancelled, (unsigned long long)st.errors,
-            (unsigned long long)st.tokens);
+            (unsigned long long)st.tokens, (unsigned long long)st.decode_steps, st.decode_rows / steps,
+            st.decode_ms / steps, st.deliver_ms / steps);
     return 0;
 }
