@@ -73,6 +73,8 @@ int run(const GenerateArgs& a, const char* program) {
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     BPEEncoder encoder(bpe);
     const std::vector<std::string> texts = read_prompt_texts(a);
+    const std::string ids_unwritable = a.ids_file.empty() ? "" : file_unwritable_reason(a.ids_file);
+    if (!ids_unwritable.empty()) throw std::runtime_error("flag --ids " + a.ids_file + ": " + ids_unwritable);
     ModelFile model = read_model_any(a.model);  // host only: reads and checks the file
     const GPT2Config& c = model.config;
     std::vector<std::vector<int>> ids(texts.size());

@@ -20,7 +20,9 @@ check() {  # name, expected exit code, expected stderr line count, pattern on st
         fail=1
     fi
 }
-check "no GPU: one line naming the missing driver" 1 1 "no NVIDIA driver found" ./train_gpt2cu -e d6
+# good inputs (-x 0 -v 0: no data to read): the preflight passes and the GPU is found missing (tests/test_preflight.sh
+# has the trainer's bad inputs)
+check "no GPU: one line naming the missing driver" 1 1 "no NVIDIA driver found" ./train_gpt2cu -e d6 -x 0 -v 0 -s 0
 check "bad flag: one line and a pointer to --help" 1 1 "error: flag -b: expected an integer >= 1, got 'x' (./train_gpt2cu --help lists the flags)" ./train_gpt2cu -b x
 check "huge B*T: one line, no arithmetic trap" 1 1 "B\*T = 1073741824\*1073741824" ./train_gpt2cu -b 1073741824 -t 1073741824 -pn 16
 check "-h prints the usage" 0 0 "^usage: ./train_gpt2cu" ./train_gpt2cu -h
@@ -42,6 +44,7 @@ if [ -x ./generate_gpt2cu ]; then
         check "generate: missing model, one line naming it" 1 1 "error: no_such_model.bin" "${G[@]}" -e no_such_model.bin -p "!"
         check "generate: prompt outside the model's vocabulary" 1 1 "error: -p: token id 15496 is outside the model's vocabulary (V = 1000)" "${G[@]}" -e tests/fixtures/tiny_model.bin -p "Hello"
         check "generate: empty prompt file" 1 1 "is empty: one prompt per line" "${G[@]}" -e tests/fixtures/tiny_model.bin -pf "$empty"
+        check "generate: --ids where it cannot write" 1 1 "error: flag --ids /nonexistent_dir/ids.txt: its directory /nonexistent_dir does not exist" "${G[@]}" -e tests/fixtures/tiny_model.bin -p "!" --ids /nonexistent_dir/ids.txt
         check "generate: -h prints the usage" 0 0 "^usage: ./generate_gpt2cu" ./generate_gpt2cu -h
     fi
 fi

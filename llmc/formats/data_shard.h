@@ -5,9 +5,11 @@
 // is 64-bit (fseeko / off_t) so shards past 2 GiB read and write correctly.
 #pragma once
 
-#include <cstdint>
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "llmc/core/utils.h"
 #include "llmc/formats/file_header.h"
@@ -63,6 +65,37 @@ inline int64_t read_shard_header(const std::string& path) { return ShardReader(p
 
 inline void read_shard_tokens(const std::string& path, int64_t first, int64_t count, uint16_t* dst) {
     ShardReader(path).read(first, count, dst);
+}
+
+// Every token of a shard, read once in large pieces: the count, the largest id, and where the first id >= limit
+// stands (-1 if none). What a trainer checks before it starts (no run dies hours in on a bad token) and what
+// `tokenizer info` prints.
+struct ShardTokenScan {
+    int64_t num_tokens = 0;
+    int max_token = 0;
+    int64_t first_over = -1;  // token offset of the first id >= limit
+    int first_over_id = 0;
+};
+
+inline ShardTokenScan scan_shard_tokens(const std::string& path, int limit = 65536) {
+    ShardReader r(path);
+    ShardTokenScan s;
+    s.num_tokens = r.num_tokens();
+    std::vector<uint16_t> chunk((size_t)std::min<int64_t>(s.num_tokens, (int64_t)1 << 22));
+    for (int64_t at = 0; at < s.num_tokens; at += (int64_t)chunk.size()) {
+        const size_t n = (size_t)std::min<int64_t>((int64_t)chunk.size(), s.num_tokens - at);
+        r.read(at, (int64_t)n, chunk.data());
+        uint16_t m = 0;
+        for (size_t i = 0; i < n; i++) m = std::max(m, chunk[i]);  // a plain max: the compiler vectorises it
+        s.max_token = std::max(s.max_token, (int)m);
+        if (s.first_over < 0 && m >= limit) {
+            size_t i = 0;
+            while (chunk[i] < limit) i++;
+            s.first_over = at + (int64_t)i;
+            s.first_over_id = chunk[i];
+        }
+    }
+    return s;
 }
 
 // Streaming writer: append() any number of times, then commit() patches the header and renames
