@@ -16,6 +16,16 @@ NVCC ?= nvcc
 PRECISION ?= BF16
 DATA_MIRROR ?= ../shared/data
 
+# make test reads the GPT-2 vocabulary, Tiny Shakespeare and Alice from DATA_MIRROR (else data/cache, which
+# `make data` fills): without them it says in one line what is missing, before it builds anything (tests/lib.sh).
+ifneq ($(filter test check,$(MAKECMDGOALS)),)
+  TEST_DATA_ERROR := $(shell DATA_MIRROR='$(DATA_MIRROR)' TEST_DATA_CACHE='$(TEST_DATA_CACHE)' \
+                       bash -c 'source tests/lib.sh && test_data_root' 2>&1 >/dev/null)
+  ifneq ($(TEST_DATA_ERROR),)
+    $(error $(TEST_DATA_ERROR))
+  endif
+endif
+
 # ---------------------------------------------------------------- host compiler
 CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I.
 # detect.mk also looks for the server's libraries (SERVE_DEPS, HTTPLIB_CFLAGS, HTTPLIB_LIBS)
@@ -195,12 +205,14 @@ endif
 
 # `make test`: CPU tests everywhere, GPU tests when a GPU is visible; ends with "N passed, N failed".
 # With a GPU: the GPU programs and the dev/cuda programs (their -c validation) too. Without one but with nvcc:
-# train_gpt2cu (and serve_gpt2cu), to check they fail in one clear line there.
+# train_gpt2cu, generate_gpt2cu (and serve_gpt2cu), to check their inputs before the GPU and that they then fail in
+# one clear line there.
 ifeq ($(GPU_VISIBLE),1)
 test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS) dev fuzz
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
 else
-test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) fuzz $(if $(NVCC_FOUND),train_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
+test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) fuzz \
+      $(if $(NVCC_FOUND),train_gpt2cu generate_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
 endif
 check: test

@@ -11,21 +11,8 @@
 set -u
 set -o pipefail
 cd "$(dirname "$0")/.."
-# The data: $DATA_MIRROR (default ../shared/data) if it holds every file below, else data/cache (what
-# `make data` downloads). Without either: one line saying what is missing and how to get it, and fail.
-DATA_MIRROR=${DATA_MIRROR:-../shared/data}
-TEST_DATA_CACHE=${TEST_DATA_CACHE:-data/cache}  # (only the check of this message points it elsewhere)
-NEEDED="gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt"
-DATA=
-for root in "$DATA_MIRROR" "$TEST_DATA_CACHE"; do
-    missing=$(for f in $NEEDED; do [ -f "$root/$f" ] || echo "$f"; done)
-    [ -z "$missing" ] && { DATA=$(cd "$root" && pwd); break; }
-done
-if [ -z "$DATA" ]; then
-    missing=$(for f in $NEEDED; do [ -f "$DATA_MIRROR/$f" ] || printf '%s ' "$f"; done)
-    echo "error: test data missing: ${missing% } (not in DATA_MIRROR=$DATA_MIRROR nor data/cache): run 'make data' (downloads it) or set DATA_MIRROR=DIR to a copy holding gpt2/, tinyshakespeare/, alice/"
-    exit 1
-fi
+source tests/lib.sh  # test_data_root
+DATA=$(test_data_root) || exit 1
 VOCAB=$DATA/gpt2
 SHAKESPEARE=$DATA/tinyshakespeare/input.txt
 ALICE=$DATA/alice/pg11.txt
@@ -211,6 +198,14 @@ c_no_data_is_one_line() {
         grep -qF "error: test data missing: gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt (not in DATA_MIRROR=$TMP/no_mirror nor data/cache): run 'make data'" "$TMP/nodata.out"
 }
 check "no test data: one line saying what is missing and how to get it, and exit 1" c_no_data_is_one_line
+# make test says the same in its one line before it builds anything (make -n: nothing would run either way; a
+# make of its own, not one of the make test running this)
+c_make_test_without_data() {
+    ! env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -n test DATA_MIRROR="$TMP/no_mirror" TEST_DATA_CACHE="$TMP/no_cache" >"$TMP/make_nodata.out" 2>&1 &&
+        [ "$(wc -l <"$TMP/make_nodata.out")" = 1 ] &&
+        grep -qF "error: test data missing: gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt (not in DATA_MIRROR=$TMP/no_mirror nor data/cache)" "$TMP/make_nodata.out"
+}
+check "make test without the test data: that one line, before building" c_make_test_without_data
 
 # scripts/run_tinyshakespeare.sh asks make for the data and the trainer every time (make decides what is
 # stale); it used to skip make whenever ./train_gpt2cu existed, however old. It picks the GPU trainer where

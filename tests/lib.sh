@@ -1,0 +1,16 @@
+# What the test scripts share, sourced after `cd` to the repository's root.
+# test_data_root: the directory holding every data file the tests read (the GPT-2 vocabulary, Tiny Shakespeare,
+#   Alice): $DATA_MIRROR (default ../shared/data) if it holds them all, else data/cache (what `make data` fills;
+#   TEST_DATA_CACHE points elsewhere for the check of this message). Prints it, absolute; without either, one line
+#   on stderr saying what is missing and how to get it, and returns 1. make test runs it before it builds.
+TEST_DATA_FILES="gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt"
+test_data_root() {
+    local mirror=${DATA_MIRROR:-../shared/data} root f missing
+    for root in "$mirror" "${TEST_DATA_CACHE:-data/cache}"; do
+        missing=$(for f in $TEST_DATA_FILES; do [ -f "$root/$f" ] || echo "$f"; done)
+        [ -z "$missing" ] && { (cd "$root" && pwd); return 0; }
+    done
+    missing=$(for f in $TEST_DATA_FILES; do [ -f "$mirror/$f" ] || printf '%s ' "$f"; done)
+    echo "error: test data missing: ${missing% } (not in DATA_MIRROR=$mirror nor data/cache): run 'make data' (downloads it) or set DATA_MIRROR=DIR to a copy holding gpt2/, tinyshakespeare/, alice/" >&2
+    return 1
+}
