@@ -112,6 +112,9 @@ expect_error "JSONL in a .txt" "json.txt: looks like JSONL (line 1 is a JSON obj
     "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x/p" "$TMP/json.txt"
 expect_error "binary data named .txt" "binary.txt: looks binary (a NUL byte at byte" \
     "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x/p" "$TMP/binary.txt"
+{ head -c 100000 "$DATA/tinyshakespeare/input.txt"; head -c 2000 ./data/prepro; } >"$TMP/late_binary.txt"
+expect_error "binary data after the first 64 KiB of a .txt" "late_binary.txt: looks binary (a NUL byte at byte 1000" \
+    "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x/p" "$TMP/late_binary.txt"
 expect_error "truncated .jsonl.gz" "cut.jsonl.gz: truncated gzip data: the file ends inside a member" \
     "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x/p" "$TMP/cut.jsonl.gz"
 expect_error "--text-field missing in a line" "d.jsonl.gz: line 1 has no \"title\" string field" \

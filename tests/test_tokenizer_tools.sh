@@ -98,6 +98,21 @@ c_jsonl() {
         tail -c +1025 "$TMP/j_train_000000.bin" | "$TOK" decode --raw --vocab-dir "$VOCAB" >"$TMP/j.txt" &&
         [ "$(cat "$TMP/j.txt")" = "$(printf '<|endoftext|>Hello world<|endoftext|>caf\xc3\xa9 \xf0\x9f\x91\x8d')" ]
 }
+# The tools read our own files: decode takes a shard (its header checked and skipped; a file or a pipe) and gives
+# the raw ids' text; info prints its header and what reading every token finds.
+c_decode_shard() {
+    rm -f "$TMP"/ds_*
+    "$PREPRO" --vocab-dir "$VOCAB" --split-blank-lines --val-tokens 32768 -o "$TMP/ds" "$SHAKESPEARE" 2>/dev/null &&
+        "$TOK" decode --vocab-dir "$VOCAB" "$TMP/ds_val_000000.bin" >"$TMP/ds.txt" &&
+        "$TOK" decode --vocab-dir "$VOCAB" <"$TMP/ds_val_000000.bin" | cmp - "$TMP/ds.txt" &&
+        tail -c +1025 "$TMP/ds_val_000000.bin" | "$TOK" decode --raw --vocab-dir "$VOCAB" | cmp - "$TMP/ds.txt" &&
+        [ "$(head -c 26 "$TMP/ds.txt")" = "<|endoftext|>First Citizen" ]
+}
+c_info_shard() {
+    rm -f "$TMP"/ds_*
+    "$PREPRO" --vocab-dir "$VOCAB" --split-blank-lines --val-tokens 32768 -o "$TMP/ds" "$SHAKESPEARE" 2>/dev/null &&
+        [ "$("$TOK" info "$TMP/ds_val_000000.bin")" = "$TMP/ds_val_000000.bin: header: magic 20240520 (data shard), version 1, 32768 tokens; 66560 bytes, as the header says; tokens read: 32768, largest id 50256" ]
+}
 
 # Where prepro writes: the default prefix data/out/data (its directories are made), a rerun into a prefix
 # leaves exactly its own shards there, a failed run leaves the prefix as it was.
@@ -140,6 +155,8 @@ CHECKS=(
     "c_prepro_threads|prepro output independent of threads and shard size splits exactly"
     "c_jsonl|JSONL: <|endoftext|> before each document, escapes decoded"
     "c_decode_escape|decode --escape shows control characters and invalid UTF-8 as \\xNN"
+    "c_decode_shard|decode reads a shard (file or pipe): its header skipped, the text of its ids"
+    "c_info_shard|info prints a shard's header, token count and largest id"
     "c_prepro_default_prefix|prepro default prefix data/out/data: its directories are made"
     "c_prepro_rerun_replaces_shards|prepro rerun into a prefix: its shards are exactly the new run's"
     "c_prepro_failed_run_leaves_prefix|prepro run failing midway: the prefix is as before, nothing of the run is left"
@@ -189,6 +206,14 @@ expect_error "empty train split" "error: --val-tokens: 999999999 takes all 33802
 check "empty train split writes nothing" test ! -e "$TMP/all_val"
 expect_error "--val-tokens out of range" "error: --val-tokens: 99999999999999999999 is out of range (0 to 9223372036854775807)" \
     "$PREPRO" --vocab-dir "$VOCAB" --val-tokens 99999999999999999999 -o "$TMP/x" "$SHAKESPEARE"
+head -c 2000 "$TMP/binary.bin" >"$TMP/not_shard.bin"
+printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x10\x00\x00\x00' >"$TMP/padded_shard.bin"  # a header's start: 16 tokens promised
+head -c 1100 /dev/zero >>"$TMP/padded_shard.bin"
+expect_error "info on a file that is not a shard" "not_shard.bin: not a token data shard (magic" "$TOK" info "$TMP/not_shard.bin"
+expect_error "info on a shard with trailing bytes" "padded_shard.bin: file is 1112 bytes but its header (16 tokens) implies 1056 (trailing bytes)" "$TOK" info "$TMP/padded_shard.bin"
+expect_error "decode a shard with trailing bytes from a pipe" "<stdin>: file is 1112 bytes but its header (16 tokens) implies 1056 (trailing bytes)" \
+    sh -c "'$TOK' decode --vocab-dir '$VOCAB' <'$TMP/padded_shard.bin'"
+expect_error "info without a file" "FILE: missing (info needs at least one); see tokenizer --help" "$TOK" info
 expect_error "prepro missing vocabulary" "/nonexistent/encoder.json: cannot open" "$PREPRO" --vocab-dir /nonexistent -o "$TMP/x" "$TMP/empty.txt"
 
 # Without the data, this suite (and the unit tests) says what is missing in one line, and fails.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,26 +21,47 @@ constexpr int64_t kShardMaxTokens = INT32_MAX;
 
 inline int64_t shard_file_bytes(int64_t num_tokens) { return kFileHeaderBytes + num_tokens * 2; }
 
+// A shard's header against the file's length: magic, version, a positive token count, the exact length. Returns
+// the token count.
+inline int64_t check_shard_header(const std::string& path, const int32_t* h, int64_t file_bytes) {
+    if (h[0] != kShardMagic) file_error(path, "not a token data shard (magic %d, expected %d)", h[0], kShardMagic);
+    if (h[1] != kShardVersion) file_error(path, "unsupported data shard version %d (expected %d)", h[1], kShardVersion);
+    if (h[2] < 1) file_error(path, "bad data shard header: num_tokens = %d, must be positive", h[2]);
+    const int64_t expected = shard_file_bytes(h[2]);
+    if (file_bytes != expected) {
+        file_error(path, "file is %lld bytes but its header (%lld tokens) implies %lld (%s)", (long long)file_bytes,
+                   (long long)h[2], (long long)expected, file_bytes < expected ? "truncated" : "trailing bytes");
+    }
+    return h[2];
+}
+
+// Whether bytes begin as a shard does (its magic): how a tool tells a shard from other input.
+inline bool starts_with_shard_magic(const std::string& bytes) {
+    int32_t magic = 0;
+    if (bytes.size() >= sizeof(magic)) memcpy(&magic, bytes.data(), sizeof(magic));
+    return magic == kShardMagic;
+}
+
+// The tokens of a whole shard held in memory (read from a pipe, say), checked as a file's are; `source` names it.
+inline std::vector<uint16_t> shard_tokens_from_bytes(const std::string& source, const std::string& bytes) {
+    if ((int64_t)bytes.size() < kFileHeaderBytes) {
+        file_error(source, "%zu bytes, shorter than the %lld-byte data shard header", bytes.size(),
+                   (long long)kFileHeaderBytes);
+    }
+    int32_t h[kFileHeaderInts];
+    memcpy(h, bytes.data(), sizeof(h));
+    std::vector<uint16_t> tokens((size_t)check_shard_header(source, h, (int64_t)bytes.size()));
+    memcpy(tokens.data(), bytes.data() + kFileHeaderBytes, tokens.size() * sizeof(uint16_t));
+    return tokens;
+}
+
 // An open, validated shard; reads any token range without reopening (what the DataLoader keeps).
 class ShardReader {
 public:
     explicit ShardReader(const std::string& path) : in_(path) {
         int32_t h[kFileHeaderInts];
         read_file_header(in_, h, "data shard");
-        if (h[0] != kShardMagic) {
-            file_error(path, "not a token data shard (magic %d, expected %d)", h[0], kShardMagic);
-        }
-        if (h[1] != kShardVersion) {
-            file_error(path, "unsupported data shard version %d (expected %d)", h[1], kShardVersion);
-        }
-        if (h[2] < 1) file_error(path, "bad data shard header: num_tokens = %d, must be positive", h[2]);
-        num_tokens_ = h[2];
-        const int64_t expected = shard_file_bytes(num_tokens_);
-        if (in_.size() != expected) {
-            file_error(path, "file is %lld bytes but its header (%lld tokens) implies %lld (%s)", (long long)in_.size(),
-                       (long long)num_tokens_, (long long)expected,
-                       in_.size() < expected ? "truncated" : "trailing bytes");
-        }
+        num_tokens_ = check_shard_header(path, h, in_.size());
     }
     const std::string& path() const { return in_.path(); }
     int64_t num_tokens() const { return num_tokens_; }
