@@ -26,8 +26,12 @@ ifneq ($(filter test check,$(MAKECMDGOALS)),)
   endif
 endif
 
+# What --version prints (llmc/core/version.h): the commit the programs are built from.
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo "unknown (not a git checkout)")
+VERSION_FLAG := -DLLMC_VERSION='"$(VERSION)"'
+
 # ---------------------------------------------------------------- host compiler
-CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I.
+CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I. $(VERSION_FLAG)
 # detect.mk also looks for the server's libraries (SERVE_DEPS, HTTPLIB_CFLAGS, HTTPLIB_LIBS)
 DETECT_SERVE := 1
 include detect.mk
@@ -52,7 +56,7 @@ else
 endif
 
 NVCC_ARCH := $(HOPPER_ARCH)  # sm_90a at compute capability 9.0: the Hopper kernels (detect.mk)
-NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math --expt-relaxed-constexpr $(NVCC_ARCH) $(PRECISION_FLAG) \
+NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math --expt-relaxed-constexpr $(NVCC_ARCH) $(PRECISION_FLAG) $(VERSION_FLAG) \
              -Xcompiler "-Wall -Wextra -Wno-unused-parameter $(OPENMP_FLAGS)" --Werror all-warnings
 NVCC_LIBS := -lcublas -lcublasLt -ldl
 
@@ -146,7 +150,6 @@ tests/serve_tests: $(SERVE_TEST_OBJECTS)
 tests/serve_mock: tests/serve_mock.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(TEST_HEADERS)
 	$(CXX) $(CXXFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(HTTPLIB_LIBS) -pthread
 SERVE_CPU := $(if $(SERVE_DEPS),tests/serve_tests tests/serve_mock)
-VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
 # ---------------------------------------------------------------- GPU programs
 GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling \
@@ -170,7 +173,7 @@ generate_gpt2cu: generate_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD
 # The completions server (docs/SERVING.md).
 serve_gpt2cu: serve_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD_STAMP)
 	$(if $(SERVE_DEPS),,@echo "serve_gpt2cu needs $(SERVE_MISSING) (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)"; exit 1)
-	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) -DLLMC_VERSION='"$(VERSION)"' $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
 
 # every engine kernel against the double-precision CPU reference
 tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
@@ -205,14 +208,14 @@ endif
 
 # `make test`: CPU tests everywhere, GPU tests when a GPU is visible; ends with "N passed, N failed".
 # With a GPU: the GPU programs and the dev/cuda programs (their -c validation) too. Without one but with nvcc:
-# train_gpt2cu, generate_gpt2cu (and serve_gpt2cu), to check their inputs before the GPU and that they then fail in
-# one clear line there.
+# train_gpt2cu, generate_gpt2cu, test_gpt2cu (and serve_gpt2cu), to check their inputs before the GPU, that they then
+# fail in one clear line there, and their --help and --version.
 ifeq ($(GPU_VISIBLE),1)
 test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS) dev fuzz
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
 else
 test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) fuzz \
-      $(if $(NVCC_FOUND),train_gpt2cu generate_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
+      $(if $(NVCC_FOUND),train_gpt2cu generate_gpt2cu test_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
 	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
 endif
 check: test

@@ -1,5 +1,5 @@
 // generate_gpt2cu: text from a GPT-2 model for your prompts, on the GPU.
-//   ./generate_gpt2cu -e MODEL -p "Once upon a time" [-n 256] [-st 1.0] [-sk 0] [-sp 1.0] [-seed 1337]
+//   ./generate_gpt2cu -e MODEL -p "Once upon a time" [-g 256] [-st 1.0] [-sk 0] [-sp 1.0] [-seed 1337]
 //   ./generate_gpt2cu -e MODEL -pf prompts.txt      (one prompt per line, all in one batch)
 // MODEL: our or llm.c's model file, a Hugging Face GPT-2 directory or .safetensors. Prompts are encoded by our
 // GPT-2 BPE (--vocab-dir, default data/cache/gpt2 from `make data`). One prompt streams its text as it is made;
@@ -28,6 +28,7 @@
 
 #include "data/tokenizer/bpe.h"
 #include "llmc/core/options.h"
+#include "llmc/core/version.h"
 #include "llmc/core/rand.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/inference/generate.cuh"
@@ -84,7 +85,7 @@ int run(const GenerateArgs& a, const char* program) {
     };
     const int new_tokens = check_prompts(ids, c.vocab_size, c.max_seq_len, a.new_tokens, where);
     if (new_tokens < a.new_tokens) {
-        fprintf(stderr, "note: -n %d cut to %d: the longest prompt leaves room for %d tokens in the model's context "
+        fprintf(stderr, "note: -g %d cut to %d: the longest prompt leaves room for %d tokens in the model's context "
                 "of %d\n", a.new_tokens, new_tokens, new_tokens, c.max_seq_len);
     }
     const int eot = bpe.eot_token();
@@ -150,14 +151,9 @@ int main(int argc, char** argv) {
     GenerateArgs args;
     std::string error;
     const ParseStatus st = parse_generate_args(argc, argv, &args, &error);
-    if (st == ParseStatus::Help) {
-        printf("%s", generate_usage(argv[0]).c_str());
-        return 0;
-    }
-    if (st == ParseStatus::Error) {
-        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
-        return 1;
-    }
+    const int done =
+        finish_parse(st, error, argv[0], generate_usage(argv[0]), version_line("generate_gpt2cu", PRECISION_NAME));
+    if (done >= 0) return done;
     try {
         return run(args, argv[0]);
     } catch (const std::exception& e) {

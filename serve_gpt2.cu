@@ -16,14 +16,11 @@
 
 #include "data/tokenizer/bpe.h"
 #include "llmc/core/options.h"
+#include "llmc/core/version.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/serving/gpu_engine.cuh"
 #include "llmc/serving/serve_args.h"
 #include "llmc/serving/serve_main.h"
-
-#ifndef LLMC_VERSION
-#define LLMC_VERSION "unknown"
-#endif
 
 namespace {
 
@@ -89,18 +86,9 @@ int main(int argc, char** argv) {
     ServeArgs args;
     std::string error;
     const ParseStatus st = parse_serve_args(argc, argv, &args, &error);
-    if (st == ParseStatus::Help) {
-        printf("%s", serve_usage(argv[0]).c_str());
-        return 0;
-    }
-    if (st == ParseStatus::Error) {
-        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
-        return 1;
-    }
-    if (args.version) {
-        printf("serve_gpt2cu %s (%s)\n", LLMC_VERSION, PRECISION_NAME);
-        return 0;
-    }
+    const int done =
+        finish_parse(st, error, argv[0], serve_usage(argv[0]), version_line("serve_gpt2cu", PRECISION_NAME));
+    if (done >= 0) return done;
     try {
         return run(args, argv[0], signals);
     } catch (const std::exception& e) {

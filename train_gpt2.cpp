@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "llmc/core/version.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/generate.h"
 #include "llmc/cpu/gpt2.h"
@@ -312,14 +313,9 @@ int main(int argc, char** argv) {
     TrainArgs args;
     std::string error;
     const ParseStatus st = parse_train_args(argc, argv, &args, &error);
-    if (st == ParseStatus::Help) {
-        printf("%s", train_usage(argv[0], Trainer::Cpu).c_str());
-        return 0;
-    }
-    if (st == ParseStatus::Error) {
-        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
-        return 1;
-    }
+    const int done = finish_parse(st, error, argv[0], train_usage(argv[0], Trainer::Cpu),
+                                  version_line("train_gpt2", "fp32, CPU"));
+    if (done >= 0) return done;
     try {
         check_cpu_flags(args);
         // every input read and checked before the heavy work (llmc/training/preflight.h); --check ends here

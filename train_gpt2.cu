@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "llmc/core/options.h"
+#include "llmc/core/version.h"
 #include "llmc/distributed/multi_gpu.cuh"
 #include "llmc/formats/tokenizer_file.h"
 #include "llmc/inference/generate.cuh"
@@ -385,14 +386,9 @@ int main(int argc, char** argv) {
     TrainArgs args;
     std::string error;
     const ParseStatus st = parse_train_args(argc, argv, &args, &error);
-    if (st == ParseStatus::Help) {
-        printf("%s", train_usage(argv[0]).c_str());
-        return 0;
-    }
-    if (st == ParseStatus::Error) {
-        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
-        return 1;
-    }
+    const int done =
+        finish_parse(st, error, argv[0], train_usage(argv[0]), version_line("train_gpt2cu", PRECISION_NAME));
+    if (done >= 0) return done;
     try {
         // every input read and checked on the host before any CUDA call (llmc/training/preflight.h); --check ends here
         const TableRows check_rows = {{"precision", PRECISION_NAME}, {"LLMC_* switches", engine_options().description()}};

@@ -18,6 +18,7 @@
 #include "data/tokenizer/bpe.h"
 #include "data/tokenizer/sha256.h"
 #include "llmc/core/utils.h"
+#include "llmc/core/version.h"
 #include "llmc/formats/data_shard.h"
 #include "llmc/formats/tokenizer_file.h"
 
@@ -38,8 +39,10 @@ static const char* kUsage =
     "  tokenizer export [--vocab-dir DIR] -o OUT.bin\n"
     "      writes the llm.c tokenizer file (version 2, with the EOT id) for decoding in train_gpt2cu.\n"
     "  tokenizer bench [--vocab-dir DIR] [-j N] [--repeat R] FILE...\n"
-    "      encodes the documents of FILEs (split at blank lines) on 1 thread and on N threads; prints MB/s.\n"
-    "  DIR holds encoder.json and vocab.bpe (default: data/cache/gpt2, filled by `make data`).\n";
+    "      encodes the documents of FILEs (split at blank lines) on 1 thread and on N threads (default: all\n"
+    "      cores), R times each (default 5); prints the median's MB/s.\n"
+    "  DIR holds encoder.json and vocab.bpe (default: data/cache/gpt2, filled by `make data`).\n"
+    "  tokenizer --help | --version    this, or the program and the commit it was built from\n";
 
 // How decode writes the text: exact bytes, or escaped for a terminal (control characters and invalid
 // UTF-8 as \xNN, llmc/formats/tokenizer_file.h append_printable). Auto: escaped when stdout is a terminal.
@@ -66,10 +69,7 @@ static Options parse_args(int argc, char** argv) {
     if (argc < 2) throw UsageError("command: missing (encode, decode, info, export or bench)");
     Options o;
     o.command = argv[1];
-    if (o.command == "-h" || o.command == "--help") {
-        fputs(kUsage, stdout);
-        exit(0);
-    }
+    exit_on_help_or_version(o.command, kUsage, "tokenizer");
     if (o.command != "encode" && o.command != "decode" && o.command != "info" && o.command != "export" &&
         o.command != "bench") {
         throw UsageError(o.command + ": unknown command (encode, decode, info, export or bench)");
@@ -80,10 +80,8 @@ static Options parse_args(int argc, char** argv) {
             if (i + 1 >= argc) throw UsageError(a + ": needs a value");
             return argv[++i];
         };
-        if (a == "-h" || a == "--help") {
-            fputs(kUsage, stdout);
-            exit(0);
-        } else if (a == "--vocab-dir") {
+        exit_on_help_or_version(a, kUsage, "tokenizer");
+        if (a == "--vocab-dir") {
             o.vocab_dir = value();
         } else if (a == "--bin" && o.command == "decode") {
             o.bin = value();

@@ -36,6 +36,8 @@ run_suite cpu-engine ./tests/test_cpu_engine tests/fixtures/tiny
 run_suite cpu-trainer bash tests/test_cpu_trainer.sh
 # both trainers' preflight: each bad input one line, before any CUDA call, in under a second; --check
 run_suite preflight bash tests/test_preflight.sh
+# every built program's --help (one usage, defaults) and --version (the commit, the precision)
+run_suite cli-style bash tests/test_cli_style.sh
 # the engine's folders include only the folders below them; no engine file over 400 lines but single algorithms
 run_suite layout bash tests/check_layout.sh
 run_suite unit-tests ./tests/unit_tests

@@ -88,7 +88,7 @@ int serve(const std::vector<const char*>& argv, const FakeFlags& f, const sigset
     const ParseStatus st = parse_serve_args((int)argv.size(), argv.data(), &a, &error);
     if (st == ParseStatus::Help) return printf("%s", serve_usage(argv[0]).c_str()), 0;
     if (st == ParseStatus::Error) throw std::runtime_error(error + " (" + argv[0] + " --help lists the flags)");
-    if (a.version) return printf("serve_mock (the fake engine)\n"), 0;
+    if (st == ParseStatus::Version) return printf("serve_mock (the fake engine)\n"), 0;
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     const int context = a.max_context > 0 ? a.max_context : 1024;
     FakeEngine engine(engine_options(f, bpe, a.max_batch, context));

@@ -32,7 +32,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
 
     p = parse({"-e", "hf/gpt2/", "--host", "0.0.0.0", "--port", "0", "--max-batch", "64", "--max-context", "512",
                "--max-queue", "0", "--prefill-budget", "128", "--max-body", "4096", "--model-name", "gpt2-small",
-               "-n", "32", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7", "--vocab-dir", "v"});
+               "-g", "32", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7", "--vocab-dir", "v"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     EXPECT_EQ(p.args.host, "0.0.0.0");
     EXPECT_EQ(p.args.port, 0);
@@ -53,9 +53,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(parse({"-e", "m.safetensors"}).args.model_name, "m");
 
     EXPECT_EQ(parse({"--help"}).status, ParseStatus::Help);
-    p = parse({"--version"});
-    EXPECT_EQ(p.status, ParseStatus::Ok);
-    EXPECT_TRUE(p.args.version);
+    EXPECT_EQ(parse({"--version"}).status, ParseStatus::Version);
     EXPECT_NE(serve_usage("serve_gpt2cu").find("--max-batch"), std::string::npos);
 }
 
@@ -69,7 +67,8 @@ TEST(ServeArgs, BadValuesOneLineNamingTheFlag) {
     expect_rejected({"-e", "m", "--max-queue", "-1"}, "flag --max-queue");
     expect_rejected({"-e", "m", "--prefill-budget", "0"}, "flag --prefill-budget");
     expect_rejected({"-e", "m", "--max-body", "10"}, "flag --max-body");
-    expect_rejected({"-e", "m", "-n", "0"}, "flag -n");
+    expect_rejected({"-e", "m", "-g", "0"}, "flag -g");
+    expect_rejected({"-e", "m", "-n", "8"}, "flag -n: the number of new tokens is -g");
     expect_rejected({"-e", "m", "-st", "2.5"}, "flag -st");
     expect_rejected({"-e", "m", "-sk", "-1"}, "flag -sk");
     expect_rejected({"-e", "m", "-sp", "0"}, "flag -sp");

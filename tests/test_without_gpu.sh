@@ -39,7 +39,7 @@ if [ -x ./generate_gpt2cu ]; then
     else
         G=(./generate_gpt2cu --vocab-dir "$VOCAB")
         empty=$(mktemp); trap 'rm -f "$empty"' EXIT
-        check "generate: no GPU after the inputs check out" 1 1 "no NVIDIA driver found" "${G[@]}" -e tests/fixtures/tiny_model.bin -p "!" -n 8
+        check "generate: no GPU after the inputs check out" 1 1 "no NVIDIA driver found" "${G[@]}" -e tests/fixtures/tiny_model.bin -p "!" -g 8
         check "generate: bad flag, one line" 1 1 "error: flag -sp: expected a number in (0, 1], got '2' (./generate_gpt2cu --help lists the flags)" "${G[@]}" -e m -p x -sp 2
         check "generate: missing model, one line naming it" 1 1 "error: no_such_model.bin" "${G[@]}" -e no_such_model.bin -p "!"
         check "generate: prompt outside the model's vocabulary" 1 1 "error: -p: token id 15496 is outside the model's vocabulary (V = 1000)" "${G[@]}" -e tests/fixtures/tiny_model.bin -p "Hello"

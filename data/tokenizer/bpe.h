@@ -75,8 +75,16 @@ class BPETokenizer {
 public:
     static constexpr const char* kEndOfText = "<|endoftext|>";
 
+    // A vocabulary directory, what every program's --vocab-dir names: a file missing there says so, and which flag.
     static BPETokenizer load(const std::string& vocab_dir) {
-        return BPETokenizer(vocab_dir + "/encoder.json", vocab_dir + "/vocab.bpe");
+        const std::string encoder = vocab_dir + "/encoder.json", merges = vocab_dir + "/vocab.bpe";
+        try {
+            return BPETokenizer(encoder, merges);
+        } catch (const FileError& e) {
+            if (path_exists(encoder) && path_exists(merges)) throw;
+            throw FileError(std::string(e.what()) + " (--vocab-dir names the directory of encoder.json and vocab.bpe; "
+                                                    "make data fills data/cache/gpt2)");
+        }
     }
 
     BPETokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {

@@ -2,7 +2,7 @@
 // before any GPU work, each problem one line naming the flag, the file or the prompt.
 //   -e MODEL      model file (ours or llm.c's), Hugging Face GPT-2 directory / .safetensors (required)
 //   -p TEXT       one prompt            -pf FILE   one prompt per line (UTF-8; "\n" and "\r\n" line ends)
-//   -n N          new tokens per prompt (default 256)
+//   -g N          new tokens per prompt (default 256; the trainer's name for the samples' length)
 //   -st T         temperature (default 1.0; 0 = greedy)     -sk K   top-k (default 0 = off)
 //   -sp P         top-p, nucleus (default 1.0 = off)        -seed S random seed (default 1337)
 //   --vocab-dir DIR   encoder.json + vocab.bpe (default data/cache/gpt2, made by `make data`)
@@ -24,7 +24,7 @@ struct GenerateArgs {
     std::string prompt;                      // -p
     bool has_prompt = false;                 // -p given (an empty -p is an error, not a missing flag)
     std::string prompt_file;                 // -pf
-    int new_tokens = 256;                    // -n
+    int new_tokens = 256;                    // -g
     float temperature = 1.0f;                // -st
     int top_k = 0;                           // -sk
     float top_p = 1.0f;                      // -sp
@@ -41,17 +41,23 @@ inline std::string generate_usage(const std::string& program) {
              "  -e <path>    model: our or llm.c's model file, a Hugging Face GPT-2 directory or .safetensors\n"
              "  -p <text>    a prompt\n"
              "  -pf <file>   prompts, one per line (all generated in one batch)\n"
-             "  -n <int>     new tokens per prompt (default %d); generation also stops at <|endoftext|>\n"
+             "  -g <int>     new tokens per prompt (default %d); generation also stops at <|endoftext|>\n"
              "  -st <float>  temperature (default %g; 0 = greedy)\n"
              "  -sk <int>    top-k (default %d = off)\n"
              "  -sp <float>  top-p, the nucleus (default %g = off)\n"
              "  -seed <int>  random seed (default %llu): the same seed gives the same text\n"
              "  --vocab-dir <dir>  encoder.json + vocab.bpe (default %s; `make data` fills it)\n"
-             "  --ids <file>  also write each prompt's generated token ids there, one line per prompt\n",
+             "  --ids <file>  also write each prompt's generated token ids there, one line per prompt (default: none)\n"
+             "  -h, --help   print this and exit\n"
+             "  --version    print the program, the commit it was built from and its precision, and exit\n",
              program.c_str(), d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              (unsigned long long)d.seed, d.vocab_dir.c_str());
     return buf;
 }
+
+// The new tokens' flag was -n; the trainers' -g (llm.c's) is its name everywhere, -n being their checkpoint interval.
+constexpr const char* kNewTokensFlagMoved = "flag -n: the number of new tokens is -g (as in the trainers, where -n is "
+                                            "the checkpoint interval)";
 
 // Parses argv[1..argc). On Error, *error holds one line naming the flag and the problem.
 inline ParseStatus parse_generate_args(int argc, const char* const* argv, GenerateArgs* a, std::string* error) {
@@ -60,6 +66,7 @@ inline ParseStatus parse_generate_args(int argc, const char* const* argv, Genera
     for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];
         if (flag == "--help" || flag == "-h") return ParseStatus::Help;
+        if (flag == "--version") return ParseStatus::Version;
         if (i + 1 >= argc) {
             *error = "flag " + flag + ": " + (flag.size() > 1 && flag[0] == '-' ? "needs a value" : "unexpected argument");
             return ParseStatus::Error;
@@ -77,7 +84,8 @@ inline ParseStatus parse_generate_args(int argc, const char* const* argv, Genera
             a->has_prompt = true;
         }
         else if (flag == "-pf") { if (v.empty()) return fail("a file"); a->prompt_file = v; }
-        else if (flag == "-n") { if (!parse_int64(v, 1, kIntMax, &n)) return fail("an integer >= 1"); a->new_tokens = (int)n; }
+        else if (flag == "-g") { if (!parse_int64(v, 1, kIntMax, &n)) return fail("an integer >= 1"); a->new_tokens = (int)n; }
+        else if (flag == "-n") { *error = kNewTokensFlagMoved; return ParseStatus::Error; }
         else if (flag == "-st") { if (!parse_float(v, 0.0, 1e6, &a->temperature)) return fail("a number >= 0"); }
         else if (flag == "-sk") { if (!parse_int64(v, 0, kIntMax, &n)) return fail("an integer >= 0"); a->top_k = (int)n; }
         else if (flag == "-sp") {

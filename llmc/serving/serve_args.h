@@ -1,6 +1,6 @@
 // Flags of the server (serve_gpt2cu, and tests/serve_mock, which runs the same server on a fake engine), checked
 // before any GPU work, each problem one line naming the flag. Shared concepts keep generate_gpt2cu's names
-// (-e, -n, -st, -sk, -sp, -seed, --vocab-dir); -n, -st, -sk, -sp and -seed are the defaults of the request fields
+// (-e, -g, -st, -sk, -sp, -seed, --vocab-dir); -g, -st, -sk, -sp and -seed are the defaults of the request fields
 // a client leaves out (max_tokens, temperature, top_k, top_p, seed).
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "llmc/core/flag_parse.h"
+#include "llmc/inference/generate_args.h"
 
 struct ServeArgs {
     std::string model;                          // -e
@@ -20,14 +21,13 @@ struct ServeArgs {
     int prefill_budget = 512;                   // --prefill-budget
     int64_t max_body = 1 << 20;                 // --max-body
     std::string model_name;                     // --model-name (empty: from -e)
-    int max_tokens = 16;                        // -n
+    int max_tokens = 16;                        // -g
     float temperature = 1.0f;                   // -st
     int top_k = 0;                              // -sk
     float top_p = 1.0f;                         // -sp
     bool has_seed = false;                      // -seed given
     uint64_t seed = 0;                          // -seed
     std::string vocab_dir = "data/cache/gpt2";  // --vocab-dir
-    bool version = false;                       // --version
 };
 
 inline std::string serve_usage(const std::string& program) {
@@ -46,13 +46,14 @@ inline std::string serve_usage(const std::string& program) {
              "  --prefill-budget <int>  prompt tokens prefilled per step, between decode steps (default %d)\n"
              "  --max-body <bytes>   largest request body; larger ones get 413 (default %lld)\n"
              "  --model-name <id>    the model's id in the API (default: the last part of -e)\n"
-             "  -n <int>             max_tokens when a request leaves it out (default %d)\n"
+             "  -g <int>             max_tokens when a request leaves it out (default %d)\n"
              "  -st <float>          temperature when left out (default %g; 0 = greedy)\n"
              "  -sk <int>            top_k when left out (default %d = off)\n"
              "  -sp <float>          top_p when left out (default %g = off)\n"
              "  -seed <int>          the seed of requests without one (default: a fresh seed per request)\n"
              "  --vocab-dir <dir>    encoder.json + vocab.bpe (default %s; `make data` fills it)\n"
-             "  --version            print the version and exit\n",
+             "  -h, --help           print this and exit\n"
+             "  --version            print the program, the commit it was built from and its precision, and exit\n",
              program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget,
              (long long)d.max_body, d.max_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              d.vocab_dir.c_str());
@@ -79,10 +80,7 @@ inline ParseStatus parse_serve_args(int argc, const char* const* argv, ServeArgs
     for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];
         if (flag == "--help" || flag == "-h") return ParseStatus::Help;
-        if (flag == "--version") {
-            a->version = true;
-            return ParseStatus::Ok;
-        }
+        if (flag == "--version") return ParseStatus::Version;
         if (i + 1 >= argc) {
             *error = "flag " + flag + ": " + (flag.size() > 1 && flag[0] == '-' ? "needs a value" : "unexpected argument");
             return ParseStatus::Error;
@@ -102,7 +100,8 @@ inline ParseStatus parse_serve_args(int argc, const char* const* argv, ServeArgs
         else if (flag == "--prefill-budget") { if (!parse_int64(v, 1, kIntMax, &n)) return fail("an integer >= 1"); a->prefill_budget = (int)n; }
         else if (flag == "--max-body") { if (!parse_int64(v, 64, INT64_MAX, &n)) return fail("a number of bytes >= 64"); a->max_body = n; }
         else if (flag == "--model-name") { if (v.empty()) return fail("a name"); a->model_name = v; }
-        else if (flag == "-n") { if (!parse_int64(v, 1, kIntMax, &n)) return fail("an integer >= 1"); a->max_tokens = (int)n; }
+        else if (flag == "-g") { if (!parse_int64(v, 1, kIntMax, &n)) return fail("an integer >= 1"); a->max_tokens = (int)n; }
+        else if (flag == "-n") { *error = kNewTokensFlagMoved; return ParseStatus::Error; }
         else if (flag == "-st") { if (!parse_float(v, 0.0, 2.0, &a->temperature)) return fail("a number in [0, 2]"); }
         else if (flag == "-sk") { if (!parse_int64(v, 0, kIntMax, &n)) return fail("an integer >= 0"); a->top_k = (int)n; }
         else if (flag == "-sp") {

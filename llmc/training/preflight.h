@@ -74,6 +74,17 @@ inline int64_t scan_shards(const std::vector<std::string>& paths, int vocab_size
     return tokens;
 }
 
+// A problem with the file a flag names, said with the flag: a default path the user never typed still tells which
+// flag changes it.
+template <class Check>
+inline auto naming_flag(const char* flag, Check&& check) -> decltype(check()) {
+    try {
+        return check();
+    } catch (const FileError& e) {
+        throw FileError(std::string(e.what()) + " (flag " + flag + ")");
+    }
+}
+
 inline void require_writable(const std::string& flag, const std::string& path, const std::string& why) {
     if (!why.empty()) trainer_fail("flag " + flag + " " + path + ": " + why);
 }
@@ -118,21 +129,28 @@ inline Preflight preflight(const TrainArgs& a, int processes) {
 
     // ---- the model's shape, and the flags that depend on it
     p.source = model_source(a, ckpt, p.resume_step);
-    p.config = p.source.kind == ModelSource::Preset ? p.source.preset : read_model_config_any(p.source.path);
+    const char* model_flag = p.source.kind == ModelSource::Checkpoint ? "-y 1" : "-e";
+    p.config = p.source.kind == ModelSource::Preset
+                   ? p.source.preset
+                   : naming_flag(model_flag, [&] { return read_model_config_any(p.source.path); });
     const int V = p.config.vocab_size;
     check_flags_against_model(a, p.config);
 
     // ---- the data, every token of it
-    p.train = open_train_data(a, 0, processes, V, p.layout);
-    p.val = open_val_data(a, 0, processes, V);
-    if (p.train) p.train_tokens = scan_shards(p.train->shard_paths(), V, &p.max_token);
-    if (p.val) p.val_tokens = scan_shards(p.val->shard_paths(), V, &p.max_token);
+    naming_flag("-i", [&] {
+        p.train = open_train_data(a, 0, processes, V, p.layout);
+        if (p.train) p.train_tokens = scan_shards(p.train->shard_paths(), V, &p.max_token);
+    });
+    naming_flag("-j", [&] {
+        p.val = open_val_data(a, 0, processes, V);
+        if (p.val) p.val_tokens = scan_shards(p.val->shard_paths(), V, &p.max_token);
+    });
     p.total_steps = count_steps(a, p.train.get(), p.layout);
     make_schedule(a, p.total_steps);
     p.hellaswag = open_hellaswag(a, V, 0, processes);
 
     // ---- the samples
-    const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, false);
+    const std::unique_ptr<TokenizerFile> tokenizer = naming_flag("-tok", [&] { return load_sample_tokenizer(a, false); });
     p.samples_decoded = tokenizer != nullptr;
     sample_start_token(a, tokenizer.get(), p.config);
     return p;

@@ -172,6 +172,7 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
     text("  --check      check every input (shards and each token, model, output dir, eval and tokenizer");
     text("               files), print the start-up table's rows that need no device, and exit; trains nothing");
     text("  -h, --help   print this and exit");
+    text("  --version    print the program, the commit it was built from and its precision, and exit");
     return out;
 }
 
@@ -182,6 +183,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
     for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];
         if (flag == "--help") return ParseStatus::Help;
+        if (flag == "--version") return ParseStatus::Version;
         if (flag == "--check") {
             a->check = true;
             continue;
