@@ -14,3 +14,24 @@ test_data_root() {
     echo "error: test data missing: ${missing% } (not in DATA_MIRROR=$mirror nor data/cache): run 'make data' (downloads it) or set DATA_MIRROR=DIR to a copy holding gpt2/, tinyshakespeare/, alice/" >&2
     return 1
 }
+
+# use_test_data: DATA (test_data_root) and VOCAB, its GPT-2 vocabulary; without them the one line and exit 1.
+use_test_data() {
+    DATA=$(test_data_root) || exit 1
+    VOCAB=$DATA/gpt2
+}
+
+# begin_checks: for a script printing one line per check: TMP, a scratch directory removed at exit, and `fails`, the
+# count of failed checks (tests/cli_checks.sh's check counts there too). ok / bad print a check's line (bad counts
+# it); end_checks NAME prints the last line and exits 1 if any check failed.
+begin_checks() {
+    TMP=$(mktemp -d)
+    trap 'rm -rf "$TMP"' EXIT
+    fails=0
+}
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+end_checks() {
+    if [ "$fails" = 0 ]; then echo "$1: all checks passed"; else echo "$1: $fails failed"; fi
+    exit $((fails > 0))
+}

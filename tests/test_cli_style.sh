@@ -6,9 +6,8 @@
 # Prints one line per check; exit 1 if any failed.
 set -u
 cd "$(dirname "$0")/.."
-fails=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+source tests/lib.sh  # begin_checks, ok, bad, end_checks
+begin_checks
 case "${PRECISION:-BF16}" in FP32) precision=fp32 ;; *) precision=bf16 ;; esac
 COMMIT='([0-9a-f]{7,}(-dirty)?|unknown \(not a git checkout\))'
 
@@ -31,16 +30,14 @@ for entry in "${PROGRAMS[@]}"; do
     IFS='|' read -r prog name detail defaults <<<"$entry"
     [ -x "$prog" ] || { skipped+=("$prog"); continue; }
     want="^$name $COMMIT${detail:+ \\($detail\\)}\$"
-    if "$prog" --help >/tmp/cli_style_out.$$ 2>/tmp/cli_style_err.$$ && [ ! -s /tmp/cli_style_err.$$ ] &&
-        [ "$(grep -c '^usage' /tmp/cli_style_out.$$)" = 1 ] && { [ "$defaults" = 0 ] || grep -q 'default' /tmp/cli_style_out.$$; }; then
+    if "$prog" --help >"$TMP/out" 2>"$TMP/err" && [ ! -s "$TMP/err" ] &&
+        [ "$(grep -c '^usage' "$TMP/out")" = 1 ] && { [ "$defaults" = 0 ] || grep -q 'default' "$TMP/out"; }; then
         ok "$prog --help: one usage$([ "$defaults" = 1 ] && echo ", defaults shown")"
-    else bad "$prog --help:"; head -3 /tmp/cli_style_out.$$ /tmp/cli_style_err.$$ | sed 's/^/     /'; fi
-    if "$prog" --version >/tmp/cli_style_out.$$ 2>/tmp/cli_style_err.$$ && [ ! -s /tmp/cli_style_err.$$ ] &&
-        [ "$(wc -l </tmp/cli_style_out.$$)" = 1 ] && grep -qE "$want" /tmp/cli_style_out.$$; then
-        ok "$prog --version: $(cat /tmp/cli_style_out.$$)"
-    else bad "$prog --version (want /$want/):"; head -3 /tmp/cli_style_out.$$ /tmp/cli_style_err.$$ | sed 's/^/     /'; fi
+    else bad "$prog --help:"; head -3 "$TMP/out" "$TMP/err" | sed 's/^/     /'; fi
+    if "$prog" --version >"$TMP/out" 2>"$TMP/err" && [ ! -s "$TMP/err" ] &&
+        [ "$(wc -l <"$TMP/out")" = 1 ] && grep -qE "$want" "$TMP/out"; then
+        ok "$prog --version: $(cat "$TMP/out")"
+    else bad "$prog --version (want /$want/):"; head -3 "$TMP/out" "$TMP/err" | sed 's/^/     /'; fi
 done
-rm -f /tmp/cli_style_out.$$ /tmp/cli_style_err.$$
 [ ${#skipped[@]} -gt 0 ] && echo "not built here: ${skipped[*]}"
-[ $fails = 0 ] && echo "command-line style: all checks passed"
-exit $((fails > 0))
+end_checks "command-line style"

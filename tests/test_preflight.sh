@@ -8,11 +8,8 @@
 # Prints one line per check; exit 1 if any failed.
 set -u
 cd "$(dirname "$0")/.."
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+source tests/lib.sh  # begin_checks, ok, bad, end_checks
+begin_checks
 
 le32() { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)))"; }
 make_shard() {  # file, tokens in the header, [tokens in the file (default: the header's)]
@@ -107,5 +104,4 @@ done
 if [ -x ./train_gpt2cu ] && ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
     expect_one_line ./train_gpt2cu "good inputs, no GPU" "no NVIDIA driver found"
 fi
-[ $fails = 0 ] && echo "preflight: all checks passed"
-exit $((fails > 0))
+end_checks "preflight"
