@@ -27,12 +27,11 @@
 #include <vector>
 
 #include "data/tokenizer/bpe.h"
-#include "llmc/core/options.h"
-#include "llmc/core/version.h"
 #include "llmc/core/rand.h"
-#include "llmc/formats/hf_gpt2.h"
+#include "llmc/core/version.h"
 #include "llmc/inference/generate.cuh"
 #include "llmc/inference/generate_args.h"
+#include "llmc/inference/host_model.cuh"
 #include "llmc/inference/sampler.h"
 
 namespace {
@@ -43,16 +42,6 @@ TokenizerFile token_table(const BPETokenizer& bpe) {
     t.tokens = bpe.tokens();
     t.eot_token = bpe.eot_token();
     return t;
-}
-
-// The LLMC_DECODE_* switches (for comparison runs) as the decode step's settings.
-DecodeSettings decode_settings(const EngineOptions& o) {
-    DecodeSettings d;
-    if (o.decode_cublas) d.products = DecodeProducts::Cublas;
-    d.attention = o.decode_attention == "split"  ? DecodeAttentionKernel::Split
-                  : o.decode_attention == "head" ? DecodeAttentionKernel::PerHead
-                                                 : DecodeAttentionKernel::Auto;
-    return d;
 }
 
 // Each prompt's ids written whole, then renamed: a reader never sees half a file.
@@ -70,14 +59,14 @@ void write_ids(const std::string& path, const std::vector<std::vector<int>>& tok
 
 int run(const GenerateArgs& a, const char* program) {
     // ---- everything the user gave, on the host
-    const EngineOptions& options = engine_options();  // a bad LLMC_* value stops here, before the GPU
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     BPEEncoder encoder(bpe);
     const std::vector<std::string> texts = read_prompt_texts(a);
     const std::string ids_unwritable = a.ids_file.empty() ? "" : file_unwritable_reason(a.ids_file);
     if (!ids_unwritable.empty()) throw std::runtime_error("flag --ids " + a.ids_file + ": " + ids_unwritable);
-    ModelFile model = read_model_any(a.model);  // host only: reads and checks the file
-    const GPT2Config& c = model.config;
+    const PickParams pick{a.temperature, a.top_k, a.top_p};
+    HostModel model = load_host_model(a.model, pick);
+    const GPT2Config& c = model.file.config;
     std::vector<std::vector<int>> ids(texts.size());
     for (size_t i = 0; i < texts.size(); i++) encoder.encode_ordinary(texts[i], ids[i]);
     auto where = [&](size_t i) {
@@ -93,7 +82,6 @@ int run(const GenerateArgs& a, const char* program) {
     size_t longest = 0;
     for (const auto& p : ids) longest = std::max(longest, p.size());
     // every coin up front, sequence b's g-th at [g * B + b]: each prompt's own stream, seeded by -seed alone
-    const PickParams pick{a.temperature, a.top_k, a.top_p};
     std::vector<float> coins;
     if (!pick.greedy()) {
         std::vector<Rng> rngs(B, Rng(a.seed));
@@ -104,12 +92,9 @@ int run(const GenerateArgs& a, const char* program) {
 
     // ---- the GPU
     require_cuda_device(program);
-    InferenceOptions io;
-    io.pick = pick;
-    io.decode = decode_settings(options);
-    io.report = stderr;  // stdout carries the text
     InferenceEngine engine;
-    inference_engine_upload(&engine, c, std::move(model.params), generation_shape(c, B, (int)longest, new_tokens), io);
+    inference_engine_upload(&engine, c, std::move(model.file.params), generation_shape(c, B, (int)longest, new_tokens),
+                            model.options);
 
     const TokenizerFile table = token_table(bpe);
     std::unique_ptr<TokenPrinter> stream_out = B == 1 ? std::make_unique<TokenPrinter>(table) : nullptr;

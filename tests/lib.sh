@@ -35,3 +35,14 @@ end_checks() {
     if [ "$fails" = 0 ]; then echo "$1: all checks passed"; else echo "$1: $fails failed"; fi
     exit $((fails > 0))
 }
+
+# expect_error DESCRIPTION NEEDLE COMMAND...: the command must fail with exactly one line on stderr, "error: ..."
+# holding NEEDLE, and no training step on stdout (a trainer's bad input stops it before any).
+expect_error() {
+    local what=$1 needle=$2; shift 2
+    if "$@" >"$TMP/err.out" 2>"$TMP/err.log"; then bad "$what (exit 0)"; return; fi
+    if [ "$(wc -l <"$TMP/err.log")" = 1 ] && grep -q '^error: ' "$TMP/err.log" && grep -qF -- "$needle" "$TMP/err.log" &&
+        ! grep -q '^step ' "$TMP/err.out"; then
+        ok "$what: $(cat "$TMP/err.log")"
+    else bad "$what: stderr is not one line 'error: ...$needle...':"; tail -5 "$TMP/err.log"; fi
+}

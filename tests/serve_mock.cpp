@@ -10,7 +10,6 @@
 // the GPT-2 vocabulary of --vocab-dir; --fake-step-us and --fake-prefill-us give it a GPU's rhythm.
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -93,21 +92,9 @@ int serve(const std::vector<const char*>& argv, const FakeFlags& f, const sigset
     const int context = a.max_context > 0 ? a.max_context : 1024;
     FakeEngine engine(engine_options(f, bpe, a.max_batch, context));
     ServeSetup setup;
-    setup.limits.model = a.model_name;
-    setup.limits.context = context;
-    setup.limits.vocab_size = bpe.vocab_size();
-    setup.limits.max_body_bytes = (size_t)a.max_body;
-    setup.limits.max_tokens = a.max_tokens;
-    setup.limits.pick = PickParams{a.temperature, a.top_k, a.top_p};
-    setup.limits.has_seed = a.has_seed, setup.limits.seed = a.seed;
-    BPEEncoder encoder(bpe);
-    std::mutex m;
-    setup.encode = [&](const std::string& text) {
-        std::vector<int> ids;
-        std::lock_guard<std::mutex> lock(m);
-        encoder.encode_ordinary(text, ids);
-        return ids;
-    };
+    setup.limits = serve_limits(a, context, bpe.vocab_size());
+    LockedEncoder encoder(bpe);
+    setup.encode = [&](const std::string& text) { return encoder.encode_ordinary(text); };
     setup.token_bytes = &bpe.tokens();
     setup.eot = bpe.eot_token();
     return run_server(&engine, a, std::move(setup), signals, "the fake engine, CPU");

@@ -24,7 +24,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.max_batch, 16);
     EXPECT_EQ(p.args.max_context, 0);
     EXPECT_EQ(p.args.max_queue, 64);
-    EXPECT_EQ(p.args.max_tokens, 16);
+    EXPECT_EQ(p.args.new_tokens, 16);
     EXPECT_EQ(p.args.temperature, 1.0f);
     EXPECT_FALSE(p.args.has_seed);
     EXPECT_EQ(p.args.model_name, "model_00000200");
@@ -42,7 +42,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.prefill_budget, 128);
     EXPECT_EQ(p.args.max_body, 4096);
     EXPECT_EQ(p.args.model_name, "gpt2-small");
-    EXPECT_EQ(p.args.max_tokens, 32);
+    EXPECT_EQ(p.args.new_tokens, 32);
     EXPECT_EQ(p.args.temperature, 0.0f);
     EXPECT_EQ(p.args.top_k, 40);
     EXPECT_FLOAT_EQ(p.args.top_p, 0.9f);

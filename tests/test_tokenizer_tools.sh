@@ -11,24 +11,14 @@
 set -u
 set -o pipefail
 cd "$(dirname "$0")/.."
-source tests/lib.sh  # test_data_root
-DATA=$(test_data_root) || exit 1
-VOCAB=$DATA/gpt2
+source tests/lib.sh  # use_test_data, begin_checks, expect_error, end_checks
+use_test_data
 SHAKESPEARE=$DATA/tinyshakespeare/input.txt
 ALICE=$DATA/alice/pg11.txt
 TOK=./tokenizer
 PREPRO=./data/prepro
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
+begin_checks
 source tests/cli_checks.sh  # check, self_check
-expect_error() {  # description, expected substring, command...: exit non-zero, stderr one line "error: ..."
-    local what=$1 needle=$2; shift 2
-    if "$@" >"$TMP/err.out" 2>"$TMP/err.log"; then echo "FAIL $what (exit 0)"; fails=$((fails + 1)); return; fi
-    if [ "$(wc -l <"$TMP/err.log")" = 1 ] && grep -q '^error: ' "$TMP/err.log" && grep -qF -- "$needle" "$TMP/err.log"; then
-        echo "ok   $what: $(cat "$TMP/err.log")"
-    else echo "FAIL $what: stderr is not one line 'error: ...$needle...':"; tail -5 "$TMP/err.log"; fails=$((fails + 1)); fi
-}
 roundtrip() {  # file, extra flags: encode then decode gives the same bytes (and some ids in between)
     "$TOK" encode --vocab-dir "$VOCAB" $2 "$1" >"$TMP/ids" && [ -s "$TMP/ids" ] &&
         "$TOK" decode --vocab-dir "$VOCAB" $2 "$TMP/ids" >"$TMP/back" && cmp "$1" "$TMP/back"
@@ -264,5 +254,4 @@ check "run_tinyshakespeare.sh without a GPU: says so, lets make rebuild train_gp
 # "empty == empty" trap); the empty-file check is exempt from the silent stand-in (no output is its right answer).
 self_check "TOK PREPRO" c_empty_file
 
-echo "tokenizer tools: $fails failed"
-[ "$fails" -eq 0 ]
+end_checks "tokenizer tools"

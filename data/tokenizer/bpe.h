@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -485,6 +486,22 @@ private:
         }
         for (int k = 0; k >= 0; k = next[(size_t)k]) out.push_back(id[(size_t)k]);
     }
+};
+
+// One BPEEncoder for many threads (the server's request threads): one text at a time, its caches shared.
+class LockedEncoder {
+public:
+    explicit LockedEncoder(const BPETokenizer& tok) : encoder_(tok) {}
+    std::vector<int> encode_ordinary(const std::string& text) {
+        std::vector<int> ids;
+        std::lock_guard<std::mutex> lock(mutex_);
+        encoder_.encode_ordinary(text, ids);
+        return ids;
+    }
+
+private:
+    BPEEncoder encoder_;
+    std::mutex mutex_;
 };
 
 // Runs fn(i, encoder) for i in [0, count) on `threads` threads, each with its own BPEEncoder.

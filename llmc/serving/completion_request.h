@@ -34,7 +34,7 @@ struct ApiError {
     std::string code;   // empty: null
 };
 
-// What the server serves and its defaults for fields a request leaves out (serve_gpt2cu's -n -st -sk -sp -seed).
+// What the server serves and its defaults for fields a request leaves out (serve_gpt2cu's -g -st -sk -sp -seed).
 struct ServeLimits {
     std::string model = "gpt2";
     int context = 1024;             // positions per sequence: prompt + completion
