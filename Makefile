@@ -1,12 +1,16 @@
-# GPT-2 training and inference in C++/CUDA.
-#   make train_gpt2cu        the GPU trainer            make test   CPU tests (+ GPU tests when a GPU is visible)
-#   make train_gpt2          the CPU trainer (fp32, OpenMP, -march=$(CPU_ARCH))
-#   make test_gpt2cu         the GPU reference test     make clean
-#   make generate_gpt2cu     text for prompts (KV cache, decode steps as a CUDA Graph)
-#   make gpt2_convert        our model files <-> Hugging Face GPT-2 (safetensors)
-#   make serve_gpt2cu        an OpenAI-compatible completions server (docs/SERVING.md; needs cpp-httplib, nlohmann/json)
-#   make -C dev/cuda NAME    a standalone kernel program
-# Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1, CPU_ARCH=native
+# GPT-2 training and inference in C++/CUDA (README.md; what each part needs: README, "Prerequisites").
+#   make test                 every test this machine can run: the CPU suites, and the GPU suites when a GPU is visible
+#                             (the test data from DATA_MIRROR or data/cache; no `make data` needed)
+#   make train_gpt2cu         the GPU trainer                 make train_gpt2      the CPU trainer (fp32, OpenMP)
+#   make generate_gpt2cu      text for prompts                make serve_gpt2cu    the completions server (docs/SERVING.md)
+#   make test_gpt2cu          the GPU engine vs PyTorch       make test_gpt2       the CPU reference vs PyTorch
+#   make tokenizer data/prepro data/hellaswag gpt2_convert   the data tools and the Hugging Face converter
+#   make data                 the Tiny Shakespeare shards and gpt2_tokenizer.bin (online, else from DATA_MIRROR)
+#   make fuzz                 the readers' fuzzers (clang)     make dev / make -C dev/cuda NAME   the kernel programs
+#   make clean
+# Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1, CPU_ARCH=native,
+#          SERVE_PREFIX=DIR (the server's libraries unpacked by scripts/serve_deps.sh). What this machine lacks, make
+#          says in one line each (detect.mk).
 
 .DEFAULT_GOAL := all
 SHELL := /bin/bash
@@ -16,9 +20,24 @@ NVCC ?= nvcc
 PRECISION ?= BF16
 DATA_MIRROR ?= ../shared/data
 
+# make test reads the GPT-2 vocabulary, Tiny Shakespeare and Alice from DATA_MIRROR (else data/cache, which
+# `make data` fills): without them it says in one line what is missing, before it builds anything (tests/lib.sh).
+ifneq ($(filter test check,$(MAKECMDGOALS)),)
+  TEST_DATA_ERROR := $(shell DATA_MIRROR='$(DATA_MIRROR)' TEST_DATA_CACHE='$(TEST_DATA_CACHE)' \
+                       bash -c 'source tests/lib.sh && test_data_root' 2>&1 >/dev/null)
+  ifneq ($(TEST_DATA_ERROR),)
+    $(error $(TEST_DATA_ERROR))
+  endif
+endif
+
+# What --version prints (llmc/core/version.h): the commit the programs are built from.
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo "unknown (not a git checkout)")
+VERSION_FLAG := -DLLMC_VERSION='"$(VERSION)"'
+
 # ---------------------------------------------------------------- host compiler
-CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I.
-# detect.mk also looks for the server's libraries (SERVE_DEPS, HTTPLIB_CFLAGS, HTTPLIB_LIBS)
+CXXFLAGS_COMMON := -O3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -I. $(VERSION_FLAG)
+# detect.mk also looks for GoogleTest (GTEST_OK) and the server's libraries (SERVE_DEPS, HTTPLIB_CFLAGS, HTTPLIB_LIBS)
+DETECT_GTEST := 1
 DETECT_SERVE := 1
 include detect.mk
 CXXFLAGS := $(CXXFLAGS_COMMON) $(OPENMP_FLAGS) $(COMPRESSION_FLAGS)
@@ -42,7 +61,7 @@ else
 endif
 
 NVCC_ARCH := $(HOPPER_ARCH)  # sm_90a at compute capability 9.0: the Hopper kernels (detect.mk)
-NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math --expt-relaxed-constexpr $(NVCC_ARCH) $(PRECISION_FLAG) \
+NVCCFLAGS := -O3 -std=c++17 -I. --use_fast_math --expt-relaxed-constexpr $(NVCC_ARCH) $(PRECISION_FLAG) $(VERSION_FLAG) \
              -Xcompiler "-Wall -Wextra -Wno-unused-parameter $(OPENMP_FLAGS)" --Werror all-warnings
 NVCC_LIBS := -lcublas -lcublasLt -ldl
 
@@ -75,7 +94,7 @@ REFERENCE_HEADERS := $(wildcard reference/*.h)
 TEST_HEADERS := $(wildcard tests/*.h)
 
 # ---------------------------------------------------------------- CPU programs and tests
-CPU_TESTS := test_gpt2 tests/unit_tests tests/test_cpu_engine
+CPU_TESTS := test_gpt2 tests/test_cpu_engine $(if $(GTEST_OK),tests/unit_tests)
 CPU_PROGRAMS := train_gpt2
 TOOLS := tokenizer data/prepro data/hellaswag gpt2_convert
 
@@ -135,8 +154,7 @@ tests/serve_tests: $(SERVE_TEST_OBJECTS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(HTTPLIB_LIBS) $(GTEST_LIBS)
 tests/serve_mock: tests/serve_mock.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(TEST_HEADERS)
 	$(CXX) $(CXXFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(HTTPLIB_LIBS) -pthread
-SERVE_CPU := $(if $(SERVE_DEPS),tests/serve_tests tests/serve_mock)
-VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+SERVE_CPU := $(if $(SERVE_DEPS),$(if $(GTEST_OK),tests/serve_tests) tests/serve_mock)
 
 # ---------------------------------------------------------------- GPU programs
 GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling \
@@ -160,7 +178,7 @@ generate_gpt2cu: generate_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD
 # The completions server (docs/SERVING.md).
 serve_gpt2cu: serve_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD_STAMP)
 	$(if $(SERVE_DEPS),,@echo "serve_gpt2cu needs $(SERVE_MISSING) (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)"; exit 1)
-	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) -DLLMC_VERSION='"$(VERSION)"' $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
 
 # every engine kernel against the double-precision CPU reference
 tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
@@ -195,18 +213,22 @@ endif
 
 # `make test`: CPU tests everywhere, GPU tests when a GPU is visible; ends with "N passed, N failed".
 # With a GPU: the GPU programs and the dev/cuda programs (their -c validation) too. Without one but with nvcc:
-# train_gpt2cu (and serve_gpt2cu), to check they fail in one clear line there.
+# train_gpt2cu, generate_gpt2cu, test_gpt2cu (and serve_gpt2cu), to check their inputs before the GPU, that they then
+# fail in one clear line there, and their --help and --version.
 ifeq ($(GPU_VISIBLE),1)
 test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) $(GPU_PROGRAMS) dev fuzz
-	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
+	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=1 GTEST_TESTS=$(if $(GTEST_OK),1,0) SERVE_TESTS=$(if $(SERVE_DEPS),1,0) \
+	    PRECISION=$(PRECISION) bash tests/run_tests.sh
 else
-test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) fuzz $(if $(NVCC_FOUND),train_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
-	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 SERVE_TESTS=$(if $(SERVE_DEPS),1,0) PRECISION=$(PRECISION) bash tests/run_tests.sh
+test: $(CPU_TESTS) $(CPU_PROGRAMS) $(TOOLS) $(SERVE_CPU) fuzz \
+      $(if $(NVCC_FOUND),train_gpt2cu generate_gpt2cu test_gpt2cu $(if $(SERVE_DEPS),serve_gpt2cu))
+	DATA_MIRROR=$(DATA_MIRROR) GPU_TESTS=0 GTEST_TESTS=$(if $(GTEST_OK),1,0) SERVE_TESTS=$(if $(SERVE_DEPS),1,0) \
+	    PRECISION=$(PRECISION) bash tests/run_tests.sh
 endif
 check: test
 
 clean:
-	rm -f $(CPU_TESTS) $(CPU_PROGRAMS) tests/serve_tests tests/serve_mock serve_gpt2cu $(TOOLS) $(GPU_PROGRAMS) \
+	rm -f $(CPU_TESTS) tests/unit_tests $(CPU_PROGRAMS) tests/serve_tests tests/serve_mock serve_gpt2cu $(TOOLS) $(GPU_PROGRAMS) \
 	      $(BUILD_STAMP) *.o
 	rm -rf tests/obj
 	$(MAKE) -C dev/cuda clean 2>/dev/null || true

@@ -1,7 +1,8 @@
 # What this machine has, shared by the top-level Makefile and dev/cuda/Makefile:
 # OPENMP_FLAGS, CPU_ARCH_FLAGS (the CPU trainer's -march), COMPRESSION_FLAGS / COMPRESSION_LIBS (zlib and libzstd for
 # data/prepro's .jsonl.gz and .jsonl.zst), NVCC_FOUND, GPU_VISIBLE and GPU_COMPUTE_CAPABILITY (read from nvidia-smi, sm_90 when no GPU is
-# visible; setting GPU_COMPUTE_CAPABILITY overrides). Each missing piece is reported in one line.
+# visible; setting GPU_COMPUTE_CAPABILITY overrides), and where the including Makefile asks, GTEST_OK (DETECT_GTEST=1)
+# and the server's libraries (DETECT_SERVE=1). Each missing piece is reported in one line.
 CXX ?= g++
 NVCC ?= nvcc
 
@@ -35,6 +36,15 @@ ifeq ($(ZSTD_OK),1)
   COMPRESSION_LIBS += -lzstd
 else
   $(info note: libzstd not found (Debian: libzstd-dev), data/prepro cannot read .jsonl.zst)
+endif
+
+# GoogleTest (Debian: libgtest-dev), for the unit tests (tests/unit_tests, tests/serve_tests): its header and library.
+ifeq ($(DETECT_GTEST),1)
+  GTEST_OK := $(shell printf '\043include <gtest/gtest.h>\n' | $(CXX) -std=c++17 -E -x c++ - >/dev/null 2>&1 && \
+                echo 'int main(){return 0;}' | $(CXX) -x c++ - -lgtest -pthread -o /dev/null 2>/dev/null && echo 1)
+  ifneq ($(GTEST_OK),1)
+    $(info note: GoogleTest not found (Debian: libgtest-dev): the unit tests (tests/unit_tests, tests/serve_tests) are skipped)
+  endif
 endif
 
 NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)

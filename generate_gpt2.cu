@@ -1,5 +1,5 @@
 // generate_gpt2cu: text from a GPT-2 model for your prompts, on the GPU.
-//   ./generate_gpt2cu -e MODEL -p "Once upon a time" [-n 256] [-st 1.0] [-sk 0] [-sp 1.0] [-seed 1337]
+//   ./generate_gpt2cu -e MODEL -p "Once upon a time" [-g 256] [-st 1.0] [-sk 0] [-sp 1.0] [-seed 1337]
 //   ./generate_gpt2cu -e MODEL -pf prompts.txt      (one prompt per line, all in one batch)
 // MODEL: our or llm.c's model file, a Hugging Face GPT-2 directory or .safetensors. Prompts are encoded by our
 // GPT-2 BPE (--vocab-dir, default data/cache/gpt2 from `make data`). One prompt streams its text as it is made;
@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "data/tokenizer/bpe.h"
-#include "llmc/core/options.h"
 #include "llmc/core/rand.h"
-#include "llmc/formats/hf_gpt2.h"
+#include "llmc/core/version.h"
 #include "llmc/inference/generate.cuh"
 #include "llmc/inference/generate_args.h"
+#include "llmc/inference/host_model.cuh"
 #include "llmc/inference/sampler.h"
 
 namespace {
@@ -42,16 +42,6 @@ TokenizerFile token_table(const BPETokenizer& bpe) {
     t.tokens = bpe.tokens();
     t.eot_token = bpe.eot_token();
     return t;
-}
-
-// The LLMC_DECODE_* switches (for comparison runs) as the decode step's settings.
-DecodeSettings decode_settings(const EngineOptions& o) {
-    DecodeSettings d;
-    if (o.decode_cublas) d.products = DecodeProducts::Cublas;
-    d.attention = o.decode_attention == "split"  ? DecodeAttentionKernel::Split
-                  : o.decode_attention == "head" ? DecodeAttentionKernel::PerHead
-                                                 : DecodeAttentionKernel::Auto;
-    return d;
 }
 
 // Each prompt's ids written whole, then renamed: a reader never sees half a file.
@@ -69,12 +59,14 @@ void write_ids(const std::string& path, const std::vector<std::vector<int>>& tok
 
 int run(const GenerateArgs& a, const char* program) {
     // ---- everything the user gave, on the host
-    const EngineOptions& options = engine_options();  // a bad LLMC_* value stops here, before the GPU
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     BPEEncoder encoder(bpe);
     const std::vector<std::string> texts = read_prompt_texts(a);
-    ModelFile model = read_model_any(a.model);  // host only: reads and checks the file
-    const GPT2Config& c = model.config;
+    const std::string ids_unwritable = a.ids_file.empty() ? "" : file_unwritable_reason(a.ids_file);
+    if (!ids_unwritable.empty()) throw std::runtime_error("flag --ids " + a.ids_file + ": " + ids_unwritable);
+    const PickParams pick{a.temperature, a.top_k, a.top_p};
+    HostModel model = load_host_model(a.model, pick);
+    const GPT2Config& c = model.file.config;
     std::vector<std::vector<int>> ids(texts.size());
     for (size_t i = 0; i < texts.size(); i++) encoder.encode_ordinary(texts[i], ids[i]);
     auto where = [&](size_t i) {
@@ -82,7 +74,7 @@ int run(const GenerateArgs& a, const char* program) {
     };
     const int new_tokens = check_prompts(ids, c.vocab_size, c.max_seq_len, a.new_tokens, where);
     if (new_tokens < a.new_tokens) {
-        fprintf(stderr, "note: -n %d cut to %d: the longest prompt leaves room for %d tokens in the model's context "
+        fprintf(stderr, "note: -g %d cut to %d: the longest prompt leaves room for %d tokens in the model's context "
                 "of %d\n", a.new_tokens, new_tokens, new_tokens, c.max_seq_len);
     }
     const int eot = bpe.eot_token();
@@ -90,7 +82,6 @@ int run(const GenerateArgs& a, const char* program) {
     size_t longest = 0;
     for (const auto& p : ids) longest = std::max(longest, p.size());
     // every coin up front, sequence b's g-th at [g * B + b]: each prompt's own stream, seeded by -seed alone
-    const PickParams pick{a.temperature, a.top_k, a.top_p};
     std::vector<float> coins;
     if (!pick.greedy()) {
         std::vector<Rng> rngs(B, Rng(a.seed));
@@ -101,12 +92,9 @@ int run(const GenerateArgs& a, const char* program) {
 
     // ---- the GPU
     require_cuda_device(program);
-    InferenceOptions io;
-    io.pick = pick;
-    io.decode = decode_settings(options);
-    io.report = stderr;  // stdout carries the text
     InferenceEngine engine;
-    inference_engine_upload(&engine, c, std::move(model.params), generation_shape(c, B, (int)longest, new_tokens), io);
+    inference_engine_upload(&engine, c, std::move(model.file.params), generation_shape(c, B, (int)longest, new_tokens),
+                            model.options);
 
     const TokenizerFile table = token_table(bpe);
     std::unique_ptr<TokenPrinter> stream_out = B == 1 ? std::make_unique<TokenPrinter>(table) : nullptr;
@@ -148,14 +136,9 @@ int main(int argc, char** argv) {
     GenerateArgs args;
     std::string error;
     const ParseStatus st = parse_generate_args(argc, argv, &args, &error);
-    if (st == ParseStatus::Help) {
-        printf("%s", generate_usage(argv[0]).c_str());
-        return 0;
-    }
-    if (st == ParseStatus::Error) {
-        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
-        return 1;
-    }
+    const int done =
+        finish_parse(st, error, argv[0], generate_usage(argv[0]), version_line("generate_gpt2cu", PRECISION_NAME));
+    if (done >= 0) return done;
     try {
         return run(args, argv[0]);
     } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 
 #include "data/tokenizer/bpe.h"
 #include "llmc/core/utils.h"
+#include "llmc/core/version.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/model_file.h"
 
@@ -21,11 +22,12 @@ static const char* kUsage =
     "      GPT2LMHeadModel.from_pretrained(OUTDIR) loads. fp32 models stay F32, bf16 models stay BF16\n"
     "      (torch_dtype in config.json); wte's padding rows (V..Vp-1) are dropped. With --vocab-dir (a\n"
     "      directory holding encoder.json and vocab.bpe, e.g. data/cache/gpt2) also the tokenizer:\n"
-    "      vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json.\n"
+    "      vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json (default: the model only).\n"
     "  gpt2_convert from-hf PATH MODEL.bin [--bf16]\n"
     "      PATH: an HF GPT-2 directory (config.json + model.safetensors, or the sharded\n"
     "      model.safetensors.index.json), or a .safetensors file with config.json beside it. F32, F16 and\n"
-    "      BF16 tensors; writes our model file in fp32, or in bf16 with --bf16 (round to nearest even).\n";
+    "      BF16 tensors; writes our model file in fp32 (the default), or in bf16 with --bf16 (round to nearest even).\n"
+    "  gpt2_convert --help | --version    this, or the program and the commit it was built from\n";
 
 struct Options {
     std::string command, input, output, vocab_dir;
@@ -37,10 +39,8 @@ static Options parse_args(int argc, char** argv) {
     std::vector<std::string> positional;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
-        if (a == "-h" || a == "--help") {
-            fputs(kUsage, stdout);
-            exit(0);
-        } else if (a == "--vocab-dir") {
+        exit_on_help_or_version(a, kUsage, "gpt2_convert");
+        if (a == "--vocab-dir") {
             if (i + 1 >= argc) throw UsageError(a + ": needs a value");
             o.vocab_dir = argv[++i];
         } else if (a == "--bf16") {

@@ -9,40 +9,25 @@
 // line. SIGTERM or Ctrl-C: no new requests, every accepted one finishes, exit 0 (llmc/serving/serve_main.h).
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "data/tokenizer/bpe.h"
-#include "llmc/core/options.h"
-#include "llmc/formats/hf_gpt2.h"
+#include "llmc/core/version.h"
+#include "llmc/inference/host_model.cuh"
 #include "llmc/serving/gpu_engine.cuh"
 #include "llmc/serving/serve_args.h"
 #include "llmc/serving/serve_main.h"
 
-#ifndef LLMC_VERSION
-#define LLMC_VERSION "unknown"
-#endif
-
 namespace {
-
-// The LLMC_DECODE_* switches (for comparison runs) as the decode step's settings, as generate_gpt2cu reads them.
-DecodeSettings decode_settings(const EngineOptions& o) {
-    DecodeSettings d;
-    if (o.decode_cublas) d.products = DecodeProducts::Cublas;
-    d.attention = o.decode_attention == "split"  ? DecodeAttentionKernel::Split
-                  : o.decode_attention == "head" ? DecodeAttentionKernel::PerHead
-                                                 : DecodeAttentionKernel::Auto;
-    return d;
-}
 
 int run(const ServeArgs& a, const char* program, const sigset_t& signals) {
     // ---- everything the user gave, on the host
-    const EngineOptions& options = engine_options();  // a bad LLMC_* value stops here, before the GPU
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
-    ModelFile model = read_model_any(a.model);  // host only: reads and checks the file
-    const GPT2Config& c = model.config;
+    // the on-GPU loop's picker (warm-up only); requests pick on the host
+    HostModel model = load_host_model(a.model, PickParams{0.f, 0, 1.f});
+    const GPT2Config& c = model.file.config;
     if (!kv_cache_supported(c)) {
         throw std::runtime_error(a.model + ": head size " + std::to_string(c.channels / c.num_heads) + " (C " +
                                  std::to_string(c.channels) + ", NH " + std::to_string(c.num_heads) +
@@ -55,28 +40,12 @@ int run(const ServeArgs& a, const char* program, const sigset_t& signals) {
 
     // ---- the GPU
     require_cuda_device(program);
-    InferenceOptions io;
-    io.pick = PickParams{0.f, 0, 1.f};  // the on-GPU loop's (warm-up only); requests pick on the host
-    io.decode = decode_settings(options);
-    io.report = stderr;
-    GpuServeEngine engine(c, std::move(model.params), a.max_batch, context, io);
+    GpuServeEngine engine(c, std::move(model.file.params), a.max_batch, context, model.options);
 
     ServeSetup setup;
-    setup.limits.model = a.model_name;
-    setup.limits.context = context;
-    setup.limits.vocab_size = c.vocab_size;
-    setup.limits.max_body_bytes = (size_t)a.max_body;
-    setup.limits.max_tokens = a.max_tokens;
-    setup.limits.pick = PickParams{a.temperature, a.top_k, a.top_p};
-    setup.limits.has_seed = a.has_seed, setup.limits.seed = a.seed;
-    BPEEncoder encoder(bpe);
-    std::mutex encoder_mutex;  // one encoder, its caches shared: requests encode one at a time
-    setup.encode = [&](const std::string& text) {
-        std::vector<int> ids;
-        std::lock_guard<std::mutex> lock(encoder_mutex);
-        encoder.encode_ordinary(text, ids);
-        return ids;
-    };
+    setup.limits = serve_limits(a, context, c.vocab_size);
+    LockedEncoder encoder(bpe);
+    setup.encode = [&](const std::string& text) { return encoder.encode_ordinary(text); };
     setup.token_bytes = &bpe.tokens();
     setup.eot = bpe.eot_token();
     return run_server(&engine, a, std::move(setup), signals, std::string("GPU, ") + PRECISION_NAME);
@@ -89,18 +58,9 @@ int main(int argc, char** argv) {
     ServeArgs args;
     std::string error;
     const ParseStatus st = parse_serve_args(argc, argv, &args, &error);
-    if (st == ParseStatus::Help) {
-        printf("%s", serve_usage(argv[0]).c_str());
-        return 0;
-    }
-    if (st == ParseStatus::Error) {
-        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
-        return 1;
-    }
-    if (args.version) {
-        printf("serve_gpt2cu %s (%s)\n", LLMC_VERSION, PRECISION_NAME);
-        return 0;
-    }
+    const int done =
+        finish_parse(st, error, argv[0], serve_usage(argv[0]), version_line("serve_gpt2cu", PRECISION_NAME));
+    if (done >= 0) return done;
     try {
         return run(args, argv[0], signals);
     } catch (const std::exception& e) {

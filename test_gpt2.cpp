@@ -14,6 +14,7 @@
 
 #include "llmc/core/bf16.h"
 #include "llmc/core/rand.h"
+#include "llmc/core/version.h"
 #include "llmc/formats/model_file.h"
 #include "reference/compare.h"
 #include "reference/debug_state.h"
@@ -242,9 +243,16 @@ int run(const std::string& prefix) {
     return tally.failed == 0 ? 0 : 1;
 }
 
+static const char* kUsage =
+    "usage: test_gpt2 PREFIX    (e.g. tests/fixtures/tiny, the committed fixture)\n"
+    "  checks the CPU reference GPT-2 against what PyTorch wrote at PREFIX (scripts/train_gpt2.py): logits, loss,\n"
+    "  every gradient, 10 AdamW steps; exit 0 when every check passes\n"
+    "  -h, --help   this;  --version: the program and the commit it was built from\n";
+
 int main(int argc, char** argv) {
+    if (argc == 2) exit_on_help_or_version(argv[1], kUsage, "test_gpt2");
     if (argc != 2) {
-        fprintf(stderr, "usage: %s <reference prefix>   e.g. %s tests/fixtures/tiny\n", argv[0], argv[0]);
+        fprintf(stderr, "error: one reference prefix expected (%s --help)\n", argv[0]);
         return 1;
     }
     try {

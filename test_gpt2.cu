@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/core/version.h"
 #include "llmc/formats/model_file.h"
 #include "llmc/model/gpt2.cuh"
 #include "llmc/model/gpt2_step.cuh"
@@ -152,9 +153,18 @@ static void build(GPT2* m, const std::string& model_path, const DebugState& ds, 
     poison_activations(m);
 }
 
+static const char* kUsage =
+    "usage: test_gpt2cu PREFIX [--backend materialized|flash|flash-nondet] [--recompute 0|1|2]\n"
+    "  checks the GPU engine against what PyTorch wrote at PREFIX (e.g. tests/fixtures/tiny; scripts/train_gpt2.py\n"
+    "  writes others): logits, loss, every gradient, the AdamW steps; exit 0 when every check passes\n"
+    "  --backend     the attention backend (default materialized)\n"
+    "  --recompute   0 none, 1 GELU, 2 GELU + LayerNorm in the backward (default 1)\n"
+    "  -h, --help    this;  --version: the program, the commit it was built from and its precision\n";
+
 int main(int argc, char** argv) {
+    for (int i = 1; i < argc; i++) exit_on_help_or_version(argv[i], kUsage, "test_gpt2cu", PRECISION_NAME);
     if (argc < 2) {
-        fprintf(stderr, "usage: %s <reference prefix> [--backend materialized|flash|flash-nondet] [--recompute 0|1|2]\n", argv[0]);
+        fprintf(stderr, "error: a reference prefix is needed (%s --help)\n", argv[0]);
         return 1;
     }
     require_cuda_device(argv[0]);

@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "llmc/core/version.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/generate.h"
 #include "llmc/cpu/gpt2.h"
@@ -31,6 +32,7 @@
 #include "llmc/training/dataloader.h"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
+#include "llmc/training/preflight.h"
 #include "llmc/training/progress_line.h"
 #include "llmc/training/schedulers.h"
 #include "llmc/training/train_args.h"
@@ -121,8 +123,8 @@ void print_sample(Model& model, const TrainArgs& a, Rng& rng, const TokenizerFil
 }
 
 // The model's weights: the checkpoint to resume, a random-init preset (-e d12, the GPU trainer's values for the
-// seed), or a model file (ours, llm.c's, Hugging Face's). A file is read here (its shape is needed to check the
-// flags and the data); a preset's weights are made later, by build_model, once every input has been checked.
+// seed), or a model file (ours, llm.c's, Hugging Face's). A file is read here (its shape sizes the data's checks);
+// a preset's weights are made later, by build_model.
 struct ModelInput {
     ModelSource source;
     GPT2Config config;
@@ -157,16 +159,12 @@ struct StartupInfo {
 
 void print_startup_table(const TrainArgs& a, const Model& model, const Optimizer& opt, const StartupInfo& s,
                          const DataLoader* train, const DataLoader* val, const HellaSwagEval* hs) {
-    const GPT2Config& c = model.config;
     auto row = [](const std::string& k, const std::string& v) { printf("%s\n", format_table_row(k, v).c_str()); };
     auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
     auto str = [](long long x) { return std::to_string(x); };
     const std::string rule = format_table_rule();
     printf("%s\n", rule.c_str());
-    row("model", s.init_desc);
-    row("L / NH / C", str(c.num_layers) + " / " + str(c.num_heads) + " / " + str(c.channels));
-    row("max T / V / Vp", str(c.max_seq_len) + " / " + str(c.vocab_size) + " / " + str(c.padded_vocab_size));
-    row("parameters", str((long long)gpt2_num_parameters(c)));
+    print_table_rows(model_table_rows(s.init_desc, model.config));
     row("precision", "fp32 (CPU: no master weights)");
 #ifdef _OPENMP
     row("threads", str(thread_count()) + " (OpenMP, OMP_NUM_THREADS)");
@@ -177,12 +175,8 @@ void print_startup_table(const TrainArgs& a, const Model& model, const Optimizer
     row("vectors / GEMM tile", std::string(cpu_engine::kVecName) + " / " + str(cpu_engine::kMR) + " x " +
                                    str(cpu_engine::kNR));
     row("B / T", str(a.B) + " / " + str(a.T));
-    row("tokens per step", str(s.layout.tokens_per_step) + " (grad accum " + str(s.layout.grad_accum_steps) + ")");
-    row("steps", str(s.start_step) + " -> " + str(s.total_steps) + (a.max_steps == -1 ? " (one epoch)" : ""));
-    row("lr schedule", std::string(lr_schedule_name(a.lr_schedule)) + " max " + num(a.learning_rate) + " warmup " +
-                           str(a.warmup_steps) + " final x" + num(a.final_lr_frac));
-    row("weight decay / clip", num(a.weight_decay) + " / " + num(a.grad_clip));
-    for (const auto& [k, v] : data_table_rows(a, train, val, hs)) row(k, v);
+    print_table_rows(schedule_table_rows(a, s.layout, s.start_step, s.total_steps));
+    print_table_rows(data_table_rows(a, train, val, hs));
     row("output", a.output_dir.empty() ? "(none)" : a.output_dir + " (run " + run_id_hex(s.run_id) + ")");
     row("model FLOPs per token", num(s.flops_per_token) + " (6N+6LTC)");
     printf("%s\n", rule.c_str());
@@ -220,20 +214,17 @@ StepResult train_step(Model& model, Optimizer& opt, DataLoader& train, const Tra
 }
 
 int train(const TrainArgs& a) {
-    check_cpu_flags(a);
     BatchLayout layout;
     const std::string layout_error = resolve_batch_layout(a, 1, &layout);
     if (!layout_error.empty()) trainer_fail(layout_error);
     Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
     const int resume_step = prepare_output_dir(a, &ckpt, true, [] {});
 
-    // ---- every input checked before the heavy work: the model's shape, the flags against it, the data
+    // ---- the weights, the data (every input was checked by main's preflight)
     ModelInput input = read_model_input(a, ckpt, resume_step);
     const GPT2Config c = input.config;
-    check_flags_against_model(a, c);
     const std::unique_ptr<DataLoader> train_loader = open_train_data(a, 0, 1, c.vocab_size, layout);
-    std::unique_ptr<DataLoader> val_loader;
-    if (a.val_every > 0) val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, 0, 1, false, a.seed, c.vocab_size);
+    const std::unique_ptr<DataLoader> val_loader = open_val_data(a, 0, 1, c.vocab_size);
     const std::unique_ptr<HellaSwagEval> hellaswag = open_hellaswag(a, c.vocab_size, 0, 1);
     const int total_steps = count_steps(a, train_loader.get(), layout);
     const LRScheduler sched = make_schedule(a, total_steps);
@@ -325,15 +316,13 @@ int main(int argc, char** argv) {
     TrainArgs args;
     std::string error;
     const ParseStatus st = parse_train_args(argc, argv, &args, &error);
-    if (st == ParseStatus::Help) {
-        printf("%s", train_usage(argv[0], Trainer::Cpu).c_str());
-        return 0;
-    }
-    if (st == ParseStatus::Error) {
-        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
-        return 1;
-    }
+    const int done = finish_parse(st, error, argv[0], train_usage(argv[0], Trainer::Cpu),
+                                  version_line("train_gpt2", "fp32, CPU"));
+    if (done >= 0) return done;
     try {
+        check_cpu_flags(args);
+        // every input read and checked before the heavy work (llmc/training/preflight.h); --check ends here
+        if (check_inputs(args, 1, {{"precision", "fp32 (CPU)"}})) return 0;
         return train(args);
     } catch (const std::exception& e) {
         fflush(stdout);

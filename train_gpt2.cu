@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "llmc/core/options.h"
+#include "llmc/core/version.h"
 #include "llmc/distributed/multi_gpu.cuh"
 #include "llmc/formats/tokenizer_file.h"
 #include "llmc/inference/generate.cuh"
@@ -24,6 +25,7 @@
 #include "llmc/training/dataloader.h"
 #include "llmc/training/logger.h"
 #include "llmc/training/mfu.h"
+#include "llmc/training/preflight.h"
 #include "llmc/training/progress_line.h"
 #include "llmc/training/schedulers.h"
 #include "llmc/training/step_trace.h"
@@ -164,16 +166,12 @@ struct StartupInfo {
 
 void print_startup_table(const TrainArgs& a, const GPT2& model, const AdamW& opt, const StartupInfo& s,
                          const DataLoader* train, const DataLoader* val, const HellaSwagEval* hs) {
-    const GPT2Config& c = model.config;
     auto row = [](const std::string& k, const std::string& v) { printf("%s\n", format_table_row(k, v).c_str()); };
     auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
     auto str = [](long long x) { return std::to_string(x); };
     const std::string rule = format_table_rule();
     printf("%s\n", rule.c_str());
-    row("model", s.init_desc);
-    row("L / NH / C", str(c.num_layers) + " / " + str(c.num_heads) + " / " + str(c.channels));
-    row("max T / V / Vp", str(c.max_seq_len) + " / " + str(c.vocab_size) + " / " + str(c.padded_vocab_size));
-    row("parameters", str((long long)gpt2_num_parameters(c)));
+    print_table_rows(model_table_rows(s.init_desc, model.config));
     row("precision", std::string(PRECISION_NAME) + (kFloatXIsBF16 ? (a.master_weights ? " + fp32 master weights"
                                                                                       : ", no master weights")
                                                                  : (a.tf32 ? " (TF32 matmuls)" : " (no TF32)")));
@@ -185,13 +183,8 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const AdamW& opt
                                                        : "kernels queued one by one");
     row("ZeRO stage", opt.zero_description());
     if (s.world > 1) row("gradient exchange", opt.exchange_description((size_t)a.zero_bucket_mb));
-    row("tokens per step",
-        str(s.layout.tokens_per_step) + " (grad accum " + str(s.layout.grad_accum_steps) + ")");
-    row("steps", str(s.start_step) + " -> " + str(s.total_steps) + (a.max_steps == -1 ? " (one epoch)" : ""));
-    row("lr schedule", std::string(lr_schedule_name(a.lr_schedule)) + " max " + num(a.learning_rate) + " warmup " +
-                           str(a.warmup_steps) + " final x" + num(a.final_lr_frac));
-    row("weight decay / clip", num(a.weight_decay) + " / " + num(a.grad_clip));
-    for (const auto& [k, v] : data_table_rows(a, train, val, hs)) row(k, v);
+    print_table_rows(schedule_table_rows(a, s.layout, s.start_step, s.total_steps));
+    print_table_rows(data_table_rows(a, train, val, hs));
     row("LLMC_* switches", engine_options().description());
     row("output", a.output_dir.empty() ? "(none)" : a.output_dir + " (run " + run_id_hex(s.run_id) + ")");
     printf("%s\n", rule.c_str());
@@ -262,7 +255,6 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     GPT2 model;
     const std::string init_desc = build_model(&model, a, ckpt, resume_step);
     const GPT2Config& c = model.config;
-    check_flags_against_model(a, c);
     std::string note;
     const AttentionBackend backend = resolve_attention_backend(a.attention, c.channels, c.num_heads, &note);
     if (!note.empty()) printf("note: %s\n", note.c_str());
@@ -284,14 +276,11 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
 
     // ---- data, schedule, samples
     const std::unique_ptr<DataLoader> train_loader = open_train_data(a, mg.rank, mg.world, c.vocab_size, layout);
-    std::unique_ptr<DataLoader> val_loader;
-    if (a.val_every > 0) {
-        val_loader = std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, mg.rank, mg.world, false, a.seed, c.vocab_size);
-    }
+    const std::unique_ptr<DataLoader> val_loader = open_val_data(a, mg.rank, mg.world, c.vocab_size);
     const std::unique_ptr<HellaSwagEval> hellaswag = open_hellaswag(a, c.vocab_size, mg.rank, mg.world);
     const int total_steps = count_steps(a, train_loader.get(), layout);
     const LRScheduler sched = make_schedule(a, total_steps);
-    const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, main_rank);
+    const std::unique_ptr<TokenizerFile> tokenizer = main_rank ? load_sample_tokenizer(a, true) : nullptr;
     const int eot = sample_start_token(a, tokenizer.get(), c);
     Rng sampler_rng = make_sampler_rng(a);
 
@@ -400,17 +389,14 @@ int main(int argc, char** argv) {
     TrainArgs args;
     std::string error;
     const ParseStatus st = parse_train_args(argc, argv, &args, &error);
-    if (st == ParseStatus::Help) {
-        printf("%s", train_usage(argv[0]).c_str());
-        return 0;
-    }
-    if (st == ParseStatus::Error) {
-        fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), argv[0]);
-        return 1;
-    }
-    engine_options();  // a bad LLMC_* value stops here, before the GPU
-    require_cuda_device(argv[0]);
+    const int done =
+        finish_parse(st, error, argv[0], train_usage(argv[0]), version_line("train_gpt2cu", PRECISION_NAME));
+    if (done >= 0) return done;
     try {
+        // every input read and checked on the host before any CUDA call (llmc/training/preflight.h); --check ends here
+        const TableRows check_rows = {{"precision", PRECISION_NAME}, {"LLMC_* switches", engine_options().description()}};
+        if (check_inputs(args, expected_processes(args), check_rows)) return 0;
+        require_cuda_device(argv[0]);
         return train(args, &argc, &argv);
     } catch (const std::exception& e) {
         fflush(stdout);

@@ -11,6 +11,7 @@
 #include "data/prepro_input.h"
 #include "data/tokenizer/bpe.h"
 #include "llmc/core/utils.h"
+#include "llmc/core/version.h"
 #include "llmc/formats/eval_file.h"
 
 static const char* kUsage =
@@ -19,6 +20,7 @@ static const char* kUsage =
     "               with \"ctx\", \"endings\" (4 strings) and \"label\" (0-3); other fields are ignored\n"
     "  -o OUT.bin   the eval file (default: INPUT with .jsonl[.gz|.zst] replaced by .bin)\n"
     "  --vocab-dir  encoder.json + vocab.bpe (default data/cache/gpt2)\n"
+    "  -h, --help   this;  --version: the program and the commit it was built from\n"
     "The context is tokenized as it is, each ending with a space before it, as llm.c's dev/data/hellaswag.py.\n";
 
 constexpr int kMaxErrorLines = 20;  // bad lines reported one by one; past this, only counted
@@ -32,10 +34,8 @@ int main(int argc, char** argv) {
                 if (i + 1 >= argc) throw UsageError(a + ": needs a value");
                 return argv[++i];
             };
-            if (a == "-h" || a == "--help") {
-                fputs(kUsage, stdout);
-                return;
-            } else if (a == "--vocab-dir") {
+            exit_on_help_or_version(a, kUsage, "data/hellaswag");
+            if (a == "--vocab-dir") {
                 vocab_dir = value();
             } else if (a == "-o") {
                 out = value();

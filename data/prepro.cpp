@@ -25,6 +25,7 @@
 #include "data/prepro_input.h"
 #include "data/tokenizer/bpe.h"
 #include "llmc/core/utils.h"
+#include "llmc/core/version.h"
 #include "llmc/formats/data_shard.h"
 
 static const char* kUsage =
@@ -48,7 +49,8 @@ static const char* kUsage =
     "                       (no val option: no val split; an empty train split is an error)\n"
     "  --shard-tokens N     tokens per shard (default 100000000, as llm.c's fineweb.py)\n"
     "  --batch-bytes N      text read and encoded per batch (default 67108864); memory follows it\n"
-    "  -j N                 threads (default: all cores)\n";
+    "  -j N                 threads (default: all cores)\n"
+    "  Without a val option there is no val split. -h, --help: this; --version: the program and its commit.\n";
 
 struct Options {
     std::vector<std::string> inputs;
@@ -86,10 +88,8 @@ static Options parse_args(int argc, char** argv) {
             }
             val_mode = a;
         };
-        if (a == "-h" || a == "--help") {
-            fputs(kUsage, stdout);
-            exit(0);
-        } else if (a == "-o") {
+        exit_on_help_or_version(a, kUsage, "data/prepro");
+        if (a == "-o") {
             o.prefix = value();
         } else if (a == "--vocab-dir") {
             o.vocab_dir = value();

@@ -147,6 +147,15 @@ inline std::vector<std::string> list_input_files(const std::string& input) {
     return files;
 }
 
+// A NUL byte anywhere means binary data, never text to tokenize (check_input_file looks at the first 64 KiB only;
+// this, at the whole text file).
+inline void refuse_nul_byte(const std::string& path, std::string_view bytes, const char* kind) {
+    const size_t nul = bytes.find('\0');
+    if (nul != std::string_view::npos) {
+        file_error(path, "looks binary (a NUL byte at byte %zu), not %s: prepro reads text and JSONL", nul, kind);
+    }
+}
+
 // The documents in one file's bytes. `path` names the file in errors; `base_offset` is where the file
 // starts in the input stream (Document::input_offset counts from there).
 //   jsonl: one JSON object per line, its text_field ("text") string is a document; blank lines are skipped; a UTF-8
@@ -161,6 +170,7 @@ inline FileDocuments parse_documents(std::string bytes, const std::string& path,
         parse_jsonl_lines(bytes, path, text_field, 1, base_offset, d);
         return d;
     }
+    refuse_nul_byte(path, bytes, "text");
     d.storage = std::move(bytes);
     size_t pos = 0;
     while (pos < d.storage.size()) {
@@ -213,11 +223,7 @@ inline InputFileKind check_input_file(const std::string& path, bool force_jsonl,
         }
         return k;
     }
-    const size_t nul = head.find('\0');
-    if (nul != std::string::npos) {
-        file_error(path, "looks binary (a NUL byte at byte %zu), not %s: prepro reads text and JSONL", nul,
-                   k.jsonl ? "JSONL" : "text");
-    }
+    refuse_nul_byte(path, head, k.jsonl ? "JSONL" : "text");
     if (!k.jsonl) {  // JSON in a text file: its first non-blank line, if it is whole in the 64 KiB read
         size_t pos = 0, line_no = 0;
         while (pos < head.size()) {

@@ -1,6 +1,7 @@
 // tokenizer: GPT-2 BPE from the command line (ids identical to tiktoken's "gpt2" encoding).
 //   tokenizer encode [--vocab-dir DIR] [--raw] [--allow-special] [-j N] [FILE]   ids of FILE (or stdin)
-//   tokenizer decode [--vocab-dir DIR | --bin FILE.bin] [--raw] [--escape | --bytes] [FILE]  text of ids
+//   tokenizer decode [--vocab-dir DIR | --bin FILE.bin] [--raw] [--escape | --bytes] [FILE]  text of ids or a shard
+//   tokenizer info FILE...                                                       a data shard's header and ids
 //   tokenizer export [--vocab-dir DIR] -o OUT.bin                                llm.c tokenizer .bin
 //   tokenizer bench  [--vocab-dir DIR] [-j N] [--repeat R] FILE...               encoding speed, MB/s
 // See docs/TOKENIZER.md.
@@ -17,6 +18,8 @@
 #include "data/tokenizer/bpe.h"
 #include "data/tokenizer/sha256.h"
 #include "llmc/core/utils.h"
+#include "llmc/core/version.h"
+#include "llmc/formats/data_shard.h"
 #include "llmc/formats/tokenizer_file.h"
 
 static const char* kUsage =
@@ -25,14 +28,21 @@ static const char* kUsage =
     "      writes the token ids of FILE (default: stdin) one per line, or with --raw as little-endian uint16.\n"
     "      <|endoftext|> in the text is ordinary text unless --allow-special. -j: threads (default: all cores).\n"
     "  tokenizer decode [--vocab-dir DIR | --bin TOKENIZER.bin] [--raw] [--escape | --bytes] [FILE]\n"
-    "      reads ids (one per line / whitespace separated, or --raw uint16) and writes the text: the exact\n"
-    "      bytes, except on a terminal, where control characters and invalid UTF-8 are shown as \\xNN.\n"
-    "      --escape: escape them whatever the output is; --bytes: exact bytes even on a terminal.\n"
+    "      reads ids (one per line / whitespace separated, or --raw uint16) or a data shard (a .bin that\n"
+    "      data/prepro or llm.c wrote, told by its header's magic: the header is checked and skipped) and\n"
+    "      writes the text: the exact bytes, except on a terminal, where control characters and invalid\n"
+    "      UTF-8 are shown as \\xNN. --escape: escape them whatever the output is; --bytes: exact bytes even\n"
+    "      on a terminal.\n"
+    "  tokenizer info FILE...\n"
+    "      prints each data shard's header (magic, version, token count) and, from reading every token,\n"
+    "      the count and the largest id.\n"
     "  tokenizer export [--vocab-dir DIR] -o OUT.bin\n"
     "      writes the llm.c tokenizer file (version 2, with the EOT id) for decoding in train_gpt2cu.\n"
     "  tokenizer bench [--vocab-dir DIR] [-j N] [--repeat R] FILE...\n"
-    "      encodes the documents of FILEs (split at blank lines) on 1 thread and on N threads; prints MB/s.\n"
-    "  DIR holds encoder.json and vocab.bpe (default: data/cache/gpt2, filled by `make data`).\n";
+    "      encodes the documents of FILEs (split at blank lines) on 1 thread and on N threads (default: all\n"
+    "      cores), R times each (default 5); prints the median's MB/s.\n"
+    "  DIR holds encoder.json and vocab.bpe (default: data/cache/gpt2, filled by `make data`).\n"
+    "  tokenizer --help | --version    this, or the program and the commit it was built from\n";
 
 // How decode writes the text: exact bytes, or escaped for a terminal (control characters and invalid
 // UTF-8 as \xNN, llmc/formats/tokenizer_file.h append_printable). Auto: escaped when stdout is a terminal.
@@ -56,15 +66,13 @@ static int parse_int_arg(const std::string& flag, const char* value, int lo) {
 }
 
 static Options parse_args(int argc, char** argv) {
-    if (argc < 2) throw UsageError("command: missing (encode, decode, export or bench)");
+    if (argc < 2) throw UsageError("command: missing (encode, decode, info, export or bench)");
     Options o;
     o.command = argv[1];
-    if (o.command == "-h" || o.command == "--help") {
-        fputs(kUsage, stdout);
-        exit(0);
-    }
-    if (o.command != "encode" && o.command != "decode" && o.command != "export" && o.command != "bench") {
-        throw UsageError(o.command + ": unknown command (encode, decode, export or bench)");
+    exit_on_help_or_version(o.command, kUsage, "tokenizer");
+    if (o.command != "encode" && o.command != "decode" && o.command != "info" && o.command != "export" &&
+        o.command != "bench") {
+        throw UsageError(o.command + ": unknown command (encode, decode, info, export or bench)");
     }
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
@@ -72,10 +80,8 @@ static Options parse_args(int argc, char** argv) {
             if (i + 1 >= argc) throw UsageError(a + ": needs a value");
             return argv[++i];
         };
-        if (a == "-h" || a == "--help") {
-            fputs(kUsage, stdout);
-            exit(0);
-        } else if (a == "--vocab-dir") {
+        exit_on_help_or_version(a, kUsage, "tokenizer");
+        if (a == "--vocab-dir") {
             o.vocab_dir = value();
         } else if (a == "--bin" && o.command == "decode") {
             o.bin = value();
@@ -103,7 +109,9 @@ static Options parse_args(int argc, char** argv) {
     }
     if (o.command == "export" && o.output.empty()) throw UsageError("-o: missing (export writes the file given by -o OUT.bin)");
     if ((o.command == "encode" || o.command == "decode") && o.files.size() > 1) throw UsageError(o.files[1] + ": " + o.command + " takes at most one FILE");
-    if (o.command == "bench" && o.files.empty()) throw UsageError("FILE: missing (bench needs at least one)");
+    if ((o.command == "bench" || o.command == "info") && o.files.empty()) {
+        throw UsageError("FILE: missing (" + o.command + " needs at least one)");
+    }
     if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
     return o;
 }
@@ -147,7 +155,9 @@ static void cmd_decode(const Options& o) {
     std::string input = read_input(o.files);
     const std::string source = o.files.empty() ? "<stdin>" : o.files[0];
     std::vector<int> ids;
-    if (o.raw) {
+    if (starts_with_shard_magic(input)) {  // whatever --raw says: no GPT-2 id stream begins with it (id 55432)
+        for (uint16_t t : shard_tokens_from_bytes(source, input)) ids.push_back(t);
+    } else if (o.raw) {
         if (input.size() % 2 != 0) throw FileError(source + ": odd number of bytes, not a stream of uint16 ids");
         ids.resize(input.size() / 2);
         for (size_t i = 0; i < ids.size(); i++) {
@@ -184,6 +194,17 @@ static void cmd_decode(const Options& o) {
     const bool escape = o.decode_output == DecodeOutput::Escape ||
                         (o.decode_output == DecodeOutput::Auto && isatty(STDOUT_FILENO));
     write_stdout(escape ? printable_bytes(text) : text);
+}
+
+// Each shard's header as written and what reading every token finds.
+static void cmd_info(const Options& o) {
+    for (const std::string& path : o.files) {
+        const ShardTokenScan scan = scan_shard_tokens(path);  // checks the header and the length first
+        printf("%s: header: magic %d (data shard), version %d, %lld tokens; %lld bytes, as the header says; "
+               "tokens read: %lld, largest id %d\n", path.c_str(), kShardMagic, kShardVersion,
+               (long long)scan.num_tokens, (long long)shard_file_bytes(scan.num_tokens), (long long)scan.num_tokens,
+               scan.max_token);
+    }
 }
 
 static void cmd_export(const Options& o) {
@@ -244,6 +265,7 @@ int main(int argc, char** argv) {
         Options o = parse_args(argc, argv);
         if (o.command == "encode") cmd_encode(o);
         else if (o.command == "decode") cmd_decode(o);
+        else if (o.command == "info") cmd_info(o);
         else if (o.command == "export") cmd_export(o);
         else cmd_bench(o);
     });

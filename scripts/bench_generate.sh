@@ -37,7 +37,7 @@ open(sys.argv[1], "w").write(line + "\n")
 PY
 for B in $BATCHES; do
     for i in $(seq "$B"); do cat "$LOGDIR/prompt.txt"; done > "$LOGDIR/prompts_B$B.txt"
-    ./generate_gpt2cu -e "$MODEL" -pf "$LOGDIR/prompts_B$B.txt" -n "$N" -st 0 > "$LOGDIR/ours_B$B.log" 2>&1
+    ./generate_gpt2cu -e "$MODEL" -pf "$LOGDIR/prompts_B$B.txt" -g "$N" -st 0 > "$LOGDIR/ours_B$B.log" 2>&1
     echo "ours B=$B: $(grep -a "tokens/s" "$LOGDIR/ours_B$B.log" | sed 's/.*prefill/prefill/')"
     echo "ours B=$B: $(grep -a "in use after set-up\|^set-up" "$LOGDIR/ours_B$B.log" | tr '\n' ' ')"
 done

@@ -10,10 +10,12 @@
 # file rendezvous (-pi fs) with N processes.
 #   scripts/bench_multi_gpu.sh
 #   MODELS=d12 GPUS="1 2" ZS="0 1" STEPS=20 scripts/bench_multi_gpu.sh
-# env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR
+# env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR,
+#      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODELS=${MODELS:-"d12 d48"}; GPUS=${GPUS:-"1 2 4"}; ZS=${ZS:-"0 1 2"}; STEPS=${STEPS:-12}
+read -ra extra <<<"${ARGS:-}"
 LOGS=${LOGS:-${OUT:-bench_mgpu_logs}}
 T=1024
 DATA=data/tinyshakespeare/tiny_shakespeare_train.bin
@@ -87,7 +89,7 @@ for model in $MODELS; do
             echo "==== $model B=$B T=$T -z $z on $n GPU(s) -> $log"
             if [ "$n" -gt "$visible" ]; then
                 echo "only $visible GPUs visible" >"$log"
-            elif ! run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA"; then
+            elif ! run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" "${extra[@]}"; then
                 tail -n 3 "$log"
             fi
             m=$(median_ms "$log")

@@ -48,7 +48,7 @@ def result(name, ok, detail=""):
 def ours(a, args, name):
     """generate_gpt2cu greedy with extra args; its ids per prompt (a list per output line). Logs in --out."""
     ids_path, log = os.path.join(a.out, name + ".ids"), os.path.join(a.out, name + ".log")
-    cmd = [a.binary, "-e", a.model, "-n", str(N), "-st", "0", "--ids", ids_path, "--vocab-dir", a.vocab_dir] + args
+    cmd = [a.binary, "-e", a.model, "-g", str(N), "-st", "0", "--ids", ids_path, "--vocab-dir", a.vocab_dir] + args
     with open(log, "w") as f:
         rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
     if rc != 0:

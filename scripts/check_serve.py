@@ -200,7 +200,7 @@ class Server:
 
 def generate_ids(args, prompt, n, extra, tmp):
     ids_path = os.path.join(tmp, "ids.txt")
-    cmd = shlex.split(args.generate) + ["-e", args.model, "--vocab-dir", args.vocab_dir, "-p", prompt, "-n", str(n),
+    cmd = shlex.split(args.generate) + ["-e", args.model, "--vocab-dir", args.vocab_dir, "-p", prompt, "-g", str(n),
                                         "--ids", ids_path] + extra
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:

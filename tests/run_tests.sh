@@ -34,9 +34,19 @@ run_suite cpu-reference ./test_gpt2 tests/fixtures/tiny
 # independence), then train_gpt2 itself: flags and bad inputs, logs, checkpoints, resume bit for bit
 run_suite cpu-engine ./tests/test_cpu_engine tests/fixtures/tiny
 run_suite cpu-trainer bash tests/test_cpu_trainer.sh
+# both trainers' preflight: each bad input one line, before any CUDA call, in under a second; --check
+run_suite preflight bash tests/test_preflight.sh
+# every built program's --help (one usage, defaults) and --version (the commit, the precision)
+run_suite cli-style bash tests/test_cli_style.sh
+# make's one-line note when GoogleTest is missing, and a test run without the unit tests
+run_suite detect bash tests/test_detect.sh
 # the engine's folders include only the folders below them; no engine file over 400 lines but single algorithms
 run_suite layout bash tests/check_layout.sh
-run_suite unit-tests ./tests/unit_tests
+if [ "${GTEST_TESTS:-1}" = 1 ]; then
+    run_suite unit-tests ./tests/unit_tests
+else
+    skipped+=("the unit tests (GoogleTest not found: apt-get install libgtest-dev)")
+fi
 run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
 # prepro on .jsonl.gz / .jsonl.zst (same shards as plain JSONL, any -j), --fineweb-layout, the inputs it refuses
 run_suite prepro-data bash tests/test_prepro_data.sh
@@ -48,7 +58,7 @@ run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2
 # the server's host side (requests, scheduler, HTTP) on a fake engine, and the GPU session's scripts against the server
 # on that engine (tests/serve_mock); SERVE_TESTS=1 when make found its libraries
 if [ "${SERVE_TESTS:-0}" = 1 ]; then
-    run_suite serve-tests ./tests/serve_tests
+    [ "${GTEST_TESTS:-1}" = 1 ] && run_suite serve-tests ./tests/serve_tests
     run_suite serve-scripts bash tests/test_serve_scripts.sh
 else
     skipped+=("the server (cpp-httplib or nlohmann/json not found: apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)")

@@ -10,7 +10,6 @@
 // the GPT-2 vocabulary of --vocab-dir; --fake-step-us and --fake-prefill-us give it a GPU's rhythm.
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -88,26 +87,14 @@ int serve(const std::vector<const char*>& argv, const FakeFlags& f, const sigset
     const ParseStatus st = parse_serve_args((int)argv.size(), argv.data(), &a, &error);
     if (st == ParseStatus::Help) return printf("%s", serve_usage(argv[0]).c_str()), 0;
     if (st == ParseStatus::Error) throw std::runtime_error(error + " (" + argv[0] + " --help lists the flags)");
-    if (a.version) return printf("serve_mock (the fake engine)\n"), 0;
+    if (st == ParseStatus::Version) return printf("serve_mock (the fake engine)\n"), 0;
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     const int context = a.max_context > 0 ? a.max_context : 1024;
     FakeEngine engine(engine_options(f, bpe, a.max_batch, context));
     ServeSetup setup;
-    setup.limits.model = a.model_name;
-    setup.limits.context = context;
-    setup.limits.vocab_size = bpe.vocab_size();
-    setup.limits.max_body_bytes = (size_t)a.max_body;
-    setup.limits.max_tokens = a.max_tokens;
-    setup.limits.pick = PickParams{a.temperature, a.top_k, a.top_p};
-    setup.limits.has_seed = a.has_seed, setup.limits.seed = a.seed;
-    BPEEncoder encoder(bpe);
-    std::mutex m;
-    setup.encode = [&](const std::string& text) {
-        std::vector<int> ids;
-        std::lock_guard<std::mutex> lock(m);
-        encoder.encode_ordinary(text, ids);
-        return ids;
-    };
+    setup.limits = serve_limits(a, context, bpe.vocab_size());
+    LockedEncoder encoder(bpe);
+    setup.encode = [&](const std::string& text) { return encoder.encode_ordinary(text); };
     setup.token_bytes = &bpe.tokens();
     setup.eot = bpe.eot_token();
     return run_server(&engine, a, std::move(setup), signals, "the fake engine, CPU");

@@ -283,6 +283,7 @@ TEST(BPETokenizer, MissingVocabularyIsAClearError) {
         FAIL() << "no exception";
     } catch (const FileError& e) {
         EXPECT_NE(std::string(e.what()).find("/nonexistent/vocab/encoder.json: cannot open"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("(--vocab-dir names the directory"), std::string::npos) << e.what();
     }
 }
 

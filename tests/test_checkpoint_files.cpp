@@ -203,3 +203,21 @@ TEST(CheckpointFiles, DirectoryErrors) {
     EXPECT_FILE_ERROR([&] { ensure_directory(file); }, file, "not a directory");
     EXPECT_FILE_ERROR([&] { list_complete_checkpoints(file); }, file, "cannot list directory");
 }
+
+// Where a run may write, told before it writes anything: the checks make nothing.
+TEST(CheckpointFiles, WritableBeforeWriting) {
+    const std::string file = scratch_path("a_plain_file"), dir = scratch_path("a_dir");
+    touch(file);
+    ensure_directory(dir);
+    EXPECT_EQ(directory_unwritable_reason(dir), "");
+    EXPECT_EQ(directory_unwritable_reason(dir + "/"), "");
+    EXPECT_EQ(directory_unwritable_reason(dir + "/new"), "");  // one level is made later
+    EXPECT_FALSE(path_exists(dir + "/new"));
+    EXPECT_EQ(directory_unwritable_reason(file), "exists and is not a directory");
+    EXPECT_NE(directory_unwritable_reason(file + "/x").find("part of its path is a file"), std::string::npos);
+    EXPECT_NE(directory_unwritable_reason(dir + "/no/new").find("nor does the directory it would be made in"),
+              std::string::npos);
+    EXPECT_EQ(file_unwritable_reason(dir + "/picks.tsv"), "");
+    EXPECT_EQ(file_unwritable_reason(dir), "is a directory");
+    EXPECT_EQ(file_unwritable_reason(dir + "/no/picks.tsv"), "its directory " + dir + "/no does not exist");
+}

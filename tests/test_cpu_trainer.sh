@@ -11,23 +11,12 @@
 set -u
 set -o pipefail
 cd "$(dirname "$0")/.."
-DATA_MIRROR=${DATA_MIRROR:-../shared/data}
-DATA=
-for root in "$DATA_MIRROR" data/cache; do
-    [ -f "$root/gpt2/encoder.json" ] && [ -f "$root/gpt2/vocab.bpe" ] && [ -f "$root/alice/pg11_lf.txt" ] && { DATA=$root; break; }
-done
-if [ -z "$DATA" ]; then
-    echo "error: test data missing: gpt2/encoder.json, gpt2/vocab.bpe, alice/pg11_lf.txt (not in DATA_MIRROR=$DATA_MIRROR nor data/cache): run 'make data' or set DATA_MIRROR=DIR"
-    exit 1
-fi
+source tests/lib.sh  # use_test_data, begin_checks, ok, bad, expect_error, end_checks
+use_test_data
 for tool in ./train_gpt2 ./data/prepro ./tokenizer; do
     [ -x "$tool" ] || { echo "error: $tool not built (make train_gpt2 data/prepro tokenizer)"; exit 1; }
 done
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+begin_checks
 
 ./data/prepro --vocab-dir "$DATA/gpt2" --split-blank-lines --val-tokens 4096 -j 2 -o "$TMP/alice" \
     "$DATA/alice/pg11_lf.txt" >/dev/null 2>&1 && ./tokenizer export --vocab-dir "$DATA/gpt2" -o "$TMP/tok.bin" >/dev/null 2>&1 ||
@@ -36,14 +25,6 @@ TRAIN=$TMP/alice_train_000000.bin VAL=$TMP/alice_val_000000.bin
 RUN=(./train_gpt2 -e d6 -i "$TRAIN" -j "$VAL" -tok "$TMP/tok.bin" -b 2 -t 32 -l 1e-3 -u 2 -c 0.1 -k cosine -q 0.1 -m 2 -g 8)
 
 # ---- bad inputs: one line on stderr naming the flag or file, exit non-zero, nothing trained
-expect_error() {  # description, expected substring, command...
-    local what=$1 needle=$2; shift 2
-    if "$@" >"$TMP/err.out" 2>"$TMP/err.log"; then bad "$what (exit 0)"; return; fi
-    if [ "$(wc -l <"$TMP/err.log")" = 1 ] && grep -q '^error: ' "$TMP/err.log" && grep -qF -- "$needle" "$TMP/err.log" &&
-        ! grep -q '^step' "$TMP/err.out"; then
-        ok "$what: $(cat "$TMP/err.log")"
-    else bad "$what: stderr is not one line 'error: ...$needle...':"; tail -3 "$TMP/err.log"; fi
-}
 head -c 5000 tests/fixtures/tiny_model.bin >"$TMP/truncated.bin"
 mkdir -p "$TMP/other"
 expect_error "bad number" "error: flag -b: expected an integer >= 1, got 'x' (./train_gpt2 --help lists the flags)" ./train_gpt2 -b x
@@ -138,5 +119,4 @@ expect_error "-h 1 with rows longer than T" "more than the sequence length 32" "
 expect_error "-h 2" "flag -h: expected 0 or 1 (-h alone prints the usage), got '2'" ./train_gpt2 -h 2
 ./train_gpt2 -h >"$TMP/h_help.out" 2>&1 && grep -q '^usage: ' "$TMP/h_help.out" && ok "-h alone: the usage" || bad "-h alone"
 
-[ $fails = 0 ] && echo "train_gpt2: all checks passed"
-exit $((fails > 0))
+end_checks train_gpt2

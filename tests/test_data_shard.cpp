@@ -163,3 +163,28 @@ TEST(DataShard, OffsetsPast2GiB) {
     }
     remove(path.c_str());
 }
+
+// The whole-shard scan: the count, the largest id, and the first id at or over the limit, also past the scan's
+// first piece of 2^22 tokens; a bad header is the reader's error.
+TEST(DataShard, ScanEveryToken) {
+    const size_t n = ((size_t)1 << 22) + 1000;
+    std::vector<uint16_t> t(n, 7);
+    t[5] = 300;
+    t[((size_t)1 << 22) + 10] = 999;   // in the second piece: the first at or over 500
+    t[((size_t)1 << 22) + 20] = 4000;  // the largest
+    const std::string path = scratch_path("scan.bin");
+    write_shard(path, t.data(), (int64_t)n);
+    ShardTokenScan s = scan_shard_tokens(path, 500);
+    EXPECT_EQ(s.num_tokens, (int64_t)n);
+    EXPECT_EQ(s.max_token, 4000);
+    EXPECT_EQ(s.first_over, (int64_t)((1 << 22) + 10));
+    EXPECT_EQ(s.first_over_id, 999);
+    s = scan_shard_tokens(path, 200);
+    EXPECT_EQ(s.first_over, 5);
+    EXPECT_EQ(s.first_over_id, 300);
+    s = scan_shard_tokens(path);  // every uint16 is below the default limit
+    EXPECT_EQ(s.first_over, -1);
+    const std::string cut = scratch_path("scan_cut.bin");
+    copy_resized(path, cut, -2);
+    EXPECT_NE(file_error_message([&] { scan_shard_tokens(cut); }).find("(truncated)"), std::string::npos);
+}

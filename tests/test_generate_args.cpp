@@ -48,7 +48,7 @@ TEST(GenerateArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.seed, 1337u);
     EXPECT_EQ(p.args.vocab_dir, "data/cache/gpt2");
 
-    p = parse({"-e", "hf_dir", "-pf", "prompts.txt", "-n", "64", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7",
+    p = parse({"-e", "hf_dir", "-pf", "prompts.txt", "-g", "64", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7",
                "--vocab-dir", "v", "--ids", "out.txt"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     EXPECT_EQ(p.args.prompt_file, "prompts.txt");
@@ -60,6 +60,7 @@ TEST(GenerateArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.vocab_dir, "v");
     EXPECT_EQ(p.args.ids_file, "out.txt");
     EXPECT_EQ(parse({"-h"}).status, ParseStatus::Help);
+    EXPECT_EQ(parse({"-e", "m", "--version"}).status, ParseStatus::Version);
     EXPECT_NE(generate_usage("generate_gpt2cu").find("-sp <float>"), std::string::npos);
 }
 
@@ -68,8 +69,9 @@ TEST(GenerateArgs, BadFlagsAreOneLineNamingTheFlag) {
     expect_rejected({"-e", "m"}, "flag -p or -pf: a prompt is required");
     expect_rejected({"-e", "m", "-p", "x", "-pf", "f"}, "give one of them, not both");
     expect_rejected({"-e", "m", "-p", ""}, "flag -p: expected a prompt (it is empty)");
-    expect_rejected({"-e", "m", "-p", "x", "-n", "0"}, "flag -n: expected an integer >= 1, got '0'");
-    expect_rejected({"-e", "m", "-p", "x", "-n", "12x"}, "flag -n");
+    expect_rejected({"-e", "m", "-p", "x", "-g", "0"}, "flag -g: expected an integer >= 1, got '0'");
+    expect_rejected({"-e", "m", "-p", "x", "-g", "12x"}, "flag -g");
+    expect_rejected({"-e", "m", "-p", "x", "-n", "8"}, "flag -n: the number of new tokens is -g (as in the trainers");
     expect_rejected({"-e", "m", "-p", "x", "-st", "-1"}, "flag -st: expected a number >= 0");
     expect_rejected({"-e", "m", "-p", "x", "-st", "nan"}, "flag -st");
     expect_rejected({"-e", "m", "-p", "x", "-sk", "-3"}, "flag -sk");
@@ -105,7 +107,7 @@ TEST(GenerateArgs, PromptFileLines) {
 
 TEST(GenerateArgs, PromptsAgainstTheModel) {
     auto where = [](size_t i) { return "prompts.txt line " + std::to_string(i + 1); };
-    // V = 100, context 8: room for min(-n, 8 - longest prompt) new tokens
+    // V = 100, context 8: room for min(-g, 8 - longest prompt) new tokens
     EXPECT_EQ(check_prompts({{1, 2, 3}, {4}}, 100, 8, 256, where), 5);
     EXPECT_EQ(check_prompts({{1, 2, 3}, {4}}, 100, 8, 2, where), 2);
     EXPECT_NE(error_of([&] { check_prompts({{1}, {}}, 100, 8, 4, where); }).find("prompts.txt line 2: the prompt encodes to no tokens"),

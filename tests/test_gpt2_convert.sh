@@ -7,16 +7,11 @@
 set -u
 set -o pipefail
 cd "$(dirname "$0")/.."
-DATA_MIRROR=${DATA_MIRROR:-../shared/data}
-VOCAB=
-for root in "$DATA_MIRROR" data/cache; do
-    [ -f "$root/gpt2/encoder.json" ] && [ -f "$root/gpt2/vocab.bpe" ] && { VOCAB=$root/gpt2; break; }
-done
+source tests/lib.sh  # use_test_data, begin_checks, end_checks
+use_test_data
 CONVERT=./gpt2_convert
 FIX=tests/fixtures/tiny
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
+begin_checks
 source tests/cli_checks.sh  # check, self_check
 # Every check removes what it will compare first: a file left by an earlier check must not stand in for one.
 # exit 1, stderr exactly one line "error: ...NEEDLE...", nothing on stdout
@@ -39,7 +34,6 @@ c_roundtrip_bf16() { rm -rf "$TMP/hf16" "$TMP/back16.bin" && "$CONVERT" to-hf ${
 c_fp32_to_bf16() { rm -rf "$TMP/hf" "$TMP/b.bin" && "$CONVERT" to-hf ${FIX}_model.bin "$TMP/hf" && "$CONVERT" from-hf "$TMP/hf/model.safetensors" "$TMP/b.bin" --bf16 && cmp ${FIX}_model_bf16.bin "$TMP/b.bin"; }
 c_help() { "$CONVERT" --help | grep -q '^  gpt2_convert to-hf MODEL.bin OUTDIR'; }
 c_vocab() {
-    [ -n "$VOCAB" ] || { echo "no GPT-2 vocabulary in $DATA_MIRROR/gpt2 or data/cache/gpt2 (make data)"; return 1; }
     rm -rf "$TMP/v" "$TMP/z.bin" && zero_model_v50257 "$TMP/z.bin" && "$CONVERT" to-hf "$TMP/z.bin" "$TMP/v" --vocab-dir "$VOCAB" &&
         cmp "$VOCAB/encoder.json" "$TMP/v/vocab.json" && cmp "$VOCAB/vocab.bpe" "$TMP/v/merges.txt" &&
         grep -q '"tokenizer_class": "GPT2Tokenizer"' "$TMP/v/tokenizer_config.json" &&
@@ -47,7 +41,6 @@ c_vocab() {
         grep -q '"bos_token_id": 50256' "$TMP/v/config.json"
 }
 c_vocab_too_big() {
-    [ -n "$VOCAB" ] || return 1
     rm -rf "$TMP/small" && one_line_error "has 50257 tokens, more than the model's vocabulary (V = 1000)" \
         "$CONVERT" to-hf ${FIX}_model.bin "$TMP/small" --vocab-dir "$VOCAB" && [ ! -e "$TMP/small" ]  # nothing written
 }
@@ -87,5 +80,4 @@ for entry in "${CHECKS[@]}"; do check "${entry#*|}" "${entry%%|*}"; done
 
 self_check CONVERT
 
-echo "gpt2_convert: $fails failed"
-[ "$fails" -eq 0 ]
+end_checks "gpt2_convert"

@@ -3,22 +3,16 @@
 # file byte for byte (made by scripts/hellaswag_golden.py, which writes llm.c's layout itself, with npm tiktoken's
 # ids), also from .jsonl.gz; the golden script, rerun here (tiktoken if installed, else our ./tokenizer), agrees;
 # a file with bad lines gets one line per bad line (file, line, field), a summary, and no output. One line per
-# check; exit 1 if any failed. The GPT-2 vocabulary comes from $DATA_MIRROR/gpt2 or data/cache/gpt2.
+# check; exit 1 if any failed. The GPT-2 vocabulary comes from $DATA_MIRROR or data/cache (tests/lib.sh).
 set -u
 set -o pipefail
 cd "$(dirname "$0")/.."
-DATA_MIRROR=${DATA_MIRROR:-../shared/data}
-VOCAB=
-for root in "$DATA_MIRROR" data/cache; do
-    [ -f "$root/gpt2/encoder.json" ] && [ -f "$root/gpt2/vocab.bpe" ] && { VOCAB=$(cd "$root/gpt2" && pwd); break; }
-done
-[ -n "$VOCAB" ] || { echo "error: test data missing: gpt2/encoder.json gpt2/vocab.bpe (not in DATA_MIRROR=$DATA_MIRROR nor data/cache): run 'make data' or set DATA_MIRROR=DIR"; exit 1; }
+source tests/lib.sh  # use_test_data, begin_checks, end_checks
+use_test_data
 HELLASWAG=./data/hellaswag
 FIXTURE=tests/fixtures/hellaswag_fixture.jsonl
 GOLDEN=tests/fixtures/hellaswag_fixture.bin
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
+begin_checks
 source tests/cli_checks.sh  # check, self_check
 
 c_golden() { rm -f "$TMP/hs.bin" && "$HELLASWAG" --vocab-dir "$VOCAB" -o "$TMP/hs.bin" "$FIXTURE" 2>/dev/null && cmp "$TMP/hs.bin" "$GOLDEN"; }
@@ -70,5 +64,4 @@ cp "$FIXTURE" "$TMP/plain.jsonl.gz"
 expect_error "a .gz name over plain JSONL" "plain.jsonl.gz: is named .gz but is not gzip data" "$HELLASWAG" --vocab-dir "$VOCAB" "$TMP/plain.jsonl.gz"
 
 self_check "HELLASWAG"
-echo "hellaswag converter: $fails failed"
-[ "$fails" -eq 0 ]
+end_checks "hellaswag converter"

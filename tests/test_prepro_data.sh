@@ -4,30 +4,15 @@
 # for any -j; --text-field; --fineweb-layout's names and split; and one clear line for each input prepro would
 # otherwise misread (compressed data under another name, a file of another format named .gz/.zst, binary data,
 # JSONL in a .txt, truncated archives). Prints one line per check; exit 1 if any failed. Reads the GPT-2 vocabulary
-# and Tiny Shakespeare from $DATA_MIRROR or data/cache (tests/test_tokenizer_tools.sh says how to get them).
+# and Tiny Shakespeare from $DATA_MIRROR or data/cache (tests/lib.sh).
 set -u
 set -o pipefail
 cd "$(dirname "$0")/.."
-DATA_MIRROR=${DATA_MIRROR:-../shared/data}
-DATA=
-for root in "$DATA_MIRROR" data/cache; do
-    [ -f "$root/gpt2/encoder.json" ] && [ -f "$root/gpt2/vocab.bpe" ] && [ -f "$root/tinyshakespeare/input.txt" ] &&
-        { DATA=$(cd "$root" && pwd); break; }
-done
-[ -n "$DATA" ] || { echo "error: test data missing: gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt (not in DATA_MIRROR=$DATA_MIRROR nor data/cache): run 'make data' or set DATA_MIRROR=DIR"; exit 1; }
-VOCAB=$DATA/gpt2
+source tests/lib.sh  # use_test_data, begin_checks, expect_error, end_checks
+use_test_data
 PREPRO=./data/prepro
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
+begin_checks
 source tests/cli_checks.sh  # check, self_check
-expect_error() {  # description, expected substring, command...: exit non-zero, stderr one line "error: ..."
-    local what=$1 needle=$2; shift 2
-    if "$@" >"$TMP/err.out" 2>"$TMP/err.log"; then echo "FAIL $what (exit 0)"; fails=$((fails + 1)); return; fi
-    if [ "$(wc -l <"$TMP/err.log")" = 1 ] && grep -q '^error: ' "$TMP/err.log" && grep -qF -- "$needle" "$TMP/err.log"; then
-        echo "ok   $what: $(cat "$TMP/err.log")"
-    else echo "FAIL $what: stderr is not one line 'error: ...$needle...':"; tail -5 "$TMP/err.log"; fails=$((fails + 1)); fi
-}
 HAVE_ZSTD=0
 command -v zstd >/dev/null && HAVE_ZSTD=1
 
@@ -112,6 +97,9 @@ expect_error "JSONL in a .txt" "json.txt: looks like JSONL (line 1 is a JSON obj
     "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x/p" "$TMP/json.txt"
 expect_error "binary data named .txt" "binary.txt: looks binary (a NUL byte at byte" \
     "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x/p" "$TMP/binary.txt"
+{ head -c 100000 "$DATA/tinyshakespeare/input.txt"; head -c 2000 ./data/prepro; } >"$TMP/late_binary.txt"
+expect_error "binary data after the first 64 KiB of a .txt" "late_binary.txt: looks binary (a NUL byte at byte 1000" \
+    "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x/p" "$TMP/late_binary.txt"
 expect_error "truncated .jsonl.gz" "cut.jsonl.gz: truncated gzip data: the file ends inside a member" \
     "$PREPRO" --vocab-dir "$VOCAB" -o "$TMP/x/p" "$TMP/cut.jsonl.gz"
 expect_error "--text-field missing in a line" "d.jsonl.gz: line 1 has no \"title\" string field" \
@@ -130,5 +118,4 @@ if [ $HAVE_ZSTD = 1 ]; then
 fi
 
 self_check "PREPRO"
-echo "prepro data: $fails failed"
-[ "$fails" -eq 0 ]
+end_checks "prepro data"

@@ -24,7 +24,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.max_batch, 16);
     EXPECT_EQ(p.args.max_context, 0);
     EXPECT_EQ(p.args.max_queue, 64);
-    EXPECT_EQ(p.args.max_tokens, 16);
+    EXPECT_EQ(p.args.new_tokens, 16);
     EXPECT_EQ(p.args.temperature, 1.0f);
     EXPECT_FALSE(p.args.has_seed);
     EXPECT_EQ(p.args.model_name, "model_00000200");
@@ -32,7 +32,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
 
     p = parse({"-e", "hf/gpt2/", "--host", "0.0.0.0", "--port", "0", "--max-batch", "64", "--max-context", "512",
                "--max-queue", "0", "--prefill-budget", "128", "--max-body", "4096", "--model-name", "gpt2-small",
-               "-n", "32", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7", "--vocab-dir", "v"});
+               "-g", "32", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7", "--vocab-dir", "v"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     EXPECT_EQ(p.args.host, "0.0.0.0");
     EXPECT_EQ(p.args.port, 0);
@@ -42,7 +42,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.prefill_budget, 128);
     EXPECT_EQ(p.args.max_body, 4096);
     EXPECT_EQ(p.args.model_name, "gpt2-small");
-    EXPECT_EQ(p.args.max_tokens, 32);
+    EXPECT_EQ(p.args.new_tokens, 32);
     EXPECT_EQ(p.args.temperature, 0.0f);
     EXPECT_EQ(p.args.top_k, 40);
     EXPECT_FLOAT_EQ(p.args.top_p, 0.9f);
@@ -53,9 +53,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(parse({"-e", "m.safetensors"}).args.model_name, "m");
 
     EXPECT_EQ(parse({"--help"}).status, ParseStatus::Help);
-    p = parse({"--version"});
-    EXPECT_EQ(p.status, ParseStatus::Ok);
-    EXPECT_TRUE(p.args.version);
+    EXPECT_EQ(parse({"--version"}).status, ParseStatus::Version);
     EXPECT_NE(serve_usage("serve_gpt2cu").find("--max-batch"), std::string::npos);
 }
 
@@ -69,7 +67,8 @@ TEST(ServeArgs, BadValuesOneLineNamingTheFlag) {
     expect_rejected({"-e", "m", "--max-queue", "-1"}, "flag --max-queue");
     expect_rejected({"-e", "m", "--prefill-budget", "0"}, "flag --prefill-budget");
     expect_rejected({"-e", "m", "--max-body", "10"}, "flag --max-body");
-    expect_rejected({"-e", "m", "-n", "0"}, "flag -n");
+    expect_rejected({"-e", "m", "-g", "0"}, "flag -g");
+    expect_rejected({"-e", "m", "-n", "8"}, "flag -n: the number of new tokens is -g");
     expect_rejected({"-e", "m", "-st", "2.5"}, "flag -st");
     expect_rejected({"-e", "m", "-sk", "-1"}, "flag -sk");
     expect_rejected({"-e", "m", "-sp", "0"}, "flag -sp");

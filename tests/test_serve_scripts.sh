@@ -7,11 +7,8 @@ cd "$(dirname "$0")/.."
 fail=0
 command -v python3 >/dev/null || { echo "serve scripts: python3 not found: skipped"; exit 0; }
 [ -x tests/serve_mock ] || { echo "FAIL: tests/serve_mock is not built"; exit 1; }
-VOCAB=
-for root in "${DATA_MIRROR:-../shared/data}" data/cache; do
-    [ -f "$root/gpt2/encoder.json" ] && [ -f "$root/gpt2/vocab.bpe" ] && { VOCAB=$root/gpt2; break; }
-done
-[ -n "$VOCAB" ] || { echo "FAIL: no GPT-2 vocabulary in \$DATA_MIRROR/gpt2 or data/cache/gpt2 (make data)"; exit 1; }
+source tests/lib.sh  # use_test_data
+use_test_data
 tmp=$(mktemp -d); mock_pid=
 cleanup() { [ -n "$mock_pid" ] && kill "$mock_pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT

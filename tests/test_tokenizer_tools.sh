@@ -11,37 +11,14 @@
 set -u
 set -o pipefail
 cd "$(dirname "$0")/.."
-# The data: $DATA_MIRROR (default ../shared/data) if it holds every file below, else data/cache (what
-# `make data` downloads). Without either: one line saying what is missing and how to get it, and fail.
-DATA_MIRROR=${DATA_MIRROR:-../shared/data}
-TEST_DATA_CACHE=${TEST_DATA_CACHE:-data/cache}  # (only the check of this message points it elsewhere)
-NEEDED="gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt"
-DATA=
-for root in "$DATA_MIRROR" "$TEST_DATA_CACHE"; do
-    missing=$(for f in $NEEDED; do [ -f "$root/$f" ] || echo "$f"; done)
-    [ -z "$missing" ] && { DATA=$(cd "$root" && pwd); break; }
-done
-if [ -z "$DATA" ]; then
-    missing=$(for f in $NEEDED; do [ -f "$DATA_MIRROR/$f" ] || printf '%s ' "$f"; done)
-    echo "error: test data missing: ${missing% } (not in DATA_MIRROR=$DATA_MIRROR nor data/cache): run 'make data' (downloads it) or set DATA_MIRROR=DIR to a copy holding gpt2/, tinyshakespeare/, alice/"
-    exit 1
-fi
-VOCAB=$DATA/gpt2
+source tests/lib.sh  # use_test_data, begin_checks, expect_error, end_checks
+use_test_data
 SHAKESPEARE=$DATA/tinyshakespeare/input.txt
 ALICE=$DATA/alice/pg11.txt
 TOK=./tokenizer
 PREPRO=./data/prepro
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
+begin_checks
 source tests/cli_checks.sh  # check, self_check
-expect_error() {  # description, expected substring, command...: exit non-zero, stderr one line "error: ..."
-    local what=$1 needle=$2; shift 2
-    if "$@" >"$TMP/err.out" 2>"$TMP/err.log"; then echo "FAIL $what (exit 0)"; fails=$((fails + 1)); return; fi
-    if [ "$(wc -l <"$TMP/err.log")" = 1 ] && grep -q '^error: ' "$TMP/err.log" && grep -qF -- "$needle" "$TMP/err.log"; then
-        echo "ok   $what: $(cat "$TMP/err.log")"
-    else echo "FAIL $what: stderr is not one line 'error: ...$needle...':"; tail -5 "$TMP/err.log"; fails=$((fails + 1)); fi
-}
 roundtrip() {  # file, extra flags: encode then decode gives the same bytes (and some ids in between)
     "$TOK" encode --vocab-dir "$VOCAB" $2 "$1" >"$TMP/ids" && [ -s "$TMP/ids" ] &&
         "$TOK" decode --vocab-dir "$VOCAB" $2 "$TMP/ids" >"$TMP/back" && cmp "$1" "$TMP/back"
@@ -111,6 +88,21 @@ c_jsonl() {
         tail -c +1025 "$TMP/j_train_000000.bin" | "$TOK" decode --raw --vocab-dir "$VOCAB" >"$TMP/j.txt" &&
         [ "$(cat "$TMP/j.txt")" = "$(printf '<|endoftext|>Hello world<|endoftext|>caf\xc3\xa9 \xf0\x9f\x91\x8d')" ]
 }
+# The tools read our own files: decode takes a shard (its header checked and skipped; a file or a pipe) and gives
+# the raw ids' text; info prints its header and what reading every token finds.
+c_decode_shard() {
+    rm -f "$TMP"/ds_*
+    "$PREPRO" --vocab-dir "$VOCAB" --split-blank-lines --val-tokens 32768 -o "$TMP/ds" "$SHAKESPEARE" 2>/dev/null &&
+        "$TOK" decode --vocab-dir "$VOCAB" "$TMP/ds_val_000000.bin" >"$TMP/ds.txt" &&
+        "$TOK" decode --vocab-dir "$VOCAB" <"$TMP/ds_val_000000.bin" | cmp - "$TMP/ds.txt" &&
+        tail -c +1025 "$TMP/ds_val_000000.bin" | "$TOK" decode --raw --vocab-dir "$VOCAB" | cmp - "$TMP/ds.txt" &&
+        [ "$(head -c 26 "$TMP/ds.txt")" = "<|endoftext|>First Citizen" ]
+}
+c_info_shard() {
+    rm -f "$TMP"/ds_*
+    "$PREPRO" --vocab-dir "$VOCAB" --split-blank-lines --val-tokens 32768 -o "$TMP/ds" "$SHAKESPEARE" 2>/dev/null &&
+        [ "$("$TOK" info "$TMP/ds_val_000000.bin")" = "$TMP/ds_val_000000.bin: header: magic 20240520 (data shard), version 1, 32768 tokens; 66560 bytes, as the header says; tokens read: 32768, largest id 50256" ]
+}
 
 # Where prepro writes: the default prefix data/out/data (its directories are made), a rerun into a prefix
 # leaves exactly its own shards there, a failed run leaves the prefix as it was.
@@ -153,6 +145,8 @@ CHECKS=(
     "c_prepro_threads|prepro output independent of threads and shard size splits exactly"
     "c_jsonl|JSONL: <|endoftext|> before each document, escapes decoded"
     "c_decode_escape|decode --escape shows control characters and invalid UTF-8 as \\xNN"
+    "c_decode_shard|decode reads a shard (file or pipe): its header skipped, the text of its ids"
+    "c_info_shard|info prints a shard's header, token count and largest id"
     "c_prepro_default_prefix|prepro default prefix data/out/data: its directories are made"
     "c_prepro_rerun_replaces_shards|prepro rerun into a prefix: its shards are exactly the new run's"
     "c_prepro_failed_run_leaves_prefix|prepro run failing midway: the prefix is as before, nothing of the run is left"
@@ -202,6 +196,14 @@ expect_error "empty train split" "error: --val-tokens: 999999999 takes all 33802
 check "empty train split writes nothing" test ! -e "$TMP/all_val"
 expect_error "--val-tokens out of range" "error: --val-tokens: 99999999999999999999 is out of range (0 to 9223372036854775807)" \
     "$PREPRO" --vocab-dir "$VOCAB" --val-tokens 99999999999999999999 -o "$TMP/x" "$SHAKESPEARE"
+head -c 2000 "$TMP/binary.bin" >"$TMP/not_shard.bin"
+printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x10\x00\x00\x00' >"$TMP/padded_shard.bin"  # a header's start: 16 tokens promised
+head -c 1100 /dev/zero >>"$TMP/padded_shard.bin"
+expect_error "info on a file that is not a shard" "not_shard.bin: not a token data shard (magic" "$TOK" info "$TMP/not_shard.bin"
+expect_error "info on a shard with trailing bytes" "padded_shard.bin: file is 1112 bytes but its header (16 tokens) implies 1056 (trailing bytes)" "$TOK" info "$TMP/padded_shard.bin"
+expect_error "decode a shard with trailing bytes from a pipe" "<stdin>: file is 1112 bytes but its header (16 tokens) implies 1056 (trailing bytes)" \
+    sh -c "'$TOK' decode --vocab-dir '$VOCAB' <'$TMP/padded_shard.bin'"
+expect_error "info without a file" "FILE: missing (info needs at least one); see tokenizer --help" "$TOK" info
 expect_error "prepro missing vocabulary" "/nonexistent/encoder.json: cannot open" "$PREPRO" --vocab-dir /nonexistent -o "$TMP/x" "$TMP/empty.txt"
 
 # Without the data, this suite (and the unit tests) says what is missing in one line, and fails.
@@ -211,6 +213,14 @@ c_no_data_is_one_line() {
         grep -qF "error: test data missing: gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt (not in DATA_MIRROR=$TMP/no_mirror nor data/cache): run 'make data'" "$TMP/nodata.out"
 }
 check "no test data: one line saying what is missing and how to get it, and exit 1" c_no_data_is_one_line
+# make test says the same in its one line before it builds anything (make -n: nothing would run either way; a
+# make of its own, not one of the make test running this)
+c_make_test_without_data() {
+    ! env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -n test DATA_MIRROR="$TMP/no_mirror" TEST_DATA_CACHE="$TMP/no_cache" >"$TMP/make_nodata.out" 2>&1 &&
+        [ "$(wc -l <"$TMP/make_nodata.out")" = 1 ] &&
+        grep -qF "error: test data missing: gpt2/encoder.json gpt2/vocab.bpe tinyshakespeare/input.txt alice/pg11.txt alice/pg11_lf.txt (not in DATA_MIRROR=$TMP/no_mirror nor data/cache)" "$TMP/make_nodata.out"
+}
+check "make test without the test data: that one line, before building" c_make_test_without_data
 
 # scripts/run_tinyshakespeare.sh asks make for the data and the trainer every time (make decides what is
 # stale); it used to skip make whenever ./train_gpt2cu existed, however old. It picks the GPU trainer where
@@ -244,5 +254,4 @@ check "run_tinyshakespeare.sh without a GPU: says so, lets make rebuild train_gp
 # "empty == empty" trap); the empty-file check is exempt from the silent stand-in (no output is its right answer).
 self_check "TOK PREPRO" c_empty_file
 
-echo "tokenizer tools: $fails failed"
-[ "$fails" -eq 0 ]
+end_checks "tokenizer tools"

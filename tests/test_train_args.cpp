@@ -118,6 +118,17 @@ TEST(TrainArgs, HelpIsRecognisedAnywhere) {
     }
 }
 
+// --check takes no value, anywhere on the line; without it the run trains.
+TEST(TrainArgs, CheckIsASwitch) {
+    EXPECT_FALSE(parse({}).args.check);
+    Parsed p = parse({"--check", "-b", "8"});
+    ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
+    EXPECT_TRUE(p.args.check);
+    EXPECT_EQ(p.args.B, 8);
+    EXPECT_TRUE(parse({"-b", "8", "--check"}).args.check);
+    EXPECT_NE(train_usage("train_gpt2cu").find("  --check "), std::string::npos);
+}
+
 // llm.c's -h 1 turns the HellaSwag eval on; -h alone, last or before another flag, is still help.
 TEST(TrainArgs, HellaSwagFlagsAndHelp) {
     EXPECT_EQ(parse({"-h", "-b", "8"}).status, ParseStatus::Help);

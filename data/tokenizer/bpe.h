@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -75,8 +76,16 @@ class BPETokenizer {
 public:
     static constexpr const char* kEndOfText = "<|endoftext|>";
 
+    // A vocabulary directory, what every program's --vocab-dir names: a file missing there says so, and which flag.
     static BPETokenizer load(const std::string& vocab_dir) {
-        return BPETokenizer(vocab_dir + "/encoder.json", vocab_dir + "/vocab.bpe");
+        const std::string encoder = vocab_dir + "/encoder.json", merges = vocab_dir + "/vocab.bpe";
+        try {
+            return BPETokenizer(encoder, merges);
+        } catch (const FileError& e) {
+            if (path_exists(encoder) && path_exists(merges)) throw;
+            throw FileError(std::string(e.what()) + " (--vocab-dir names the directory of encoder.json and vocab.bpe; "
+                                                    "make data fills data/cache/gpt2)");
+        }
     }
 
     BPETokenizer(const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
@@ -477,6 +486,22 @@ private:
         }
         for (int k = 0; k >= 0; k = next[(size_t)k]) out.push_back(id[(size_t)k]);
     }
+};
+
+// One BPEEncoder for many threads (the server's request threads): one text at a time, its caches shared.
+class LockedEncoder {
+public:
+    explicit LockedEncoder(const BPETokenizer& tok) : encoder_(tok) {}
+    std::vector<int> encode_ordinary(const std::string& text) {
+        std::vector<int> ids;
+        std::lock_guard<std::mutex> lock(mutex_);
+        encoder_.encode_ordinary(text, ids);
+        return ids;
+    }
+
+private:
+    BPEEncoder encoder_;
+    std::mutex mutex_;
 };
 
 // Runs fn(i, encoder) for i in [0, count) on `threads` threads, each with its own BPEEncoder.

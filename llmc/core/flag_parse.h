@@ -1,14 +1,26 @@
-// What every command-line parser of the programs shares (train_args.h, generate_args.h): the outcome of a parse
-// and strict number parsing (the whole string, in range; anything else is the caller's one-line error).
+// What every command-line parser of the programs shares (train_args.h, generate_args.h, serve_args.h): the outcome
+// of a parse, what main does with it, and strict number parsing (the whole string, in range; anything else is the
+// caller's one-line error).
 #pragma once
 
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
-enum class ParseStatus { Ok, Help, Error };
+enum class ParseStatus { Ok, Help, Version, Error };
+
+// main's answer to a parse: the usage or the version line on stdout (exit 0), or the error in one line pointing at
+// --help (exit 1). Returns the exit code, or -1 when the program goes on.
+inline int finish_parse(ParseStatus st, const std::string& error, const char* program, const std::string& usage,
+                        const std::string& version) {
+    if (st == ParseStatus::Help) printf("%s", usage.c_str());
+    if (st == ParseStatus::Version) printf("%s\n", version.c_str());
+    if (st == ParseStatus::Error) fprintf(stderr, "error: %s (%s --help lists the flags)\n", error.c_str(), program);
+    return st == ParseStatus::Ok ? -1 : st == ParseStatus::Error ? 1 : 0;
+}
 
 namespace flag_parse {
 

@@ -220,6 +220,41 @@ inline void ensure_directory(const std::string& dir) {
     if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) file_error(dir, "exists but is not a directory");
 }
 
+// Why files could not be written in `dir` later, checked now without writing anything ("" when they can): it must be
+// a writable directory, or not exist yet with a writable parent (ensure_directory makes one level).
+inline std::string directory_unwritable_reason(std::string dir) {
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    struct stat st;
+    if (stat(dir.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return "exists and is not a directory";
+        if (access(dir.c_str(), W_OK | X_OK) != 0) return std::string("is not writable (") + strerror(errno) + ")";
+        return "";
+    }
+    if (errno == ENOTDIR) return "cannot be made: part of its path is a file, not a directory";
+    if (errno != ENOENT) return std::string("cannot be looked at (") + strerror(errno) + ")";
+    const std::string parent = parent_directory(dir);
+    if (stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        return "does not exist, nor does the directory it would be made in, " + parent;
+    }
+    if (access(parent.c_str(), W_OK | X_OK) != 0) {
+        return "does not exist and cannot be made: " + parent + " is not writable (" + strerror(errno) + ")";
+    }
+    return "";
+}
+
+// Why a file could not be written at `path` later, checked now without writing anything ("" when it can): its
+// directory must exist and be writable, and the path must not be a directory.
+inline std::string file_unwritable_reason(const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "is a directory";
+    const std::string dir = parent_directory(path);
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "its directory " + dir + " does not exist";
+    if (access(dir.c_str(), W_OK | X_OK) != 0) {
+        return "its directory " + dir + " is not writable (" + strerror(errno) + ")";
+    }
+    return "";
+}
+
 // Memory sized from a file's header or length: a valid header can ask for terabytes (a sparse file costs no disk).
 // allocate_for_file(path, bytes, what, fn) runs fn (which allocates about `bytes`) only if RAM + swap can hold it,
 // and turns a failed allocation (std::bad_alloc) into a one-line FileError naming the file and the size. Checking

@@ -336,3 +336,9 @@ inline void export_hf_gpt2(const std::string& model_path, const std::string& dir
 inline ModelFile read_model_any(const std::string& path) {
     return is_hf_gpt2_path(path) ? read_hf_gpt2(path) : read_model_file(path);
 }
+
+// The shape behind -e without reading the parameters: our file's header (and its exact length), or an HF model's
+// files, config.json and every tensor's name, dtype and shape. What the trainers check before any heavy work.
+inline GPT2Config read_model_config_any(const std::string& path) {
+    return is_hf_gpt2_path(path) ? HfGpt2Reader(path).config() : read_model_header(path, nullptr);
+}

@@ -2,7 +2,7 @@
 // before any GPU work, each problem one line naming the flag, the file or the prompt.
 //   -e MODEL      model file (ours or llm.c's), Hugging Face GPT-2 directory / .safetensors (required)
 //   -p TEXT       one prompt            -pf FILE   one prompt per line (UTF-8; "\n" and "\r\n" line ends)
-//   -n N          new tokens per prompt (default 256)
+//   -g N          new tokens per prompt (default 256; the trainer's name for the samples' length)
 //   -st T         temperature (default 1.0; 0 = greedy)     -sk K   top-k (default 0 = off)
 //   -sp P         top-p, nucleus (default 1.0 = off)        -seed S random seed (default 1337)
 //   --vocab-dir DIR   encoder.json + vocab.bpe (default data/cache/gpt2, made by `make data`)
@@ -18,18 +18,13 @@
 
 #include "llmc/core/flag_parse.h"
 #include "llmc/core/utils.h"
+#include "llmc/inference/generation_flags.h"
 
-struct GenerateArgs {
-    std::string model;                       // -e
+// -e, -g, -st, -sk, -sp, -seed, --vocab-dir: GenerationFlags (shared with the server), here with their defaults
+struct GenerateArgs : GenerationFlags {
     std::string prompt;                      // -p
     bool has_prompt = false;                 // -p given (an empty -p is an error, not a missing flag)
     std::string prompt_file;                 // -pf
-    int new_tokens = 256;                    // -n
-    float temperature = 1.0f;                // -st
-    int top_k = 0;                           // -sk
-    float top_p = 1.0f;                      // -sp
-    uint64_t seed = 1337;                    // -seed
-    std::string vocab_dir = "data/cache/gpt2";  // --vocab-dir
     std::string ids_file;                    // --ids: each prompt's generated token ids, a line per prompt
 };
 
@@ -41,13 +36,15 @@ inline std::string generate_usage(const std::string& program) {
              "  -e <path>    model: our or llm.c's model file, a Hugging Face GPT-2 directory or .safetensors\n"
              "  -p <text>    a prompt\n"
              "  -pf <file>   prompts, one per line (all generated in one batch)\n"
-             "  -n <int>     new tokens per prompt (default %d); generation also stops at <|endoftext|>\n"
+             "  -g <int>     new tokens per prompt (default %d); generation also stops at <|endoftext|>\n"
              "  -st <float>  temperature (default %g; 0 = greedy)\n"
              "  -sk <int>    top-k (default %d = off)\n"
              "  -sp <float>  top-p, the nucleus (default %g = off)\n"
              "  -seed <int>  random seed (default %llu): the same seed gives the same text\n"
              "  --vocab-dir <dir>  encoder.json + vocab.bpe (default %s; `make data` fills it)\n"
-             "  --ids <file>  also write each prompt's generated token ids there, one line per prompt\n",
+             "  --ids <file>  also write each prompt's generated token ids there, one line per prompt (default: none)\n"
+             "  -h, --help   print this and exit\n"
+             "  --version    print the program, the commit it was built from and its precision, and exit\n",
              program.c_str(), d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              (unsigned long long)d.seed, d.vocab_dir.c_str());
     return buf;
@@ -55,46 +52,19 @@ inline std::string generate_usage(const std::string& program) {
 
 // Parses argv[1..argc). On Error, *error holds one line naming the flag and the problem.
 inline ParseStatus parse_generate_args(int argc, const char* const* argv, GenerateArgs* a, std::string* error) {
-    using namespace flag_parse;
-    constexpr int64_t kIntMax = 2147483647;
-    for (int i = 1; i < argc; i++) {
-        const std::string flag = argv[i];
-        if (flag == "--help" || flag == "-h") return ParseStatus::Help;
-        if (i + 1 >= argc) {
-            *error = "flag " + flag + ": " + (flag.size() > 1 && flag[0] == '-' ? "needs a value" : "unexpected argument");
-            return ParseStatus::Error;
+    const ParseStatus st = parse_generation_args(argc, argv, a, 1e6, error,
+                                                 [&](const std::string& flag, const std::string& v, std::string* expected) {
+        if (flag != "-p" && flag != "-pf" && flag != "--ids") return FlagTaken::No;
+        if (v.empty()) {
+            *expected = flag == "-p" ? "a prompt (it is empty)" : "a file";
+            return FlagTaken::Bad;
         }
-        const std::string v = argv[++i];
-        auto fail = [&](const std::string& what) {
-            *error = "flag " + flag + ": expected " + what + ", got '" + v + "'";
-            return ParseStatus::Error;
-        };
-        int64_t n = 0;
-        if (flag == "-e") { if (v.empty()) return fail("a model path"); a->model = v; }
-        else if (flag == "-p") {
-            if (v.empty()) return fail("a prompt (it is empty)");
-            a->prompt = v;
-            a->has_prompt = true;
-        }
-        else if (flag == "-pf") { if (v.empty()) return fail("a file"); a->prompt_file = v; }
-        else if (flag == "-n") { if (!parse_int64(v, 1, kIntMax, &n)) return fail("an integer >= 1"); a->new_tokens = (int)n; }
-        else if (flag == "-st") { if (!parse_float(v, 0.0, 1e6, &a->temperature)) return fail("a number >= 0"); }
-        else if (flag == "-sk") { if (!parse_int64(v, 0, kIntMax, &n)) return fail("an integer >= 0"); a->top_k = (int)n; }
-        else if (flag == "-sp") {
-            if (!parse_float(v, 0.0, 1.0, &a->top_p) || !(a->top_p > 0.0f)) return fail("a number in (0, 1]");
-        }
-        else if (flag == "-seed") {
-            if (!parse_int64(v, 0, INT64_MAX, &n)) return fail("an integer >= 0");
-            a->seed = (uint64_t)n;
-        }
-        else if (flag == "--vocab-dir") { if (v.empty()) return fail("a directory"); a->vocab_dir = v; }
-        else if (flag == "--ids") { if (v.empty()) return fail("a file"); a->ids_file = v; }
-        else {
-            *error = "unknown flag " + flag;
-            return ParseStatus::Error;
-        }
-    }
-    if (a->model.empty()) { *error = "flag -e: a model is required"; return ParseStatus::Error; }
+        if (flag == "-p") a->prompt = v, a->has_prompt = true;
+        if (flag == "-pf") a->prompt_file = v;
+        if (flag == "--ids") a->ids_file = v;
+        return FlagTaken::Yes;
+    });
+    if (st != ParseStatus::Ok) return st;
     const bool has_p = a->has_prompt, has_pf = !a->prompt_file.empty();
     if (has_p == has_pf) {
         *error = has_p ? "flags -p and -pf: give one of them, not both" : "flag -p or -pf: a prompt is required";

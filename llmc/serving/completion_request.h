@@ -3,7 +3,7 @@
 // (docs/SERVING.md has the table):
 //   prompt       a string (encoded by the server's GPT-2 BPE) or an array of token ids; one prompt per request
 //                (arrays of prompts are refused: send one request each); 1 .. context - 1 tokens
-//   max_tokens   >= 1, prompt + max_tokens <= context (default: serve_gpt2cu's -n, cut to what fits)
+//   max_tokens   >= 1, prompt + max_tokens <= context (default: serve_gpt2cu's -g, cut to what fits)
 //   temperature  [0, 2] (0: greedy)   top_p (0, 1]   top_k  -1 or 0 (off) or >= 1 (an extension, as vLLM's)
 //   seed         an integer: the same seed and prompt give the same tokens, whatever else runs
 //   stop         a string or up to 4 non-empty strings, found in the text across tokens and left out of it
@@ -34,7 +34,7 @@ struct ApiError {
     std::string code;   // empty: null
 };
 
-// What the server serves and its defaults for fields a request leaves out (serve_gpt2cu's -n -st -sk -sp -seed).
+// What the server serves and its defaults for fields a request leaves out (serve_gpt2cu's -g -st -sk -sp -seed).
 struct ServeLimits {
     std::string model = "gpt2";
     int context = 1024;             // positions per sequence: prompt + completion

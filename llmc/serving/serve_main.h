@@ -32,6 +32,20 @@ inline sigset_t serve_block_signals() {
 }
 
 // Serves until a signal (see the top); the exit code. `what` names the engine in the start line.
+// The requests' limits a server run with these flags serves: its model's context and vocabulary, and the flags'
+// defaults for the fields a request leaves out.
+inline ServeLimits serve_limits(const ServeArgs& a, int context, int vocab_size) {
+    ServeLimits l;
+    l.model = a.model_name;
+    l.context = context;
+    l.vocab_size = vocab_size;
+    l.max_body_bytes = (size_t)a.max_body;
+    l.max_tokens = a.new_tokens;
+    l.pick = PickParams{a.temperature, a.top_k, a.top_p};
+    l.has_seed = a.has_seed, l.seed = a.seed;
+    return l;
+}
+
 inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup, const sigset_t& signals,
                       const std::string& what) {
     SchedulerOptions so;

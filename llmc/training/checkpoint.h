@@ -32,6 +32,18 @@ struct RunShape {
     long long tokens_per_step() const { return (long long)B * T * num_processes * grad_accum_steps; }
 };
 
+// The shape a run state was written with, which must have this run's T and tokens per step (the data windows).
+inline RunShape check_resume_shape(const std::string& path, const RunState& s, const RunShape& shape) {
+    const RunShape saved{s.B, s.T, s.num_processes, s.grad_accum_steps};
+    if (saved.T != shape.T || saved.tokens_per_step() != shape.tokens_per_step()) {
+        file_error(path, "was written with T=%d and %lld tokens per step (B=%d x processes=%d x grad_accum=%d); "
+                   "this run has T=%d and %lld (B=%d x processes=%d x grad_accum=%d): resume with the same -t and "
+                   "-d", s.T, saved.tokens_per_step(), s.B, s.num_processes, s.grad_accum_steps, shape.T,
+                   shape.tokens_per_step(), shape.B, shape.num_processes, shape.grad_accum_steps);
+    }
+    return saved;
+}
+
 struct Checkpointer {
     std::string dir;       // the run's output directory (-o)
     int keep = 0;          // -nk: keep this run's newest `keep` checkpoints (0 = all)
@@ -76,13 +88,7 @@ struct Checkpointer {
                 int rank) {
         const std::string path = state_path(step);
         RunState s = read_run_state(path);
-        const RunShape saved{s.B, s.T, s.num_processes, s.grad_accum_steps};
-        if (saved.T != shape.T || saved.tokens_per_step() != shape.tokens_per_step()) {
-            file_error(path, "was written with T=%d and %lld tokens per step (B=%d x processes=%d x grad_accum=%d); "
-                       "this run has T=%d and %lld (B=%d x processes=%d x grad_accum=%d): resume with the same -t and "
-                       "-d", s.T, saved.tokens_per_step(), s.B, s.num_processes, s.grad_accum_steps, shape.T,
-                       shape.tokens_per_step(), shape.B, shape.num_processes, shape.grad_accum_steps);
-        }
+        const RunShape saved = check_resume_shape(path, s, shape);
         const bool reshaped = saved.B != shape.B || saved.num_processes != shape.num_processes ||
                               saved.grad_accum_steps != shape.grad_accum_steps;
         if (s.version < 3 && s.grad_accum_steps > 1) {

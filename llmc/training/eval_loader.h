@@ -1,6 +1,6 @@
 // The eval file (llmc/formats/eval_file.h) as batches for a forward pass, and the batch's losses back to picks:
 // llm.c's EvalLoader (llmc/dataloader.h: evalloader_reset, evalloader_next_batch, evalloader_stat_losses), on the
-// host, for the trainer's HellaSwag eval (-h 1, next: docs/EVALUATION.md).
+// host, for the trainer's HellaSwag eval (-h 1, llmc/training/hellaswag_eval.h; docs/EVALUATION.md).
 //   - Each example takes 4 rows of a (B, T) batch, one per ending: the context, then the ending. B/4 examples fit.
 //   - targets[t] = inputs[t + 1] where the ending is: the last context token predicts the first ending token; the
 //     mask is 1 at those positions, so the forward's per-position losses there are the ending's -log p.

@@ -69,6 +69,7 @@ struct TrainArgs {
     int zero_stage = 0;                  // -z 0 | 1 | 2: ZeRO-1 shards master weights and AdamW moments over the
                                          // ranks, ZeRO-2 the gradients too
     int zero_bucket_mb = 25;             // -zb  MB of bf16 gradients per exchanged bucket (several GPUs)
+    bool check = false;                  // --check: check every input, print the start-up table's host rows, exit
     std::vector<std::string> flags_given;  // every flag on the command line, in order (the CPU trainer's notes)
 };
 
@@ -168,7 +169,10 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
         text("  (fp32 throughout, OpenMP threads: OMP_NUM_THREADS. The GPU trainer's -r -f -w -cg -ab -pn -pr -pg");
         text("   -pi -pf -z -zb are accepted and ignored, with a note; -pn above 1 is an error)");
     }
+    text("  --check      check every input (shards and each token, model, output dir, eval and tokenizer");
+    text("               files), print the start-up table's rows that need no device, and exit; trains nothing");
     text("  -h, --help   print this and exit");
+    text("  --version    print the program, the commit it was built from and its precision, and exit");
     return out;
 }
 
@@ -179,6 +183,11 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
     for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];
         if (flag == "--help") return ParseStatus::Help;
+        if (flag == "--version") return ParseStatus::Version;
+        if (flag == "--check") {
+            a->check = true;
+            continue;
+        }
         // "-h" alone (or before another flag) is help; "-h 0|1" is llm.c's HellaSwag switch
         if (flag == "-h" && (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] != '\0'))) return ParseStatus::Help;
         if (flag.size() < 2 || flag[0] != '-') {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "llmc/core/rand.h"
+#include "llmc/core/startup_table.h"
 #include "llmc/core/utils.h"
 #include "llmc/formats/tokenizer_file.h"
 #include "llmc/model/gpt2_config.h"
@@ -34,6 +35,20 @@
 // step 0 as a new run, which may not mix its files with another run's checkpoints there (-ow 1 deletes them).
 // Crashed writers' temporary files are cleaned up. barrier: every process waits for the others (several GPUs).
 // Returns the step to resume from, or -1.
+// Where a run in -o starts, read only (the preflight's view and the run's): the newest checkpoint that belongs
+// together (-y 1), else -1, a new run, which may not share -o with another run's checkpoints unless -ow 1.
+inline int resume_point(const TrainArgs& a, std::vector<std::string>* notes) {
+    const int resume_step = a.resume ? latest_checkpoint(a.output_dir, notes) : -1;
+    if (a.resume && resume_step < 0) {
+        notes->push_back("-y 1 but no complete checkpoint in " + a.output_dir + ": starting from scratch");
+    }
+    if (resume_step < 0 && !a.output_dir.empty() && !a.overwrite_output) {
+        const std::string conflict = fresh_run_conflict(a.output_dir);
+        if (!conflict.empty()) trainer_fail(conflict);
+    }
+    return resume_step;
+}
+
 inline int prepare_output_dir(const TrainArgs& a, Checkpointer* ckpt, bool main_rank,
                               const std::function<void()>& barrier) {
     std::vector<std::string> notes;
@@ -41,16 +56,12 @@ inline int prepare_output_dir(const TrainArgs& a, Checkpointer* ckpt, bool main_
         ensure_directory(a.output_dir);
         notes = clean_stale_temporaries(a.output_dir);
     }
-    const int resume_step = a.resume ? ckpt->latest(&notes) : -1;
-    if (a.resume && resume_step < 0) {
-        notes.push_back("-y 1 but no complete checkpoint in " + a.output_dir + ": starting from scratch");
-    }
+    const int resume_step = resume_point(a, &notes);
     if (resume_step < 0) {
         ckpt->run_id = new_run_id();
-        const std::string conflict = a.output_dir.empty() ? "" : fresh_run_conflict(a.output_dir);
-        if (!conflict.empty() && !a.overwrite_output) trainer_fail(conflict);
         if (a.overwrite_output) {  // the barriers on every rank alike, whatever each one's view of -o
             barrier();  // every rank has looked at the directory before rank 0 changes it
+            const std::string conflict = a.output_dir.empty() ? "" : fresh_run_conflict(a.output_dir);
             if (main_rank && !conflict.empty()) {
                 const int removed = remove_all_checkpoints(a.output_dir);
                 notes.push_back("-ow 1: deleted " + std::to_string(removed) + " checkpoint files of an earlier run in " +
@@ -120,12 +131,43 @@ inline std::unique_ptr<DataLoader> open_train_data(const TrainArgs& a, int rank,
                                         layout.grad_accum_steps);
 }
 
-// The start-up table's data rows: training data (or none, -x 0), validation data, the HellaSwag file.
-inline std::vector<std::pair<std::string, std::string>> data_table_rows(const TrainArgs& a, const DataLoader* train,
-                                                                        const DataLoader* val,
-                                                                        const HellaSwagEval* hs) {
+// The validation data (-j), unless -v 0 never validates; never shuffled.
+inline std::unique_ptr<DataLoader> open_val_data(const TrainArgs& a, int rank, int world, int vocab_size) {
+    if (a.val_every <= 0) return nullptr;
+    return std::make_unique<DataLoader>(a.val_pattern, a.B, a.T, rank, world, false, a.seed, vocab_size);
+}
+
+using TableRows = std::vector<std::pair<std::string, std::string>>;
+
+// The start-up tables' rows on the model: where it comes from and its shape.
+inline TableRows model_table_rows(const std::string& description, const GPT2Config& c) {
     auto str = [](long long x) { return std::to_string(x); };
-    std::vector<std::pair<std::string, std::string>> rows;
+    return {{"model", description},
+            {"L / NH / C", str(c.num_layers) + " / " + str(c.num_heads) + " / " + str(c.channels)},
+            {"max T / V / Vp", str(c.max_seq_len) + " / " + str(c.vocab_size) + " / " + str(c.padded_vocab_size)},
+            {"parameters", str((long long)gpt2_num_parameters(c))}};
+}
+
+// The start-up tables' rows on the optimization: tokens per step, steps, the schedule, decay and clipping.
+inline TableRows schedule_table_rows(const TrainArgs& a, const BatchLayout& layout, int start_step, int total_steps) {
+    auto num = [](double x) { char b[64]; snprintf(b, sizeof(b), "%.6g", x); return std::string(b); };
+    auto str = [](long long x) { return std::to_string(x); };
+    return {{"tokens per step", str(layout.tokens_per_step) + " (grad accum " + str(layout.grad_accum_steps) + ")"},
+            {"steps", str(start_step) + " -> " + str(total_steps) + (a.max_steps == -1 ? " (one epoch)" : "")},
+            {"lr schedule", std::string(lr_schedule_name(a.lr_schedule)) + " max " + num(a.learning_rate) +
+                                " warmup " + str(a.warmup_steps) + " final x" + num(a.final_lr_frac)},
+            {"weight decay / clip", num(a.weight_decay) + " / " + num(a.grad_clip)}};
+}
+
+inline void print_table_rows(const TableRows& rows) {
+    for (const auto& [k, v] : rows) printf("%s\n", format_table_row(k, v).c_str());
+}
+
+// The start-up table's data rows: training data (or none, -x 0), validation data, the HellaSwag file.
+inline TableRows data_table_rows(const TrainArgs& a, const DataLoader* train, const DataLoader* val,
+                                 const HellaSwagEval* hs) {
+    auto str = [](long long x) { return std::to_string(x); };
+    TableRows rows;
     rows.emplace_back("train data", train ? a.train_pattern + " (" + str(train->num_shards()) + " shards, " +
                                                 str((long long)train->num_batches_per_epoch()) + " batches)"
                                           : std::string("(not read: -x 0 evaluates only)"));
@@ -159,15 +201,26 @@ inline LRScheduler make_schedule(const TrainArgs& a, int total_steps) {
     return sched;
 }
 
-// The tokenizer for printing samples (rank 0, when sampling): missing or bad means samples print token ids.
-inline std::unique_ptr<TokenizerFile> load_sample_tokenizer(const TrainArgs& a, bool main_rank) {
-    if (a.sample_every <= 0 || !main_rank) return nullptr;
-    try {
-        return std::make_unique<TokenizerFile>(read_tokenizer_file(a.tokenizer_path));
-    } catch (const FileError& e) {
-        printf("note: samples are printed as token ids (%s)\n", e.what());
+inline bool flag_given(const TrainArgs& a, const char* flag) {
+    return std::find(a.flags_given.begin(), a.flags_given.end(), flag) != a.flags_given.end();
+}
+
+// The tokenizer for printing samples (when sampling). The default file missing means samples print token ids, as in
+// llm.c (a note says so when say_note); a -tok file missing, or any tokenizer file that does not read, is an error.
+inline std::unique_ptr<TokenizerFile> load_sample_tokenizer(const TrainArgs& a, bool say_note) {
+    if (a.sample_every <= 0) return nullptr;
+    if (!path_exists(a.tokenizer_path)) {
+        if (flag_given(a, "-tok")) {
+            trainer_fail("flag -tok: no tokenizer file at " + a.tokenizer_path +
+                         " (./tokenizer export -o FILE writes one; without -tok samples print token ids)");
+        }
+        if (say_note) {
+            printf("note: samples are printed as token ids (no %s: make data writes it, or name one with -tok)\n",
+                   a.tokenizer_path.c_str());
+        }
         return nullptr;
     }
+    return std::make_unique<TokenizerFile>(read_tokenizer_file(a.tokenizer_path));
 }
 
 // The token samples start from: <|endoftext|> (the tokenizer's, else GPT-2's 50256), which must be in the model's

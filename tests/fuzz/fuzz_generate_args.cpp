@@ -62,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_REQUIRE(!p.empty() && p.size() < 16, "a prompt of %zu tokens accepted", p.size());
             for (int id : p) FUZZ_REQUIRE(id >= 0 && id < 200, "id %d accepted", id);
         }
-        FUZZ_REQUIRE(room >= 1 && room <= new_tokens, "room %d for -n %d", room, new_tokens);
+        FUZZ_REQUIRE(room >= 1 && room <= new_tokens, "room %d for -g %d", room, new_tokens);
     }
     return 0;
 }

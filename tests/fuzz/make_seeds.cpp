@@ -318,7 +318,7 @@ static void train_args_seeds() {
                                                 "-c", "0.1", "-gc", "0", "-ab", "flash", "-seed", "7", "-sh", "0"}));
     put("train_args", "help.bin", argv({"-b", "1", "--help"}));
     put("generate_args", "prompt.bin", argv({"-e", "d12", "-p", "Hello, world"}));
-    put("generate_args", "file.bin", argv({"-e", "hf_dir", "-pf", "prompts.txt", "-n", "64", "-st", "0.7", "-sk", "40",
+    put("generate_args", "file.bin", argv({"-e", "hf_dir", "-pf", "prompts.txt", "-g", "64", "-st", "0.7", "-sk", "40",
                                            "-sp", "0.9", "-seed", "7", "--vocab-dir", "v"}));
     put("generate_args", "lines.txt", "Once upon a time\r\nThe meaning of life is\nHello");
 }
