@@ -31,7 +31,7 @@ export NCCL_NVLS_ENABLE=0  # NVLink hosts without multicast support (README); mp
 [[ $NGPU =~ ^[0-9]+$ ]] && [ "$NGPU" -ge 2 ] || { echo "error: NGPU=$NGPU: expected a GPU count of 2 or more" >&2; exit 1; }
 mkdir -p "$LOGS"
 # a log of an earlier run must never stand in for this one's
-rm -f "$LOGS"/{single,mpi,single_z1,single_accum,yard_big,yard_small}.log "$LOGS"/{fs,resume_on_,lost_}*.log "$LOGS"/lost_*.err
+rm -f "$LOGS"/{single,mpi,single_z1,single_accum,yard_big,yard_small,yard_accum_big,yard_accum_small}.log "$LOGS"/{fs,resume_on_,lost_}*.log "$LOGS"/lost_*.err
 n=$(nvidia-smi -L | grep -c GPU); [ "$n" -ge "$NGPU" ] || { echo "error: needs $NGPU GPUs, found $n" >&2; exit 1; }
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1
@@ -74,6 +74,7 @@ run_fs fs_z1_again "${common[@]}" -z 1 || rc=1  # runs are deterministic: every 
 run_fs fs_z2 "${common[@]}" -z 2 || rc=1  # ZeRO-2: the rank's gradient shard only, the layers' gradients in slots
 accum=(-e d12 -b "$B" -t "$T" -d $((2 * B * T * NGPU)) -x "$STEPS" -v 0 -s 0 -i "$DATA")  # 2 micro-steps per rank
 ./train_gpt2cu "${accum[@]}" >"$LOGS/single_accum.log" 2>&1 || { tail -n 5 "$LOGS/single_accum.log"; rc=1; }
+run_fs fs_z1_accum "${accum[@]}" -z 1 || rc=1
 run_fs fs_z2_accum "${accum[@]}" -z 2 || rc=1
 # resume each run's step-$half checkpoint on the other GPU count (the final checkpoints removed first)
 printf -v last_ck '%08d' "$STEPS"
@@ -113,6 +114,18 @@ for y in yard_big yard_small; do
     yard=$(awk -v a="$yard" -v b="$f" -v c="$w" 'BEGIN {m = a; if (b > m) m = b; if (c > m) m = c; print m}')
 done
 bound=$(awk -v y="$yard" -v t="$TOL" 'BEGIN {b = 2 * y; if (b < t) b = t; printf "%.3e", b}')
+# the runs with 2 micro-steps per rank follow another trajectory (twice the tokens per step): their own yardstick,
+# 1 GPU with the same tokens per step in 1 and in 4N micro-steps against single_accum's 2N
+abig=("${accum[@]}"); abig[3]=$((2 * B * NGPU)); asmall=("${accum[@]}"); asmall[3]=$((B / 2))
+./train_gpt2cu "${abig[@]}" >"$LOGS/yard_accum_big.log" 2>&1 || { tail -n 5 "$LOGS/yard_accum_big.log"; rc=1; }
+./train_gpt2cu "${asmall[@]}" >"$LOGS/yard_accum_small.log" 2>&1 || { tail -n 5 "$LOGS/yard_accum_small.log"; rc=1; }
+ayard=0
+for y in yard_accum_big yard_accum_small; do
+    read -r n _ f w <<<"$(compare single_accum $y)"
+    [ "$n" = "$STEPS" ] || { echo "rounding yardstick $y: $n of $STEPS steps FAIL"; rc=1; }
+    ayard=$(awk -v a="$ayard" -v b="$f" -v c="$w" 'BEGIN {m = a; if (b > m) m = b; if (c > m) m = c; print m}')
+done
+abound=$(awk -v y="$ayard" -v t="$TOL" 'BEGIN {b = 2 * y; if (b < t) b = t; printf "%.3e", b}')
 echo "rounding yardstick (1 GPU, B*$NGPU x 1 and B/2 x $((2 * NGPU)) micro-steps vs B x $NGPU): max |loss diff| $yard;" \
      "bound for later steps $bound"
 echo "step | loss: single, mpi, fs, -z 1 single, -z 1 fs, yardstick B*N x 1, B/2 x 2N, resumed on 1, resumed on $NGPU"
@@ -123,15 +136,22 @@ paste -d' ' <(losses "$LOGS/single.log") <(losses "$LOGS/mpi.log" 2>/dev/null | 
     <(printf '%*s' $((half * 2)) '' | tr ' ' '\n' | head -n $half; losses "$LOGS/resume_on_1.log" | cut -d' ' -f2) \
     <(printf '%*s' $((half * 2)) '' | tr ' ' '\n' | head -n $half; losses "$LOGS/resume_on_n.log" | cut -d' ' -f2) \
     | sed 's/^/  /'
-for run in mpi fs single_z1 fs_z1 resume_on_1 resume_on_n fs_z2 fs_z2_accum; do
+echo "rounding yardstick of the $((2 * NGPU))-micro-step runs (1 GPU, B*$((2 * NGPU)) x 1 and B/2 x $((4 * NGPU)) vs B x $((2 * NGPU))):" \
+     "max |loss diff| $ayard; bound $abound"
+echo "step | loss: 1 GPU B x $((2 * NGPU)), yardstick B*2N x 1, B/2 x 4N, $NGPU GPUs x 2 micro-steps -z 1, -z 2"
+paste -d' ' <(losses "$LOGS/single_accum.log") <(losses "$LOGS/yard_accum_big.log" | cut -d' ' -f2) \
+    <(losses "$LOGS/yard_accum_small.log" | cut -d' ' -f2) <(losses "$LOGS/fs_z1_accum.log" | cut -d' ' -f2) \
+    <(losses "$LOGS/fs_z2_accum.log" | cut -d' ' -f2) | sed 's/^/  /'
+for run in mpi fs single_z1 fs_z1 resume_on_1 resume_on_n fs_z2 fs_z1_accum fs_z2_accum; do
     [ -f "$LOGS/$run.log" ] || continue
     ref=single; want=$STEPS
     case $run in
         resume_on_1) ref=fs_z1; want=$((STEPS - half)) ;; resume_on_n) want=$((STEPS - half)) ;;
-        fs_z2_accum) ref=single_accum ;;
+        fs_z1_accum | fs_z2_accum) ref=single_accum ;;
     esac
+    b=$bound; [[ $run == *_accum ]] && b=$abound
     read -r steps first fdiff worst <<<"$(compare $ref $run)"
-    verdict=$(awk -v f="$fdiff" -v w="$worst" -v b="$bound" -v n="$steps" -v s="$want" \
+    verdict=$(awk -v f="$fdiff" -v w="$worst" -v b="$b" -v n="$steps" -v s="$want" \
               'BEGIN {print (n == s && f <= 1e-4 && w <= b) ? "OK" : "FAIL"}')
     case $run in
         single_z1) what="1 GPU -z 1 vs 1 GPU -z 0 ($NGPU micro-steps each)" ;;
@@ -139,10 +159,11 @@ for run in mpi fs single_z1 fs_z1 resume_on_1 resume_on_n fs_z2 fs_z2_accum; do
         resume_on_1) what="1 GPU resuming the $NGPU-GPU -z 1 checkpoint of step $half vs that $NGPU-GPU run" ;;
         resume_on_n) what="$NGPU GPUs -z 1 resuming the 1-GPU checkpoint of step $half vs that 1-GPU run" ;;
         fs_z2) what="$NGPU GPUs -z 2 (fs) vs 1 GPU with $NGPU micro-steps" ;;
+        fs_z1_accum) what="$NGPU GPUs -z 1 (fs), 2 micro-steps each, vs 1 GPU with $((2 * NGPU)) micro-steps" ;;
         fs_z2_accum) what="$NGPU GPUs -z 2 (fs), 2 micro-steps each, vs 1 GPU with $((2 * NGPU)) micro-steps" ;;
         *) what="$NGPU GPUs ($run) vs 1 GPU with $NGPU micro-steps" ;;
     esac
-    echo "$what: $steps steps; step $first |diff| $fdiff (tol 1e-4), later max $worst (bound $bound) $verdict"
+    echo "$what: $steps steps; step $first |diff| $fdiff (tol 1e-4), later max $worst (bound $b) $verdict"
     [ "$verdict" = OK ] || rc=1
 done
 echo "single: $(losses "$LOGS/single.log" | tail -n 1)   mpi: $(losses "$LOGS/mpi.log" 2>/dev/null | tail -n 1)   fs: $(losses "$LOGS/fs.log" | tail -n 1)   -z 1 single: $(losses "$LOGS/single_z1.log" | tail -n 1)   -z 1 fs: $(losses "$LOGS/fs_z1.log" | tail -n 1)   -z 2 fs: $(losses "$LOGS/fs_z2.log" | tail -n 1)"
