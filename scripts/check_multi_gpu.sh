@@ -7,7 +7,8 @@
 # run repeated must print the same step lines (runs are deterministic). Checkpoints across GPU counts: the single run
 # and the N-GPU -z 1 run save after STEPS/2 steps; 1 GPU resumes the N-GPU checkpoint and N GPUs (-z 1) the 1-GPU one.
 # ZeRO-2 (-z 2): N ranks against the same single-GPU run, and N ranks with 2 micro-steps each (-d twice as large:
-# -z 2 reduce-scatters on every micro-step) against 1 GPU with 2N micro-steps of the same tokens.
+# -z 2 reduce-scatters on every micro-step) against 1 GPU with 2N micro-steps of the same tokens, a -z 1 run of that
+# layout beside it; these runs have their own yardstick (below) and learning rate (1e-4: at 3e-4 they spike).
 #
 # Two bounds, because bf16 training from random weights amplifies rounding:
 # - step 1 (and a resumed run's first step): the same weights on the same tokens, only the loss's mean is summed in
@@ -72,7 +73,9 @@ run_fs fs "${common[@]}" || rc=1
 run_fs fs_z1 "${common[@]}" -z 1 -n "$half" -o "$ckn" || rc=1
 run_fs fs_z1_again "${common[@]}" -z 1 || rc=1  # runs are deterministic: every step line must repeat exactly
 run_fs fs_z2 "${common[@]}" -z 2 || rc=1  # ZeRO-2: the rank's gradient shard only, the layers' gradients in slots
-accum=(-e d12 -b "$B" -t "$T" -d $((2 * B * T * NGPU)) -x "$STEPS" -v 0 -s 0 -i "$DATA")  # 2 micro-steps per rank
+# 2 micro-steps per rank; at the default 3e-4 this twice-as-large step spikes (loss 13 at step 6 at 4 GPUs, 1 GPU
+# included) and every rounding difference after it grows tenfold, so these runs take 1e-4: they compare roundings
+accum=(-e d12 -b "$B" -t "$T" -d $((2 * B * T * NGPU)) -x "$STEPS" -v 0 -s 0 -i "$DATA" -l 1e-4)
 ./train_gpt2cu "${accum[@]}" >"$LOGS/single_accum.log" 2>&1 || { tail -n 5 "$LOGS/single_accum.log"; rc=1; }
 run_fs fs_z1_accum "${accum[@]}" -z 1 || rc=1
 run_fs fs_z2_accum "${accum[@]}" -z 2 || rc=1
