@@ -80,7 +80,7 @@ if true; then
     for name in $(printf 'gpu-reference-d12-%s ' $backends) gpu-reference-d12-flash-cublas-dgelu generate-vs-transformers hellaswag-vs-transformers; do
         selected "$name" && needs_d12=1 && needs_data=1
     done
-    for name in gpu-data resume-bit-exact cuda-graph-bit-exact checkpoint-directory; do selected "$name" && needs_data=1; done
+    for name in gpu-data resume-bit-exact cuda-graph-bit-exact checkpoint-directory cpu-vs-gpu-fp32; do selected "$name" && needs_data=1; done
     run_suite gpu-kernels ./tests/test_kernels
     # generation's KV cache and decode step (as a CUDA Graph) against the full forward
     run_suite gpu-decode ./tests/test_decode
@@ -110,6 +110,9 @@ if true; then
     run_suite gemm-algorithm-files bash scripts/check_gemm_algos.sh
     # runs never mix or lose checkpoints: -nk, a fresh run among another's, -ow 1, a mixed pair, stale temporaries
     run_suite checkpoint-directory bash scripts/check_checkpoint_dir.sh
+    # FP32 builds: the CPU trainer and the GPU trainer from the same checkpoint, 10 steps within 1e-4, and each
+    # resuming the other's checkpoint
+    [ "${PRECISION:-BF16}" = FP32 ] && run_suite cpu-vs-gpu-fp32 bash scripts/check_cpu_gpu.sh
     # The d12 (124M) reference is made here, never committed: PyTorch pre-trains it 300 steps on Tiny
     # Shakespeare so activations and gradients are realistic, then writes the files test_gpt2cu reads.
     if python3 -c "import torch" 2>/dev/null; then

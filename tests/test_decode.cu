@@ -13,18 +13,24 @@
 //     CDF boundary, a token between the host's for coin ± 1e-5 (fp32 sums against double) — the graph and plain
 //     runs must agree, and generate() on the same engine must return the same tokens. The loop's graph is the one
 //     the engine captured at set-up.
-//  3. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
+//  3. A server's slots (llmc/inference/slots.cuh): each slot's prompt prefilled alone, then decode steps over the
+//     first R slots only (R the smallest of 1, 2, 4, ..., B covering the busy ones: products and graph chosen per
+//     R), the busy count changing from step to step; every busy slot's logits against the full forward (bounds of
+//     1), so a step over fewer rows neither reads nor disturbs another slot's cache or the workspaces' counts.
+//  4. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
 //     against the full forward's, and generate()'s greedy tokens against the full forward's argmax where it is clear.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
 // 4 heads of 32; V 1000, max T 256), fresh random prompts and tokens. The cache is floatX: both builds.
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "llmc/core/rand.h"
 #include "llmc/inference/generate.cuh"
 #include "llmc/inference/sampler.h"
+#include "llmc/inference/slots.cuh"
 #include "llmc/model/gpt2_step.cuh"
 #include "reference/compare.h"
 
@@ -249,7 +255,51 @@ void test_cached(const GPT2Config& c, const char* label) {
            new_tokens, B, boundary, failures == f0 ? "PASS" : "FAIL");
 }
 
-// Check 3 on a model whose head size decode attention does not take.
+// Check 3: B slots, steps over the first R.
+void test_slots(const GPT2Config& c, const char* label) {
+    const int f0 = failures, B = 24, T = 128, V = c.vocab_size;
+    Reference ref(c, B, T);
+    Rng rng(5);
+    InferenceEngine e;
+    make_engine(&e, ref, slots_shape(B, T), InferenceOptions{}, false);
+    std::vector<std::vector<int>> seq(B);
+    std::vector<float> row(c.padded_vocab_size);
+    double worst_prefill = 0, worst = 0;
+    for (int b = 0; b < B; b++) {
+        const int n = 1 + (int)(rng.uniform() * 20);
+        for (int t = 0; t < n; t++) seq[b].push_back((int)(rng.uniform() * V) % V);
+        inference_prefill_slot(&e, b, seq[b].data(), n);
+        inference_logit_rows_to_host(&e, b, 1, row.data());
+        worst_prefill = std::max(worst_prefill, check_logits(row, ref.last_logits({seq[b]})[0], V, "slot prefill", 0, b));
+    }
+    const std::vector<int> busy_of_step = {1, 1, 3, 3, 24, 24, 9, 2, 17, 17, 5, 24, 1, 12};
+    std::vector<int> rows_run;
+    for (int step = 0; step < (int)busy_of_step.size(); step++) {
+        const int busy = busy_of_step[step];
+        std::vector<int> tokens(B, 0), positions(B);
+        for (int b = 0; b < B; b++) {
+            positions[b] = (int)seq[b].size();  // idle rows below R: their own next position, not kept
+            if (b < busy) seq[b].push_back(tokens[b] = (int)(rng.uniform() * V) % V);
+        }
+        const int R = inference_decode_slots(&e, tokens, positions, busy);
+        rows_run.push_back(R);
+        if (R < busy || (R > 1 && R / 2 >= busy && R != B) || R > B) fail("slots: %d busy slots ran as %d rows", busy, R);
+        std::vector<std::vector<int>> busy_seq(seq.begin(), seq.begin() + busy);
+        const std::vector<std::vector<float>> want = ref.last_logits(busy_seq);
+        for (int b = 0; b < busy; b++) {
+            inference_logit_rows_to_host(&e, b, 1, row.data());
+            worst = std::max(worst, check_logits(row, want[b], V, "slots decode", step, b));
+        }
+    }
+    inference_engine_free(&e);
+    std::string rows;
+    for (int r : rows_run) rows += (rows.empty() ? "" : ",") + std::to_string(r);
+    printf("test_decode (%s, %s): %d slots, each prompt prefilled alone (worst rel-L2 %.3e), %d steps over the first "
+           "R slots (R = %s), busy slots' logits worst rel-L2 %.3e (<= %.0e): %s\n", PRECISION_NAME, label, B,
+           worst_prefill, (int)busy_of_step.size(), rows.c_str(), worst, kTol, failures == f0 ? "PASS" : "FAIL");
+}
+
+// Check 4 on a model whose head size decode attention does not take.
 void test_recompute(const GPT2Config& c, const char* label) {
     const int f0 = failures;
     const std::vector<int> prompt_len = {5, 30, 17};
@@ -306,6 +356,7 @@ int main() {
     test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
     test_cached(GPT2Config{256, 1000, 1024, 1, 12, 768}, "L1 C768");
     test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");  // decode attention at HS 128
+    test_slots(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
     test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
     return failures ? 1 : 0;
 }

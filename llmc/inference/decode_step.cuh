@@ -62,7 +62,22 @@ struct DecodeStep {
     DecodeSettings settings;
     bool fuse_gelu = kFloatXIsBF16;
     cudaStream_t stream = nullptr;
+    int rows = 0;  // the step's rows: the cache's first `rows` sequences (0: all B; decode_step_rows makes one)
+    int batch() const { return rows > 0 ? rows : cache->B; }
 };
+
+// The same step over the cache's first `rows` sequences only (a server whose busy slots are the low ones), its
+// products chosen for that many rows (asked: the engine's setting before it was resolved for B). The scratch is the
+// B-row step's; the attention workspace pointer is shifted so its counts stay the B-row step's (attention_decode.cuh).
+// The products' workspaces must be sized for every row count used (inference_plan: row_buckets).
+inline DecodeStep decode_step_rows(const DecodeStep& full, int rows, DecodeProducts asked) {
+    DecodeStep d = full;
+    const KVCache& c = *full.cache;
+    d.rows = rows;
+    d.settings.products = decode_products_for(rows, asked);
+    d.s.attention_workspace = attention_decode_workspace_rows(full.s.attention_workspace, c.B, rows, c.NH, c.max_T, c.HS);
+    return d;
+}
 
 namespace decode_step_detail {
 
@@ -82,7 +97,7 @@ inline bool fused_layers(const DecodeStep& d, const DecodeGreedyPick* pick) {
     const GPT2Params& p = d.params;
     const DecodeScratch& s = d.s;
     const KVCache& cache = *d.cache;
-    const int B = cache.B, C = c.channels, NH = c.num_heads, HS = C / NH, Vp = c.padded_vocab_size;
+    const int B = d.batch(), C = c.channels, NH = c.num_heads, HS = C / NH, Vp = c.padded_vocab_size;
     const bool matvec = d.settings.products == DecodeProducts::Matvec;
     // each product and attention kernel starts while the kernel before it ends (see decode_matvec)
     auto product = [&](DecodeMatvec a) {
@@ -135,7 +150,7 @@ inline void cublas_layers(const DecodeStep& d) {
     const GPT2Params& p = d.params;
     const DecodeScratch& s = d.s;
     const KVCache& cache = *d.cache;
-    const int B = cache.B, C = c.channels, NH = c.num_heads, HS = C / NH, L = c.num_layers;
+    const int B = d.batch(), C = c.channels, NH = c.num_heads, HS = C / NH, L = c.num_layers;
     cudaStream_t st = d.stream;
     layernorm_forward(s.ln, s.mean, s.rstd, s.x, p(LN1W), p(LN1B), B, C, st, /*pdl=*/true);
     const floatX* residual = s.x;
@@ -165,7 +180,7 @@ inline void cublas_layers(const DecodeStep& d) {
 // include the new token) on the device; leaves logits (B, Vp). pick (the loop's, when greedy): folded into the
 // classifier where that runs as decode_matvec; returns whether it was (else the caller picks).
 inline bool decode_forward(const DecodeStep& d, const DecodeGreedyPick* pick = nullptr) {
-    const int B = d.cache->B, C = d.config.channels;
+    const int B = d.batch(), C = d.config.channels;
     decode_step_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, d.stream>>>(d.s.x, d.s.tokens, d.cache->len,
                                                                                d.params(WTE), d.params(WPE), B, C);
     cudaCheckLaunch();

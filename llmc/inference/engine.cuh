@@ -51,6 +51,9 @@ struct InferenceEngine {
     DecodeStep step;             // points at `cache`: the engine stays where it was created
     DecodeLoop loop;
     DecodeGraph host_step_graph;  // inference_decode_step's
+    DecodeProducts decode_asked = DecodeProducts::Auto;  // the products setting before it was resolved for B
+    std::vector<int> row_buckets;             // shape.row_buckets: the step's row counts, 1, 2, 4, ..., B
+    std::vector<DecodeGraph> bucket_graphs;   // inference_decode_slots' graph per row count
     double setup_ms = 0;
 
     InferenceEngine() = default;
@@ -62,7 +65,7 @@ struct InferenceEngine {
 namespace inference_detail {
 
 inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceShape& s, AttentionBackend backend,
-                                         const DecodeSettings& decode, const PickParams& pick) {
+                                         const DecodeSettings& decode, DecodeProducts asked, const PickParams& pick) {
     const int B = s.B, Bp = s.prefill_rows(), T = s.prefill_T, C = c.channels, NH = c.num_heads;
     InferenceKernelSizes k;
     k.elem_bytes = sizeof(floatX);
@@ -72,12 +75,17 @@ inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceSha
     k.cublaslt_workspace = matmul_workspace_bytes();
     if (!s.cached) return k;
     k.decode_attention_workspace = attention_decode_workspace_bytes(B, NH, s.max_T, C / NH);
-    if (decode.products == DecodeProducts::Mma) {  // the largest of the layers' four products
-        const bool ln = decode_mma_fuses_layernorm(B, C);
+    // decode_mma's workspaces, for the largest row count that runs it (with row buckets: any up to its limit)
+    int mma_B = decode.products == DecodeProducts::Mma ? B : 0;
+    if (s.row_buckets)
+        for (int r = 1; r <= B; r *= 2)
+            if (decode_products_for(r, asked) == DecodeProducts::Mma) mma_B = std::max(mma_B, r);
+    if (mma_B > 0) {  // the largest of the layers' four products
+        const bool ln = decode_mma_fuses_layernorm(mma_B, C);
         k.mma_partial_floats =
-            std::max({decode_mma_partials(B, 3 * C, C, ln), decode_mma_partials(B, C, C, false),
-                      decode_mma_partials(B, 4 * C, C, ln), decode_mma_partials(B, C, 4 * C, false)});
-        k.mma_counters = decode_mma_counters(B, 4 * C);
+            std::max({decode_mma_partials(mma_B, 3 * C, C, ln), decode_mma_partials(mma_B, C, C, false),
+                      decode_mma_partials(mma_B, 4 * C, C, ln), decode_mma_partials(mma_B, C, 4 * C, false)});
+        k.mma_counters = decode_mma_counters(mma_B, 4 * C);
     }
     if (pick.greedy() && decode.products == DecodeProducts::Matvec) k.pick_partials = decode_greedy_pick_partials(B);
     return k;
@@ -281,8 +289,16 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->config = c, e->shape = shape, e->options = o;
     e->shape.owns_params = borrowed == nullptr;
     e->backend = resolve_attention_backend(o.attention, c.channels, c.num_heads, &e->backend_note);
+    e->decode_asked = o.decode.products;
     e->options.decode.products = decode_products_for(shape.B, o.decode.products);
-    e->table = inference_memory_table(c, e->shape, kernel_sizes(c, e->shape, e->backend, e->options.decode, o.pick));
+    e->table = inference_memory_table(c, e->shape, kernel_sizes(c, e->shape, e->backend, e->options.decode,
+                                                                e->decode_asked, o.pick));
+    e->row_buckets.clear();
+    if (shape.row_buckets && shape.cached) {
+        for (int r = 1; r < shape.B; r *= 2) e->row_buckets.push_back(r);
+        e->row_buckets.push_back(shape.B);
+    }
+    e->bucket_graphs.assign(e->row_buckets.size(), DecodeGraph{});
     allocate(e);
     cudaCheck(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
     e->step.settings = e->options.decode;
@@ -325,6 +341,7 @@ inline void inference_engine_free(InferenceEngine* e) {
     if (e->stream) cudaCheck(cudaStreamSynchronize(e->stream));
     decode_graph_free(&e->loop.step_graph);
     decode_graph_free(&e->host_step_graph);
+    for (DecodeGraph& g : e->bucket_graphs) decode_graph_free(&g);
     if (!e->buffers.empty() && e->buffers[infer::NewTokens]) cudaCheck(cudaFreeHost(e->buffers[infer::NewTokens]));
     if (e->block) cudaCheck(cudaFree(e->block));
     if (e->stream) cudaCheck(cudaStreamDestroy(e->stream));

@@ -23,6 +23,7 @@ struct InferenceShape {
     int max_new = 0;          // new tokens per sequence: the coins and the token rows
     bool cached = true;       // the KV cache and decode step (head size 64 or 128), else recompute per token
     bool owns_params = true;  // false: a view of parameters that live elsewhere (the trainer's)
+    bool row_buckets = false; // decode steps also over the first 1, 2, 4, ... rows (a server: its busy slots only)
     int prefill_rows() const { return prefill_B > 0 ? prefill_B : B; }
 };
 

@@ -390,6 +390,13 @@ inline cudaError_t attention_decode_workspace_init(void* workspace, int B, int N
     return cudaMemsetAsync(attention_decode_counts(workspace, B, NH, max_T, HS), 0, (size_t)B * NH * sizeof(unsigned),
                            stream);
 }
+// A call of B rows on a workspace made for capacity_B >= B rows (a server's step over its first B slots): the
+// pointer to pass, shifted so that the call's counts are the first B·NH of the capacity's (zero, as every call leaves
+// them) and its partials end where those counts begin.
+inline void* attention_decode_workspace_rows(void* workspace, int capacity_B, int B, int NH, int max_T, int HS) {
+    const size_t chunks = (size_t)(max_T + decode_attention::kChunk - 1) / decode_attention::kChunk;
+    return (char*)workspace + (size_t)(capacity_B - B) * NH * chunks * (HS + 2) * sizeof(float);
+}
 
 // Which kernel: the cache split into chunks over blocks, merged by the last (split_kernel), or a block per (b, h)
 // over its whole cache (head_kernel). Auto: per head once its blocks fill half the SMs. Timed inside generation's

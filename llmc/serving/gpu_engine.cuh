@@ -1,10 +1,11 @@
 // The serving engine on the GPU: the scheduler's interface (llmc/serving/serve_engine.h) over the inference engine
 // by slots (llmc/inference/slots.cuh). A prompt is prefilled whole, one slot at a time (prefill_chunk() 0: the shared
-// forward attends over its own positions only, so a chunk cannot continue a cached prefix yet), its first token
-// picked on the host (llmc/serving/host_pick.h) from the one row of logits. A decode step runs the engine's B-row
-// step with each slot's token and position, then the GPU picker with each row's own rule and coin
-// (pick_tokens_per_row, llmc/kernels/sampling.cuh: the rule the host's is built from), so only B tokens and B
-// non-finite flags come back; the rows whose requests ask for logprobs copy their logits row to the host for them.
+// forward attends over its own positions only, so a chunk cannot continue a cached prefix yet). A decode step runs
+// over the first R slots (R: the smallest of 1, 2, 4, ..., B covering the busy ones; its own CUDA Graph) with each
+// slot's token and position. Every pick, a prompt's first token's and each step's, is made on the GPU with the
+// row's own rule and coin (pick_tokens_per_row, llmc/kernels/sampling.cuh: the rule the host's is built from), so
+// only tokens and non-finite flags come back; a request that asks for logprobs has its logits row copied to the host
+// for them (llmc/serving/host_pick.h).
 #pragma once
 
 #include <algorithm>
@@ -33,9 +34,13 @@ public:
         cudaCheck(cudaMallocHost(&params_h_, B * sizeof(PickParams)));
         cudaCheck(cudaMallocHost(&coins_h_, B * sizeof(float)));
         cudaCheck(cudaMallocHost(&result_h_, 2 * B * sizeof(int)));
-        // the step's graph is captured on its second call: both now, not in the first requests' time
+        // each row count's graph is captured on its second call, and the picker's kernels load on their first: all
+        // now, not in the first requests' time
         const std::vector<int> zeros(slots, 0);
-        for (int i = 0; i < 2; i++) inference_decode_slots(&e_, zeros, zeros);
+        for (int rows : e_.row_buckets)
+            for (int i = 0; i < 2; i++) inference_decode_slots(&e_, zeros, zeros, rows);
+        for (int b = 0; b < slots; b++) params_h_[b] = PickParams{1.f, 0, 1.f}, coins_h_[b] = 0.5f;
+        for (bool sampling : {false, true}) pick_rows(slots, sampling, 0);
         cudaCheck(cudaStreamSynchronize(e_.stream));
     }
     ~GpuServeEngine() override {
@@ -58,43 +63,48 @@ public:
         if (start != 0 || !last) throw std::logic_error("the GPU engine prefills whole prompts only");
         inference_prefill_slot(&e_, slot, tokens, n);
         known_[slot] = n;
-        inference_logit_rows_to_host(&e_, slot, 1, logits_.data());
-        return pick_from_logits(logits_.data(), e_.config.vocab_size, *last);
+        params_h_[0] = last->params, coins_h_[0] = last->coin;
+        pick_rows(1, !last->params.greedy(), slot);
+        PickedToken t;
+        if (result_h_[1]) return t;  // a non-finite logit: token -1
+        t.token = result_h_[0];
+        if (last->top_logprobs >= 0) {
+            inference_logit_rows_to_host(&e_, slot, 1, logits_.data());
+            fill_logprobs(logits_.data(), e_.config.vocab_size, last->top_logprobs, &t);
+        }
+        return t;
     }
 
     void decode(const std::vector<DecodeSlot>& batch, std::vector<PickedToken>* out) override {
         const int B = e_.shape.B, ctx = e_.shape.max_T;
-        std::vector<int> tokens(B, 0), positions(B);
-        for (int b = 0; b < B; b++) positions[b] = std::min(known_[b], ctx - 1);  // free slots: their own next row
+        int busy = 1;
         for (const DecodeSlot& d : batch) {
             if (d.slot < 0 || d.slot >= B || d.position != known_[d.slot] || d.position >= ctx)
                 throw std::logic_error("decode: slot " + std::to_string(d.slot) + " at position " +
                                        std::to_string(d.position) + " (it holds " +
                                        std::to_string(d.slot >= 0 && d.slot < B ? known_[d.slot] : -1) + ")");
-            tokens[d.slot] = d.token, positions[d.slot] = d.position;
+            busy = std::max(busy, d.slot + 1);
         }
-        inference_decode_slots(&e_, tokens, positions);
-        for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
+        const int R = inference_decode_rows(&e_, busy);
+        std::vector<int> tokens(R, 0), positions(R);
+        for (int b = 0; b < R; b++) positions[b] = std::min(known_[b], ctx - 1);  // free slots: their own next row
         // each row's rule and coin; the rows of free slots greedy (their picks are not read)
         bool sampling = false;
-        for (int b = 0; b < B; b++) params_h_[b] = PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.f;
+        for (int b = 0; b < R; b++) params_h_[b] = PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.f;
         for (const DecodeSlot& d : batch) {
+            tokens[d.slot] = d.token, positions[d.slot] = d.position;
             params_h_[d.slot] = d.pick.params;
             coins_h_[d.slot] = d.pick.coin;
             sampling = sampling || !d.pick.params.greedy();
         }
-        const size_t Vp = e_.config.padded_vocab_size;
+        inference_decode_slots(&e_, tokens, positions, R);
+        for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
+        pick_rows(R, sampling, 0);
         const int V = e_.config.vocab_size;
-        cudaCheck(cudaMemcpyAsync(params_d_, params_h_, B * sizeof(PickParams), cudaMemcpyHostToDevice, e_.stream));
-        cudaCheck(cudaMemcpyAsync(coins_d_, coins_h_, B * sizeof(float), cudaMemcpyHostToDevice, e_.stream));
-        pick_tokens_per_row(e_.step.s.logits, Vp, B, V, params_d_, sampling, coins_d_, result_d_, result_d_ + B,
-                            scratch_d_, e_.stream);
-        cudaCheck(cudaMemcpyAsync(result_h_, result_d_, 2 * B * sizeof(int), cudaMemcpyDeviceToHost, e_.stream));
-        cudaCheck(cudaStreamSynchronize(e_.stream));
         out->assign(batch.size(), PickedToken{});
         for (size_t i = 0; i < batch.size(); i++) {
             const DecodeSlot& d = batch[i];
-            if (result_h_[B + d.slot]) continue;  // a non-finite logit: token -1, the scheduler ends the sequence
+            if (result_h_[R + d.slot]) continue;  // a non-finite logit: token -1, the scheduler ends the sequence
             (*out)[i].token = result_h_[d.slot];
             if (d.pick.top_logprobs >= 0) {
                 inference_logit_rows_to_host(&e_, d.slot, 1, logits_.data());
@@ -108,9 +118,21 @@ public:
     const InferenceEngine& engine() const { return e_; }
 
 private:
+    // Picks rows [first, first + rows) of the logits with params_h_[0..rows) and coins_h_[0..rows): tokens into
+    // result_h_[0..rows), non-finite flags into result_h_[rows..2 rows); waits for them.
+    void pick_rows(int rows, bool sampling, int first) {
+        const size_t Vp = e_.config.padded_vocab_size;
+        cudaCheck(cudaMemcpyAsync(params_d_, params_h_, rows * sizeof(PickParams), cudaMemcpyHostToDevice, e_.stream));
+        cudaCheck(cudaMemcpyAsync(coins_d_, coins_h_, rows * sizeof(float), cudaMemcpyHostToDevice, e_.stream));
+        pick_tokens_per_row(e_.step.s.logits + first * Vp, Vp, rows, e_.config.vocab_size, params_d_, sampling,
+                            coins_d_, result_d_, result_d_ + rows, scratch_d_, e_.stream);
+        cudaCheck(cudaMemcpyAsync(result_h_, result_d_, 2 * rows * sizeof(int), cudaMemcpyDeviceToHost, e_.stream));
+        cudaCheck(cudaStreamSynchronize(e_.stream));
+    }
+
     InferenceEngine e_;
     std::vector<int> known_;  // positions each slot's sequence holds in the cache (0: free)
-    std::vector<float> logits_;  // one row, for a prompt's first pick and for logprobs
+    std::vector<float> logits_;  // one row, for logprobs
     PickParams* params_d_ = nullptr;  // (B) the decode step's rules, coins and results, on the device and pinned
     float* coins_d_ = nullptr;
     int* result_d_ = nullptr;   // (2B): tokens, then non-finite flags
