@@ -39,8 +39,11 @@ public:
         const std::vector<int> zeros(slots, 0);
         for (int rows : e_.row_buckets)
             for (int i = 0; i < 2; i++) inference_decode_slots(&e_, zeros, zeros, rows);
-        for (int b = 0; b < slots; b++) params_h_[b] = PickParams{1.f, 0, 1.f}, coins_h_[b] = 0.5f;
-        for (bool sampling : {false, true}) pick_rows(slots, sampling, 0);
+        for (bool sampling : {false, true}) {
+            for (int b = 0; b < slots; b++)
+                params_h_[b] = sampling ? PickParams{1.f, 0, 1.f} : PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.5f;
+            pick_rows(slots, 0);
+        }
         cudaCheck(cudaStreamSynchronize(e_.stream));
     }
     ~GpuServeEngine() override {
@@ -64,7 +67,7 @@ public:
         inference_prefill_slot(&e_, slot, tokens, n);
         known_[slot] = n;
         params_h_[0] = last->params, coins_h_[0] = last->coin;
-        pick_rows(1, !last->params.greedy(), slot);
+        pick_rows(1, slot);
         PickedToken t;
         if (result_h_[1]) return t;  // a non-finite logit: token -1
         t.token = result_h_[0];
@@ -89,17 +92,15 @@ public:
         std::vector<int> tokens(R, 0), positions(R);
         for (int b = 0; b < R; b++) positions[b] = std::min(known_[b], ctx - 1);  // free slots: their own next row
         // each row's rule and coin; the rows of free slots greedy (their picks are not read)
-        bool sampling = false;
         for (int b = 0; b < R; b++) params_h_[b] = PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.f;
         for (const DecodeSlot& d : batch) {
             tokens[d.slot] = d.token, positions[d.slot] = d.position;
             params_h_[d.slot] = d.pick.params;
             coins_h_[d.slot] = d.pick.coin;
-            sampling = sampling || !d.pick.params.greedy();
         }
         inference_decode_slots(&e_, tokens, positions, R);
         for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
-        pick_rows(R, sampling, 0);
+        pick_rows(R, 0);
         const int V = e_.config.vocab_size;
         out->assign(batch.size(), PickedToken{});
         for (size_t i = 0; i < batch.size(); i++) {
@@ -120,8 +121,10 @@ public:
 private:
     // Picks rows [first, first + rows) of the logits with params_h_[0..rows) and coins_h_[0..rows): tokens into
     // result_h_[0..rows), non-finite flags into result_h_[rows..2 rows); waits for them.
-    void pick_rows(int rows, bool sampling, int first) {
+    void pick_rows(int rows, int first) {
         const size_t Vp = e_.config.padded_vocab_size;
+        bool sampling = false;  // some row samples: the kernel gets the shared memory for a row (greedy needs none)
+        for (int b = 0; b < rows; b++) sampling = sampling || !params_h_[b].greedy();
         cudaCheck(cudaMemcpyAsync(params_d_, params_h_, rows * sizeof(PickParams), cudaMemcpyHostToDevice, e_.stream));
         cudaCheck(cudaMemcpyAsync(coins_d_, coins_h_, rows * sizeof(float), cudaMemcpyHostToDevice, e_.stream));
         pick_tokens_per_row(e_.step.s.logits + first * Vp, Vp, rows, e_.config.vocab_size, params_d_, sampling,
