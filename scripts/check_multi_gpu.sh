@@ -110,25 +110,27 @@ compare() {
         awk '{d = $2 - $3; if (d < 0) d = -d; if (n == 0) {s = $1; f = d} else if (d > w) w = d; n++}
              END {printf "%d %d %.3e %.3e", n, s, f, w}'
 }
-yard=0
-for y in yard_big yard_small; do
-    read -r n _ f w <<<"$(compare single $y)"
-    [ "$n" = "$STEPS" ] || { echo "rounding yardstick $y: $n of $STEPS steps FAIL"; rc=1; }
-    yard=$(awk -v a="$yard" -v b="$f" -v c="$w" 'BEGIN {m = a; if (b > m) m = b; if (c > m) m = c; print m}')
-done
-bound=$(awk -v y="$yard" -v t="$TOL" 'BEGIN {b = 2 * y; if (b < t) b = t; printf "%.3e", b}')
+# the largest |loss diff| of the runs against ref's (first step included), and twice it (floor TOL): "yard bound"
+yardstick() {  # ref, runs...
+    local ref=$1 y n f w m=0 status=0
+    shift
+    for y in "$@"; do
+        read -r n _ f w <<<"$(compare "$ref" "$y")"
+        [ "$n" = "$STEPS" ] || { echo "rounding yardstick $y: $n of $STEPS steps FAIL" >&2; status=1; }
+        m=$(awk -v a="$m" -v b="$f" -v c="$w" 'BEGIN {m = a; if (b > m) m = b; if (c > m) m = c; print m}')
+    done
+    awk -v y="$m" -v t="$TOL" 'BEGIN {b = 2 * y; if (b < t) b = t; printf "%s %.3e", y, b}'
+    return $status
+}
+ys=$(yardstick single yard_big yard_small) || rc=1
+read -r yard bound <<<"$ys"
 # the runs with 2 micro-steps per rank follow another trajectory (twice the tokens per step): their own yardstick,
 # 1 GPU with the same tokens per step in 1 and in 4N micro-steps against single_accum's 2N
 abig=("${accum[@]}"); abig[3]=$((2 * B * NGPU)); asmall=("${accum[@]}"); asmall[3]=$((B / 2))
 ./train_gpt2cu "${abig[@]}" >"$LOGS/yard_accum_big.log" 2>&1 || { tail -n 5 "$LOGS/yard_accum_big.log"; rc=1; }
 ./train_gpt2cu "${asmall[@]}" >"$LOGS/yard_accum_small.log" 2>&1 || { tail -n 5 "$LOGS/yard_accum_small.log"; rc=1; }
-ayard=0
-for y in yard_accum_big yard_accum_small; do
-    read -r n _ f w <<<"$(compare single_accum $y)"
-    [ "$n" = "$STEPS" ] || { echo "rounding yardstick $y: $n of $STEPS steps FAIL"; rc=1; }
-    ayard=$(awk -v a="$ayard" -v b="$f" -v c="$w" 'BEGIN {m = a; if (b > m) m = b; if (c > m) m = c; print m}')
-done
-abound=$(awk -v y="$ayard" -v t="$TOL" 'BEGIN {b = 2 * y; if (b < t) b = t; printf "%.3e", b}')
+ys=$(yardstick single_accum yard_accum_big yard_accum_small) || rc=1
+read -r ayard abound <<<"$ys"
 echo "rounding yardstick (1 GPU, B*$NGPU x 1 and B/2 x $((2 * NGPU)) micro-steps vs B x $NGPU): max |loss diff| $yard;" \
      "bound for later steps $bound"
 echo "step | loss: single, mpi, fs, -z 1 single, -z 1 fs, yardstick B*N x 1, B/2 x 2N, resumed on 1, resumed on $NGPU"
