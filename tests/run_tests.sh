@@ -7,6 +7,9 @@
 #              the data and the d12 reference are still made when a selected suite needs them).
 set -u
 cd "$(dirname "$0")/.."
+# the suites' own makes (of programs make test already built) are fresh ones: the jobserver of a make -j that ran
+# this is not theirs to share (GNU make would warn "jobserver unavailable" in the log)
+unset MAKEFLAGS MFLAGS
 DATA_MIRROR=${DATA_MIRROR:-../shared/data}
 export DATA_MIRROR
 
