@@ -32,6 +32,17 @@ expect "bench_serve.py refuses a rate of 0" nonzero "every rate must be > 0" pyt
 expect "bench_serve.py: no server, one line" nonzero "no server at" python3 scripts/bench_serve.py --url http://127.0.0.1:9
 expect "check_serve.py needs --model" nonzero "required: --model" python3 scripts/check_serve.py
 
+# ---- check_serve.py's rule for a sampled completion that differs alone and in a batch (the mock never does)
+expect "check_serve.py: logprob_drift finds the first difference and the drift up to it" 0 "^drift ok$" python3 -c '
+import sys; sys.path.insert(0, "scripts"); import check_serve as c
+def ch(t, lp, top): return {"logprobs": {"tokens": t, "token_logprobs": lp, "top_logprobs": top}}
+a = ch(["a", "b", "c"], [-1.0, -2.0, -0.5], [{"a": -1.0, "x": -2.0}, {"b": -2.0, "c": -2.1}, {"c": -0.5}])
+b = ch(["a", "c", "d"], [-1.01, -2.08, -0.5], [{"a": -1.01, "x": -2.0}, {"b": -2.02, "c": -2.08}, {"d": -0.4}])
+k, d = c.logprob_drift(a, b)
+short = c.logprob_drift(a, ch(["a", "b"], [-1.0, -2.0], [{"a": -1.0}, {"b": -2.0}]))
+print("drift ok" if k == 1 and abs(d - 0.02) < 1e-9 and c.logprob_drift(a, a) == (None, 0.0) and short == (2, 0.0)
+      else f"drift wrong: {k} {d} {short}")'
+
 # ---- check_serve.py against the mock (1 ms a decode step, so streams last long enough to interrupt)
 expect "check_serve.py against tests/serve_mock" 0 "check_serve: [0-9]* passed, 0 failed" \
     python3 scripts/check_serve.py --server tests/serve_mock --server-args "--fake-step-us 1000" \
