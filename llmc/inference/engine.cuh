@@ -77,9 +77,8 @@ inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceSha
     k.decode_attention_workspace = attention_decode_workspace_bytes(B, NH, s.max_T, C / NH);
     // decode_mma's workspaces, for the largest row count that runs it (with row buckets: any up to its limit)
     int mma_B = decode.products == DecodeProducts::Mma ? B : 0;
-    if (s.row_buckets)
-        for (int r = 1; r <= B; r *= 2)
-            if (decode_products_for(r, asked) == DecodeProducts::Mma) mma_B = std::max(mma_B, r);
+    for (int r : decode_row_buckets(s))
+        if (decode_products_for(r, asked) == DecodeProducts::Mma) mma_B = std::max(mma_B, r);
     if (mma_B > 0) {  // the largest of the layers' four products
         const bool ln = decode_mma_fuses_layernorm(mma_B, C);
         k.mma_partial_floats =
@@ -293,11 +292,7 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->options.decode.products = decode_products_for(shape.B, o.decode.products);
     e->table = inference_memory_table(c, e->shape, kernel_sizes(c, e->shape, e->backend, e->options.decode,
                                                                 e->decode_asked, o.pick));
-    e->row_buckets.clear();
-    if (shape.row_buckets && shape.cached) {
-        for (int r = 1; r < shape.B; r *= 2) e->row_buckets.push_back(r);
-        e->row_buckets.push_back(shape.B);
-    }
+    e->row_buckets = decode_row_buckets(shape);
     e->bucket_graphs.assign(e->row_buckets.size(), DecodeGraph{});
     allocate(e);
     cudaCheck(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));

@@ -27,6 +27,15 @@ struct InferenceShape {
     int prefill_rows() const { return prefill_B > 0 ? prefill_B : B; }
 };
 
+// The row counts a server's decode steps run with (row_buckets): 1, 2, 4, ... below B, then B; none otherwise.
+inline std::vector<int> decode_row_buckets(const InferenceShape& s) {
+    std::vector<int> rows;
+    if (!s.row_buckets || !s.cached) return rows;
+    for (int r = 1; r < s.B; r *= 2) rows.push_back(r);
+    rows.push_back(s.B);
+    return rows;
+}
+
 // Sizes the kernels define, for this shape on this GPU; bytes unless the name says otherwise.
 struct InferenceKernelSizes {
     size_t elem_bytes = 2;            // floatX
