@@ -27,6 +27,17 @@ template <typename T> float from_t(T x);
 template <> float from_t<float>(float x) { return x; }
 template <> float from_t<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// Whether the GPU's token for this row, rule and coin is the host sampler's, or (sampling only) lies between the
+// host's tokens for the coin moved by 1e-5 either way (the CDF runs in id order: a coin on a boundary; *on_boundary).
+bool host_agrees(const std::vector<float>& row, int V, const PickParams& p, float coin, int got, bool* on_boundary) {
+    *on_boundary = false;
+    if (got == sample_token(row.data(), V, p.temperature, p.top_k, p.top_p, coin)) return true;
+    if (p.greedy()) return false;
+    const int lo = sample_token(row.data(), V, p.temperature, p.top_k, p.top_p, std::max(0.f, coin - 1e-5f));
+    const int hi = sample_token(row.data(), V, p.temperature, p.top_k, p.top_p, std::min(0.99999994f, coin + 1e-5f));
+    return *on_boundary = lo <= got && got <= hi;
+}
+
 // Runs every configuration on `rows` rows of V logits (stride Vp); returns the GPU's tokens in order.
 template <typename T>
 std::vector<int> run(const char* name, int V, int Vp, bool ties, uint64_t seed) {
@@ -75,21 +86,17 @@ std::vector<int> run(const char* name, int V, int Vp, bool ties, uint64_t seed) 
             cudaCheck(cudaMemcpy(out.data(), d_out + (size_t)g * R, R * sizeof(int), cudaMemcpyDeviceToHost));
             for (int r = 0; r < R; r++) {
                 const float coin = coins[(size_t)g * R + r];
-                const int want = sample_token(host[r].data(), V, cf.temperature, cf.top_k, cf.top_p, coin);
                 picks++;
                 all.push_back(out[r]);
-                bool ok = out[r] == want && next[r] == out[r] && len_after[r] == g + 1;
-                if (!ok && !p.greedy() && next[r] == out[r] && len_after[r] == g + 1) {
-                    const int lo = sample_token(host[r].data(), V, cf.temperature, cf.top_k, cf.top_p,
-                                                std::max(0.f, coin - 1e-5f));
-                    const int hi = sample_token(host[r].data(), V, cf.temperature, cf.top_k, cf.top_p,
-                                                std::min(0.99999994f, coin + 1e-5f));
-                    if (lo <= out[r] && out[r] <= hi) ok = true, boundary++;  // the CDF runs in id order
-                }
+                bool on_boundary = false;
+                const bool ok = next[r] == out[r] && len_after[r] == g + 1 &&
+                                host_agrees(host[r], V, p, coin, out[r], &on_boundary);
+                boundary += on_boundary;
                 if (!ok) {
                     if (failures < 12)
                         printf("FAIL %s T=%.1f k=%d p=%.2f row %d coin %.7f: GPU %d (next %d, len %d), host %d\n", name,
-                               cf.temperature, cf.top_k, cf.top_p, r, coin, out[r], next[r], len_after[r], want);
+                               cf.temperature, cf.top_k, cf.top_p, r, coin, out[r], next[r], len_after[r],
+                               sample_token(host[r].data(), V, cf.temperature, cf.top_k, cf.top_p, coin));
                     failures++;
                 }
             }
@@ -151,19 +158,15 @@ void check_per_row(const char* name, int V, int Vp, uint64_t seed) {
             if (bad_row) continue;
             const PickParams& p = rules[r];
             const int got = result[r];
-            const int want = sample_token(host[r].data(), V, p.temperature, p.top_k, p.top_p, coins[r]);
             row_picks++;
-            bool ok = got == want;
-            if (!ok && !p.greedy()) {
-                const int lo = sample_token(host[r].data(), V, p.temperature, p.top_k, p.top_p, std::max(0.f, coins[r] - 1e-5f));
-                const int hi = sample_token(host[r].data(), V, p.temperature, p.top_k, p.top_p,
-                                            std::min(0.99999994f, coins[r] + 1e-5f));
-                if (lo <= got && got <= hi) ok = true, row_boundary++;
-            }
+            bool on_boundary = false;
+            const bool ok = host_agrees(host[r], V, p, coins[r], got, &on_boundary);
+            row_boundary += on_boundary;
             if (!ok) {
                 if (failures < 12)
                     printf("FAIL %s per row: row %d T=%.1f k=%d p=%.2f coin %.7f: GPU %d, host %d\n", name, r,
-                           p.temperature, p.top_k, p.top_p, coins[r], got, want);
+                           p.temperature, p.top_k, p.top_p, coins[r], got,
+                           sample_token(host[r].data(), V, p.temperature, p.top_k, p.top_p, coins[r]));
                 failures++;
             }
         }
