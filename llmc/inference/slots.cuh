@@ -25,7 +25,7 @@ inline InferenceShape slots_shape(int B, int context) {
     s.prefill_B = 1;
     s.max_T = context;
     s.prefill_T = context - 1;
-    s.max_new = 1;  // the on-GPU loop's rows (its warm-up only: a server picks on the host, per request)
+    s.max_new = 1;  // the on-GPU loop's rows (its warm-up only: a server picks per request, pick_tokens_per_row)
     s.cached = true;
     s.row_buckets = true;
     return s;
