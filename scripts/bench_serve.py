@@ -7,7 +7,8 @@
 For each offered rate (requests/s), requests arrive as a Poisson process for --duration seconds (at most
 --max-requests) and are sent by a pool of --clients threads (64), each request streamed: a prompt of
 --prompt-min..--prompt-max random token ids (16-512; ids, so the length is exact), --max-tokens-min..max new tokens
-(16-256), ignore_eos so each makes all of them. Open loop: a request's clock starts at its arrival, so time it waits
+(16-256), ignore_eos so each makes all of them. The clients are spread over --procs processes (threads of one Python
+process read about 100K stream events a second at most, less than a saturated server sends). Open loop: a request's clock starts at its arrival, so time it waits
 for a free client counts. Measured per rate: completed / refused (429) / failed requests, output tokens/s, TTFT
 (arrival to the first token) and TPOT (the time per output token after the first) p50 and p99, and the server's
 batch occupancy (sequences per decode step, from GET /health's counters before and after). One markdown table
@@ -15,6 +16,8 @@ printed and written to --out. Bounded: nothing is sent after --duration, and in-
 """
 import argparse
 import http.client
+import multiprocessing as mp
+import os
 import ipaddress
 import json
 import random
@@ -23,7 +26,6 @@ import sys
 import threading
 import time
 import urllib.parse
-from queue import Queue
 
 
 def loopback_only(url):
@@ -105,13 +107,14 @@ class Worker(threading.Thread):
                     out["end"] = time.monotonic()
                     r.read()  # the chunked body's end: the connection is free for the next request
                     break
-                chunk = json.loads(data)
-                if chunk.get("usage"):
-                    out["tokens"] = chunk["usage"]["completion_tokens"]
-                elif chunk["choices"] and out["first"] is None:
+                if out["first"] is None and b'"choices":[{' in data:
                     out["first"] = time.monotonic()
-                if "error" in chunk:
-                    out["status"] = 500
+                if b'"usage"' in data or b'"error"' in data:  # parsed only where read: most events are one token
+                    chunk = json.loads(data)
+                    if chunk.get("usage"):
+                        out["tokens"] = chunk["usage"]["completion_tokens"]
+                    if "error" in chunk:
+                        out["status"] = 500
             if out["end"] is None:
                 out["status"] = -1
         except (OSError, http.client.HTTPException, ValueError):
@@ -122,11 +125,25 @@ class Worker(threading.Thread):
         return out
 
 
+def client_process(host, port, jobs, out, clients, timeout):
+    """One process of the client pool: `clients` threads on the shared job queue; its results, when they stop."""
+    results = []
+    workers = [Worker(host, port, jobs, results, timeout) for _ in range(clients)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    out.put(results)
+
+
 def run_rate(args, host, port, rate, rng, vocab):
     """One offered rate: its row of numbers."""
     before = health(host, port, args.timeout)
-    jobs, results = Queue(), []
-    workers = [Worker(host, port, jobs, results, args.timeout) for _ in range(args.clients)]
+    jobs, out = mp.Queue(), mp.Queue()
+    procs = min(args.procs, args.clients)
+    per = [args.clients // procs + (i < args.clients % procs) for i in range(procs)]
+    workers = [mp.Process(target=client_process, args=(host, port, jobs, out, n, args.timeout), daemon=True)
+               for n in per]
     for w in workers:
         w.start()
     t0 = time.monotonic()
@@ -144,11 +161,19 @@ def run_rate(args, host, port, rate, rng, vocab):
             time.sleep(delay)
         jobs.put((t0 + t, body))
         sent += 1
-    for _ in workers:
+    for _ in range(args.clients):
         jobs.put(None)
     deadline = time.monotonic() + args.drain_timeout
+    results = []
+    for _ in workers:
+        try:
+            results += out.get(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:  # queue.Empty: a process still waiting on requests past the drain timeout
+            break
     for w in workers:
-        w.join(timeout=max(0.0, deadline - time.monotonic()))
+        w.join(timeout=max(0.1, deadline - time.monotonic()))
+        if w.is_alive():
+            w.terminate()
     wall = time.monotonic() - t0
     after = health(host, port, args.timeout)
     done = [r for r in results if r["status"] == 200 and r["first"] is not None]
@@ -174,6 +199,8 @@ def main():
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals per rate")
     ap.add_argument("--max-requests", type=int, default=2000, help="at most this many requests per rate")
     ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--procs", type=int, default=min(8, os.cpu_count() or 1),
+                    help="processes the clients are spread over (default: up to 8, one per core)")
     ap.add_argument("--prompt-min", type=int, default=16)
     ap.add_argument("--prompt-max", type=int, default=512)
     ap.add_argument("--max-tokens-min", type=int, default=16)
@@ -191,7 +218,7 @@ def main():
         raise SystemExit(f"error: --rates {args.rates}: expected numbers separated by commas")
     if not rates or any(r <= 0 for r in rates):
         raise SystemExit("error: --rates: every rate must be > 0")
-    for name in ("duration", "clients", "max_requests", "prompt_min", "max_tokens_min", "vocab"):
+    for name in ("duration", "clients", "procs", "max_requests", "prompt_min", "max_tokens_min", "vocab"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be > 0")
     if args.prompt_min > args.prompt_max or args.max_tokens_min > args.max_tokens_max:

@@ -5,9 +5,11 @@
 // in one slot, a slot not reset) changes them. The engine also checks the protocol and records every call:
 //   prefill: a slot in range; start 0 (a new sequence) or the slot's length (a continuation, only where chunks are
 //   taken); 1..chunk tokens (whole prompts from 0 otherwise); ids below V;
-//   decode: distinct occupied slots whose prompt is in, each at exactly its length; release: an occupied slot.
+//   decode_begin: distinct occupied slots whose prompt is in, each at exactly its length, the input the slot's last
+//   pick; no step already in flight; decode_end: a step in flight; release: an occupied slot.
 // A violation is recorded and thrown (the scheduler ends the sequences concerned with an error), so tests see both.
-// Optional delays (per decode step, per prefilled token) give the mock server a GPU's rhythm.
+// Optional delays (per decode step, per prefilled token) give the mock server a GPU's rhythm: a step's time passes
+// between decode_begin and decode_end, as a GPU's would, so the host's work between them overlaps it.
 #pragma once
 
 #include <chrono>
@@ -26,6 +28,7 @@ struct FakeEngineOptions {
     int context = 256;
     int vocab = 1000;
     int chunk = 0;                // prefill_chunk(): 0 = whole prompts only
+    int prefill_rows = 1;         // whole prompts per prefill_whole call
     int eot = -1;                 // with eot_every: this token comes once in about eot_every picks
     int eot_every = 0;
     int step_us = 0;              // sleep per decode step
@@ -39,7 +42,7 @@ struct FakePrefill {
 
 class FakeEngine : public ServeEngine {
 public:
-    explicit FakeEngine(FakeEngineOptions o = {}) : o_(o), hist_(o.slots), live_(o.slots, false) {}
+    explicit FakeEngine(FakeEngineOptions o = {}) : o_(o), hist_(o.slots), last_(o.slots, 0), live_(o.slots, false) {}
 
     // The rule: a hash of the sequence, the rule's parameters and the coin (the coin only when sampling).
     static uint64_t mix(uint64_t h) {
@@ -75,6 +78,17 @@ public:
     int context() const override { return o_.context; }
     int vocab_size() const override { return o_.vocab; }
     int prefill_chunk() const override { return o_.chunk; }
+    int prefill_rows() const override { return o_.prefill_rows; }
+
+    void prefill_whole(const std::vector<PrefillPrompt>& prompts, std::vector<PickedToken>* out) override {
+        std::set<int> seen;
+        for (const PrefillPrompt& p : prompts)
+            if (!seen.insert(p.slot).second) fail("prefill_whole: slot " + std::to_string(p.slot) + " twice");
+        if (prompts.empty() || (int)prompts.size() > o_.prefill_rows || o_.chunk != 0)
+            fail("prefill_whole: " + std::to_string(prompts.size()) + " prompts");
+        whole_calls.push_back((int)prompts.size());
+        ServeEngine::prefill_whole(prompts, out);
+    }
 
     PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) override {
         std::lock_guard<std::mutex> lock(m_);
@@ -93,29 +107,50 @@ public:
         prefills.push_back(FakePrefill{slot, start, n, last != nullptr});
         prefilled_tokens += n;
         sleep_us((long long)o_.prefill_us_per_token * n);
-        return last ? pick(h, *last, o_.vocab, o_.eot, o_.eot_every) : PickedToken{};
+        if (!last) return PickedToken{};
+        const PickedToken t = pick(h, *last, o_.vocab, o_.eot, o_.eot_every);
+        last_[slot] = t.token;
+        return t;
     }
 
-    void decode(const std::vector<DecodeSlot>& batch, std::vector<PickedToken>* out) override {
+    void decode_begin(const std::vector<DecodeSlot>& batch) override {
         std::lock_guard<std::mutex> lock(m_);
+        if (in_flight_) fail("decode_begin: a step is already in flight");
         std::set<int> seen;
         std::vector<int> step;
-        out->clear();
         for (const DecodeSlot& d : batch) {
             if (d.slot < 0 || d.slot >= o_.slots || !live_[d.slot] || !seen.insert(d.slot).second)
                 fail("decode: slot " + std::to_string(d.slot) + " (free, repeated or out of range)");
-            std::vector<int>& h = hist_[d.slot];
-            if (d.position != (int)h.size() || d.position >= o_.context)
+            if (d.position != (int)hist_[d.slot].size() || d.position >= o_.context)
                 fail("decode: slot " + std::to_string(d.slot) + " at " + std::to_string(d.position) + ", it holds " +
-                     std::to_string(h.size()));
-            h.push_back(d.token);
+                     std::to_string(hist_[d.slot].size()));
+        }
+        out_.clear();
+        for (const DecodeSlot& d : batch) {
+            std::vector<int>& h = hist_[d.slot];
+            h.push_back(last_[d.slot]);
             PickedToken t = pick(h, d.pick, o_.vocab, o_.eot, o_.eot_every);
             if (d.slot == fail_slot) t = PickedToken{};
-            out->push_back(t);
+            last_[d.slot] = t.token < 0 ? 0 : t.token;  // a GPU's failed row leaves a valid id for the next step
+            out_.push_back(t);
             step.push_back(d.slot);
         }
         steps.push_back(step);
-        sleep_us(o_.step_us);
+        in_flight_ = true;
+        ready_ = std::chrono::steady_clock::now() + std::chrono::microseconds(o_.step_us);
+    }
+
+    void decode_end(std::vector<PickedToken>* out) override {
+        std::chrono::steady_clock::time_point ready;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            if (!in_flight_) fail("decode_end: no step in flight");
+            in_flight_ = false;
+            *out = std::move(out_);
+            out_.clear();
+            ready = ready_;
+        }
+        std::this_thread::sleep_until(ready);
     }
 
     void release(int slot) override {
@@ -129,6 +164,7 @@ public:
     // records (read them while no step runs)
     std::vector<std::vector<int>> steps;  // each decode step's slots
     std::vector<FakePrefill> prefills;
+    std::vector<int> whole_calls;  // prompts per prefill_whole call
     std::vector<int> released;
     std::vector<std::string> violations;
     long long prefilled_tokens = 0;
@@ -145,7 +181,11 @@ private:
 
     FakeEngineOptions o_;
     std::vector<std::vector<int>> hist_;
+    std::vector<int> last_;  // each slot's last pick: its next decode step's input
     std::vector<bool> live_;
+    bool in_flight_ = false;
+    std::vector<PickedToken> out_;  // the step in flight's picks
+    std::chrono::steady_clock::time_point ready_;
     std::mutex m_;
 };
 

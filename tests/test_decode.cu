@@ -255,33 +255,61 @@ void test_cached(const GPT2Config& c, const char* label) {
            new_tokens, B, boundary, failures == f0 ? "PASS" : "FAIL");
 }
 
-// Check 3: B slots, steps over the first R.
+// Check 3: B slots; prompts prefilled in groups of up to 8 into scattered slots; steps over the first R, every other
+// one with its input tokens committed on the device (as a server's picks are) instead of uploaded.
 void test_slots(const GPT2Config& c, const char* label) {
-    const int f0 = failures, B = 24, T = 128, V = c.vocab_size;
+    const int f0 = failures, B = 24, T = 128, V = c.vocab_size, P = 8;
     Reference ref(c, B, T);
     Rng rng(5);
     InferenceEngine e;
-    make_engine(&e, ref, slots_shape(B, T), InferenceOptions{}, false);
+    make_engine(&e, ref, slots_shape(B, T, P), InferenceOptions{}, false);
     std::vector<std::vector<int>> seq(B);
     std::vector<float> row(c.padded_vocab_size);
     double worst_prefill = 0, worst = 0;
-    for (int b = 0; b < B; b++) {
-        const int n = 1 + (int)(rng.uniform() * 20);
-        for (int t = 0; t < n; t++) seq[b].push_back((int)(rng.uniform() * V) % V);
-        inference_prefill_slot(&e, b, seq[b].data(), n);
-        inference_logit_rows_to_host(&e, b, 1, row.data());
-        worst_prefill = std::max(worst_prefill, check_logits(row, ref.last_logits({seq[b]})[0], V, "slot prefill", 0, b));
+    std::vector<int> order(B);  // slots in a scattered order, prefilled in groups of these sizes
+    for (int b = 0; b < B; b++) order[b] = (b * 7) % B;
+    const std::vector<int> groups = {1, 3, 8, 5, 7};
+    for (int g = 0, at = 0; g < (int)groups.size(); at += groups[g++]) {
+        std::vector<SlotPrompt> prompts;
+        for (int i = 0; i < groups[g]; i++) {
+            const int b = order[at + i], n = 1 + (int)(rng.uniform() * 40);
+            for (int t = 0; t < n; t++) seq[b].push_back((int)(rng.uniform() * V) % V);
+            prompts.push_back(SlotPrompt{b, seq[b].data(), n});
+        }
+        inference_prefill_slots(&e, prompts);
+        std::vector<std::vector<float>> got(prompts.size(), std::vector<float>(c.padded_vocab_size));
+        for (size_t i = 0; i < prompts.size(); i++) inference_prefill_logits_to_host(&e, (int)i, got[i].data());
+        for (size_t i = 0; i < prompts.size(); i++)
+            worst_prefill = std::max(worst_prefill, check_logits(got[i], ref.last_logits({seq[prompts[i].slot]})[0], V,
+                                                                 "slot prefill", g, prompts[i].slot));
     }
+    int* picks_d = nullptr;  // (2B): tokens, then non-finite flags, as pick_tokens_per_row leaves them
+    cudaCheck(cudaMalloc(&picks_d, 2 * B * sizeof(int)));
     const std::vector<int> busy_of_step = {1, 1, 3, 3, 24, 24, 9, 2, 17, 17, 5, 24, 1, 12};
     std::vector<int> rows_run;
+    int committed_wrong = 0;
     for (int step = 0; step < (int)busy_of_step.size(); step++) {
         const int busy = busy_of_step[step];
+        const bool resident = step % 2 == 1;
         std::vector<int> tokens(B, 0), positions(B);
         for (int b = 0; b < B; b++) {
             positions[b] = (int)seq[b].size();  // idle rows below R: their own next position, not kept
             if (b < busy) seq[b].push_back(tokens[b] = (int)(rng.uniform() * V) % V);
         }
-        const int R = inference_decode_slots(&e, tokens, positions, busy);
+        int R = 0;
+        if (resident) {  // the idle rows' picks "failed" (flag 1, token -1): committed as 0
+            std::vector<int> picks(2 * B, 0);
+            for (int b = 0; b < B; b++) picks[b] = b < busy ? tokens[b] : -1, picks[B + b] = b >= busy;
+            cudaCheck(cudaMemcpy(picks_d, picks.data(), picks.size() * sizeof(int), cudaMemcpyHostToDevice));
+            inference_commit_picks(&e, picks_d, picks_d + B, nullptr, B);
+            std::vector<int> committed(B);
+            cudaCheck(cudaStreamSynchronize(e.stream));
+            cudaCheck(cudaMemcpy(committed.data(), e.step.s.tokens, B * sizeof(int), cudaMemcpyDeviceToHost));
+            for (int b = 0; b < B; b++) committed_wrong += committed[b] != (b < busy ? tokens[b] : 0);
+            R = inference_decode_resident(&e, positions, busy);
+        } else {
+            R = inference_decode_slots(&e, tokens, positions, busy);
+        }
         rows_run.push_back(R);
         if (R < busy || (R > 1 && R / 2 >= busy && R != B) || R > B) fail("slots: %d busy slots ran as %d rows", busy, R);
         // the engine's rows first: its stream done before the reference's forward (one cuBLASLt workspace per process)
@@ -291,11 +319,14 @@ void test_slots(const GPT2Config& c, const char* label) {
         const std::vector<std::vector<float>> want = ref.last_logits(busy_seq);
         for (int b = 0; b < busy; b++) worst = std::max(worst, check_logits(got[b], want[b], V, "slots decode", step, b));
     }
+    if (committed_wrong) fail("slots: %d committed input tokens differ from the picks (failed picks: 0)", committed_wrong);
+    cudaCheck(cudaFree(picks_d));
     inference_engine_free(&e);
     std::string rows;
     for (int r : rows_run) rows += (rows.empty() ? "" : ",") + std::to_string(r);
-    printf("test_decode (%s, %s): %d slots, each prompt prefilled alone (worst rel-L2 %.3e), %d steps over the first "
-           "R slots (R = %s), busy slots' logits worst rel-L2 %.3e (<= %.0e): %s\n", PRECISION_NAME, label, B,
+    printf("test_decode (%s, %s): %d slots, prompts prefilled %d at most per forward into scattered slots (worst "
+           "rel-L2 %.3e), %d steps over the first R slots (R = %s; every other one on tokens committed on the "
+           "device), busy slots' logits worst rel-L2 %.3e (<= %.0e): %s\n", PRECISION_NAME, label, B, P,
            worst_prefill, (int)busy_of_step.size(), rows.c_str(), worst, kTol, failures == f0 ? "PASS" : "FAIL");
 }
 

@@ -81,6 +81,20 @@ TEST(InferencePlan, ServingPrefillsOneSlotAtATime) {
     EXPECT_EQ(group(plan(d12(), served), InferenceGroup::Prefill), 64 * 1024 * per_position);
 }
 
+// A server's shape (slots_shape): P prompts per prefill forward, each prompt's slot and length, and rows of logits
+// of their own beside the decode step's, so a prefill queued behind a step leaves the step's logits alone.
+TEST(InferencePlan, ServingPrefillsPromptsIntoTheirOwnRows) {
+    const size_t per_position = 17 * 768 * 2 + 4 + 2 * 4 + 12 * 4;
+    InferenceShape one = shape(64, 1025, 1024, 1), eight = one;
+    one.prefill_B = 1, eight.prefill_B = 8;
+    one.row_buckets = eight.row_buckets = true;
+    eight.slot_prefill = true;
+    const InferencePlan a = plan(d12(), one), b = plan(d12(), eight);
+    EXPECT_EQ(group(b, InferenceGroup::Prefill), 8 * 1024 * per_position + 2 * 256);  // + slots, lengths (8 ints)
+    EXPECT_EQ(group(b, InferenceGroup::Classifier), group(a, InferenceGroup::Classifier) + 8 * 768 * 2 + 8 * 50304 * 2);
+    EXPECT_EQ(group(b, InferenceGroup::Decode), group(a, InferenceGroup::Decode));
+}
+
 TEST(InferencePlan, DecodeScratchIsBatchRows) {
     const InferencePlan b1 = plan(d12(), shape(1, 1024, 64, 960)), b1_long = plan(d12(), shape(1, 1024, 512, 512));
     EXPECT_EQ(group(b1, InferenceGroup::Decode), group(b1_long, InferenceGroup::Decode) + 448 * 4);  // fewer coins

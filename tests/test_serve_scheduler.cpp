@@ -87,18 +87,26 @@ TEST(ServeScheduler, JoinAtTheNextStepLeaveAtTheEndAndReuseSlots) {
     s.submit(make_request(pa, 30, a));
     s.submit(make_request(pb, 4, b));
     s.submit(make_request(pc, 5, c));  // waits: two slots
-    s.step();
+    s.step();  // a and b prefilled: their first tokens
     EXPECT_EQ(s.stats().running, 2);
     EXPECT_EQ(s.stats().queued, 1);
+    EXPECT_TRUE(e.steps.empty());
+    EXPECT_EQ(a->tokens.size(), 1u);
+    s.step();  // their first decode step begins; its tokens come with the next step
     EXPECT_EQ(e.steps.back(), (std::vector<int>{0, 1}));
-    for (int i = 0; i < 2; i++) s.step();
-    EXPECT_EQ(b->ends, 1);                     // 1 token from the prefill + 3 decode steps
-    EXPECT_EQ(e.released, std::vector<int>{1});
+    EXPECT_EQ(a->tokens.size(), 1u);
+    s.step();
+    s.step();
+    EXPECT_EQ(a->tokens.size(), 3u);
     const size_t before = e.prefills.size();
-    s.step();                                  // c takes slot 1, is prefilled and decoded in the same step
+    s.step();  // b's 4th token (1 from the prefill + 3 decode steps) ends it; c takes slot 1 and is prefilled
+    EXPECT_EQ(b->ends, 1);
+    EXPECT_EQ(e.released, std::vector<int>{1});
+    EXPECT_EQ(e.steps.back(), (std::vector<int>{0}));  // begun before b's end: without b, at max_tokens
     ASSERT_EQ(e.prefills.size(), before + 1);
     EXPECT_EQ(e.prefills.back().slot, 1);
     EXPECT_EQ(e.prefills.back().start, 0);
+    s.step();  // c joins the next step
     EXPECT_EQ(e.steps.back(), (std::vector<int>{0, 1}));
     run_to_idle(s);
     EXPECT_TRUE(e.violations.empty());
@@ -112,15 +120,19 @@ TEST(ServeScheduler, JoinAtTheNextStepLeaveAtTheEndAndReuseSlots) {
 }
 
 // A request's tokens do not depend on what runs beside it: random prompts, lengths, rules, seeds and arrival times,
-// against each request alone.
+// against each request alone; whole prompts one per call, in chunks, and several per call with stop tokens (so that
+// sequences end while the next step is in flight and their slots are prefilled again under it).
 TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
-    for (int chunk : {0, 8}) {
-        FakeEngine e({5, 96, 1000, chunk});
+    for (int mode : {0, 1, 2}) {
+        const int chunk = mode == 1 ? 8 : 0, stop = mode == 2 ? 999 : -1;
+        FakeEngineOptions fo{5, 96, 1000, chunk, /*prefill_rows*/ mode == 2 ? 3 : 1};
+        if (mode == 2) fo.eot = stop, fo.eot_every = 9;
+        FakeEngine e(fo);
         SchedulerOptions o;
         o.max_queue = 100;
-        o.prefill_budget = 16;
+        o.prefill_budget = mode == 2 ? 64 : 16;
         Scheduler s(&e, o);
-        Rng rng(42 + chunk);
+        Rng rng(42 + mode);
         struct Job {
             std::vector<int> prompt;
             int max_tokens, arrive;
@@ -142,21 +154,28 @@ TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
         for (int t = 0; t < 2000; t++) {
             for (Job& j : jobs)
                 if (j.arrive == t) {
-                    ASSERT_EQ(s.submit(make_request(j.prompt, j.max_tokens, j.out, j.pick, j.seed)), Admission::Accepted);
+                    ASSERT_EQ(s.submit(make_request(j.prompt, j.max_tokens, j.out, j.pick, j.seed, stop)),
+                              Admission::Accepted);
                 }
             s.step();
         }
         EXPECT_TRUE(e.violations.empty()) << e.violations.front();
-        int sampled_differs = 0;
+        int sampled_differs = 0, stops = 0;
         for (const Job& j : jobs) {
+            const std::vector<int> alone = e.alone(j.prompt, j.max_tokens, j.pick, j.seed, stop);
             EXPECT_EQ(j.out->ends, 1);
-            EXPECT_EQ(j.out->end.reason, FinishReason::Length);
-            EXPECT_EQ(j.out->tokens, e.alone(j.prompt, j.max_tokens, j.pick, j.seed)) << "chunk " << chunk;
+            EXPECT_EQ(j.out->end.reason, alone.back() == stop ? FinishReason::Stop : FinishReason::Length);
+            EXPECT_EQ(j.out->tokens, alone) << "mode " << mode;
+            stops += alone.back() == stop && (int)alone.size() < j.max_tokens;
             if (!j.pick.params.greedy() && j.max_tokens > 3)
                 sampled_differs += e.alone(j.prompt, j.max_tokens, j.pick, j.seed + 1) != j.out->tokens;
         }
         EXPECT_GT(sampled_differs, 0);  // the seed matters: the comparison above could fail
         EXPECT_GT(s.stats().decode_rows, s.stats().decode_steps);  // sequences did share steps
+        if (mode == 2) {  // the cases the mode is for did come
+            EXPECT_GE(stops, 5);
+            EXPECT_GT(*std::max_element(e.whole_calls.begin(), e.whole_calls.end()), 1);
+        }
     }
 }
 
@@ -168,9 +187,8 @@ TEST(ServeScheduler, ChunkedPrefillKeepsRunningStreamsAtPace) {
     Scheduler s(&e, o);
     auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
     s.submit(make_request(prompt_of(4, 1), 300, a));
-    s.step();
-    s.step();
-    ASSERT_EQ(a->tokens.size(), 3u);
+    for (int i = 0; i < 3; i++) s.step();  // the prefill's token, then each step delivers the one begun before
+    ASSERT_EQ(a->tokens.size(), 2u);
     s.submit(make_request(prompt_of(1000, 2), 10, b));
     int steps = 0;
     while (b->tokens.empty()) {
@@ -243,6 +261,32 @@ TEST(ServeScheduler, WholePromptsWithinTheBudget) {
     EXPECT_TRUE(e.violations.empty());
 }
 
+// Several whole prompts per call where the engine takes them: as many as fit the budget counted as rows of the
+// call's longest, up to the engine's rows; then the next call in the same step with what is left of the budget.
+TEST(ServeScheduler, WholePromptsTogetherPaddedToTheLongest) {
+    FakeEngineOptions fo{8, 2048, 1000, 0, /*prefill_rows*/ 3};
+    FakeEngine e(fo);
+    SchedulerOptions o;
+    o.prefill_budget = 256;
+    Scheduler s(&e, o);
+    std::vector<std::shared_ptr<Outcome>> outs;
+    const std::vector<int> lengths = {40, 40, 30, 20, 100, 20, 10, 300};
+    for (size_t i = 0; i < lengths.size(); i++) {
+        outs.push_back(std::make_shared<Outcome>());
+        s.submit(make_request(prompt_of(lengths[i], (int)i), 3, outs.back()));
+    }
+    s.step();  // 40, 40, 30 (3 rows of 40: 120 of 256); 20 (100 beside it: 2 x 100 > 136); 100 alone (of 116)
+    EXPECT_EQ(e.whole_calls, (std::vector<int>{3, 1, 1}));
+    s.step();  // 20, 10 (2 x 20); 300 does not fit the 216 left
+    EXPECT_EQ(e.whole_calls, (std::vector<int>{3, 1, 1, 2}));
+    s.step();  // 300: over the budget, first in its step, alone
+    EXPECT_EQ(e.whole_calls, (std::vector<int>{3, 1, 1, 2, 1}));
+    run_to_idle(s);
+    for (size_t i = 0; i < lengths.size(); i++)
+        EXPECT_EQ(outs[i]->tokens, e.alone(prompt_of(lengths[i], (int)i), 3, {}, 0)) << i;
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+}
+
 TEST(ServeScheduler, CancelRunningAndQueued) {
     FakeEngine e({1, 128});
     Scheduler s(&e, {});
@@ -252,11 +296,11 @@ TEST(ServeScheduler, CancelRunningAndQueued) {
     s.submit(std::move(ra));
     s.submit(std::move(rb));
     s.submit(make_request(prompt_of(3, 3), 4, c));
-    for (int i = 0; i < 5; i++) s.step();
+    for (int i = 0; i < 7; i++) s.step();  // the prefill's token, a decode step begun, then one token a step
     ASSERT_EQ(a->tokens.size(), 6u);
     cancel_a->store(true);
     cancel_b->store(true);  // still queued: never prefilled
-    s.step();               // a leaves, c takes the slot
+    s.step();               // a leaves (the token its last step picked is dropped), c takes the slot
     EXPECT_EQ(a->ends, 1);
     EXPECT_EQ(a->end.reason, FinishReason::Cancelled);
     EXPECT_EQ(a->end.completion_tokens, 6);
@@ -337,6 +381,31 @@ TEST(ServeScheduler, StopTokenStopCallbackAndOneToken) {
     EXPECT_EQ(c->end.reason, FinishReason::Length);
     for (const auto& st : e.steps) EXPECT_EQ(std::count(st.begin(), st.end(), 2), 0);  // c never decoded
     EXPECT_TRUE(e.violations.empty());
+}
+
+// A decode step is begun before the tokens of the one before are delivered: a sequence that stops on such a token
+// has one row more computed for nothing, and its slot, given to the next request in the same step, is prefilled
+// while that row is in flight; the row's token is dropped and the next sequence is as it would be alone.
+TEST(ServeScheduler, StopWhileTheNextStepIsInFlight) {
+    FakeEngine e({1, 128});
+    Scheduler s(&e, {});
+    const std::vector<int> pa = prompt_of(8, 5), pb = prompt_of(6, 9);
+    const std::vector<int> alone = e.alone(pa, 10, {}, 0);
+    const int stop = alone[3];
+    ASSERT_EQ(std::find(alone.begin(), alone.begin() + 3, stop), alone.begin() + 3) << "pick another prompt";
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
+    s.submit(make_request(pa, 10, a, {}, 0, stop));
+    s.submit(make_request(pb, 5, b));
+    for (int i = 0; i < 5; i++) s.step();  // a: prefill, 3 steps begun; its 4th token (the stop) delivered in the 5th
+    EXPECT_EQ(a->tokens, std::vector<int>(alone.begin(), alone.begin() + 4));
+    EXPECT_EQ(a->end.reason, FinishReason::Stop);
+    ASSERT_EQ(e.prefills.size(), 2u);  // b prefilled in the same step, its slot's row for a still in flight
+    EXPECT_EQ(e.steps.size(), 4u);     // a's three steps and the one begun before its stop was seen
+    run_to_idle(s);
+    s.step();  // collects the last step begun
+    EXPECT_EQ(b->tokens, e.alone(pb, 5, {}, 0));
+    EXPECT_EQ(e.steps.size(), 8u);     // b: 4 steps after its prefill's token, none for nothing (max_tokens)
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
 }
 
 TEST(ServeScheduler, EngineFailureEndsOnlyThatSequence) {

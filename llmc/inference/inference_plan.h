@@ -24,6 +24,7 @@ struct InferenceShape {
     bool cached = true;       // the KV cache and decode step (head size 64 or 128), else recompute per token
     bool owns_params = true;  // false: a view of parameters that live elsewhere (the trainer's)
     bool row_buckets = false; // decode steps also over the first 1, 2, 4, ... rows (a server: its busy slots only)
+    bool slot_prefill = false; // prompts prefilled into chosen slots, with logits rows of their own (a server)
     int prefill_rows() const { return prefill_B > 0 ? prefill_B : B; }
 };
 
@@ -78,11 +79,11 @@ enum Id {
     Params,
     KCache, VCache,
     PrefillInputs, Encoded, Ln, LnMean, LnRstd, Qkv, Atty, Residual2, Residual3, Fch, FchGelu, Projection, AttSaved,
-    AttWorkspace,
+    AttWorkspace, PrefillSlots, PrefillLengths,
     Tokens, DecodeX, DecodeLn, DecodeMean, DecodeRstd, DecodeQkv, DecodeAtty, DecodeResidual2, DecodeResidual3,
     DecodeFch, DecodeFchGelu, DecodeProjection, DecodeAttWorkspace, MmaPartials, MmaCounters, Coins, PromptLen,
     PickPartials, PickCount,
-    Lengths, Lnf, Logits,
+    Lengths, Lnf, Logits, PrefillLnf, PrefillLogits,
     CublasLt, NewTokens,
     Count
 };
@@ -121,6 +122,9 @@ inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, 
     layer_rows(t, infer::Encoded, G::Prefill, BT, C, X, "encoded", "ln1 / ln2 / lnf");
     t[infer::AttSaved] = {"attention LSE / P", G::Prefill, k.attention_saved, 1};
     t[infer::AttWorkspace] = {"attention workspace", G::Prefill, k.attention_workspace, 1};
+    const size_t P = s.slot_prefill ? s.prefill_rows() : 0;  // a server's prompts: their slots and lengths
+    t[infer::PrefillSlots] = {"prompts' slots (P)", G::Prefill, P, I};
+    t[infer::PrefillLengths] = {"prompts' lengths (P)", G::Prefill, P, I};
     t[infer::Tokens] = {"tokens (B)", G::Decode, D, I};  // the step's input, the last pick's output
     layer_rows(t, infer::DecodeX, G::Decode, D, C, X, "x", "ln1 / ln2");
     t[infer::DecodeAttWorkspace] = {"attention partials", G::Decode, s.cached ? k.decode_attention_workspace : 0, 1};
@@ -135,6 +139,9 @@ inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, 
     t[infer::Lengths] = {"lengths (B)", G::Classifier, B, I};
     t[infer::Lnf] = {"lnf (B, C)", G::Classifier, B * C, X};
     t[infer::Logits] = {"logits (B, Vp)", G::Classifier, B * Vp, X};
+    // a server's prompts' last positions: rows of their own, so a prefill leaves a decode step's logits alone
+    t[infer::PrefillLnf] = {"prompts' lnf (P, C)", G::Classifier, P * C, X};
+    t[infer::PrefillLogits] = {"prompts' logits (P, Vp)", G::Classifier, P * Vp, X};
     t[infer::CublasLt] = {"cuBLASLt workspace", G::Workspace, k.cublaslt_workspace, 1};
     t[infer::NewTokens] = {"new tokens (max_new,B)", G::HostMapped, loop, I};
     return t;

@@ -29,20 +29,23 @@ inline bool kv_cache_supported(const GPT2Config& c) {
 }
 
 // The prefill's listener: layer l's K and V, positions 0..T-1 of the (rows, T, 3C) QKV rows, into the cache's
-// sequences first .. first + rows - 1 (default: all B) as soon as they are queued, before the next layer overwrites
-// the one QKV buffer every layer shares. A server prefills one slot: first = the slot, rows = 1.
+// sequences first .. first + rows - 1 (default: all B), or row i into sequence slots[i] (a device array: a server's
+// prompts into their slots), as soon as they are queued, before the next layer overwrites the one QKV buffer every
+// layer shares.
 struct KVCacheWriter : ForwardListener {
     const KVCache* cache;
     int T;  // the prefill's positions per sequence
     cudaStream_t stream;
     int first, rows;
-    KVCacheWriter(const KVCache* c, int T_, cudaStream_t s, int first_ = 0, int rows_ = -1)
-        : cache(c), T(T_), stream(s), first(first_), rows(rows_ < 0 ? c->B : rows_) {}
+    const int* slots;
+    KVCacheWriter(const KVCache* c, int T_, cudaStream_t s, int first_ = 0, int rows_ = -1,
+                  const int* slots_ = nullptr)
+        : cache(c), T(T_), stream(s), first(first_), rows(rows_ < 0 ? c->B : rows_), slots(slots_) {}
     void qkv_ready(int layer, const floatX* qkv) override {
         const int C = cache->NH * cache->HS;
-        const size_t at = (size_t)first * cache->NH * cache->max_T * cache->HS;  // sequence `first`'s rows
+        const size_t at = slots ? 0 : (size_t)first * cache->NH * cache->max_T * cache->HS;  // sequence `first`'s
         cudaCheck(decode_attention::copy_kv(cache->k_layer(layer) + at, cache->v_layer(layer) + at, qkv + C,
                                             (size_t)3 * C, nullptr, rows, T, cache->NH, cache->HS, cache->max_T,
-                                            stream));
+                                            stream, false, slots));
     }
 };

@@ -1,14 +1,17 @@
 // The inference engine by slots, for a server's continuous batching (llmc/serving/gpu_engine.cuh): the KV cache's B
 // sequences are slots that come and go independently. The thinnest layer over what generate() runs:
-//   - a slot's prompt is prefilled alone (batch 1: the engine is made with prefill_B 1) by the shared forward, whose
-//     listener writes each layer's K and V into that slot's rows of the cache only; the logits of its last position
-//     land in the slot's row;
+//   - up to P prompts (the shape's prefill_B) are prefilled together into the slots they are given, in one forward
+//     of (P, T) rows padded to the longest, whose listener writes each layer's K and V of row i into slot i's rows of
+//     the cache only; the logits of each prompt's last position land in row i of the prompts' own logits, so a
+//     prefill queued behind a decode step leaves that step's logits alone;
 //   - a decode step runs over the first R slots, R the smallest of 1, 2, 4, ..., B that covers every busy slot (the
 //     scheduler fills the lowest free slot first), each with its own token and position, as that row count's CUDA
 //     Graph (one per count, captured at set-up); slots below R without a sequence compute a throwaway row at a
-//     position of their own, which touches no other slot's cache.
+//     position of their own, which touches no other slot's cache;
+//   - a server's picks go straight into the next step's input tokens (inference_commit_picks), so a step can be
+//     queued before the host has seen the last one's tokens (inference_decode_resident).
 // Made for the shape slots_shape() gives. Needs a GPU to validate (docs/SERVING.md): tests/test_decode.cu checks
-// generate()'s paths; these entry points are exercised by scripts/check_serve.py against generate_gpt2cu.
+// the prefill and the steps against the reference forward; scripts/check_serve.py the server against generate_gpt2cu.
 #pragma once
 
 #include <algorithm>
@@ -18,41 +21,97 @@
 
 #include "llmc/inference/engine.cuh"
 
-// B slots of `context` positions each; prompts of up to context - 1 tokens, prefilled one slot at a time.
-inline InferenceShape slots_shape(int B, int context) {
+// B slots of `context` positions each; prompts of up to context - 1 tokens, up to prefill_rows of them prefilled in
+// one forward.
+inline InferenceShape slots_shape(int B, int context, int prefill_rows = 1) {
     InferenceShape s;
     s.B = B;
-    s.prefill_B = 1;
+    s.prefill_B = std::max(1, std::min(prefill_rows, B));
     s.max_T = context;
     s.prefill_T = context - 1;
     s.max_new = 1;  // the on-GPU loop's rows (its warm-up only: a server picks per request, pick_tokens_per_row)
     s.cached = true;
     s.row_buckets = true;
+    s.slot_prefill = true;
     return s;
 }
 
-// Positions [0, n) of a new sequence in `slot` (whatever it held), then its last position's logits into row `slot`.
-inline void inference_prefill_slot(InferenceEngine* e, int slot, const int* tokens, int n) {
-    const int V = e->config.vocab_size, C = e->config.channels, Vp = e->config.padded_vocab_size;
-    bool ok = e->shape.cached && e->shape.prefill_rows() == 1 && slot >= 0 && slot < e->shape.B && n >= 1 &&
-              n <= e->shape.prefill_T;
-    for (int i = 0; ok && i < n; i++) ok = tokens[i] >= 0 && tokens[i] < V;
+// A new sequence for inference_prefill_slots: its slot and its prompt (host ids).
+struct SlotPrompt {
+    int slot = 0;
+    const int* tokens = nullptr;
+    int n = 0;
+};
+
+// The prompts (1 .. prefill_B of them, distinct slots) as new sequences in their slots (whatever those held), in one
+// forward over (P, T) rows, T the longest prompt; a shorter prompt's padding comes after it, where causal attention
+// keeps it out of its positions, and its K and V land past the sequence's length, where nothing reads them. Leaves
+// prompt i's last position's logits in row i of inference_prefill_logits. Queues only (host memory is staged).
+inline void inference_prefill_slots(InferenceEngine* e, const std::vector<SlotPrompt>& prompts) {
+    const int V = e->config.vocab_size, P = (int)prompts.size();
+    int T = 0;
+    bool ok = e->shape.cached && e->shape.slot_prefill && P >= 1 && P <= e->shape.prefill_rows();
+    std::vector<char> taken(e->shape.B, 0);
+    for (const SlotPrompt& p : prompts) {
+        ok = ok && p.slot >= 0 && p.slot < e->shape.B && !taken[p.slot] && p.n >= 1 && p.n <= e->shape.prefill_T;
+        if (!ok) break;
+        taken[p.slot] = 1;
+        T = std::max(T, p.n);
+        for (int i = 0; ok && i < p.n; i++) ok = p.tokens[i] >= 0 && p.tokens[i] < V;
+    }
     if (!ok) {
-        fprintf(stderr, "error: inference_prefill_slot: slot %d of %d, %d tokens (1..%d, ids below %d) on an engine "
-                "made by slots_shape\n", slot, e->shape.B, n, e->shape.prefill_T, V);
+        fprintf(stderr, "error: inference_prefill_slots: %d prompts (1..%d, distinct slots below %d) of 1..%d tokens "
+                "(ids below %d) on an engine made by slots_shape\n", P, e->shape.prefill_rows(), e->shape.B,
+                e->shape.prefill_T, V);
         exit(EXIT_FAILURE);
     }
+    std::vector<int> inputs((size_t)P * T), slots(P), lengths(P);
+    for (int i = 0; i < P; i++) {
+        const SlotPrompt& p = prompts[i];
+        std::copy(p.tokens, p.tokens + p.n, inputs.begin() + (size_t)i * T);
+        std::fill(inputs.begin() + (size_t)i * T + p.n, inputs.begin() + (size_t)(i + 1) * T, p.tokens[p.n - 1]);
+        slots[i] = p.slot, lengths[i] = p.n;
+        e->cache.host_len[p.slot] = p.n;  // the device's len is the next decode step's to write
+    }
     // from pageable memory: each copy is staged before the call returns
-    cudaCheck(cudaMemcpyAsync(e->at<int>(infer::PrefillInputs), tokens, (size_t)n * sizeof(int), cudaMemcpyHostToDevice,
-                              e->stream));
-    e->cache.host_len[slot] = n;
-    cudaCheck(cudaMemcpyAsync(e->cache.len + slot, &e->cache.host_len[slot], sizeof(int), cudaMemcpyHostToDevice,
-                              e->stream));
-    KVCacheWriter writer(&e->cache, n, e->stream, slot, 1);
-    // the one sequence's row of lnf and logits is the slot's: gather_last reads its length from len[slot]
-    prefill_forward(e->config, e->step.params, e->prefill, e->at<int>(infer::PrefillInputs), e->cache.len + slot,
-                    ForwardShape{1, n, e->backend, e->options.fuse_gelu}, e->step.s.lnf + (size_t)slot * C,
-                    e->step.s.logits + (size_t)slot * Vp, e->stream, &writer);
+    int* slots_d = e->at<int>(infer::PrefillSlots);
+    int* lengths_d = e->at<int>(infer::PrefillLengths);
+    cudaCheck(cudaMemcpyAsync(e->at<int>(infer::PrefillInputs), inputs.data(), inputs.size() * sizeof(int),
+                              cudaMemcpyHostToDevice, e->stream));
+    cudaCheck(cudaMemcpyAsync(slots_d, slots.data(), P * sizeof(int), cudaMemcpyHostToDevice, e->stream));
+    cudaCheck(cudaMemcpyAsync(lengths_d, lengths.data(), P * sizeof(int), cudaMemcpyHostToDevice, e->stream));
+    KVCacheWriter writer(&e->cache, T, e->stream, 0, P, slots_d);
+    prefill_forward(e->config, e->step.params, e->prefill, e->at<int>(infer::PrefillInputs), lengths_d,
+                    ForwardShape{P, T, e->backend, e->options.fuse_gelu}, e->at<floatX>(infer::PrefillLnf),
+                    e->at<floatX>(infer::PrefillLogits), e->stream, &writer);
+}
+
+// The prompts' logits (prefill_B, Vp): row i that of the last inference_prefill_slots' prompt i.
+inline const floatX* inference_prefill_logits(const InferenceEngine* e) { return e->at<floatX>(infer::PrefillLogits); }
+// The prompts' slots on the device, as the last inference_prefill_slots gave them (for inference_commit_picks).
+inline const int* inference_prefill_slots_device(const InferenceEngine* e) { return e->at<int>(infer::PrefillSlots); }
+
+namespace slots_detail {
+
+// tokens[slot_of[i]] (slot_of null: tokens[i]) = picked[i], or 0 where the pick failed (a non-finite row, whose pick
+// means nothing): the next decode step reads a valid id whatever came.
+__global__ void commit_picks_kernel(int* __restrict__ tokens, const int* __restrict__ picked,
+                                    const int* __restrict__ nonfinite, const int* __restrict__ slot_of, int n, int V) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int t = picked[i];
+    tokens[slot_of ? slot_of[i] : i] = nonfinite[i] || t < 0 || t >= V ? 0 : t;
+}
+
+}  // namespace slots_detail
+
+// n picks (tokens and non-finite flags on the device, as pick_tokens_per_row leaves them) as the next decode step's
+// input tokens of their slots: slot_of[i] (device) for pick i, or slot i when null. Queues only.
+inline void inference_commit_picks(InferenceEngine* e, const int* picked, const int* nonfinite, const int* slot_of,
+                                   int n) {
+    slots_detail::commit_picks_kernel<<<(n + 127) / 128, 128, 0, e->stream>>>(e->step.s.tokens, picked, nonfinite,
+                                                                             slot_of, n, e->config.vocab_size);
+    cudaCheckLaunch();
 }
 
 // The row count a step over slots [0, busy) runs with: the smallest bucket that covers them.
@@ -62,24 +121,26 @@ inline int inference_decode_rows(const InferenceEngine* e, int busy) {
     return e->shape.B;
 }
 
-// One decode step over slots [0, R), R = inference_decode_rows(busy) (busy 0: all B): slot b's token tokens[b] at
-// positions[b] (the cache holds [0, positions[b]) of its sequence); leaves the logits (R, Vp) and returns R. tokens
-// and positions have a value for each of the R slots (at least); a slot without a sequence passes any token at a
-// position it owns (its own next one, or 0).
-inline int inference_decode_slots(InferenceEngine* e, const std::vector<int>& tokens, const std::vector<int>& positions,
-                                  int busy = 0) {
+namespace slots_detail {
+
+// inference_decode_slots' step; tokens null: the step's input tokens are already on the device.
+inline int decode_slots(InferenceEngine* e, const std::vector<int>* tokens, const std::vector<int>& positions,
+                        int busy) {
     KVCache& cache = e->cache;
     const int R = busy > 0 ? inference_decode_rows(e, busy) : cache.B;
-    bool ok = e->shape.cached && busy <= cache.B && (int)tokens.size() >= R && (int)positions.size() >= R;
+    bool ok = e->shape.cached && busy <= cache.B && (!tokens || (int)tokens->size() >= R) && (int)positions.size() >= R;
     for (int b = 0; ok && b < R; b++)
-        ok = tokens[b] >= 0 && tokens[b] < e->config.vocab_size && positions[b] >= 0 && positions[b] < cache.max_T;
+        ok = (!tokens || ((*tokens)[b] >= 0 && (*tokens)[b] < e->config.vocab_size)) && positions[b] >= 0 &&
+             positions[b] < cache.max_T;
     if (!ok) {
-        fprintf(stderr, "error: inference_decode_slots: %d tokens below %d at positions below %d for %d of %d slots\n",
-                (int)tokens.size(), e->config.vocab_size, cache.max_T, R, cache.B);
+        fprintf(stderr, "error: inference_decode_slots: tokens below %d at %d positions below %d for %d of %d slots\n",
+                e->config.vocab_size, (int)positions.size(), cache.max_T, R, cache.B);
         exit(EXIT_FAILURE);
     }
     for (int b = 0; b < R; b++) cache.host_len[b] = positions[b] + 1;
-    cudaCheck(cudaMemcpyAsync(e->step.s.tokens, tokens.data(), R * sizeof(int), cudaMemcpyHostToDevice, e->stream));
+    if (tokens)
+        cudaCheck(cudaMemcpyAsync(e->step.s.tokens, tokens->data(), R * sizeof(int), cudaMemcpyHostToDevice,
+                                  e->stream));
     cudaCheck(cudaMemcpyAsync(cache.len, cache.host_len.data(), R * sizeof(int), cudaMemcpyHostToDevice, e->stream));
     const size_t k = std::find(e->row_buckets.begin(), e->row_buckets.end(), R) - e->row_buckets.begin();
     const DecodeStep step = R == cache.B ? e->step : decode_step_rows(e->step, R, e->decode_asked);
@@ -89,10 +150,32 @@ inline int inference_decode_slots(InferenceEngine* e, const std::vector<int>& to
     return R;
 }
 
-// Rows [first, first + rows) of the last prefill's or step's logits, as floats (rows x Vp; waits for the engine's
-// stream).
+}  // namespace slots_detail
+
+// One decode step over slots [0, R), R = inference_decode_rows(busy) (busy 0: all B): slot b's token tokens[b] at
+// positions[b] (the cache holds [0, positions[b]) of its sequence); leaves the logits (R, Vp) and returns R. tokens
+// and positions have a value for each of the R slots (at least); a slot without a sequence passes any token at a
+// position it owns (its own next one, or 0).
+inline int inference_decode_slots(InferenceEngine* e, const std::vector<int>& tokens, const std::vector<int>& positions,
+                                  int busy = 0) {
+    return slots_detail::decode_slots(e, &tokens, positions, busy);
+}
+// The same with the input tokens the last picks left on the device (inference_commit_picks): nothing waits for the
+// host to see them.
+inline int inference_decode_resident(InferenceEngine* e, const std::vector<int>& positions, int busy) {
+    return slots_detail::decode_slots(e, nullptr, positions, busy);
+}
+
+// Rows [first, first + rows) of the last decode step's logits, as floats (rows x Vp; waits for the engine's stream).
 inline void inference_logit_rows_to_host(InferenceEngine* e, int first, int rows, float* out) {
     const size_t Vp = e->config.padded_vocab_size;
     cudaCheck(cudaStreamSynchronize(e->stream));
     device_to_host_floats(out, e->step.s.logits + first * Vp, rows * Vp);
+}
+
+// Row i of the last inference_prefill_slots' logits (Vp floats; waits for the engine's stream).
+inline void inference_prefill_logits_to_host(InferenceEngine* e, int i, float* out) {
+    const size_t Vp = e->config.padded_vocab_size;
+    cudaCheck(cudaStreamSynchronize(e->stream));
+    device_to_host_floats(out, inference_prefill_logits(e) + i * Vp, Vp);
 }

@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
 template <typename T>
 __global__ void copy_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const T* __restrict__ src,
                                size_t stride, const int* __restrict__ len, int B, int T_rows, int NH, int HS,
-                               int max_T) {
+                               int max_T, const int* __restrict__ seq) {
     pdl_trigger_and_wait();  // a no-op unless launched as a programmatic dependent
     constexpr int kVec = 16 / sizeof(T);
     const int C = NH * HS, per_row = C / kVec;
@@ -357,19 +357,22 @@ __global__ void copy_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache,
     const int h = g * kVec / HS, d = g * kVec % HS;
     const int pos = len ? len[b] - 1 : t;
     const T* row = src + bt * stride + (size_t)g * kVec;
-    const size_t at = (((size_t)b * NH + h) * max_T + pos) * HS + d;
+    const size_t at = (((size_t)(seq ? seq[b] : b) * NH + h) * max_T + pos) * HS + d;
     *reinterpret_cast<uint4*>(k_cache + at) = *reinterpret_cast<const uint4*>(row);
     *reinterpret_cast<uint4*>(v_cache + at) = *reinterpret_cast<const uint4*>(row + C);
 }
 
-// Launches copy_kv_kernel over B·T_rows rows (pdl: as a programmatic dependent of the kernel before).
+// Launches copy_kv_kernel over B·T_rows rows (pdl: as a programmatic dependent of the kernel before). seq: device
+// array of B cache sequences, row b's K and V into sequence seq[b] (a server's prompts into their slots); null:
+// sequence b.
 template <typename T>
 inline cudaError_t copy_kv(T* k_cache, T* v_cache, const T* src, size_t stride, const int* len, int B, int T_rows,
-                           int NH, int HS, int max_T, cudaStream_t stream, bool pdl = false) {
+                           int NH, int HS, int max_T, cudaStream_t stream, bool pdl = false,
+                           const int* seq = nullptr) {
     const long long threads = (long long)B * T_rows * NH * HS / (16 / (int)sizeof(T));
     PdlLaunch launch(dim3((unsigned)((threads + 255) / 256)), dim3(256), 0, stream, pdl);
     const cudaError_t e = cudaLaunchKernelEx(&launch.config, copy_kv_kernel<T>, k_cache, v_cache, src, stride, len, B,
-                                             T_rows, NH, HS, max_T);
+                                             T_rows, NH, HS, max_T, seq);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 

@@ -1,12 +1,16 @@
 // Continuous batching over a ServeEngine's slots (llmc/serving/serve_engine.h), engine-agnostic and host-only.
 //
-// Requests wait in a FIFO queue; a step (1) drops cancelled requests, queued or running, (2) gives free slots to
-// the oldest waiting requests, (3) prefills prompts within a token budget, oldest first, in chunks where the engine
-// takes them (an engine that takes prompts only whole gets at most one over-budget prompt per step, alone, so none
-// starves), (4) runs one decode step over every sequence whose prompt is in, so each running stream gets a token
-// every step whatever joins, and (5) ends sequences at their stop token (<|endoftext|>), at max_tokens, when their
-// request says stop (a stop string, found by the request layer in on_token), when cancelled (client gone) or when
-// the engine fails on them; their slots are released for the next step. Each request has its own random stream:
+// Requests wait in a FIFO queue. A step (1) waits for the decode step begun by the step before, (2) drops cancelled
+// requests, queued or running, (3) begins the next decode step over every sequence whose prompt is in and whose
+// next token may still come, (4) while that runs on the GPU, delivers the tokens of the one it waited for, ending
+// sequences at their stop token (<|endoftext|>), at max_tokens, when their request says stop (a stop string, found by
+// the request layer in on_token), when cancelled (client gone) or when the engine fails on them, and releasing their
+// slots, (5) gives free slots to the oldest waiting requests and (6) prefills prompts within a token budget, oldest
+// first, in chunks where the engine takes them (an engine that takes prompts only whole gets at most one
+// over-budget prompt per step, alone, so none starves); a prompt's first token comes from its prefill, and it joins
+// the next step's decode. So each running stream gets a token every step whatever joins, and the host's work hides
+// under the GPU's. A sequence that ends on a token the step before delivers (a stop) has a row in the step already
+// begun, computed for nothing; one that reaches max_tokens does not. Each request has its own random stream:
 // token g is picked with the g-th uniform number of Rng(seed), as generate_gpt2cu draws its coins, so a seed and a
 // prompt give the same tokens whatever else is in the batch (the engine's pick depends on the sequence, its rule
 // and the coin only).
@@ -81,7 +85,7 @@ struct SchedulerOptions {
 struct SchedulerStats {
     uint64_t steps = 0, decode_steps = 0, decode_rows = 0;  // rows: sequences decoded, summed over decode steps
     uint64_t prefill_calls = 0, prefill_tokens = 0, tokens = 0;
-    double decode_ms = 0, deliver_ms = 0;  // in the engine's decode calls; in delivering their tokens (on_token)
+    double decode_ms = 0, deliver_ms = 0;  // in the engine's decode calls (begin, and end's wait); delivering tokens
     uint64_t accepted = 0, finished = 0, cancelled = 0, errors = 0, refused_full = 0;
     int slots = 0, running = 0, queued = 0;
     bool draining = false;
@@ -128,7 +132,7 @@ public:
 
     // One step (see the top of the file); false when there was nothing to do.
     bool step() {
-        bool worked = false;
+        bool worked = collect();
         for (int slot = 0; slot < (int)slots_.size(); slot++)
             if (slots_[slot] && cancelled(*slots_[slot])) end(slot, FinishReason::Cancelled), worked = true;
         std::vector<std::unique_ptr<Sequence>> dropped;  // cancelled while queued
@@ -138,6 +142,14 @@ public:
                 if (cancelled(**it)) dropped.push_back(std::move(*it)), it = queue_.erase(it);
                 else ++it;
             }
+        }
+        worked |= !dropped.empty();
+        for (auto& s : dropped) finish(s.get(), FinishReason::Cancelled);
+        const std::vector<int> collected = begin_decode();
+        worked |= !collected.empty();
+        deliver_collected(collected);
+        {
+            std::lock_guard<std::mutex> lock(m_);
             for (int slot = 0; slot < (int)slots_.size() && !queue_.empty(); slot++) {
                 if (slots_[slot]) continue;
                 slots_[slot] = std::move(queue_.front());
@@ -147,10 +159,7 @@ public:
                 active_++;
             }
         }
-        worked |= !dropped.empty();
-        for (auto& s : dropped) finish(s.get(), FinishReason::Cancelled);
         worked |= prefill_phase();
-        worked |= decode_phase();
         std::lock_guard<std::mutex> lock(m_);
         st_.steps++;
         return worked;
@@ -161,8 +170,8 @@ public:
         for (;;) {
             {
                 std::unique_lock<std::mutex> lock(m_);
-                cv_.wait(lock, [&] { return shut_ || draining_ || !queue_.empty() || active_ > 0; });
-                if (shut_ || (draining_ && queue_.empty() && active_ == 0)) break;
+                cv_.wait(lock, [&] { return shut_ || draining_ || !queue_.empty() || active_ > 0 || in_flight_; });
+                if (shut_ || (draining_ && queue_.empty() && active_ == 0 && !in_flight_)) break;
             }
             step();
         }
@@ -210,8 +219,10 @@ private:
         int slot = -1;
         int prefilled = 0;  // prompt positions in the slot
         int generated = 0;  // tokens delivered
-        int next = -1;      // the last token: the next decode step's input
-        uint64_t order = 0;
+        bool collected = false;  // the decode step waited for picked `token`, not delivered yet
+        PickedToken token;
+        uint64_t order = 0;  // submission order: also tells a slot's sequences apart
+        int picked() const { return generated + collected; }
         Clock::time_point submitted, admitted, first;
     };
 
@@ -259,7 +270,6 @@ private:
         }
         if (!keep || t.token == s.r.stop_token) return end(s.slot, FinishReason::Stop), false;
         if (s.generated >= s.r.max_tokens) return end(s.slot, FinishReason::Length), false;
-        s.next = t.token;
         return true;
     }
 
@@ -269,13 +279,13 @@ private:
             if (s && s->prefilled < (int)s->r.prompt.size()) waiting.push_back(s.get());
         std::sort(waiting.begin(), waiting.end(), [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
         const int chunk = engine_->prefill_chunk();
+        if (chunk == 0) return prefill_whole(waiting);
         int budget = opt_.prefill_budget;
         bool any = false;
         for (Sequence* s : waiting) {
             const int n = (int)s->r.prompt.size();
-            if (chunk == 0 && n > budget && any) break;  // whole prompts only: an over-budget one goes first in a step
-            while (budget > 0 && s->prefilled < n) {     // chunks of it while the budget lasts
-                const int take = chunk > 0 ? std::min({n - s->prefilled, budget, chunk}) : n;
+            while (budget > 0 && s->prefilled < n) {  // chunks of it while the budget lasts
+                const int take = std::min({n - s->prefilled, budget, chunk});
                 const bool last = s->prefilled + take == n;
                 const TokenPick pick = last ? pick_for(*s) : TokenPick{};
                 const int slot = s->slot;
@@ -305,33 +315,119 @@ private:
         return any;
     }
 
-    bool decode_phase() {
-        std::vector<DecodeSlot> batch;
-        for (auto& s : slots_) {
-            if (!s || s->prefilled < (int)s->r.prompt.size() || s->generated == 0) continue;
-            batch.push_back(DecodeSlot{s->slot, s->next, (int)s->r.prompt.size() + s->generated - 1, pick_for(*s)});
+    // An engine of whole prompts: oldest first, calls of up to prefill_rows() prompts while their rows, each as long
+    // as the call's longest (the engine pads to it), fit the budget; the oldest goes alone when it alone is over the
+    // budget and nothing went before it in this step, so none starves.
+    bool prefill_whole(const std::vector<Sequence*>& waiting) {
+        const size_t rows = (size_t)std::max(1, engine_->prefill_rows());
+        long long budget = opt_.prefill_budget;
+        bool any = false;
+        for (size_t i = 0; i < waiting.size();) {
+            std::vector<Sequence*> group;
+            long long longest = 0;
+            for (; i < waiting.size() && group.size() < rows; i++) {
+                const long long l = std::max(longest, (long long)waiting[i]->r.prompt.size());
+                if (l * (long long)(group.size() + 1) > budget && (any || !group.empty())) break;
+                group.push_back(waiting[i]);
+                longest = l;
+            }
+            if (group.empty()) break;
+            any = true;
+            budget -= longest * (long long)group.size();
+            std::vector<PrefillPrompt> prompts;
+            uint64_t tokens = 0;
+            for (Sequence* s : group) {
+                prompts.push_back(PrefillPrompt{s->slot, s->r.prompt.data(), (int)s->r.prompt.size(), pick_for(*s)});
+                tokens += s->r.prompt.size();
+            }
+            std::vector<PickedToken> out;
+            try {
+                engine_->prefill_whole(prompts, &out);
+                if (out.size() != prompts.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
+            } catch (const std::exception& e) {
+                for (Sequence* s : group) end(s->slot, FinishReason::Error, std::string("prefill: ") + e.what());
+                continue;
+            }
+            {
+                std::lock_guard<std::mutex> lock(m_);
+                st_.prefill_calls++;
+                st_.prefill_tokens += tokens;
+            }
+            for (size_t k = 0; k < group.size(); k++) {
+                group[k]->prefilled = (int)group[k]->r.prompt.size();
+                deliver(*group[k], out[k]);  // may end it (max_tokens 1, a stop) and free the slot
+            }
+            if (budget <= 0) break;
         }
-        if (batch.empty()) return false;
+        return any;
+    }
+
+    // Waits for the decode step in flight; each row whose sequence is still in its slot gets its token (collected,
+    // delivered by deliver_collected). False when none was in flight.
+    bool collect() {
+        if (!in_flight_) return false;
+        in_flight_ = false;
         std::vector<PickedToken> out;
         const Clock::time_point t0 = Clock::now();
+        std::string error;
         try {
-            engine_->decode(batch, &out);
-            if (out.size() != batch.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
+            engine_->decode_end(&out);
+            if (out.size() != flight_.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
         } catch (const std::exception& e) {
-            for (const DecodeSlot& d : batch) end(d.slot, FinishReason::Error, std::string("decode: ") + e.what());
-            return true;
+            error = std::string("decode: ") + e.what();
         }
-        const Clock::time_point t1 = Clock::now();
-        for (size_t i = 0; i < batch.size(); i++)
-            if (slots_[batch[i].slot]) deliver(*slots_[batch[i].slot], out[i]);
         {
             std::lock_guard<std::mutex> lock(m_);
-            st_.decode_steps++;
-            st_.decode_rows += batch.size();
-            st_.decode_ms += ms(t0, t1);
-            st_.deliver_ms += ms(t1, Clock::now());
+            st_.decode_ms += ms(t0, Clock::now());
+        }
+        for (size_t i = 0; i < flight_.size(); i++) {
+            Sequence* s = slots_[flight_[i].slot].get();
+            if (!s || s->order != flight_[i].order) continue;  // ended meanwhile: its row was for nothing
+            if (!error.empty()) end(s->slot, FinishReason::Error, error);
+            else s->token = out[i], s->collected = true;
         }
         return true;
+    }
+
+    // Begins a decode step over every sequence whose prompt is in and whose next token may still come (not one
+    // whose collected token failed, nor one at max_tokens with it); returns the slots with a collected token, in
+    // slot order, for deliver_collected.
+    std::vector<int> begin_decode() {
+        std::vector<DecodeSlot> batch;
+        std::vector<int> collected;
+        flight_.clear();
+        for (auto& s : slots_) {
+            if (!s || s->prefilled < (int)s->r.prompt.size() || s->picked() == 0) continue;
+            if (s->collected) collected.push_back(s->slot);
+            if ((s->collected && s->token.token < 0) || s->picked() >= s->r.max_tokens) continue;
+            batch.push_back(DecodeSlot{s->slot, (int)s->r.prompt.size() + s->picked() - 1, pick_for(*s)});
+            flight_.push_back(Flight{s->slot, s->order});
+        }
+        if (batch.empty()) return collected;
+        const Clock::time_point t0 = Clock::now();
+        try {
+            engine_->decode_begin(batch);
+            in_flight_ = true;
+        } catch (const std::exception& e) {
+            for (const DecodeSlot& d : batch) end(d.slot, FinishReason::Error, std::string("decode: ") + e.what());
+            flight_.clear();
+        }
+        std::lock_guard<std::mutex> lock(m_);
+        st_.decode_ms += ms(t0, Clock::now());
+        if (in_flight_) st_.decode_steps++, st_.decode_rows += batch.size();
+        return collected;
+    }
+
+    void deliver_collected(const std::vector<int>& slots) {
+        const Clock::time_point t0 = Clock::now();
+        for (int slot : slots) {
+            Sequence* s = slots_[slot].get();
+            if (!s || !s->collected) continue;
+            s->collected = false;
+            deliver(*s, s->token);
+        }
+        std::lock_guard<std::mutex> lock(m_);
+        st_.deliver_ms += ms(t0, Clock::now());
     }
 
     // The sequence leaves its slot: the engine forgets it, the request hears why.
@@ -373,6 +469,14 @@ private:
 
     // Whatever is left, queued or running, ends as Cancelled.
     void end_all() {
+        if (in_flight_) {  // the engine's step ends before the slots are released
+            in_flight_ = false;
+            std::vector<PickedToken> out;
+            try {
+                engine_->decode_end(&out);
+            } catch (const std::exception&) {
+            }
+        }
         std::deque<std::unique_ptr<Sequence>> left;
         {
             std::lock_guard<std::mutex> lock(m_);
@@ -391,6 +495,12 @@ private:
     std::deque<std::unique_ptr<Sequence>> queue_;   // under m_
     std::vector<std::unique_ptr<Sequence>> slots_;  // the engine thread's
     int active_ = 0;                                // occupied slots, under m_
+    struct Flight {
+        int slot;
+        uint64_t order;
+    };
+    std::vector<Flight> flight_;  // the rows of the decode step in flight, and whose they were
+    bool in_flight_ = false;
     bool draining_ = false, shut_ = false;
     uint64_t next_order_ = 0;
     SchedulerStats st_;

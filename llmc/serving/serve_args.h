@@ -23,6 +23,7 @@ struct ServeArgs : GenerationFlags {
     int max_context = 0;                        // --max-context (0: the model's)
     int max_queue = 64;                         // --max-queue
     int prefill_budget = 512;                   // --prefill-budget
+    int prefill_rows = 8;                       // --prefill-rows
     int64_t max_body = 1 << 20;                 // --max-body
     std::string model_name;                     // --model-name (empty: from -e)
 };
@@ -40,7 +41,9 @@ inline std::string serve_usage(const std::string& program) {
              "  --max-batch <int>    sequences decoded together, the KV cache's slots (default %d)\n"
              "  --max-context <int>  positions per sequence, prompt + completion (default: the model's)\n"
              "  --max-queue <int>    requests waiting beyond the free slots; more get 429 (default %d)\n"
-             "  --prefill-budget <int>  prompt tokens prefilled per step, between decode steps (default %d)\n"
+             "  --prefill-budget <int>  prompt tokens prefilled per step, between decode steps; prompts prefilled\n"
+             "                       together count as rows of the longest (default %d)\n"
+             "  --prefill-rows <int> prompts one prefill forward takes at most (default %d)\n"
              "  --max-body <bytes>   largest request body; larger ones get 413 (default %lld)\n"
              "  --model-name <id>    the model's id in the API (default: the last part of -e)\n"
              "  -g <int>             max_tokens when a request leaves it out (default %d)\n"
@@ -51,7 +54,7 @@ inline std::string serve_usage(const std::string& program) {
              "  --vocab-dir <dir>    encoder.json + vocab.bpe (default %s; `make data` fills it)\n"
              "  -h, --help           print this and exit\n"
              "  --version            print the program, the commit it was built from and its precision, and exit\n",
-             program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget,
+             program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget, d.prefill_rows,
              (long long)d.max_body, d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              d.vocab_dir.c_str());
     return buf;
@@ -84,6 +87,7 @@ inline ParseStatus parse_serve_args(int argc, const char* const* argv, ServeArgs
         else if (flag == "--max-context") { if (!parse_int64(v, 2, kIntMax, &n)) return bad("an integer >= 2"); a->max_context = (int)n; }
         else if (flag == "--max-queue") { if (!parse_int64(v, 0, 1 << 20, &n)) return bad("an integer in [0, 1048576]"); a->max_queue = (int)n; }
         else if (flag == "--prefill-budget") { if (!parse_int64(v, 1, kIntMax, &n)) return bad("an integer >= 1"); a->prefill_budget = (int)n; }
+        else if (flag == "--prefill-rows") { if (!parse_int64(v, 1, 256, &n)) return bad("an integer in [1, 256]"); a->prefill_rows = (int)n; }
         else if (flag == "--max-body") { if (!parse_int64(v, 64, INT64_MAX, &n)) return bad("a number of bytes >= 64"); a->max_body = n; }
         else if (flag == "--model-name") { if (v.empty()) return bad("a name"); a->model_name = v; }
         else return FlagTaken::No;

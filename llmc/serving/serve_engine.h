@@ -1,8 +1,11 @@
 // The engine a serving scheduler (llmc/serving/scheduler.h) drives, as a small interface: sequences live in slots
 // of a KV cache; a slot's prompt is prefilled (whole, or in chunks where the engine can), then every decoding slot
-// advances one token per decode step, each token picked by its own request's rule and coin. The GPU engine
-// (llmc/serving/gpu_engine.cuh) implements it over llmc/inference; the tests' fake engine (tests/serve_fake_engine.h)
-// computes a token from the slot's history, so the scheduler is tested on the CPU. Host-only.
+// advances one token per decode step, each token picked by its own request's rule and coin. A decode step is begun
+// and ended apart, so that the scheduler's host work (delivering the last step's tokens, new prompts) overlaps the
+// step on the GPU; a slot's input token is the one the engine picked for it last, so the next step needs nothing
+// back from the host. The GPU engine (llmc/serving/gpu_engine.cuh) implements it over llmc/inference; the tests'
+// fake engine (tests/serve_fake_engine.h) computes a token from the slot's history, so the scheduler is tested on
+// the CPU. Host-only.
 #pragma once
 
 #include <utility>
@@ -28,12 +31,20 @@ struct PickedToken {
     std::vector<std::pair<int, float>> top;
 };
 
-// One row of a decode step: the slot's input token at `position` (the cache holds positions [0, position) of its
-// sequence, and the step appends this one), and how to pick the next.
+// One row of a decode step: the slot's input is the token the engine picked for it last (its prompt's first new
+// token, or the previous step's), at `position` (the cache holds positions [0, position) of its sequence, and the
+// step appends this one); `pick` says how to pick the next.
 struct DecodeSlot {
     int slot = 0;
-    int token = 0;
     int position = 0;
+    TokenPick pick;
+};
+
+// A new sequence's whole prompt for prefill_whole: its slot, its tokens, how to pick its first new token.
+struct PrefillPrompt {
+    int slot = 0;
+    const int* tokens = nullptr;
+    int n = 0;
     TokenPick pick;
 };
 
@@ -51,8 +62,19 @@ public:
     // 0: a new sequence, whatever the slot held before). last (the prompt's final chunk): pick the first new token
     // from the logits of position start + n - 1, else the returned token is -1 and means nothing.
     virtual PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) = 0;
-    // One step over the given slots (any subset, any order); out[i] is batch[i]'s next token.
-    virtual void decode(const std::vector<DecodeSlot>& batch, std::vector<PickedToken>* out) = 0;
+    // Whole prompts an engine of whole prompts (prefill_chunk() 0) takes in one call, padded to the longest.
+    virtual int prefill_rows() const { return 1; }
+    // 1 .. prefill_rows() whole prompts (distinct slots) as new sequences; out[i] is prompts[i]'s first new token.
+    virtual void prefill_whole(const std::vector<PrefillPrompt>& prompts, std::vector<PickedToken>* out) {
+        out->clear();
+        for (const PrefillPrompt& p : prompts) out->push_back(prefill(p.slot, p.tokens, 0, p.n, &p.pick));
+    }
+    // Queues one step over the given slots (any subset, any order) and returns, where the engine can, before it is
+    // done; decode_end waits for it: out[i] is batch[i]'s next token. Between the two the scheduler may release slots
+    // and prefill new sequences into them (the engine orders that work after the step; a released slot's row of the
+    // step is then computed for nothing); at most one step is in flight.
+    virtual void decode_begin(const std::vector<DecodeSlot>& batch) = 0;
+    virtual void decode_end(std::vector<PickedToken>* out) = 0;
     // The slot's sequence has ended; it is free for a new one (engines that keep per-slot state reset it).
     virtual void release(int slot) {}
 };
