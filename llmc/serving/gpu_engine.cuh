@@ -47,8 +47,8 @@ public:
             for (int b = 0; b < B_; b++)
                 params_h_[b] = sampling ? PickParams{1.f, 0, 1.f} : PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.5f;
             queue_picks(e_.step.s.logits, B_, 0, nullptr);
+            cudaCheck(cudaStreamSynchronize(e_.stream));  // the staging is read by the stream, not at the call
         }
-        cudaCheck(cudaStreamSynchronize(e_.stream));
     }
     ~GpuServeEngine() override {
         cudaCheck(cudaStreamSynchronize(e_.stream));
