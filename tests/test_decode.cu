@@ -269,10 +269,13 @@ void test_slots(const GPT2Config& c, const char* label) {
     std::vector<int> order(B);  // slots in a scattered order, prefilled in groups of these sizes
     for (int b = 0; b < B; b++) order[b] = (b * 7) % B;
     const std::vector<int> groups = {1, 3, 8, 5, 7};
-    for (int g = 0, at = 0; g < (int)groups.size(); at += groups[g++]) {
+    // three rounds, each a new sequence in every slot (whatever it held): the second and third use of a (rows, T)
+    // bucket capture and replay its graph
+    for (int g = 0, at = 0; g < 3 * (int)groups.size(); at += groups[g++ % groups.size()]) {
         std::vector<SlotPrompt> prompts;
-        for (int i = 0; i < groups[g]; i++) {
-            const int b = order[at + i], n = 1 + (int)(rng.uniform() * 40);
+        for (int i = 0; i < groups[g % groups.size()]; i++) {
+            const int b = order[(at + i) % B], n = 1 + (int)(rng.uniform() * (g < 10 ? 30 : 100));
+            seq[b].clear();
             for (int t = 0; t < n; t++) seq[b].push_back((int)(rng.uniform() * V) % V);
             prompts.push_back(SlotPrompt{b, seq[b].data(), n});
         }
@@ -321,13 +324,16 @@ void test_slots(const GPT2Config& c, const char* label) {
     }
     if (committed_wrong) fail("slots: %d committed input tokens differ from the picks (failed picks: 0)", committed_wrong);
     cudaCheck(cudaFree(picks_d));
+    int prefill_graphs = 0;
+    for (const auto& g : e.prefill_graphs) prefill_graphs += g.second.exec != nullptr;
+    if (prefill_graphs == 0) fail("slots: no prefill bucket was replayed from its graph");
     inference_engine_free(&e);
     std::string rows;
     for (int r : rows_run) rows += (rows.empty() ? "" : ",") + std::to_string(r);
-    printf("test_decode (%s, %s): %d slots, prompts prefilled %d at most per forward into scattered slots (worst "
-           "rel-L2 %.3e), %d steps over the first R slots (R = %s; every other one on tokens committed on the "
+    printf("test_decode (%s, %s): %d slots, prompts prefilled %d at most per forward into scattered slots, three "
+           "rounds (%d prefill graphs; worst rel-L2 %.3e), %d steps over the first R slots (R = %s; every other one on tokens committed on the "
            "device), busy slots' logits worst rel-L2 %.3e (<= %.0e): %s\n", PRECISION_NAME, label, B, P,
-           worst_prefill, (int)busy_of_step.size(), rows.c_str(), worst, kTol, failures == f0 ? "PASS" : "FAIL");
+           prefill_graphs, worst_prefill, (int)busy_of_step.size(), rows.c_str(), worst, kTol, failures == f0 ? "PASS" : "FAIL");
 }
 
 // Check 4 on a model whose head size decode attention does not take.

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct InferenceEngine {
     DecodeProducts decode_asked = DecodeProducts::Auto;  // the products setting before it was resolved for B
     std::vector<int> row_buckets;             // shape.row_buckets: the step's row counts, 1, 2, 4, ..., B
     std::vector<DecodeGraph> bucket_graphs;   // inference_decode_slots' graph per row count
+    std::map<std::pair<int, int>, DecodeGraph> prefill_graphs;  // inference_prefill_slots' per (rows, T) bucket
     double setup_ms = 0;
 
     InferenceEngine() = default;
@@ -337,6 +339,8 @@ inline void inference_engine_free(InferenceEngine* e) {
     decode_graph_free(&e->loop.step_graph);
     decode_graph_free(&e->host_step_graph);
     for (DecodeGraph& g : e->bucket_graphs) decode_graph_free(&g);
+    for (auto& g : e->prefill_graphs) decode_graph_free(&g.second);
+    e->prefill_graphs.clear();
     if (!e->buffers.empty() && e->buffers[infer::NewTokens]) cudaCheck(cudaFreeHost(e->buffers[infer::NewTokens]));
     if (e->block) cudaCheck(cudaFree(e->block));
     if (e->stream) cudaCheck(cudaStreamDestroy(e->stream));

@@ -43,10 +43,17 @@ struct SlotPrompt {
     int n = 0;
 };
 
+// Small prefills are launch-bound (a forward of ~15 kernels a layer over a few hundred tokens): a call of at most this
+// many tokens once padded to its bucket — rows to the next power of two (at most prefill_B), positions to the next
+// power of two from 16 (at most prefill_T) — replays that bucket's CUDA Graph (captured on its second use); larger
+// calls run at their own shape, where padding would cost more than launches.
+constexpr int kPrefillGraphTokens = 1024;
+
 // The prompts (1 .. prefill_B of them, distinct slots) as new sequences in their slots (whatever those held), in one
 // forward over (P, T) rows, T the longest prompt; a shorter prompt's padding comes after it, where causal attention
-// keeps it out of its positions, and its K and V land past the sequence's length, where nothing reads them. Leaves
-// prompt i's last position's logits in row i of inference_prefill_logits. Queues only (host memory is staged).
+// keeps it out of its positions, and its K and V land past the sequence's length, where nothing reads them (rows of
+// padding, up to a graph's bucket, write no slot). Leaves prompt i's last position's logits in row i of
+// inference_prefill_logits. Queues only (host memory is staged).
 inline void inference_prefill_slots(InferenceEngine* e, const std::vector<SlotPrompt>& prompts) {
     const int V = e->config.vocab_size, P = (int)prompts.size();
     int T = 0;
@@ -65,11 +72,20 @@ inline void inference_prefill_slots(InferenceEngine* e, const std::vector<SlotPr
                 e->shape.prefill_T, V);
         exit(EXIT_FAILURE);
     }
-    std::vector<int> inputs((size_t)P * T), slots(P), lengths(P);
+    int rows = P, len = T;  // the forward's shape: the call's, or its graph's bucket
+    DecodeGraph* graph = nullptr;
+    if (e->options.graph) {
+        int r = 1, t = 16;
+        while (r < P) r *= 2;
+        while (t < T) t *= 2;
+        r = std::min(r, e->shape.prefill_rows()), t = std::min(t, e->shape.prefill_T);
+        if ((long long)r * t <= kPrefillGraphTokens) rows = r, len = t, graph = &e->prefill_graphs[{r, t}];
+    }
+    std::vector<int> inputs((size_t)rows * len, 0), slots(rows, -1), lengths(rows, 1);
     for (int i = 0; i < P; i++) {
         const SlotPrompt& p = prompts[i];
-        std::copy(p.tokens, p.tokens + p.n, inputs.begin() + (size_t)i * T);
-        std::fill(inputs.begin() + (size_t)i * T + p.n, inputs.begin() + (size_t)(i + 1) * T, p.tokens[p.n - 1]);
+        std::copy(p.tokens, p.tokens + p.n, inputs.begin() + (size_t)i * len);
+        std::fill(inputs.begin() + (size_t)i * len + p.n, inputs.begin() + (size_t)(i + 1) * len, p.tokens[p.n - 1]);
         slots[i] = p.slot, lengths[i] = p.n;
         e->cache.host_len[p.slot] = p.n;  // the device's len is the next decode step's to write
     }
@@ -78,12 +94,16 @@ inline void inference_prefill_slots(InferenceEngine* e, const std::vector<SlotPr
     int* lengths_d = e->at<int>(infer::PrefillLengths);
     cudaCheck(cudaMemcpyAsync(e->at<int>(infer::PrefillInputs), inputs.data(), inputs.size() * sizeof(int),
                               cudaMemcpyHostToDevice, e->stream));
-    cudaCheck(cudaMemcpyAsync(slots_d, slots.data(), P * sizeof(int), cudaMemcpyHostToDevice, e->stream));
-    cudaCheck(cudaMemcpyAsync(lengths_d, lengths.data(), P * sizeof(int), cudaMemcpyHostToDevice, e->stream));
-    KVCacheWriter writer(&e->cache, T, e->stream, 0, P, slots_d);
-    prefill_forward(e->config, e->step.params, e->prefill, e->at<int>(infer::PrefillInputs), lengths_d,
-                    ForwardShape{P, T, e->backend, e->options.fuse_gelu}, e->at<floatX>(infer::PrefillLnf),
-                    e->at<floatX>(infer::PrefillLogits), e->stream, &writer);
+    cudaCheck(cudaMemcpyAsync(slots_d, slots.data(), rows * sizeof(int), cudaMemcpyHostToDevice, e->stream));
+    cudaCheck(cudaMemcpyAsync(lengths_d, lengths.data(), rows * sizeof(int), cudaMemcpyHostToDevice, e->stream));
+    auto forward = [&] {
+        KVCacheWriter writer(&e->cache, len, e->stream, 0, rows, slots_d);
+        prefill_forward(e->config, e->step.params, e->prefill, e->at<int>(infer::PrefillInputs), lengths_d,
+                        ForwardShape{rows, len, e->backend, e->options.fuse_gelu}, e->at<floatX>(infer::PrefillLnf),
+                        e->at<floatX>(infer::PrefillLogits), e->stream, &writer);
+    };
+    if (graph) run_as_graph(e->stream, graph, forward);
+    else forward();
 }
 
 // The prompts' logits (prefill_B, Vp): row i that of the last inference_prefill_slots' prompt i.

@@ -354,6 +354,7 @@ __global__ void copy_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache,
     const int g = (int)(idx % per_row);
     const long long bt = idx / per_row;
     const int b = (int)(bt / T_rows), t = (int)(bt % T_rows);
+    if (seq && seq[b] < 0) return;  // a row of padding: no sequence's
     const int h = g * kVec / HS, d = g * kVec % HS;
     const int pos = len ? len[b] - 1 : t;
     const T* row = src + bt * stride + (size_t)g * kVec;
@@ -363,8 +364,8 @@ __global__ void copy_kv_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache,
 }
 
 // Launches copy_kv_kernel over B·T_rows rows (pdl: as a programmatic dependent of the kernel before). seq: device
-// array of B cache sequences, row b's K and V into sequence seq[b] (a server's prompts into their slots); null:
-// sequence b.
+// array of B cache sequences, row b's K and V into sequence seq[b] (a server's prompts into their slots; -1: none, a
+// row of padding); null: sequence b.
 template <typename T>
 inline cudaError_t copy_kv(T* k_cache, T* v_cache, const T* src, size_t stride, const int* len, int B, int T_rows,
                            int NH, int HS, int max_T, cudaStream_t stream, bool pdl = false,

@@ -56,21 +56,26 @@ public:
 
     // engine thread: false once a stop string is complete
     bool on_token(const PickedToken& t) {
-        std::lock_guard<std::mutex> lock(m_);
-        const size_t offset = text_.bytes();
-        bool stopped = text_.stopped();
-        if (t.token != eot_ && t.token >= 0 && (size_t)t.token < tokens_->size())
-            stopped = text_.add((*tokens_)[(size_t)t.token]);
-        if (want_logprobs_) pending_.tokens.push_back(TokenRecord{t.token, t.logprob, t.top, offset});
-        pending_.text += text_.take();
-        cv_.notify_all();
+        bool stopped;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            const size_t offset = text_.bytes();
+            stopped = text_.stopped();
+            if (t.token != eot_ && t.token >= 0 && (size_t)t.token < tokens_->size())
+                stopped = text_.add((*tokens_)[(size_t)t.token]);
+            if (want_logprobs_) pending_.tokens.push_back(TokenRecord{t.token, t.logprob, t.top, offset});
+            pending_.text += text_.take();
+        }
+        cv_.notify_all();  // unlocked: the woken handler does not wait for the engine's thread to let go
         return !stopped;
     }
     void on_end(const SequenceEnd& e) {
-        std::lock_guard<std::mutex> lock(m_);
-        pending_.text += text_.finish();
-        pending_.finished = true;
-        pending_.end = e;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            pending_.text += text_.finish();
+            pending_.finished = true;
+            pending_.end = e;
+        }
         cv_.notify_all();
     }
 
