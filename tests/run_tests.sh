@@ -144,6 +144,12 @@ if true; then
         else
             skipped+=("generate and HellaSwag vs transformers (no transformers/tiktoken)")
         fi
+        # the server against generate_gpt2cu on the d12: each greedy response equal up to near-ties (FP32: 0.001
+        # nats), alone vs in a batch, streams, stop strings, logprobs, every bad-input case, a client leaving, SIGTERM
+        if [ "${SERVE_TESTS:-0}" = 1 ] && [ -x ./serve_gpt2cu ]; then
+            run_suite serve-vs-generate python3 scripts/check_serve.py --model ${d12}_model.bin --vocab-dir data/cache/gpt2 \
+                --out ref/serve_check $([ "${PRECISION:-BF16}" = FP32 ] && echo --near-tie 0.001)
+        fi
     else
         [ "${COUNT_ONLY:-0}" = 1 ] || echo "note: python3 with PyTorch not found: the d12 reference suites are skipped"
         skipped+=("d12 reference (no PyTorch)")
