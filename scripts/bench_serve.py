@@ -240,13 +240,13 @@ def main():
         row = run_rate(args, host, port, rate, rng, args.vocab)
         rows.append(row)
         print(f"  rate {rate:g}/s: {row['completed']}/{row['sent']} completed, {row['tok_s']:.0f} tok/s, "
-              f"TTFT p50 {row['ttft50']:.1f} ms, TPOT p50 {row['tpot50']:.2f} ms, occupancy {row['occupancy']:.1f}", flush=True)
+              f"TTFT p50 {row['ttft50']:.1f} ms, TPOT p50 {row['tpot50']:.3f} ms, occupancy {row['occupancy']:.1f}", flush=True)
     lines = ["| offered req/s | sent | completed | 429 | failed | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
              "TPOT p99 ms | sequences per decode step (of slots) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['rate']:g} | {r['sent']} | {r['completed']} | {r['refused']} | {r['failed']} | "
-                     f"{r['tok_s']:.0f} | {r['ttft50']:.1f} | {r['ttft99']:.1f} | {r['tpot50']:.2f} | {r['tpot99']:.2f} | "
+                     f"{r['tok_s']:.0f} | {r['ttft50']:.1f} | {r['ttft99']:.1f} | {r['tpot50']:.3f} | {r['tpot99']:.3f} | "
                      f"{r['occupancy']:.1f} of {r['slots']} |")
     table = "\n".join(lines)
     print(table)
