@@ -179,6 +179,91 @@ TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
     }
 }
 
+// Cancellations at random moments — queued, prefilled, with a step in flight — beside stops and sequences that run
+// to max_tokens, several prompts per prefill call: every request ends exactly once, a cancelled one with a prefix of
+// its tokens alone, the others with all of them; the engine sees no protocol violation and every slot comes back.
+TEST(ServeScheduler, CancellationsAtRandomMomentsLeaveNothingBehind) {
+    FakeEngineOptions fo{4, 96, 1000, 0, /*prefill_rows*/ 3};
+    fo.eot = 999, fo.eot_every = 11;
+    FakeEngine e(fo);
+    SchedulerOptions o;
+    o.max_queue = 100;
+    o.prefill_budget = 48;
+    Scheduler s(&e, o);
+    Rng rng(7);
+    struct Job {
+        std::vector<int> prompt;
+        int max_tokens, arrive, cancel_at;  // cancel_at < 0: never
+        SequenceRequest r;
+        std::shared_ptr<Outcome> out;
+    };
+    std::vector<Job> jobs(60);
+    for (int i = 0; i < (int)jobs.size(); i++) {
+        Job& j = jobs[i];
+        j.prompt = prompt_of(1 + (int)(rng.next_u32() % 30), 100 + i);
+        j.max_tokens = 1 + (int)(rng.next_u32() % 25);
+        j.arrive = (int)(rng.next_u32() % 80);
+        j.cancel_at = rng.next_u32() % 2 ? j.arrive + (int)(rng.next_u32() % 20) : -1;
+        j.out = std::make_shared<Outcome>();
+        j.r = make_request(j.prompt, j.max_tokens, j.out, {}, 0, 999);
+    }
+    std::vector<std::shared_ptr<std::atomic<bool>>> cancels;
+    for (Job& j : jobs) cancels.push_back(j.r.cancel);
+    for (int t = 0; t < 1000; t++) {
+        for (size_t i = 0; i < jobs.size(); i++) {
+            if (jobs[i].arrive == t) ASSERT_EQ(s.submit(std::move(jobs[i].r)), Admission::Accepted);
+            if (jobs[i].cancel_at == t) cancels[i]->store(true);
+        }
+        s.step();
+    }
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+    int cancelled = 0, whole = 0;
+    for (const Job& j : jobs) {
+        const std::vector<int> alone = e.alone(j.prompt, j.max_tokens, {}, 0, 999);
+        ASSERT_EQ(j.out->ends, 1);
+        if (j.out->end.reason == FinishReason::Cancelled) {
+            cancelled++;
+            ASSERT_LE(j.out->tokens.size(), alone.size());
+            EXPECT_TRUE(std::equal(j.out->tokens.begin(), j.out->tokens.end(), alone.begin()));
+        } else {
+            whole++;
+            EXPECT_EQ(j.out->tokens, alone);
+        }
+    }
+    EXPECT_GE(cancelled, 10);  // both kinds came
+    EXPECT_GE(whole, 10);
+    EXPECT_EQ(s.stats().running, 0);
+    EXPECT_EQ(s.stats().queued, 0);
+    int prefilled_sequences = 0;  // every sequence the engine saw is released once, and no other
+    for (const FakePrefill& p : e.prefills) prefilled_sequences += p.start == 0;
+    EXPECT_EQ((int)e.released.size(), prefilled_sequences);
+}
+
+// A request that has a slot but whose prompt waits for the budget, cancelled: it leaves, and the engine, which never
+// saw it, is not told to release that slot.
+TEST(ServeScheduler, CancelledBeforeItsPrefillReleasesNothing) {
+    FakeEngine e({2, 64});
+    SchedulerOptions o;
+    o.prefill_budget = 10;
+    Scheduler s(&e, o);
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
+    SequenceRequest rb = make_request(prompt_of(8, 2), 5, b);
+    auto cancel_b = rb.cancel;
+    s.submit(make_request(prompt_of(8, 1), 5, a));
+    s.submit(std::move(rb));
+    s.step();  // both take slots; only a's prompt fits the budget
+    ASSERT_EQ(e.prefills.size(), 1u);
+    EXPECT_EQ(s.stats().running, 2);
+    cancel_b->store(true);
+    s.step();
+    EXPECT_EQ(b->ends, 1);
+    EXPECT_EQ(b->end.reason, FinishReason::Cancelled);
+    run_to_idle(s);
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+    EXPECT_EQ(e.released, std::vector<int>{0});
+    EXPECT_EQ(a->tokens, e.alone(prompt_of(8, 1), 5, {}, 0));
+}
+
 // A long prompt's prefill in chunks, interleaved: the running stream gets a token every step meanwhile.
 TEST(ServeScheduler, ChunkedPrefillKeepsRunningStreamsAtPace) {
     FakeEngine e({2, 2048, 1000, /*chunk*/ 100});  // the budget (64) is the smaller

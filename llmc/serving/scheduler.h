@@ -382,7 +382,12 @@ private:
     void end(int slot, FinishReason why, const std::string& error = "") {
         std::unique_ptr<Sequence> s = std::move(slots_[slot]);
         if (!s) return;
-        engine_->release(slot);
+        if (s->prefilled > 0) {  // only a slot the engine has seen: a prompt still waiting for the budget is not there
+            try {
+                engine_->release(slot);
+            } catch (const std::exception&) {  // the engine's complaint ends nothing else
+            }
+        }
         {
             std::lock_guard<std::mutex> lock(m_);
             active_--;
