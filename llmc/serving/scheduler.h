@@ -93,6 +93,7 @@ public:
         }
         worked |= !dropped.empty();
         for (auto& s : dropped) finish(s.get(), FinishReason::Cancelled);
+        if (!dropped.empty()) cv_.notify_all();  // wait_idle() may be waiting for the queue to empty
         const std::vector<int> collected = begin_decode();
         worked |= !collected.empty();
         deliver_collected(collected);
