@@ -13,10 +13,13 @@
 //     CDF boundary, a token between the host's for coin ± 1e-5 (fp32 sums against double) — the graph and plain
 //     runs must agree, and generate() on the same engine must return the same tokens. The loop's graph is the one
 //     the engine captured at set-up.
-//  3. A server's slots (llmc/inference/slots.cuh): each slot's prompt prefilled alone, then decode steps over the
-//     first R slots only (R the smallest of 1, 2, 4, ..., B covering the busy ones: products and graph chosen per
-//     R), the busy count changing from step to step; every busy slot's logits against the full forward (bounds of
-//     1), so a step over fewer rows neither reads nor disturbs another slot's cache or the workspaces' counts.
+//  3. A server's slots (llmc/inference/slots.cuh): prompts prefilled in groups of up to 8 into scattered slots
+//     (three rounds, so some (rows, T) buckets replay their graphs), each prompt's logits against the full forward;
+//     then decode steps over the first R slots only (R the smallest of 1, 2, 4, ..., B covering the busy ones:
+//     products and graph chosen per R), the busy count changing from step to step, every other step on input tokens
+//     committed on the device (inference_commit_picks, failed picks as 0); every busy slot's logits against the full
+//     forward (bounds of 1), so a step over fewer rows neither reads nor disturbs another slot's cache or the
+//     workspaces' counts.
 //  4. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
 //     against the full forward's, and generate()'s greedy tokens against the full forward's argmax where it is clear.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
