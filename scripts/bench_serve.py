@@ -8,8 +8,8 @@ For each offered rate (requests/s), requests arrive as a Poisson process for --d
 --max-requests) and are sent by a pool of --clients threads (64), each request streamed: a prompt of
 --prompt-min..--prompt-max random token ids (16-512; ids, so the length is exact), --max-tokens-min..max new tokens
 (16-256), ignore_eos so each makes all of them. The clients are spread over --procs processes (threads of one Python
-process read about 100K stream events a second at most, less than a saturated server sends). Open loop: a request's clock starts at its arrival, so time it waits
-for a free client counts. Measured per rate: completed / refused (429) / failed requests, output tokens/s, TTFT
+process read about 100K stream events a second at most, less than a saturated server sends). Open loop: a request's
+clock starts at its arrival, so time it waits for a free client counts. Measured per rate: completed / refused (429) / failed requests, output tokens/s, TTFT
 (arrival to the first token) and TPOT (the time per output token after the first) p50 and p99, and the server's
 batch occupancy (sequences per decode step, from GET /health's counters before and after). One markdown table
 printed and written to --out. Bounded: nothing is sent after --duration, and in-flight requests get --drain-timeout.

@@ -423,14 +423,7 @@ private:
 
     // Whatever is left, queued or running, ends as Cancelled.
     void end_all() {
-        if (in_flight_) {  // the engine's step ends before the slots are released
-            in_flight_ = false;
-            std::vector<PickedToken> out;
-            try {
-                engine_->decode_end(&out);
-            } catch (const std::exception&) {
-            }
-        }
+        collect();  // the engine's step in flight ends before the slots are released (its tokens are not delivered)
         std::deque<std::unique_ptr<Sequence>> left;
         {
             std::lock_guard<std::mutex> lock(m_);
