@@ -6,7 +6,9 @@
 // row's own rule and coin (pick_tokens_per_row, llmc/kernels/sampling.cuh: the rule the host's is built from) and
 // written straight into the slot's next input token, so decode_begin queues a step without waiting for the last one's
 // tokens to reach the host; only tokens and non-finite flags come back, and a request that asks for logprobs has its
-// logits row copied to the host for them (llmc/serving/host_pick.h).
+// logits row copied to the host for them (llmc/serving/host_pick.h). A step is one upload (lengths, rules and coins,
+// packed) and one CUDA Graph per row count holding the step, its picks, their commit and the copy back: a token of a
+// lone stream costs the step's graph and little around it.
 #pragma once
 
 #include <algorithm>
@@ -38,11 +40,19 @@ public:
         cudaCheck(cudaMallocHost(&coins_h_, rows * sizeof(float)));
         cudaCheck(cudaMallocHost(&result_h_, 2 * rows * sizeof(int)));
         cudaCheck(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
-        // each row count's graph is captured on its second call, and the picker's kernels load on their first: all
-        // now, not in the first requests' time (the picks leave valid tokens in every slot's input)
-        const std::vector<int> zeros(slots, 0);
-        for (int rows_run : e_.row_buckets)
-            for (int i = 0; i < 2; i++) inference_decode_slots(&e_, zeros, zeros, rows_run);
+        cudaCheck(cudaMalloc(&stage_d_, stage_bytes()));
+        cudaCheck(cudaMallocHost(&stage_h_, stage_bytes()));
+        step_graphs_.assign(e_.row_buckets.size(), DecodeGraph{});
+        // each row count's step graph is captured on its second run, and the kernels load on their first: all now,
+        // not in the first requests' time (every slot at position 0; the picks leave valid tokens in every input)
+        for (int b = 0; b < B_; b++)
+            stage_len()[b] = 1, stage_params()[b] = PickParams{1.f, 0, 1.f}, stage_coins()[b] = 0.5f;
+        for (size_t k = 0; k < e_.row_buckets.size(); k++)
+            for (int i = 0; i < 2; i++) {
+                cudaCheck(cudaMemcpyAsync(stage_d_, stage_h_, stage_bytes(), cudaMemcpyHostToDevice, e_.stream));
+                run_step(k);
+                cudaCheck(cudaStreamSynchronize(e_.stream));
+            }
         for (bool sampling : {false, true}) {
             for (int b = 0; b < B_; b++)
                 params_h_[b] = sampling ? PickParams{1.f, 0, 1.f} : PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.5f;
@@ -53,6 +63,9 @@ public:
     ~GpuServeEngine() override {
         cudaCheck(cudaStreamSynchronize(e_.stream));
         cudaCheck(cudaEventDestroy(step_done_));
+        for (DecodeGraph& g : step_graphs_) decode_graph_free(&g);
+        cudaCheck(cudaFree(stage_d_));
+        cudaCheck(cudaFreeHost(stage_h_));
         cudaCheck(cudaFree(params_d_));
         cudaCheck(cudaFree(coins_d_));
         cudaCheck(cudaFree(result_d_));
@@ -114,18 +127,22 @@ public:
             busy = std::max(busy, d.slot + 1);
         }
         const int R = inference_decode_rows(&e_, busy);
-        std::vector<int> positions(R);
-        for (int b = 0; b < R; b++) positions[b] = std::min(known_[b], ctx - 1);  // free slots: their own next row
-        // each row's rule and coin; the rows of free slots greedy (their picks are not read)
-        for (int b = 0; b < R; b++) params_h_[b] = PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.f;
-        for (const DecodeSlot& d : batch) {
-            positions[d.slot] = d.position;
-            params_h_[d.slot] = d.pick.params;
-            coins_h_[d.slot] = d.pick.coin;
+        // each row's length after the step, rule and coin; free slots below R compute a throwaway row at their own
+        // next position, greedy (their picks are not read)
+        int* len = stage_len();
+        for (int b = 0; b < R; b++) {
+            len[b] = std::min(known_[b], ctx - 1) + 1;
+            stage_params()[b] = PickParams{0.f, 0, 1.f}, stage_coins()[b] = 0.f;
         }
-        inference_decode_resident(&e_, positions, R);
+        for (const DecodeSlot& d : batch) {
+            len[d.slot] = d.position + 1;
+            stage_params()[d.slot] = d.pick.params;
+            stage_coins()[d.slot] = d.pick.coin;
+        }
+        for (int b = 0; b < R; b++) e_.cache.host_len[b] = len[b];
         for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
-        queue_picks(e_.step.s.logits, R, 0, nullptr);
+        cudaCheck(cudaMemcpyAsync(stage_d_, stage_h_, stage_bytes(), cudaMemcpyHostToDevice, e_.stream));
+        run_step((size_t)(std::find(e_.row_buckets.begin(), e_.row_buckets.end(), R) - e_.row_buckets.begin()));
         cudaCheck(cudaEventRecord(step_done_, e_.stream));
         batch_ = batch;
         R_ = R;
@@ -154,6 +171,34 @@ public:
     const InferenceEngine& engine() const { return e_; }
 
 private:
+    // The decode step's packed upload: lengths (B ints), rules (B), coins (B), pinned and on the device alike.
+    size_t stage_bytes() const { return (size_t)B_ * (sizeof(int) + sizeof(PickParams) + sizeof(float)); }
+    int* stage_len() const { return (int*)stage_h_; }
+    PickParams* stage_params() const { return (PickParams*)((char*)stage_h_ + (size_t)B_ * sizeof(int)); }
+    float* stage_coins() const { return (float*)((char*)stage_h_ + (size_t)B_ * (sizeof(int) + sizeof(PickParams))); }
+
+    // Row bucket k's step on the uploaded stage: the lengths into the cache's, the step over R rows, every row's pick
+    // (with the shared memory sampling needs, whatever the rows ask: the graph is one for all rules), the picks into
+    // the next step's inputs, tokens and flags back to result_h_[0, 2R). One CUDA Graph per k (captured on its second
+    // run), or plain without graphs.
+    void run_step(size_t k) {
+        const int R = e_.row_buckets[k];
+        const char* stage = (const char*)stage_d_;
+        const PickParams* params = (const PickParams*)(stage + (size_t)B_ * sizeof(int));
+        const float* coins = (const float*)(stage + (size_t)B_ * (sizeof(int) + sizeof(PickParams)));
+        const DecodeStep step = R == B_ ? e_.step : decode_step_rows(e_.step, R, e_.decode_asked);
+        auto body = [&] {
+            cudaCheck(cudaMemcpyAsync(e_.cache.len, stage_d_, R * sizeof(int), cudaMemcpyDeviceToDevice, e_.stream));
+            decode_forward(step);
+            pick_tokens_per_row(e_.step.s.logits, (size_t)e_.config.padded_vocab_size, R, e_.config.vocab_size, params,
+                                true, coins, result_d_, result_d_ + R, scratch_d_, e_.stream);
+            inference_commit_picks(&e_, result_d_, result_d_ + R, nullptr, R);
+            cudaCheck(cudaMemcpyAsync(result_h_, result_d_, 2 * R * sizeof(int), cudaMemcpyDeviceToHost, e_.stream));
+        };
+        if (e_.options.graph) run_as_graph(e_.stream, &step_graphs_[k], body);
+        else body();
+    }
+
     // Queues the picks of `rows` rows of logits (Vp apart) with params_h_/coins_h_[base, base + rows): tokens into
     // result_d_ from 2 base, the non-finite flags after them, both then copied to result_h_ at the same place; the
     // tokens also become the next decode step's inputs of their slots (slot_of: device array; null: row i is slot i).
@@ -188,6 +233,9 @@ private:
     float* coins_h_ = nullptr;
     int* result_h_ = nullptr;
     cudaEvent_t step_done_ = nullptr;  // the step in flight's results are on the host
+    void* stage_d_ = nullptr;  // the decode step's packed upload (stage_bytes), on the device and pinned
+    void* stage_h_ = nullptr;
+    std::vector<DecodeGraph> step_graphs_;  // per row bucket: the step, its picks, their commit and the copy back
     std::vector<DecodeSlot> batch_;    // the step in flight's rows, and its row count
     int R_ = 0;
     bool in_flight_ = false;
