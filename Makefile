@@ -158,7 +158,7 @@ SERVE_CPU := $(if $(SERVE_DEPS),$(if $(GTEST_OK),tests/serve_tests) tests/serve_
 
 # ---------------------------------------------------------------- GPU programs
 GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling \
-                tests/test_zero $(if $(SERVE_DEPS),serve_gpt2cu)
+                tests/test_zero tests/test_serve_engine $(if $(SERVE_DEPS),serve_gpt2cu)
 
 # GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
 BUILD_STAMP := .build-config
@@ -188,6 +188,10 @@ tests/test_decode: tests/test_decode.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFE
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the GPU token picker (greedy, temperature, top-k, top-p) against the host sampler
+# the server's scheduler over the GPU engine, many requests at once against each alone (no HTTP: no libraries needed)
+tests/test_serve_engine: tests/test_serve_engine.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
 tests/test_sampling: tests/test_sampling.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 

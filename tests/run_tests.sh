@@ -92,6 +92,8 @@ if true; then
     # ZeRO-1's and -2's sharded AdamW with a simulated reduce-scatter / all-gather (1-3 ranks) against the unsharded
     # update; a backward into ZeRO-2's gradient slots against the flat backward
     run_suite gpu-zero ./tests/test_zero
+    # the server's scheduler over the GPU engine: requests in a changing batch against each alone
+    run_suite gpu-serve-engine ./tests/test_serve_engine
     # the dev programs' strict validation: every variant at every shape against the fp64 reference, no timing
     run_suite dev-attention-forward ./dev/cuda/attention_forward -c
     run_suite dev-attention-backward ./dev/cuda/attention_backward -c
