@@ -30,8 +30,8 @@ inline bool kv_cache_supported(const GPT2Config& c) {
 
 // The prefill's listener: layer l's K and V, positions 0..T-1 of the (rows, T, 3C) QKV rows, into the cache's
 // sequences first .. first + rows - 1 (default: all B), or row i into sequence slots[i] (a device array: a server's
-// prompts into their slots; -1: nowhere), as soon as they are queued, before the next layer overwrites the one QKV buffer every
-// layer shares.
+// prompts into their slots; -1: nowhere), as soon as they are queued, before the next layer overwrites the one QKV
+// buffer every layer shares.
 struct KVCacheWriter : ForwardListener {
     const KVCache* cache;
     int T;  // the prefill's positions per sequence

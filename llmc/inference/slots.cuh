@@ -186,16 +186,22 @@ inline int inference_decode_resident(InferenceEngine* e, const std::vector<int>&
     return slots_detail::decode_slots(e, nullptr, positions, busy);
 }
 
-// Rows [first, first + rows) of the last decode step's logits, as floats (rows x Vp; waits for the engine's stream).
-inline void inference_logit_rows_to_host(InferenceEngine* e, int first, int rows, float* out) {
+namespace slots_detail {
+
+// Rows [first, first + rows) of (·, Vp) logits as floats, once the engine's stream is done.
+inline void logit_rows_to_host(InferenceEngine* e, const floatX* logits, int first, int rows, float* out) {
     const size_t Vp = e->config.padded_vocab_size;
     cudaCheck(cudaStreamSynchronize(e->stream));
-    device_to_host_floats(out, e->step.s.logits + first * Vp, rows * Vp);
+    device_to_host_floats(out, logits + first * Vp, rows * Vp);
 }
 
+}  // namespace slots_detail
+
+// Rows [first, first + rows) of the last decode step's logits, as floats (rows x Vp; waits for the engine's stream).
+inline void inference_logit_rows_to_host(InferenceEngine* e, int first, int rows, float* out) {
+    slots_detail::logit_rows_to_host(e, e->step.s.logits, first, rows, out);
+}
 // Row i of the last inference_prefill_slots' logits (Vp floats; waits for the engine's stream).
 inline void inference_prefill_logits_to_host(InferenceEngine* e, int i, float* out) {
-    const size_t Vp = e->config.padded_vocab_size;
-    cudaCheck(cudaStreamSynchronize(e->stream));
-    device_to_host_floats(out, inference_prefill_logits(e) + i * Vp, Vp);
+    slots_detail::logit_rows_to_host(e, inference_prefill_logits(e), i, 1, out);
 }
