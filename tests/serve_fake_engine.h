@@ -6,7 +6,8 @@
 //   prefill: a slot in range; start 0 (a new sequence) or the slot's length (a continuation, only where chunks are
 //   taken); 1..chunk tokens (whole prompts from 0 otherwise); ids below V;
 //   decode_begin: distinct occupied slots whose prompt is in, each at exactly its length, the input the slot's last
-//   pick; no step already in flight; decode_end: a step in flight; release: an occupied slot.
+//   pick; fewer than in_flight steps in flight; decode_end: a step in flight (the oldest ends); release: an occupied
+//   slot.
 // A violation is recorded and thrown (the scheduler ends the sequences concerned with an error), so tests see both.
 // Optional delays (per decode step, per prefilled token) give the mock server a GPU's rhythm: a step's time passes
 // between decode_begin and decode_end, as a GPU's would, so the host's work between them overlaps it.
@@ -14,6 +15,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <algorithm>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -33,6 +36,7 @@ struct FakeEngineOptions {
     int eot_every = 0;
     int step_us = 0;              // sleep per decode step
     int prefill_us_per_token = 0; // sleep per prefilled token
+    int in_flight = 1;            // steps_in_flight(): decode steps begun before the first is ended
 };
 
 struct FakePrefill {
@@ -79,6 +83,7 @@ public:
     int vocab_size() const override { return o_.vocab; }
     int prefill_chunk() const override { return o_.chunk; }
     int prefill_rows() const override { return o_.prefill_rows; }
+    int steps_in_flight() const override { return o_.in_flight; }
 
     void prefill_whole(const std::vector<PrefillPrompt>& prompts, std::vector<PickedToken>* out) override {
         std::set<int> seen;
@@ -115,7 +120,7 @@ public:
 
     void decode_begin(const std::vector<DecodeSlot>& batch) override {
         std::lock_guard<std::mutex> lock(m_);
-        if (in_flight_) fail("decode_begin: a step is already in flight");
+        if ((int)flights_.size() >= o_.in_flight) fail("decode_begin: " + std::to_string(flights_.size()) + " steps in flight");
         std::set<int> seen;
         std::vector<int> step;
         for (const DecodeSlot& d : batch) {
@@ -125,30 +130,32 @@ public:
                 fail("decode: slot " + std::to_string(d.slot) + " at " + std::to_string(d.position) + ", it holds " +
                      std::to_string(hist_[d.slot].size()));
         }
-        out_.clear();
+        std::vector<PickedToken> out;
         for (const DecodeSlot& d : batch) {
             std::vector<int>& h = hist_[d.slot];
             h.push_back(last_[d.slot]);
             PickedToken t = pick(h, d.pick, o_.vocab, o_.eot, o_.eot_every);
             if (d.slot == fail_slot) t = PickedToken{};
             last_[d.slot] = t.token < 0 ? 0 : t.token;  // a GPU's failed row leaves a valid id for the next step
-            out_.push_back(t);
+            out.push_back(t);
             step.push_back(d.slot);
         }
         steps.push_back(step);
-        in_flight_ = true;
-        ready_ = std::chrono::steady_clock::now() + std::chrono::microseconds(o_.step_us);
+        // a step starts when the one before ends, as on a GPU's stream
+        const auto now = std::chrono::steady_clock::now();
+        const auto start = flights_.empty() ? now : std::max(now, flights_.back().ready);
+        flights_.push_back(Flight{std::move(out), start + std::chrono::microseconds(o_.step_us)});
     }
 
     void decode_end(std::vector<PickedToken>* out) override {
         std::chrono::steady_clock::time_point ready;
         {
             std::lock_guard<std::mutex> lock(m_);
-            if (!in_flight_) fail("decode_end: no step in flight");
-            in_flight_ = false;
-            *out = std::move(out_);
-            out_.clear();
-            ready = ready_;
+            if (flights_.empty()) fail("decode_end: no step in flight");
+            in_flight_at_end.push_back((int)flights_.size());
+            *out = std::move(flights_.front().out);
+            ready = flights_.front().ready;
+            flights_.pop_front();
         }
         std::this_thread::sleep_until(ready);
     }
@@ -166,6 +173,7 @@ public:
     std::vector<FakePrefill> prefills;
     std::vector<int> whole_calls;  // prompts per prefill_whole call
     std::vector<int> released;
+    std::vector<int> in_flight_at_end;  // steps in flight at each decode_end (the one it ends included)
     std::vector<std::string> violations;
     long long prefilled_tokens = 0;
     int fail_slot = -1;  // decode picks no token for this slot (an engine failure)
@@ -183,9 +191,11 @@ private:
     std::vector<std::vector<int>> hist_;
     std::vector<int> last_;  // each slot's last pick: its next decode step's input
     std::vector<bool> live_;
-    bool in_flight_ = false;
-    std::vector<PickedToken> out_;  // the step in flight's picks
-    std::chrono::steady_clock::time_point ready_;
+    struct Flight {
+        std::vector<PickedToken> out;  // the step's picks
+        std::chrono::steady_clock::time_point ready;
+    };
+    std::deque<Flight> flights_;  // steps in flight, oldest first
     std::mutex m_;
 };
 

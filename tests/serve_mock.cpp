@@ -47,12 +47,13 @@ std::vector<const char*> take_fake_flags(int argc, char** argv, FakeFlags* f) {
 }
 
 FakeEngineOptions engine_options(const FakeFlags& f, const BPETokenizer& bpe, int slots, int context,
-                                 int prefill_rows = 1) {
+                                 int prefill_rows = 1, int steps_in_flight = 1) {
     FakeEngineOptions o;
     o.slots = slots, o.context = context, o.vocab = bpe.vocab_size(), o.chunk = f.chunk;
     o.prefill_rows = f.chunk > 0 ? 1 : prefill_rows;  // whole prompts together, as the GPU engine takes them
     o.eot = bpe.eot_token(), o.eot_every = f.eot_every;
     o.step_us = f.step_us, o.prefill_us_per_token = f.prefill_us;
+    o.in_flight = steps_in_flight;
     return o;
 }
 
@@ -92,7 +93,7 @@ int serve(const std::vector<const char*>& argv, const FakeFlags& f, const sigset
     if (st == ParseStatus::Version) return printf("serve_mock (the fake engine)\n"), 0;
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     const int context = a.max_context > 0 ? a.max_context : 1024;
-    FakeEngine engine(engine_options(f, bpe, a.max_batch, context, a.prefill_rows));
+    FakeEngine engine(engine_options(f, bpe, a.max_batch, context, a.prefill_rows, a.steps_in_flight));
     ServeSetup setup;
     setup.limits = serve_limits(a, context, bpe.vocab_size());
     LockedEncoder encoder(bpe);

@@ -7,7 +7,9 @@
 // only a near-tie may explain: a greedy pick whose top two log-probabilities (alone) are within the tie, or a
 // sampled pick where the runs' top log-probabilities up to and at that token differ at all and by at most the tie
 // (a step over fewer rows rounds differently, so a coin at a CDF boundary may fall the other way). Ties: 1e-3
-// nats in FP32 builds, 5e-2 in BF16. A cancelled request's tokens are a prefix of its tokens alone.
+// nats in FP32 builds, 5e-2 in BF16. A cancelled request's tokens are a prefix of its tokens alone. Every greedy
+// token is the top-1 of the log-probabilities reported with it (they come from the very row that picked it, also
+// when the next step is already queued). Run with one and with two decode steps in flight.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -68,14 +70,10 @@ float top_drift(const std::vector<PickedToken>& a, const std::vector<PickedToken
     return drift;
 }
 
-}  // namespace
-
-int main() {
-    const GPT2Config c{256, 1000, 1024, 2, 12, 768};  // max T, V, padded V, L, NH, C
+// The run described at the top with `depth` decode steps in flight; true when it passes.
+bool run(const GPT2Config& c, const std::vector<float>& params, int depth) {
     const int slots = 6, prefill_rows = 4, context = 128, N = 200;
-    GPT2 m;
-    gpt2_build_random(&m, c, 1234);
-    GpuServeEngine engine(c, m.host_params, slots, context, prefill_rows, InferenceOptions{});
+    GpuServeEngine engine(c, params, slots, context, prefill_rows, InferenceOptions{}, depth);
     Rng rng(7);
     std::vector<Request> rs(N);
     for (Request& r : rs) {
@@ -124,6 +122,15 @@ int main() {
         }
         cancelled += r.why == FinishReason::Cancelled;
         if (r.got.empty()) continue;
+        for (size_t k = 0; k < r.got.size() && r.pick.params.greedy(); k++) {
+            const PickedToken& t = r.got[k];
+            if (t.top.empty() || t.top[0].first != t.token || t.top[0].second != t.logprob) {
+                printf("FAIL: request %d token %zu: greedy %d (logprob %.4f), reported top-1 %d (%.4f)\n", i, k,
+                       t.token, t.logprob, t.top.empty() ? -1 : t.top[0].first, t.top.empty() ? 0.f : t.top[0].second);
+                failures++;
+                break;
+            }
+        }
         Request alone;
         alone.prompt = r.prompt, alone.pick = r.pick, alone.seed = r.seed;
         {
@@ -155,10 +162,22 @@ int main() {
         }
     }
     const bool ok = failures == 0 && replayed > 0 && cancelled > 0 && rows > decode_steps;
-    printf("test_serve_engine (%s): %d requests through the scheduler on %d slots (%llu decode steps of %.2f rows, "
-           "%llu prefill calls, %d prefill graphs replayed, %d cancelled), each against itself alone: %d compared, %d "
-           "differ at a near-tie (<= %.0e nats), %d failures: %s\n", PRECISION_NAME, N, slots,
+    printf("test_serve_engine (%s, %d step%s in flight): %d requests through the scheduler on %d slots (%llu decode "
+           "steps of %.2f rows, %llu prefill calls, %d prefill graphs replayed, %d cancelled), each against itself "
+           "alone: %d compared, %d differ at a near-tie (<= %.0e nats), %d failures: %s\n", PRECISION_NAME, depth,
+           depth > 1 ? "s" : "", N, slots,
            (unsigned long long)decode_steps, rows / (double)std::max<uint64_t>(1, decode_steps),
            (unsigned long long)prefill_calls, replayed, cancelled, compared, ties, kTie, failures, ok ? "PASS" : "FAIL");
+    return ok;
+}
+
+}  // namespace
+
+int main() {
+    const GPT2Config c{256, 1000, 1024, 2, 12, 768};  // max T, V, padded V, L, NH, C
+    GPT2 m;
+    gpt2_build_random(&m, c, 1234);
+    bool ok = true;
+    for (int depth : {1, 2}) ok = run(c, m.host_params, depth) && ok;
     return ok ? 0 : 1;
 }

@@ -123,10 +123,12 @@ TEST(ServeScheduler, JoinAtTheNextStepLeaveAtTheEndAndReuseSlots) {
 // against each request alone; whole prompts one per call, in chunks, and several per call with stop tokens (so that
 // sequences end while the next step is in flight and their slots are prefilled again under it).
 TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
-    for (int mode : {0, 1, 2}) {
+    for (int run = 0; run < 6; run++) {
+        const int mode = run % 3, depth = 1 + run / 3;  // depth: decode steps in flight at once
         const int chunk = mode == 1 ? 8 : 0, stop = mode == 2 ? 999 : -1;
         FakeEngineOptions fo{5, 96, 1000, chunk, /*prefill_rows*/ mode == 2 ? 3 : 1};
         if (mode == 2) fo.eot = stop, fo.eot_every = 9;
+        fo.in_flight = depth;
         FakeEngine e(fo);
         SchedulerOptions o;
         o.max_queue = 100;
@@ -165,7 +167,7 @@ TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
             const std::vector<int> alone = e.alone(j.prompt, j.max_tokens, j.pick, j.seed, stop);
             EXPECT_EQ(j.out->ends, 1);
             EXPECT_EQ(j.out->end.reason, alone.back() == stop ? FinishReason::Stop : FinishReason::Length);
-            EXPECT_EQ(j.out->tokens, alone) << "mode " << mode;
+            EXPECT_EQ(j.out->tokens, alone) << "mode " << mode << ", depth " << depth;
             stops += alone.back() == stop && (int)alone.size() < j.max_tokens;
             if (!j.pick.params.greedy() && j.max_tokens > 3)
                 sampled_differs += e.alone(j.prompt, j.max_tokens, j.pick, j.seed + 1) != j.out->tokens;
@@ -183,60 +185,65 @@ TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
 // to max_tokens, several prompts per prefill call: every request ends exactly once, a cancelled one with a prefix of
 // its tokens alone, the others with all of them; the engine sees no protocol violation and every slot comes back.
 TEST(ServeScheduler, CancellationsAtRandomMomentsLeaveNothingBehind) {
-    FakeEngineOptions fo{4, 96, 1000, 0, /*prefill_rows*/ 3};
-    fo.eot = 999, fo.eot_every = 11;
-    FakeEngine e(fo);
-    SchedulerOptions o;
-    o.max_queue = 100;
-    o.prefill_budget = 48;
-    Scheduler s(&e, o);
-    Rng rng(7);
-    struct Job {
-        std::vector<int> prompt;
-        int max_tokens, arrive, cancel_at;  // cancel_at < 0: never
-        SequenceRequest r;
-        std::shared_ptr<Outcome> out;
-    };
-    std::vector<Job> jobs(60);
-    for (int i = 0; i < (int)jobs.size(); i++) {
-        Job& j = jobs[i];
-        j.prompt = prompt_of(1 + (int)(rng.next_u32() % 30), 100 + i);
-        j.max_tokens = 1 + (int)(rng.next_u32() % 25);
-        j.arrive = (int)(rng.next_u32() % 80);
-        j.cancel_at = rng.next_u32() % 2 ? j.arrive + (int)(rng.next_u32() % 20) : -1;
-        j.out = std::make_shared<Outcome>();
-        j.r = make_request(j.prompt, j.max_tokens, j.out, {}, 0, 999);
-    }
-    std::vector<std::shared_ptr<std::atomic<bool>>> cancels;
-    for (Job& j : jobs) cancels.push_back(j.r.cancel);
-    for (int t = 0; t < 1000; t++) {
-        for (size_t i = 0; i < jobs.size(); i++) {
-            if (jobs[i].arrive == t) ASSERT_EQ(s.submit(std::move(jobs[i].r)), Admission::Accepted);
-            if (jobs[i].cancel_at == t) cancels[i]->store(true);
+    for (int depth : {1, 2}) {
+        SCOPED_TRACE("decode steps in flight: " + std::to_string(depth));
+        FakeEngineOptions fo{4, 96, 1000, 0, /*prefill_rows*/ 3};
+        fo.eot = 999, fo.eot_every = 11, fo.in_flight = depth;
+        FakeEngine e(fo);
+        SchedulerOptions o;
+        o.max_queue = 100;
+        o.prefill_budget = 48;
+        Scheduler s(&e, o);
+        Rng rng(7);
+        struct Job {
+            std::vector<int> prompt;
+            int max_tokens, arrive, cancel_at;  // cancel_at < 0: never
+            SequenceRequest r;
+            std::shared_ptr<Outcome> out;
+        };
+        std::vector<Job> jobs(60);
+        for (int i = 0; i < (int)jobs.size(); i++) {
+            Job& j = jobs[i];
+            j.prompt = prompt_of(1 + (int)(rng.next_u32() % 30), 100 + i);
+            j.max_tokens = 1 + (int)(rng.next_u32() % 25);
+            j.arrive = (int)(rng.next_u32() % 80);
+            j.cancel_at = rng.next_u32() % 2 ? j.arrive + (int)(rng.next_u32() % 20) : -1;
+            j.out = std::make_shared<Outcome>();
+            j.r = make_request(j.prompt, j.max_tokens, j.out, {}, 0, 999);
         }
-        s.step();
-    }
-    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
-    int cancelled = 0, whole = 0;
-    for (const Job& j : jobs) {
-        const std::vector<int> alone = e.alone(j.prompt, j.max_tokens, {}, 0, 999);
-        ASSERT_EQ(j.out->ends, 1);
-        if (j.out->end.reason == FinishReason::Cancelled) {
-            cancelled++;
-            ASSERT_LE(j.out->tokens.size(), alone.size());
-            EXPECT_TRUE(std::equal(j.out->tokens.begin(), j.out->tokens.end(), alone.begin()));
-        } else {
-            whole++;
-            EXPECT_EQ(j.out->tokens, alone);
+        std::vector<std::shared_ptr<std::atomic<bool>>> cancels;
+        for (Job& j : jobs) cancels.push_back(j.r.cancel);
+        for (int t = 0; t < 1000; t++) {
+            for (size_t i = 0; i < jobs.size(); i++) {
+                if (jobs[i].arrive == t) {
+                    ASSERT_EQ(s.submit(std::move(jobs[i].r)), Admission::Accepted);
+                }
+                if (jobs[i].cancel_at == t) cancels[i]->store(true);
+            }
+            s.step();
         }
+        EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+        int cancelled = 0, whole = 0;
+        for (const Job& j : jobs) {
+            const std::vector<int> alone = e.alone(j.prompt, j.max_tokens, {}, 0, 999);
+            ASSERT_EQ(j.out->ends, 1);
+            if (j.out->end.reason == FinishReason::Cancelled) {
+                cancelled++;
+                ASSERT_LE(j.out->tokens.size(), alone.size());
+                EXPECT_TRUE(std::equal(j.out->tokens.begin(), j.out->tokens.end(), alone.begin()));
+            } else {
+                whole++;
+                EXPECT_EQ(j.out->tokens, alone);
+            }
+        }
+        EXPECT_GE(cancelled, 10);  // both kinds came
+        EXPECT_GE(whole, 10);
+        EXPECT_EQ(s.stats().running, 0);
+        EXPECT_EQ(s.stats().queued, 0);
+        int prefilled_sequences = 0;  // every sequence the engine saw is released once, and no other
+        for (const FakePrefill& p : e.prefills) prefilled_sequences += p.start == 0;
+        EXPECT_EQ((int)e.released.size(), prefilled_sequences);
     }
-    EXPECT_GE(cancelled, 10);  // both kinds came
-    EXPECT_GE(whole, 10);
-    EXPECT_EQ(s.stats().running, 0);
-    EXPECT_EQ(s.stats().queued, 0);
-    int prefilled_sequences = 0;  // every sequence the engine saw is released once, and no other
-    for (const FakePrefill& p : e.prefills) prefilled_sequences += p.start == 0;
-    EXPECT_EQ((int)e.released.size(), prefilled_sequences);
 }
 
 // A request that has a slot but whose prompt waits for the budget, cancelled: it leaves, and the engine, which never
@@ -493,70 +500,121 @@ TEST(ServeScheduler, StopWhileTheNextStepIsInFlight) {
     EXPECT_TRUE(e.violations.empty()) << e.violations.front();
 }
 
-TEST(ServeScheduler, EngineFailureEndsOnlyThatSequence) {
-    FakeEngine e({2, 64});
-    e.fail_slot = 1;
+// Two decode steps in flight (an engine that takes them): the next step is queued before the host waits for the one
+// before, so every step's end but the last finds the next behind it. A stream still gets a token a step; a stop still
+// costs one row computed for nothing (the one step begun before it is seen), max_tokens none; tokens as alone.
+TEST(ServeScheduler, TwoStepsInFlight) {
+    FakeEngineOptions fo{1, 128};
+    fo.in_flight = 2;
+    FakeEngine e(fo);
     Scheduler s(&e, {});
+    const std::vector<int> pa = prompt_of(8, 5), pb = prompt_of(6, 9);
+    const std::vector<int> alone = e.alone(pa, 10, {}, 0);
+    const int stop = alone[3];
+    ASSERT_EQ(std::find(alone.begin(), alone.begin() + 3, stop), alone.begin() + 3) << "pick another prompt";
     auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
-    s.submit(make_request(prompt_of(4, 1), 10, a));
-    s.submit(make_request(prompt_of(4, 2), 10, b));
+    s.submit(make_request(pa, 10, a, {}, 0, stop));
+    s.submit(make_request(pb, 30, b));
+    s.step();  // a prefilled: its first token
+    EXPECT_EQ(a->tokens.size(), 1u);
+    EXPECT_TRUE(e.steps.empty());
+    s.step();  // two steps begun, the first waited for: a's second token
+    EXPECT_EQ(e.steps.size(), 2u);
+    EXPECT_EQ(a->tokens.size(), 2u);
+    s.step();
+    s.step();  // steps 3 and 4 begun; a's 4th token (the stop) ends it; b is prefilled behind step 4's row for a
+    EXPECT_EQ(a->tokens, std::vector<int>(alone.begin(), alone.begin() + 4));
+    EXPECT_EQ(a->end.reason, FinishReason::Stop);
+    EXPECT_EQ(e.steps.size(), 4u);
+    ASSERT_EQ(e.prefills.size(), 2u);
+    s.step();  // step 4 (a's row, dropped) waited for, b's first two rows in flight
+    EXPECT_EQ(b->tokens.size(), 1u);
+    for (int i = 0; i < 10; i++) {
+        const size_t before = b->tokens.size();
+        s.step();
+        EXPECT_EQ(b->tokens.size(), before + 1) << "step " << i;
+    }
     run_to_idle(s);
-    EXPECT_EQ(a->end.reason, FinishReason::Length);
-    EXPECT_EQ(a->tokens, e.alone(prompt_of(4, 1), 10, {}, 0));
-    EXPECT_EQ(b->end.reason, FinishReason::Error);
-    EXPECT_EQ(b->tokens.size(), 1u);  // the prefill's token only
-    EXPECT_FALSE(b->end.error.empty());
-    EXPECT_EQ(s.stats().errors, 1u);
+    EXPECT_EQ(b->tokens, e.alone(pb, 30, {}, 0));
+    EXPECT_EQ(e.steps.size(), 4u + 29u);  // b: 29 steps after its prefill's token, none for nothing (max_tokens)
+    ASSERT_FALSE(e.in_flight_at_end.empty());
+    EXPECT_EQ(std::count(e.in_flight_at_end.begin(), e.in_flight_at_end.end(), 2),
+              (long)e.in_flight_at_end.size() - 1);
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+}
+
+TEST(ServeScheduler, EngineFailureEndsOnlyThatSequence) {
+    for (int depth : {1, 2}) {
+        FakeEngineOptions fo{2, 64};
+        fo.in_flight = depth;
+        FakeEngine e(fo);
+        e.fail_slot = 1;
+        Scheduler s(&e, {});
+        auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
+        s.submit(make_request(prompt_of(4, 1), 10, a));
+        s.submit(make_request(prompt_of(4, 2), 10, b));
+        run_to_idle(s);
+        EXPECT_EQ(a->end.reason, FinishReason::Length);
+        EXPECT_EQ(a->tokens, e.alone(prompt_of(4, 1), 10, {}, 0));
+        EXPECT_EQ(b->end.reason, FinishReason::Error);
+        EXPECT_EQ(b->tokens.size(), 1u);  // the prefill's token only
+        EXPECT_FALSE(b->end.error.empty());
+        EXPECT_EQ(s.stats().errors, 1u);
+    }
 }
 
 // SIGTERM's path: stop accepting, finish everything accepted (queued included), then run() returns.
 TEST(ServeScheduler, DrainFinishesInFlightAndRefusesNew) {
-    FakeEngineOptions fo;
-    fo.slots = 2, fo.context = 64, fo.step_us = 2000;
-    FakeEngine e(fo);
-    Scheduler s(&e, {});
-    std::thread engine([&] { s.run(); });
-    std::vector<std::shared_ptr<Outcome>> outs;
-    for (int i = 0; i < 5; i++) {
-        outs.push_back(std::make_shared<Outcome>());
-        ASSERT_EQ(s.submit(make_request(prompt_of(3, i), 8, outs.back())), Admission::Accepted);
+    for (int depth : {1, 2}) {
+        FakeEngineOptions fo;
+        fo.slots = 2, fo.context = 64, fo.step_us = 2000, fo.in_flight = depth;
+        FakeEngine e(fo);
+        Scheduler s(&e, {});
+        std::thread engine([&] { s.run(); });
+        std::vector<std::shared_ptr<Outcome>> outs;
+        for (int i = 0; i < 5; i++) {
+            outs.push_back(std::make_shared<Outcome>());
+            ASSERT_EQ(s.submit(make_request(prompt_of(3, i), 8, outs.back())), Admission::Accepted);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        s.begin_drain();
+        auto late = std::make_shared<Outcome>();
+        EXPECT_EQ(s.submit(make_request(prompt_of(3, 9), 8, late)), Admission::Draining);
+        engine.join();
+        for (const auto& o : outs) {
+            EXPECT_EQ(o->ends, 1);
+            EXPECT_EQ(o->end.reason, FinishReason::Length);
+            EXPECT_EQ(o->tokens.size(), 8u);
+        }
+        EXPECT_EQ(late->ends, 0);
+        EXPECT_TRUE(s.stats().draining);
+        EXPECT_EQ(s.stats().running + s.stats().queued, 0);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    s.begin_drain();
-    auto late = std::make_shared<Outcome>();
-    EXPECT_EQ(s.submit(make_request(prompt_of(3, 9), 8, late)), Admission::Draining);
-    engine.join();
-    for (const auto& o : outs) {
-        EXPECT_EQ(o->ends, 1);
-        EXPECT_EQ(o->end.reason, FinishReason::Length);
-        EXPECT_EQ(o->tokens.size(), 8u);
-    }
-    EXPECT_EQ(late->ends, 0);
-    EXPECT_TRUE(s.stats().draining);
-    EXPECT_EQ(s.stats().running + s.stats().queued, 0);
 }
 
 TEST(ServeScheduler, ShutDownEndsEverythingOnce) {
-    FakeEngineOptions fo;
-    fo.slots = 1, fo.context = 200, fo.step_us = 1000;
-    FakeEngine e(fo);
-    std::vector<std::shared_ptr<Outcome>> outs;
-    {
-        Scheduler s(&e, {});
-        std::thread engine([&] { s.run(); });
-        for (int i = 0; i < 3; i++) {
-            outs.push_back(std::make_shared<Outcome>());
-            s.submit(make_request(prompt_of(3, i), 150, outs.back()));
+    for (int depth : {1, 2}) {
+        FakeEngineOptions fo;
+        fo.slots = 1, fo.context = 200, fo.step_us = 1000, fo.in_flight = depth;
+        FakeEngine e(fo);
+        std::vector<std::shared_ptr<Outcome>> outs;
+        {
+            Scheduler s(&e, {});
+            std::thread engine([&] { s.run(); });
+            for (int i = 0; i < 3; i++) {
+                outs.push_back(std::make_shared<Outcome>());
+                s.submit(make_request(prompt_of(3, i), 150, outs.back()));
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            s.shut_down();
+            engine.join();
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        s.shut_down();
-        engine.join();
+        for (const auto& o : outs) {
+            EXPECT_EQ(o->ends, 1);
+            EXPECT_EQ(o->end.reason, FinishReason::Cancelled);
+        }
+        EXPECT_TRUE(e.violations.empty());
     }
-    for (const auto& o : outs) {
-        EXPECT_EQ(o->ends, 1);
-        EXPECT_EQ(o->end.reason, FinishReason::Cancelled);
-    }
-    EXPECT_TRUE(e.violations.empty());
 }
 
 }  // namespace

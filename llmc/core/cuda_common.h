@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -102,6 +103,11 @@ inline void device_to_host_floats(float* host, const __nv_bfloat16* device, size
     std::vector<uint16_t> bits(n);
     cudaCheck(cudaMemcpy(bits.data(), device, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
     bf16_bits_to_floats(bits.data(), host, n);
+}
+// Values already copied to the host in the device's type (a pinned staging copy), as floats.
+inline void host_values_to_floats(float* out, const float* in, size_t n) { std::memcpy(out, in, n * sizeof(float)); }
+inline void host_values_to_floats(float* out, const __nv_bfloat16* in, size_t n) {
+    bf16_bits_to_floats(reinterpret_cast<const uint16_t*>(in), out, n);
 }
 inline void host_floats_to_device(float* device, const float* host, size_t n) {
     cudaCheck(cudaMemcpy(device, host, n * sizeof(float), cudaMemcpyHostToDevice));

@@ -8,10 +8,14 @@
 // tokens to reach the host; only tokens and non-finite flags come back, and a request that asks for logprobs has its
 // logits row copied to the host for them (llmc/serving/host_pick.h). A step is one upload (lengths, rules and coins,
 // packed) and one CUDA Graph per row count holding the step, its picks, their commit and the copy back: a token of a
-// lone stream costs the step's graph and little around it.
+// lone stream costs the step's graph and little around it. Two steps may be in flight (steps_in_flight 2): the next
+// is queued before the host waits for the last, so the GPU does not wait for the host between steps; each of the two
+// has its own upload, results, logprob rows, event and graphs (parity), so queuing one touches nothing the other
+// still reads.
 #pragma once
 
 #include <algorithm>
+#include <deque>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,9 +30,10 @@ class GpuServeEngine : public ServeEngine {
 public:
     // host_params: gpt2_parameter_table order, fp32 (read_model_any's), uploaded as floatX and freed. prefill_rows:
     // prompts one prefill forward takes (its buffers hold that many prompts of up to context - 1 tokens).
+    // steps_in_flight: 1 or 2 (ServeEngine::steps_in_flight).
     GpuServeEngine(const GPT2Config& c, std::vector<float> host_params, int slots, int context, int prefill_rows,
-                   const InferenceOptions& options)
-        : known_(slots, 0), logits_((size_t)c.padded_vocab_size) {
+                   const InferenceOptions& options, int steps_in_flight = 2)
+        : known_(slots, 0), logits_((size_t)c.padded_vocab_size), depth_(std::min(2, std::max(1, steps_in_flight))) {
         inference_engine_upload(&e_, c, std::move(host_params), slots_shape(slots, context, prefill_rows), options);
         B_ = slots, P_ = e_.shape.prefill_rows();
         const size_t rows = (size_t)B_ + P_;  // the decode step's B rows, then the prefill's P
@@ -39,20 +44,28 @@ public:
         cudaCheck(cudaMallocHost(&params_h_, rows * sizeof(PickParams)));
         cudaCheck(cudaMallocHost(&coins_h_, rows * sizeof(float)));
         cudaCheck(cudaMallocHost(&result_h_, 2 * rows * sizeof(int)));
-        cudaCheck(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
-        cudaCheck(cudaMalloc(&stage_d_, stage_bytes()));
-        cudaCheck(cudaMallocHost(&stage_h_, stage_bytes()));
-        step_graphs_.assign(e_.row_buckets.size(), DecodeGraph{});
+        const size_t Vp = (size_t)c.padded_vocab_size;
+        for (StepBuffers& sb : step_) {
+            cudaCheck(cudaEventCreateWithFlags(&sb.done, cudaEventDisableTiming));
+            cudaCheck(cudaMalloc(&sb.stage_d, stage_bytes()));
+            cudaCheck(cudaMallocHost(&sb.stage_h, stage_bytes()));
+            cudaCheck(cudaMallocHost(&sb.result_h, 2 * (size_t)B_ * sizeof(int)));
+            cudaCheck(cudaMallocHost(&sb.logits_h, (size_t)B_ * Vp * sizeof(floatX)));
+            sb.graphs.assign(e_.row_buckets.size(), DecodeGraph{});
+        }
         // each row count's step graph is captured on its second run, and the kernels load on their first: all now,
         // not in the first requests' time (every slot at position 0; the picks leave valid tokens in every input)
-        for (int b = 0; b < B_; b++)
-            stage_len()[b] = 1, stage_params()[b] = PickParams{1.f, 0, 1.f}, stage_coins()[b] = 0.5f;
-        for (size_t k = 0; k < e_.row_buckets.size(); k++)
-            for (int i = 0; i < 2; i++) {
-                cudaCheck(cudaMemcpyAsync(stage_d_, stage_h_, stage_bytes(), cudaMemcpyHostToDevice, e_.stream));
-                run_step(k);
-                cudaCheck(cudaStreamSynchronize(e_.stream));
-            }
+        for (int p = 0; p < 2; p++) {
+            for (int b = 0; b < B_; b++)
+                stage_len(p)[b] = 1, stage_params(p)[b] = PickParams{1.f, 0, 1.f}, stage_coins(p)[b] = 0.5f;
+            for (size_t k = 0; k < e_.row_buckets.size(); k++)
+                for (int i = 0; i < 2; i++) {
+                    cudaCheck(cudaMemcpyAsync(step_[p].stage_d, step_[p].stage_h, stage_bytes(),
+                                              cudaMemcpyHostToDevice, e_.stream));
+                    run_step(k, p);
+                    cudaCheck(cudaStreamSynchronize(e_.stream));
+                }
+        }
         for (bool sampling : {false, true}) {
             for (int b = 0; b < B_; b++)
                 params_h_[b] = sampling ? PickParams{1.f, 0, 1.f} : PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.5f;
@@ -62,10 +75,14 @@ public:
     }
     ~GpuServeEngine() override {
         cudaCheck(cudaStreamSynchronize(e_.stream));
-        cudaCheck(cudaEventDestroy(step_done_));
-        for (DecodeGraph& g : step_graphs_) decode_graph_free(&g);
-        cudaCheck(cudaFree(stage_d_));
-        cudaCheck(cudaFreeHost(stage_h_));
+        for (StepBuffers& sb : step_) {
+            cudaCheck(cudaEventDestroy(sb.done));
+            for (DecodeGraph& g : sb.graphs) decode_graph_free(&g);
+            cudaCheck(cudaFree(sb.stage_d));
+            cudaCheck(cudaFreeHost(sb.stage_h));
+            cudaCheck(cudaFreeHost(sb.result_h));
+            cudaCheck(cudaFreeHost(sb.logits_h));
+        }
         cudaCheck(cudaFree(params_d_));
         cudaCheck(cudaFree(coins_d_));
         cudaCheck(cudaFree(result_d_));
@@ -81,6 +98,7 @@ public:
     int vocab_size() const override { return e_.config.vocab_size; }
     int prefill_chunk() const override { return 0; }
     int prefill_rows() const override { return P_; }
+    int steps_in_flight() const override { return depth_; }
 
     PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) override {
         if (start != 0 || !last) throw std::logic_error("the GPU engine prefills whole prompts only");
@@ -89,8 +107,8 @@ public:
         return out[0];
     }
 
-    // Queued behind the step in flight, if any (the same stream): it waits for that step too, which the next
-    // decode_end then finds done.
+    // Queued behind the steps in flight, if any (the same stream): it waits for them too, which the next decode_end
+    // then finds done.
     void prefill_whole(const std::vector<PrefillPrompt>& prompts, std::vector<PickedToken>* out) override {
         const int n = (int)prompts.size();
         if (n < 1 || n > P_) throw std::logic_error("prefill_whole: " + std::to_string(n) + " prompts");
@@ -116,7 +134,8 @@ public:
     }
 
     void decode_begin(const std::vector<DecodeSlot>& batch) override {
-        if (in_flight_) throw std::logic_error("decode_begin: a step is already in flight");
+        if ((int)flights_.size() >= depth_)
+            throw std::logic_error("decode_begin: " + std::to_string(flights_.size()) + " steps already in flight");
         const int ctx = e_.shape.max_T;
         int busy = 1;
         for (const DecodeSlot& d : batch) {
@@ -127,40 +146,51 @@ public:
             busy = std::max(busy, d.slot + 1);
         }
         const int R = inference_decode_rows(&e_, busy);
+        // the other parity's buffers may still be read by the step in flight; this one's last step has been waited for
+        const int p = next_parity_;
+        next_parity_ ^= 1;
         // each row's length after the step, rule and coin; free slots below R compute a throwaway row at their own
         // next position, greedy (their picks are not read)
-        int* len = stage_len();
+        int* len = stage_len(p);
         for (int b = 0; b < R; b++) {
             len[b] = std::min(known_[b], ctx - 1) + 1;
-            stage_params()[b] = PickParams{0.f, 0, 1.f}, stage_coins()[b] = 0.f;
+            stage_params(p)[b] = PickParams{0.f, 0, 1.f}, stage_coins(p)[b] = 0.f;
         }
         for (const DecodeSlot& d : batch) {
             len[d.slot] = d.position + 1;
-            stage_params()[d.slot] = d.pick.params;
-            stage_coins()[d.slot] = d.pick.coin;
+            stage_params(p)[d.slot] = d.pick.params;
+            stage_coins(p)[d.slot] = d.pick.coin;
         }
         for (int b = 0; b < R; b++) e_.cache.host_len[b] = len[b];
         for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
-        cudaCheck(cudaMemcpyAsync(stage_d_, stage_h_, stage_bytes(), cudaMemcpyHostToDevice, e_.stream));
-        run_step((size_t)(std::find(e_.row_buckets.begin(), e_.row_buckets.end(), R) - e_.row_buckets.begin()));
-        cudaCheck(cudaEventRecord(step_done_, e_.stream));
-        batch_ = batch;
-        R_ = R;
-        in_flight_ = true;
+        StepBuffers& sb = step_[p];
+        cudaCheck(cudaMemcpyAsync(sb.stage_d, sb.stage_h, stage_bytes(), cudaMemcpyHostToDevice, e_.stream));
+        run_step((size_t)(std::find(e_.row_buckets.begin(), e_.row_buckets.end(), R) - e_.row_buckets.begin()), p);
+        // rows that report logprobs: their logits to the host now, before the next step overwrites them
+        const size_t Vp = e_.config.padded_vocab_size;
+        for (const DecodeSlot& d : batch)
+            if (d.pick.top_logprobs >= 0)
+                cudaCheck(cudaMemcpyAsync(sb.logits_h + (size_t)d.slot * Vp, e_.step.s.logits + (size_t)d.slot * Vp,
+                                          Vp * sizeof(floatX), cudaMemcpyDeviceToHost, e_.stream));
+        cudaCheck(cudaEventRecord(sb.done, e_.stream));
+        flights_.push_back(Flight{batch, R, p});
     }
 
     void decode_end(std::vector<PickedToken>* out) override {
-        if (!in_flight_) throw std::logic_error("decode_end: no step in flight");
-        in_flight_ = false;
-        cudaCheck(cudaEventSynchronize(step_done_));
+        if (flights_.empty()) throw std::logic_error("decode_end: no step in flight");
+        const Flight f = std::move(flights_.front());
+        flights_.pop_front();
+        const StepBuffers& sb = step_[f.parity];
+        cudaCheck(cudaEventSynchronize(sb.done));
         const int V = e_.config.vocab_size;
-        out->assign(batch_.size(), PickedToken{});
-        for (size_t i = 0; i < batch_.size(); i++) {
-            const DecodeSlot& d = batch_[i];
-            if (result_h_[R_ + d.slot]) continue;  // a non-finite logit: token -1, the scheduler ends the sequence
-            (*out)[i].token = result_h_[d.slot];
-            if (d.pick.top_logprobs >= 0) {  // the step's logits: a prefill queued since writes rows of its own
-                inference_logit_rows_to_host(&e_, d.slot, 1, logits_.data());
+        const size_t Vp = e_.config.padded_vocab_size;
+        out->assign(f.batch.size(), PickedToken{});
+        for (size_t i = 0; i < f.batch.size(); i++) {
+            const DecodeSlot& d = f.batch[i];
+            if (sb.result_h[f.R + d.slot]) continue;  // a non-finite logit: token -1, the scheduler ends the sequence
+            (*out)[i].token = sb.result_h[d.slot];
+            if (d.pick.top_logprobs >= 0) {
+                host_values_to_floats(logits_.data(), sb.logits_h + (size_t)d.slot * Vp, Vp);
                 fill_logprobs(logits_.data(), V, d.pick.top_logprobs, &(*out)[i]);
             }
         }
@@ -173,29 +203,32 @@ public:
 private:
     // The decode step's packed upload: lengths (B ints), rules (B), coins (B), pinned and on the device alike.
     size_t stage_bytes() const { return (size_t)B_ * (sizeof(int) + sizeof(PickParams) + sizeof(float)); }
-    int* stage_len() const { return (int*)stage_h_; }
-    PickParams* stage_params() const { return (PickParams*)((char*)stage_h_ + (size_t)B_ * sizeof(int)); }
-    float* stage_coins() const { return (float*)((char*)stage_h_ + (size_t)B_ * (sizeof(int) + sizeof(PickParams))); }
+    int* stage_len(int p) const { return (int*)step_[p].stage_h; }
+    PickParams* stage_params(int p) const { return (PickParams*)((char*)step_[p].stage_h + (size_t)B_ * sizeof(int)); }
+    float* stage_coins(int p) const {
+        return (float*)((char*)step_[p].stage_h + (size_t)B_ * (sizeof(int) + sizeof(PickParams)));
+    }
 
-    // Row bucket k's step on the uploaded stage: the lengths into the cache's, the step over R rows, every row's pick
-    // (with the shared memory sampling needs, whatever the rows ask: the graph is one for all rules), the picks into
-    // the next step's inputs, tokens and flags back to result_h_[0, 2R). One CUDA Graph per k (captured on its second
-    // run), or plain without graphs.
-    void run_step(size_t k) {
+    // Row bucket k's step on parity p's uploaded stage: the lengths into the cache's, the step over R rows, every
+    // row's pick (with the shared memory sampling needs, whatever the rows ask: the graph is one for all rules), the
+    // picks into the next step's inputs, tokens and flags back to the parity's result_h[0, 2R). One CUDA Graph per
+    // (k, p) (captured on its second run), or plain without graphs.
+    void run_step(size_t k, int p) {
         const int R = e_.row_buckets[k];
-        const char* stage = (const char*)stage_d_;
+        StepBuffers& sb = step_[p];
+        const char* stage = (const char*)sb.stage_d;
         const PickParams* params = (const PickParams*)(stage + (size_t)B_ * sizeof(int));
         const float* coins = (const float*)(stage + (size_t)B_ * (sizeof(int) + sizeof(PickParams)));
         const DecodeStep step = R == B_ ? e_.step : decode_step_rows(e_.step, R, e_.decode_asked);
         auto body = [&] {
-            cudaCheck(cudaMemcpyAsync(e_.cache.len, stage_d_, R * sizeof(int), cudaMemcpyDeviceToDevice, e_.stream));
+            cudaCheck(cudaMemcpyAsync(e_.cache.len, sb.stage_d, R * sizeof(int), cudaMemcpyDeviceToDevice, e_.stream));
             decode_forward(step);
             pick_tokens_per_row(e_.step.s.logits, (size_t)e_.config.padded_vocab_size, R, e_.config.vocab_size, params,
                                 true, coins, result_d_, result_d_ + R, scratch_d_, e_.stream);
             inference_commit_picks(&e_, result_d_, result_d_ + R, nullptr, R);
-            cudaCheck(cudaMemcpyAsync(result_h_, result_d_, 2 * R * sizeof(int), cudaMemcpyDeviceToHost, e_.stream));
+            cudaCheck(cudaMemcpyAsync(sb.result_h, result_d_, 2 * R * sizeof(int), cudaMemcpyDeviceToHost, e_.stream));
         };
-        if (e_.options.graph) run_as_graph(e_.stream, &step_graphs_[k], body);
+        if (e_.options.graph) run_as_graph(e_.stream, &sb.graphs[k], body);
         else body();
     }
 
@@ -232,11 +265,20 @@ private:
     PickParams* params_h_ = nullptr;
     float* coins_h_ = nullptr;
     int* result_h_ = nullptr;
-    cudaEvent_t step_done_ = nullptr;  // the step in flight's results are on the host
-    void* stage_d_ = nullptr;  // the decode step's packed upload (stage_bytes), on the device and pinned
-    void* stage_h_ = nullptr;
-    std::vector<DecodeGraph> step_graphs_;  // per row bucket: the step, its picks, their commit and the copy back
-    std::vector<DecodeSlot> batch_;    // the step in flight's rows, and its row count
-    int R_ = 0;
-    bool in_flight_ = false;
+    // A decode step's own buffers; steps alternate between two (parity) so that two may be in flight.
+    struct StepBuffers {
+        void* stage_d = nullptr;  // the packed upload (stage_bytes), on the device and pinned
+        void* stage_h = nullptr;
+        int* result_h = nullptr;     // pinned: tokens (B), then non-finite flags (B)
+        floatX* logits_h = nullptr;  // pinned (B, Vp): the rows that report logprobs
+        cudaEvent_t done = nullptr;  // the step's results are on the host
+        std::vector<DecodeGraph> graphs;  // per row bucket: the step, its picks, their commit and the copy back
+    };
+    StepBuffers step_[2];
+    struct Flight {
+        std::vector<DecodeSlot> batch;  // the step's rows
+        int R, parity;
+    };
+    std::deque<Flight> flights_;  // steps in flight, oldest first
+    int depth_ = 2, next_parity_ = 0;
 };

@@ -42,7 +42,8 @@
 class Scheduler {
 public:
     Scheduler(ServeEngine* engine, SchedulerOptions options)
-        : engine_(engine), opt_(options), slots_(engine->slots()) {
+        : engine_(engine), opt_(options), slots_(engine->slots()),
+          depth_(std::min(2, std::max(1, engine->steps_in_flight()))) {
         opt_.max_queue = std::max(0, opt_.max_queue);
         opt_.prefill_budget = std::max(1, opt_.prefill_budget);
         st_.slots = engine->slots();
@@ -80,7 +81,10 @@ public:
 
     // One step (see the top of the file); false when there was nothing to do.
     bool step() {
-        bool worked = collect();
+        bool worked = false;
+        if (depth_ > 1) worked |= begin_decode();  // queued behind the one in flight: the GPU never waits for the host
+        std::vector<int> collected;
+        worked |= collect(&collected);
         for (int slot = 0; slot < (int)slots_.size(); slot++)
             if (slots_[slot] && cancelled(*slots_[slot])) end(slot, FinishReason::Cancelled), worked = true;
         std::vector<std::unique_ptr<Sequence>> dropped;  // cancelled while queued
@@ -94,8 +98,7 @@ public:
         worked |= !dropped.empty();
         for (auto& s : dropped) finish(s.get(), FinishReason::Cancelled);
         if (!dropped.empty()) cv_.notify_all();  // wait_idle() may be waiting for the queue to empty
-        const std::vector<int> collected = begin_decode();
-        worked |= !collected.empty();
+        if (depth_ == 1) worked |= begin_decode();
         deliver_collected(collected);
         {
             std::lock_guard<std::mutex> lock(m_);
@@ -119,8 +122,8 @@ public:
         for (;;) {
             {
                 std::unique_lock<std::mutex> lock(m_);
-                cv_.wait(lock, [&] { return shut_ || draining_ || !queue_.empty() || active_ > 0 || in_flight_; });
-                if (shut_ || (draining_ && queue_.empty() && active_ == 0 && !in_flight_)) break;
+                cv_.wait(lock, [&] { return shut_ || draining_ || !queue_.empty() || active_ > 0 || !flights_.empty(); });
+                if (shut_ || (draining_ && queue_.empty() && active_ == 0 && flights_.empty())) break;
             }
             step();
         }
@@ -169,6 +172,7 @@ private:
         int prefilled = 0;  // prompt positions in the slot
         int generated = 0;  // tokens delivered
         bool collected = false;  // the decode step waited for picked `token`, not delivered yet
+        int in_flight = 0;  // rows of steps begun and not yet waited for
         PickedToken token;
         uint64_t order = 0;  // submission order: also tells a slot's sequences apart
         int picked() const { return generated + collected; }
@@ -311,17 +315,19 @@ private:
         return any;
     }
 
-    // Waits for the decode step in flight; each row whose sequence is still in its slot gets its token (collected,
-    // delivered by deliver_collected). False when none was in flight.
-    bool collect() {
-        if (!in_flight_) return false;
-        in_flight_ = false;
+    // Waits for the oldest decode step in flight; each row whose sequence is still in its slot gets its token
+    // (collected, delivered by deliver_collected), and `slots` (if given) those slots in slot order. False when none
+    // was in flight.
+    bool collect(std::vector<int>* slots = nullptr) {
+        if (flights_.empty()) return false;
+        const std::vector<Flight> flight = std::move(flights_.front());
+        flights_.pop_front();
         std::vector<PickedToken> out;
         const Clock::time_point t0 = Clock::now();
         std::string error;
         try {
             engine_->decode_end(&out);
-            if (out.size() != flight_.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
+            if (out.size() != flight.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
         } catch (const std::exception& e) {
             error = std::string("decode: ") + e.what();
         }
@@ -329,42 +335,54 @@ private:
             std::lock_guard<std::mutex> lock(m_);
             st_.decode_ms += ms(t0, Clock::now());
         }
-        for (size_t i = 0; i < flight_.size(); i++) {
-            Sequence* s = slots_[flight_[i].slot].get();
-            if (!s || s->order != flight_[i].order) continue;  // ended meanwhile: its row was for nothing
+        for (size_t i = 0; i < flight.size(); i++) {
+            Sequence* s = slots_[flight[i].slot].get();
+            if (!s || s->order != flight[i].order) continue;  // ended meanwhile: its row was for nothing
+            s->in_flight--;
             if (!error.empty()) end(s->slot, FinishReason::Error, error);
-            else s->token = out[i], s->collected = true;
+            else if (!s->collected) s->token = out[i], s->collected = true;  // (a later row after a failed token: dropped)
         }
+        if (slots)
+            for (size_t slot = 0; slot < slots_.size(); slot++)
+                if (slots_[slot] && slots_[slot]->collected) slots->push_back((int)slot);
         return true;
     }
 
-    // Begins a decode step over every sequence whose prompt is in and whose next token may still come (not one
-    // whose collected token failed, nor one at max_tokens with it); returns the slots with a collected token, in
-    // slot order, for deliver_collected.
-    std::vector<int> begin_decode() {
-        std::vector<DecodeSlot> batch;
-        std::vector<int> collected;
-        flight_.clear();
-        for (auto& s : slots_) {
-            if (!s || s->prefilled < (int)s->r.prompt.size() || s->picked() == 0) continue;
-            if (s->collected) collected.push_back(s->slot);
-            if ((s->collected && s->token.token < 0) || s->picked() >= s->r.max_tokens) continue;
-            batch.push_back(DecodeSlot{s->slot, (int)s->r.prompt.size() + s->picked() - 1, pick_for(*s)});
-            flight_.push_back(Flight{s->slot, s->order});
+    // Begins a decode step, if fewer than the engine's depth are in flight, over every sequence whose prompt is in
+    // and whose next token may still come (not one whose collected token failed, nor one whose tokens picked and in
+    // flight reach max_tokens). A row's input is the token the engine picks in the sequence's last row before it.
+    bool begin_decode() {
+        bool begun = false;
+        while ((int)flights_.size() < depth_) {
+            std::vector<DecodeSlot> batch;
+            std::vector<Flight> flight;
+            for (auto& s : slots_) {
+                if (!s || s->prefilled < (int)s->r.prompt.size() || s->picked() == 0) continue;
+                if ((s->collected && s->token.token < 0) || s->picked() + s->in_flight >= s->r.max_tokens) continue;
+                batch.push_back(DecodeSlot{s->slot, (int)s->r.prompt.size() + s->picked() + s->in_flight - 1,
+                                           pick_for(*s)});
+                flight.push_back(Flight{s->slot, s->order});
+            }
+            if (batch.empty()) break;
+            const Clock::time_point t0 = Clock::now();
+            bool ok = true;
+            try {
+                engine_->decode_begin(batch);
+            } catch (const std::exception& e) {
+                ok = false;
+                for (const DecodeSlot& d : batch) end(d.slot, FinishReason::Error, std::string("decode: ") + e.what());
+            }
+            if (ok) {
+                for (const Flight& f : flight) slots_[f.slot]->in_flight++;
+                flights_.push_back(std::move(flight));
+                begun = true;
+            }
+            std::lock_guard<std::mutex> lock(m_);
+            st_.decode_ms += ms(t0, Clock::now());
+            if (ok) st_.decode_steps++, st_.decode_rows += batch.size();
+            if (!ok) break;
         }
-        if (batch.empty()) return collected;
-        const Clock::time_point t0 = Clock::now();
-        try {
-            engine_->decode_begin(batch);
-            in_flight_ = true;
-        } catch (const std::exception& e) {
-            for (const DecodeSlot& d : batch) end(d.slot, FinishReason::Error, std::string("decode: ") + e.what());
-            flight_.clear();
-        }
-        std::lock_guard<std::mutex> lock(m_);
-        st_.decode_ms += ms(t0, Clock::now());
-        if (in_flight_) st_.decode_steps++, st_.decode_rows += batch.size();
-        return collected;
+        return begun;
     }
 
     void deliver_collected(const std::vector<int>& slots) {
@@ -423,7 +441,8 @@ private:
 
     // Whatever is left, queued or running, ends as Cancelled.
     void end_all() {
-        collect();  // the engine's step in flight ends before the slots are released (its tokens are not delivered)
+        while (collect()) {  // the engine's steps in flight end before the slots are released (tokens not delivered)
+        }
         std::deque<std::unique_ptr<Sequence>> left;
         {
             std::lock_guard<std::mutex> lock(m_);
@@ -446,8 +465,8 @@ private:
         int slot;
         uint64_t order;
     };
-    std::vector<Flight> flight_;  // the rows of the decode step in flight, and whose they were
-    bool in_flight_ = false;
+    std::deque<std::vector<Flight>> flights_;  // the rows of the decode steps in flight, oldest first, and whose
+    int depth_ = 1;  // decode steps in flight at most: the engine's steps_in_flight(), 1 or 2
     bool draining_ = false, shut_ = false;
     uint64_t next_order_ = 0;
     SchedulerStats st_;

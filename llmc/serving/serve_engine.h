@@ -72,9 +72,11 @@ public:
     // Queues one step over the given slots (any subset, any order) and returns, where the engine can, before it is
     // done; decode_end waits for it: out[i] is batch[i]'s next token. Between the two the scheduler may release slots
     // and prefill new sequences into them (the engine orders that work after the step; a released slot's row of the
-    // step is then computed for nothing); at most one step is in flight.
+    // step is then computed for nothing). Up to steps_in_flight() steps may be begun before the first is ended (a
+    // row's input is then the token the slot's row in the step before will pick); decode_end ends the oldest.
     virtual void decode_begin(const std::vector<DecodeSlot>& batch) = 0;
     virtual void decode_end(std::vector<PickedToken>* out) = 0;
+    virtual int steps_in_flight() const { return 1; }
     // The slot's sequence has ended; it is free for a new one (engines that keep per-slot state reset it).
     virtual void release(int slot) {}
 };
