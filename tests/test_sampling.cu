@@ -6,6 +6,7 @@
 // a coin on a CDF boundary); such boundary cases must stay rare (<= 1%). Greedy must be exact (lowest id among equal maxima). The whole run twice
 // gives identical tokens. Outputs start poisoned (-1); len must advance by one and next_tokens equal the output.
 // The server's per-row picker (each row its own rule and coin) likewise, with its non-finite flags.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -113,7 +114,9 @@ std::vector<int> run(const char* name, int V, int Vp, bool ties, uint64_t seed) 
 
 // The server's picker (pick_tokens_per_row): every row its own rule and coin, one launch per round; each row's token
 // against the host's with that row's rule and coin (the same boundary allowance), and the non-finite flag: row 3
-// holds a NaN and row 5 an inf (flagged, whatever their picks), the others none (0, over a poisoned start).
+// holds a NaN and row 5 an inf (flagged, whatever their picks), the others none (0, over a poisoned start). The next
+// step's inputs (over -1s) are the picks, a valid id on the flagged rows; the bookkeeping scratch starts as garbage;
+// odd rounds write the results into mapped host memory, as the server's step does, launched as PDL dependents.
 template <typename T>
 void check_per_row(const char* name, int V, int Vp, uint64_t seed) {
     const long long f0 = failures;
@@ -140,17 +143,34 @@ void check_per_row(const char* name, int V, int Vp, uint64_t seed) {
     cudaCheck(cudaMemcpy(d_rules, rules, R * sizeof(PickParams), cudaMemcpyHostToDevice));
     cudaCheck(cudaMalloc(&d_coins, R * sizeof(float)));
     cudaCheck(cudaMalloc(&d_result, 2 * R * sizeof(int)));
-    cudaCheck(cudaMalloc(&d_scratch, 2 * R * sizeof(int)));
+    cudaCheck(cudaMalloc(&d_scratch, R * sizeof(int)));
+    cudaCheck(cudaMemset(d_scratch, 0x55, R * sizeof(int)));
+    int *d_next, *h_result, *h_result_mapped;
+    cudaCheck(cudaMalloc(&d_next, R * sizeof(int)));
+    cudaCheck(cudaMallocHost(&h_result, 2 * R * sizeof(int)));
+    cudaCheck(cudaHostGetDevicePointer((void**)&h_result_mapped, h_result, 0));
     for (int round = 0; round < rounds; round++) {
+        const bool mapped = round % 2 == 1;
         std::vector<float> coins(R);
         for (float& x : coins) x = (float)rng.uniform();
         cudaCheck(cudaMemcpy(d_coins, coins.data(), R * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemset(d_result, 0x7f, 2 * R * sizeof(int)));  // poison
-        pick_tokens_per_row<T>(d_logits, Vp, R, V, d_rules, true, d_coins, d_result, d_result + R, d_scratch, 0);
-        std::vector<int> result(2 * R);
-        cudaCheck(cudaMemcpy(result.data(), d_result, 2 * R * sizeof(int), cudaMemcpyDeviceToHost));
+        std::fill(h_result, h_result + 2 * R, 0x7f7f7f7f);
+        cudaCheck(cudaMemset(d_next, 0xff, R * sizeof(int)));
+        int* out = mapped ? h_result_mapped : d_result;
+        pick_tokens_per_row<T>(d_logits, Vp, R, V, d_rules, true, d_coins, out, out + R, d_scratch, 0, d_next,
+                               /*pdl=*/mapped);
+        std::vector<int> result(2 * R), next(R);
+        cudaCheck(cudaDeviceSynchronize());
+        if (mapped) std::copy(h_result, h_result + 2 * R, result.begin());
+        else cudaCheck(cudaMemcpy(result.data(), d_result, 2 * R * sizeof(int), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(next.data(), d_next, R * sizeof(int), cudaMemcpyDeviceToHost));
         for (int r = 0; r < R; r++) {
             const bool bad_row = r == 3 || r == 5;
+            if (next[r] < 0 || next[r] >= V || (!bad_row && next[r] != result[r])) {
+                if (failures < 12) printf("FAIL %s per row: row %d next input %d, pick %d\n", name, r, next[r], result[r]);
+                failures++;
+            }
             if (result[R + r] != (bad_row ? 1 : 0)) {
                 if (failures < 12) printf("FAIL %s per row: row %d non-finite flag %d\n", name, r, result[R + r]);
                 failures++;
@@ -176,6 +196,8 @@ void check_per_row(const char* name, int V, int Vp, uint64_t seed) {
     cudaCheck(cudaFree(d_coins));
     cudaCheck(cudaFree(d_result));
     cudaCheck(cudaFree(d_scratch));
+    cudaCheck(cudaFree(d_next));
+    cudaCheck(cudaFreeHost(h_result));
     printf("%-5s V %5d per row: %d rows x %d rounds, %s\n", name, V, R, rounds, failures == f0 ? "OK" : "FAIL");
 }
 

@@ -239,7 +239,12 @@ __global__ void __launch_bounds__(kThreads) pick_tokens_kernel(const PickArgs<T>
         }
         chosen = block_reduce(pick, [](int u, int v) { return max(u, v); }, scratch_i);
     }
-    if (tid == 0) store_pick(b, chosen, len_b, a.prompt_len, a.len, a.next_tokens, a.tokens_out, a.max_new, a.B);
+    if (tid == 0) {
+        store_pick(b, chosen, len_b, a.prompt_len, a.len, a.next_tokens, a.tokens_out, a.max_new, a.B);
+        // rows by their own rules (a server's): the next input is a valid id whatever came, so the next step can
+        // be queued before the host has seen this one (a non-finite row's pick means nothing; the host ends it)
+        if (a.nonfinite && (chosen < 0 || chosen >= V)) a.next_tokens[b] = 0;
+    }
 }
 
 }  // namespace sampling_detail
@@ -299,16 +304,18 @@ inline void pick_tokens(const T* logits, size_t row_stride, int rows_per_seq, in
 // One token per row of logits (B rows, row_stride apart), each row by its own rule row_params[b] (device memory;
 // every one already checked by pick_params_problem on the host) and coin coins[b]: the server's decode step, whose
 // rows belong to different requests. tokens[b] gets the pick; nonfinite[b] 1 where the row holds a non-finite logit
-// (its pick means nothing). sampling: some row is not greedy (those rows need the row in shared memory).
-// scratch: 2B ints of device memory for the kernel's length bookkeeping (zeroed here).
+// (its pick means nothing); next_tokens[b] (null: none) the pick too, or 0 where it is not a valid id: the next
+// decode step's inputs. tokens and nonfinite may be mapped host memory. sampling: some row is not greedy (those rows
+// need the row in shared memory). scratch: B ints of device memory, any values (the kernel's length bookkeeping:
+// every row's length and prompt length are the same entry, so each pick is its row's new token 0). pdl: launched as
+// a programmatic dependent of the kernel before it.
 template <typename T>
 inline void pick_tokens_per_row(const T* logits, size_t row_stride, int B, int V, const PickParams* row_params,
                                 bool sampling, const float* coins, int* tokens, int* nonfinite, int* scratch,
-                                cudaStream_t stream) {
-    // every row's length and prompt length 0: the pick is its new token 0, written to tokens[b]
-    cudaCheck(cudaMemsetAsync(scratch, 0, 2 * (size_t)B * sizeof(int), stream));
-    const sampling_detail::PickArgs<T> a{logits, row_stride, 1,       B,      V,         PickParams{},
-                                         coins,  scratch + B, scratch, tokens, tokens, 1,
+                                cudaStream_t stream, int* next_tokens = nullptr, bool pdl = false) {
+    int* next = next_tokens ? next_tokens : scratch;  // (none: written over the bookkeeping of rows it has read)
+    const sampling_detail::PickArgs<T> a{logits, row_stride, 1,       B,    V,      PickParams{},
+                                         coins,  scratch,    scratch, next, tokens, 1,
                                          row_params, nonfinite};
-    sampling_detail::launch_pick(a, sampling, stream, false);
+    sampling_detail::launch_pick(a, sampling, stream, pdl);
 }

@@ -6,12 +6,12 @@
 // row's own rule and coin (pick_tokens_per_row, llmc/kernels/sampling.cuh: the rule the host's is built from) and
 // written straight into the slot's next input token, so decode_begin queues a step without waiting for the last one's
 // tokens to reach the host; only tokens and non-finite flags come back, and a request that asks for logprobs has its
-// logits row copied to the host for them (llmc/serving/host_pick.h). A step is one upload (lengths, rules and coins,
-// packed) and one CUDA Graph per row count holding the step, its picks, their commit and the copy back: a token of a
-// lone stream costs the step's graph and little around it. Two steps may be in flight (steps_in_flight 2): the next
-// is queued before the host waits for the last, so the GPU does not wait for the host between steps; each of the two
-// has its own upload, results, logprob rows, event and graphs (parity), so queuing one touches nothing the other
-// still reads.
+// logits row copied to the host for them (llmc/serving/host_pick.h). A step is one CUDA Graph per row count holding
+// the upload (lengths, rules and coins, packed; the step reads its lengths there), the step and its picks, which
+// write the next step's inputs on the device and tokens and flags into mapped host memory: a token of a lone stream
+// costs the step's graph and little around it. Two steps may be in flight (steps_in_flight 2): the next is queued
+// before the host waits for the last, so the GPU does not wait for the host between steps; each of the two has its
+// own upload, results, logprob rows, event and graphs (parity), so queuing one touches nothing the other still reads.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +41,7 @@ public:
         cudaCheck(cudaMalloc(&coins_d_, rows * sizeof(float)));
         cudaCheck(cudaMalloc(&result_d_, 2 * rows * sizeof(int)));
         cudaCheck(cudaMalloc(&scratch_d_, 2 * rows * sizeof(int)));
+        cudaCheck(cudaMemset(scratch_d_, 0, 2 * rows * sizeof(int)));
         cudaCheck(cudaMallocHost(&params_h_, rows * sizeof(PickParams)));
         cudaCheck(cudaMallocHost(&coins_h_, rows * sizeof(float)));
         cudaCheck(cudaMallocHost(&result_h_, 2 * rows * sizeof(int)));
@@ -50,6 +51,10 @@ public:
             cudaCheck(cudaMalloc(&sb.stage_d, stage_bytes()));
             cudaCheck(cudaMallocHost(&sb.stage_h, stage_bytes()));
             cudaCheck(cudaMallocHost(&sb.result_h, 2 * (size_t)B_ * sizeof(int)));
+            cudaCheck(cudaHostGetDevicePointer((void**)&sb.result_mapped, sb.result_h, 0));
+            // the step reads its lengths from its own upload: the cache as the step sees it
+            sb.cache = e_.cache;
+            sb.cache.len = (int*)sb.stage_d;
             cudaCheck(cudaMallocHost(&sb.logits_h, (size_t)B_ * Vp * sizeof(floatX)));
             sb.graphs.assign(e_.row_buckets.size(), DecodeGraph{});
         }
@@ -60,8 +65,6 @@ public:
                 stage_len(p)[b] = 1, stage_params(p)[b] = PickParams{1.f, 0, 1.f}, stage_coins(p)[b] = 0.5f;
             for (size_t k = 0; k < e_.row_buckets.size(); k++)
                 for (int i = 0; i < 2; i++) {
-                    cudaCheck(cudaMemcpyAsync(step_[p].stage_d, step_[p].stage_h, stage_bytes(),
-                                              cudaMemcpyHostToDevice, e_.stream));
                     run_step(k, p);
                     cudaCheck(cudaStreamSynchronize(e_.stream));
                 }
@@ -164,7 +167,6 @@ public:
         for (int b = 0; b < R; b++) e_.cache.host_len[b] = len[b];
         for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
         StepBuffers& sb = step_[p];
-        cudaCheck(cudaMemcpyAsync(sb.stage_d, sb.stage_h, stage_bytes(), cudaMemcpyHostToDevice, e_.stream));
         run_step((size_t)(std::find(e_.row_buckets.begin(), e_.row_buckets.end(), R) - e_.row_buckets.begin()), p);
         // rows that report logprobs: their logits to the host now, before the next step overwrites them
         const size_t Vp = e_.config.padded_vocab_size;
@@ -209,24 +211,25 @@ private:
         return (float*)((char*)step_[p].stage_h + (size_t)B_ * (sizeof(int) + sizeof(PickParams)));
     }
 
-    // Row bucket k's step on parity p's uploaded stage: the lengths into the cache's, the step over R rows, every
-    // row's pick (with the shared memory sampling needs, whatever the rows ask: the graph is one for all rules), the
-    // picks into the next step's inputs, tokens and flags back to the parity's result_h[0, 2R). One CUDA Graph per
-    // (k, p) (captured on its second run), or plain without graphs.
+    // Row bucket k's step with parity p's buffers: the stage up (lengths, rules, coins, read where the step runs),
+    // the step over R rows reading its lengths from the stage, every row's pick (with the shared memory sampling
+    // needs, whatever the rows ask: the graph is one for all rules) into the next step's inputs and, through mapped
+    // memory, tokens and flags into the parity's result_h[0, 2R). One CUDA Graph per (k, p) (captured on its second
+    // run), or plain without graphs.
     void run_step(size_t k, int p) {
         const int R = e_.row_buckets[k];
         StepBuffers& sb = step_[p];
         const char* stage = (const char*)sb.stage_d;
         const PickParams* params = (const PickParams*)(stage + (size_t)B_ * sizeof(int));
         const float* coins = (const float*)(stage + (size_t)B_ * (sizeof(int) + sizeof(PickParams)));
-        const DecodeStep step = R == B_ ? e_.step : decode_step_rows(e_.step, R, e_.decode_asked);
+        DecodeStep step = R == B_ ? e_.step : decode_step_rows(e_.step, R, e_.decode_asked);
+        step.cache = &sb.cache;
         auto body = [&] {
-            cudaCheck(cudaMemcpyAsync(e_.cache.len, sb.stage_d, R * sizeof(int), cudaMemcpyDeviceToDevice, e_.stream));
+            cudaCheck(cudaMemcpyAsync(sb.stage_d, sb.stage_h, stage_bytes(), cudaMemcpyHostToDevice, e_.stream));
             decode_forward(step);
             pick_tokens_per_row(e_.step.s.logits, (size_t)e_.config.padded_vocab_size, R, e_.config.vocab_size, params,
-                                true, coins, result_d_, result_d_ + R, scratch_d_, e_.stream);
-            inference_commit_picks(&e_, result_d_, result_d_ + R, nullptr, R);
-            cudaCheck(cudaMemcpyAsync(sb.result_h, result_d_, 2 * R * sizeof(int), cudaMemcpyDeviceToHost, e_.stream));
+                                true, coins, sb.result_mapped, sb.result_mapped + R, scratch_d_, e_.stream,
+                                e_.step.s.tokens, /*pdl=*/true);
         };
         if (e_.options.graph) run_as_graph(e_.stream, &sb.graphs[k], body);
         else body();
@@ -269,10 +272,12 @@ private:
     struct StepBuffers {
         void* stage_d = nullptr;  // the packed upload (stage_bytes), on the device and pinned
         void* stage_h = nullptr;
-        int* result_h = nullptr;     // pinned: tokens (B), then non-finite flags (B)
+        int* result_h = nullptr;     // pinned and mapped: tokens (B), then non-finite flags (B)
+        int* result_mapped = nullptr;  // its device address
         floatX* logits_h = nullptr;  // pinned (B, Vp): the rows that report logprobs
         cudaEvent_t done = nullptr;  // the step's results are on the host
-        std::vector<DecodeGraph> graphs;  // per row bucket: the step, its picks, their commit and the copy back
+        KVCache cache;  // the engine's, but for its lengths: the stage's
+        std::vector<DecodeGraph> graphs;  // per row bucket: the upload, the step and its picks
     };
     StepBuffers step_[2];
     struct Flight {
