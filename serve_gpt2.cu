@@ -41,7 +41,7 @@ int run(const ServeArgs& a, const char* program, const sigset_t& signals) {
     // ---- the GPU
     require_cuda_device(program);
     GpuServeEngine engine(c, std::move(model.file.params), a.max_batch, context, a.prefill_rows, model.options,
-                          a.steps_in_flight);
+                          a.steps_in_flight, a.prefill_chunk);
 
     ServeSetup setup;
     setup.limits = serve_limits(a, context, c.vocab_size);

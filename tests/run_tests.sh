@@ -151,6 +151,10 @@ if true; then
         if [ "${SERVE_TESTS:-0}" = 1 ] && [ -x ./serve_gpt2cu ]; then
             run_suite serve-vs-generate python3 scripts/check_serve.py --model ${d12}_model.bin --vocab-dir data/cache/gpt2 \
                 --out ref/serve_check $([ "${PRECISION:-BF16}" = FP32 ] && echo --near-tie 0.001)
+            # the same with every prompt over 8 tokens prefilled in chunks of 8, each continuing the cached prefix
+            run_suite serve-vs-generate-chunks python3 scripts/check_serve.py --model ${d12}_model.bin \
+                --vocab-dir data/cache/gpt2 --out ref/serve_check_chunks --server-args "--prefill-chunk 8" \
+                --skip-small-server $([ "${PRECISION:-BF16}" = FP32 ] && echo --near-tie 0.001)
         fi
     else
         [ "${COUNT_ONLY:-0}" = 1 ] || echo "note: python3 with PyTorch not found: the d12 reference suites are skipped"

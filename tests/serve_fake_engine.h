@@ -4,7 +4,8 @@
 // and any mistake of the scheduler's (a token at the wrong position, a chunk out of order or skipped, two sequences
 // in one slot, a slot not reset) changes them. The engine also checks the protocol and records every call:
 //   prefill: a slot in range; start 0 (a new sequence) or the slot's length (a continuation, only where chunks are
-//   taken); 1..chunk tokens (whole prompts from 0 otherwise); ids below V;
+//   taken); 1..chunk tokens (whole prompts from 0 otherwise; prefill_whole: prompts of up to chunk tokens); ids
+//   below V;
 //   decode_begin: distinct occupied slots whose prompt is in, each at exactly its length, the input the slot's last
 //   pick; fewer than in_flight steps in flight; decode_end: a step in flight (the oldest ends); release: an occupied
 //   slot.
@@ -89,7 +90,9 @@ public:
         std::set<int> seen;
         for (const PrefillPrompt& p : prompts)
             if (!seen.insert(p.slot).second) fail("prefill_whole: slot " + std::to_string(p.slot) + " twice");
-        if (prompts.empty() || (int)prompts.size() > o_.prefill_rows || o_.chunk != 0)
+        for (const PrefillPrompt& p : prompts)
+            if (o_.chunk > 0 && p.n > o_.chunk) fail("prefill_whole: a prompt of " + std::to_string(p.n) + " tokens");
+        if (prompts.empty() || (int)prompts.size() > o_.prefill_rows)
             fail("prefill_whole: " + std::to_string(prompts.size()) + " prompts");
         whole_calls.push_back((int)prompts.size());
         ServeEngine::prefill_whole(prompts, out);

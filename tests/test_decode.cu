@@ -20,7 +20,11 @@
 //     committed on the device (inference_commit_picks, failed picks as 0); every busy slot's logits against the full
 //     forward (bounds of 1), so a step over fewer rows neither reads nor disturbs another slot's cache or the
 //     workspaces' counts.
-//  4. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
+//  4. Long prompts in chunks (inference_prefill_chunk: a chunk's positions as rows of one step over the cache): six
+//     slots' prompts in chunks of 1..84 positions, one slot's after another's, whole prompts into a seventh slot
+//     between them; each prompt's last logits against the full forward (bounds of 1), then decode steps over all
+//     slots, which read every position the chunks wrote.
+//  5. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
 //     against the full forward's, and generate()'s greedy tokens against the full forward's argmax where it is clear.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
 // 4 heads of 32; V 1000, max T 256), fresh random prompts and tokens. The cache is floatX: both builds.
@@ -339,7 +343,7 @@ void test_slots(const GPT2Config& c, const char* label) {
            prefill_graphs, worst_prefill, (int)busy_of_step.size(), rows.c_str(), worst, kTol, failures == f0 ? "PASS" : "FAIL");
 }
 
-// Check 4 on a model whose head size decode attention does not take.
+// Check 5 on a model whose head size decode attention does not take.
 void test_recompute(const GPT2Config& c, const char* label) {
     const int f0 = failures;
     const std::vector<int> prompt_len = {5, 30, 17};
@@ -387,6 +391,63 @@ void test_recompute(const GPT2Config& c, const char* label) {
            B, worst, kTol, clear, failures == f0 ? "PASS" : "FAIL");
 }
 
+// Check 4: long prompts in chunks (inference_prefill_chunk): six slots' prompts of 5..127 tokens, one chunk per slot
+// in turn, chunks of 1..84 positions (the most the prefill buffers of 2 x 127 take), a whole prompt prefilled into
+// another slot between them; each prompt's last chunk's logits against the reference forward, then decode steps
+// over every slot (reading all that the chunks wrote into the cache).
+void test_chunks(const GPT2Config& c, const char* label) {
+    const int f0 = failures, B = 7, T = 128, V = c.vocab_size, P = 2;
+    Reference ref(c, B, T);
+    Rng rng(11);
+    InferenceEngine e;
+    make_engine(&e, ref, slots_shape(B, T, P), InferenceOptions{}, false);
+    const int most = inference_chunk_rows(&e);
+    if (most != 84) fail("chunks: %d positions a chunk, expected 84 (2 x 127 / 3)", most);
+    const std::vector<int> lengths = {100, 37, 5, 84, 127, 60};  // slots 0..5; slot 6 gets whole prompts
+    const std::vector<int> sizes = {1, 7, 16, 33, 84, 2, 50};
+    std::vector<std::vector<int>> seq(B);
+    for (int b = 0; b < 6; b++)
+        for (int t = 0; t < lengths[b]; t++) seq[b].push_back((int)(rng.uniform() * V) % V);
+    std::vector<int> done(6, 0);
+    std::vector<float> got(c.padded_vocab_size);
+    double worst_prefill = 0, worst = 0;
+    int chunks = 0;
+    for (int round = 0, k = 0; std::count(done.begin(), done.end(), 0) > 0; round++) {
+        for (int b = 0; b < 6; b++) {
+            if (done[b] == lengths[b]) continue;
+            const int n = std::min({sizes[k++ % sizes.size()], lengths[b] - done[b], most});
+            inference_prefill_chunk(&e, b, seq[b].data() + done[b], done[b], n);
+            chunks++;
+            done[b] += n;
+            if (done[b] == lengths[b]) {
+                inference_prefill_logits_to_host(&e, 0, got.data());
+                worst_prefill = std::max(worst_prefill, check_logits(got, ref.last_logits({seq[b]})[0], V,
+                                                                     "chunked prefill", round, b));
+            }
+        }
+        seq[6].clear();  // a whole prompt between the chunks, into a slot of its own
+        for (int t = 0, n = 3 + round * 5; t < n; t++) seq[6].push_back((int)(rng.uniform() * V) % V);
+        inference_prefill_slots(&e, {SlotPrompt{6, seq[6].data(), (int)seq[6].size()}});
+    }
+    for (int step = 0; step < 3; step++) {
+        std::vector<int> tokens(B), positions(B);
+        for (int b = 0; b < B; b++) {
+            positions[b] = (int)seq[b].size();
+            seq[b].push_back(tokens[b] = (int)(rng.uniform() * V) % V);
+        }
+        inference_decode_slots(&e, tokens, positions, B);
+        std::vector<std::vector<float>> rows(B, std::vector<float>(c.padded_vocab_size));
+        for (int b = 0; b < B; b++) inference_logit_rows_to_host(&e, b, 1, rows[b].data());
+        const std::vector<std::vector<float>> want = ref.last_logits(seq);
+        for (int b = 0; b < B; b++) worst = std::max(worst, check_logits(rows[b], want[b], V, "after chunks", step, b));
+    }
+    inference_engine_free(&e);
+    printf("test_decode (%s, %s): 6 prompts of 5..127 tokens prefilled in %d chunks of 1..%d positions, one slot's "
+           "chunk after another's, whole prompts between (last chunks' logits worst rel-L2 %.3e), 3 decode steps over "
+           "all %d slots after (worst rel-L2 %.3e, <= %.0e): %s\n", PRECISION_NAME, label, chunks, most, worst_prefill,
+           B, worst, kTol, failures == f0 ? "PASS" : "FAIL");
+}
+
 }  // namespace
 
 int main() {
@@ -397,6 +458,8 @@ int main() {
     test_cached(GPT2Config{256, 1000, 1024, 1, 12, 768}, "L1 C768");
     test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");  // decode attention at HS 128
     test_slots(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
+    test_chunks(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
+    test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
     test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
     return failures ? 1 : 0;
 }

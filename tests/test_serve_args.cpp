@@ -25,6 +25,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.max_context, 0);
     EXPECT_EQ(p.args.max_queue, 64);
     EXPECT_EQ(p.args.steps_in_flight, 2);
+    EXPECT_EQ(p.args.prefill_chunk, 256);
     EXPECT_EQ(p.args.new_tokens, 16);
     EXPECT_EQ(p.args.temperature, 1.0f);
     EXPECT_FALSE(p.args.has_seed);
@@ -32,7 +33,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.vocab_dir, "data/cache/gpt2");
 
     p = parse({"-e", "hf/gpt2/", "--host", "0.0.0.0", "--port", "0", "--max-batch", "64", "--max-context", "512",
-               "--max-queue", "0", "--prefill-budget", "128", "--prefill-rows", "4", "--steps-in-flight", "1", "--max-body", "4096", "--model-name", "gpt2-small",
+               "--max-queue", "0", "--prefill-budget", "128", "--prefill-rows", "4", "--steps-in-flight", "1", "--prefill-chunk", "0", "--max-body", "4096", "--model-name", "gpt2-small",
                "-g", "32", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7", "--vocab-dir", "v"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     EXPECT_EQ(p.args.host, "0.0.0.0");
@@ -43,6 +44,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.prefill_budget, 128);
     EXPECT_EQ(p.args.prefill_rows, 4);
     EXPECT_EQ(p.args.steps_in_flight, 1);
+    EXPECT_EQ(p.args.prefill_chunk, 0);
     EXPECT_EQ(p.args.max_body, 4096);
     EXPECT_EQ(p.args.model_name, "gpt2-small");
     EXPECT_EQ(p.args.new_tokens, 32);
@@ -71,6 +73,7 @@ TEST(ServeArgs, BadValuesOneLineNamingTheFlag) {
     expect_rejected({"-e", "m", "--prefill-budget", "0"}, "flag --prefill-budget");
     expect_rejected({"-e", "m", "--prefill-rows", "0"}, "flag --prefill-rows");
     expect_rejected({"-e", "m", "--steps-in-flight", "3"}, "flag --steps-in-flight");
+    expect_rejected({"-e", "m", "--prefill-chunk", "-1"}, "flag --prefill-chunk");
     expect_rejected({"-e", "m", "--max-body", "10"}, "flag --max-body");
     expect_rejected({"-e", "m", "-g", "0"}, "flag -g");
     expect_rejected({"-e", "m", "-n", "8"}, "flag -n: the number of new tokens is -g");

@@ -9,7 +9,8 @@
 // (a step over fewer rows rounds differently, so a coin at a CDF boundary may fall the other way). Ties: 1e-3
 // nats in FP32 builds, 5e-2 in BF16. A cancelled request's tokens are a prefix of its tokens alone. Every greedy
 // token is the top-1 of the log-probabilities reported with it (they come from the very row that picked it, also
-// when the next step is already queued). Run with one and with two decode steps in flight.
+// when the next step is already queued). Run with one and with two decode steps in flight, and with prompts longer
+// than 16 tokens prefilled in chunks of 16.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -70,10 +71,11 @@ float top_drift(const std::vector<PickedToken>& a, const std::vector<PickedToken
     return drift;
 }
 
-// The run described at the top with `depth` decode steps in flight; true when it passes.
-bool run(const GPT2Config& c, const std::vector<float>& params, int depth) {
+// The run described at the top with `depth` decode steps in flight and chunks of `chunk` (0: whole prompts only);
+// true when it passes.
+bool run(const GPT2Config& c, const std::vector<float>& params, int depth, int chunk) {
     const int slots = 6, prefill_rows = 4, context = 128, N = 200;
-    GpuServeEngine engine(c, params, slots, context, prefill_rows, InferenceOptions{}, depth);
+    GpuServeEngine engine(c, params, slots, context, prefill_rows, InferenceOptions{}, depth, chunk);
     Rng rng(7);
     std::vector<Request> rs(N);
     for (Request& r : rs) {
@@ -162,10 +164,11 @@ bool run(const GPT2Config& c, const std::vector<float>& params, int depth) {
         }
     }
     const bool ok = failures == 0 && replayed > 0 && cancelled > 0 && rows > decode_steps;
-    printf("test_serve_engine (%s, %d step%s in flight): %d requests through the scheduler on %d slots (%llu decode "
+    printf("test_serve_engine (%s, %d step%s in flight, %s): %d requests through the scheduler on %d slots (%llu decode "
            "steps of %.2f rows, %llu prefill calls, %d prefill graphs replayed, %d cancelled), each against itself "
            "alone: %d compared, %d differ at a near-tie (<= %.0e nats), %d failures: %s\n", PRECISION_NAME, depth,
-           depth > 1 ? "s" : "", N, slots,
+           depth > 1 ? "s" : "", chunk ? ("prompts over " + std::to_string(chunk) + " in chunks").c_str() : "whole prompts",
+           N, slots,
            (unsigned long long)decode_steps, rows / (double)std::max<uint64_t>(1, decode_steps),
            (unsigned long long)prefill_calls, replayed, cancelled, compared, ties, kTie, failures, ok ? "PASS" : "FAIL");
     return ok;
@@ -178,6 +181,8 @@ int main() {
     GPT2 m;
     gpt2_build_random(&m, c, 1234);
     bool ok = true;
-    for (int depth : {1, 2}) ok = run(c, m.host_params, depth) && ok;
+    ok = run(c, m.host_params, 1, 0) && ok;
+    ok = run(c, m.host_params, 2, 0) && ok;
+    ok = run(c, m.host_params, 2, 16) && ok;
     return ok ? 0 : 1;
 }

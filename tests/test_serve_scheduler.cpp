@@ -329,6 +329,42 @@ TEST(ServeScheduler, ChunksPerStepFillTheBudget) {
     EXPECT_EQ(b->tokens, e.alone(prompt_of(100, 2), 5, {}, 0));
 }
 
+// An engine that takes both: prompts up to a chunk whole, several per call; a longer one in chunks, its first chunk
+// before the short prompts in each step (so they never starve it), then what the budget leaves.
+TEST(ServeScheduler, ShortPromptsWholeLongOnesInChunks) {
+    FakeEngineOptions fo{8, 1024, 1000, /*chunk*/ 32, /*prefill_rows*/ 4};
+    FakeEngine e(fo);
+    SchedulerOptions o;
+    o.prefill_budget = 96;
+    Scheduler s(&e, o);
+    const std::vector<int> lengths = {200, 10, 20, 30, 12, 8};
+    std::vector<std::shared_ptr<Outcome>> outs;
+    for (size_t i = 0; i < lengths.size(); i++) {
+        outs.push_back(std::make_shared<Outcome>());
+        s.submit(make_request(prompt_of(lengths[i], (int)i), 6, outs.back()));
+    }
+    s.step();  // the long one's first chunk (32); 10 and 20 together (2 rows of 20); 30 does not fit the 24 left;
+               // the long one's next 24
+    ASSERT_EQ(e.prefills.size(), 4u);
+    EXPECT_EQ(e.prefills[0].slot, 0);
+    EXPECT_EQ(e.prefills[0].n, 32);
+    EXPECT_FALSE(e.prefills[0].last);
+    EXPECT_EQ(e.whole_calls, std::vector<int>{2});
+    EXPECT_EQ(e.prefills[3].start, 32);
+    EXPECT_EQ(e.prefills[3].n, 24);
+    s.step();  // a chunk (32); 30, 12, 8 together (3 rows of 30: 90 > 64 left) -> 30 and 12 (60); the long one 4
+    EXPECT_EQ(e.whole_calls, (std::vector<int>{2, 2}));
+    for (int i = 0; i < 10 && outs[0]->tokens.empty(); i++) s.step();
+    EXPECT_EQ(outs[0]->tokens.size(), 1u);  // the long one's first token came with its last chunk
+    run_to_idle(s);
+    for (size_t i = 0; i < lengths.size(); i++)
+        EXPECT_EQ(outs[i]->tokens, e.alone(prompt_of(lengths[i], (int)i), 6, {}, 0)) << i;
+    int whole_calls_total = 0;
+    for (int n : e.whole_calls) whole_calls_total += n;
+    EXPECT_EQ(whole_calls_total, 5);  // every short prompt whole, the long one never
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+}
+
 // An engine that takes prompts only whole: within the budget, several per step; an over-budget one alone.
 TEST(ServeScheduler, WholePromptsWithinTheBudget) {
     FakeEngine e({4, 2048, 1000, /*chunk*/ 0});

@@ -4,7 +4,8 @@
 // multiple of the chunk, exactly a chunk, long), with the new token's K and V in the cache or appended by the call
 // (then its cache positions are poisoned before, and the whole cache is compared bit for bit after), outputs and
 // partials poisoned, each shape run twice (bit-identical; the merge's counts reset); then timed at generation's
-// shapes, with the bytes of cache read per second. -c (the check only) runs in make test on GPU machines.
+// shapes, with the bytes of cache read per second. Also rows mapped to cache sequences (seq), several rows of one
+// sequence at consecutive lengths, as a server's prompt chunk attends (its K and V in the cache before the call). -c (the check only) runs in make test on GPU machines.
 // Build: make -C dev/cuda attention_decode      Run: ./attention_decode [-c]
 #include "common.h"
 #include "llmc/kernels/attention_decode.cuh"
@@ -13,7 +14,9 @@ namespace {
 
 struct DecodeShape {
     int B, NH, max_T, HS;
-    std::vector<int> len;  // per sequence, 1..max_T
+    std::vector<int> len;  // per row, 1..max_T
+    std::vector<int> seq = {};  // row b reads cache sequence seq[b] (empty: b)
+    int seq_of(int b) const { return seq.empty() ? b : seq[b]; }
 };
 
 // out (b, h) = softmax(q·Kᵀ / sqrt(HS)) V over positions 0 .. len[b]-1, in double.
@@ -24,11 +27,12 @@ std::vector<double> reference(const DecodeShape& s, const std::vector<float>& q,
 #pragma omp parallel for
     for (int bh = 0; bh < s.B * s.NH; bh++) {
         const int n = s.len[bh / s.NH];
+        const size_t kv = (size_t)s.seq_of(bh / s.NH) * s.NH + bh % s.NH;  // the row's sequence's head
         std::vector<double> w(n);
         double mx = -INFINITY;
         for (int t = 0; t < n; t++) {
             double dot = 0;
-            for (int d = 0; d < s.HS; d++) dot += (double)q[(size_t)bh * s.HS + d] * k[((size_t)bh * s.max_T + t) * s.HS + d];
+            for (int d = 0; d < s.HS; d++) dot += (double)q[(size_t)bh * s.HS + d] * k[(kv * s.max_T + t) * s.HS + d];
             w[t] = dot * scale;
             mx = std::max(mx, w[t]);
         }
@@ -36,7 +40,7 @@ std::vector<double> reference(const DecodeShape& s, const std::vector<float>& q,
         for (int t = 0; t < n; t++) sum += w[t] = std::exp(w[t] - mx);
         for (int t = 0; t < n; t++)
             for (int d = 0; d < s.HS; d++)
-                out[(size_t)bh * s.HS + d] += w[t] / sum * v[((size_t)bh * s.max_T + t) * s.HS + d];
+                out[(size_t)bh * s.HS + d] += w[t] / sum * v[(kv * s.max_T + t) * s.HS + d];
     }
     return out;
 }
@@ -48,7 +52,7 @@ struct Problem {
     DecodeAttentionKernel kernel;
     bool append;
     DeviceBuffer<__nv_bfloat16> qkv, k, v, out;
-    DeviceBuffer<int> len;
+    DeviceBuffer<int> len, seq;
     DeviceBuffer<char> workspace;
     std::vector<float> hq, hk, hv;
     std::vector<__nv_bfloat16> k16, v16;  // the whole cache, the new rows included
@@ -76,6 +80,7 @@ struct Problem {
         out.resize(rows * s.HS);
         len.resize(s.B);
         len.upload(s.len);
+        if (!s.seq.empty()) seq.resize(s.B), seq.upload(s.seq);
         workspace.resize(attention_decode_workspace_bytes(s.B, s.NH, s.max_T, s.HS));
         cudaCheck(attention_decode_workspace_init(workspace.ptr, s.B, s.NH, s.max_T, s.HS));
         reset_cache();
@@ -95,7 +100,7 @@ struct Problem {
     void run() {
         const size_t C = (size_t)s.NH * s.HS;
         cudaCheck(attention_decode(out.ptr, qkv.ptr, k.ptr, v.ptr, len.ptr, s.B, s.NH, s.max_T, s.HS, workspace.ptr, 0,
-                                   3 * C, false, append ? qkv.ptr + C : nullptr, kernel));
+                                   3 * C, false, append ? qkv.ptr + C : nullptr, kernel, s.seq.empty() ? nullptr : seq.ptr));
     }
 };
 
@@ -105,7 +110,7 @@ bool check(const DecodeShape& s, DecodeAttentionKernel kernel, bool append) {
     printf("  %-8s%s B%d NH%d max_T %d HS%d lengths", kernel_name(kernel), append ? " +append" : "        ", s.B, s.NH,
            s.max_T, s.HS);
     for (size_t i = 0; i < s.len.size() && i < 6; i++) printf(" %d", s.len[i]);
-    printf("%s\n", s.len.size() > 6 ? " ..." : "");
+    printf("%s%s\n", s.len.size() > 6 ? " ..." : "", s.seq.empty() ? "" : ", rows mapped to sequences");
     Problem p(s, kernel, append);
     p.workspace.poison();
     cudaCheck(attention_decode_workspace_init(p.workspace.ptr, s.B, s.NH, s.max_T, s.HS));
@@ -155,6 +160,9 @@ int main(int argc, char** argv) {
         {6, 25, 1024, 128, {1024, 1, 700, 64, 65, 999}},  // a large grid: the 4-warp split kernel at HS 128
         {1, 25, 1024, 64, {777}},
         {40, 12, 320, 64, {}},  // batch 40 of d12: Auto's per-head grid (with lengths 1 .. 320 below)
+        // rows of a prompt chunk: several rows of one sequence at consecutive lengths, beside other sequences' rows
+        {8, 12, 300, 64, {100, 101, 102, 103, 7, 1, 2, 300}, {3, 3, 3, 3, 0, 5, 5, 1}},
+        {5, 4, 515, 128, {1, 2, 3, 515, 64}, {1, 1, 1, 4, 0}},
     };
     int failures = 0, count = 0;
     printf("validation against the fp64 CPU reference (bf16 inputs; rel-L2 <= 5e-3), both kernels, the new token's K "
@@ -164,6 +172,7 @@ int main(int argc, char** argv) {
             for (int b = 0; b < s.B; b++) s.len.push_back(b == 0 ? 1 : b == 1 ? 2 : 1 + (b * 97) % s.max_T);
         for (DecodeAttentionKernel kernel : {DecodeAttentionKernel::Split, DecodeAttentionKernel::PerHead})
             for (bool append : {false, true}) {
+                if (append && !s.seq.empty()) continue;  // rows sharing a sequence: appended before the call
                 failures += check(s, kernel, append) ? 0 : 1;
                 count++;
             }

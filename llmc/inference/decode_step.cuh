@@ -63,6 +63,10 @@ struct DecodeStep {
     bool fuse_gelu = kFloatXIsBF16;
     cudaStream_t stream = nullptr;
     int rows = 0;  // the step's rows: the cache's first `rows` sequences (0: all B; decode_step_rows makes one)
+    // A prompt chunk's rows (decode_chunk_step): row b is a position of cache sequence seq[b], its length (that
+    // position + 1) in cache->len[b]; every row's K and V go into the cache before any row attends, and only the last
+    // row's logits are computed. Null: row b is sequence b (a decode step).
+    const int* seq = nullptr;
     int batch() const { return rows > 0 ? rows : cache->B; }
 };
 
@@ -156,10 +160,18 @@ inline void cublas_layers(const DecodeStep& d) {
     const floatX* residual = s.x;
     for (int l = 0; l < L; l++) {
         matmul_forward(s.qkv, s.ln, p(QKVW, l), p(QKVB, l), B, C, 3 * C, nullptr, false, st);
-        // the new token's K and V go from the QKV row into the cache inside attention_decode
-        cudaCheck(attention_decode(s.atty, s.qkv, cache.k_layer(l), cache.v_layer(l), cache.len, B, NH, cache.max_T, HS,
-                                   s.attention_workspace, st, (size_t)3 * C, /*pdl=*/true, (const floatX*)s.qkv + C,
-                                   d.settings.attention));
+        if (d.seq) {  // a chunk: all rows' K and V in first, then each row attends up to its own position
+            cudaCheck(decode_attention::copy_kv(cache.k_layer(l), cache.v_layer(l), (const floatX*)s.qkv + C,
+                                                (size_t)3 * C, cache.len, B, 1, NH, HS, cache.max_T, st,
+                                                /*pdl=*/true, d.seq));
+            cudaCheck(attention_decode(s.atty, s.qkv, cache.k_layer(l), cache.v_layer(l), cache.len, B, NH,
+                                       cache.max_T, HS, nullptr, st, (size_t)3 * C, /*pdl=*/true,
+                                       (const floatX*)nullptr, DecodeAttentionKernel::PerHead, d.seq));
+        } else {  // the new token's K and V go from the QKV row into the cache inside attention_decode
+            cudaCheck(attention_decode(s.atty, s.qkv, cache.k_layer(l), cache.v_layer(l), cache.len, B, NH,
+                                       cache.max_T, HS, s.attention_workspace, st, (size_t)3 * C, /*pdl=*/true,
+                                       (const floatX*)s.qkv + C, d.settings.attention));
+        }
         matmul_forward(s.scratch, s.atty, p(ATTPROJW, l), p(ATTPROJB, l), B, C, C, nullptr, false, st);
         fused_residual_layernorm_forward(s.residual2, s.ln, s.mean, s.rstd, residual, s.scratch, p(LN2W, l),
                                          p(LN2B, l), B, C, st, /*pdl=*/true);
@@ -171,7 +183,9 @@ inline void cublas_layers(const DecodeStep& d) {
                                          /*pdl=*/true);
         residual = s.residual3;  // the next layer reads it for its residual2, then overwrites it with its residual3
     }
-    matmul_forward(s.logits, s.lnf, p(WTE), nullptr, B, C, c.padded_vocab_size, nullptr, false, st);
+    const int first = d.seq ? B - 1 : 0;  // a chunk: its last position's logits only
+    matmul_forward(s.logits, s.lnf + (size_t)first * C, p(WTE), nullptr, B - first, C, c.padded_vocab_size, nullptr,
+                   false, st);
 }
 
 }  // namespace decode_step_detail

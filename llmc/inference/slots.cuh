@@ -9,7 +9,10 @@
 //     Graph (one per count, captured at set-up); slots below R without a sequence compute a throwaway row at a
 //     position of their own, which touches no other slot's cache;
 //   - a server's picks go straight into the next step's input tokens (inference_commit_picks), so a step can be
-//     queued before the host has seen the last one's tokens (inference_decode_resident).
+//     queued before the host has seen the last one's tokens (inference_decode_resident);
+//   - a long prompt comes in chunks (inference_prefill_chunk): a chunk's positions are the rows of one step of the
+//     decode path mapped to the slot (each row's K and V into the cache first, then each row attending over the
+//     cache up to its own position), on the prefill's layer buffers, so each chunk continues the cached prefix.
 // Made for the shape slots_shape() gives. Needs a GPU to validate (docs/SERVING.md): tests/test_decode.cu checks
 // the prefill and the steps against the reference forward; scripts/check_serve.py the server against generate_gpt2cu.
 #pragma once
@@ -104,6 +107,54 @@ inline void inference_prefill_slots(InferenceEngine* e, const std::vector<SlotPr
     };
     if (graph) run_as_graph(e->stream, graph, forward);
     else forward();
+}
+
+// Prompt positions one inference_prefill_chunk call takes at most: its rows live in the prefill's layer buffers
+// (their token, length and slot in its input ids: 3 ints a row), up to kChunkRowsMax.
+constexpr int kChunkRowsMax = 256;
+inline int inference_chunk_rows(const InferenceEngine* e) {
+    const long long BT = (long long)e->shape.prefill_rows() * e->shape.prefill_T;
+    return e->shape.slot_prefill ? (int)std::min<long long>(kChunkRowsMax, BT / 3) : 0;
+}
+
+// Positions [start, start + n) of the slot's sequence from tokens[0..n) (the slot holds [0, start) of it), as one
+// step of n rows over the cache: the cuBLASLt decode path with every row mapped to the slot at its own position
+// (DecodeStep::seq), its K and V appended before any row attends. Queued on the engine's stream, not waited for;
+// the last position's logits land in row 0 of the prompts' logits (inference_prefill_logits). Returns the slot on
+// the device, for inference_commit_picks of the prompt's first new token. n <= inference_chunk_rows(e).
+inline const int* inference_prefill_chunk(InferenceEngine* e, int slot, const int* tokens, int start, int n) {
+    const int V = e->config.vocab_size;
+    bool ok = e->shape.cached && n >= 1 && n <= inference_chunk_rows(e) && slot >= 0 && slot < e->shape.B &&
+              start >= 0 && start + n <= e->shape.prefill_T;
+    for (int i = 0; ok && i < n; i++) ok = tokens[i] >= 0 && tokens[i] < V;
+    if (!ok) {
+        fprintf(stderr, "error: inference_prefill_chunk: slot %d (of %d), positions %d..%d (at most %d a call, below "
+                "%d), ids below %d\n", slot, e->shape.B, start, start + n - 1, inference_chunk_rows(e),
+                e->shape.prefill_T, V);
+        exit(EXIT_FAILURE);
+    }
+    // the rows' tokens, lengths (position + 1) and slot, in the prefill's input ids (from pageable memory: staged
+    // before the call returns; the stream orders it after the work before that still reads them)
+    std::vector<int> rows(3 * (size_t)n);
+    for (int i = 0; i < n; i++) rows[i] = tokens[i], rows[n + i] = start + i + 1, rows[2 * n + i] = slot;
+    int* in = e->at<int>(infer::PrefillInputs);
+    cudaCheck(cudaMemcpyAsync(in, rows.data(), rows.size() * sizeof(int), cudaMemcpyHostToDevice, e->stream));
+    e->cache.host_len[slot] = start + n;
+    using namespace infer;
+    KVCache cache = e->cache;  // the engine's, with the rows' lengths
+    cache.len = in + n;
+    DecodeStep d = e->step;
+    d.cache = &cache;
+    d.rows = n;
+    d.seq = in + 2 * n;
+    d.settings.products = DecodeProducts::Cublas;
+    d.s = DecodeScratch{e->at<floatX>(Encoded),   e->at<floatX>(Ln),        e->at<floatX>(Qkv),
+                        e->at<floatX>(Atty),      e->at<floatX>(Residual2), e->at<floatX>(Residual3),
+                        e->at<floatX>(Fch),       e->at<floatX>(FchGelu),   e->at<floatX>(Projection),
+                        e->at<floatX>(Ln),        e->at<floatX>(PrefillLogits), e->at<float>(LnMean),
+                        e->at<float>(LnRstd),     in,                       nullptr};
+    decode_forward(d);
+    return d.seq + n - 1;
 }
 
 // The prompts' logits (prefill_B, Vp): row i that of the last inference_prefill_slots' prompt i.

@@ -15,7 +15,9 @@
 // QKV projection's rows), the new token's queries; k_cache, v_cache (B, NH, max_T, HS), positions
 // 0 .. len[b]-1 valid (the new token's K and V at len[b]-1, written before or by the call); out (B, NH·HS), as the
 // attention projection reads it. All bf16 (BF16 builds) or all fp32 (FP32 builds: T = float). Scale 1/sqrt(HS).
-// Precondition: every len[b] >= 1 (the new token is in the cache).
+// Precondition: every len[b] >= 1 (the new token is in the cache). With a row map seq, row b reads cache sequence
+// seq[b] (its own length len[b]): several rows of one sequence are the positions of a server's prompt chunk, each
+// attending over the cache up to itself.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     split_kernel(T* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                  unsigned* __restrict__ finished, const T* __restrict__ q, const T* __restrict__ k_cache,
                  const T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, int num_chunks,
-                 size_t q_stride) {
+                 size_t q_stride, const int* __restrict__ seq) {
     pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
     constexpr int kPer = HS / 32;  // elements per lane: 2 (HS 64) or 4 (HS 128), consecutive
     const int chunk = blockIdx.x, bh = blockIdx.y, b = bh / NH;
@@ -92,8 +94,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         o[i] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    const T* k_base = k_cache + (size_t)bh * max_T * HS + lane * kPer;
-    const T* v_base = v_cache + (size_t)bh * max_T * HS + lane * kPer;
+    const size_t head = ((size_t)(seq ? seq[b] : b) * NH + bh % NH) * max_T * HS;  // the row's sequence's
+    const T* k_base = k_cache + head + lane * kPer;
+    const T* v_base = v_cache + head + lane * kPer;
     for (int k0 = k_begin + warp * kGroup<HS>; k0 < k_end; k0 += kWarps * kGroup<HS>) {
         float s[kGroup<HS>], kv[kGroup<HS>][kPer], vv[kGroup<HS>][kPer];
 #pragma unroll
@@ -236,7 +239,8 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float (&o)[kVec]
 template <int HS, typename T>
 __global__ void __launch_bounds__(kHeadWarps * 32)
     head_kernel(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ new_kv, T* __restrict__ k_cache,
-                T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, size_t q_stride) {
+                T* __restrict__ v_cache, const int* __restrict__ len, int NH, int max_T, size_t q_stride,
+                const int* __restrict__ seq) {
     using Tile = HeadTile<HS, T>;
     constexpr int kVec = Tile::kVec, kLanes = Tile::kLanes, kLoads = Tile::kLoads;
     pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): all below reads the kernel before's output
@@ -260,7 +264,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32)
         for (int off = kLanes / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffff, s, off);
         return s;
     };
-    const size_t head = (size_t)bh * max_T * HS + d0;
+    const size_t head = ((size_t)(seq ? seq[b] : b) * NH + h) * max_T * HS + d0;  // the row's sequence's
     if (new_kv) {  // the new token: warp 0's first row of lanes starts from it and writes it into the cache
         const T* src = new_kv + b * q_stride + (size_t)h * HS + d0;
         const uint4 kr = *reinterpret_cast<const uint4*>(src), vr = *reinterpret_cast<const uint4*>(src + C);
@@ -417,11 +421,14 @@ inline bool attention_decode_per_head(int B, int NH, DecodeAttentionKernel kerne
 // packed). new_kv: null when the new token's K and V are in the cache already (at len[b] - 1); else its K row at
 // new_kv + b·q_stride (NH·HS elements) and its V row after it, as the QKV projection lays them out, and
 // attention_decode writes them into the cache (in the per-head kernel, or a small kernel before the split one).
+// seq: device array of B cache sequences, row b reading sequence seq[b] (null: sequence b); where two rows share a
+// sequence, every row's K and V must be in the cache before the call (new_kv null).
 template <typename T>  // __nv_bfloat16 or float
 inline cudaError_t attention_decode(T* out, const T* q, T* k_cache, T* v_cache, const int* len, int B, int NH, int max_T,
                                     int HS, void* workspace, cudaStream_t stream = 0, size_t q_stride = 0,
                                     bool pdl = false, const T* new_kv = nullptr,
-                                    DecodeAttentionKernel which = DecodeAttentionKernel::Auto) {
+                                    DecodeAttentionKernel which = DecodeAttentionKernel::Auto,
+                                    const int* seq = nullptr) {
     using namespace decode_attention;
     if (q_stride == 0) q_stride = (size_t)NH * HS;
     if (HS != 64 && HS != 128) return cudaErrorInvalidValue;
@@ -429,11 +436,11 @@ inline cudaError_t attention_decode(T* out, const T* q, T* k_cache, T* v_cache, 
         PdlLaunch launch(dim3(B * NH), dim3(kHeadWarps * 32), 0, stream, pdl);
         auto kernel = HS == 64 ? head_kernel<64, T> : head_kernel<128, T>;
         const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, q, new_kv, k_cache, v_cache, len, NH,
-                                                 max_T, q_stride);
+                                                 max_T, q_stride, seq);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
     if (new_kv) {  // into the cache first, where the split kernel reads it
-        const cudaError_t e = copy_kv(k_cache, v_cache, new_kv, q_stride, len, B, 1, NH, HS, max_T, stream, pdl);
+        const cudaError_t e = copy_kv(k_cache, v_cache, new_kv, q_stride, len, B, 1, NH, HS, max_T, stream, pdl, seq);
         if (e != cudaSuccess) return e;
         pdl = true;  // the split kernel waits for the append inside
     }
@@ -447,6 +454,7 @@ inline cudaError_t attention_decode(T* out, const T* q, T* k_cache, T* v_cache, 
                            : (small ? split_kernel<128, T, 8> : split_kernel<128, T, 4>);
     const cudaError_t e = cudaLaunchKernelEx(&launch.config, kernel, out, part_o, part_ml,
                                              attention_decode_counts(workspace, B, NH, max_T, HS), q,
-                                             (const T*)k_cache, (const T*)v_cache, len, NH, max_T, chunks, q_stride);
+                                             (const T*)k_cache, (const T*)v_cache, len, NH, max_T, chunks, q_stride,
+                                             seq);
     return e != cudaSuccess ? e : cudaGetLastError();
 }

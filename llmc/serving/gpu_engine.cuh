@@ -1,6 +1,7 @@
 // The serving engine on the GPU: the scheduler's interface (llmc/serving/serve_engine.h) over the inference engine
-// by slots (llmc/inference/slots.cuh). Whole prompts only (prefill_chunk() 0: the shared forward attends over its own
-// positions only, so a chunk cannot continue a cached prefix yet), up to prefill_rows() of them in one forward. A
+// by slots (llmc/inference/slots.cuh). Prompts up to prefill_chunk() tokens whole, up to prefill_rows() of them in one
+// forward; longer ones in chunks (inference_prefill_chunk: the chunk's positions as rows of one step over the cache,
+// so each continues the cached prefix), which the scheduler interleaves with the decode steps. A
 // decode step runs over the first R slots (R: the smallest of 1, 2, 4, ..., B covering the busy ones; its own CUDA
 // Graph) with each slot's position. Every pick, a prompt's first token's and each step's, is made on the GPU with the
 // row's own rule and coin (pick_tokens_per_row, llmc/kernels/sampling.cuh: the rule the host's is built from) and
@@ -30,12 +31,14 @@ class GpuServeEngine : public ServeEngine {
 public:
     // host_params: gpt2_parameter_table order, fp32 (read_model_any's), uploaded as floatX and freed. prefill_rows:
     // prompts one prefill forward takes (its buffers hold that many prompts of up to context - 1 tokens).
-    // steps_in_flight: 1 or 2 (ServeEngine::steps_in_flight).
+    // steps_in_flight: 1 or 2 (ServeEngine::steps_in_flight). prefill_chunk: prompt tokens one chunk takes at most
+    // (0: prompts only whole; capped by inference_chunk_rows).
     GpuServeEngine(const GPT2Config& c, std::vector<float> host_params, int slots, int context, int prefill_rows,
-                   const InferenceOptions& options, int steps_in_flight = 2)
+                   const InferenceOptions& options, int steps_in_flight = 2, int prefill_chunk = kChunkRowsMax)
         : known_(slots, 0), logits_((size_t)c.padded_vocab_size), depth_(std::min(2, std::max(1, steps_in_flight))) {
         inference_engine_upload(&e_, c, std::move(host_params), slots_shape(slots, context, prefill_rows), options);
         B_ = slots, P_ = e_.shape.prefill_rows();
+        chunk_ = std::max(0, std::min(prefill_chunk, inference_chunk_rows(&e_)));
         const size_t rows = (size_t)B_ + P_;  // the decode step's B rows, then the prefill's P
         cudaCheck(cudaMalloc(&params_d_, rows * sizeof(PickParams)));
         cudaCheck(cudaMalloc(&coins_d_, rows * sizeof(float)));
@@ -99,15 +102,37 @@ public:
     int slots() const override { return B_; }
     int context() const override { return e_.shape.max_T; }
     int vocab_size() const override { return e_.config.vocab_size; }
-    int prefill_chunk() const override { return 0; }
+    int prefill_chunk() const override { return chunk_; }
     int prefill_rows() const override { return P_; }
     int steps_in_flight() const override { return depth_; }
 
+    // A chunk, queued behind the steps in flight; a prompt's last chunk waits for its first token.
     PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) override {
-        if (start != 0 || !last) throw std::logic_error("the GPU engine prefills whole prompts only");
-        std::vector<PickedToken> out;
-        prefill_whole({PrefillPrompt{slot, tokens, n, *last}}, &out);
-        return out[0];
+        if (chunk_ == 0) {
+            if (start != 0 || !last) throw std::logic_error("this engine prefills whole prompts only");
+            std::vector<PickedToken> out;
+            prefill_whole({PrefillPrompt{slot, tokens, n, *last}}, &out);
+            return out[0];
+        }
+        if (slot < 0 || slot >= B_ || n < 1 || n > chunk_ || (start != 0 && start != known_[slot]) ||
+            start + n >= e_.shape.max_T)
+            throw std::logic_error("prefill: slot " + std::to_string(slot) + ", " + std::to_string(n) +
+                                   " tokens at " + std::to_string(start));
+        const int* slot_d = inference_prefill_chunk(&e_, slot, tokens, start, n);
+        known_[slot] = start + n;
+        PickedToken t;
+        if (!last) return t;
+        params_h_[B_] = last->params, coins_h_[B_] = last->coin;
+        queue_picks(inference_prefill_logits(&e_), 1, B_, slot_d);
+        cudaCheck(cudaStreamSynchronize(e_.stream));
+        const int* result = result_h_ + 2 * (size_t)B_;
+        if (result[1]) return t;  // a non-finite logit: token -1
+        t.token = result[0];
+        if (last->top_logprobs >= 0) {
+            inference_prefill_logits_to_host(&e_, 0, logits_.data());
+            fill_logprobs(logits_.data(), e_.config.vocab_size, last->top_logprobs, &t);
+        }
+        return t;
     }
 
     // Queued behind the steps in flight, if any (the same stream): it waits for them too, which the next decode_end
@@ -256,7 +281,7 @@ private:
     }
 
     InferenceEngine e_;
-    int B_ = 0, P_ = 0;
+    int B_ = 0, P_ = 0, chunk_ = 0;
     std::vector<int> known_;  // positions each slot's sequence holds in the cache (0: free)
     std::vector<float> logits_;  // one row, for logprobs
     // (B + P) rows: the decode step's, then the prefill's, on the device and pinned: rules, coins, results (2 each:

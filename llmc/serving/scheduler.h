@@ -1,19 +1,21 @@
 // Continuous batching over a ServeEngine's slots (llmc/serving/serve_engine.h), engine-agnostic and host-only.
 //
-// Requests wait in a FIFO queue. A step (1) waits for the decode step begun by the step before, (2) drops cancelled
-// requests, queued or running, (3) begins the next decode step over every sequence whose prompt is in and whose
-// next token may still come, (4) while that runs on the GPU, delivers the tokens of the one it waited for, ending
-// sequences at their stop token (<|endoftext|>), at max_tokens, when their request says stop (a stop string, found by
-// the request layer in on_token), when cancelled (client gone) or when the engine fails on them, and releasing their
-// slots, (5) gives free slots to the oldest waiting requests and (6) prefills prompts within a token budget, oldest
-// first, in chunks where the engine takes them (an engine that takes prompts only whole gets at most one
-// over-budget prompt per step, alone, so none starves); a prompt's first token comes from its prefill, and it joins
-// the next step's decode. So each running stream gets a token every step whatever joins, and the host's work hides
-// under the GPU's. A sequence that ends on a token the step before delivers (a stop) has a row in the step already
-// begun, computed for nothing; one that reaches max_tokens does not. Each request has its own random stream:
-// token g is picked with the g-th uniform number of Rng(seed), as generate_gpt2cu draws its coins, so a seed and a
-// prompt give the same tokens whatever else is in the batch (the engine's pick depends on the sequence, its rule
-// and the coin only).
+// Requests wait in a FIFO queue. A step (1) begins the next decode step where the engine takes two in flight, (2)
+// waits for the oldest decode step in flight, (3) drops cancelled requests, queued or running, (4) begins the next
+// decode step here where the engine takes one in flight (over every sequence whose prompt is in and whose next token
+// may still come), (5) while that runs on the GPU, delivers the tokens of the one it waited for, ending sequences at
+// their stop token (<|endoftext|>), at max_tokens, when their request says stop (a stop string, found by the request
+// layer in on_token), when cancelled (client gone) or when the engine fails on them, and releasing their slots, (6)
+// gives free slots to the oldest waiting requests and (7) prefills prompts within a token budget, oldest first:
+// prompts up to the engine's chunk whole (several per call where the engine takes them), longer ones in chunks (an
+// engine of whole prompts only gets at most one over-budget prompt per step, alone, so none starves); a prompt's
+// first token comes from its prefill, and it joins the next step's decode. So each running stream gets a token every
+// step whatever joins, and the host's work hides under the GPU's (with two steps in flight the GPU never waits for
+// the host between steps). A sequence that ends on a token the step before delivers (a stop) has a row in the step
+// already begun, computed for nothing; one that reaches max_tokens does not. Each request has its own random
+// stream: token g is picked with the g-th uniform number of Rng(seed), as generate_gpt2cu draws its coins, so a seed
+// and a prompt give the same tokens whatever else is in the batch (the engine's pick depends on the sequence, its
+// rule and the coin only).
 //
 // Threads: submit(), begin_drain(), shut_down() and stats() from any thread; step() and run() on one thread (the
 // engine's), where on_token and on_end are called too: they must be quick and must not call back into step().
@@ -25,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -226,61 +229,79 @@ private:
         return true;
     }
 
+    // Prompts within the budget, oldest first. An engine of whole prompts (prefill_chunk() 0) gets them whole; one
+    // that takes chunks gets prompts up to a chunk whole (several per call where it takes them) and longer ones in
+    // chunks, the oldest long one's first chunk before any short prompt, so neither kind starves the other.
     bool prefill_phase() {
         std::vector<Sequence*> waiting;  // prompts not yet in, oldest first
         for (auto& s : slots_)
             if (s && s->prefilled < (int)s->r.prompt.size()) waiting.push_back(s.get());
         std::sort(waiting.begin(), waiting.end(), [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
         const int chunk = engine_->prefill_chunk();
-        if (chunk == 0) return prefill_whole(waiting);
-        int budget = opt_.prefill_budget;
+        long long budget = opt_.prefill_budget;
+        if (chunk == 0) return prefill_whole(waiting, &budget, false);
+        std::vector<Sequence*> whole, chunked;
+        for (Sequence* s : waiting)
+            (s->prefilled == 0 && (int)s->r.prompt.size() <= chunk ? whole : chunked).push_back(s);
         bool any = false;
-        for (Sequence* s : waiting) {
-            const int n = (int)s->r.prompt.size();
-            while (budget > 0 && s->prefilled < n) {  // chunks of it while the budget lasts
-                const int take = std::min({n - s->prefilled, budget, chunk});
-                const bool last = s->prefilled + take == n;
-                const TokenPick pick = last ? pick_for(*s) : TokenPick{};
-                const int slot = s->slot;
-                PickedToken t;
-                any = true;
-                try {
-                    t = engine_->prefill(slot, s->r.prompt.data() + s->prefilled, s->prefilled, take,
-                                         last ? &pick : nullptr);
-                } catch (const std::exception& e) {
-                    end(slot, FinishReason::Error, std::string("prefill: ") + e.what());
-                    break;
-                }
-                s->prefilled += take;
-                budget -= take;
-                {
-                    std::lock_guard<std::mutex> lock(m_);
-                    st_.prefill_calls++;
-                    st_.prefill_tokens += (uint64_t)take;
-                }
-                if (last) {
-                    deliver(*s, t);  // may end it (max_tokens 1, a stop) and free the slot: s is gone then
-                    break;
-                }
-            }
+        if (!chunked.empty()) any |= prefill_chunks(chunked.front(), chunk, &budget, 1);
+        if (budget > 0) any |= prefill_whole(whole, &budget, any);
+        for (Sequence* s : chunked) {
             if (budget <= 0) break;
+            if (holds(s)) any |= prefill_chunks(s, chunk, &budget, INT32_MAX);  // (not if its first chunk ended it)
         }
         return any;
     }
 
-    // An engine of whole prompts: oldest first, calls of up to prefill_rows() prompts while their rows, each as long
-    // as the call's longest (the engine pads to it), fit the budget; the oldest goes alone when it alone is over the
-    // budget and nothing went before it in this step, so none starves.
-    bool prefill_whole(const std::vector<Sequence*>& waiting) {
+    bool holds(const Sequence* s) const {
+        return std::any_of(slots_.begin(), slots_.end(), [&](const std::unique_ptr<Sequence>& x) { return x.get() == s; });
+    }
+
+    // Up to max_chunks chunks of the sequence's prompt while the budget lasts; its first token comes with the last.
+    bool prefill_chunks(Sequence* s, int chunk, long long* budget, int max_chunks) {
+        const int n = (int)s->r.prompt.size();
+        bool any = false;
+        for (int c = 0; c < max_chunks && *budget > 0 && s->prefilled < n; c++) {
+            const int take = (int)std::min<long long>({(long long)(n - s->prefilled), *budget, (long long)chunk});
+            const bool last = s->prefilled + take == n;
+            const TokenPick pick = last ? pick_for(*s) : TokenPick{};
+            const int slot = s->slot;
+            PickedToken t;
+            any = true;
+            try {
+                t = engine_->prefill(slot, s->r.prompt.data() + s->prefilled, s->prefilled, take, last ? &pick : nullptr);
+            } catch (const std::exception& e) {
+                end(slot, FinishReason::Error, std::string("prefill: ") + e.what());
+                break;
+            }
+            s->prefilled += take;
+            *budget -= take;
+            {
+                std::lock_guard<std::mutex> lock(m_);
+                st_.prefill_calls++;
+                st_.prefill_tokens += (uint64_t)take;
+            }
+            if (last) {
+                deliver(*s, t);  // may end it (max_tokens 1, a stop) and free the slot: s is gone then
+                break;
+            }
+        }
+        return any;
+    }
+
+    // Whole prompts: oldest first, calls of up to prefill_rows() prompts while their rows, each as long as the call's
+    // longest (the engine pads to it), fit the budget; the oldest goes alone when it alone is over the budget and
+    // nothing went before it in this step (went_before), so none starves.
+    bool prefill_whole(const std::vector<Sequence*>& waiting, long long* budget_left, bool went_before) {
         const size_t rows = (size_t)std::max(1, engine_->prefill_rows());
-        long long budget = opt_.prefill_budget;
+        long long& budget = *budget_left;
         bool any = false;
         for (size_t i = 0; i < waiting.size();) {
             std::vector<Sequence*> group;
             long long longest = 0;
             for (; i < waiting.size() && group.size() < rows; i++) {
                 const long long l = std::max(longest, (long long)waiting[i]->r.prompt.size());
-                if (l * (long long)(group.size() + 1) > budget && (any || !group.empty())) break;
+                if (l * (long long)(group.size() + 1) > budget && (any || went_before || !group.empty())) break;
                 group.push_back(waiting[i]);
                 longest = l;
             }

@@ -25,13 +25,14 @@ struct ServeArgs : GenerationFlags {
     int prefill_budget = 512;                   // --prefill-budget
     int prefill_rows = 8;                       // --prefill-rows
     int steps_in_flight = 2;                    // --steps-in-flight
+    int prefill_chunk = 256;                    // --prefill-chunk
     int64_t max_body = 1 << 20;                 // --max-body
     std::string model_name;                     // --model-name (empty: from -e)
 };
 
 inline std::string serve_usage(const std::string& program) {
     const ServeArgs d;
-    char buf[3072];
+    char buf[4096];
     snprintf(buf, sizeof(buf),
              "usage: %s -e MODEL [options]\n"
              "An OpenAI-compatible completions server (POST /v1/completions, GET /v1/models, GET /health) with\n"
@@ -45,6 +46,8 @@ inline std::string serve_usage(const std::string& program) {
              "  --prefill-budget <int>  prompt tokens prefilled per step, between decode steps; prompts prefilled\n"
              "                       together count as rows of the longest (default %d)\n"
              "  --prefill-rows <int> prompts one prefill forward takes at most (default %d)\n"
+             "  --prefill-chunk <int> prompts longer than this come in chunks of it, interleaved with the decode\n"
+             "                       steps (default %d; 0: every prompt whole)\n"
              "  --steps-in-flight <int>  decode steps queued on the GPU at once, 1 or 2 (default %d: the next step is\n"
              "                       queued before the host waits for the last, so the GPU never waits for the host)\n"
              "  --max-body <bytes>   largest request body; larger ones get 413 (default %lld)\n"
@@ -57,7 +60,7 @@ inline std::string serve_usage(const std::string& program) {
              "  --vocab-dir <dir>    encoder.json + vocab.bpe (default %s; `make data` fills it)\n"
              "  -h, --help           print this and exit\n"
              "  --version            print the program, the commit it was built from and its precision, and exit\n",
-             program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget, d.prefill_rows, d.steps_in_flight,
+             program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget, d.prefill_rows, d.prefill_chunk, d.steps_in_flight,
              (long long)d.max_body, d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              d.vocab_dir.c_str());
     return buf;
@@ -91,6 +94,7 @@ inline ParseStatus parse_serve_args(int argc, const char* const* argv, ServeArgs
         else if (flag == "--max-queue") { if (!parse_int64(v, 0, 1 << 20, &n)) return bad("an integer in [0, 1048576]"); a->max_queue = (int)n; }
         else if (flag == "--prefill-budget") { if (!parse_int64(v, 1, kIntMax, &n)) return bad("an integer >= 1"); a->prefill_budget = (int)n; }
         else if (flag == "--prefill-rows") { if (!parse_int64(v, 1, 256, &n)) return bad("an integer in [1, 256]"); a->prefill_rows = (int)n; }
+        else if (flag == "--prefill-chunk") { if (!parse_int64(v, 0, 4096, &n)) return bad("an integer in [0, 4096]"); a->prefill_chunk = (int)n; }
         else if (flag == "--steps-in-flight") { if (!parse_int64(v, 1, 2, &n)) return bad("1 or 2"); a->steps_in_flight = (int)n; }
         else if (flag == "--max-body") { if (!parse_int64(v, 64, INT64_MAX, &n)) return bad("a number of bytes >= 64"); a->max_body = n; }
         else if (flag == "--model-name") { if (v.empty()) return bad("a name"); a->model_name = v; }

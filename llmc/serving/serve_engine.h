@@ -54,15 +54,14 @@ public:
     virtual int slots() const = 0;       // sequences held at once
     virtual int context() const = 0;     // positions per slot: prompt + generated tokens
     virtual int vocab_size() const = 0;  // token ids 0..V-1
-    // Prompt tokens one prefill call takes at most, in chunks that continue a slot's sequence; 0: prompts only
-    // whole, in one call from position 0 (the GPU engine today: llmc/model's forward attends over its own
-    // positions only, not over a cached prefix).
+    // Prompt tokens one prefill call takes at most, in chunks that continue a slot's sequence (a prompt up to this
+    // long may also come whole through prefill_whole); 0: prompts only whole, in one call from position 0.
     virtual int prefill_chunk() const = 0;
     // Positions [start, start + n) of the slot's sequence from tokens[0..n); the slot holds [0, start) of it (start
     // 0: a new sequence, whatever the slot held before). last (the prompt's final chunk): pick the first new token
     // from the logits of position start + n - 1, else the returned token is -1 and means nothing.
     virtual PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) = 0;
-    // Whole prompts an engine of whole prompts (prefill_chunk() 0) takes in one call, padded to the longest.
+    // Whole prompts one prefill_whole call takes, padded to the longest.
     virtual int prefill_rows() const { return 1; }
     // 1 .. prefill_rows() whole prompts (distinct slots) as new sequences; out[i] is prompts[i]'s first new token.
     virtual void prefill_whole(const std::vector<PrefillPrompt>& prompts, std::vector<PickedToken>* out) {
