@@ -403,18 +403,23 @@ void test_chunks(const GPT2Config& c, const char* label) {
     make_engine(&e, ref, slots_shape(B, T, P), InferenceOptions{}, false);
     const int most = inference_chunk_rows(&e);
     if (most != 84) fail("chunks: %d positions a chunk, expected 84 (2 x 127 / 3)", most);
-    const std::vector<int> lengths = {100, 37, 5, 84, 127, 60};  // slots 0..5; slot 6 gets whole prompts
+    const std::vector<int> lengths = {100, 37, 5, 84, 123, 60};  // slots 0..5; slot 6 gets whole prompts
     const std::vector<int> sizes = {1, 7, 16, 33, 84, 2, 50};
     std::vector<std::vector<int>> seq(B);
     for (int b = 0; b < 6; b++)
         for (int t = 0; t < lengths[b]; t++) seq[b].push_back((int)(rng.uniform() * V) % V);
-    std::vector<int> done(6, 0);
+    std::vector<int> done(6, 0);  // positions of each slot's sequence in the cache
     std::vector<float> got(c.padded_vocab_size);
     double worst_prefill = 0, worst = 0;
     int chunks = 0;
-    for (int round = 0, k = 0; std::count(done.begin(), done.end(), 0) > 0; round++) {
+    auto all_in = [&] {
+        for (int b = 0; b < 6; b++)
+            if (done[b] < lengths[b]) return false;
+        return true;
+    };
+    for (int round = 0, k = 0; !all_in(); round++) {
         for (int b = 0; b < 6; b++) {
-            if (done[b] == lengths[b]) continue;
+            if (done[b] >= lengths[b]) continue;
             const int n = std::min({sizes[k++ % sizes.size()], lengths[b] - done[b], most});
             inference_prefill_chunk(&e, b, seq[b].data() + done[b], done[b], n);
             chunks++;
@@ -423,6 +428,15 @@ void test_chunks(const GPT2Config& c, const char* label) {
                 inference_prefill_logits_to_host(&e, 0, got.data());
                 worst_prefill = std::max(worst_prefill, check_logits(got, ref.last_logits({seq[b]})[0], V,
                                                                      "chunked prefill", round, b));
+                // at once a decode step of this slot (the rows below it: throwaway rows at each one's next
+                // position, which its next chunk or step writes again), reading every position its chunks wrote
+                std::vector<int> tokens(B, 0), positions(B);
+                for (int j = 0; j < B; j++) positions[j] = j < 6 ? done[j] : (int)seq[j].size();
+                seq[b].push_back(tokens[b] = (int)(rng.uniform() * V) % V);
+                inference_decode_slots(&e, tokens, positions, b + 1);
+                inference_logit_rows_to_host(&e, b, 1, got.data());
+                worst = std::max(worst, check_logits(got, ref.last_logits({seq[b]})[0], V, "step after chunks", round, b));
+                done[b]++;  // (positions: the decode step's token is in the slot now)
             }
         }
         seq[6].clear();  // a whole prompt between the chunks, into a slot of its own
@@ -439,12 +453,16 @@ void test_chunks(const GPT2Config& c, const char* label) {
         std::vector<std::vector<float>> rows(B, std::vector<float>(c.padded_vocab_size));
         for (int b = 0; b < B; b++) inference_logit_rows_to_host(&e, b, 1, rows[b].data());
         const std::vector<std::vector<float>> want = ref.last_logits(seq);
-        for (int b = 0; b < B; b++) worst = std::max(worst, check_logits(rows[b], want[b], V, "after chunks", step, b));
+        for (int b = 0; b < B; b++) {
+            const std::string what = "after chunks (input " + std::to_string(seq[b].back()) + " at " +
+                                     std::to_string(seq[b].size() - 1) + ")";
+            worst = std::max(worst, check_logits(rows[b], want[b], V, what.c_str(), step, b));
+        }
     }
     inference_engine_free(&e);
-    printf("test_decode (%s, %s): 6 prompts of 5..127 tokens prefilled in %d chunks of 1..%d positions, one slot's "
-           "chunk after another's, whole prompts between (last chunks' logits worst rel-L2 %.3e), 3 decode steps over "
-           "all %d slots after (worst rel-L2 %.3e, <= %.0e): %s\n", PRECISION_NAME, label, chunks, most, worst_prefill,
+    printf("test_decode (%s, %s): 6 prompts of 5..123 tokens prefilled in %d chunks of 1..%d positions, one slot's "
+           "chunk after another's, whole prompts between (last chunks' logits worst rel-L2 %.3e), a step of each slot "
+           "at once and 3 over all %d slots after (worst rel-L2 %.3e, <= %.0e): %s\n", PRECISION_NAME, label, chunks, most, worst_prefill,
            B, worst, kTol, failures == f0 ? "PASS" : "FAIL");
 }
 

@@ -111,7 +111,7 @@ inline void inference_prefill_slots(InferenceEngine* e, const std::vector<SlotPr
 
 // Prompt positions one inference_prefill_chunk call takes at most: its rows live in the prefill's layer buffers
 // (their token, length and slot in its input ids: 3 ints a row), up to kChunkRowsMax.
-constexpr int kChunkRowsMax = 256;
+constexpr int kChunkRowsMax = 512;
 inline int inference_chunk_rows(const InferenceEngine* e) {
     const long long BT = (long long)e->shape.prefill_rows() * e->shape.prefill_T;
     return e->shape.slot_prefill ? (int)std::min<long long>(kChunkRowsMax, BT / 3) : 0;

@@ -25,7 +25,7 @@ struct ServeArgs : GenerationFlags {
     int prefill_budget = 512;                   // --prefill-budget
     int prefill_rows = 8;                       // --prefill-rows
     int steps_in_flight = 2;                    // --steps-in-flight
-    int prefill_chunk = 256;                    // --prefill-chunk
+    int prefill_chunk = 512;                    // --prefill-chunk
     int64_t max_body = 1 << 20;                 // --max-body
     std::string model_name;                     // --model-name (empty: from -e)
 };
