@@ -391,10 +391,10 @@ void test_recompute(const GPT2Config& c, const char* label) {
            B, worst, kTol, clear, failures == f0 ? "PASS" : "FAIL");
 }
 
-// Check 4: long prompts in chunks (inference_prefill_chunk): six slots' prompts of 5..127 tokens, one chunk per slot
+// Check 4: long prompts in chunks (inference_prefill_chunk): six slots' prompts of 5..123 tokens, one chunk per slot
 // in turn, chunks of 1..84 positions (the most the prefill buffers of 2 x 127 take), a whole prompt prefilled into
-// another slot between them; each prompt's last chunk's logits against the reference forward, then decode steps
-// over every slot (reading all that the chunks wrote into the cache).
+// a seventh slot between the rounds; each prompt's last chunk's logits against the reference forward and at once a
+// decode step of that slot, then decode steps over every slot (reading all that the chunks wrote into the cache).
 void test_chunks(const GPT2Config& c, const char* label) {
     const int f0 = failures, B = 7, T = 128, V = c.vocab_size, P = 2;
     Reference ref(c, B, T);
