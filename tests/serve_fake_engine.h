@@ -38,6 +38,8 @@ struct FakeEngineOptions {
     int step_us = 0;              // sleep per decode step
     int prefill_us_per_token = 0; // sleep per prefilled token
     int in_flight = 1;            // steps_in_flight(): decode steps begun before the first is ended
+    int fail_begin_at = 0;        // the n-th decode_begin throws (as a GPU error would; 0: never)
+    int fail_end_at = 0;          // the n-th decode_end throws, its step gone
 };
 
 struct FakePrefill {
@@ -124,6 +126,7 @@ public:
     void decode_begin(const std::vector<DecodeSlot>& batch) override {
         std::lock_guard<std::mutex> lock(m_);
         if ((int)flights_.size() >= o_.in_flight) fail("decode_begin: " + std::to_string(flights_.size()) + " steps in flight");
+        if (++begin_calls_ == o_.fail_begin_at) throw std::runtime_error("fake engine: an injected failure");
         std::set<int> seen;
         std::vector<int> step;
         for (const DecodeSlot& d : batch) {
@@ -159,6 +162,7 @@ public:
             *out = std::move(flights_.front().out);
             ready = flights_.front().ready;
             flights_.pop_front();
+            if (++end_calls_ == o_.fail_end_at) throw std::runtime_error("fake engine: an injected failure");
         }
         std::this_thread::sleep_until(ready);
     }
@@ -199,6 +203,7 @@ private:
         std::chrono::steady_clock::time_point ready;
     };
     std::deque<Flight> flights_;  // steps in flight, oldest first
+    int begin_calls_ = 0, end_calls_ = 0;
     std::mutex m_;
 };
 

@@ -365,6 +365,89 @@ TEST(ServeScheduler, ShortPromptsWholeLongOnesInChunks) {
     EXPECT_TRUE(e.violations.empty()) << e.violations.front();
 }
 
+// Whichever kind holds the oldest prompt goes first: an older short prompt before a long one's chunk (even over the
+// budget, alone); a younger one only within what the long one's chunk leaves.
+TEST(ServeScheduler, OlderPromptsFirstWhateverTheirKind) {
+    FakeEngineOptions fo{4, 1024, 1000, /*chunk*/ 32, /*prefill_rows*/ 4};
+    FakeEngine e(fo);
+    SchedulerOptions o;
+    o.prefill_budget = 40;
+    Scheduler s(&e, o);
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
+    s.submit(make_request(prompt_of(30, 1), 4, a));   // short, oldest, within a chunk but not with a chunk beside it
+    s.submit(make_request(prompt_of(200, 2), 4, b));  // long
+    s.submit(make_request(prompt_of(12, 3), 4, c));   // short, youngest
+    s.step();  // a first (30 whole); c's 12 > the 10 left; b's chunk with them
+    ASSERT_EQ(e.prefills.size(), 2u);
+    EXPECT_EQ(e.prefills[0].n, 30);
+    EXPECT_EQ(e.prefills[1].slot, 1);
+    EXPECT_EQ(e.prefills[1].n, 10);
+    s.step();  // b (older than c) first: 32; c's 12 > the 8 left; b 8 more
+    ASSERT_EQ(e.prefills.size(), 4u);
+    EXPECT_EQ(e.prefills[2].n, 32);
+    EXPECT_EQ(e.prefills[3].slot, 1);
+    EXPECT_EQ(e.prefills[3].n, 8);
+    run_to_idle(s);
+    EXPECT_EQ(a->tokens, e.alone(prompt_of(30, 1), 4, {}, 0));
+    EXPECT_EQ(b->tokens, e.alone(prompt_of(200, 2), 4, {}, 0));
+    EXPECT_EQ(c->tokens, e.alone(prompt_of(12, 3), 4, {}, 0));
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+}
+
+// A long prompt's last chunk that ends its sequence (max_tokens 1) first in a step, then more chunks of another: the
+// ended one is not touched again.
+TEST(ServeScheduler, ASequenceEndedByItsLastChunkIsLeftAlone) {
+    FakeEngineOptions fo{3, 1024, 1000, /*chunk*/ 16, /*prefill_rows*/ 2};
+    FakeEngine e(fo);
+    SchedulerOptions o;
+    o.prefill_budget = 64;
+    Scheduler s(&e, o);
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
+    s.submit(make_request(prompt_of(64 + 10, 1), 1, a));  // 64 in the first step, its last 10 first in the second
+    s.submit(make_request(prompt_of(100, 2), 3, b));
+    run_to_idle(s);
+    EXPECT_EQ(a->ends, 1);
+    EXPECT_EQ(a->end.reason, FinishReason::Length);
+    EXPECT_EQ(a->tokens, e.alone(prompt_of(74, 1), 1, {}, 0));
+    ASSERT_GE(e.prefills.size(), 7u);  // a: 16, 16, 16, 16; then its last 10 first in the second step, b's after
+    EXPECT_EQ(e.prefills[4].slot, 0);
+    EXPECT_EQ(e.prefills[4].n, 10);
+    EXPECT_TRUE(e.prefills[4].last);
+    EXPECT_EQ(e.prefills[5].slot, 1);
+    EXPECT_EQ(b->tokens, e.alone(prompt_of(100, 2), 3, {}, 0));
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+}
+
+// The engine failing with the next step already queued (two in flight): decode_begin of the second step, or
+// decode_end of a step with another behind it. The sequences of that step end with an error, exactly once; the step
+// behind holds rows for nothing; later requests run as alone.
+TEST(ServeScheduler, EngineFailuresWithTwoStepsInFlight) {
+    for (int which : {0, 1}) {
+        SCOPED_TRACE(which ? "decode_end fails" : "decode_begin fails");
+        FakeEngineOptions fo{2, 128};
+        fo.in_flight = 2;
+        (which ? fo.fail_end_at : fo.fail_begin_at) = 3;
+        FakeEngine e(fo);
+        Scheduler s(&e, {});
+        auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
+        s.submit(make_request(prompt_of(5, 1), 20, a));
+        s.submit(make_request(prompt_of(6, 2), 20, b));
+        run_to_idle(s);
+        for (const auto& o : {a, b}) {
+            EXPECT_EQ(o->ends, 1);
+            EXPECT_EQ(o->end.reason, FinishReason::Error);
+            EXPECT_NE(o->end.error.find("injected"), std::string::npos) << o->end.error;
+            EXPECT_LT(o->tokens.size(), 20u);
+        }
+        s.submit(make_request(prompt_of(7, 3), 12, c));
+        run_to_idle(s);
+        EXPECT_EQ(c->ends, 1);
+        EXPECT_EQ(c->tokens, e.alone(prompt_of(7, 3), 12, {}, 0));
+        EXPECT_EQ(s.stats().errors, 2u);
+        EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+    }
+}
+
 // An engine that takes prompts only whole: within the budget, several per step; an over-budget one alone.
 TEST(ServeScheduler, WholePromptsWithinTheBudget) {
     FakeEngine e({4, 2048, 1000, /*chunk*/ 0});

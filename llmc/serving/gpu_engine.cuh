@@ -11,8 +11,9 @@
 // the upload (lengths, rules and coins, packed; the step reads its lengths there), the step and its picks, which
 // write the next step's inputs on the device and tokens and flags into mapped host memory: a token of a lone stream
 // costs the step's graph and little around it. Two steps may be in flight (steps_in_flight 2): the next is queued
-// before the host waits for the last, so the GPU does not wait for the host between steps; each of the two has its
-// own upload, results, logprob rows, event and graphs (parity), so queuing one touches nothing the other still reads.
+// before the host waits for the last, so the GPU does not wait for the host between steps (a prefill, whose first
+// tokens the host waits for, still drains the stream); each of the two has its own upload, results, logprob rows,
+// event and graphs (parity), so queuing one touches nothing the other still reads.
 #pragma once
 
 #include <algorithm>

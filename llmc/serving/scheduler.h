@@ -10,8 +10,8 @@
 // prompts up to the engine's chunk whole (several per call where the engine takes them), longer ones in chunks (an
 // engine of whole prompts only gets at most one over-budget prompt per step, alone, so none starves); a prompt's
 // first token comes from its prefill, and it joins the next step's decode. So each running stream gets a token every
-// step whatever joins, and the host's work hides under the GPU's (with two steps in flight the GPU never waits for
-// the host between steps). A sequence that ends on a token the step before delivers (a stop) has a row in the step
+// step whatever joins, and the host's work hides under the GPU's (with two steps in flight the GPU does not wait for
+// the host between steps, except after a prefill, whose first tokens the host waits for). A sequence that ends on a token the step before delivers (a stop) has a row in the step
 // already begun, computed for nothing; one that reaches max_tokens does not. Each request has its own random
 // stream: token g is picked with the g-th uniform number of Rng(seed), as generate_gpt2cu draws its coins, so a seed
 // and a prompt give the same tokens whatever else is in the batch (the engine's pick depends on the sequence, its
@@ -85,7 +85,7 @@ public:
     // One step (see the top of the file); false when there was nothing to do.
     bool step() {
         bool worked = false;
-        if (depth_ > 1) worked |= begin_decode();  // queued behind the one in flight: the GPU never waits for the host
+        if (depth_ > 1) worked |= begin_decode();  // queued behind the one in flight: the GPU need not wait for the host
         std::vector<int> collected;
         worked |= collect(&collected);
         for (int slot = 0; slot < (int)slots_.size(); slot++)
@@ -231,7 +231,9 @@ private:
 
     // Prompts within the budget, oldest first. An engine of whole prompts (prefill_chunk() 0) gets them whole; one
     // that takes chunks gets prompts up to a chunk whole (several per call where it takes them) and longer ones in
-    // chunks, the oldest long one's first chunk before any short prompt, so neither kind starves the other.
+    // chunks. Whichever kind holds the oldest waiting prompt goes first — the oldest long prompt one chunk, or the
+    // short prompts (the oldest even over the budget) — then the other with what the budget leaves, then more chunks;
+    // so a prompt waits only behind older ones.
     bool prefill_phase() {
         std::vector<Sequence*> waiting;  // prompts not yet in, oldest first
         for (auto& s : slots_)
@@ -240,21 +242,25 @@ private:
         const int chunk = engine_->prefill_chunk();
         long long budget = opt_.prefill_budget;
         if (chunk == 0) return prefill_whole(waiting, &budget, false);
-        std::vector<Sequence*> whole, chunked;
-        for (Sequence* s : waiting)
-            (s->prefilled == 0 && (int)s->r.prompt.size() <= chunk ? whole : chunked).push_back(s);
+        std::vector<Sequence*> whole;
+        std::vector<std::pair<int, uint64_t>> chunked;  // (slot, order): a sequence may end (and be freed) meanwhile
+        for (Sequence* s : waiting) {
+            if (s->prefilled == 0 && (int)s->r.prompt.size() <= chunk) whole.push_back(s);
+            else chunked.emplace_back(s->slot, s->order);
+        }
+        auto still = [&](const std::pair<int, uint64_t>& c) {
+            const Sequence* s = slots_[c.first].get();
+            return s && s->order == c.second ? slots_[c.first].get() : nullptr;
+        };
+        const bool long_first = !chunked.empty() && (whole.empty() || chunked.front().second < whole.front()->order);
         bool any = false;
-        if (!chunked.empty()) any |= prefill_chunks(chunked.front(), chunk, &budget, 1);
-        if (budget > 0) any |= prefill_whole(whole, &budget, any);
-        for (Sequence* s : chunked) {
+        if (long_first) any |= prefill_chunks(still(chunked.front()), chunk, &budget, 1);
+        if (budget > 0 || !long_first) any |= prefill_whole(whole, &budget, any);
+        for (const auto& c : chunked) {
             if (budget <= 0) break;
-            if (holds(s)) any |= prefill_chunks(s, chunk, &budget, INT32_MAX);  // (not if its first chunk ended it)
+            if (Sequence* s = still(c)) any |= prefill_chunks(s, chunk, &budget, INT32_MAX);
         }
         return any;
-    }
-
-    bool holds(const Sequence* s) const {
-        return std::any_of(slots_.begin(), slots_.end(), [&](const std::unique_ptr<Sequence>& x) { return x.get() == s; });
     }
 
     // Up to max_chunks chunks of the sequence's prompt while the budget lasts; its first token comes with the last.

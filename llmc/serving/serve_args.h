@@ -49,7 +49,7 @@ inline std::string serve_usage(const std::string& program) {
              "  --prefill-chunk <int> prompts longer than this come in chunks of it, interleaved with the decode\n"
              "                       steps (default %d; 0: every prompt whole)\n"
              "  --steps-in-flight <int>  decode steps queued on the GPU at once, 1 or 2 (default %d: the next step is\n"
-             "                       queued before the host waits for the last, so the GPU never waits for the host)\n"
+             "                       queued before the host waits for the last, so the GPU need not wait between them)\n"
              "  --max-body <bytes>   largest request body; larger ones get 413 (default %lld)\n"
              "  --model-name <id>    the model's id in the API (default: the last part of -e)\n"
              "  -g <int>             max_tokens when a request leaves it out (default %d)\n"
