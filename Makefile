@@ -158,7 +158,7 @@ SERVE_CPU := $(if $(SERVE_DEPS),$(if $(GTEST_OK),tests/serve_tests) tests/serve_
 
 # ---------------------------------------------------------------- GPU programs
 GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling \
-                tests/test_zero tests/test_serve_engine $(if $(SERVE_DEPS),serve_gpt2cu)
+                tests/test_zero tests/test_serve_engine tests/test_peer_copy $(if $(SERVE_DEPS),serve_gpt2cu)
 
 # GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
 BUILD_STAMP := .build-config
@@ -198,6 +198,10 @@ tests/test_sampling: tests/test_sampling.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(
 # ZeRO-1's and -2's sharded AdamW, pack and unpack, gradient slots and shard, N ranks simulated on one GPU, against
 # the unsharded update; a backward into -2's slots against the flat backward
 tests/test_zero: tests/test_zero.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+
+# the copy-engine exchange over N processes of one host against the fp64 mean (scripts/check_multi_gpu.sh runs it)
+tests/test_peer_copy: tests/test_peer_copy.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the standalone kernel programs (dev/cuda/Makefile builds them with the same flags)

@@ -54,7 +54,9 @@ run() {  # log, n, flags...
         return
     fi
     if [ $launch = mpirun ]; then
-        mpirun --allow-run-as-root -np "$n" -x NCCL_NVLS_ENABLE=0 ./train_gpt2cu "$@" >"$log" 2>&1
+        local xs=() v
+        for v in $(compgen -e | grep '^LLMC_'); do xs+=(-x "$v"); done  # the engine's switches, to every rank
+        mpirun --allow-run-as-root -np "$n" -x NCCL_NVLS_ENABLE=0 "${xs[@]}" ./train_gpt2cu "$@" >"$log" 2>&1
         return
     fi
     rdv=$(mktemp -d)

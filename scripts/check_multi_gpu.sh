@@ -32,7 +32,7 @@ export NCCL_NVLS_ENABLE=0  # NVLink hosts without multicast support (README); mp
 [[ $NGPU =~ ^[0-9]+$ ]] && [ "$NGPU" -ge 2 ] || { echo "error: NGPU=$NGPU: expected a GPU count of 2 or more" >&2; exit 1; }
 mkdir -p "$LOGS"
 # a log of an earlier run must never stand in for this one's
-rm -f "$LOGS"/{single,mpi,single_z1,single_accum,yard_big,yard_small,yard_accum_big,yard_accum_small}.log "$LOGS"/{fs,resume_on_,lost_}*.log "$LOGS"/lost_*.err
+rm -f "$LOGS"/peer_copy*.log "$LOGS"/{single,mpi,single_z1,single_accum,yard_big,yard_small,yard_accum_big,yard_accum_small}.log "$LOGS"/{fs,resume_on_,lost_}*.log "$LOGS"/lost_*.err
 n=$(nvidia-smi -L | grep -c GPU); [ "$n" -ge "$NGPU" ] || { echo "error: needs $NGPU GPUs, found $n" >&2; exit 1; }
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1
@@ -60,10 +60,21 @@ run_fs() {  # name, flags...
     return $rc
 }
 
+# the copy-engine exchange alone, against the fp64 mean (N processes, one rendezvous directory)
+make -s -j16 tests/test_peer_copy || exit 1
+rdv=$(mktemp -d); pids=()
+for ((r = 1; r < NGPU; r++)); do ./tests/test_peer_copy "$NGPU" "$r" "$rdv" >"$LOGS/peer_copy_rank$r.log" 2>&1 & pids[r]=$!; done
+peer_rc=0
+./tests/test_peer_copy "$NGPU" 0 "$rdv" >"$LOGS/peer_copy.log" 2>&1 || peer_rc=1
+for ((r = 1; r < NGPU; r++)); do wait "${pids[r]}" || peer_rc=1; done
+rm -rf "$rdv"
+grep -E 'round 5|^test_peer_copy:' "$LOGS/peer_copy.log"
+[ $peer_rc = 0 ] || { cat "$LOGS"/peer_copy_rank*.log | grep -v ' OK$' | tail -n 5; }
+
 half=$((STEPS / 2))
 ck1=$(mktemp -d); ckn=$(mktemp -d)  # checkpoints of the single run and of the N-GPU -z 1 run
 ./train_gpt2cu "${common[@]}" -n "$half" -o "$ck1" >"$LOGS/single.log" 2>&1 || { tail -n 5 "$LOGS/single.log"; exit 1; }
-rc=0
+rc=$peer_rc
 if command -v mpirun >/dev/null; then
     mpirun --allow-run-as-root -np "$NGPU" -x NCCL_NVLS_ENABLE=0 ./train_gpt2cu "${common[@]}" >"$LOGS/mpi.log" 2>&1 \
         || { tail -n 5 "$LOGS/mpi.log"; rc=1; }
@@ -72,6 +83,8 @@ run_fs fs "${common[@]}" || rc=1
 ./train_gpt2cu "${common[@]}" -z 1 >"$LOGS/single_z1.log" 2>&1 || { tail -n 5 "$LOGS/single_z1.log"; rc=1; }
 run_fs fs_z1 "${common[@]}" -z 1 -n "$half" -o "$ckn" || rc=1
 run_fs fs_z1_again "${common[@]}" -z 1 || rc=1  # runs are deterministic: every step line must repeat exactly
+LLMC_PEER_COPY=0 run_fs fs_nccl "${common[@]}" || rc=1  # the layers' buckets by NCCL (the default: copy engines)
+LLMC_PEER_COPY=0 run_fs fs_z1_nccl "${common[@]}" -z 1 || rc=1
 run_fs fs_z2 "${common[@]}" -z 2 || rc=1  # ZeRO-2: the rank's gradient shard only, the layers' gradients in slots
 # 2 micro-steps per rank; at the default 3e-4 this twice-as-large step spikes (loss 13 at step 6 at 4 GPUs, 1 GPU
 # included) and every rounding difference after it grows tenfold, so these runs take 1e-4: they compare roundings
@@ -147,7 +160,7 @@ echo "step | loss: 1 GPU B x $((2 * NGPU)), yardstick B*2N x 1, B/2 x 4N, $NGPU 
 paste -d' ' <(losses "$LOGS/single_accum.log") <(losses "$LOGS/yard_accum_big.log" | cut -d' ' -f2) \
     <(losses "$LOGS/yard_accum_small.log" | cut -d' ' -f2) <(losses "$LOGS/fs_z1_accum.log" | cut -d' ' -f2) \
     <(losses "$LOGS/fs_z2_accum.log" | cut -d' ' -f2) | sed 's/^/  /'
-for run in mpi fs single_z1 fs_z1 resume_on_1 resume_on_n fs_z2 fs_z1_accum fs_z2_accum; do
+for run in mpi fs fs_nccl single_z1 fs_z1 fs_z1_nccl resume_on_1 resume_on_n fs_z2 fs_z1_accum fs_z2_accum; do
     [ -f "$LOGS/$run.log" ] || continue
     ref=single; want=$STEPS
     case $run in
@@ -161,6 +174,8 @@ for run in mpi fs single_z1 fs_z1 resume_on_1 resume_on_n fs_z2 fs_z1_accum fs_z
     case $run in
         single_z1) what="1 GPU -z 1 vs 1 GPU -z 0 ($NGPU micro-steps each)" ;;
         fs_z1) what="$NGPU GPUs -z 1 (fs) vs 1 GPU with $NGPU micro-steps" ;;
+        fs_nccl) what="$NGPU GPUs (fs, LLMC_PEER_COPY=0: NCCL only) vs 1 GPU with $NGPU micro-steps" ;;
+        fs_z1_nccl) what="$NGPU GPUs -z 1 (fs, LLMC_PEER_COPY=0: NCCL only) vs 1 GPU with $NGPU micro-steps" ;;
         resume_on_1) what="1 GPU resuming the $NGPU-GPU -z 1 checkpoint of step $half vs that $NGPU-GPU run" ;;
         resume_on_n) what="$NGPU GPUs -z 1 resuming the 1-GPU checkpoint of step $half vs that 1-GPU run" ;;
         fs_z2) what="$NGPU GPUs -z 2 (fs) vs 1 GPU with $NGPU micro-steps" ;;

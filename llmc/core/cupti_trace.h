@@ -72,10 +72,10 @@ struct CuptiTrace {
         check(a.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
         std::lock_guard<std::mutex> lock(state().mutex);
         state().out = nullptr;
-        // communication: NCCL's kernels and whatever else ran on their stream
+        // communication: NCCL's kernels, copies between GPUs, and whatever else ran on their streams
         std::set<uint32_t> comm_streams;
         for (const TimelineRecord& r : records)
-            if (r.name.rfind("nccl", 0) == 0) comm_streams.insert(r.stream);
+            if (r.name.rfind("nccl", 0) == 0 || r.name == "memcpy PtoP") comm_streams.insert(r.stream);
         for (TimelineRecord& r : records) r.comm = comm_streams.count(r.stream) > 0;
     }
     // CUPTI's clock (ns), the one the records use.
@@ -129,7 +129,9 @@ struct CuptiTrace {
                 r.start = k->start, r.end = k->end;
             } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
                 const auto* m = (const CUpti_ActivityMemcpy6*)rec;
-                r.name = "memcpy", r.stream = m->streamId, r.start = m->start, r.end = m->end;
+                // between GPUs: the copy engines' exchange (llmc/distributed/peer_copy.cuh)
+                r.name = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP ? "memcpy PtoP" : "memcpy";
+                r.stream = m->streamId, r.start = m->start, r.end = m->end;
             } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
                 const auto* m = (const CUpti_ActivityMemset4*)rec;
                 r.name = "memset", r.stream = m->streamId, r.start = m->start, r.end = m->end;

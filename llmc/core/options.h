@@ -17,6 +17,8 @@
 //                             every SM for compute)
 //   LLMC_NCCL_CTA_POLICY=efficiency   several GPUs: NCCL's CTA policy (NCCL_CTA_POLICY_EFFICIENCY: the fewest blocks
 //                             that keep its bandwidth, for overlap with compute; default: NCCL's own choice)
+//   LLMC_PEER_COPY=0          several GPUs on one host: NCCL moves the layers' buckets too, instead of the copy
+//                             engines (llmc/distributed/peer_copy.cuh; for comparisons)
 //   LLMC_RANK_TIMEOUT_S=N     several GPUs: a rank that has made no progress for N seconds stops the run (a peer on
 //                             another host lost without NCCL noticing; llmc/distributed/rank_watchdog.h); 0: off
 #pragma once
@@ -40,6 +42,7 @@ struct EngineOptions {
     int comm_sms = -1;
     std::string nccl_cta_policy;  // "" or "efficiency"
     int rank_timeout_s = 0;
+    bool peer_copy = true;
 
     // The switches that are set, as (name, value), for the start-up tables.
     std::vector<std::pair<std::string, std::string>> set() const {
@@ -54,6 +57,7 @@ struct EngineOptions {
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
         if (comm_sms != kCommSmsDefault) out.push_back({"LLMC_COMM_SMS", std::to_string(comm_sms)});
         if (!nccl_cta_policy.empty()) out.push_back({"LLMC_NCCL_CTA_POLICY", nccl_cta_policy});
+        if (!peer_copy) out.push_back({"LLMC_PEER_COPY", "0"});
         if (rank_timeout_s > 0) out.push_back({"LLMC_RANK_TIMEOUT_S", std::to_string(rank_timeout_s)});
         return out;
     }
@@ -124,6 +128,7 @@ inline EngineOptions read() {
         bad("LLMC_NCCL_CTA_POLICY", o.nccl_cta_policy.c_str(), "efficiency or default");
     if (o.nccl_cta_policy == "default") o.nccl_cta_policy.clear();
     o.rank_timeout_s = seconds("LLMC_RANK_TIMEOUT_S");
+    o.peer_copy = flag("LLMC_PEER_COPY", true);
     return o;
 }
 

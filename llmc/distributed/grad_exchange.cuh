@@ -12,6 +12,10 @@
 //         a step's first micro-step, added on the others: every micro-step's backward exchanges). Before the backward
 //         writes into a slot (layer_begins), the compute stream waits until the slot's last reduce-scatter is done
 //         and zeroes it; after the buckets outside the layers, the model's buffer is zeroed for the next micro-step.
+// On one host (-z 0 and -z 1; LLMC_PEER_COPY=0 turns it off) the layers' buckets go by the copy engines instead of
+// NCCL (llmc/distributed/peer_copy.cuh): reduce-scattered into the owners' places and, with -z 0, the means copied
+// back to every rank; the collectives' kernels then hold no SM under the backward and the forward. wte, wpe and lnf
+// stay with NCCL: their exchange is the step's exposed tail and head, where nothing else runs.
 // After the shard's update (-z 1, -z 2) the buckets' parameters are all-gathered in the order the next forward uses
 // them (wte, wpe and lnf first, then from layer 0 up; wte in place), and the forward waits for a bucket only where it
 // first needs it.
@@ -29,6 +33,7 @@
 #include "llmc/core/sm_budget.h"
 #include "llmc/distributed/grad_slots.h"
 #include "llmc/distributed/multi_gpu.cuh"
+#include "llmc/distributed/peer_copy.cuh"
 #include "llmc/distributed/zero.cuh"
 #include "llmc/model/gpt2_backward.cuh"
 #include "llmc/model/gpt2_forward.cuh"
@@ -45,6 +50,8 @@ struct GradExchange : ForwardListener, BackwardListener {
     std::vector<cudaEvent_t> gathered;  // per bucket: its parameters are all-gathered (-z 1, 2)
     cudaEvent_t to_comm = nullptr, to_compute = nullptr;
     bool gather_pending = false;        // a forward must wait for gathered[] before reading parameters
+    PeerCopy peer;                      // the layers' buckets by copy engines (init_peer_copy)
+    cudaEvent_t to_peer = nullptr, from_send = nullptr, from_recv = nullptr;
 
     // -z 2 (init_grad_shard)
     bool grad_shard = false;
@@ -92,6 +99,16 @@ struct GradExchange : ForwardListener, BackwardListener {
         for (cudaEvent_t& e : slot_free) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&outer_free, cudaEventDisableTiming));
     }
+
+    // After init (and init_grad_shard): the layers' buckets by copy engines when every rank is on this host and
+    // can map the others' memory (-z 0, -z 1; -z 2's slots stay with NCCL). Every rank calls it.
+    void init_peer_copy() {
+        if (!active() || grad_shard || !engine_options().peer_copy) return;
+        if (!peer.init(*mg, plan, sharded ? params : grads)) return;
+        for (cudaEvent_t* e : {&to_peer, &from_send, &from_recv})
+            cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
+    bool by_peer_copy(int k) const { return peer.active && plan[(size_t)k].first_layer >= 0; }
 
     // -z 2: the backward is about to write layer `layer`'s gradients (L: the classifier's and lnf's, first); they and
     // the fcproj bias gradient of the layer below (written by this layer's first LayerNorm backward) need their
@@ -148,7 +165,8 @@ struct GradExchange : ForwardListener, BackwardListener {
     // exchange is over: with -z 2 the next backward starts the next step's gradient shard.
     void finish() {
         if (!active()) return;
-        stream_wait_for(compute, mg->stream, to_compute);
+        if (peer.active && !sharded) peer.wait_gathered(peer.recv);  // -z 0: every peer's means have landed here
+        compute_waits_for_exchange();
         reserve_sms(false);
         step_begins = true;
     }
@@ -159,9 +177,16 @@ struct GradExchange : ForwardListener, BackwardListener {
     void gather_params() {
         if (!active() || !sharded) return;
         stream_wait_for(mg->stream, compute, to_comm);  // the update is queued before this point
+        if (peer.active) cudaCheck(cudaStreamWaitEvent(peer.send, to_comm, 0));
         reserve_sms(true);
         for (int k = (int)plan.size() - 1; k >= 0; k--) {
             const GradBucket& b = plan[(size_t)k];
+            if (by_peer_copy(k)) {  // the own places to every peer; the bucket is here once every peer's have come
+                peer.gather_owned(k, peer.send);
+                peer.wait_gathered(peer.recv);
+                cudaCheck(cudaEventRecord(gathered[(size_t)k], peer.recv));
+                continue;
+            }
             if (b.in_place()) {
                 multi_gpu_all_gather_in_place(*mg, params + b.ranges[0].offset, b.shard_elements(mg->world));
             } else {
@@ -181,7 +206,7 @@ struct GradExchange : ForwardListener, BackwardListener {
     // stream waits for the exchange and the host for both.
     void sync() {
         if (!active()) return;
-        stream_wait_for(compute, mg->stream, to_compute);
+        compute_waits_for_exchange();
         cudaCheck(cudaStreamSynchronize(mg->stream));
         cudaCheck(cudaStreamSynchronize(compute));
         gather_pending = false;
@@ -191,6 +216,10 @@ struct GradExchange : ForwardListener, BackwardListener {
     void free() {
         if (!active()) return;
         sync();
+        if (peer.active) {
+            peer.free(*mg);
+            for (cudaEvent_t e : {to_peer, from_send, from_recv}) cudaCheck(cudaEventDestroy(e));
+        }
         for (cudaEvent_t e : gathered) cudaCheck(cudaEventDestroy(e));
         for (cudaEvent_t e : slot_free) cudaCheck(cudaEventDestroy(e));
         if (outer_free) cudaCheck(cudaEventDestroy(outer_free));
@@ -213,6 +242,14 @@ struct GradExchange : ForwardListener, BackwardListener {
 
     floatX* slot(int s) const { return slot_memory + slots.slot_start(s); }
 
+    void compute_waits_for_exchange() {
+        stream_wait_for(compute, mg->stream, to_compute);
+        if (peer.active) {
+            stream_wait_for(compute, peer.send, from_send);
+            stream_wait_for(compute, peer.recv, from_recv);
+        }
+    }
+
     // -z 2: bucket k's slot to the backward, zeroed (the backward accumulates) once its last user is done with it.
     void map_slot(int k) {
         const int s = slots.slot_of_bucket[(size_t)k];
@@ -223,6 +260,14 @@ struct GradExchange : ForwardListener, BackwardListener {
 
     void send_bucket(int k) {
         const GradBucket& b = plan[(size_t)k];
+        if (by_peer_copy(k)) {  // the bucket's gradients are queued on the compute stream before this point
+            cudaCheck(cudaEventRecord(to_peer, compute));
+            cudaCheck(cudaStreamWaitEvent(peer.send, to_peer, 0));
+            cudaCheck(cudaStreamWaitEvent(peer.recv, to_peer, 0));
+            peer.reduce_scatter_mean(k, grads);
+            if (!sharded) peer.gather_owned(k, peer.recv);  // -z 0: the means back to every rank
+            return;
+        }
         reserve_sms(true);
         stream_wait_for(mg->stream, compute, to_comm);  // the bucket's gradients are queued before this point
         if (grad_shard) {  // in place where the backward wrote it, then the rank's slice into the gradient shard

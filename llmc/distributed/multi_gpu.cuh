@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "llmc/core/cuda_common.h"
@@ -122,19 +123,7 @@ inline ncclUniqueId exchange_id_via_files(const MultiGpuOptions& o, time_t start
     return id;
 }
 
-// Every rank's pid and machine, by rank: one all-gather of bytes.
-inline std::vector<RankPeer> exchange_peers(MultiGpu& m) {
-    const RankPeer me = this_rank_peer();
-    std::vector<RankPeer> peers((size_t)m.world);
-    RankPeer* buf = nullptr;
-    cudaCheck(cudaMalloc(&buf, sizeof(RankPeer) * peers.size()));
-    cudaCheck(cudaMemcpyAsync(buf + m.rank, &me, sizeof(me), cudaMemcpyHostToDevice, m.stream));
-    ncclCheck(ncclAllGather(buf + m.rank, buf, sizeof(RankPeer), ncclUint8, m.comm, m.stream));
-    cudaCheck(cudaMemcpyAsync(peers.data(), buf, sizeof(RankPeer) * peers.size(), cudaMemcpyDeviceToHost, m.stream));
-    cudaCheck(cudaStreamSynchronize(m.stream));
-    cudaCheck(cudaFree(buf));
-    return peers;
-}
+inline std::vector<RankPeer> exchange_peers(MultiGpu& m);  // below multi_gpu_all_gather_bytes
 
 inline std::unique_ptr<RankWatchdog> start_watchdog(MultiGpu& m, double timeout_s) {
     RankWatchdogSettings s;
@@ -155,6 +144,33 @@ inline std::unique_ptr<RankWatchdog> start_watchdog(MultiGpu& m, double timeout_
 #endif
 
 }  // namespace multi_gpu_detail
+
+// Every rank's `mine`, by rank (one NCCL all-gather of its bytes; start-up only: it waits for the stream).
+template <typename T>
+inline std::vector<T> multi_gpu_all_gather_bytes(MultiGpu& m, const T& mine) {
+    static_assert(std::is_trivially_copyable<T>::value, "sent as bytes");
+    std::vector<T> all((size_t)m.world);
+    all[(size_t)m.rank] = mine;
+#ifdef MULTI_GPU
+    if (m.world > 1) {
+        T* buf = nullptr;
+        cudaCheck(cudaMalloc(&buf, sizeof(T) * all.size()));
+        cudaCheck(cudaMemcpyAsync(buf + m.rank, &mine, sizeof(T), cudaMemcpyHostToDevice, m.stream));
+        ncclCheck(ncclAllGather(buf + m.rank, buf, sizeof(T), ncclUint8, m.comm, m.stream));
+        cudaCheck(cudaMemcpyAsync(all.data(), buf, sizeof(T) * all.size(), cudaMemcpyDeviceToHost, m.stream));
+        cudaCheck(cudaStreamSynchronize(m.stream));
+        cudaCheck(cudaFree(buf));
+    }
+#endif
+    return all;
+}
+
+#ifdef MULTI_GPU
+// Every rank's pid and machine, by rank.
+inline std::vector<RankPeer> multi_gpu_detail::exchange_peers(MultiGpu& m) {
+    return multi_gpu_all_gather_bytes(m, this_rank_peer());
+}
+#endif
 
 // Chooses this process's GPU (cudaSetDevice) and connects to the other ranks. Call before any CUDA work.
 inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, char*** argv_for_mpi = nullptr) {

@@ -153,6 +153,7 @@ struct AdamW {
             for (size_t i = 0; i < layout.slice.size(); i++)
                 if (layout.slice[i] != GradSlotLayout::kNoSlice) m->grads.slices[i] = slots + layout.slice[i];
         }
+        exchange.init_peer_copy();
     }
 
     bool sharded() const { return settings.zero_stage >= 1; }
@@ -275,7 +276,8 @@ struct AdamW {
                (sharded() ? "reduce-scatter" : "all-reduce") +
                (grad_shard() ? " under every micro-step's backward (ZeRO-2, also with -d > B*T*N)"
                              : " under the backward") +
-               (sharded() ? ", all-gather under the forward" : "");
+               (sharded() ? ", all-gather under the forward" : "") +
+               (exchange.peer.active ? "; the layers' buckets by copy engines (LLMC_PEER_COPY=0: NCCL)" : "");
     }
 
     void free() {

@@ -1,0 +1,276 @@
+// The layers' buckets moved by the copy engines (docs/MULTI_GPU.md, "Copy engines"). On one host the ranks map each
+// other's buffers (CUDA IPC); a bucket travels as cudaMemcpyAsync calls between GPUs, which the copy engines carry over
+// NVLink without an SM, and flags written and waited for by stream memory operations (cuStreamWriteValue64 /
+// cuStreamWaitValue64, no SM either) say when a peer's data has landed and when a receive slot is free again. Only the
+// sum needs SMs: one short kernel per bucket on the rank that owns the slice. NCCL's kernels hold SMs for as long as a
+// collective runs, and the persistent GEMMs of the backward they overlap wait for those SMs; these do not.
+//
+//   reduce_scatter_mean(k): every rank copies the part of bucket k each peer owns (zero_owned_segments: the ZeRO
+//     shard) into that peer's receive slot for it (send stream); the owner waits for the N-1 arrivals and sums its own
+//     values and the received ones in rank order, in fp32 with one rounding, into its places of the flat gradients
+//     (receive stream), then tells every sender the slot is free.
+//   gather_owned(k, buffer): every rank copies its owned places of bucket k in `buffer` (the updated parameters with
+//     -z 1, the averaged gradients with -z 0) to the same places of every peer's `buffer`, then signals; wait_gathered
+//     queues the wait for every peer's signal.
+// Every rank issues the same operations in the same order, so one counter per kind of operation names an operation
+// on every rank; the flags hold the number of operations done (64-bit, never wrapping).
+#pragma once
+
+#include <cuda.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmc/core/cuda_common.h"
+#include "llmc/distributed/multi_gpu.cuh"
+#include "llmc/distributed/zero_plan.h"
+
+namespace peer_copy_detail {
+
+// out[i] = mean over ranks p of p's value: own[i] for p == self, recv[p * stride + i] otherwise; summed in rank order
+// in fp32 (one rounding). One launch per bucket: blockIdx.y picks the segment.
+constexpr int kMaxSegments = 16;
+struct Segments {
+    int count;
+    size_t flat[kMaxSegments];      // in the flat gradient buffer
+    size_t relative[kMaxSegments];  // in the sender's part of the receive slot
+    size_t elements[kMaxSegments];
+};
+__global__ void __launch_bounds__(256) mean_kernel(floatX* grads, const floatX* slot, size_t stride, int world, int self,
+                                                   Segments s) {
+    const int g = blockIdx.y;
+    floatX* own = grads + s.flat[g];
+    const floatX* recv = slot + s.relative[g];
+    const float inv_n = 1.0f / (float)world;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < s.elements[g]; i += (size_t)gridDim.x * blockDim.x) {
+        float sum = 0.0f;
+        for (int p = 0; p < world; p++) sum += (float)(p == self ? own[i] : recv[(size_t)p * stride + i]);
+        own[i] = (floatX)(world == 1 ? sum : sum * inv_n);
+    }
+}
+
+// The driver's stream memory operations (libcuda, found at run time: the programs link the runtime only).
+using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+using DeviceGetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+template <typename F>
+inline F driver_entry(const char* name) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    cudaCheck(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !fn) {
+        fprintf(stderr, "error: the CUDA driver has no %s\n", name);
+        exit(EXIT_FAILURE);
+    }
+    return reinterpret_cast<F>(fn);
+}
+inline void driver_check(CUresult r, const char* what, const char* file, int line) {
+    if (r != CUDA_SUCCESS) library_call_failed("CUDA driver", what, (int)r, file, line);
+}
+
+// What a rank tells the others at start-up: where its host is, and handles to the buffers they write into.
+struct Share {
+    char host[64];
+    cudaIpcMemHandle_t handle[3];  // receive ring, flags, the gathered buffer (the model's parameters or gradients)
+    uint64_t offset[3];            // of the shared pointer in the allocation the handle names
+};
+
+}  // namespace peer_copy_detail
+
+struct PeerCopy {
+    static constexpr int kSlots = 2;  // receive slots per sender: a sender waits for the owner's sum two buckets back
+
+    bool active = false;
+    int rank = 0, world = 1;
+    cudaStream_t send = nullptr, recv = nullptr;  // copies out and signals; waits, sums and frees
+    std::vector<std::vector<std::vector<ZeroSegment>>> owned;  // [bucket][rank]: what rank owns, bucket-relative
+    size_t slot_elements = 0;         // one sender's part of a slot: the largest layer bucket's shard
+    floatX* ring = nullptr;           // kSlots x world x slot_elements (the own part unused)
+    uint64_t* flags = nullptr;        // arrived[world], freed[world], gathered[world]
+    std::vector<floatX*> peer_ring, peer_buffer;
+    std::vector<uint64_t*> peer_flags;
+    floatX* buffer = nullptr;         // the local buffer gather_owned fills on the peers
+    uint64_t reduced_ops = 0, gathered_ops = 0;
+
+    // Maps the peers' buffers; every rank returns the same answer (false: some rank could not, so nobody uses copy
+    // engines and NCCL moves everything). gathered_buffer: what gather_owned writes on the peers (params or grads).
+    bool init(MultiGpu& mg, const std::vector<GradBucket>& plan, floatX* gathered_buffer) {
+        using namespace peer_copy_detail;
+        rank = mg.rank, world = mg.world, buffer = gathered_buffer;
+        owned.assign(plan.size(), std::vector<std::vector<ZeroSegment>>((size_t)world));
+        for (int q = 0; q < world; q++) {
+            size_t bucket_start = 0, k = 0;
+            std::vector<ZeroSegment> all = zero_owned_segments(plan, world, q);
+            for (const ZeroSegment& g : all) {
+                while (g.shard_offset >= bucket_start + plan[k].shard_elements(world))
+                    bucket_start += plan[k].shard_elements(world), k++;
+                ZeroSegment r = g;
+                r.shard_offset -= bucket_start;
+                owned[k][(size_t)q].push_back(r);
+            }
+        }
+        for (size_t k = 0; k < plan.size(); k++) {
+            if (plan[k].first_layer < 0) continue;
+            slot_elements = std::max(slot_elements, plan[k].shard_elements(world));
+            for (int q = 0; q < world; q++)
+                if (owned[k][(size_t)q].size() > (size_t)kMaxSegments) {
+                    fprintf(stderr, "error: PeerCopy: bucket %zu has %zu segments on rank %d (at most %d)\n", k,
+                            owned[k][(size_t)q].size(), q, kMaxSegments);
+                    exit(EXIT_FAILURE);
+                }
+        }
+        write_value = driver_entry<WriteValue64>("cuStreamWriteValue64");
+        wait_value = driver_entry<WaitValue64>("cuStreamWaitValue64");
+        int device = 0, has64 = 0, flush = 0;
+        cudaCheck(cudaGetDevice(&device));
+        auto attribute = driver_entry<DeviceGetAttribute>("cuDeviceGetAttribute");
+        driver_check(attribute(&has64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device), "cuDeviceGetAttribute",
+                     __FILE__, __LINE__);
+        driver_check(attribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, device), "cuDeviceGetAttribute",
+                     __FILE__, __LINE__);
+        wait_flags = CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
+
+        cudaCheck(cudaMalloc(&ring, (size_t)kSlots * world * slot_elements * sizeof(floatX)));
+        cudaCheck(cudaMalloc(&flags, 3 * (size_t)world * sizeof(uint64_t)));
+        cudaCheck(cudaMemset(flags, 0, 3 * (size_t)world * sizeof(uint64_t)));
+        cudaCheck(cudaDeviceSynchronize());
+
+        Share me{};
+        gethostname(me.host, sizeof(me.host) - 1);
+        auto get_range = driver_entry<GetAddressRange>("cuMemGetAddressRange");
+        void* shared[3] = {ring, flags, buffer};
+        for (int i = 0; i < 3; i++) {
+            CUdeviceptr base = 0;
+            size_t size = 0;
+            driver_check(get_range(&base, &size, (CUdeviceptr)shared[i]), "cuMemGetAddressRange", __FILE__, __LINE__);
+            cudaCheck(cudaIpcGetMemHandle(&me.handle[i], (void*)base));
+            me.offset[i] = (uint64_t)((CUdeviceptr)shared[i] - base);
+        }
+        const std::vector<Share> all = multi_gpu_all_gather_bytes(mg, me);
+        bool ok = has64 != 0;
+        for (const Share& s : all) ok = ok && strncmp(s.host, me.host, sizeof(me.host)) == 0;
+        peer_ring.assign((size_t)world, nullptr), peer_flags.assign((size_t)world, nullptr);
+        peer_buffer.assign((size_t)world, nullptr);
+        for (int p = 0; p < world && ok; p++) {
+            if (p == rank) continue;
+            void* base[3] = {nullptr, nullptr, nullptr};
+            for (int i = 0; i < 3 && ok; i++) {
+                for (int j = 0; j < i; j++)  // one allocation shared twice (the buffer beside another): opened once
+                    if (memcmp(&all[(size_t)p].handle[j], &all[(size_t)p].handle[i], sizeof(cudaIpcMemHandle_t)) == 0)
+                        base[i] = base[j];
+                if (base[i]) continue;
+                const cudaError_t e = cudaIpcOpenMemHandle(&base[i], all[(size_t)p].handle[i],
+                                                           cudaIpcMemLazyEnablePeerAccess);
+                if (e != cudaSuccess) {
+                    fprintf(stderr, "note: rank %d cannot map rank %d's memory (%s): NCCL moves every bucket\n", rank, p,
+                            cudaGetErrorString(e));
+                    (void)cudaGetLastError();
+                    ok = false;
+                } else {
+                    opened.push_back(base[i]);
+                }
+            }
+            if (!ok) break;
+            peer_ring[(size_t)p] = (floatX*)((char*)base[0] + all[(size_t)p].offset[0]);
+            peer_flags[(size_t)p] = (uint64_t*)((char*)base[1] + all[(size_t)p].offset[1]);
+            peer_buffer[(size_t)p] = (floatX*)((char*)base[2] + all[(size_t)p].offset[2]);
+        }
+        active = multi_gpu_sum(mg, ok ? 0.0f : 1.0f) == 0.0f;  // also a barrier: every flag is zero before any use
+        if (!active) {
+            free(mg);
+            return false;
+        }
+        int least = 0, greatest = 0;
+        cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        cudaCheck(cudaStreamCreateWithPriority(&send, cudaStreamNonBlocking, greatest));
+        cudaCheck(cudaStreamCreateWithPriority(&recv, cudaStreamNonBlocking, greatest));
+        return true;
+    }
+
+    // Bucket k's gradients (queued on both streams' inputs: wait for the producer first) averaged over the ranks; the
+    // mean of the rank's own slice lands in its places of grads.
+    void reduce_scatter_mean(int k, floatX* grads) {
+        using namespace peer_copy_detail;
+        const uint64_t op = reduced_ops++;
+        const size_t slot = (size_t)(op % kSlots) * world * slot_elements;
+        for (int i = 1; i < world; i++) {
+            const int q = (rank + i) % world;
+            // q's slot is free once q has summed operation op - kSlots
+            if (op >= (uint64_t)kSlots) wait(send, &flags[world + q], op - kSlots + 1);
+            floatX* to = peer_ring[(size_t)q] + slot + (size_t)rank * slot_elements;
+            for (const ZeroSegment& g : owned[(size_t)k][(size_t)q])
+                cudaCheck(cudaMemcpyAsync(to + g.shard_offset, grads + g.flat_offset, g.count * sizeof(floatX),
+                                          cudaMemcpyDeviceToDevice, send));
+            signal(send, peer_flags[(size_t)q] + q_arrived(rank), op + 1);
+        }
+        for (int p = 0; p < world; p++)
+            if (p != rank) wait(recv, &flags[q_arrived(p)], op + 1);
+        const std::vector<ZeroSegment>& mine = owned[(size_t)k][(size_t)rank];
+        if (!mine.empty()) {
+            Segments s{};
+            s.count = (int)mine.size();
+            size_t most = 0;
+            for (int g = 0; g < s.count; g++) {
+                s.flat[g] = mine[(size_t)g].flat_offset, s.relative[g] = mine[(size_t)g].shard_offset;
+                s.elements[g] = mine[(size_t)g].count, most = std::max(most, mine[(size_t)g].count);
+            }
+            const unsigned blocks = (unsigned)std::min<size_t>(64, (most + 255) / 256);
+            mean_kernel<<<dim3(blocks, (unsigned)s.count), 256, 0, recv>>>(grads, ring + slot, slot_elements, world,
+                                                                            rank, s);
+            cudaCheckLaunch();
+        }
+        for (int p = 0; p < world; p++)
+            if (p != rank) signal(recv, peer_flags[(size_t)p] + world + rank, op + 1);  // p's freed[rank]
+    }
+
+    // The rank's owned places of bucket k in `buffer` to every peer's, on `stream` (after what produced them).
+    void gather_owned(int k, cudaStream_t stream) {
+        const uint64_t op = gathered_ops++;
+        for (int i = 1; i < world; i++) {
+            const int q = (rank + i) % world;
+            for (const ZeroSegment& g : owned[(size_t)k][(size_t)rank])
+                cudaCheck(cudaMemcpyAsync(peer_buffer[(size_t)q] + g.flat_offset, buffer + g.flat_offset,
+                                          g.count * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
+            signal(stream, peer_flags[(size_t)q] + 2 * world + rank, op + 1);
+        }
+    }
+    // `stream` waits until every peer has gathered everything it gathered so far.
+    void wait_gathered(cudaStream_t stream) {
+        for (int p = 0; p < world; p++)
+            if (p != rank) wait(stream, &flags[2 * world + p], gathered_ops);
+    }
+
+    // Every rank calls it: once all are here no peer writes into this rank's memory any more (the last kSlots
+    // "freed" signals are never waited for), then the mappings go.
+    void free(MultiGpu& mg) {
+        if (send) cudaCheck(cudaStreamSynchronize(send)), cudaCheck(cudaStreamDestroy(send));
+        if (recv) cudaCheck(cudaStreamSynchronize(recv)), cudaCheck(cudaStreamDestroy(recv));
+        multi_gpu_barrier(mg);
+        for (void* p : opened) cudaCheck(cudaIpcCloseMemHandle(p));
+        opened.clear();
+        if (ring) cudaCheck(cudaFree(ring));
+        if (flags) cudaCheck(cudaFree(flags));
+        send = recv = nullptr, ring = nullptr, flags = nullptr, active = false;
+    }
+
+  private:
+    peer_copy_detail::WriteValue64 write_value = nullptr;
+    peer_copy_detail::WaitValue64 wait_value = nullptr;
+    unsigned wait_flags = 0;
+    std::vector<void*> opened;
+
+    static int q_arrived(int sender) { return sender; }
+    // After everything queued on `stream` so far (the write's default memory barrier makes it visible first).
+    void signal(cudaStream_t stream, uint64_t* at, uint64_t value) {
+        peer_copy_detail::driver_check(write_value((CUstream)stream, (CUdeviceptr)at, value, CU_STREAM_WRITE_VALUE_DEFAULT),
+                                       "cuStreamWriteValue64", __FILE__, __LINE__);
+    }
+    void wait(cudaStream_t stream, uint64_t* at, uint64_t value) {
+        peer_copy_detail::driver_check(wait_value((CUstream)stream, (CUdeviceptr)at, value, wait_flags),
+                                       "cuStreamWaitValue64", __FILE__, __LINE__);
+    }
+};
