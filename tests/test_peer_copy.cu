@@ -1,8 +1,9 @@
 // GPU test of the copy-engine exchange (llmc/distributed/peer_copy.cuh) over N processes of one host, one GPU each:
 //   tests/test_peer_copy N RANK DIR     (N processes with RANK 0..N-1 and one shared directory: the file rendezvous)
 // Every rank fills a flat gradient buffer with its own random values (seeded by rank and round), then moves every
-// layer bucket of a small model's plan as -z 0 does: reduce_scatter_mean (the owners' means, in place), gather_owned
-// (the means to every peer), wait_gathered. Every rank checks its whole buffer against the mean over ranks computed in
+// layer bucket of a small model's plan as GradExchange does with -z 0: send_bucket on the send stream after an event
+// of the "compute" stream, the bucket before summed (reduce_bucket) on the compute stream, then its means to every peer
+// (gather_owned), the last bucket's sum and wait_gathered at the end. Every rank checks its whole buffer against the mean over ranks computed in
 // fp64 from the same seeds: the layer buckets' places must be within one rounding of it (rel-L2 and max-abs, bounds
 // printed), the tensors outside the layers (NCCL's, not moved here) must keep the rank's own values bit for bit. The
 // receive ring starts as NaN, so an element summed from a place no peer wrote shows. Six rounds with two bucket
@@ -45,6 +46,10 @@ int main(int argc, char** argv) {
     size_t P = 0;
     for (const auto& t : gpt2_parameter_table(c)) P += t.numel;
     int failures = 0;
+    cudaStream_t compute = nullptr;
+    cudaEvent_t event = nullptr;
+    cudaCheck(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     for (size_t bucket_bytes : {(size_t)0, (size_t)600000}) {  // one layer per bucket; several
         const std::vector<GradBucket> plan = zero_bucket_plan(c, bucket_bytes, N);
         floatX* grads = nullptr;
@@ -68,14 +73,23 @@ int main(int argc, char** argv) {
         for (int round = 0; round < 6; round++) {
             std::vector<float> mine = rank_values(P, R, round);
             host_floats_to_device(grads, mine.data(), P);
+            auto reduce = [&](int k) {
+                peer.reduce_bucket(k, grads, compute);
+                stream_wait_for(peer.send, compute, event);
+                peer.gather_owned(k, peer.send);
+            };
+            int unreduced = -1;
             for (int k = 0; k < (int)plan.size(); k++) {
                 if (plan[(size_t)k].first_layer < 0) continue;
-                peer.reduce_scatter_mean(k, grads);
-                peer.gather_owned(k, peer.recv);
+                stream_wait_for(peer.send, compute, event);
+                peer.send_bucket(k, grads);
+                if (unreduced >= 0) reduce(unreduced);
+                unreduced = k;
             }
-            peer.wait_gathered(peer.recv);
+            reduce(unreduced);
+            peer.wait_gathered(compute);
             cudaCheck(cudaStreamSynchronize(peer.send));
-            cudaCheck(cudaStreamSynchronize(peer.recv));
+            cudaCheck(cudaStreamSynchronize(compute));
             std::vector<float> got(P);
             device_to_host_floats(got.data(), grads, P);
             std::vector<std::vector<float>> every;

@@ -13,9 +13,10 @@
 //         writes into a slot (layer_begins), the compute stream waits until the slot's last reduce-scatter is done
 //         and zeroes it; after the buckets outside the layers, the model's buffer is zeroed for the next micro-step.
 // On one host (-z 0 and -z 1; LLMC_PEER_COPY=0 turns it off) the layers' buckets go by the copy engines instead of
-// NCCL (llmc/distributed/peer_copy.cuh): reduce-scattered into the owners' places and, with -z 0, the means copied
-// back to every rank; the collectives' kernels then hold no SM under the backward and the forward. wte, wpe and lnf
-// stay with NCCL: their exchange is the step's exposed tail and head, where nothing else runs.
+// NCCL (llmc/distributed/peer_copy.cuh): copied to their owners as soon as the backward has queued them, summed on
+// the compute stream after the next bucket's backward (a bucket's time later: the copies have landed) and, with -z 0,
+// the means copied back to every rank; no collective kernel then holds SMs under the backward and the forward. wte,
+// wpe and lnf stay with NCCL: their exchange is the step's exposed tail and head, where nothing else runs.
 // After the shard's update (-z 1, -z 2) the buckets' parameters are all-gathered in the order the next forward uses
 // them (wte, wpe and lnf first, then from layer 0 up; wte in place), and the forward waits for a bucket only where it
 // first needs it.
@@ -52,6 +53,7 @@ struct GradExchange : ForwardListener, BackwardListener {
     bool gather_pending = false;        // a forward must wait for gathered[] before reading parameters
     PeerCopy peer;                      // the layers' buckets by copy engines (init_peer_copy)
     cudaEvent_t to_peer = nullptr, from_send = nullptr, from_recv = nullptr;
+    int unreduced = -1;                 // the bucket sent by copy engines whose sum is not queued yet
 
     // -z 2 (init_grad_shard)
     bool grad_shard = false;
@@ -165,7 +167,8 @@ struct GradExchange : ForwardListener, BackwardListener {
     // exchange is over: with -z 2 the next backward starts the next step's gradient shard.
     void finish() {
         if (!active()) return;
-        if (peer.active && !sharded) peer.wait_gathered(peer.recv);  // -z 0: every peer's means have landed here
+        if (unreduced >= 0) reduce_sent(unreduced), unreduced = -1;
+        if (peer.active && !sharded) peer.wait_gathered(compute);  // -z 0: every peer's means have landed here
         compute_waits_for_exchange();
         reserve_sms(false);
         step_begins = true;
@@ -242,6 +245,15 @@ struct GradExchange : ForwardListener, BackwardListener {
 
     floatX* slot(int s) const { return slot_memory + slots.slot_start(s); }
 
+    // The sum of a bucket sent by copy engines, on the compute stream; -z 0: then its means to every rank.
+    void reduce_sent(int k) {
+        peer.reduce_bucket(k, grads, compute);
+        if (!sharded) {
+            stream_wait_for(peer.send, compute, to_peer);
+            peer.gather_owned(k, peer.send);
+        }
+    }
+
     void compute_waits_for_exchange() {
         stream_wait_for(compute, mg->stream, to_compute);
         if (peer.active) {
@@ -261,11 +273,10 @@ struct GradExchange : ForwardListener, BackwardListener {
     void send_bucket(int k) {
         const GradBucket& b = plan[(size_t)k];
         if (by_peer_copy(k)) {  // the bucket's gradients are queued on the compute stream before this point
-            cudaCheck(cudaEventRecord(to_peer, compute));
-            cudaCheck(cudaStreamWaitEvent(peer.send, to_peer, 0));
-            cudaCheck(cudaStreamWaitEvent(peer.recv, to_peer, 0));
-            peer.reduce_scatter_mean(k, grads);
-            if (!sharded) peer.gather_owned(k, peer.recv);  // -z 0: the means back to every rank
+            stream_wait_for(peer.send, compute, to_peer);
+            peer.send_bucket(k, grads);
+            if (unreduced >= 0) reduce_sent(unreduced);  // the bucket before: its copies had this bucket's backward
+            unreduced = k;
             return;
         }
         reserve_sms(true);

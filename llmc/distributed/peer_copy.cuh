@@ -3,12 +3,15 @@
 // NVLink without an SM, and flags written and waited for by stream memory operations (cuStreamWriteValue64 /
 // cuStreamWaitValue64, no SM either) say when a peer's data has landed and when a receive slot is free again. Only the
 // sum needs SMs: one short kernel per bucket on the rank that owns the slice. NCCL's kernels hold SMs for as long as a
-// collective runs, and the persistent GEMMs of the backward they overlap wait for those SMs; these do not.
+// collective runs, and the persistent GEMMs of the backward they overlap wait for those SMs; these do not. The sum
+// runs on the compute stream, a bucket after its copies were queued (their data has long arrived): on a stream of
+// its own it would share the SMs with the GEMMs and slow them as NCCL does (measured: docs/MULTI_GPU.md).
 //
-//   reduce_scatter_mean(k): every rank copies the part of bucket k each peer owns (zero_owned_segments: the ZeRO
-//     shard) into that peer's receive slot for it (send stream); the owner waits for the N-1 arrivals and sums its own
-//     values and the received ones in rank order, in fp32 with one rounding, into its places of the flat gradients
-//     (receive stream), then tells every sender the slot is free.
+//   send_bucket(k): every rank copies the part of bucket k each peer owns (zero_owned_segments: the ZeRO shard) into
+//     that peer's receive slot for it (send stream) and signals it.
+//   reduce_bucket(k, stream): the owner waits for the N-1 arrivals and sums its own values and the received ones in
+//     rank order, in fp32 with one rounding, into its places of the flat gradients; then tells every sender the slot
+//     is free.
 //   gather_owned(k, buffer): every rank copies its owned places of bucket k in `buffer` (the updated parameters with
 //     -z 1, the averaged gradients with -z 0) to the same places of every peer's `buffer`, then signals; wait_gathered
 //     queues the wait for every peer's signal.
@@ -39,16 +42,29 @@ struct Segments {
     size_t relative[kMaxSegments];  // in the sender's part of the receive slot
     size_t elements[kMaxSegments];
 };
+// V elements per access: 16 bytes when every offset, count and the stride are multiples of V (GPT-2's shapes), else 1.
+template <int V>
+struct alignas(V * sizeof(floatX)) Pack {
+    floatX v[V];
+};
+template <int V>
 __global__ void __launch_bounds__(256) mean_kernel(floatX* grads, const floatX* slot, size_t stride, int world, int self,
                                                    Segments s) {
     const int g = blockIdx.y;
-    floatX* own = grads + s.flat[g];
-    const floatX* recv = slot + s.relative[g];
+    Pack<V>* own = reinterpret_cast<Pack<V>*>(grads + s.flat[g]);
+    const Pack<V>* recv = reinterpret_cast<const Pack<V>*>(slot + s.relative[g]);
+    const size_t packs = s.elements[g] / V, pack_stride = stride / V;
     const float inv_n = 1.0f / (float)world;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < s.elements[g]; i += (size_t)gridDim.x * blockDim.x) {
-        float sum = 0.0f;
-        for (int p = 0; p < world; p++) sum += (float)(p == self ? own[i] : recv[(size_t)p * stride + i]);
-        own[i] = (floatX)(world == 1 ? sum : sum * inv_n);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < packs; i += (size_t)gridDim.x * blockDim.x) {
+        float sum[V];
+        for (int j = 0; j < V; j++) sum[j] = 0.0f;
+        for (int p = 0; p < world; p++) {
+            const Pack<V> x = p == self ? own[i] : recv[(size_t)p * pack_stride + i];
+            for (int j = 0; j < V; j++) sum[j] += (float)x.v[j];
+        }
+        Pack<V> out;
+        for (int j = 0; j < V; j++) out.v[j] = (floatX)(sum[j] * inv_n);
+        own[i] = out;
     }
 }
 
@@ -86,7 +102,7 @@ struct PeerCopy {
 
     bool active = false;
     int rank = 0, world = 1;
-    cudaStream_t send = nullptr, recv = nullptr;  // copies out and signals; waits, sums and frees
+    cudaStream_t send = nullptr, recv = nullptr;  // copies out and signals; waits for gathers
     std::vector<std::vector<std::vector<ZeroSegment>>> owned;  // [bucket][rank]: what rank owns, bucket-relative
     size_t slot_elements = 0;         // one sender's part of a slot: the largest layer bucket's shard
     floatX* ring = nullptr;           // kSlots x world x slot_elements (the own part unused)
@@ -94,7 +110,7 @@ struct PeerCopy {
     std::vector<floatX*> peer_ring, peer_buffer;
     std::vector<uint64_t*> peer_flags;
     floatX* buffer = nullptr;         // the local buffer gather_owned fills on the peers
-    uint64_t reduced_ops = 0, gathered_ops = 0;
+    uint64_t sent_ops = 0, reduced_ops = 0, gathered_ops = 0;
 
     // Maps the peers' buffers; every rank returns the same answer (false: some rank could not, so nobody uses copy
     // engines and NCCL moves everything). gathered_buffer: what gather_owned writes on the peers (params or grads).
@@ -191,11 +207,9 @@ struct PeerCopy {
         return true;
     }
 
-    // Bucket k's gradients (queued on both streams' inputs: wait for the producer first) averaged over the ranks; the
-    // mean of the rank's own slice lands in its places of grads.
-    void reduce_scatter_mean(int k, floatX* grads) {
-        using namespace peer_copy_detail;
-        const uint64_t op = reduced_ops++;
+    // Bucket k's gradients to the peers that own them (on the send stream: make it wait for their producer first).
+    void send_bucket(int k, const floatX* grads) {
+        const uint64_t op = sent_ops++;
         const size_t slot = (size_t)(op % kSlots) * world * slot_elements;
         for (int i = 1; i < world; i++) {
             const int q = (rank + i) % world;
@@ -207,24 +221,37 @@ struct PeerCopy {
                                           cudaMemcpyDeviceToDevice, send));
             signal(send, peer_flags[(size_t)q] + q_arrived(rank), op + 1);
         }
+    }
+
+    // The mean over the ranks of the rank's own slice of bucket k (sent by every rank: send_bucket), into its places
+    // of grads, on `stream`; buckets in the order they were sent.
+    void reduce_bucket(int k, floatX* grads, cudaStream_t stream) {
+        using namespace peer_copy_detail;
+        const uint64_t op = reduced_ops++;
+        const size_t slot = (size_t)(op % kSlots) * world * slot_elements;
         for (int p = 0; p < world; p++)
-            if (p != rank) wait(recv, &flags[q_arrived(p)], op + 1);
+            if (p != rank) wait(stream, &flags[q_arrived(p)], op + 1);
         const std::vector<ZeroSegment>& mine = owned[(size_t)k][(size_t)rank];
         if (!mine.empty()) {
+            constexpr int V = 16 / sizeof(floatX);
             Segments s{};
             s.count = (int)mine.size();
             size_t most = 0;
+            bool packed = slot_elements % V == 0;
             for (int g = 0; g < s.count; g++) {
                 s.flat[g] = mine[(size_t)g].flat_offset, s.relative[g] = mine[(size_t)g].shard_offset;
                 s.elements[g] = mine[(size_t)g].count, most = std::max(most, mine[(size_t)g].count);
+                packed = packed && (s.flat[g] | s.relative[g] | s.elements[g]) % V == 0;
             }
-            const unsigned blocks = (unsigned)std::min<size_t>(64, (most + 255) / 256);
-            mean_kernel<<<dim3(blocks, (unsigned)s.count), 256, 0, recv>>>(grads, ring + slot, slot_elements, world,
-                                                                            rank, s);
+            const int v = packed ? V : 1;
+            const unsigned blocks = (unsigned)std::max<size_t>(1, std::min<size_t>(1024 / s.count, (most / v + 255) / 256));
+            const dim3 grid(blocks, (unsigned)s.count);
+            if (packed) mean_kernel<V><<<grid, 256, 0, stream>>>(grads, ring + slot, slot_elements, world, rank, s);
+            else mean_kernel<1><<<grid, 256, 0, stream>>>(grads, ring + slot, slot_elements, world, rank, s);
             cudaCheckLaunch();
         }
         for (int p = 0; p < world; p++)
-            if (p != rank) signal(recv, peer_flags[(size_t)p] + world + rank, op + 1);  // p's freed[rank]
+            if (p != rank) signal(stream, peer_flags[(size_t)p] + world + rank, op + 1);  // p's freed[rank]
     }
 
     // The rank's owned places of bucket k in `buffer` to every peer's, on `stream` (after what produced them).
