@@ -1,7 +1,7 @@
 // GPU test of the copy-engine exchange (llmc/distributed/peer_copy.cuh) over N processes of one host, one GPU each:
 //   tests/test_peer_copy N RANK DIR     (N processes with RANK 0..N-1 and one shared directory: the file rendezvous)
 // Every rank fills a flat gradient buffer with its own random values (seeded by rank and round), then moves every
-// layer bucket of a small model's plan as GradExchange does with -z 0: send_bucket on the send stream after an event
+// layer bucket of a small model's plan as GradExchange does with -z 0: send_bucket on the lanes after an event
 // of the "compute" stream, the bucket before summed (reduce_bucket) on the compute stream, then its means to every peer
 // (gather_owned), the last bucket's sum and wait_gathered at the end. Every rank checks its whole buffer against the mean over ranks computed in
 // fp64 from the same seeds: the layer buckets' places must be within one rounding of it (rel-L2 and max-abs, bounds
@@ -75,20 +75,22 @@ int main(int argc, char** argv) {
             host_floats_to_device(grads, mine.data(), P);
             auto reduce = [&](int k) {
                 peer.reduce_bucket(k, grads, compute);
-                stream_wait_for(peer.send, compute, event);
-                peer.gather_owned(k, peer.send);
+                cudaCheck(cudaEventRecord(event, compute));
+                peer.lanes_wait(event);
+                peer.gather_owned(k);
             };
             int unreduced = -1;
             for (int k = 0; k < (int)plan.size(); k++) {
                 if (plan[(size_t)k].first_layer < 0) continue;
-                stream_wait_for(peer.send, compute, event);
+                cudaCheck(cudaEventRecord(event, compute));
+                peer.lanes_wait(event);
                 peer.send_bucket(k, grads);
                 if (unreduced >= 0) reduce(unreduced);
                 unreduced = k;
             }
             reduce(unreduced);
             peer.wait_gathered(compute);
-            cudaCheck(cudaStreamSynchronize(peer.send));
+            peer.join(compute);
             cudaCheck(cudaStreamSynchronize(compute));
             std::vector<float> got(P);
             device_to_host_floats(got.data(), grads, P);

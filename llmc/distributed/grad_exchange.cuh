@@ -52,7 +52,7 @@ struct GradExchange : ForwardListener, BackwardListener {
     cudaEvent_t to_comm = nullptr, to_compute = nullptr;
     bool gather_pending = false;        // a forward must wait for gathered[] before reading parameters
     PeerCopy peer;                      // the layers' buckets by copy engines (init_peer_copy)
-    cudaEvent_t to_peer = nullptr, from_send = nullptr, from_recv = nullptr;
+    cudaEvent_t to_peer = nullptr, from_recv = nullptr;
     int unreduced = -1;                 // the bucket sent by copy engines whose sum is not queued yet
 
     // -z 2 (init_grad_shard)
@@ -107,7 +107,7 @@ struct GradExchange : ForwardListener, BackwardListener {
     void init_peer_copy() {
         if (!active() || grad_shard || !engine_options().peer_copy) return;
         if (!peer.init(*mg, plan, sharded ? params : grads)) return;
-        for (cudaEvent_t* e : {&to_peer, &from_send, &from_recv})
+        for (cudaEvent_t* e : {&to_peer, &from_recv})
             cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
     bool by_peer_copy(int k) const { return peer.active && plan[(size_t)k].first_layer >= 0; }
@@ -180,12 +180,12 @@ struct GradExchange : ForwardListener, BackwardListener {
     void gather_params() {
         if (!active() || !sharded) return;
         stream_wait_for(mg->stream, compute, to_comm);  // the update is queued before this point
-        if (peer.active) cudaCheck(cudaStreamWaitEvent(peer.send, to_comm, 0));
+        if (peer.active) peer.lanes_wait(to_comm);
         reserve_sms(true);
         for (int k = (int)plan.size() - 1; k >= 0; k--) {
             const GradBucket& b = plan[(size_t)k];
             if (by_peer_copy(k)) {  // the own places to every peer; the bucket is here once every peer's have come
-                peer.gather_owned(k, peer.send);
+                peer.gather_owned(k);
                 peer.wait_gathered(peer.recv);
                 cudaCheck(cudaEventRecord(gathered[(size_t)k], peer.recv));
                 continue;
@@ -221,7 +221,7 @@ struct GradExchange : ForwardListener, BackwardListener {
         sync();
         if (peer.active) {
             peer.free(*mg);
-            for (cudaEvent_t e : {to_peer, from_send, from_recv}) cudaCheck(cudaEventDestroy(e));
+            for (cudaEvent_t e : {to_peer, from_recv}) cudaCheck(cudaEventDestroy(e));
         }
         for (cudaEvent_t e : gathered) cudaCheck(cudaEventDestroy(e));
         for (cudaEvent_t e : slot_free) cudaCheck(cudaEventDestroy(e));
@@ -249,15 +249,16 @@ struct GradExchange : ForwardListener, BackwardListener {
     void reduce_sent(int k) {
         peer.reduce_bucket(k, grads, compute);
         if (!sharded) {
-            stream_wait_for(peer.send, compute, to_peer);
-            peer.gather_owned(k, peer.send);
+            cudaCheck(cudaEventRecord(to_peer, compute));
+            peer.lanes_wait(to_peer);
+            peer.gather_owned(k);
         }
     }
 
     void compute_waits_for_exchange() {
         stream_wait_for(compute, mg->stream, to_compute);
         if (peer.active) {
-            stream_wait_for(compute, peer.send, from_send);
+            peer.join(compute);
             stream_wait_for(compute, peer.recv, from_recv);
         }
     }
@@ -273,7 +274,8 @@ struct GradExchange : ForwardListener, BackwardListener {
     void send_bucket(int k) {
         const GradBucket& b = plan[(size_t)k];
         if (by_peer_copy(k)) {  // the bucket's gradients are queued on the compute stream before this point
-            stream_wait_for(peer.send, compute, to_peer);
+            cudaCheck(cudaEventRecord(to_peer, compute));
+            peer.lanes_wait(to_peer);
             peer.send_bucket(k, grads);
             if (unreduced >= 0) reduce_sent(unreduced);  // the bucket before: its copies had this bucket's backward
             unreduced = k;

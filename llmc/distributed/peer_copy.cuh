@@ -8,7 +8,8 @@
 // its own it would share the SMs with the GEMMs and slow them as NCCL does (measured: docs/MULTI_GPU.md).
 //
 //   send_bucket(k): every rank copies the part of bucket k each peer owns (zero_owned_segments: the ZeRO shard) into
-//     that peer's receive slot for it (send stream) and signals it.
+//     that peer's receive slot for it and signals it. Each peer has a lane (a stream) of its own, so the copies to the
+//     N-1 peers run at once on several copy engines.
 //   reduce_bucket(k, stream): the owner waits for the N-1 arrivals and sums its own values and the received ones in
 //     rank order, in fp32 with one rounding, into its places of the flat gradients; then tells every sender the slot
 //     is free.
@@ -102,7 +103,9 @@ struct PeerCopy {
 
     bool active = false;
     int rank = 0, world = 1;
-    cudaStream_t send = nullptr, recv = nullptr;  // copies out and signals; waits for gathers
+    std::vector<cudaStream_t> lanes;  // per peer: the copies to it and their signals (none for this rank)
+    std::vector<cudaEvent_t> lane_done;
+    cudaStream_t recv = nullptr;      // waits for gathers
     std::vector<std::vector<std::vector<ZeroSegment>>> owned;  // [bucket][rank]: what rank owns, bucket-relative
     size_t slot_elements = 0;         // one sender's part of a slot: the largest layer bucket's shard
     floatX* ring = nullptr;           // kSlots x world x slot_elements (the own part unused)
@@ -202,18 +205,38 @@ struct PeerCopy {
         }
         int least = 0, greatest = 0;
         cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-        cudaCheck(cudaStreamCreateWithPriority(&send, cudaStreamNonBlocking, greatest));
+        lanes.assign((size_t)world, nullptr), lane_done.assign((size_t)world, nullptr);
+        for (int q = 0; q < world; q++) {
+            if (q == rank) continue;
+            cudaCheck(cudaStreamCreateWithPriority(&lanes[(size_t)q], cudaStreamNonBlocking, greatest));
+            cudaCheck(cudaEventCreateWithFlags(&lane_done[(size_t)q], cudaEventDisableTiming));
+        }
         cudaCheck(cudaStreamCreateWithPriority(&recv, cudaStreamNonBlocking, greatest));
         return true;
     }
 
-    // Bucket k's gradients to the peers that own them (on the send stream: make it wait for their producer first).
+    // Every lane waits for `event` (what the next copies read is queued before it).
+    void lanes_wait(cudaEvent_t event) {
+        for (int q = 0; q < world; q++)
+            if (q != rank) cudaCheck(cudaStreamWaitEvent(lanes[(size_t)q], event, 0));
+    }
+    // `stream` waits for everything queued on the lanes so far.
+    void join(cudaStream_t stream) {
+        for (int q = 0; q < world; q++) {
+            if (q == rank) continue;
+            cudaCheck(cudaEventRecord(lane_done[(size_t)q], lanes[(size_t)q]));
+            cudaCheck(cudaStreamWaitEvent(stream, lane_done[(size_t)q], 0));
+        }
+    }
+
+    // Bucket k's gradients to the peers that own them (make the lanes wait for their producer first: lanes_wait).
     void send_bucket(int k, const floatX* grads) {
         const uint64_t op = sent_ops++;
         const size_t slot = (size_t)(op % kSlots) * world * slot_elements;
         for (int i = 1; i < world; i++) {
             const int q = (rank + i) % world;
             // q's slot is free once q has summed operation op - kSlots
+            cudaStream_t send = lanes[(size_t)q];
             if (op >= (uint64_t)kSlots) wait(send, &flags[world + q], op - kSlots + 1);
             floatX* to = peer_ring[(size_t)q] + slot + (size_t)rank * slot_elements;
             for (const ZeroSegment& g : owned[(size_t)k][(size_t)q])
@@ -254,11 +277,12 @@ struct PeerCopy {
             if (p != rank) signal(stream, peer_flags[(size_t)p] + world + rank, op + 1);  // p's freed[rank]
     }
 
-    // The rank's owned places of bucket k in `buffer` to every peer's, on `stream` (after what produced them).
-    void gather_owned(int k, cudaStream_t stream) {
+    // The rank's owned places of bucket k in `buffer` to every peer's, on the lanes (lanes_wait for what produced them).
+    void gather_owned(int k) {
         const uint64_t op = gathered_ops++;
         for (int i = 1; i < world; i++) {
             const int q = (rank + i) % world;
+            cudaStream_t stream = lanes[(size_t)q];
             for (const ZeroSegment& g : owned[(size_t)k][(size_t)rank])
                 cudaCheck(cudaMemcpyAsync(peer_buffer[(size_t)q] + g.flat_offset, buffer + g.flat_offset,
                                           g.count * sizeof(floatX), cudaMemcpyDeviceToDevice, stream));
@@ -274,14 +298,20 @@ struct PeerCopy {
     // Every rank calls it: once all are here no peer writes into this rank's memory any more (the last kSlots
     // "freed" signals are never waited for), then the mappings go.
     void free(MultiGpu& mg) {
-        if (send) cudaCheck(cudaStreamSynchronize(send)), cudaCheck(cudaStreamDestroy(send));
+        for (size_t q = 0; q < lanes.size(); q++) {
+            if (!lanes[q]) continue;
+            cudaCheck(cudaStreamSynchronize(lanes[q]));
+            cudaCheck(cudaStreamDestroy(lanes[q]));
+            cudaCheck(cudaEventDestroy(lane_done[q]));
+        }
+        lanes.clear(), lane_done.clear();
         if (recv) cudaCheck(cudaStreamSynchronize(recv)), cudaCheck(cudaStreamDestroy(recv));
         multi_gpu_barrier(mg);
         for (void* p : opened) cudaCheck(cudaIpcCloseMemHandle(p));
         opened.clear();
         if (ring) cudaCheck(cudaFree(ring));
         if (flags) cudaCheck(cudaFree(flags));
-        send = recv = nullptr, ring = nullptr, flags = nullptr, active = false;
+        recv = nullptr, ring = nullptr, flags = nullptr, active = false;
     }
 
   private:
