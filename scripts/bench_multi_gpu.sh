@@ -11,7 +11,7 @@
 #   scripts/bench_multi_gpu.sh
 #   MODELS=d12 GPUS="1 2" ZS="0 1" STEPS=20 scripts/bench_multi_gpu.sh
 # env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR,
-#      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100")
+#      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100"); LLMC_* switches reach every rank (LLMC_PEER_COPY=0)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODELS=${MODELS:-"d12 d48"}; GPUS=${GPUS:-"1 2 4"}; ZS=${ZS:-"0 1 2"}; STEPS=${STEPS:-12}

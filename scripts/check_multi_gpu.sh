@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Multi-GPU check on N GPUs (N = NGPU or the first argument; default 2, the cheapest; 4 on a 4-GPU host): N
+# Multi-GPU check on N GPUs (N = NGPU or the first argument; default 2, the cheapest; 4 on a 4-GPU host). First the
+# copy-engine exchange alone (tests/test_peer_copy, N processes: the fp64 mean). Then N
 # data-parallel ranks must train like 1 GPU with N accumulation micro-steps, because a step's window is the same for
 # any GPU count (llmc/training/dataloader.h): rank r of an N-rank run reads slot r, which the single GPU reads in its
 # micro-step r, shuffled or not (the single GPU runs -d B*T*N). Both launch paths are run: mpirun -np N (USE_MPI builds)
 # and the file rendezvous with N processes. ZeRO-1 (-z 1): N ranks and 1 GPU against the same single-GPU run; a -z 1
 # run repeated must print the same step lines (runs are deterministic). Checkpoints across GPU counts: the single run
 # and the N-GPU -z 1 run save after STEPS/2 steps; 1 GPU resumes the N-GPU checkpoint and N GPUs (-z 1) the 1-GPU one.
+# The layers' buckets go by copy engines by default: -z 0 and -z 1 also run with LLMC_PEER_COPY=0 (NCCL only).
 # ZeRO-2 (-z 2): N ranks against the same single-GPU run, and N ranks with 2 micro-steps each (-d twice as large:
 # -z 2 reduce-scatters on every micro-step) against 1 GPU with 2N micro-steps of the same tokens, a -z 1 run of that
 # layout beside it; these runs have their own yardstick (below) and learning rate (1e-4: at 3e-4 they spike).
