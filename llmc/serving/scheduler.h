@@ -11,8 +11,9 @@
 // engine of whole prompts only gets at most one over-budget prompt per step, alone, so none starves); a prompt's
 // first token comes from its prefill, and it joins the next step's decode. So each running stream gets a token every
 // step whatever joins, and the host's work hides under the GPU's (with two steps in flight the GPU does not wait for
-// the host between steps, except after a prefill, whose first tokens the host waits for). A sequence that ends on a token the step before delivers (a stop) has a row in the step
-// already begun, computed for nothing; one that reaches max_tokens does not. Each request has its own random
+// the host between steps, except after a prefill, whose first tokens the host waits for). A sequence that ends on a
+// token the step before delivers (a stop) has a row in the step already begun, computed for nothing; one that
+// reaches max_tokens does not. Each request has its own random
 // stream: token g is picked with the g-th uniform number of Rng(seed), as generate_gpt2cu draws its coins, so a seed
 // and a prompt give the same tokens whatever else is in the batch (the engine's pick depends on the sequence, its
 // rule and the coin only).
@@ -248,9 +249,9 @@ private:
             if (s->prefilled == 0 && (int)s->r.prompt.size() <= chunk) whole.push_back(s);
             else chunked.emplace_back(s->slot, s->order);
         }
-        auto still = [&](const std::pair<int, uint64_t>& c) {
-            const Sequence* s = slots_[c.first].get();
-            return s && s->order == c.second ? slots_[c.first].get() : nullptr;
+        auto still = [&](const std::pair<int, uint64_t>& c) -> Sequence* {
+            Sequence* s = slots_[c.first].get();
+            return s && s->order == c.second ? s : nullptr;
         };
         const bool long_first = !chunked.empty() && (whole.empty() || chunked.front().second < whole.front()->order);
         bool any = false;

@@ -60,7 +60,8 @@ inline std::string serve_usage(const std::string& program) {
              "  --vocab-dir <dir>    encoder.json + vocab.bpe (default %s; `make data` fills it)\n"
              "  -h, --help           print this and exit\n"
              "  --version            print the program, the commit it was built from and its precision, and exit\n",
-             program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget, d.prefill_rows, d.prefill_chunk, d.steps_in_flight,
+             program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget, d.prefill_rows,
+             d.prefill_chunk, d.steps_in_flight,
              (long long)d.max_body, d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              d.vocab_dir.c_str());
     return buf;
