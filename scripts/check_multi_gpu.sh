@@ -65,9 +65,9 @@ run_fs() {  # name, flags...
 # the copy-engine exchange alone, against the fp64 mean (N processes, one rendezvous directory)
 make -s -j16 tests/test_peer_copy || exit 1
 rdv=$(mktemp -d); pids=()
-for ((r = 1; r < NGPU; r++)); do ./tests/test_peer_copy "$NGPU" "$r" "$rdv" >"$LOGS/peer_copy_rank$r.log" 2>&1 & pids[r]=$!; done
+for ((r = 1; r < NGPU; r++)); do timeout 120 ./tests/test_peer_copy "$NGPU" "$r" "$rdv" >"$LOGS/peer_copy_rank$r.log" 2>&1 & pids[r]=$!; done
 peer_rc=0
-./tests/test_peer_copy "$NGPU" 0 "$rdv" >"$LOGS/peer_copy.log" 2>&1 || peer_rc=1
+timeout 120 ./tests/test_peer_copy "$NGPU" 0 "$rdv" >"$LOGS/peer_copy.log" 2>&1 || peer_rc=1
 for ((r = 1; r < NGPU; r++)); do wait "${pids[r]}" || peer_rc=1; done
 rm -rf "$rdv"
 grep -E 'round 5|^test_peer_copy:' "$LOGS/peer_copy.log"

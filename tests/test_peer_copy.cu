@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
         for (int round = 0; round < 6; round++) {
             std::vector<float> mine = rank_values(P, R, round);
             host_floats_to_device(grads, mine.data(), P);
+            cudaCheck(cudaDeviceSynchronize());  // a copy from pageable memory may return before it lands
             auto reduce = [&](int k) {
                 peer.reduce_bucket(k, grads, compute);
                 cudaCheck(cudaEventRecord(event, compute));

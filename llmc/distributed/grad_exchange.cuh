@@ -105,7 +105,14 @@ struct GradExchange : ForwardListener, BackwardListener {
     // After init (and init_grad_shard): the layers' buckets by copy engines when every rank is on this host and
     // can map the others' memory (-z 0, -z 1; -z 2's slots stay with NCCL). Every rank calls it.
     void init_peer_copy() {
-        if (!active() || grad_shard || !engine_options().peer_copy) return;
+        if (!active()) return;
+        // the ranks agree first: one whose LLMC_PEER_COPY differs must not leave the others in collectives alone
+        const bool wanted = engine_options().peer_copy;
+        if (multi_gpu_sum(*mg, wanted ? 0.0f : 1.0f) > 0.0f) {
+            if (wanted) fprintf(stderr, "note: rank %d: LLMC_PEER_COPY=0 on another rank: NCCL moves every bucket\n", mg->rank);
+            return;
+        }
+        if (grad_shard) return;
         if (!peer.init(*mg, plan, sharded ? params : grads)) return;
         for (cudaEvent_t* e : {&to_peer, &from_recv})
             cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));

@@ -74,14 +74,16 @@ using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned in
 using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 using DeviceGetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+// null when the driver lacks it (the ranks then agree on NCCL)
 template <typename F>
 inline F driver_entry(const char* name) {
     void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    cudaCheck(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !fn) {
-        fprintf(stderr, "error: the CUDA driver has no %s\n", name);
-        exit(EXIT_FAILURE);
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        fprintf(stderr, "note: the CUDA driver has no %s: NCCL moves every bucket\n", name);
+        return nullptr;
     }
     return reinterpret_cast<F>(fn);
 }
@@ -94,6 +96,7 @@ struct Share {
     char host[64];
     cudaIpcMemHandle_t handle[3];  // receive ring, flags, the gathered buffer (the model's parameters or gradients)
     uint64_t offset[3];            // of the shared pointer in the allocation the handle names
+    bool ready;                    // the handles were made
 };
 
 }  // namespace peer_copy_detail
@@ -142,15 +145,22 @@ struct PeerCopy {
                     exit(EXIT_FAILURE);
                 }
         }
+        // What fails on one rank only makes it say no below: every rank reaches the same all-gather and agreement.
         write_value = driver_entry<WriteValue64>("cuStreamWriteValue64");
         wait_value = driver_entry<WaitValue64>("cuStreamWaitValue64");
+        auto attribute = driver_entry<DeviceGetAttribute>("cuDeviceGetAttribute");
+        auto get_range = driver_entry<GetAddressRange>("cuMemGetAddressRange");
+        bool ok = write_value && wait_value && attribute && get_range;
         int device = 0, has64 = 0, flush = 0;
         cudaCheck(cudaGetDevice(&device));
-        auto attribute = driver_entry<DeviceGetAttribute>("cuDeviceGetAttribute");
-        driver_check(attribute(&has64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device), "cuDeviceGetAttribute",
-                     __FILE__, __LINE__);
-        driver_check(attribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, device), "cuDeviceGetAttribute",
-                     __FILE__, __LINE__);
+        if (ok && (attribute(&has64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device) != CUDA_SUCCESS || !has64)) {
+            fprintf(stderr, "note: rank %d: no 64-bit stream memory operations: NCCL moves every bucket\n", rank);
+            ok = false;
+        }
+        if (ok && attribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, device) != CUDA_SUCCESS) flush = 0;
+        // Without the flush (H100/H200 report none) the data a peer's copy engine wrote is seen by work after the wait
+        // because the peer's flag write comes after a memory barrier that waits for those writes; over NVLink, as on
+        // these machines, that holds. Hosts whose GPUs talk over PCIe only are not what this was measured on.
         wait_flags = CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
 
         cudaCheck(cudaMalloc(&ring, (size_t)kSlots * world * slot_elements * sizeof(floatX)));
@@ -160,18 +170,21 @@ struct PeerCopy {
 
         Share me{};
         gethostname(me.host, sizeof(me.host) - 1);
-        auto get_range = driver_entry<GetAddressRange>("cuMemGetAddressRange");
         void* shared[3] = {ring, flags, buffer};
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 3 && ok; i++) {
             CUdeviceptr base = 0;
             size_t size = 0;
-            driver_check(get_range(&base, &size, (CUdeviceptr)shared[i]), "cuMemGetAddressRange", __FILE__, __LINE__);
-            cudaCheck(cudaIpcGetMemHandle(&me.handle[i], (void*)base));
+            if (get_range(&base, &size, (CUdeviceptr)shared[i]) != CUDA_SUCCESS ||
+                cudaIpcGetMemHandle(&me.handle[i], (void*)base) != cudaSuccess) {
+                (void)cudaGetLastError();
+                fprintf(stderr, "note: rank %d cannot export its memory: NCCL moves every bucket\n", rank);
+                ok = false;
+            }
             me.offset[i] = (uint64_t)((CUdeviceptr)shared[i] - base);
         }
+        me.ready = ok;
         const std::vector<Share> all = multi_gpu_all_gather_bytes(mg, me);
-        bool ok = has64 != 0;
-        for (const Share& s : all) ok = ok && strncmp(s.host, me.host, sizeof(me.host)) == 0;
+        for (const Share& s : all) ok = ok && s.ready && strncmp(s.host, me.host, sizeof(me.host)) == 0;
         peer_ring.assign((size_t)world, nullptr), peer_flags.assign((size_t)world, nullptr);
         peer_buffer.assign((size_t)world, nullptr);
         for (int p = 0; p < world && ok; p++) {
@@ -309,6 +322,7 @@ struct PeerCopy {
         multi_gpu_barrier(mg);
         for (void* p : opened) cudaCheck(cudaIpcCloseMemHandle(p));
         opened.clear();
+        multi_gpu_barrier(mg);  // every peer has unmapped this rank's memory before it is freed (here or by its owner)
         if (ring) cudaCheck(cudaFree(ring));
         if (flags) cudaCheck(cudaFree(flags));
         recv = nullptr, ring = nullptr, flags = nullptr, active = false;
