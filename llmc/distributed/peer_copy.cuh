@@ -69,6 +69,30 @@ __global__ void __launch_bounds__(256) mean_kernel(floatX* grads, const floatX* 
     }
 }
 
+// -z 2: dst[i] = (add ? dst[i] : 0) + the mean over ranks p of p's value: own[i] for p == self, recv[p * stride + i]
+// otherwise; in fp32, one rounding.
+template <int V>
+__global__ void __launch_bounds__(256) mean_into_kernel(floatX* dst_, const floatX* own_, const floatX* slot, size_t stride,
+                                                        size_t count, int world, int self, bool add) {
+    Pack<V>* dst = reinterpret_cast<Pack<V>*>(dst_);
+    const Pack<V>* own = reinterpret_cast<const Pack<V>*>(own_);
+    const Pack<V>* recv = reinterpret_cast<const Pack<V>*>(slot);
+    const size_t packs = count / V, pack_stride = stride / V;
+    const float inv_n = 1.0f / (float)world;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < packs; i += (size_t)gridDim.x * blockDim.x) {
+        float sum[V];
+        for (int j = 0; j < V; j++) sum[j] = 0.0f;
+        for (int p = 0; p < world; p++) {
+            const Pack<V> x = p == self ? own[i] : recv[(size_t)p * pack_stride + i];
+            for (int j = 0; j < V; j++) sum[j] += (float)x.v[j];
+        }
+        Pack<V> out;
+        if (add) out = dst[i];
+        for (int j = 0; j < V; j++) out.v[j] = (floatX)((add ? (float)out.v[j] : 0.0f) + sum[j] * inv_n);
+        dst[i] = out;
+    }
+}
+
 // The driver's stream memory operations (libcuda, found at run time: the programs link the runtime only).
 using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
@@ -288,6 +312,48 @@ struct PeerCopy {
         }
         for (int p = 0; p < world; p++)
             if (p != rank) signal(stream, peer_flags[(size_t)p] + world + rank, op + 1);  // p's freed[rank]
+    }
+
+    // -z 2: a layer bucket lies in `area` in its staging layout (its slot), rank q's slice at area[q * per, + per):
+    // each peer's slice to it, whole (lanes_wait for the backward first).
+    void send_slices(const floatX* area, size_t per) {
+        const uint64_t op = sent_ops++;
+        const size_t slot = (size_t)(op % kSlots) * world * slot_elements;
+        for (int i = 1; i < world; i++) {
+            const int q = (rank + i) % world;
+            cudaStream_t send = lanes[(size_t)q];
+            if (op >= (uint64_t)kSlots) wait(send, &flags[world + q], op - kSlots + 1);
+            cudaCheck(cudaMemcpyAsync(peer_ring[(size_t)q] + slot + (size_t)rank * slot_elements, area + (size_t)q * per,
+                                      per * sizeof(floatX), cudaMemcpyDeviceToDevice, send));
+            signal(send, peer_flags[(size_t)q] + q_arrived(rank), op + 1);
+        }
+    }
+    // -z 2: the mean over the ranks of this rank's slice of the bucket send_slices sent (in the same order), into dst
+    // (copied, or added to what dst holds: a step's later micro-steps), on `stream`.
+    void reduce_slices(const floatX* area, size_t per, floatX* dst, bool add, cudaStream_t stream) {
+        using namespace peer_copy_detail;
+        const uint64_t op = reduced_ops++;
+        const size_t slot = (size_t)(op % kSlots) * world * slot_elements;
+        for (int p = 0; p < world; p++)
+            if (p != rank) wait(stream, &flags[q_arrived(p)], op + 1);
+        constexpr int V = 16 / sizeof(floatX);
+        const floatX* own = area + (size_t)rank * per;
+        const bool packed = (per | slot_elements) % V == 0 && (uintptr_t)own % 16 == 0 && (uintptr_t)dst % 16 == 0;
+        const unsigned blocks = (unsigned)std::max<size_t>(1, std::min<size_t>(1024, (per / (packed ? V : 1) + 255) / 256));
+        if (packed) mean_into_kernel<V><<<blocks, 256, 0, stream>>>(dst, own, ring + slot, slot_elements, per, world, rank, add);
+        else mean_into_kernel<1><<<blocks, 256, 0, stream>>>(dst, own, ring + slot, slot_elements, per, world, rank, add);
+        cudaCheckLaunch();
+        for (int p = 0; p < world; p++)
+            if (p != rank) signal(stream, peer_flags[(size_t)p] + world + rank, op + 1);  // p's freed[rank]
+    }
+    // Per lane, an event after what is queued on it so far (events: one per rank); wait_lanes: `stream` waits for them.
+    void record_lanes(std::vector<cudaEvent_t>& events) {
+        for (int q = 0; q < world; q++)
+            if (q != rank) cudaCheck(cudaEventRecord(events[(size_t)q], lanes[(size_t)q]));
+    }
+    void wait_lanes(cudaStream_t stream, const std::vector<cudaEvent_t>& events) {
+        for (int q = 0; q < world; q++)
+            if (q != rank) cudaCheck(cudaStreamWaitEvent(stream, events[(size_t)q], 0));
     }
 
     // The rank's owned places of bucket k in `buffer` to every peer's, on the lanes (lanes_wait for what produced them).
