@@ -11,6 +11,8 @@
 // Then -z 2's path: every layer bucket in a slot-like area (its staging layout), each peer's slice sent whole
 // (send_slices), the mean of the rank's slice summed into a gradient shard (reduce_slices), copied on a first and
 // added on a second micro-step; the shard against the fp64 sum over both micro-steps of the means (two roundings).
+// Last the parameters' all-gather (gather_owned into every peer's parameters, wait_gathered): every place of a layer
+// bucket must hold its owner's value exactly, every other place this rank's own.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -202,6 +204,42 @@ int main(int argc, char** argv) {
                        "round %d: rel-L2 %.3e (<= %.0e), max-abs %.3e (<= %.3e), %zu non-finite: %s\n",
                        kFloatXIsBF16 ? "bf16" : "fp32", R, N, round, rel_l2, rel_bound, max_abs, abs_bound, nonfinite,
                        ok ? "OK" : "FAIL");
+        }
+        {  // the parameters' all-gather (-z 1, -z 2): every place of a layer bucket holds its owner's value
+            const std::vector<float> mine = rank_values(P, R, 999);
+            host_floats_to_device(params, mine.data(), P);
+            cudaCheck(cudaDeviceSynchronize());
+            multi_gpu_barrier(mg);  // nobody's values land here before this rank's upload
+            cudaCheck(cudaEventRecord(event, compute));
+            peer.lanes_wait(event);
+            for (int k = 0; k < (int)plan.size(); k++) {
+                if (plan[(size_t)k].first_layer < 0) continue;
+                peer.gather_owned(k);
+                peer.wait_gathered(peer.recv);
+            }
+            cudaCheck(cudaStreamSynchronize(peer.recv));
+            peer.join(compute);
+            cudaCheck(cudaStreamSynchronize(compute));
+            std::vector<float> got(P);
+            device_to_host_floats(got.data(), params, P);
+            std::vector<std::vector<float>> every;
+            for (int p = 0; p < N; p++) every.push_back(p == R ? mine : rank_values(P, p, 999));
+            size_t wrong = 0, checked = 0;
+            std::vector<bool> seen(P, false);
+            for (size_t k = 0; k < plan.size(); k++) {
+                if (plan[k].first_layer < 0) continue;
+                for (int q = 0; q < N; q++)
+                    for (const ZeroSegment& g : peer.owned[k][(size_t)q])
+                        for (size_t i = 0; i < g.count; i++, checked++) {
+                            wrong += got[g.flat_offset + i] != every[(size_t)q][g.flat_offset + i];
+                            seen[g.flat_offset + i] = true;
+                        }
+            }
+            for (size_t i = 0; i < P; i++) wrong += !seen[i] && got[i] != mine[i];  // outside the layers: untouched
+            failures += wrong != 0;
+            if (R == 0 || wrong)
+                printf("test_peer_copy (%s, rank %d of %d): the parameters' all-gather: %zu places checked, %zu wrong: %s\n",
+                       kFloatXIsBF16 ? "bf16" : "fp32", R, N, checked, wrong, wrong ? "FAIL" : "OK");
         }
         peer.free(mg);
         cudaCheck(cudaFree(areas));
