@@ -12,7 +12,8 @@
 // (send_slices), the mean of the rank's slice summed into a gradient shard (reduce_slices), copied on a first and
 // added on a second micro-step; the shard against the fp64 sum over both micro-steps of the means (two roundings).
 // Last the parameters' all-gather (gather_owned into every peer's parameters, wait_gathered): every place of a layer
-// bucket must hold its owner's value exactly, every other place this rank's own.
+// bucket must hold its owner's value exactly (owners from the plan's staging order, not from PeerCopy's tables),
+// every other place this rank's own.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -224,18 +225,21 @@ int main(int argc, char** argv) {
             device_to_host_floats(got.data(), params, P);
             std::vector<std::vector<float>> every;
             for (int p = 0; p < N; p++) every.push_back(p == R ? mine : rank_values(P, p, 999));
-            size_t wrong = 0, checked = 0;
-            std::vector<bool> seen(P, false);
-            for (size_t k = 0; k < plan.size(); k++) {
-                if (plan[k].first_layer < 0) continue;
-                for (int q = 0; q < N; q++)
-                    for (const ZeroSegment& g : peer.owned[k][(size_t)q])
-                        for (size_t i = 0; i < g.count; i++, checked++) {
-                            wrong += got[g.flat_offset + i] != every[(size_t)q][g.flat_offset + i];
-                            seen[g.flat_offset + i] = true;
-                        }
+            // each layer place's owner from the plan alone (staging index -> flat place), not from PeerCopy's tables
+            std::vector<int> owner(P, -1);
+            size_t wrong = 0, checked = 0, twice = 0;
+            for (const GradBucket& b : plan) {
+                if (b.first_layer < 0) continue;
+                const size_t per = b.shard_elements(N);
+                for (size_t i = 0; i < b.elements; i++) {
+                    const size_t f = zero_staging_to_flat(b, i);
+                    twice += owner[f] >= 0;
+                    owner[f] = (int)(i / per);
+                }
             }
-            for (size_t i = 0; i < P; i++) wrong += !seen[i] && got[i] != mine[i];  // outside the layers: untouched
+            for (size_t i = 0; i < P; i++, checked++)  // outside the layers: untouched, this rank's own
+                wrong += got[i] != every[(size_t)(owner[i] >= 0 ? owner[i] : R)][i];
+            wrong += twice;
             failures += wrong != 0;
             if (R == 0 || wrong)
                 printf("test_peer_copy (%s, rank %d of %d): the parameters' all-gather: %zu places checked, %zu wrong: %s\n",

@@ -13,6 +13,9 @@
 //   reduce_bucket(k, stream): the owner waits for the N-1 arrivals and sums its own values and the received ones in
 //     rank order, in fp32 with one rounding, into its places of the flat gradients; then tells every sender the slot
 //     is free.
+//   send_slices / reduce_slices (-z 2): the bucket lies in a slot in its staging layout, so each peer's slice goes
+//     whole, and the owner's sum goes into the gradient shard (copied on a step's first micro-step, added on the
+//     others: fp32, one rounding).
 //   gather_owned(k, buffer): every rank copies its owned places of bucket k in `buffer` (the updated parameters with
 //     -z 1, the averaged gradients with -z 0) to the same places of every peer's `buffer`, then signals; wait_gathered
 //     queues the wait for every peer's signal.
