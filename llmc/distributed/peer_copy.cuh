@@ -191,7 +191,10 @@ struct PeerCopy {
         }
         me.ready = ok;
         const std::vector<Share> all = multi_gpu_all_gather_bytes(mg, me);
-        for (const Share& s : all) ok = ok && s.ready && strncmp(s.host, me.host, sizeof(me.host)) == 0;
+        bool one_host = true;
+        for (const Share& s : all) ok = ok && s.ready, one_host = one_host && strncmp(s.host, me.host, sizeof(me.host)) == 0;
+        if (!one_host && rank == 0) fprintf(stderr, "note: the ranks are on several hosts: NCCL moves every bucket\n");
+        ok = ok && one_host;
         peer_ring.assign((size_t)world, nullptr), peer_flags.assign((size_t)world, nullptr);
         peer_buffer.assign((size_t)world, nullptr);
         for (int p = 0; p < world && ok; p++) {
