@@ -12,10 +12,11 @@
 //         a step's first micro-step, added on the others: every micro-step's backward exchanges). Before the backward
 //         writes into a slot (layer_begins), the compute stream waits until the slot's last reduce-scatter is done
 //         and zeroes it; after the buckets outside the layers, the model's buffer is zeroed for the next micro-step.
-// On one host (-z 0 and -z 1; LLMC_PEER_COPY=0 turns it off) the layers' buckets go by the copy engines instead of
+// On one host (LLMC_PEER_COPY=0 turns it off) the layers' buckets go by the copy engines instead of
 // NCCL (llmc/distributed/peer_copy.cuh): copied to their owners as soon as the backward has queued them, summed on
 // the compute stream after the next bucket's backward (a bucket's time later: the copies have landed) and, with -z 0,
-// the means copied back to every rank; no collective kernel then holds SMs under the backward and the forward. wte,
+// the means copied back to every rank (-z 2: each peer's slice of the slot goes whole, and the sum lands in the
+// gradient shard); no collective kernel then holds SMs under the backward and the forward. wte,
 // wpe and lnf stay with NCCL: their exchange is the step's exposed tail and head, where nothing else runs.
 // After the shard's update (-z 1, -z 2) the buckets' parameters are all-gathered in the order the next forward uses
 // them (wte, wpe and lnf first, then from layer 0 up; wte in place), and the forward waits for a bucket only where it
@@ -54,6 +55,7 @@ struct GradExchange : ForwardListener, BackwardListener {
     PeerCopy peer;                      // the layers' buckets by copy engines (init_peer_copy)
     cudaEvent_t to_peer = nullptr, from_recv = nullptr;
     int unreduced = -1;                 // the bucket sent by copy engines whose sum is not queued yet
+    std::vector<std::vector<cudaEvent_t>> slot_sent;  // -z 2 by copy engines: per slot, per lane: its copies done
 
     // -z 2 (init_grad_shard)
     bool grad_shard = false;
@@ -103,12 +105,24 @@ struct GradExchange : ForwardListener, BackwardListener {
     }
 
     // After init (and init_grad_shard): the layers' buckets by copy engines when every rank is on this host and
-    // can map the others' memory (-z 0, -z 1; -z 2's slots stay with NCCL). Every rank calls it.
+    // can map the others' memory. Every rank calls it.
     void init_peer_copy() {
-        if (!active() || grad_shard || !engine_options().peer_copy) return;
+        if (!active()) return;
+        // the ranks agree first: one whose LLMC_PEER_COPY differs must not leave the others in collectives alone
+        const bool wanted = engine_options().peer_copy;
+        if (multi_gpu_sum(*mg, wanted ? 0.0f : 1.0f) > 0.0f) {
+            if (wanted) fprintf(stderr, "note: rank %d: LLMC_PEER_COPY=0 on another rank: NCCL moves every bucket\n", mg->rank);
+            return;
+        }
         if (!peer.init(*mg, plan, sharded ? params : grads)) return;
         for (cudaEvent_t* e : {&to_peer, &from_recv})
             cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+        if (grad_shard) {
+            slot_sent.assign((size_t)slots.num_slots, std::vector<cudaEvent_t>((size_t)mg->world, nullptr));
+            for (auto& lanes : slot_sent)
+                for (int q = 0; q < mg->world; q++)
+                    if (q != mg->rank) cudaCheck(cudaEventCreateWithFlags(&lanes[(size_t)q], cudaEventDisableTiming));
+        }
     }
     bool by_peer_copy(int k) const { return peer.active && plan[(size_t)k].first_layer >= 0; }
 
@@ -133,6 +147,9 @@ struct GradExchange : ForwardListener, BackwardListener {
         if (layer < 0) {  // the buckets outside the layers, wte last
             for (size_t k = 0; k < plan.size(); k++)
                 if (plan[k].first_layer < 0) send_bucket((int)k);
+            // -z 2: the last layer bucket's sum before the next backward reuses its slot (a step's earlier
+            // micro-steps never reach finish)
+            if (grad_shard && unreduced >= 0) reduce_sent(unreduced), unreduced = -1;
             if (grad_shard) {  // exchanged: zero for the next micro-step's backward (layer_begins waits for it)
                 cudaCheck(cudaMemsetAsync(grads, 0, slots.outer_elements * sizeof(floatX), mg->stream));
                 cudaCheck(cudaEventRecord(outer_free, mg->stream));
@@ -221,6 +238,10 @@ struct GradExchange : ForwardListener, BackwardListener {
         sync();
         if (peer.active) {
             peer.free(*mg);
+            for (auto& lanes : slot_sent)
+                for (cudaEvent_t e : lanes)
+                    if (e) cudaCheck(cudaEventDestroy(e));
+            slot_sent.clear();
             for (cudaEvent_t e : {to_peer, from_recv}) cudaCheck(cudaEventDestroy(e));
         }
         for (cudaEvent_t e : gathered) cudaCheck(cudaEventDestroy(e));
@@ -247,6 +268,12 @@ struct GradExchange : ForwardListener, BackwardListener {
 
     // The sum of a bucket sent by copy engines, on the compute stream; -z 0: then its means to every rank.
     void reduce_sent(int k) {
+        if (grad_shard) {
+            const size_t per = plan[(size_t)k].shard_elements(mg->world);
+            peer.reduce_slices(slot(slots.slot_of_bucket[(size_t)k]), per, shard_grads + shard_offset[(size_t)k],
+                               add_to_shard, compute);
+            return;
+        }
         peer.reduce_bucket(k, grads, compute);
         if (!sharded) {
             cudaCheck(cudaEventRecord(to_peer, compute));
@@ -267,7 +294,8 @@ struct GradExchange : ForwardListener, BackwardListener {
     void map_slot(int k) {
         const int s = slots.slot_of_bucket[(size_t)k];
         if (s < 0) return;  // outside the layers: the model's own buffer
-        cudaCheck(cudaStreamWaitEvent(compute, slot_free[(size_t)s], 0));
+        cudaCheck(cudaStreamWaitEvent(compute, slot_free[(size_t)s], 0));  // its last all-gather staging
+        if (peer.active) peer.wait_lanes(compute, slot_sent[(size_t)s]);     // its last copies to the peers
         cudaCheck(cudaMemsetAsync(slot(s), 0, plan[(size_t)k].padded * sizeof(floatX), compute));
     }
 
@@ -276,7 +304,13 @@ struct GradExchange : ForwardListener, BackwardListener {
         if (by_peer_copy(k)) {  // the bucket's gradients are queued on the compute stream before this point
             cudaCheck(cudaEventRecord(to_peer, compute));
             peer.lanes_wait(to_peer);
-            peer.send_bucket(k, grads);
+            if (grad_shard) {  // -z 2: each peer's slice of the slot, whole
+                const int s = slots.slot_of_bucket[(size_t)k];
+                peer.send_slices(slot(s), b.shard_elements(mg->world));
+                peer.record_lanes(slot_sent[(size_t)s]);
+            } else {
+                peer.send_bucket(k, grads);
+            }
             if (unreduced >= 0) reduce_sent(unreduced);  // the bucket before: its copies had this bucket's backward
             unreduced = k;
             return;
