@@ -40,15 +40,15 @@ public:
         inference_engine_upload(&e_, c, std::move(host_params), slots_shape(slots, context, prefill_rows), options);
         B_ = slots, P_ = e_.shape.prefill_rows();
         chunk_ = std::max(0, std::min(prefill_chunk, inference_chunk_rows(&e_)));
-        const size_t rows = (size_t)B_ + P_;  // the decode step's B rows, then the prefill's P
-        cudaCheck(cudaMalloc(&params_d_, rows * sizeof(PickParams)));
-        cudaCheck(cudaMalloc(&coins_d_, rows * sizeof(float)));
-        cudaCheck(cudaMalloc(&result_d_, 2 * rows * sizeof(int)));
-        cudaCheck(cudaMalloc(&scratch_d_, 2 * rows * sizeof(int)));
-        cudaCheck(cudaMemset(scratch_d_, 0, 2 * rows * sizeof(int)));
-        cudaCheck(cudaMallocHost(&params_h_, rows * sizeof(PickParams)));
-        cudaCheck(cudaMallocHost(&coins_h_, rows * sizeof(float)));
-        cudaCheck(cudaMallocHost(&result_h_, 2 * rows * sizeof(int)));
+        // the prompts' picks (P rows); the decode step has its own (StepBuffers), the pickers' scratch is shared
+        cudaCheck(cudaMalloc(&params_d_, P_ * sizeof(PickParams)));
+        cudaCheck(cudaMalloc(&coins_d_, P_ * sizeof(float)));
+        cudaCheck(cudaMalloc(&result_d_, 2 * (size_t)P_ * sizeof(int)));
+        cudaCheck(cudaMalloc(&scratch_d_, std::max(B_, P_) * sizeof(int)));
+        cudaCheck(cudaMemset(scratch_d_, 0, std::max(B_, P_) * sizeof(int)));
+        cudaCheck(cudaMallocHost(&params_h_, P_ * sizeof(PickParams)));
+        cudaCheck(cudaMallocHost(&coins_h_, P_ * sizeof(float)));
+        cudaCheck(cudaMallocHost(&result_h_, 2 * (size_t)P_ * sizeof(int)));
         const size_t Vp = (size_t)c.padded_vocab_size;
         for (StepBuffers& sb : step_) {
             cudaCheck(cudaEventCreateWithFlags(&sb.done, cudaEventDisableTiming));
@@ -73,11 +73,12 @@ public:
                     cudaCheck(cudaStreamSynchronize(e_.stream));
                 }
         }
-        for (bool sampling : {false, true}) {
-            for (int b = 0; b < B_; b++)
-                params_h_[b] = sampling ? PickParams{1.f, 0, 1.f} : PickParams{0.f, 0, 1.f}, coins_h_[b] = 0.5f;
-            queue_picks(e_.step.s.logits, B_, 0, nullptr);
-            cudaCheck(cudaStreamSynchronize(e_.stream));  // the staging is read by the stream, not at the call
+        for (bool sampling : {false, true}) {  // the prompts' picker, greedy and sampling (any logits do)
+            std::vector<TokenPick> picks(P_);
+            for (TokenPick& t : picks)
+                t.params = sampling ? PickParams{1.f, 0, 1.f} : PickParams{0.f, 0, 1.f}, t.coin = 0.5f;
+            std::vector<PickedToken> out;
+            first_tokens(e_.step.s.logits, picks, nullptr, &out);
         }
     }
     ~GpuServeEngine() override {
@@ -121,19 +122,10 @@ public:
                                    " tokens at " + std::to_string(start));
         const int* slot_d = inference_prefill_chunk(&e_, slot, tokens, start, n);
         known_[slot] = start + n;
-        PickedToken t;
-        if (!last) return t;
-        params_h_[B_] = last->params, coins_h_[B_] = last->coin;
-        queue_picks(inference_prefill_logits(&e_), 1, B_, slot_d);
-        cudaCheck(cudaStreamSynchronize(e_.stream));
-        const int* result = result_h_ + 2 * (size_t)B_;
-        if (result[1]) return t;  // a non-finite logit: token -1
-        t.token = result[0];
-        if (last->top_logprobs >= 0) {
-            inference_prefill_logits_to_host(&e_, 0, logits_.data());
-            fill_logprobs(logits_.data(), e_.config.vocab_size, last->top_logprobs, &t);
-        }
-        return t;
+        if (!last) return PickedToken{};
+        std::vector<PickedToken> out;
+        first_tokens(inference_prefill_logits(&e_), {*last}, slot_d, &out);
+        return out[0];
     }
 
     // Queued behind the steps in flight, if any (the same stream): it waits for them too, which the next decode_end
@@ -144,22 +136,9 @@ public:
         std::vector<SlotPrompt> rows;
         for (const PrefillPrompt& p : prompts) rows.push_back(SlotPrompt{p.slot, p.tokens, p.n});
         inference_prefill_slots(&e_, rows);
-        for (int i = 0; i < n; i++) {
-            known_[prompts[i].slot] = prompts[i].n;
-            params_h_[B_ + i] = prompts[i].pick.params, coins_h_[B_ + i] = prompts[i].pick.coin;
-        }
-        queue_picks(inference_prefill_logits(&e_), n, B_, inference_prefill_slots_device(&e_));
-        cudaCheck(cudaStreamSynchronize(e_.stream));
-        const int* result = result_h_ + 2 * (size_t)B_;
-        out->assign(n, PickedToken{});
-        for (int i = 0; i < n; i++) {
-            if (result[n + i]) continue;  // a non-finite logit: token -1
-            (*out)[i].token = result[i];
-            if (prompts[i].pick.top_logprobs >= 0) {
-                inference_prefill_logits_to_host(&e_, i, logits_.data());
-                fill_logprobs(logits_.data(), e_.config.vocab_size, prompts[i].pick.top_logprobs, &(*out)[i]);
-            }
-        }
+        std::vector<TokenPick> picks;
+        for (const PrefillPrompt& p : prompts) known_[p.slot] = p.n, picks.push_back(p.pick);
+        first_tokens(inference_prefill_logits(&e_), picks, inference_prefill_slots_device(&e_), out);
     }
 
     void decode_begin(const std::vector<DecodeSlot>& batch) override {
@@ -190,7 +169,6 @@ public:
             stage_params(p)[d.slot] = d.pick.params;
             stage_coins(p)[d.slot] = d.pick.coin;
         }
-        for (int b = 0; b < R; b++) e_.cache.host_len[b] = len[b];
         for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
         StepBuffers& sb = step_[p];
         run_step((size_t)(std::find(e_.row_buckets.begin(), e_.row_buckets.end(), R) - e_.row_buckets.begin()), p);
@@ -261,32 +239,42 @@ private:
         else body();
     }
 
-    // Queues the picks of `rows` rows of logits (Vp apart) with params_h_/coins_h_[base, base + rows): tokens into
-    // result_d_ from 2 base, the non-finite flags after them, both then copied to result_h_ at the same place; the
-    // tokens also become the next decode step's inputs of their slots (slot_of: device array; null: row i is slot i).
-    // Pinned staging: the caller must not change [base, base + rows) of params_h_/coins_h_ until the stream is there.
-    void queue_picks(const floatX* logits, int rows, int base, const int* slot_of) {
+    // The prompts' first tokens from rows [0, n) of `logits` (Vp apart; the prompts' logits, row i prompt i), picked
+    // on the GPU by picks[i] and written into the next decode step's inputs of their slots (slot_of: device array;
+    // null: row i is slot i); waits for them (and the stream before them). Logprobs from the same rows.
+    void first_tokens(const floatX* logits, const std::vector<TokenPick>& picks, const int* slot_of,
+                      std::vector<PickedToken>* out) {
+        const int n = (int)picks.size();
         const size_t Vp = e_.config.padded_vocab_size;
         bool sampling = false;  // some row samples: the kernel gets the shared memory for a row (greedy needs none)
-        for (int b = 0; b < rows; b++) sampling = sampling || !params_h_[base + b].greedy();
-        int* tokens = result_d_ + 2 * (size_t)base;
-        cudaCheck(cudaMemcpyAsync(params_d_ + base, params_h_ + base, rows * sizeof(PickParams),
-                                  cudaMemcpyHostToDevice, e_.stream));
-        cudaCheck(cudaMemcpyAsync(coins_d_ + base, coins_h_ + base, rows * sizeof(float), cudaMemcpyHostToDevice,
-                                  e_.stream));
-        pick_tokens_per_row(logits, Vp, rows, e_.config.vocab_size, params_d_ + base, sampling, coins_d_ + base,
-                            tokens, tokens + rows, scratch_d_ + 2 * (size_t)base, e_.stream);
-        inference_commit_picks(&e_, tokens, tokens + rows, slot_of, rows);
-        cudaCheck(cudaMemcpyAsync(result_h_ + 2 * (size_t)base, tokens, 2 * rows * sizeof(int), cudaMemcpyDeviceToHost,
-                                  e_.stream));
+        for (int i = 0; i < n; i++) {
+            params_h_[i] = picks[i].params, coins_h_[i] = picks[i].coin;
+            sampling = sampling || !picks[i].params.greedy();
+        }
+        cudaCheck(cudaMemcpyAsync(params_d_, params_h_, n * sizeof(PickParams), cudaMemcpyHostToDevice, e_.stream));
+        cudaCheck(cudaMemcpyAsync(coins_d_, coins_h_, n * sizeof(float), cudaMemcpyHostToDevice, e_.stream));
+        pick_tokens_per_row(logits, Vp, n, e_.config.vocab_size, params_d_, sampling, coins_d_, result_d_,
+                            result_d_ + n, scratch_d_, e_.stream);
+        inference_commit_picks(&e_, result_d_, result_d_ + n, slot_of, n);
+        cudaCheck(cudaMemcpyAsync(result_h_, result_d_, 2 * n * sizeof(int), cudaMemcpyDeviceToHost, e_.stream));
+        cudaCheck(cudaStreamSynchronize(e_.stream));
+        out->assign(n, PickedToken{});
+        for (int i = 0; i < n; i++) {
+            if (result_h_[n + i]) continue;  // a non-finite logit: token -1
+            (*out)[i].token = result_h_[i];
+            if (picks[i].top_logprobs >= 0) {
+                slots_detail::logit_rows_to_host(&e_, logits, i, 1, logits_.data());
+                fill_logprobs(logits_.data(), e_.config.vocab_size, picks[i].top_logprobs, &(*out)[i]);
+            }
+        }
     }
 
     InferenceEngine e_;
     int B_ = 0, P_ = 0, chunk_ = 0;
     std::vector<int> known_;  // positions each slot's sequence holds in the cache (0: free)
     std::vector<float> logits_;  // one row, for logprobs
-    // (B + P) rows: the decode step's, then the prefill's, on the device and pinned: rules, coins, results (2 each:
-    // tokens, then non-finite flags) and the picker's length bookkeeping (2 each)
+    // the prompts' picks (P rows), on the device and pinned: rules, coins, results (tokens, then non-finite flags);
+    // the pickers' scratch (max(B, P) ints, shared with the decode step's: one stream)
     PickParams* params_d_ = nullptr;
     float* coins_d_ = nullptr;
     int* result_d_ = nullptr;
