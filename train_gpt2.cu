@@ -178,9 +178,12 @@ void print_startup_table(const TrainArgs& a, const GPT2& model, const AdamW& opt
     row("attention / recompute", attention_backend_description(s.backend) + " / " + str(a.recompute));
     row("matmuls", gpt2_matmuls_description(model));
     row("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(s.world));
-    row("forward + backward", model.use_graphs ? "one CUDA Graph per micro-step (from the second; -cg 0: off)"
-                              : matmul_algos::tuning() ? "kernels queued one by one (GEMM tuning run)"
-                                                       : "kernels queued one by one");
+    row("forward + backward",
+        model.use_graphs ? (s.world == 1 ? "one CUDA Graph per micro-step (from the second; -cg 0: off)"
+                                         : "CUDA Graphs between the exchange's calls (from the second micro-step; "
+                                           "-cg 0: off)")
+        : matmul_algos::tuning() ? "kernels queued one by one (GEMM tuning run)"
+                                 : "kernels queued one by one");
     row("ZeRO stage", opt.zero_description());
     if (s.world > 1) row("gradient exchange", opt.exchange_description((size_t)a.zero_bucket_mb));
     print_table_rows(schedule_table_rows(a, s.layout, s.start_step, s.total_steps));
@@ -224,17 +227,18 @@ StepResult train_step(GPT2& model, AdamW& opt, DataLoader& train, const TrainArg
     GradExchange* exchange = opt.listener();
     for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
         train.next_batch();
-        // one GPU: no exchange, a CUDA Graph (-cg 1); several: the forward waits for gathered parameters and only
-        // the last micro-step's backward sends its gradients (-z 2: every micro-step's)
+        // one GPU: no exchange, one CUDA Graph (-cg 1); several: graphs between the exchange's calls, the forward
+        // waits for gathered parameters and only the last micro-step's backward sends its gradients (-z 2: every one's)
         const bool last_micro = micro == layout.grad_accum_steps - 1;
         loss_sum += gpt2_forward_backward(&model, train.inputs(), train.targets(), a.B, a.T,
                                           1.0f / layout.grad_accum_steps, exchange,
                                           exchange ? opt.backward_listener(last_micro) : nullptr);
     }
     StepResult r;
-    r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
     r.lr = sched.lr_at(step);
     r.grad_norm = opt.step(r.lr, a.grad_clip, step + 1, mix_seed(a.seed, (uint64_t)step + 1)).grad_norm;
+    // the ranks' mean loss (a host round trip) once the update is queued: the GPU updates while the host waits
+    r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
     cudaCheck(cudaStreamSynchronize(model.stream));
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     check_step_finite(step + 1, r.loss, r.grad_norm);
@@ -259,8 +263,9 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     const AttentionBackend backend = resolve_attention_backend(a.attention, c.channels, c.num_heads, &note);
     if (!note.empty()) printf("note: %s\n", note.c_str());
     matmul_set_tf32(a.tf32);
-    // A GEMM tuning run (LLMC_GEMM_TUNE) times each call as queued, which a replayed graph would not do.
-    model.use_graphs = a.cuda_graph && mg.world == 1 && !matmul_algos::tuning();
+    // A GEMM tuning run (LLMC_GEMM_TUNE) times each call as queued, which a replayed graph would not do; SMs left to
+    // NCCL (LLMC_COMM_SMS) change the persistent kernels' grids while a collective runs, which a graph would freeze.
+    model.use_graphs = a.cuda_graph && !matmul_algos::tuning() && !(mg.world > 1 && engine_options().comm_sms > 0);
     AdamWSettings opt_settings;  // betas and eps as in GPT-2/GPT-3 training (and llm.c): the defaults
     opt_settings.weight_decay = a.weight_decay;
     opt_settings.master_weights = a.master_weights;
@@ -370,6 +375,11 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
                layout.tokens_per_step / (ms / 1e3));
     }
     printf("device memory in use at the end: %s\n", format_bytes((double)device_memory_in_use()).c_str());
+    if (model.use_graphs) {
+        int graphs = 0, replays = 0;
+        gpt2_graph_counts(&model, &graphs, &replays);
+        printf("forward + backward: %d CUDA Graph%s captured, %d replays\n", graphs, graphs == 1 ? "" : "s", replays);
+    }
     if (matmul_algos::tuning()) {
         const int left = matmul_algos::unfinished();
         const char* path = matmul_algos::state().tune_path.c_str();

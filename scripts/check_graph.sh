@@ -16,6 +16,8 @@ for mode in eager graph; do
     ./train_gpt2cu "${FLAGS[@]}" -cg $cg -o "$WORK/$mode" >"$WORK/$mode.log" 2>&1 || { tail "$WORK/$mode.log"; exit 1; }
 done
 grep -a -q "one CUDA Graph per micro-step" "$WORK/graph.log" || { echo "DIFFERENT: -cg 1 did not use a graph"; exit 1; }
+grep -a -q -E "^forward \+ backward: [1-9][0-9]* CUDA Graphs? captured, [1-9][0-9]* replays" "$WORK/graph.log" ||
+    { echo "DIFFERENT: -cg 1 replayed no graph"; exit 1; }
 strip() { LC_ALL=C grep -a -e '^step' -e '^val loss' "$1" | sed -E 's/\| +[0-9.]+ ms \| +[0-9]+ tok\/s \| MFU .*$//'; }
 fail=0
 s=$(printf %08d "$STEPS")

@@ -8,7 +8,8 @@
 # run repeated must print the same step lines (runs are deterministic). Checkpoints across GPU counts: the single run
 # and the N-GPU -z 1 run save after STEPS/2 steps; 1 GPU resumes the N-GPU checkpoint and N GPUs (-z 1) the 1-GPU one.
 # The layers' buckets go by copy engines by default: -z 0, -z 1 and -z 2 also run with LLMC_PEER_COPY=0 (NCCL only),
-# and with one micro-step -z 2's step lines must equal -z 1's on either path.
+# and with one micro-step -z 2's step lines must equal -z 1's on either path. Five runs again with -cg 0 (the kernels
+# queued one by one, not replayed from CUDA Graphs between the exchange's calls) must print the same step lines.
 # ZeRO-2 (-z 2): N ranks against the same single-GPU run, and N ranks with 2 micro-steps each (-d twice as large:
 # -z 2 reduce-scatters on every micro-step) against 1 GPU with 2N micro-steps of the same tokens, a -z 1 run of that
 # layout beside it; these runs have their own yardstick (below) and learning rate (1e-4: at 3e-4 they spike).
@@ -97,6 +98,13 @@ accum=(-e d12 -b "$B" -t "$T" -d $((2 * B * T * NGPU)) -x "$STEPS" -v 0 -s 0 -i 
 run_fs fs_z1_accum "${accum[@]}" -z 1 || rc=1
 run_fs fs_z2_accum "${accum[@]}" -z 2 || rc=1
 LLMC_PEER_COPY=0 run_fs fs_z2_accum_nccl "${accum[@]}" -z 2 || rc=1
+# the same runs with the kernels queued one by one (-cg 0) instead of replayed from CUDA Graphs between the exchange's
+# calls: every step line must be the same
+run_fs fs_cg0 "${common[@]}" -cg 0 || rc=1
+run_fs fs_z1_cg0 "${common[@]}" -z 1 -cg 0 || rc=1
+LLMC_PEER_COPY=0 run_fs fs_z1_nccl_cg0 "${common[@]}" -z 1 -cg 0 || rc=1
+run_fs fs_z1_accum_cg0 "${accum[@]}" -z 1 -cg 0 || rc=1
+run_fs fs_z2_accum_cg0 "${accum[@]}" -z 2 -cg 0 || rc=1
 # resume each run's step-$half checkpoint on the other GPU count (the final checkpoints removed first)
 printf -v last_ck '%08d' "$STEPS"
 rm -f "$ck1"/*_"$last_ck".bin "$ckn"/*_"$last_ck".bin
@@ -120,6 +128,20 @@ for pair in "fs_z1_again fs_z2 copy engines" "fs_z1_nccl fs_z2_nccl NCCL only"; 
         echo "$NGPU GPUs -z 2 vs -z 1 ($what): $STEPS step lines identical OK"
     else
         echo "$NGPU GPUs -z 2 vs -z 1 ($what): step lines differ FAIL"; rc=1
+    fi
+done
+
+# -cg 1 (the default) against -cg 0: the graph runs must have replayed graphs, and their step lines must be the same
+replays() { sed -n 's/^forward + backward: [0-9]* CUDA Graphs\{0,1\} captured, \([0-9]*\) replays$/\1/p' "$1"; }
+for pair in "fs fs_cg0 -z 0" "fs_z1_again fs_z1_cg0 -z 1" "fs_z1_nccl fs_z1_nccl_cg0 -z 1 NCCL only" \
+            "fs_z1_accum fs_z1_accum_cg0 -z 1 2 micro-steps" "fs_z2_accum fs_z2_accum_cg0 -z 2 2 micro-steps"; do
+    read -r a b what <<<"$pair"
+    n=$(replays "$LOGS/$a.log")
+    if [ "${n:-0}" -gt 0 ] && [ -s "$LOGS/$b.log" ] && diff <(steplines "$LOGS/$a.log") <(steplines "$LOGS/$b.log") >/dev/null &&
+       [ "$(steplines "$LOGS/$b.log" | wc -l)" = "$STEPS" ]; then
+        echo "$NGPU GPUs CUDA Graphs vs -cg 0 ($what): $STEPS step lines identical, $n replays OK"
+    else
+        echo "$NGPU GPUs CUDA Graphs vs -cg 0 ($what): ${n:-no} replays, step lines differ or missing FAIL"; rc=1
     fi
 done
 

@@ -2,7 +2,8 @@
 // simulated: for N = 1, 2, 3 and two bucket sizes, every rank packs the (already averaged) gradients bucket by bucket
 // into a stale staging buffer and copies its slice back to its places in its own gradient buffer (what an in-place
 // reduce-scatter and zero_unpack_owned leave; every other place is poisoned with NaN), takes the norm of its owned
-// gradients, updates its shard with zero_adamw_update, packs only its own parameters into a poisoned staging buffer
+// gradients, updates its shard with zero_adamw_update (odd ranks in two launches, wte/wpe/lnf's chunks then the
+// layers', as the trainer with several ranks), packs only its own parameters into a poisoned staging buffer
 // and takes the other ranks' slices (an in-place all-gather). Every rank must end with the parameters adamw_update
 // gives the unsharded model, bit for bit; the shards of master weights, m and v must reassemble
 // (zero_flat_from_shards) into the unsharded ones; the ranks' squared norms must add up to the whole gradient's (and
@@ -294,6 +295,9 @@ int main() {
             std::vector<floatX*> rank_grads(N);  // each rank's flat gradient buffer
             for (int r = 0; r < N; r++) {
                 shards[r] = zero_shard_create(plan, c, N, r);
+                expect(shards[r].first_outer_chunk > 0 && shards[r].first_outer_chunk < shards[r].num_chunks,
+                       "the shard's chunks: the layers' first, then wte's, wpe's and lnf's (both parts non-empty)", N,
+                       bucket_bytes, r);
                 rank_params[r] = floatX_to_device(params);
                 sh_master[r] = with_master ? to_device(zero_shard_from_flat(plan, N, r, master.data(), poison)) : nullptr;
                 sh_m[r] = to_device(zero_shard_from_flat(plan, N, r, m.data(), poison));
@@ -343,11 +347,18 @@ int main() {
             expect(std::fabs(std::sqrt(sum_sq) - whole_norm) <= 1e-5 * whole_norm,
                    "the ranks' norms combine into the whole gradient's norm (rel 1e-5)", N, bucket_bytes, -1);
             for (int r = 0; r < N; r++) {
-                if (z == 2)
-                    zero_adamw_update_shard(shards[r], rank_params[r], sh_master[r], shard_grads[r], sh_m[r], sh_v[r],
-                                            table, s);
-                else
-                    zero_adamw_update(shards[r], rank_params[r], sh_master[r], rank_grads[r], sh_m[r], sh_v[r], table, s);
+                // odd ranks in two launches as the trainer with several ranks (outside the layers first), even ranks
+                // in one: the same bits either way
+                const std::vector<ZeroChunks> parts = r % 2 ? std::vector<ZeroChunks>{ZeroChunks::Outer, ZeroChunks::Layers}
+                                                            : std::vector<ZeroChunks>{ZeroChunks::All};
+                for (ZeroChunks part : parts) {
+                    if (z == 2)
+                        zero_adamw_update_shard(shards[r], rank_params[r], sh_master[r], shard_grads[r], sh_m[r],
+                                                sh_v[r], table, s, 0, part);
+                    else
+                        zero_adamw_update(shards[r], rank_params[r], sh_master[r], rank_grads[r], sh_m[r], sh_v[r],
+                                          table, s, 0, part);
+                }
             }
             cudaCheck(cudaDeviceSynchronize());
             // before the gather: owned elements updated, the others untouched

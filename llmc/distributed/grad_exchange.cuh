@@ -166,19 +166,33 @@ struct GradExchange : ForwardListener, BackwardListener {
         if (plan[(size_t)k].first_layer == layer) send_bucket(k);
     }
 
-    // The forward is about to read layer `layer`'s parameters (-1: wte, wpe, lnf).
+    // The forward is about to read layer `layer`'s parameters (-1: wte, wpe, lnf): it waits for their bucket where
+    // the bucket's first layer is needed.
     void parameters_needed(int layer) override {
         if (!gather_pending) return;
         if (layer < 0) {
             for (size_t k = 0; k < plan.size(); k++)
                 if (plan[k].first_layer < 0) cudaCheck(cudaStreamWaitEvent(compute, gathered[k], 0));
-        } else {
+        } else if (first_of_bucket(layer)) {
             cudaCheck(cudaStreamWaitEvent(compute, gathered[(size_t)bucket_of_layer[(size_t)layer]], 0));
         }
         if (layer == (int)bucket_of_layer.size() - 1) gather_pending = false;  // every bucket waited for
         // the last bucket gathered (plan[0]) has landed: what is queued from here on runs with every SM
-        if (!gather_pending || event_done(gathered[0])) reserve_sms(false);
+        if (sm_reserved_for_comm() > 0 && (!gather_pending || event_done(gathered[0]))) reserve_sms(false);
     }
+
+    // Which calls may queue work (a micro-step replayed from CUDA Graphs ends a graph before them): the forward's
+    // waits for gathered buckets, a bucket's send (after its lowest layer; -1: wte, wpe, lnf), -z 2's slots.
+    bool queues_work(StepHook hook, int layer) const override {
+        switch (hook) {
+            case StepHook::ParametersNeeded: return sharded && (layer < 0 || first_of_bucket(layer));
+            case StepHook::QkvReady: return false;
+            case StepHook::LayerBegins: return grad_shard;
+            case StepHook::GradientsReady: return layer < 0 || first_of_bucket(layer);
+        }
+        return true;
+    }
+    bool first_of_bucket(int layer) const { return plan[(size_t)bucket_of_layer[(size_t)layer]].first_layer == layer; }
 
     // After the exchanging backward: the compute stream waits until every bucket's gradients are averaged. The step's
     // exchange is over: with -z 2 the next backward starts the next step's gradient shard.
@@ -193,14 +207,18 @@ struct GradExchange : ForwardListener, BackwardListener {
 
     // -z 1 and 2, after the shard's update: every rank's updated parameters to every rank, bucket by bucket in the
     // order the forward reads them; each bucket's event lets the next forward start on what has arrived. -z 2 stages
-    // through the slots (idle until the next backward, which waits for their events) or its gather staging.
-    void gather_params() {
+    // through the slots (idle until the next backward, which waits for their events) or its gather staging. which:
+    // the buckets outside the layers (queued after their own part of the update, so they travel under the layers'),
+    // the layers' (after the rest of the update), or all.
+    void gather_params(ZeroChunks which = ZeroChunks::All) {
         if (!active() || !sharded) return;
         stream_wait_for(mg->stream, compute, to_comm);  // the update is queued before this point
-        if (peer.active) peer.lanes_wait(to_comm);
+        if (peer.active && which != ZeroChunks::Outer) peer.lanes_wait(to_comm);
         reserve_sms(true);
         for (int k = (int)plan.size() - 1; k >= 0; k--) {
             const GradBucket& b = plan[(size_t)k];
+            const bool outer = b.first_layer < 0;
+            if ((which == ZeroChunks::Outer && !outer) || (which == ZeroChunks::Layers && outer)) continue;
             if (by_peer_copy(k)) {  // the own places to every peer; the bucket is here once every peer's have come
                 peer.gather_owned(k);
                 peer.wait_gathered(peer.recv);
@@ -219,7 +237,7 @@ struct GradExchange : ForwardListener, BackwardListener {
             }
             cudaCheck(cudaEventRecord(gathered[(size_t)k], mg->stream));
         }
-        gather_pending = true;
+        if (which != ZeroChunks::Outer) gather_pending = true;
     }
 
     // Before anything reads the parameters outside a training forward (checkpoints, samples, the end): the compute

@@ -45,10 +45,16 @@ struct ZeroDeviceChunk {
     uint32_t segment, start, count;  // segments[segment] elements [start, start + count)
 };
 
+// Which of a shard's chunks an update launch takes: with several ranks the update runs in two launches, wte's, wpe's
+// and lnf's chunks first, so that their all-gather (what the next forward's encoder waits for) travels under the
+// layers' update instead of after it. Each element is updated once, with the same bits, whichever launch.
+enum class ZeroChunks { All, Outer, Layers };
+
 struct ZeroShard {
     int num_ranks = 0, rank = 0;
     size_t elements = 0;                     // zero_shard_size: the length of master, m and v
     int num_segments = 0, num_chunks = 0;
+    int first_outer_chunk = 0;               // chunks [first_outer_chunk, num_chunks): the buckets outside the layers
     ZeroDeviceSegment* segments = nullptr;   // device
     ZeroDeviceChunk* chunks = nullptr;       // device
     float* norm_partials = nullptr;          // device, num_chunks + 1
@@ -76,10 +82,20 @@ inline ZeroShard zero_shard_create(const std::vector<GradBucket>& plan, const GP
         cudaCheck(cudaMemcpy(z.segments, host.data(), host.size() * sizeof(ZeroDeviceSegment), cudaMemcpyHostToDevice));
     }
     std::vector<ZeroDeviceChunk> chunks;
-    for (size_t g = 0; g < host.size(); g++)
+    int first_outer = -1;
+    for (size_t g = 0; g < host.size(); g++) {
+        const bool outer = !table[(size_t)host[g].tensor].per_layer;
+        if (outer && first_outer < 0) first_outer = (int)chunks.size();
+        if (!outer && first_outer >= 0) {  // zero_bucket_plan puts the buckets outside the layers last
+            fprintf(stderr, "error: ZeRO shard: a layer's segment (tensor %d) after the tensors outside the layers\n",
+                    host[g].tensor);
+            exit(EXIT_FAILURE);
+        }
         for (size_t at = 0; at < host[g].count; at += kZeroChunk)
             chunks.push_back({(uint32_t)g, (uint32_t)at, (uint32_t)std::min<size_t>(kZeroChunk, host[g].count - at)});
+    }
     z.num_chunks = (int)chunks.size();
+    z.first_outer_chunk = first_outer < 0 ? z.num_chunks : first_outer;
     if (!chunks.empty()) {
         cudaCheck(cudaMalloc(&z.chunks, chunks.size() * sizeof(ZeroDeviceChunk)));
         cudaCheck(cudaMemcpy(z.chunks, chunks.data(), chunks.size() * sizeof(ZeroDeviceChunk), cudaMemcpyHostToDevice));
@@ -162,7 +178,7 @@ __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* 
                                    const ZeroDeviceSegment* segments, const ZeroDeviceChunk* chunks,
                                    AdamWTensorTable table, AdamWStep s) {
     using namespace adamw_detail;
-    const ZeroDeviceChunk c = chunks[blockIdx.x];
+    const ZeroDeviceChunk c = chunks[blockIdx.x];  // chunks starts at the launch's first
     const ZeroDeviceSegment g = segments[c.segment];
     const float wd = table.weight_decay[g.tensor];
     const uint32_t seed = tensor_seed(g.tensor, s);  // adamw_kernel's stream for this tensor
@@ -236,10 +252,12 @@ inline float grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t str
 
 template <bool kShardGrads>
 inline void adamw_update(const ZeroShard& z, floatX* params, float* master, const floatX* grads, float* m, float* v,
-                         const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream) {
-    if (z.num_chunks == 0) return;
-    adamw_shard_kernel<kShardGrads><<<z.num_chunks, 512, 0, stream>>>(params, master, grads, m, v, z.segments,
-                                                                       z.chunks, table, s);
+                         const AdamWTensorTable& table, const AdamWStep& s, ZeroChunks which, cudaStream_t stream) {
+    const int begin = which == ZeroChunks::Outer ? z.first_outer_chunk : 0;
+    const int end = which == ZeroChunks::Layers ? z.first_outer_chunk : z.num_chunks;
+    if (end <= begin) return;
+    adamw_shard_kernel<kShardGrads><<<end - begin, 512, 0, stream>>>(params, master, grads, m, v, z.segments,
+                                                                      z.chunks + begin, table, s);
     cudaCheckLaunch();
 }
 
@@ -259,15 +277,17 @@ inline float zero_grad_norm_shard(const ZeroShard& z, const floatX* shard_grads,
 // grads and written to params), master (or null without master weights), m and v are shard-ordered arrays of
 // z.elements. table: weight decay per tensor
 // (its offsets and sizes are not used). Same step and seed as adamw_update gives the same bits per element.
+// which: all the shard's chunks, or those of the tensors outside the layers or of the layers only (ZeroChunks).
 inline void zero_adamw_update(const ZeroShard& z, floatX* params, float* master, const floatX* grads, float* m,
-                              float* v, const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream = 0) {
-    zero_detail::adamw_update<false>(z, params, master, grads, m, v, table, s, stream);
+                              float* v, const AdamWTensorTable& table, const AdamWStep& s, cudaStream_t stream = 0,
+                              ZeroChunks which = ZeroChunks::All) {
+    zero_detail::adamw_update<false>(z, params, master, grads, m, v, table, s, which, stream);
 }
 // The same with the gradients read from a gradient shard (-z 2: shard order, like master, m and v).
 inline void zero_adamw_update_shard(const ZeroShard& z, floatX* params, float* master, const floatX* shard_grads,
                                     float* m, float* v, const AdamWTensorTable& table, const AdamWStep& s,
-                                    cudaStream_t stream = 0) {
-    zero_detail::adamw_update<true>(z, params, master, shard_grads, m, v, table, s, stream);
+                                    cudaStream_t stream = 0, ZeroChunks which = ZeroChunks::All) {
+    zero_detail::adamw_update<true>(z, params, master, shard_grads, m, v, table, s, which, stream);
 }
 
 // -z 2: a bucket's averaged slice (after its reduce-scatter) into its place in the gradient shard: copied on a step's

@@ -20,6 +20,7 @@
 #include "llmc/model/gpt2_init.h"
 #include "llmc/model/gpt2_memory.cuh"
 #include "llmc/model/gpt2_params.cuh"
+#include "llmc/model/step_graph.h"
 
 struct GPT2 {
     GPT2Config config;
@@ -32,12 +33,7 @@ struct GPT2 {
     // gpt2_allocate, which then gives the model a stream of its own if it has none (the legacy stream cannot be
     // captured).
     bool use_graphs = false;
-    struct StepGraph {
-        int B = 0, T = 0;
-        float loss_scale = 0.0f;
-        bool seen = false;                // an eager run with this key has set up every plan and lazy state
-        cudaGraphExec_t exec = nullptr;
-    } graph;
+    std::vector<StepGraph> graphs;        // one per key (llmc/model/step_graph.h), at most kMaxStepGraphs
     cudaStream_t owned_stream = nullptr;  // created by gpt2_allocate for use_graphs
     // Set before gpt2_allocate: where the gradients live (gpt2_params.cuh). Flat by default; ZeRO-2's optimizer
     // (llmc/training/adamw_optimizer.cuh) gives the layout in which the model keeps only wte's, wpe's and lnf's, and
@@ -263,8 +259,8 @@ inline void gpt2_write_model(GPT2* m, const std::string& path) {
 inline size_t gpt2_num_parameters(const GPT2* m) { return m->num_parameters; }
 
 inline void gpt2_free(GPT2* m) {
-    if (m->graph.exec) cudaCheck(cudaGraphExecDestroy(m->graph.exec));
-    m->graph = GPT2::StepGraph{};
+    for (StepGraph& g : m->graphs) step_graph_free(&g);
+    m->graphs.clear();
     if (m->owned_stream) {
         cudaCheck(cudaStreamDestroy(m->owned_stream));
         if (m->stream == m->owned_stream) m->stream = 0;

@@ -22,6 +22,8 @@ struct BackwardListener {
     // fcproj bias gradient (its first LayerNorm backward sums it), and the lnf backward layer L-1's: ZeRO-2's exchange
     // gives the buckets of layer and layer - 1 their gradient slots here.
     virtual void layer_begins(int layer) {}
+    // As ForwardListener::queues_work (a listener of both passes overrides both with one function).
+    virtual bool queues_work(StepHook hook, int layer) const { return true; }
 };
 
 namespace gpt2_detail {

@@ -11,6 +11,7 @@
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul.cuh"
 #include "llmc/model/gpt2_params.cuh"
+#include "llmc/model/step_graph.h"
 
 // A per-layer activation: layer l's slice starts at base + l * stride (stride 0: one buffer every layer overwrites).
 template <typename T>
@@ -41,6 +42,10 @@ struct ForwardListener {
     virtual void parameters_needed(int layer) {}
     // Layer `layer`'s Q, K, V (B, T, 3C) are queued: generation's prefill copies K and V into its cache.
     virtual void qkv_ready(int layer, const floatX* qkv) {}
+    // Whether the call `hook` at `layer` may queue work. A step replayed from CUDA Graphs (llmc/model/step_graph.h)
+    // ends a graph before each such call and makes it eagerly; it makes the others inside the capture, so they must
+    // queue nothing (they are made again at each replay, for their host state).
+    virtual bool queues_work(StepHook hook, int layer) const { return true; }
 };
 
 struct ForwardShape {

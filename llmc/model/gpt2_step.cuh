@@ -1,6 +1,6 @@
 // The training model's passes: the forward with the classifier and loss, the backward, and both as one unit whose
-// kernels are replayed from a CUDA Graph. Listeners (the optimizer's gradient exchange with several GPUs) are
-// passed per call; with none, gpt2_forward_backward can be a graph.
+// kernels are replayed from CUDA Graphs (llmc/model/step_graph.h). Listeners (the optimizer's gradient exchange with
+// several GPUs) are passed per call; their calls that queue work run eagerly between the graphs.
 #pragma once
 
 #include <vector>
@@ -116,11 +116,69 @@ inline void gpt2_backward(GPT2* m, float loss_scale, BackwardListener* listener 
     cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
+namespace gpt2_detail {
+
+// One listener call, as the passes make it.
+inline void make_call(const StepGraphCall& c, ForwardListener* fwd, BackwardListener* bwd) {
+    switch (c.hook) {
+        case StepHook::ParametersNeeded: fwd->parameters_needed(c.layer); break;
+        case StepHook::QkvReady: fwd->qkv_ready(c.layer, c.qkv); break;
+        case StepHook::LayerBegins: bwd->layer_begins(c.layer); break;
+        case StepHook::GradientsReady: bwd->gradients_ready(c.layer); break;
+    }
+}
+
+// Stands between the passes and their listeners while a micro-step is captured: before a call that may queue work
+// it ends the capture, instantiates and launches what was captured, makes the call eagerly and begins the next
+// capture; a call that queues nothing is made inside the capture. Every call is recorded for the replays.
+struct StepRecorder : ForwardListener, BackwardListener {
+    cudaStream_t stream;
+    StepGraph* g;
+    ForwardListener* fwd;
+    BackwardListener* bwd;
+
+    void begin() { cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal)); }
+    int end() {  // the segment captured since begin(), launched
+        g->segments.push_back(end_capture_instantiate(stream));
+        if (g->segments.back()) cudaCheck(cudaGraphLaunch(g->segments.back(), stream));
+        return (int)g->segments.size() - 1;
+    }
+    void call(StepHook hook, int layer, const floatX* qkv) {
+        const bool queues = hook == StepHook::ParametersNeeded || hook == StepHook::QkvReady
+                                ? fwd->queues_work(hook, layer)
+                                : bwd->queues_work(hook, layer);
+        const StepGraphCall c{hook, layer, qkv, queues ? end() : -1};
+        g->calls.push_back(c);
+        make_call(c, fwd, bwd);
+        if (queues) begin();
+    }
+    void parameters_needed(int layer) override { call(StepHook::ParametersNeeded, layer, nullptr); }
+    void qkv_ready(int layer, const floatX* qkv) override { call(StepHook::QkvReady, layer, qkv); }
+    void layer_begins(int layer) override { call(StepHook::LayerBegins, layer, nullptr); }
+    void gradients_ready(int layer) override { call(StepHook::GradientsReady, layer, nullptr); }
+};
+
+// The graph for this key: found, or a new one (the oldest keys dropped when kMaxStepGraphs are kept).
+inline StepGraph& step_graph_for(GPT2* m, int B, int T, float loss_scale, bool fwd, bool bwd) {
+    for (StepGraph& g : m->graphs)
+        if (g.same_key(B, T, loss_scale, fwd, bwd)) return g;
+    if (m->graphs.size() >= kMaxStepGraphs) {
+        for (StepGraph& g : m->graphs) step_graph_free(&g);
+        m->graphs.clear();
+    }
+    StepGraph g;
+    g.B = B, g.T = T, g.loss_scale = loss_scale, g.forward_listens = fwd, g.backward_listens = bwd;
+    m->graphs.push_back(g);
+    return m->graphs.back();
+}
+
+}  // namespace gpt2_detail
+
 // gpt2_forward with targets, then gpt2_backward(loss_scale), as one unit: with use_graphs, the second call with
-// the same B, T and loss_scale captures the kernels into a CUDA Graph and every later call replays it (one launch
-// instead of ~380: no gaps while the host queues them). Same kernels, same order, same bits. Returns the mean loss,
-// read once at the end (no host wait between the forward and the backward). With listeners (several GPUs: the
-// exchange runs on the host between the kernels) the kernels are queued one by one.
+// the same key (B, T, loss_scale, which passes have a listener) captures the kernels into CUDA Graphs and every later
+// call replays them (llmc/model/step_graph.h: one launch instead of ~380 with no listener; with listeners, one graph
+// between two calls that queue work, which are made eagerly). Same kernels, same order, same bits. Returns the mean
+// loss, read once at the end (no host wait between the forward and the backward).
 inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale,
                                    ForwardListener* forward_listener = nullptr,
                                    BackwardListener* backward_listener = nullptr) {
@@ -133,29 +191,29 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
     }
     upload_tokens(m, mem::Inputs, inputs, B, T, "input");
     upload_tokens(m, mem::Targets, targets, B, T, "target");
-    GPT2::StepGraph& g = m->graph;
-    const bool graphable = m->use_graphs && m->stream != 0 && !forward_listener && !backward_listener;
-    const bool same_key = g.B == B && g.T == T && g.loss_scale == loss_scale;
-    if (!graphable || !same_key) {
-        if (g.exec) cudaCheck(cudaGraphExecDestroy(g.exec));
-        g = GPT2::StepGraph{};
-        g.B = B, g.T = T, g.loss_scale = loss_scale;
-    }
-    if (graphable && g.seen && !g.exec) {
-        cudaGraph_t graph;
-        cudaCheck(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
-        forward_enqueue(m, B, T, true, nullptr);
-        backward_enqueue(m, B, T, loss_scale, nullptr);
-        cudaCheck(cudaStreamEndCapture(m->stream, &graph));
-        cudaCheck(cudaGraphInstantiate(&g.exec, graph, 0));
-        cudaCheck(cudaGraphDestroy(graph));
-    }
-    if (g.exec) {
-        cudaCheck(cudaGraphLaunch(g.exec, m->stream));
+    StepGraph* g = nullptr;
+    if (m->use_graphs && m->stream != 0)
+        g = &step_graph_for(m, B, T, loss_scale, forward_listener != nullptr, backward_listener != nullptr);
+    if (g && g->captured) {
+        for (const StepGraphCall& c : g->calls) {
+            if (c.segment >= 0 && g->segments[(size_t)c.segment])
+                cudaCheck(cudaGraphLaunch(g->segments[(size_t)c.segment], m->stream));
+            make_call(c, forward_listener, backward_listener);
+        }
+        if (g->segments.back()) cudaCheck(cudaGraphLaunch(g->segments.back(), m->stream));
+        g->launches++;
+    } else if (g && g->seen) {
+        StepRecorder r;
+        r.stream = m->stream, r.g = g, r.fwd = forward_listener, r.bwd = backward_listener;
+        r.begin();
+        forward_enqueue(m, B, T, true, forward_listener ? &r : nullptr);
+        backward_enqueue(m, B, T, loss_scale, backward_listener ? &r : nullptr);
+        r.end();
+        g->captured = true;
     } else {
         forward_enqueue(m, B, T, true, forward_listener);
         backward_enqueue(m, B, T, loss_scale, backward_listener);
-        g.seen = graphable;
+        if (g) g->seen = true;
     }
     m->last_B = B;
     m->last_T = T;
@@ -163,4 +221,10 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
     m->dlogits_ready = false;
     m->last_loss = read_mean_loss(m, B * T);
     return m->last_loss;
+}
+
+// How many graphs were captured and how many micro-steps replayed them (the trainer's last line).
+inline void gpt2_graph_counts(const GPT2* m, int* graphs, int* launches) {
+    *graphs = 0, *launches = 0;
+    for (const StepGraph& g : m->graphs) *graphs += g.captured ? 1 : 0, *launches += g.launches;
 }

@@ -199,20 +199,26 @@ struct AdamW {
             table.weight_decay[i] = specs[i].weight_decay ? settings.weight_decay : 0.0f;
         }
         const AdamWSettings& a = settings;
-        if (grad_shard()) {  // this rank's shard, from its gradient shard
-            zero_adamw_update_shard(shard, model->params.base, master(), shard_grads(), moment(adamw_memory::M),
-                                    moment(adamw_memory::V), table,
-                                    adamw_step(lr, a.beta1, a.beta2, a.eps, r.grad_scale, step, seed), s);
-        } else if (sharded()) {  // this rank's shard, from its reduce-scattered gradients
-            zero_adamw_update(shard, model->params.base, master(), model->grads.base, moment(adamw_memory::M),
-                              moment(adamw_memory::V), table,
-                              adamw_step(lr, a.beta1, a.beta2, a.eps, r.grad_scale, step, seed), s);
+        if (sharded()) {  // this rank's shard, from its gradient shard (-z 2) or its reduce-scattered gradients;
+            // with several ranks wte, wpe and lnf first, so that their all-gather runs under the layers' update
+            const AdamWStep args = adamw_step(lr, a.beta1, a.beta2, a.eps, r.grad_scale, step, seed);
+            const std::vector<ZeroChunks> parts = exchange.active()
+                                                      ? std::vector<ZeroChunks>{ZeroChunks::Outer, ZeroChunks::Layers}
+                                                      : std::vector<ZeroChunks>{ZeroChunks::All};
+            for (ZeroChunks part : parts) {
+                if (grad_shard())
+                    zero_adamw_update_shard(shard, model->params.base, master(), shard_grads(), moment(adamw_memory::M),
+                                            moment(adamw_memory::V), table, args, s, part);
+                else
+                    zero_adamw_update(shard, model->params.base, master(), model->grads.base, moment(adamw_memory::M),
+                                      moment(adamw_memory::V), table, args, s, part);
+                exchange.gather_params(part);  // queued behind its part of the update (an event), no host wait
+            }
         } else {
             adamw_update(model->params.base, master(), model->grads.base, moment(adamw_memory::M),
                          moment(adamw_memory::V), table, kNumParameterTensors, lr, a.beta1, a.beta2, a.eps,
                          r.grad_scale, step, seed, s);
         }
-        exchange.gather_params();  // queued behind the update (an event), no host wait
         return r;
     }
 

@@ -57,7 +57,7 @@ struct TrainArgs {
     int recompute = 1;                   // -r 0 none, 1 recompute GELU in backward, 2 also LayerNorm
     bool tf32 = true;                    // -f TF32 tensor cores for fp32 matmuls (FP32 builds)
     bool master_weights = true;          // -w keep fp32 master weights (BF16 builds)
-    bool cuda_graph = true;              // -cg replay each forward+backward from a CUDA Graph (one GPU)
+    bool cuda_graph = true;              // -cg replay each forward+backward from CUDA Graphs
     std::string attention = "auto";  // -ab auto (flash where the build and head size allow it) | flash | flash-nondet | materialized
     uint64_t seed = 42;                  // -seed weight init, data shuffling, sampling, stochastic rounding
     // multi-GPU (one process per GPU)
@@ -141,9 +141,9 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
         line("  -r <0|1|2>   recompute in backward: 0 none, 1 GELU, 2 GELU + LayerNorm (default %d)", d.recompute);
         line("  -f <0|1>     TF32 matmuls in FP32 builds (default %d)", d.tf32 ? 1 : 0);
         line("  -w <0|1>     fp32 master weights in BF16 builds (default %d)", d.master_weights ? 1 : 0);
-        text("  -cg <0|1>    one GPU: replay forward+backward from a CUDA Graph from the second micro-step on;");
-        line("               same kernels and bits, without the gaps of queuing them one by one (default %d)",
-             d.cuda_graph ? 1 : 0);
+        text("  -cg <0|1>    replay forward+backward from CUDA Graphs from the second micro-step on (several GPUs:");
+        text("               graphs between the exchange's calls); same kernels and bits, without the gaps of");
+        line("               queuing them one by one (default %d)", d.cuda_graph ? 1 : 0);
         text("  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16");
         line("               builds with head size 64 or 128, else materialized (default %s). flash runs the",
              d.attention.c_str());

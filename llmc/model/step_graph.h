@@ -1,0 +1,59 @@
+// A training micro-step (forward with the loss, then backward) replayed from CUDA Graphs, for one key (B, T, the loss
+// scale, which passes have a listener). With no listener it is one graph (one launch instead of ~380). With listeners
+// (several GPUs: the exchange queues copies, waits and collectives between the kernels, on other streams and on host
+// state that changes every step) the kernels are captured in segments: a graph ends at each listener call that may
+// queue work, the call runs eagerly between two graph launches, and calls that queue nothing are made again, in
+// order, at replay (their host state). llmc/model/gpt2_step.cuh records and replays them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "llmc/core/cuda_common.h"
+
+// The listeners' calls the passes make, in the order they make them.
+enum class StepHook : uint8_t { ParametersNeeded, QkvReady, LayerBegins, GradientsReady };
+
+struct StepGraphCall {
+    StepHook hook;
+    int layer;
+    const floatX* qkv;  // QkvReady's
+    int segment;        // the graph launched just before the call (-1: the call was made inside the capture)
+};
+
+struct StepGraph {
+    int B = 0, T = 0;
+    float loss_scale = 0.0f;
+    bool forward_listens = false, backward_listens = false;
+    bool seen = false;                        // an eager run with this key has set up every plan and lazy state
+    bool captured = false;
+    std::vector<cudaGraphExec_t> segments;    // null where a segment captured nothing
+    std::vector<StepGraphCall> calls;
+    int launches = 0;                         // replays (one per micro-step from the third with this key)
+
+    bool same_key(int b, int t, float scale, bool fwd, bool bwd) const {
+        return B == b && T == t && loss_scale == scale && forward_listens == fwd && backward_listens == bwd;
+    }
+};
+
+constexpr size_t kMaxStepGraphs = 4;  // keys kept at once (a step with accumulation has two: backward listens or not)
+
+// The work captured on `stream` since cudaStreamBeginCapture, instantiated (null when nothing was captured).
+// Kernel nodes keep their streams' priorities.
+inline cudaGraphExec_t end_capture_instantiate(cudaStream_t stream) {
+    cudaGraph_t graph;
+    cudaCheck(cudaStreamEndCapture(stream, &graph));
+    size_t nodes = 0;
+    cudaCheck(cudaGraphGetNodes(graph, nullptr, &nodes));
+    cudaGraphExec_t exec = nullptr;
+    if (nodes > 0) cudaCheck(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
+    cudaCheck(cudaGraphDestroy(graph));
+    return exec;
+}
+
+inline void step_graph_free(StepGraph* g) {
+    for (cudaGraphExec_t e : g->segments)
+        if (e) cudaCheck(cudaGraphExecDestroy(e));
+    *g = StepGraph{};
+}
