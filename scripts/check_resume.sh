@@ -20,9 +20,9 @@ h=$(printf %08d "$HALF"); f=$(printf %08d "$STEPS")
 cp "$WORK/a/model_$h.bin" "$WORK/a/state_$h.bin" "$WORK/a/main.log" "$WORK/b/"
 echo "== run b: resume from step $HALF"
 ./train_gpt2cu "${FLAGS[@]}" -o "$WORK/b" -y 1 >"$WORK/b.log" 2>&1 || { tail "$WORK/b.log"; exit 1; }
-# console after the resume point, without timings and checkpoint notes
+# console after the resume point, without timings, checkpoint notes and the run's counts of graph replays
 # (LC_ALL=C grep -a: samples may hold partial UTF-8 sequences, which must not make grep call the log binary)
-strip() { sed -n "/(after $HALF steps)/,\$p" "$1" | LC_ALL=C grep -a -v -e '^saved checkpoint' -e '^average over' -e '^device memory' \
+strip() { sed -n "/(after $HALF steps)/,\$p" "$1" | LC_ALL=C grep -a -v -e '^saved checkpoint' -e '^average over' -e '^device memory' -e '^forward + backward:' \
           | sed -E 's/\| +[0-9.]+ ms \| +[0-9]+ tok\/s \| MFU .*$//'; }
 fail=0
 for f_ in "model_$f.bin" "state_$f.bin" main.log; do
