@@ -72,7 +72,7 @@ ifeq ($(NO_MULTI_GPU),1)
 else ifneq ($(wildcard $(NCCL_DIR)/include/nccl.h),)
   NVCCFLAGS += -DMULTI_GPU -I$(NCCL_DIR)/include
   NVCC_LIBS += -L$(NCCL_DIR)/lib -Xlinker -rpath,$(NCCL_DIR)/lib -l:libnccl.so.2
-else ifneq ($(shell echo '\#include <nccl.h>' | $(CXX) -E -x c++ -I/usr/local/cuda/include - >/dev/null 2>&1 && echo 1),)
+else ifneq ($(shell printf '\043include <nccl.h>\n' | $(CXX) -E -x c++ -I/usr/local/cuda/include - >/dev/null 2>&1 && echo 1),)
   NVCCFLAGS += -DMULTI_GPU
   NVCC_LIBS += -lnccl
 else

@@ -92,7 +92,7 @@ ifeq ($(DETECT_SERVE),1)
     HTTPLIB_OK := $(shell pkg-config --exists cpp-httplib 2>/dev/null && echo 1)
     HTTPLIB_CFLAGS := $(if $(HTTPLIB_OK),$(shell pkg-config --cflags cpp-httplib))
     HTTPLIB_LIBS := $(if $(HTTPLIB_OK),$(shell pkg-config --libs cpp-httplib))
-    NLOHMANN_JSON_OK := $(shell echo '\#include <nlohmann/json.hpp>' | $(CXX) -std=c++17 -E -x c++ - >/dev/null 2>&1 && echo 1)
+    NLOHMANN_JSON_OK := $(shell printf '\043include <nlohmann/json.hpp>\n' | $(CXX) -std=c++17 -E -x c++ - >/dev/null 2>&1 && echo 1)
   endif
   SERVE_MISSING := $(strip $(if $(HTTPLIB_OK),,cpp-httplib) $(if $(NLOHMANN_JSON_OK),,nlohmann/json))
   ifeq ($(SERVE_MISSING),)
