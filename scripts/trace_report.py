@@ -2,16 +2,18 @@
 """Where a traced training step's time went (LLMC_TRACE=PREFIX, llmc/training/step_trace.h), from the
 PREFIX.rank<R>.json files the trainer writes: per rank, the exposed communication (collectives and copies on the
 communication stream while no compute kernel runs) as intervals with what ran, the largest idle gaps with the
-records around them, and, given --baseline PREFIX of a one-GPU trace, how much longer each compute kernel ran.
+records around them, the idle gaps by length with the commonest pairs of records around the small ones (launch gaps
+that add up), and, given --baseline PREFIX of a one-GPU trace, how much longer each compute kernel ran.
 
   python3 scripts/trace_report.py PREFIX [--baseline PREFIX1] [--step 6] [--top 12]
 """
 import argparse
+import bisect
 import glob
 import json
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 
 def load(path):
@@ -79,12 +81,33 @@ def report(path, step, top, baseline_totals):
         print(f"    {ms(b - lo):8.3f} +{ms(e - b):.3f}  {', '.join(names)[:110]}")
     print(f"  idle gaps (the largest {top}):")
     by_end = sorted(inside, key=lambda r: r["ts"] + r["dur"])
+    ends = [r["ts"] + r["dur"] for r in by_end]
+    by_start = sorted(inside, key=lambda r: r["ts"])
+    starts = [r["ts"] for r in by_start]
+
+    def around(b, e):  # the record that ended last before the gap, the one that starts first after it
+        i, j = bisect.bisect_right(ends, b + 0.01), bisect.bisect_left(starts, e - 0.01)
+        return (by_end[i - 1]["name"] if i else "(window start)"), (by_start[j]["name"] if j < len(by_start) else "(window end)")
+
     for b, e in sorted(idle, key=lambda x: x[0] - x[1])[:top]:
-        before = [r for r in by_end if r["ts"] + r["dur"] <= b + 0.01]
-        after = [r for r in inside if r["ts"] >= e - 0.01]
-        prev = before[-1]["name"] if before else "(window start)"
-        nxt = min(after, key=lambda r: r["ts"])["name"] if after else "(window end)"
+        prev, nxt = around(b, e)
         print(f"    {ms(b - lo):8.3f} +{ms(e - b):.3f}  after {prev[:50]} / before {nxt[:50]}")
+    # launch gaps: many small gaps between the same kernels add up where one large one would show above
+    classes = [(0, 2), (2, 5), (5, 10), (10, 20), (20, float("inf"))]
+    parts = []
+    for a, z in classes:
+        g = [e - b for b, e in idle if a <= e - b < z]
+        parts.append(f"{a}-{z if z != float('inf') else ''} us: {len(g)} ({ms(sum(g)):.3f} ms)")
+    print("  idle gaps by length: " + ", ".join(parts))
+    pairs, pair_us = Counter(), defaultdict(float)
+    for b, e in idle:
+        if 2 <= e - b < 20:
+            k = around(b, e)
+            pairs[k] += 1
+            pair_us[k] += e - b
+    print("  the commonest gaps of 2-20 us (count x mean, between):")
+    for k, n in pairs.most_common(min(top, 8)):
+        print(f"    {n:4d} x {pair_us[k] / n:5.1f} us  {k[0][:45]} -> {k[1][:45]}")
     if baseline_totals:
         totals = defaultdict(float)
         for r in inside:
