@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMemsetAsync(flag.ptr, 0, sizeof(int), third));
         cudaCheck(cudaStreamSynchronize(third));
         if (mode == "copy")
-            for (int i = 0; i < 400; i++)
+            for (int i = 0; i < 3000; i++)
                 cudaCheck(cudaMemcpyAsync(i % 2 ? a.ptr : b.ptr, i % 2 ? b.ptr : a.ptr, a.bytes(), cudaMemcpyDeviceToDevice, side));
         if (mode == "spin") spin_kernel<<<1, 32, 0, side>>>(stop);
         if (mode == "wait") {
