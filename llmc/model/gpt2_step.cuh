@@ -196,6 +196,15 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
         g = &step_graph_for(m, B, T, loss_scale, forward_listener != nullptr, backward_listener != nullptr);
     if (g && g->captured) {
         for (const StepGraphCall& c : g->calls) {
+            const bool queues = c.hook == StepHook::ParametersNeeded || c.hook == StepHook::QkvReady
+                                    ? forward_listener->queues_work(c.hook, c.layer)
+                                    : backward_listener->queues_work(c.hook, c.layer);
+            if (queues != (c.segment >= 0)) {  // a call captured as queuing nothing would now queue work: stop
+                fprintf(stderr, "error: gpt2_forward_backward: the listener's call %d at layer %d %s work now but "
+                                "did not when the step was captured\n", (int)c.hook, c.layer,
+                        queues ? "queues" : "queues no");
+                exit(EXIT_FAILURE);
+            }
             if (c.segment >= 0 && g->segments[(size_t)c.segment])
                 cudaCheck(cudaGraphLaunch(g->segments[(size_t)c.segment], m->stream));
             make_call(c, forward_listener, backward_listener);
