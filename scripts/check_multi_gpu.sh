@@ -112,8 +112,12 @@ rm -f "$ck1"/*_"$last_ck".bin "$ckn"/*_"$last_ck".bin
 run_fs resume_on_n "${common[@]}" -z 1 -o "$ck1" -y 1 || rc=1
 rm -rf "$ck1" "$ckn"
 steplines() { grep -E '^step +[0-9]+/' "$1" | sed 's/| *[0-9.]* ms |.*//'; }  # loss, norm, lr; not the timing
-if [ -s "$LOGS/fs_z1.log" ] && diff <(steplines "$LOGS/fs_z1.log") <(steplines "$LOGS/fs_z1_again.log") >/dev/null &&
-   [ "$(steplines "$LOGS/fs_z1.log" | wc -l)" = "$STEPS" ]; then
+# runs $1 and $2 printed the same STEPS step lines (loss, norm, lr)
+same_steplines() {
+    [ -s "$LOGS/$1.log" ] && [ -s "$LOGS/$2.log" ] && diff <(steplines "$LOGS/$1.log") <(steplines "$LOGS/$2.log") >/dev/null &&
+        [ "$(steplines "$LOGS/$2.log" | wc -l)" = "$STEPS" ]
+}
+if same_steplines fs_z1 fs_z1_again; then
     echo "$NGPU GPUs -z 1 twice: $STEPS step lines (loss, norm, lr) identical OK"
 else
     echo "$NGPU GPUs -z 1 twice: step lines differ FAIL"; rc=1
@@ -123,8 +127,7 @@ fi
 # step lines must repeat -z 1's exactly, on either path
 for pair in "fs_z1_again fs_z2 copy engines" "fs_z1_nccl fs_z2_nccl NCCL only"; do
     read -r a b what <<<"$pair"
-    if [ -s "$LOGS/$b.log" ] && diff <(steplines "$LOGS/$a.log") <(steplines "$LOGS/$b.log") >/dev/null &&
-       [ "$(steplines "$LOGS/$b.log" | wc -l)" = "$STEPS" ]; then
+    if same_steplines "$a" "$b"; then
         echo "$NGPU GPUs -z 2 vs -z 1 ($what): $STEPS step lines identical OK"
     else
         echo "$NGPU GPUs -z 2 vs -z 1 ($what): step lines differ FAIL"; rc=1
@@ -137,8 +140,7 @@ for pair in "fs fs_cg0 -z 0" "fs_z1_again fs_z1_cg0 -z 1" "fs_z1_nccl fs_z1_nccl
             "fs_z1_accum fs_z1_accum_cg0 -z 1 2 micro-steps" "fs_z2_accum fs_z2_accum_cg0 -z 2 2 micro-steps"; do
     read -r a b what <<<"$pair"
     n=$(replays "$LOGS/$a.log")
-    if [ "${n:-0}" -gt 0 ] && [ -s "$LOGS/$b.log" ] && diff <(steplines "$LOGS/$a.log") <(steplines "$LOGS/$b.log") >/dev/null &&
-       [ "$(steplines "$LOGS/$b.log" | wc -l)" = "$STEPS" ]; then
+    if [ "${n:-0}" -gt 0 ] && same_steplines "$a" "$b"; then
         echo "$NGPU GPUs CUDA Graphs vs -cg 0 ($what): $STEPS step lines identical, $n replays OK"
     else
         echo "$NGPU GPUs CUDA Graphs vs -cg 0 ($what): ${n:-no} replays, step lines differ or missing FAIL"; rc=1

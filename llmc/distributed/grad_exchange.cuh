@@ -182,9 +182,9 @@ struct GradExchange : ForwardListener, BackwardListener {
     }
 
     // Which calls may queue work (a micro-step replayed from CUDA Graphs ends a graph before them): the forward's
-    // waits for gathered buckets, a bucket's send (after its lowest layer; -1: wte, wpe, lnf), -z 2's slots.
+    // waits for gathered buckets, a bucket's send (after its lowest layer; -1: wte, wpe, lnf), -z 2's slots. With SMs
+    // reserved for NCCL (LLMC_COMM_SMS) every forward call may query an event: the trainer replays no graphs then.
     bool queues_work(StepHook hook, int layer) const override {
-        if (engine_options().comm_sms > 0) return true;  // SMs reserved for NCCL: every forward call queries events
         switch (hook) {
             case StepHook::ParametersNeeded: return sharded && (layer < 0 || first_of_bucket(layer));
             case StepHook::QkvReady: return false;

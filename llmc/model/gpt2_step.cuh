@@ -128,6 +128,12 @@ inline void make_call(const StepGraphCall& c, ForwardListener* fwd, BackwardList
     }
 }
 
+// Whether the listener of the call's pass may queue work at it (ForwardListener::queues_work).
+inline bool call_queues_work(StepHook hook, int layer, const ForwardListener* fwd, const BackwardListener* bwd) {
+    return hook == StepHook::ParametersNeeded || hook == StepHook::QkvReady ? fwd->queues_work(hook, layer)
+                                                                             : bwd->queues_work(hook, layer);
+}
+
 // Stands between the passes and their listeners while a micro-step is captured: before a call that may queue work
 // it ends the capture, instantiates and launches what was captured, makes the call eagerly and begins the next
 // capture; a call that queues nothing is made inside the capture. Every call is recorded for the replays.
@@ -144,9 +150,7 @@ struct StepRecorder : ForwardListener, BackwardListener {
         return (int)g->segments.size() - 1;
     }
     void call(StepHook hook, int layer, const floatX* qkv) {
-        const bool queues = hook == StepHook::ParametersNeeded || hook == StepHook::QkvReady
-                                ? fwd->queues_work(hook, layer)
-                                : bwd->queues_work(hook, layer);
+        const bool queues = call_queues_work(hook, layer, fwd, bwd);
         const StepGraphCall c{hook, layer, qkv, queues ? end() : -1};
         g->calls.push_back(c);
         make_call(c, fwd, bwd);
@@ -196,9 +200,7 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
         g = &step_graph_for(m, B, T, loss_scale, forward_listener != nullptr, backward_listener != nullptr);
     if (g && g->captured) {
         for (const StepGraphCall& c : g->calls) {
-            const bool queues = c.hook == StepHook::ParametersNeeded || c.hook == StepHook::QkvReady
-                                    ? forward_listener->queues_work(c.hook, c.layer)
-                                    : backward_listener->queues_work(c.hook, c.layer);
+            const bool queues = call_queues_work(c.hook, c.layer, forward_listener, backward_listener);
             if (queues != (c.segment >= 0)) {  // a call captured as queuing nothing would now queue work: stop
                 fprintf(stderr, "error: gpt2_forward_backward: the listener's call %d at layer %d %s work now but "
                                 "did not when the step was captured\n", (int)c.hook, c.layer,
@@ -210,7 +212,7 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
             make_call(c, forward_listener, backward_listener);
         }
         if (g->segments.back()) cudaCheck(cudaGraphLaunch(g->segments.back(), m->stream));
-        g->launches++;
+        g->replays++;
     } else if (g && g->seen) {
         StepRecorder r;
         r.stream = m->stream, r.g = g, r.fwd = forward_listener, r.bwd = backward_listener;
@@ -233,7 +235,7 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
 }
 
 // How many graphs were captured and how many micro-steps replayed them (the trainer's last line).
-inline void gpt2_graph_counts(const GPT2* m, int* graphs, int* launches) {
-    *graphs = 0, *launches = 0;
-    for (const StepGraph& g : m->graphs) *graphs += g.captured ? 1 : 0, *launches += g.launches;
+inline void gpt2_graph_counts(const GPT2* m, int* graphs, int* replays) {
+    *graphs = 0, *replays = 0;
+    for (const StepGraph& g : m->graphs) *graphs += g.captured ? 1 : 0, *replays += g.replays;
 }

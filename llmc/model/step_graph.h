@@ -30,7 +30,7 @@ struct StepGraph {
     bool captured = false;
     std::vector<cudaGraphExec_t> segments;    // null where a segment captured nothing
     std::vector<StepGraphCall> calls;
-    int launches = 0;                         // replays (one per micro-step from the third with this key)
+    int replays = 0;                          // one per micro-step from the third with this key
 
     bool same_key(int b, int t, float scale, bool fwd, bool bwd) const {
         return B == b && T == t && loss_scale == scale && forward_listens == fwd && backward_listens == bwd;

@@ -202,10 +202,7 @@ struct AdamW {
         if (sharded()) {  // this rank's shard, from its gradient shard (-z 2) or its reduce-scattered gradients;
             // with several ranks wte, wpe and lnf first, so that their all-gather runs under the layers' update
             const AdamWStep args = adamw_step(lr, a.beta1, a.beta2, a.eps, r.grad_scale, step, seed);
-            const std::vector<ZeroChunks> parts = exchange.active()
-                                                      ? std::vector<ZeroChunks>{ZeroChunks::Outer, ZeroChunks::Layers}
-                                                      : std::vector<ZeroChunks>{ZeroChunks::All};
-            for (ZeroChunks part : parts) {
+            auto update = [&](ZeroChunks part) {
                 if (grad_shard())
                     zero_adamw_update_shard(shard, model->params.base, master(), shard_grads(), moment(adamw_memory::M),
                                             moment(adamw_memory::V), table, args, s, part);
@@ -213,7 +210,9 @@ struct AdamW {
                     zero_adamw_update(shard, model->params.base, master(), model->grads.base, moment(adamw_memory::M),
                                       moment(adamw_memory::V), table, args, s, part);
                 exchange.gather_params(part);  // queued behind its part of the update (an event), no host wait
-            }
+            };
+            if (exchange.active()) update(ZeroChunks::Outer), update(ZeroChunks::Layers);
+            else update(ZeroChunks::All);
         } else {
             adamw_update(model->params.base, master(), model->grads.base, moment(adamw_memory::M),
                          moment(adamw_memory::V), table, kNumParameterTensors, lr, a.beta1, a.beta2, a.eps,
