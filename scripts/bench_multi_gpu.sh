@@ -55,7 +55,7 @@ run() {  # log, n, flags...
     fi
     if [ $launch = mpirun ]; then
         local xs=() v
-        for v in $(compgen -e | grep '^LLMC_'); do xs+=(-x "$v"); done  # the engine's switches, to every rank
+        for v in $(compgen -e | grep -E '^(LLMC_|CUDA_DEVICE_MAX_CONNECTIONS$)'); do xs+=(-x "$v"); done  # the engine's switches, to every rank
         mpirun --allow-run-as-root -np "$n" -x NCCL_NVLS_ENABLE=0 "${xs[@]}" ./train_gpt2cu "$@" >"$log" 2>&1
         return
     fi

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "llmc/core/bf16.h"
+#include "llmc/core/graph_memsets.cuh"
 #include "llmc/core/rand.h"
 #include "llmc/kernels/adamw.cuh"
 #include "llmc/kernels/attention.cuh"
@@ -511,6 +512,172 @@ static void test_decode_product(bool mma, int B, int N, int K, int kind, int spl
         cudaCheck(cudaFree(p));
 }
 
+// graph_memsets_to_kernels: a graph's small memset nodes (1-, 2- and 4-byte elements, 2D with a pitch, one with two
+// dependents) become kernel nodes that write the same bytes in the same place of the order: the buffer is filled
+// by a kernel before each memset and copied by kernels after it, and the result must equal the bytes the memset
+// graph gives, byte for byte; a memset above the size limit stays a memset node. Then a captured GEMM (cuBLASLt
+// zeroes counters with memsets) replayed after the conversion gives the eager call's bits.
+__global__ void fill_words_kernel(unsigned int* p, unsigned int value, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = value ^ (unsigned int)i;
+}
+__global__ void copy_words_kernel(unsigned int* dst, const unsigned int* src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+static int count_nodes(cudaGraph_t g, cudaGraphNodeType want) {
+    int n = 0;
+    for (cudaGraphNode_t node : graph_memsets_detail::nodes_of(g)) {
+        cudaGraphNodeType t;
+        cudaCheck(cudaGraphNodeGetType(node, &t));
+        n += t == want;
+    }
+    return n;
+}
+static void check_exact(const std::string& what, bool ok) {
+    checks++;
+    failures += !ok;
+    printf("%-52s %s\n", what.c_str(), ok ? "OK" : "FAIL");
+}
+static void test_graph_memsets() {
+    constexpr size_t kWords = 1 << 16;  // 256 KB; the large memset below is 64 KB, over a 60 KB limit
+    unsigned int *buf, *out_a, *out_b;
+    cudaCheck(cudaMalloc(&buf, kWords * 4));
+    cudaCheck(cudaMalloc(&out_a, kWords * 4));
+    cudaCheck(cudaMalloc(&out_b, kWords * 4));
+    // fill -> memset (1-byte) -> fill ... : each memset's effect is seen only if it runs after the fill before it
+    // and before the copy after it; the graph is built node by node (2- and 4-byte memsets cannot be captured).
+    auto build = [&](cudaGraph_t* g) {
+        cudaCheck(cudaGraphCreate(g, 0));
+        cudaGraphNode_t prev = nullptr;
+        auto add_kernel = [&](void* func, void** args) {
+            cudaKernelNodeParams k = {};
+            k.func = func, k.gridDim = dim3(64), k.blockDim = dim3(256), k.kernelParams = args;
+            cudaGraphNode_t n;
+            cudaCheck(cudaGraphAddKernelNode(&n, *g, prev ? &prev : nullptr, prev ? 1 : 0, &k));
+            return n;
+        };
+        auto add_memset = [&](size_t offset_bytes, unsigned int value, unsigned int element_size, size_t width,
+                              size_t height, size_t pitch) {
+            cudaMemsetParams m = {};
+            m.dst = (char*)buf + offset_bytes, m.value = value, m.elementSize = element_size;
+            m.width = width, m.height = height, m.pitch = pitch;
+            cudaGraphNode_t n;
+            cudaCheck(cudaGraphAddMemsetNode(&n, *g, prev ? &prev : nullptr, prev ? 1 : 0, &m));
+            return n;
+        };
+        static unsigned int fill_value = 0xA5A5A5A5u;
+        static size_t words = kWords;
+        void* fill_args[] = {&buf, &fill_value, &words};
+        prev = add_kernel((void*)fill_words_kernel, fill_args);
+        prev = add_memset(13, 0x5A, 1, 101, 1, 0);               // bytes, unaligned start and length
+        prev = add_memset(4096 + 6, 0xBEEF, 2, 37, 1, 0);         // 2-byte elements
+        prev = add_memset(8192, 0x01234567u, 4, 9, 5, 64);        // 4-byte, 2D: 5 rows of 9, 64 bytes apart
+        prev = add_memset(16384, 0u, 4, 4096 * 4, 1, 0);          // 64 KB of zeros: over the limit, stays
+        const cudaGraphNode_t last = add_memset(4, 0u, 4, 1, 1, 0);  // a counter, then two readers
+        static size_t words_copy = kWords;
+        void* copy_a[] = {&out_a, &buf, &words_copy};
+        void* copy_b[] = {&out_b, &buf, &words_copy};
+        prev = last;
+        add_kernel((void*)copy_words_kernel, copy_a);
+        prev = last;
+        add_kernel((void*)copy_words_kernel, copy_b);
+    };
+    auto run = [&](cudaGraph_t g, std::vector<unsigned int>* a, std::vector<unsigned int>* b) {
+        cudaGraphExec_t e;
+        cudaCheck(cudaMemset(out_a, 0xFF, kWords * 4));
+        cudaCheck(cudaMemset(out_b, 0xFF, kWords * 4));
+        cudaCheck(cudaGraphInstantiate(&e, g, 0));
+        cudaCheck(cudaGraphLaunch(e, 0));
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaGraphExecDestroy(e));
+        a->resize(kWords), b->resize(kWords);
+        cudaCheck(cudaMemcpy(a->data(), out_a, kWords * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(b->data(), out_b, kWords * 4, cudaMemcpyDeviceToHost));
+    };
+    cudaGraph_t with_memsets, converted;
+    build(&with_memsets);
+    build(&converted);
+    const int replaced = graph_memsets_to_kernels(converted, 0, 60u << 10);
+    std::vector<unsigned int> ref_a, ref_b, a, b;
+    run(with_memsets, &ref_a, &ref_b);
+    run(converted, &a, &b);
+    // what the memsets wrote, independently of the GPU: the fill, then each memset's bytes
+    std::vector<unsigned int> want(kWords);
+    for (size_t i = 0; i < kWords; i++) want[i] = 0xA5A5A5A5u ^ (unsigned int)i;
+    unsigned char* w = reinterpret_cast<unsigned char*>(want.data());
+    for (size_t i = 0; i < 101; i++) w[13 + i] = 0x5A;
+    for (size_t i = 0; i < 37; i++) w[4096 + 6 + 2 * i] = 0xEF, w[4096 + 6 + 2 * i + 1] = 0xBE;
+    for (size_t r = 0; r < 5; r++)
+        for (size_t i = 0; i < 9; i++) memcpy(w + 8192 + r * 64 + 4 * i, "\x67\x45\x23\x01", 4);
+    memset(w + 16384, 0, 4096 * 4 * 4);
+    memset(w + 4, 0, 4);
+    check_exact("graph memsets: the memset graph writes the expected bytes", ref_a == want && ref_b == want);
+    check_exact("graph memsets: 4 replaced, the large one kept",
+                replaced == 4 && count_nodes(converted, cudaGraphNodeTypeMemset) == 1);
+    check_exact("graph memsets: as kernels, the same bytes (both readers)", a == want && b == want);
+    cudaCheck(cudaGraphDestroy(with_memsets));
+    cudaCheck(cudaGraphDestroy(converted));
+
+    // a captured GEMM (forward with bias and its backward) at d12's shape: eager bits == converted graph's bits
+    const int N = 16384, C = 768, OC = 2304;
+    auto inp = random_vec((size_t)N * C, 1.0f), wt = random_vec((size_t)OC * C, 0.03f), bias = random_vec(OC, 0.5f);
+    auto dout = random_vec((size_t)N * OC, 1.0f);
+    floatX *d_inp = upload(inp), *d_w = upload(wt), *d_bias = upload(bias), *d_dout = upload(dout);
+    floatX *d_out = poisoned((size_t)N * OC), *d_dinp = poisoned((size_t)N * C), *d_dw = upload(wt);
+    floatX* d_db = upload(bias);
+    float* d_scratch;
+    cudaCheck(cudaMalloc(&d_scratch, column_sum_scratch_floats(N, OC) * 4));
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    auto gemms = [&] {
+        matmul_forward(d_out, d_inp, d_w, d_bias, N, C, OC, nullptr, false, s);
+        matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, d_scratch, nullptr, false, 0.5f, s);
+    };
+    auto reset = [&] {
+        cudaCheck(cudaMemcpy(d_dw, d_w, (size_t)OC * C * sizeof(floatX), cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemcpy(d_db, d_bias, OC * sizeof(floatX), cudaMemcpyDeviceToDevice));
+        cudaCheck(cudaMemset(d_out, 0xFF, (size_t)N * OC * sizeof(floatX)));
+        cudaCheck(cudaMemset(d_dinp, 0xFF, (size_t)N * C * sizeof(floatX)));
+    };
+    auto bits = [&] {
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<floatX> v((size_t)N * OC + (size_t)N * C + (size_t)OC * C + OC);
+        floatX* p = v.data();
+        for (auto [d, n] : {std::pair<floatX*, size_t>{d_out, (size_t)N * OC}, {d_dinp, (size_t)N * C},
+                            {d_dw, (size_t)OC * C}, {d_db, (size_t)OC}}) {
+            cudaCheck(cudaMemcpy(p, d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+            p += n;
+        }
+        return v;
+    };
+    reset();
+    gemms();  // the plans are made outside the capture
+    reset();
+    gemms();
+    const std::vector<floatX> eager = bits();
+    reset();
+    cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    gemms();
+    cudaGraph_t g;
+    cudaCheck(cudaStreamEndCapture(s, &g));
+    const int gemm_memsets = graph_memsets_to_kernels(g, 0);
+    cudaGraphExec_t e;
+    cudaCheck(cudaGraphInstantiate(&e, g, 0));
+    cudaCheck(cudaGraphLaunch(e, s));
+    const std::vector<floatX> replayed = bits();
+    char tag[128];
+    snprintf(tag, sizeof(tag), "graph memsets: GEMMs replayed (%d memsets as kernels)", gemm_memsets);
+    check_exact(tag, count_nodes(g, cudaGraphNodeTypeMemset) == 0 &&
+                         memcmp(eager.data(), replayed.data(), eager.size() * sizeof(floatX)) == 0);
+    cudaCheck(cudaGraphExecDestroy(e));
+    cudaCheck(cudaGraphDestroy(g));
+    cudaCheck(cudaStreamDestroy(s));
+    for (void* p : {(void*)buf, (void*)out_a, (void*)out_b, (void*)d_inp, (void*)d_w, (void*)d_bias, (void*)d_dout,
+                    (void*)d_out, (void*)d_dinp, (void*)d_dw, (void*)d_db, (void*)d_scratch})
+        cudaCheck(cudaFree(p));
+}
+
 int main(int argc, char** argv) {
     require_cuda_device(argv[0]);
     const uint64_t seed = argc > 1 ? strtoull(argv[1], nullptr, 10) : 1;
@@ -568,6 +735,7 @@ int main(int argc, char** argv) {
     test_adamw({1000, 37, 4099});
     test_adamw({1000, 36, 4100});
     test_adamw_kernels_agree();
+    test_graph_memsets();
     printf("%s: %d of %d checks failed\n", failures ? "FAIL" : "PASS", failures, checks);
     return failures ? 1 : 0;
 }

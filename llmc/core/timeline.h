@@ -20,7 +20,7 @@
 #include <vector>
 
 struct TimelineRecord {
-    std::string name;  // kernel name (demangled, short) or "memcpy DtoD" / "memset"
+    std::string name;  // kernel name (demangled, short) or "memcpy DtoD" / "memset N B"
     uint32_t stream = 0;
     uint64_t start = 0, end = 0;  // ns
     bool comm = false;
