@@ -2,8 +2,9 @@
 # Data-parallel scaling: 1, 2 and 4 GPUs x ZeRO stage (-z 0, 1, 2) x d12 (-b 16) and d48 (-b 8), T = 1024, random
 # init, Tiny Shakespeare, the same batch per GPU at every GPU count. For each run: the median ms/step over steps
 # 3..STEPS (the first steps pay for cuBLAS plans and NCCL's set-up), tok/s over all GPUs, the efficiency (the 1-GPU
-# -z 0 run's ms/step of the same model / this run's; the 1-GPU run of the same -z when there is no -z 0 one) and the
-# device memory in use on rank 0 after its first step (what the trainer prints). A run that fails (a -z the trainer
+# -z 0 run's ms/step of the same model / this run's; the 1-GPU run of the same -z when there is no -z 0 one), the
+# device memory in use on rank 0 after its first step (what the trainer prints) and GPU 0's SM clock while busy
+# (nvidia-smi: the median, and how many samples the power cap held down; n/a without nvidia-smi). A run that fails (a -z the trainer
 # does not have, out of memory, fewer GPUs than asked) gets n/a in its row; the sweep goes on. One markdown table at
 # the end, also written to $LOGS/bench_multi_gpu.md; every run's log stays in $LOGS (rank r > 0: <run>_rank<r>.log).
 # Several GPUs: mpirun -np N -x NCCL_NVLS_ENABLE=0 when there is mpirun and the trainer is built with MPI, else the
@@ -11,7 +12,8 @@
 #   scripts/bench_multi_gpu.sh
 #   MODELS=d12 GPUS="1 2" ZS="0 1" STEPS=20 scripts/bench_multi_gpu.sh
 # env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR,
-#      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100"); LLMC_* switches reach every rank (LLMC_PEER_COPY=0)
+#      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100"); LLMC_* switches and CUDA_DEVICE_MAX_CONNECTIONS
+#      reach every rank (LLMC_PEER_COPY=0)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODELS=${MODELS:-"d12 d48"}; GPUS=${GPUS:-"1 2 4"}; ZS=${ZS:-"0 1 2"}; STEPS=${STEPS:-12}
@@ -76,6 +78,31 @@ median_ms() {
         awk '{v[NR] = $1} END {if (NR) printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
+# The SM clock while a run computes: nvidia-smi samples GPU 0 (rank 0's) every 100 ms; the median clock over the
+# samples at >= 90% utilisation and how many of them the driver flags as held down by the power cap. Under the cap,
+# the exchange's copies and NVLink traffic cost compute clock even where their time is hidden (docs/MULTI_GPU.md).
+smi_query=clocks.sm,utilization.gpu,clocks_event_reasons.sw_power_cap
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -i 0 --query-gpu=$smi_query --format=csv,noheader >/dev/null 2>&1 ||
+        smi_query=${smi_query//clocks_event_reasons/clocks_throttle_reasons}  # the older drivers' name
+fi
+clock_start() {  # samples file
+    smi_pid=
+    command -v nvidia-smi >/dev/null || return 0
+    nvidia-smi -i 0 --query-gpu=$smi_query --format=csv,noheader,nounits -lms 100 >"$1" 2>/dev/null &
+    smi_pid=$!
+}
+clock_stop() {  # samples file -> "1695 MHz, 32/32 capped" or n/a
+    [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
+    smi_pid=
+    [ -s "$1" ] || { echo n/a; return; }
+    awk -F', *' '$2 + 0 >= 90 {print $1 + 0, ($3 ~ /^Active/) ? 1 : 0}' "$1" | sort -n |
+        awk '{c[NR] = $1; capped += $2} END {
+            if (!NR) {print "n/a"; exit}
+            printf "%d MHz, %d/%d capped", NR % 2 ? c[(NR + 1) / 2] : (c[NR / 2] + c[NR / 2 + 1]) / 2, capped, NR}'
+    rm -f "$1"
+}
+
 declare -A ms
 rows=()
 for model in $MODELS; do
@@ -91,19 +118,22 @@ for model in $MODELS; do
             echo "==== $model B=$B T=$T -z $z on $n GPU(s) -> $log"
             if [ "$n" -gt "$visible" ]; then
                 echo "only $visible GPUs visible" >"$log"
-            elif ! run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" "${extra[@]}"; then
-                tail -n 3 "$log"
+            else
+                clock_start "$LOGS/$name.smi.csv"
+                run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" "${extra[@]}" ||
+                    tail -n 3 "$log"
             fi
+            clock=$(clock_stop "$LOGS/$name.smi.csv")
             m=$(median_ms "$log")
             mem=$(sed -n 's/^device memory in use after the first step: \([^(]*[^ (]\) *(.*/\1/p' "$log" | head -n 1)
             if [ -n "$m" ] && grep -qE "^step +$STEPS/" "$log"; then
                 ms[$name]=$m
                 toks=$(awk -v m="$m" -v t=$((B * T * n)) 'BEGIN {printf "%.0f", t / (m / 1000)}')
-                echo "$m ms/step, $toks tok/s, ${mem:-?} on rank 0"
-                rows+=("$model|$n|$z|$m|$toks|${mem:-n/a}|$name")
+                echo "$m ms/step, $toks tok/s, ${mem:-?} on rank 0, SM clock $clock"
+                rows+=("$model|$n|$z|$m|$toks|${mem:-n/a}|$clock|$name")
             else
                 echo "failed: n/a"
-                rows+=("$model|$n|$z|n/a|n/a|n/a|$name")
+                rows+=("$model|$n|$z|n/a|n/a|n/a|n/a|$name")
             fi
         done
     done
@@ -111,14 +141,14 @@ done
 
 table="$LOGS/bench_multi_gpu.md"
 {
-    echo "| model | B/GPU x T | GPUs | -z | ms/step (median, steps 3..$STEPS) | tok/s | efficiency | device memory (rank 0) | log |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    echo "| model | B/GPU x T | GPUs | -z | ms/step (median, steps 3..$STEPS) | tok/s | efficiency | device memory (rank 0) | SM clock (GPU 0, busy samples: median, power-capped) | log |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
     for row in "${rows[@]}"; do
-        IFS='|' read -r model n z m toks mem name <<<"$row"
+        IFS='|' read -r model n z m toks mem clock name <<<"$row"
         base=${ms[${model}_z0_gpu1]:-${ms[${model}_z${z}_gpu1]:-}}
         eff=n/a
         [ "$m" != n/a ] && [ -n "$base" ] && eff=$(awk -v a="$base" -v b="$m" 'BEGIN {printf "%.3f", a / b}')
-        echo "| $model | $(batch_of "$model") x $T | $n | $z | $m | $toks | $eff | $mem | $name.log |"
+        echo "| $model | $(batch_of "$model") x $T | $n | $z | $m | $toks | $eff | $mem | $clock | $name.log |"
     done
 } >"$table"
 echo "==== $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $launch"
