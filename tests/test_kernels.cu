@@ -512,10 +512,11 @@ static void test_decode_product(bool mma, int B, int N, int K, int kind, int spl
         cudaCheck(cudaFree(p));
 }
 
-// graph_memsets_to_kernels: a graph's small memset nodes (1-, 2- and 4-byte elements, 2D with a pitch, one with two
-// dependents) become kernel nodes that write the same bytes in the same place of the order: the buffer is filled
-// by a kernel before each memset and copied by kernels after it, and the result must equal the bytes the memset
-// graph gives, byte for byte; a memset above the size limit stays a memset node. Then a captured GEMM (cuBLASLt
+// graph_memsets_to_kernels: a graph's small memset nodes (1-, 2- and 4-byte elements, aligned or not, 2D with a pitch,
+// one with two dependents) become kernel nodes that write the same bytes in the same place of the order: a kernel
+// fills the buffer before the chain of memsets (the second overlaps the first, so their order shows), two kernels copy
+// it after, and the result must equal the bytes the memset graph gives, byte for byte, with as many edges as before;
+// a memset above the size limit stays a memset node. Then a captured GEMM (cuBLASLt
 // zeroes counters with memsets) replayed after the conversion gives the eager call's bits.
 __global__ void fill_words_kernel(unsigned int* p, unsigned int value, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -534,6 +535,15 @@ static int count_nodes(cudaGraph_t g, cudaGraphNodeType want) {
     }
     return n;
 }
+static size_t edge_count(cudaGraph_t g) {
+    size_t n = 0;
+#if CUDART_VERSION >= 13000
+    cudaCheck(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
+#else
+    cudaCheck(cudaGraphGetEdges(g, nullptr, nullptr, &n));
+#endif
+    return n;
+}
 static void check_exact(const std::string& what, bool ok) {
     checks++;
     failures += !ok;
@@ -545,7 +555,7 @@ static void test_graph_memsets() {
     cudaCheck(cudaMalloc(&buf, kWords * 4));
     cudaCheck(cudaMalloc(&out_a, kWords * 4));
     cudaCheck(cudaMalloc(&out_b, kWords * 4));
-    // fill -> memset (1-byte) -> fill ... : each memset's effect is seen only if it runs after the fill before it
+    // fill -> memsets -> two copies: each memset's bytes show only if it runs after the fill and before the copies
     // and before the copy after it; the graph is built node by node (2- and 4-byte memsets cannot be captured).
     auto build = [&](cudaGraph_t* g) {
         cudaCheck(cudaGraphCreate(g, 0));
@@ -571,7 +581,9 @@ static void test_graph_memsets() {
         void* fill_args[] = {&buf, &fill_value, &words};
         prev = add_kernel((void*)fill_words_kernel, fill_args);
         prev = add_memset(13, 0x5A, 1, 101, 1, 0);               // bytes, unaligned start and length
-        prev = add_memset(4096 + 6, 0xBEEF, 2, 37, 1, 0);         // 2-byte elements
+        prev = add_memset(100, 0xBEEF, 2, 37, 1, 0);              // 2-byte elements over the last 14 of those
+        prev = add_memset(256, 0x3C, 1, 64, 1, 0);                // bytes written as words
+        prev = add_memset(512, 0x1234, 2, 16, 1, 0);              // halves written as words
         prev = add_memset(8192, 0x01234567u, 4, 9, 5, 64);        // 4-byte, 2D: 5 rows of 9, 64 bytes apart
         prev = add_memset(16384, 0u, 4, 4096 * 4, 1, 0);          // 64 KB of zeros: over the limit, stays
         const cudaGraphNode_t last = add_memset(4, 0u, 4, 1, 1, 0);  // a counter, then two readers
@@ -587,7 +599,7 @@ static void test_graph_memsets() {
         cudaGraphExec_t e;
         cudaCheck(cudaMemset(out_a, 0xFF, kWords * 4));
         cudaCheck(cudaMemset(out_b, 0xFF, kWords * 4));
-        cudaCheck(cudaGraphInstantiate(&e, g, 0));
+        cudaCheck(cudaGraphInstantiate(&e, g, cudaGraphInstantiateFlagUseNodePriority));
         cudaCheck(cudaGraphLaunch(e, 0));
         cudaCheck(cudaDeviceSynchronize());
         cudaCheck(cudaGraphExecDestroy(e));
@@ -607,14 +619,17 @@ static void test_graph_memsets() {
     for (size_t i = 0; i < kWords; i++) want[i] = 0xA5A5A5A5u ^ (unsigned int)i;
     unsigned char* w = reinterpret_cast<unsigned char*>(want.data());
     for (size_t i = 0; i < 101; i++) w[13 + i] = 0x5A;
-    for (size_t i = 0; i < 37; i++) w[4096 + 6 + 2 * i] = 0xEF, w[4096 + 6 + 2 * i + 1] = 0xBE;
+    for (size_t i = 0; i < 37; i++) w[100 + 2 * i] = 0xEF, w[100 + 2 * i + 1] = 0xBE;
+    for (size_t i = 0; i < 64; i++) w[256 + i] = 0x3C;
+    for (size_t i = 0; i < 16; i++) w[512 + 2 * i] = 0x34, w[512 + 2 * i + 1] = 0x12;
     for (size_t r = 0; r < 5; r++)
         for (size_t i = 0; i < 9; i++) memcpy(w + 8192 + r * 64 + 4 * i, "\x67\x45\x23\x01", 4);
     memset(w + 16384, 0, 4096 * 4 * 4);
     memset(w + 4, 0, 4);
     check_exact("graph memsets: the memset graph writes the expected bytes", ref_a == want && ref_b == want);
-    check_exact("graph memsets: 4 replaced, the large one kept",
-                replaced == 4 && count_nodes(converted, cudaGraphNodeTypeMemset) == 1);
+    check_exact("graph memsets: 6 replaced, the large one kept, the same number of edges",
+                replaced == 6 && count_nodes(converted, cudaGraphNodeTypeMemset) == 1 &&
+                    edge_count(converted) == edge_count(with_memsets));
     check_exact("graph memsets: as kernels, the same bytes (both readers)", a == want && b == want);
     cudaCheck(cudaGraphDestroy(with_memsets));
     cudaCheck(cudaGraphDestroy(converted));
@@ -661,9 +676,22 @@ static void test_graph_memsets() {
     gemms();
     cudaGraph_t g;
     cudaCheck(cudaStreamEndCapture(s, &g));
+    // what cuBLASLt's memsets write (its counters), poisoned before the replay: the kernels that replace the memsets
+    // must write them again before each GEMM
+    std::vector<cudaMemsetParams> targets;
+    for (cudaGraphNode_t node : graph_memsets_detail::nodes_of(g)) {
+        cudaGraphNodeType t;
+        cudaCheck(cudaGraphNodeGetType(node, &t));
+        if (t != cudaGraphNodeTypeMemset) continue;
+        targets.emplace_back();
+        cudaCheck(cudaGraphMemsetNodeGetParams(node, &targets.back()));
+    }
     const int gemm_memsets = graph_memsets_to_kernels(g, 0);
     cudaGraphExec_t e;
-    cudaCheck(cudaGraphInstantiate(&e, g, 0));
+    cudaCheck(cudaGraphInstantiate(&e, g, cudaGraphInstantiateFlagUseNodePriority));
+    for (const cudaMemsetParams& m : targets)
+        cudaCheck(cudaMemset2D(m.dst, m.height > 1 ? m.pitch : m.width * m.elementSize, 0xFF, m.width * m.elementSize,
+                               m.height));
     cudaCheck(cudaGraphLaunch(e, s));
     const std::vector<floatX> replayed = bits();
     char tag[128];
