@@ -235,14 +235,17 @@ StepResult train_step(GPT2& model, AdamW& opt, DataLoader& train, const TrainArg
                                           exchange ? opt.backward_listener(last_micro) : nullptr);
     }
     StepResult r;
-    // the ranks' mean loss before the step: after it, this collective would queue behind the parameters' all-gather
-    // and hold the host until every bucket had landed (with NCCL moving the layers' buckets: the next forward could
-    // not start under the gather)
-    r.loss = multi_gpu_mean(mg, (float)(loss_sum / layout.grad_accum_steps));
+    // No host wait from here to the end of the update: the ranks' mean loss is queued before the step (after it, the
+    // collective would queue behind the parameters' all-gather), the norm and clipping stay on the device, and both
+    // come back to pinned memory with the update.
+    multi_gpu_mean_begin(mg, (float)(loss_sum / layout.grad_accum_steps));
     r.lr = sched.lr_at(step);
-    r.grad_norm = opt.step(r.lr, a.grad_clip, step + 1, mix_seed(a.seed, (uint64_t)step + 1)).grad_norm;
+    opt.step(r.lr, a.grad_clip, step + 1, mix_seed(a.seed, (uint64_t)step + 1));
+    multi_gpu_mean_fetch(mg, model.stream);
     cudaCheck(cudaStreamSynchronize(model.stream));
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r.loss = multi_gpu_mean_value(mg);
+    r.grad_norm = opt.result().grad_norm;
     check_step_finite(step + 1, r.loss, r.grad_norm);
     return r;
 }

@@ -432,6 +432,83 @@ static void test_adamw_kernels_agree() {
     checks++;
     failures += differ != 0;
     printf("%-52s %zu values differ  %s\n", "adamw scalar vs chunked 4-wide kernel, bitwise", differ, differ == 0 ? "OK" : "FAIL");
+
+    // the gradient scale read from the device (clipping computed there) gives the host scale's bits, both kernels
+    float* d_scale;
+    cudaCheck(cudaMalloc(&d_scale, sizeof(float)));
+    cudaCheck(cudaMemcpy(d_scale, &st.grad_scale, sizeof(float), cudaMemcpyHostToDevice));
+    AdamWStep from_device = adamw_step(1e-2f, 0.9f, 0.95f, 1e-8f, 1.0f, 5, 7);
+    from_device.grad_scale_at = d_scale;
+    differ = 0;
+    for (int kernel = 0; kernel < 2; kernel++) {
+        floatX *d_params = upload(params), *d_grads = upload(grads);
+        const bool use_master = kFloatXIsBF16;
+        float *d_master = use_master ? upload_fp32(master) : nullptr, *d_m = upload_fp32(m), *d_v = upload_fp32(v);
+        if (kernel == 0) adamw_kernel<<<dim3(3, 2), 128>>>(d_params, d_master, d_grads, d_m, d_v, table, from_device);
+        else adamw_update(d_params, d_master, d_grads, d_m, d_v, table, 2, from_device);
+        cudaCheckLaunch();
+        std::vector<std::vector<float>> got = {download(d_params, n), download(d_m, n), download(d_v, n)};
+        if (use_master) got.push_back(download(d_master, n));
+        for (size_t a = 0; a < got.size(); a++)
+            for (size_t i = 0; i < n; i++) differ += memcmp(&got[a][i], &results[0][a][i], 4) != 0;
+        cudaFree(d_params); cudaFree(d_grads); cudaFree(d_master); cudaFree(d_m); cudaFree(d_v);
+    }
+    cudaFree(d_scale);
+    checks++;
+    failures += differ != 0;
+    printf("%-52s %zu values differ  %s\n", "adamw with the scale on the device, bitwise", differ, differ == 0 ? "OK" : "FAIL");
+}
+
+// clip_scale on the device: the norm and factor the host computed before it (sqrtf of the ranks' summed squares,
+// grad_clip / norm above the clip, else 1), bit for bit (NaN as NaN), over 2^17 random positive floats of every
+// magnitude (subnormals included) against clips of 0, a subnormal, 0.5, 1 and random ones; then the kernel itself
+// writes both floats.
+__global__ void clip_sweep_kernel(const float* values, const float* clips, int n, int squared, float* norms,
+                                  float* scales) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        clip_norm_and_scale(values[i], squared != 0, clips[i], &norms[i], &scales[i]);
+}
+static void test_clip_scale() {
+    const int n = 1 << 17;
+    std::vector<float> values(n), clips(n);
+    const float fixed_clips[] = {0.0f, 1e-39f, 0.5f, 1.0f};
+    for (int i = 0; i < n; i++) {
+        uint32_t bits = rng.next_u32() & 0x7FFFFFFFu;  // positive, any exponent
+        if ((bits >> 23) == 0xFF) bits &= ~(1u << 30);                           // finite
+        memcpy(&values[i], &bits, 4);
+        clips[i] = i % 8 < 4 ? fixed_clips[i % 4] : values[(i * 7919) % n] * (float)rng.uniform();
+    }
+    values[0] = NAN, values[1] = 0.0f, values[2] = 1e-39f, values[3] = 1.0f;  // and the clip itself
+    values[4] = 1e-20f, values[5] = 1e-30f;  // squares below FLT_MIN
+    int wrong = 0;
+    float *d_values = upload_fp32(values), *d_clips = upload_fp32(clips), *d_norms, *d_scales;
+    cudaCheck(cudaMalloc(&d_norms, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_scales, n * sizeof(float)));
+    auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || memcmp(&a, &b, 4) == 0; };
+    for (int squared = 0; squared < 2; squared++) {
+        clip_sweep_kernel<<<64, 256>>>(d_values, d_clips, n, squared, d_norms, d_scales);
+        cudaCheckLaunch();
+        const std::vector<float> norms = download(d_norms, n), scales = download(d_scales, n);
+        for (int i = 0; i < n; i++) {
+            const float norm = squared ? sqrtf(values[i]) : values[i];
+            const float scale = (clips[i] > 0 && norm > clips[i]) ? clips[i] / norm : 1.0f;
+            if (same(norms[i], norm) && same(scales[i], scale)) continue;
+            if (wrong++ < 4)
+                printf("  clip_scale(%a%s, clip %a): device %a %a, host %a %a\n", values[i], squared ? " squared" : "",
+                       clips[i], norms[i], scales[i], norm, scale);
+        }
+    }
+    // the kernel: both floats written (poisoned first), the squared square of a ZeRO shard's norm
+    float state[2];
+    cudaCheck(cudaMemset(d_norms, 0xFF, 2 * sizeof(float)));
+    clip_scale(d_values + 3, /*squared=*/true, 0.5f, d_norms, 0);
+    cudaCheck(cudaMemcpy(state, d_norms, sizeof(state), cudaMemcpyDeviceToHost));
+    wrong += !(state[0] == 1.0f && state[1] == 0.5f);
+    cudaFree(d_values); cudaFree(d_clips); cudaFree(d_norms); cudaFree(d_scales);
+    checks++;
+    failures += wrong != 0;
+    printf("%-52s %d of %d cases differ  %s\n", "clip_scale vs the host's norm and factor, bitwise", wrong, 2 * n + 1,
+           wrong == 0 ? "OK" : "FAIL");
 }
 
 // Generation's decode products (llmc/kernels/decode_matvec.cuh, llmc/kernels/mma/decode_mma.cuh): out (B, N) = epilogue(in'·Wᵀ + bias),
@@ -763,6 +840,7 @@ int main(int argc, char** argv) {
     test_adamw({1000, 37, 4099});
     test_adamw({1000, 36, 4100});
     test_adamw_kernels_agree();
+    test_clip_scale();
     test_graph_memsets();
     printf("%s: %d of %d checks failed\n", failures ? "FAIL" : "PASS", failures, checks);
     return failures ? 1 : 0;

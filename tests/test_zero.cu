@@ -337,6 +337,18 @@ int main() {
                        N, bucket_bytes, r);
                 const float again = zero_grad_norm(shards[r], rank_grads[r]);
                 expect(memcmp(&norm, &again, 4) == 0, "a rank's gradient norm repeats bit for bit", N, bucket_bytes, r);
+                // the trainer's path: the square queued on the device (what the ranks sum), the host's float product
+                float* d_square = nullptr;
+                cudaCheck(cudaMalloc(&d_square, sizeof(float)));
+                cudaCheck(cudaMemset(d_square, 0xFF, sizeof(float)));
+                if (z == 2) zero_grad_norm_shard_square_queue(shards[r], shard_grads[r], d_square, 0);
+                else zero_grad_norm_square_queue(shards[r], rank_grads[r], d_square, 0);
+                float square = 0.0f;
+                cudaCheck(cudaMemcpy(&square, d_square, sizeof(float), cudaMemcpyDeviceToHost));
+                cudaCheck(cudaFree(d_square));
+                const float host_square = norm * norm;
+                expect(memcmp(&square, &host_square, 4) == 0,
+                       "the queued squared norm is the host's square of the norm bit for bit", N, bucket_bytes, r);
                 if (z == 2) {
                     const float from_shard = zero_grad_norm_shard(shards[r], shard_grads[r]);
                     expect(memcmp(&norm, &from_shard, 4) == 0,
@@ -346,20 +358,29 @@ int main() {
             }
             expect(std::fabs(std::sqrt(sum_sq) - whole_norm) <= 1e-5 * whole_norm,
                    "the ranks' norms combine into the whole gradient's norm (rel 1e-5)", N, bucket_bytes, -1);
+            // the trainer's step reads the gradient scale from the device (its host field NaN): ranks from the
+            // second do, the first takes it by value; the same bits either way
+            float* d_scale = nullptr;
+            cudaCheck(cudaMalloc(&d_scale, sizeof(float)));
+            cudaCheck(cudaMemcpy(d_scale, &s.grad_scale, sizeof(float), cudaMemcpyHostToDevice));
+            AdamWStep s_device = s;
+            s_device.grad_scale = NAN, s_device.grad_scale_at = d_scale;
             for (int r = 0; r < N; r++) {
                 // odd ranks in two launches as the trainer with several ranks (outside the layers first), even ranks
                 // in one: the same bits either way
                 const std::vector<ZeroChunks> parts = r % 2 ? std::vector<ZeroChunks>{ZeroChunks::Outer, ZeroChunks::Layers}
                                                             : std::vector<ZeroChunks>{ZeroChunks::All};
+                const AdamWStep& sr = r > 0 ? s_device : s;
                 for (ZeroChunks part : parts) {
                     if (z == 2)
                         zero_adamw_update_shard(shards[r], rank_params[r], sh_master[r], shard_grads[r], sh_m[r],
-                                                sh_v[r], table, s, 0, part);
+                                                sh_v[r], table, sr, 0, part);
                     else
                         zero_adamw_update(shards[r], rank_params[r], sh_master[r], rank_grads[r], sh_m[r], sh_v[r],
-                                          table, s, 0, part);
+                                          table, sr, 0, part);
                 }
             }
+            cudaCheck(cudaFree(d_scale));
             cudaCheck(cudaDeviceSynchronize());
             // before the gather: owned elements updated, the others untouched
             for (int r = 0; r < N; r++) {

@@ -55,6 +55,11 @@ struct MultiGpu {
     // so the exchange can run under the backward and the next forward.
     cudaStream_t stream = nullptr;
     float* scalar = nullptr;  // device float for multi_gpu_reduce_scalar
+    // The step's queued collectives (multi_gpu_sum_queued, multi_gpu_mean_begin): the device float the mean is
+    // reduced in, the pinned host float it is copied to, the events that hand work between the streams.
+    float* mean_scalar = nullptr;
+    float* mean_host = nullptr;  // pinned: [0] the value sent, [1] the mean received
+    cudaEvent_t to_comm = nullptr, from_comm = nullptr, mean_done = nullptr;
 #ifdef MULTI_GPU
     ncclComm_t comm = nullptr;
 #endif
@@ -180,6 +185,10 @@ inline MultiGpu multi_gpu_init(MultiGpuOptions o, int* argc_for_mpi = nullptr, c
         cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
         cudaCheck(cudaStreamCreateWithPriority(&m.stream, cudaStreamNonBlocking, greatest));
         cudaCheck(cudaMalloc(&m.scalar, sizeof(float)));
+        cudaCheck(cudaMalloc(&m.mean_scalar, sizeof(float)));
+        cudaCheck(cudaMallocHost(&m.mean_host, 2 * sizeof(float)));
+        for (cudaEvent_t* e : {&m.to_comm, &m.from_comm, &m.mean_done})
+            cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     };
 #ifdef MULTI_GPU
     const time_t started = time(nullptr);
@@ -303,6 +312,43 @@ inline float multi_gpu_sum(MultiGpu& m, float value) { return multi_gpu_reduce_s
 // Mean of a host scalar (a loss) over ranks.
 inline float multi_gpu_mean(MultiGpu& m, float value) { return multi_gpu_reduce_scalar(m, value, ScalarReduce::Mean); }
 
+// The step's scalars without a host wait (the host waits once, at the end of the step):
+//   multi_gpu_sum_queued(m, values, n, compute);  // device floats summed over ranks, in place, between compute's
+//                                                 // work queued before and after the call
+//   multi_gpu_mean_begin(m, loss);                // a host float's mean over ranks, queued on m.stream (behind the
+//                                                 // exchange already there, ahead of the all-gather queued later)
+//   ... multi_gpu_mean_fetch(m, compute);         // compute copies it to pinned memory once it is reduced
+//   cudaStreamSynchronize(compute);  float mean = multi_gpu_mean_value(m);
+// The same floats as multi_gpu_sum / multi_gpu_mean give (the same collectives on the same values).
+inline void multi_gpu_sum_queued(MultiGpu& m, float* values, int n, cudaStream_t compute) {
+#ifdef MULTI_GPU
+    if (m.world == 1) return;
+    stream_wait_for(m.stream, compute, m.to_comm);
+    ncclCheck(ncclAllReduce(values, values, (size_t)n, ncclFloat, ncclSum, m.comm, m.stream));
+    stream_wait_for(compute, m.stream, m.from_comm);
+#else
+    (void)m; (void)values; (void)n; (void)compute;
+#endif
+}
+inline void multi_gpu_mean_begin(MultiGpu& m, float value) {
+#ifdef MULTI_GPU
+    if (m.world > 1) {  // from pinned memory: a pageable source may make the copy wait for the stream
+        m.mean_host[0] = value;
+        cudaCheck(cudaMemcpyAsync(m.mean_scalar, &m.mean_host[0], sizeof(float), cudaMemcpyHostToDevice, m.stream));
+        ncclCheck(ncclAllReduce(m.mean_scalar, m.mean_scalar, 1, ncclFloat, ncclAvg, m.comm, m.stream));
+        cudaCheck(cudaEventRecord(m.mean_done, m.stream));
+        return;
+    }
+#endif
+    m.mean_host[1] = value;  // one rank: the mean is the value
+}
+inline void multi_gpu_mean_fetch(MultiGpu& m, cudaStream_t compute) {
+    if (m.world == 1) return;
+    cudaCheck(cudaStreamWaitEvent(compute, m.mean_done, 0));
+    cudaCheck(cudaMemcpyAsync(&m.mean_host[1], m.mean_scalar, sizeof(float), cudaMemcpyDeviceToHost, compute));
+}
+inline float multi_gpu_mean_value(const MultiGpu& m) { return m.mean_host[1]; }
+
 // All ranks wait here (e.g. before rank 0 writes a checkpoint the others will read).
 inline void multi_gpu_barrier(MultiGpu& m) {
     if (m.world > 1) multi_gpu_mean(m, 0.0f);
@@ -325,8 +371,12 @@ inline void multi_gpu_free(MultiGpu& m) {
         cudaCheck(cudaStreamSynchronize(m.stream));
         cudaCheck(cudaStreamDestroy(m.stream));
         cudaCheck(cudaFree(m.scalar));
+        cudaCheck(cudaFree(m.mean_scalar));
+        cudaCheck(cudaFreeHost(m.mean_host));
+        for (cudaEvent_t e : {m.to_comm, m.from_comm, m.mean_done}) cudaCheck(cudaEventDestroy(e));
     }
-    m.stream = nullptr, m.scalar = nullptr;
+    m.stream = nullptr, m.scalar = nullptr, m.mean_scalar = nullptr, m.mean_host = nullptr;
+    m.to_comm = m.from_comm = m.mean_done = nullptr;
 #ifdef MULTI_GPU
     if (m.watchdog) m.watchdog->forget_error_poll();
     if (m.comm) ncclCheck(ncclCommDestroy(m.comm));  // still watched: it may wait for a peer that is gone

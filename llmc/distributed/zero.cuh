@@ -12,6 +12,7 @@
 //   zero_unpack_owned(b, staging, grads, N, rank);                  // after it: the rank's slice back to flat
 //   zero_pack_owned(b, params, staging, N, rank);                   // before an all-gather: the rank's slice only
 //   zero_grad_norm(z, grads);                                       // L2 norm of the owned gradients
+//   zero_grad_norm_square_queue(z, grads, square, stream);          // its square on the device, no host wait
 //   zero_adamw_update(z, params, master, grads, m, v, table, step_args);  // the rank's elements only
 //   -z 2 (the rank's averaged gradients kept in a gradient shard, shard order, instead of the flat buffer):
 //   zero_shard_accumulate(shard + offset, slice, count, add);       // a bucket's slice in, after its reduce-scatter
@@ -176,8 +177,9 @@ namespace zero_detail {
 template <bool kShardGrads>
 __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
                                    const ZeroDeviceSegment* segments, const ZeroDeviceChunk* chunks,
-                                   AdamWTensorTable table, AdamWStep s) {
+                                   AdamWTensorTable table, AdamWStep step) {
     using namespace adamw_detail;
+    const AdamWStep s = resolve_step(step);
     const ZeroDeviceChunk c = chunks[blockIdx.x];  // chunks starts at the launch's first
     const ZeroDeviceSegment g = segments[c.segment];
     const float wd = table.weight_decay[g.tensor];
@@ -237,13 +239,24 @@ __global__ void shard_accumulate_kernel(floatX* dst, const floatX* src, size_t p
     }
 }
 
+// The norm into z.norm_partials[0] (and its square into *square when given), no host wait.
+template <bool kShardGrads>
+inline void grad_norm_queue(const ZeroShard& z, const floatX* grads, float* square, cudaStream_t stream) {
+    if (z.num_chunks == 0) {
+        cudaCheck(cudaMemsetAsync(z.norm_partials, 0, sizeof(float), stream));
+        if (square) cudaCheck(cudaMemsetAsync(square, 0, sizeof(float), stream));
+        return;
+    }
+    norm_partials_kernel<kShardGrads><<<z.num_chunks, 512, 0, stream>>>(z.norm_partials + 1, grads, z.segments, z.chunks);
+    cudaCheckLaunch();
+    global_norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, z.num_chunks, square);
+    cudaCheckLaunch();
+}
+
 template <bool kShardGrads>
 inline float grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t stream) {
     if (z.num_chunks == 0) return 0.0f;
-    norm_partials_kernel<kShardGrads><<<z.num_chunks, 512, 0, stream>>>(z.norm_partials + 1, grads, z.segments, z.chunks);
-    cudaCheckLaunch();
-    global_norm_finish_kernel<<<1, 1024, 0, stream>>>(z.norm_partials, z.norm_partials + 1, z.num_chunks);
-    cudaCheckLaunch();
+    grad_norm_queue<kShardGrads>(z, grads, nullptr, stream);
     float norm = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm, z.norm_partials, sizeof(float), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));
@@ -271,6 +284,16 @@ inline float zero_grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_
 // same order, so the same float as zero_grad_norm over the same values at their flat places.
 inline float zero_grad_norm_shard(const ZeroShard& z, const floatX* shard_grads, cudaStream_t stream = 0) {
     return zero_detail::grad_norm<true>(z, shard_grads, stream);
+}
+
+// The squared norm of the rank's owned gradients (the flat buffer, or -z 2's gradient shard) into *square on the
+// device, no host wait: the square of zero_grad_norm's float, rounded once, as the ranks sum it.
+inline void zero_grad_norm_square_queue(const ZeroShard& z, const floatX* grads, float* square, cudaStream_t stream) {
+    zero_detail::grad_norm_queue<false>(z, grads, square, stream);
+}
+inline void zero_grad_norm_shard_square_queue(const ZeroShard& z, const floatX* shard_grads, float* square,
+                                              cudaStream_t stream) {
+    zero_detail::grad_norm_queue<true>(z, shard_grads, square, stream);
 }
 
 // AdamW on the rank's shard: params and grads are the full flat floatX buffers (only owned elements are read from

@@ -18,16 +18,19 @@ struct AdamWTensorTable {
 };
 
 // One step's scalars: the learning rate, the moments' decay and bias corrections, the gradient scale (clipping),
-// and the stochastic-rounding stream id mixed on the host from the seed and the step.
+// and the stochastic-rounding stream id mixed on the host from the seed and the step. grad_scale_at, when set, is a
+// device float the kernels read the gradient scale from instead (clipping computed on the device: clip_scale in
+// llmc/kernels/global_norm.cuh), so the update is queued without waiting for the norm.
 struct AdamWStep {
     float lr, beta1, beta2, bias_correction1, bias_correction2, eps, grad_scale;
     uint32_t step_seed;
+    const float* grad_scale_at;
 };
 
 // step >= 1 (bias correction); seed fixes the stochastic rounding (same seed + step -> same bits).
 inline AdamWStep adamw_step(float lr, float beta1, float beta2, float eps, float grad_scale, int step, uint64_t seed) {
     AdamWStep s;
-    s.lr = lr, s.beta1 = beta1, s.beta2 = beta2, s.eps = eps, s.grad_scale = grad_scale;
+    s.lr = lr, s.beta1 = beta1, s.beta2 = beta2, s.eps = eps, s.grad_scale = grad_scale, s.grad_scale_at = nullptr;
     s.bias_correction1 = 1.0f - powf(beta1, (float)step);
     s.bias_correction2 = 1.0f - powf(beta2, (float)step);
     // Mix seed and step on the host into one 32-bit stream id; per-tensor streams are derived in the kernel.
@@ -65,11 +68,18 @@ __device__ __forceinline__ void adamw_element(floatX* param, float* master, floa
     store_param(param, p, index, tensor_seed);
 }
 
+// A kernel's step scalars, with the gradient scale read from the device where grad_scale_at says.
+__device__ __forceinline__ AdamWStep resolve_step(AdamWStep s) {
+    if (s.grad_scale_at) s.grad_scale = *s.grad_scale_at;
+    return s;
+}
+
 // Tensor t's stochastic-rounding stream (blockIdx.y = t in the kernels below).
 __device__ __forceinline__ uint32_t tensor_seed(int t, const AdamWStep& s) { return hash_u32((uint32_t)t, s.step_seed); }
 
 __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                             AdamWTensorTable table, AdamWStep s) {
+                             AdamWTensorTable table, AdamWStep step) {
+    const AdamWStep s = resolve_step(step);
     const size_t offset = table.offset[blockIdx.y], size = table.size[blockIdx.y];
     const float wd = table.weight_decay[blockIdx.y];
     const uint32_t seed = tensor_seed(blockIdx.y, s);
@@ -106,8 +116,9 @@ template <int kUnroll = adamw_detail::kDefaultUnroll, int kThreads = adamw_detai
           bool kEvictFirst = adamw_detail::kDefaultEvictFirst>
 __global__ void __launch_bounds__(kThreads)
     adamw_kernel_chunks(floatX* params, float* master, const floatX* grads, float* m, float* v, AdamWTensorTable table,
-                        int num_tensors, AdamWStep s) {
+                        int num_tensors, AdamWStep step) {
     using namespace adamw_detail;
+    const AdamWStep s = resolve_step(step);
     constexpr size_t kChunk = 4 * kUnroll * kThreads;  // elements per block
     int t = 0;
     size_t chunk = blockIdx.x;
@@ -169,11 +180,10 @@ inline size_t adamw_chunk_blocks(const AdamWTensorTable& table, int num_tensors,
     return blocks;
 }
 
-// step >= 1 (bias correction); seed fixes the stochastic rounding (same seed + step -> same bits).
+// s from adamw_step (its step >= 1: bias correction; its seed fixes the stochastic rounding: same seed + step ->
+// same bits), with grad_scale_at set where the clipping factor is on the device.
 inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                         const AdamWTensorTable& table, int num_tensors, float lr, float beta1, float beta2,
-                         float eps, float grad_scale, int step, uint64_t seed, cudaStream_t stream = 0) {
-    const AdamWStep s = adamw_step(lr, beta1, beta2, eps, grad_scale, step, seed);
+                         const AdamWTensorTable& table, int num_tensors, const AdamWStep& s, cudaStream_t stream = 0) {
     bool by_four = true;  // the pointers come from cudaMalloc'd blocks: 16-byte aligned at element multiples of 4
     for (int t = 0; t < num_tensors; t++) by_four = by_four && table.offset[t] % 4 == 0 && table.size[t] % 4 == 0;
     for (const void* p : {(const void*)params, (const void*)master, (const void*)grads, (const void*)m, (const void*)v})
@@ -188,4 +198,10 @@ inline void adamw_update(floatX* params, float* master, const floatX* grads, flo
                                                                                   s);
     }
     cudaCheckLaunch();
+}
+inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                         const AdamWTensorTable& table, int num_tensors, float lr, float beta1, float beta2,
+                         float eps, float grad_scale, int step, uint64_t seed, cudaStream_t stream = 0) {
+    adamw_update(params, master, grads, m, v, table, num_tensors,
+                 adamw_step(lr, beta1, beta2, eps, grad_scale, step, seed), stream);
 }

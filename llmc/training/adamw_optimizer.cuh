@@ -9,7 +9,8 @@
 //   model.grad_layout = adamw_model_grad_layout(c, settings, world);  // before gpt2_allocate (-z 2: not flat)
 //   AdamW opt;  opt.init(&model, &mg, settings);           // after gpt2_allocate, before gpt2_release_host_params
 //   gpt2_forward(&model, ..., opt.listener());  gpt2_backward(&model, scale, opt.backward_listener(last_micro_step));
-//   AdamW::Result r = opt.step(lr, grad_clip, step, seed);
+//   opt.step(lr, grad_clip, step, seed);                  // queued: norm, clipping and update with no host wait
+//   AdamW::Result r = opt.result();                        // the step's norm and clipping factor (waits for it)
 //   opt.sync();                                            // before the parameters are read outside a forward
 #pragma once
 
@@ -35,7 +36,7 @@ struct AdamWSettings {
 };
 
 namespace adamw_memory {
-enum Id { Master, M, V, Staging, GradSlots, GradShard, NormPartials, Count };
+enum Id { Master, M, V, Staging, GradSlots, GradShard, NormPartials, Clip, Count };
 
 // The buckets the exchange sends and, with ZeRO, the shards (the same bucketing for -z 0).
 inline std::vector<GradBucket> buckets(const GPT2Config& c, const AdamWSettings& s, int world) {
@@ -70,6 +71,7 @@ inline std::vector<MemoryTensor> table(const GPT2Config& c, const AdamWSettings&
                     G::Gradients, slots, sizeof(floatX)};
     t[GradShard] = {"gradient shard (ZeRO-2: this rank's, averaged)", G::Gradients, grad_shard_elems, sizeof(floatX)};
     t[NormPartials] = {"global norm partials", G::Workspace, global_norm_scratch_floats(), 4};
+    t[Clip] = {"clipping: norm, factor, squared shard norm", G::Workspace, 4, 4};  // clip_state below
     return t;
 }
 }  // namespace adamw_memory
@@ -105,6 +107,7 @@ struct AdamW {
     size_t state_elements = 0;  // per array: the parameters, or this rank's shard of them
     ZeroShard shard;            // -z 1: this rank's segments
     GradExchange exchange;
+    float* result_host = nullptr;  // pinned: the last step's [norm, clipping factor], copied after its update
 
     // After gpt2_allocate: the master copy from the model's fp32 host parameters, zero moments.
     void init(GPT2* m, MultiGpu* multi_gpu, const AdamWSettings& s) {
@@ -154,12 +157,16 @@ struct AdamW {
                 if (layout.slice[i] != GradSlotLayout::kNoSlice) m->grads.slices[i] = slots + layout.slice[i];
         }
         exchange.init_peer_copy();
+        cudaCheck(cudaMallocHost(&result_host, 2 * sizeof(float)));
+        result_host[0] = 0.0f, result_host[1] = 1.0f;
     }
 
     bool sharded() const { return settings.zero_stage >= 1; }
     bool grad_shard() const { return adamw_memory::grad_shard(settings, mg->world); }
     floatX* shard_grads() const { return (floatX*)memory[adamw_memory::GradShard]; }
     float* master() const { return (float*)memory[adamw_memory::Master]; }
+    // [0] the global norm, [1] the clipping factor, [2] this rank's squared shard norm, then their sum over ranks
+    float* clip_state() const { return (float*)memory[adamw_memory::Clip]; }
     float* moment(adamw_memory::Id id) const { return (float*)memory[id]; }
 
     // What the model's passes tell while they queue (null with one rank: nothing to exchange, and the step can be
@@ -173,24 +180,27 @@ struct AdamW {
 
     // One optimizer step, after the last micro-step's backward: the exchanged gradients' global norm, clipping to
     // grad_clip (0: none), AdamW with learning rate lr, then (-z 1) the parameters' all-gather, which the next forward
-    // waits for bucket by bucket. step: the update's number (>= 1); seed fixes the stochastic rounding.
-    Result step(float lr, float grad_clip, int step, uint64_t seed) {
+    // waits for bucket by bucket. step: the update's number (>= 1); seed fixes the stochastic rounding. All of it is
+    // queued without a host wait: the norm stays on the device (with ZeRO its square is summed over ranks there),
+    // clip_scale turns it into the factor the update kernels read; result() has the host's copy.
+    void step(float lr, float grad_clip, int step, uint64_t seed) {
         if (step < 1) {
             fprintf(stderr, "error: AdamW::step: step must be >= 1 (got %d)\n", step);
             exit(EXIT_FAILURE);
         }
         cudaStream_t s = model->stream;
         exchange.finish();
-        Result r;
-        if (sharded()) {  // each rank holds the mean of its shard; the norm combines the shards'
-            const float shard_norm =
-                grad_shard() ? zero_grad_norm_shard(shard, shard_grads(), s) : zero_grad_norm(shard, model->grads.base, s);
-            r.grad_norm = sqrtf(multi_gpu_sum(*mg, shard_norm * shard_norm));
+        float* clip = clip_state();
+        if (sharded()) {  // each rank holds the mean of its shard; the norm combines the shards' squares
+            if (grad_shard()) zero_grad_norm_shard_square_queue(shard, shard_grads(), clip + 2, s);
+            else zero_grad_norm_square_queue(shard, model->grads.base, clip + 2, s);
+            multi_gpu_sum_queued(*mg, clip + 2, 1, s);
+            clip_scale(clip + 2, /*squared=*/true, grad_clip, clip, s);
         } else {
-            r.grad_norm = global_norm(model->grads.base, model->num_parameters,
-                                      (float*)memory[adamw_memory::NormPartials], s);
+            float* scratch = (float*)memory[adamw_memory::NormPartials];
+            global_norm_queue(model->grads.base, model->num_parameters, scratch, s);
+            clip_scale(scratch, /*squared=*/false, grad_clip, clip, s);
         }
-        r.grad_scale = (grad_clip > 0 && r.grad_norm > grad_clip) ? grad_clip / r.grad_norm : 1.0f;
         AdamWTensorTable table;
         const auto specs = gpt2_parameter_table(model->config);
         for (int i = 0; i < kNumParameterTensors; i++) {
@@ -199,9 +209,11 @@ struct AdamW {
             table.weight_decay[i] = specs[i].weight_decay ? settings.weight_decay : 0.0f;
         }
         const AdamWSettings& a = settings;
+        // the factor from the device; NaN in its place would show a kernel that did not read it there
+        AdamWStep args = adamw_step(lr, a.beta1, a.beta2, a.eps, NAN, step, seed);
+        args.grad_scale_at = clip + 1;
         if (sharded()) {  // this rank's shard, from its gradient shard (-z 2) or its reduce-scattered gradients;
             // with several ranks wte, wpe and lnf first, so that their all-gather runs under the layers' update
-            const AdamWStep args = adamw_step(lr, a.beta1, a.beta2, a.eps, r.grad_scale, step, seed);
             auto update = [&](ZeroChunks part) {
                 if (grad_shard())
                     zero_adamw_update_shard(shard, model->params.base, master(), shard_grads(), moment(adamw_memory::M),
@@ -215,9 +227,16 @@ struct AdamW {
             else update(ZeroChunks::All);
         } else {
             adamw_update(model->params.base, master(), model->grads.base, moment(adamw_memory::M),
-                         moment(adamw_memory::V), table, kNumParameterTensors, lr, a.beta1, a.beta2, a.eps,
-                         r.grad_scale, step, seed, s);
+                         moment(adamw_memory::V), table, kNumParameterTensors, args, s);
         }
+        cudaCheck(cudaMemcpyAsync(result_host, clip, 2 * sizeof(float), cudaMemcpyDeviceToHost, s));
+    }
+
+    // The last step's norm and clipping factor; waits for its update (not for the all-gather after it).
+    Result result() const {
+        cudaCheck(cudaStreamSynchronize(model->stream));
+        Result r;
+        r.grad_norm = result_host[0], r.grad_scale = result_host[1];
         return r;
     }
 
@@ -289,6 +308,11 @@ struct AdamW {
         if (grad_shard() && model) model->grads.slices.clear();  // they pointed into this optimizer's memory
         exchange.free();
         zero_shard_free(&shard);
+        if (result_host) {
+            cudaCheck(cudaStreamSynchronize(model->stream));  // the last step's copy into it
+            cudaCheck(cudaFreeHost(result_host));
+        }
+        result_host = nullptr;
         if (device_block) cudaCheck(cudaFree(device_block));
         device_block = nullptr;
         memory.clear();
