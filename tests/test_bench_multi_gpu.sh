@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# scripts/bench_multi_gpu.sh's table without a GPU: the script runs in a scratch tree with a stand-in trainer (step
+# lines with known times, the device-memory line, a model file for the init run; -z 2 fails) and a stand-in nvidia-smi
+# (2 GPUs; an old driver's field names; busy samples at 1690 MHz flagged power-capped, idle ones between them). The
+# table must hold the medians over steps 3..STEPS, tok/s, the efficiency against the 1-GPU run, the memory, the clock
+# column, n/a for the failed -z and for 4 GPUs on a 2-GPU machine, and the sweep must go on past them.
+set -u
+cd "$(dirname "$0")/.."
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/scripts" "$tmp/bin" "$tmp/data/tinyshakespeare"
+cp scripts/bench_multi_gpu.sh "$tmp/scripts/"
+: >"$tmp/data/tinyshakespeare/tiny_shakespeare_train.bin"
+printf 'train_gpt2cu: ;\ndata: ;\n' >"$tmp/Makefile"
+
+cat >"$tmp/train_gpt2cu" <<'EOF'
+#!/usr/bin/env bash
+steps=1 out="" pn=1 z=0
+while [ $# -gt 0 ]; do
+    case $1 in -x) steps=$2; shift ;; -o) out=$2; shift ;; -pn) pn=$2; shift ;; -z) z=$2; shift ;; esac
+    shift
+done
+[ "$z" = 2 ] && { echo "error: -z 2: not in this stand-in"; exit 1; }
+[ -n "$out" ] && { mkdir -p "$out"; : >"$out/model_00000001.bin"; }
+echo "device memory in use after the first step: 7.61 GiB (cudaMemGetInfo: everything on the device)"
+for ((s = 1; s <= steps; s++)); do  # 1 GPU: 28.00 + 0.02 s ms, 2 GPUs: 28.50 + 0.02 s
+    printf "step %4d/%d | loss 5.0 | norm 1.0 | lr 1e-04 | %6.2f ms | 1 tok/s\n" $s $steps \
+        "$(awk -v n="$pn" -v s=$s 'BEGIN {print 28 + 0.5 * (n - 1) + 0.02 * s}')"
+    sleep 0.2
+done
+EOF
+cat >"$tmp/bin/nvidia-smi" <<'EOF'
+#!/usr/bin/env bash
+case "$*" in
+    -L) echo "GPU 0: Stand-in (UUID: a)"; echo "GPU 1: Stand-in (UUID: b)" ;;
+    *clocks_event_reasons*) exit 6 ;;  # an older driver: the other field names
+    *-lms*) while true; do echo "1690, 100, Active"; echo "345, 0, Not Active"; sleep 0.02; done ;;
+    *) echo "Stand-in GPU, 81559 MiB" ;;
+esac
+EOF
+chmod +x "$tmp/train_gpt2cu" "$tmp/bin/nvidia-smi"
+
+out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" MODELS=d12 GPUS="1 2 4" ZS="0 1 2" STEPS=6 LOGS="$tmp/logs" \
+      bash scripts/bench_multi_gpu.sh 2>&1)
+rc=$?
+check() {  # name, extended regex a line of the output must match
+    if printf '%s\n' "$out" | grep -qE -- "$2"; then echo "ok: $1"; else echo "FAIL: $1 (no line matches $2)"; fail=1; fi
+}
+[ $rc = 0 ] && echo "ok: the sweep exits 0" || { echo "FAIL: the sweep exited $rc"; fail=1; }
+check "the clock column's header" '^\| model .*\| device memory \(rank 0\) \| SM clock \(GPU 0, busy samples: median, power-capped\) \| log \|$'
+check "1 GPU: median of steps 3..6, tok/s, the baseline, memory, clock" \
+    '^\| d12 \| 16 x 1024 \| 1 \| 0 \| 28\.09 \| 583268 \| 1\.000 \| 7\.61 GiB \| 1690 MHz, ([0-9]+)/\1 capped \| d12_z0_gpu1\.log \|$'
+check "2 GPUs -z 0: efficiency against the 1-GPU run" \
+    '^\| d12 \| 16 x 1024 \| 2 \| 0 \| 28\.59 \| 1146135 \| 0\.983 \| 7\.61 GiB \| 1690 MHz, ([0-9]+)/\1 capped \| d12_z0_gpu2\.log \|$'
+check "2 GPUs -z 1 after it" '^\| d12 \| 16 x 1024 \| 2 \| 1 \| 28\.59 \| 1146135 \| 0\.983 \|'
+check "4 GPUs on 2: n/a, and the sweep goes on" '^\| d12 \| 16 x 1024 \| 4 \| 0 \| n/a \| n/a \| n/a \| n/a \| n/a \| d12_z0_gpu4\.log \|$'
+check "a failed run (-z 2): n/a" '^\| d12 \| 16 x 1024 \| 2 \| 2 \| n/a \| n/a \| n/a \| n/a \|'
+[ -z "$(ls "$tmp/logs"/*.smi.csv 2>/dev/null)" ] && echo "ok: no samples left in LOGS" ||
+    { echo "FAIL: sample files left in LOGS"; fail=1; }
+[ $fail = 0 ] && echo "bench_multi_gpu.sh: all checks passed" || printf '%s\n' "$out" | tail -n 15
+exit $fail
