@@ -72,10 +72,14 @@ run() {  # log, n, flags...
     return $rc
 }
 
+# the median of the numbers on stdin, one per line, printed with printf format $1; nothing for none
+median() {
+    sort -g | awk -v f="$1" '{v[NR] = $1} END {if (NR) printf f, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+
 # median ms/step over steps 3..end of a log ("step    11/12 | loss ... | norm ... | lr ... |  52.10 ms | ..."), or empty
 median_ms() {
-    sed -n 's/^step *\([0-9]*\)\/[0-9]* |.*| *\([0-9.]*\) ms |.*/\1 \2/p' "$1" | awk '$1 >= 3 {print $2}' | sort -g |
-        awk '{v[NR] = $1} END {if (NR) printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+    sed -n 's/^step *\([0-9]*\)\/[0-9]* |.*| *\([0-9.]*\) ms |.*/\1 \2/p' "$1" | awk '$1 >= 3 {print $2}' | median %.2f
 }
 
 # The SM clock while a run computes: nvidia-smi samples GPU 0 (rank 0's) every 100 ms; the median clock over the
@@ -95,12 +99,13 @@ clock_start() {  # samples file
 clock_stop() {  # samples file -> "1695 MHz, 32/32 capped" or n/a
     [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
     smi_pid=
-    [ -s "$1" ] || { echo n/a; return; }
-    awk -F', *' '$2 + 0 >= 90 {print $1 + 0, ($3 ~ /^Active/) ? 1 : 0}' "$1" | sort -n |
-        awk '{c[NR] = $1; capped += $2} END {
-            if (!NR) {print "n/a"; exit}
-            printf "%d MHz, %d/%d capped", NR % 2 ? c[(NR + 1) / 2] : (c[NR / 2] + c[NR / 2 + 1]) / 2, capped, NR}'
+    local busy=() capped clock
+    [ -s "$1" ] && mapfile -t busy < <(awk -F', *' '$2 + 0 >= 90 {print $1 + 0, ($3 ~ /^Active/) ? 1 : 0}' "$1")
     rm -f "$1"
+    [ ${#busy[@]} -gt 0 ] || { echo n/a; return; }
+    clock=$(printf '%s\n' "${busy[@]}" | cut -d' ' -f1 | median %d)
+    capped=$(printf '%s\n' "${busy[@]}" | awk '{c += $2} END {print c}')
+    echo "$clock MHz, $capped/${#busy[@]} capped"
 }
 
 declare -A ms

@@ -1,13 +1,13 @@
-// The time between the kernels of a replayed CUDA Graph, alone and with another stream at work beside it. Asked
-// by issue 44's traces: in a 2-GPU d12 step, 167 kernels start 2-5 us after their predecessor where on one GPU most
-// start back to back, with the same graphs; there, the exchange's streams work beside the compute stream.
+// The time between the kernels of a replayed CUDA Graph, alone and with another stream at work beside it: in a
+// multi-GPU step kernels started later after their predecessor than on one GPU, with the same graphs, while the
+// exchange's streams worked beside the compute stream (docs/MULTI_GPU.md).
 // The graph: K launches of a short compute-bound kernel (each thread applies x = a*x + b R times in registers),
 // captured on a stream of default priority. Beside it, on a stream of the highest priority (as the exchange's):
 //   none      nothing
 //   copy      device-to-device copies of 256 MB back to back (copy engines, as the copy-engine exchange)
 //   spin      one block spinning until the host says stop (an SM held, as an NCCL kernel waiting for its peer)
 //   wait      a stream memory wait on a flag set only at the end (as a lane waiting for a peer's flag)
-//   kernels   one-block kernels of ~50 us back to back (other work sharing the SMs)
+//   kernels   long one-block kernels back to back (other work sharing the SMs)
 // The graph's result is checked against the fp64 value first (K*R affine steps; rel 2e-4; each launch counted), then each mode prints
 // the median replay time over 20 replays and the time per launch.
 //   make -C dev/cuda graph_gaps && ./dev/cuda/graph_gaps [K]      (-c: the validation alone, K = 8)
@@ -37,7 +37,7 @@ __global__ void spin_kernel(const volatile int* stop) {
     while (*stop == 0) __nanosleep(1000);
 }
 
-__global__ void busy_kernel(float* sink) {  // ~50 us of one block
+__global__ void busy_kernel(float* sink) {  // one block, long next to the graph's kernels
     float v = threadIdx.x;
     for (int r = 0; r < 20000; r++) v = fmaf(v, 0.9999f, 0.0001f);
     if (v == -1.0f) sink[0] = v;  // never: keeps the loop

@@ -134,7 +134,8 @@ struct CuptiTrace {
                 r.stream = m->streamId, r.start = m->start, r.end = m->end;
             } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
                 const auto* m = (const CUpti_ActivityMemset4*)rec;
-                r.name = "memset " + std::to_string(m->bytes) + " B", r.stream = m->streamId, r.start = m->start, r.end = m->end;
+                r.name = "memset " + std::to_string(m->bytes) + " B";
+                r.stream = m->streamId, r.start = m->start, r.end = m->end;
             } else {
                 continue;
             }

@@ -1,10 +1,10 @@
 // A captured graph's small memset nodes turned into kernel nodes that write the same bytes.
 //
-// cuBLASLt's Hopper GEMMs (nvjet) zero a 4-byte counter with a memset before every call, so a d12 training step's
-// graph has ~90 memset nodes. In a replay a memset node costs about 5 us between its neighbours' kernels (the
-// switch into and out of it; more while the copy engines move the exchange's buckets), where a kernel node after a
-// kernel starts about 1 us after it. A small kernel that writes the same bytes (one block for a counter) keeps the
-// order (it takes the memset node's edges). Left as they are: large memsets (the gradients' zeroing: bandwidth-bound,
+// cuBLASLt's Hopper GEMMs (nvjet) zero a 4-byte counter with a memset before every call, so a training step's graph
+// holds a memset node before most GEMMs. In a replay the switch into and out of a memset node leaves the SMs idle
+// longer than a kernel node after a kernel does (longer still while the copy engines move the exchange's buckets;
+// docs/PERFORMANCE.md). A small kernel that writes the same bytes (one block for a counter) keeps the order (it takes
+// the memset node's edges). Left as they are: large memsets (the gradients' zeroing: bandwidth-bound,
 // one each), and any memset a kernel of this device could not stand in for (memory of another device or not device
 // memory, addresses not aligned to the element size).
 #pragma once

@@ -255,7 +255,6 @@ inline void grad_norm_queue(const ZeroShard& z, const floatX* grads, float* squa
 
 template <bool kShardGrads>
 inline float grad_norm(const ZeroShard& z, const floatX* grads, cudaStream_t stream) {
-    if (z.num_chunks == 0) return 0.0f;
     grad_norm_queue<kShardGrads>(z, grads, nullptr, stream);
     float norm = 0.0f;
     cudaCheck(cudaMemcpyAsync(&norm, z.norm_partials, sizeof(float), cudaMemcpyDeviceToHost, stream));

@@ -180,7 +180,7 @@ inline StepGraph& step_graph_for(GPT2* m, int B, int T, float loss_scale, bool f
 
 // gpt2_forward with targets, then gpt2_backward(loss_scale), as one unit: with use_graphs, the second call with
 // the same key (B, T, loss_scale, which passes have a listener) captures the kernels into CUDA Graphs and every later
-// call replays them (llmc/model/step_graph.h: one launch instead of ~380 with no listener; with listeners, one graph
+// call replays them (llmc/model/step_graph.h: one launch instead of one per kernel with no listener; with listeners, one graph
 // between two calls that queue work, which are made eagerly). Same kernels, same order, same bits. Returns the mean
 // loss, read once at the end (no host wait between the forward and the backward).
 inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale,

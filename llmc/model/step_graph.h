@@ -1,5 +1,5 @@
 // A training micro-step (forward with the loss, then backward) replayed from CUDA Graphs, for one key (B, T, the loss
-// scale, which passes have a listener). With no listener it is one graph (one launch instead of ~380). With listeners
+// scale, which passes have a listener). With no listener it is one graph (one launch instead of one per kernel). With listeners
 // (several GPUs: the exchange queues copies, waits and collectives between the kernels, on other streams and on host
 // state that changes every step) the kernels are captured in segments: a graph ends at each listener call that may
 // queue work, the call runs eagerly between two graph launches, and calls that queue nothing are made again, in
