@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel scaling: 1, 2 and 4 GPUs x ZeRO stage (-z 0, 1, 2) x d12 (-b 16) and d48 (-b 8), T = 1024, random
 # init, Tiny Shakespeare, the same batch per GPU at every GPU count. For each run: the median ms/step over steps
-# 3..STEPS (the first steps pay for cuBLAS plans and NCCL's set-up), tok/s over all GPUs, the efficiency (the 1-GPU
+# FIRST..STEPS (default 3..12: the first steps pay for cuBLAS plans and NCCL's set-up), tok/s over all GPUs, the efficiency (the 1-GPU
 # -z 0 run's ms/step of the same model / this run's; the 1-GPU run of the same -z when there is no -z 0 one), the
 # device memory in use on rank 0 after its first step (what the trainer prints) and GPU 0's SM clock while busy
 # (nvidia-smi: the median, and how many samples the power cap held down; n/a without nvidia-smi). A run that fails (a -z the trainer
@@ -11,18 +11,20 @@
 # file rendezvous (-pi fs) with N processes.
 #   scripts/bench_multi_gpu.sh
 #   MODELS=d12 GPUS="1 2" ZS="0 1" STEPS=20 scripts/bench_multi_gpu.sh
-# env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR,
+#   STEPS=150 FIRST=30 scripts/bench_multi_gpu.sh   # the steady state: power-capped GPUs slow down over ~30 steps
+# env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), FIRST (3), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR,
 #      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100"); LLMC_* switches and CUDA_DEVICE_MAX_CONNECTIONS
 #      reach every rank (LLMC_PEER_COPY=0)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODELS=${MODELS:-"d12 d48"}; GPUS=${GPUS:-"1 2 4"}; ZS=${ZS:-"0 1 2"}; STEPS=${STEPS:-12}
+MODELS=${MODELS:-"d12 d48"}; GPUS=${GPUS:-"1 2 4"}; ZS=${ZS:-"0 1 2"}; STEPS=${STEPS:-12}; FIRST=${FIRST:-3}
 read -ra extra <<<"${ARGS:-}"
 LOGS=${LOGS:-${OUT:-bench_mgpu_logs}}
 T=1024
 DATA=data/tinyshakespeare/tiny_shakespeare_train.bin
 export NCCL_NVLS_ENABLE=0  # NVLink hosts without multicast support (README)
-[ "$STEPS" -ge 3 ] 2>/dev/null || { echo "error: STEPS=$STEPS: the median is over steps 3..STEPS" >&2; exit 1; }
+[ "$FIRST" -ge 1 ] 2>/dev/null && [ "$STEPS" -ge "$FIRST" ] 2>/dev/null ||
+    { echo "error: STEPS=$STEPS FIRST=$FIRST: the median is over steps FIRST..STEPS (FIRST >= 1)" >&2; exit 1; }
 mkdir -p "$LOGS"
 [ -f "$DATA" ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1
@@ -30,7 +32,7 @@ visible=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
 launch=fs
 command -v mpirun >/dev/null && ldd ./train_gpt2cu | grep -q libmpi && launch=mpirun
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -n 1
-echo "$visible GPUs visible; several GPUs start by $launch; $STEPS steps per run, median over steps 3..$STEPS"
+echo "$visible GPUs visible; several GPUs start by $launch; $STEPS steps per run, median over steps $FIRST..$STEPS"
 
 batch_of() { case $1 in d48) echo 8 ;; *) echo 16 ;; esac; }
 
@@ -77,9 +79,9 @@ median() {
     sort -g | awk -v f="$1" '{v[NR] = $1} END {if (NR) printf f, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
-# median ms/step over steps 3..end of a log ("step    11/12 | loss ... | norm ... | lr ... |  52.10 ms | ..."), or empty
+# median ms/step over steps FIRST..end of a log ("step    11/12 | loss ... | norm ... | lr ... |  52.10 ms | ..."), or empty
 median_ms() {
-    sed -n 's/^step *\([0-9]*\)\/[0-9]* |.*| *\([0-9.]*\) ms |.*/\1 \2/p' "$1" | awk '$1 >= 3 {print $2}' | median %.2f
+    sed -n 's/^step *\([0-9]*\)\/[0-9]* |.*| *\([0-9.]*\) ms |.*/\1 \2/p' "$1" | awk -v f="$FIRST" '$1 >= f {print $2}' | median %.2f
 }
 
 # The SM clock while a run computes: nvidia-smi samples GPU 0 (rank 0's) every 100 ms; the median clock over the
@@ -146,7 +148,7 @@ done
 
 table="$LOGS/bench_multi_gpu.md"
 {
-    echo "| model | B/GPU x T | GPUs | -z | ms/step (median, steps 3..$STEPS) | tok/s | efficiency | device memory (rank 0) | SM clock (GPU 0, busy samples: median, power-capped) | log |"
+    echo "| model | B/GPU x T | GPUs | -z | ms/step (median, steps $FIRST..$STEPS) | tok/s | efficiency | device memory (rank 0) | SM clock (GPU 0, busy samples: median, power-capped) | log |"
     echo "|---|---|---|---|---|---|---|---|---|---|"
     for row in "${rows[@]}"; do
         IFS='|' read -r model n z m toks mem clock name <<<"$row"

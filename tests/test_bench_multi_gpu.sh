@@ -2,7 +2,7 @@
 # scripts/bench_multi_gpu.sh's table without a GPU: the script runs in a scratch tree with a stand-in trainer (step
 # lines with known times, the device-memory line, a model file for the init run; -z 2 fails) and a stand-in nvidia-smi
 # (2 GPUs; an old driver's field names; busy samples at 1690 MHz flagged power-capped, idle ones between them). The
-# table must hold the medians over steps 3..STEPS, tok/s, the efficiency against the 1-GPU run, the memory, the clock
+# table must hold the medians over steps 3..STEPS (FIRST..STEPS when set), tok/s, the efficiency against the 1-GPU run, the memory, the clock
 # column, n/a for the failed -z and for 4 GPUs on a 2-GPU machine, and the sweep must go on past them.
 set -u
 cd "$(dirname "$0")/.."
@@ -58,5 +58,16 @@ check "4 GPUs on 2: n/a, and the sweep goes on" '^\| d12 \| 16 x 1024 \| 4 \| 0 
 check "a failed run (-z 2): n/a" '^\| d12 \| 16 x 1024 \| 2 \| 2 \| n/a \| n/a \| n/a \| n/a \|'
 [ -z "$(ls "$tmp/logs"/*.smi.csv 2>/dev/null)" ] && echo "ok: no samples left in LOGS" ||
     { echo "FAIL: sample files left in LOGS"; fail=1; }
+
+# FIRST: the median over a later range of steps (the steady state of power-capped GPUs); a range that is empty stops
+out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" MODELS=d12 GPUS="1 2" ZS=0 STEPS=6 FIRST=5 LOGS="$tmp/logs5" \
+      bash scripts/bench_multi_gpu.sh 2>&1)
+check "FIRST=5: the header names steps 5..6" '^\| model .*\| ms/step \(median, steps 5\.\.6\) \|'
+check "FIRST=5: 1 GPU's median of steps 5..6" '^\| d12 \| 16 x 1024 \| 1 \| 0 \| 28\.11 \| 582853 \| 1\.000 \|'
+check "FIRST=5: 2 GPUs against it" '^\| d12 \| 16 x 1024 \| 2 \| 0 \| 28\.61 \| 1145334 \| 0\.983 \|'
+out=$(cd "$tmp" && STEPS=6 FIRST=7 LOGS="$tmp/logs7" bash scripts/bench_multi_gpu.sh 2>&1)
+rc=$?
+[ $rc != 0 ] && check "FIRST past STEPS: one line naming both, no run" '^error: STEPS=6 FIRST=7: ' ||
+    { echo "FAIL: FIRST=7 with STEPS=6 exited 0"; fail=1; }
 [ $fail = 0 ] && echo "bench_multi_gpu.sh: all checks passed" || printf '%s\n' "$out" | tail -n 15
 exit $fail
