@@ -212,17 +212,22 @@ __global__ void adamw_shard_kernel(floatX* params, float* master, const floatX* 
     }
 }
 
-// Sum of squares: one partial per chunk; global_norm_finish_kernel adds them in order.
+// Sum of squares: one partial per chunk; global_norm_finish_kernel adds them in order. 4 elements per thread and
+// load, as the update reads them (one element per load left DRAM far from its bandwidth); the chunks are multiples of
+// 4 at multiples of 4 (zero_shard_create checks), the same chunks in both layouts, so -z 1 and -z 2 sum alike.
 template <bool kShardGrads>
 __global__ void norm_partials_kernel(float* partials, const floatX* grads, const ZeroDeviceSegment* segments,
                                      const ZeroDeviceChunk* chunks) {
+    using namespace adamw_detail;
     const ZeroDeviceChunk c = chunks[blockIdx.x];
     const ZeroDeviceSegment& g = segments[c.segment];
     const floatX* x = grads + (kShardGrads ? g.shard_offset : g.flat_offset) + c.start;
     float acc = 0.0f;
-    for (uint32_t i = threadIdx.x; i < c.count; i += blockDim.x) {
-        const float v = to_float(x[i]);
-        acc += v * v;
+    for (uint32_t i = 4 * threadIdx.x; i < c.count; i += 4 * blockDim.x) {
+        const Raw4 raw = load<false>(reinterpret_cast<const Raw4*>(x + i));
+        const floatX* v = reinterpret_cast<const floatX*>(&raw);
+#pragma unroll
+        for (int k = 0; k < 4; k++) acc += to_float(v[k]) * to_float(v[k]);
     }
     acc = block_reduce_sum(acc);
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
