@@ -105,6 +105,7 @@ if true; then
     run_suite dev-matmul-backward-dgelu ./dev/cuda/matmul_backward_dgelu -c
     run_suite dev-adamw ./dev/cuda/adamw -c
     run_suite dev-graph-gaps ./dev/cuda/graph_gaps -c
+    run_suite dev-peer-traffic ./dev/cuda/peer_traffic -c
     # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only
     # (flash is checked by tests/test_kernels and by the d12 reference below)
     run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized
