@@ -12,10 +12,13 @@
 //   both   out and in
 //   paced  out and in, 8 MB copies each way queued on the host's clock at RATE GB/s each way (default 9: a d12
 //          -z 1 step on 2 GPUs moves ~250 MB each way in ~28 ms)
+// The traffic runs on a host thread of its own, started before the first replay is queued and stopped after the last
+// is done, so it covers every timed replay whatever the launch queue does.
 // Checked first: the GEMM's first 64 rows and the whole LayerNorm against the fp64 CPU reference (bf16 tolerances);
 // after every mode the outputs are the lone replay's bit for bit, and the copies' destinations hold their sources.
-//   make -C dev/cuda peer_traffic && ./dev/cuda/peer_traffic [-r RATE] [-w W] [-n R]
+//   make -C dev/cuda peer_traffic && ./dev/cuda/peer_traffic [-g RATE] [-w W] [-n R]
 //   ./dev/cuda/peer_traffic -c     the checks alone (make test; on one GPU the copies are not checked and it says so)
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -85,6 +88,15 @@ struct Lane {
         cudaCheck(cudaStreamSynchronize(stream));
         room();
     }
+    void destroy() {
+        if (!stream) return;
+        drain();
+        cudaCheck(cudaSetDevice(device));
+        for (cudaEvent_t e : free_events) cudaCheck(cudaEventDestroy(e));
+        cudaCheck(cudaStreamDestroy(stream));
+        cudaCheck(cudaSetDevice(0));
+        free_events.clear(), stream = nullptr;
+    }
 };
 
 // The first `bytes` of two device buffers (of any GPU) are the same.
@@ -108,15 +120,15 @@ int main(int argc, char** argv) {
         const bool has_value = i + 1 < argc;
         if (a == "-c") {
             check_only = true;
-        } else if (a == "-r" && has_value) {
+        } else if (a == "-g" && has_value) {
             rate_gbs = atof(argv[++i]);
-            if (!(rate_gbs > 0.0 && rate_gbs <= 1000.0)) { fprintf(stderr, "error: -r: a rate in GB/s from 0 to 1000\n"); return 1; }
+            if (!(rate_gbs > 0.0 && rate_gbs <= 1000.0)) { fprintf(stderr, "error: -g: a rate in GB/s from 0 to 1000\n"); return 1; }
         } else if ((a == "-w" || a == "-n") && has_value) {
             const int v = positive_int(argv[++i]);
             if (v < 1 || v > 10000) { fprintf(stderr, "error: %s: a number of replays from 1 to 10000\n", a.c_str()); return 1; }
             (a == "-w" ? warmup : repeats) = v;
         } else {
-            fprintf(stderr, "usage: %s [-r RATE_GBs] [-w warm-up replays] [-n timed replays] [-c]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-g GB/s each way when paced] [-w warm-up replays] [-n timed replays] [-c]\n", argv[0]);
             return 1;
         }
     }
@@ -130,6 +142,11 @@ int main(int argc, char** argv) {
     const bool two = devices >= 2 && peer01 && peer10;
     cudaCheck(cudaSetDevice(0));
     print_device();
+    if (two) {
+        cudaDeviceProp p1;
+        cudaCheck(cudaGetDeviceProperties(&p1, 1));
+        printf("peer: %s (GPU 1), peer access both ways\n", p1.name);
+    }
     if (!two && !check_only) {
         fprintf(stderr, "error: peer_traffic needs 2 GPUs with peer access (%d GPU(s)%s)\n", devices,
                 devices >= 2 ? ", no peer access between 0 and 1" : "");
@@ -159,6 +176,7 @@ int main(int argc, char** argv) {
     work();  // outside the capture: cuBLASLt picks and caches its plan
     cudaCheck(cudaStreamSynchronize(s));
     d_out.poison(), d_ln.poison();
+    cudaCheck(cudaDeviceSynchronize());  // the poison lands before the replay (s does not wait for the legacy stream)
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     cudaCheck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -205,7 +223,8 @@ int main(int argc, char** argv) {
         in_lane.init(1, send1, recv0.ptr);
     }
 
-    std::vector<cudaEvent_t> marks((size_t)repeats + 1);
+    const int w = check_only ? 2 : warmup, r = check_only ? 2 : repeats;
+    std::vector<cudaEvent_t> marks((size_t)r + 1);
     for (cudaEvent_t& e : marks) cudaCheck(cudaEventCreate(&e));
     const std::vector<std::string> modes = check_only ? std::vector<std::string>{"none", "both"}
                                                       : std::vector<std::string>{"none", "out", "in", "both", "paced", "none"};
@@ -213,10 +232,9 @@ int main(int argc, char** argv) {
     bool ok = true;
     for (const std::string& mode : modes) {
         if (mode != "none" && !two) {
-            printf("%-6s not run: one GPU (or no peer access), the copies need two\n", mode.c_str());
+            printf("%-6s not run: the copies need 2 GPUs with peer access\n", mode.c_str());
             continue;
         }
-        const int w = check_only ? 2 : warmup, r = check_only ? 2 : repeats;
         d_out.poison(), d_ln.poison();
         out_lane.bytes_moved = in_lane.bytes_moved = 0;
         if (two) {  // what an earlier mode copied must not pass for this one's
@@ -225,42 +243,44 @@ int main(int argc, char** argv) {
             cudaCheck(cudaMemset(recv1, 0, kBurstBytes));
             cudaCheck(cudaDeviceSynchronize());
             cudaCheck(cudaSetDevice(0));
-            cudaCheck(cudaDeviceSynchronize());
         }
+        cudaCheck(cudaDeviceSynchronize());
+        const bool out_on = mode == "out" || mode == "both" || mode == "paced";
+        const bool in_on = mode == "in" || mode == "both" || mode == "paced";
+        // the traffic: its first copies are queued before the first replay, and it goes on until the last is done
+        std::atomic<bool> started{!out_on && !in_on}, stop{false};
+        const auto t0 = Clock::now();
+        std::thread traffic([&] {
+            cudaCheck(cudaSetDevice(0));
+            const auto interval = std::chrono::duration_cast<Clock::duration>(
+                std::chrono::duration<double>((double)kPacedBytes / (rate_gbs * 1e9)));
+            auto next = Clock::now();
+            while (!stop.load()) {
+                if (mode == "paced") {
+                    if (Clock::now() >= next && out_lane.room() && in_lane.room()) {
+                        out_lane.copy(kPacedBytes), in_lane.copy(kPacedBytes);
+                        next += interval;
+                    }
+                } else {
+                    if (out_on && out_lane.room()) out_lane.copy(kBurstBytes);
+                    if (in_on && in_lane.room()) in_lane.copy(kBurstBytes);
+                }
+                started.store(true);
+                std::this_thread::sleep_for(std::chrono::microseconds(20));
+            }
+        });
+        while (!started.load()) std::this_thread::yield();
         for (int i = 0; i < w; i++) cudaCheck(cudaGraphLaunch(exec, s));
         cudaCheck(cudaEventRecord(marks[0], s));
         for (int i = 0; i < r; i++) {
             cudaCheck(cudaGraphLaunch(exec, s));
             cudaCheck(cudaEventRecord(marks[(size_t)i + 1], s));
         }
-        // the traffic, from now until the last timed replay is done (the warm-up replays run under it too)
-        const bool out_on = mode == "out" || mode == "both" || mode == "paced";
-        const bool in_on = mode == "in" || mode == "both" || mode == "paced";
-        const auto t0 = Clock::now();
-        const auto interval = std::chrono::duration<double>((double)kPacedBytes / (rate_gbs * 1e9));
-        auto next = t0;
-        double timed_from = 0;  // host seconds when the first timed replay started (approximately: its mark)
-        bool first_done = false;
-        for (;;) {
-            const cudaError_t q = cudaEventQuery(marks[(size_t)r]);
-            if (q != cudaErrorNotReady) { cudaCheck(q); break; }
-            if (!first_done && cudaEventQuery(marks[0]) == cudaSuccess) {
-                first_done = true;
-                timed_from = std::chrono::duration<double>(Clock::now() - t0).count();
-            }
-            if (mode == "paced") {
-                if (Clock::now() >= next && out_lane.room() && in_lane.room()) {
-                    out_lane.copy(kPacedBytes), in_lane.copy(kPacedBytes);
-                    next += std::chrono::duration_cast<Clock::duration>(interval);
-                }
-            } else {
-                if (out_on && out_lane.room()) out_lane.copy(kBurstBytes);
-                if (in_on && in_lane.room()) in_lane.copy(kBurstBytes);
-            }
-            std::this_thread::sleep_for(std::chrono::microseconds(20));
-        }
-        const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        cudaCheck(cudaEventSynchronize(marks[(size_t)r]));
+        stop.store(true);
+        traffic.join();
         if (two) out_lane.drain(), in_lane.drain();
+        const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();  // every copy done
         cudaCheck(cudaDeviceSynchronize());
         std::vector<double> ms;
         for (int i = 0; i < r; i++) {
@@ -278,19 +298,21 @@ int main(int argc, char** argv) {
         const double m = median(ms);
         if (mode == "none" && alone == 0) alone = m;
         printf("%-6s %d GEMMs + %d LayerNorms: %.3f ms per replay (%+.2f%% against alone), traffic %.1f GB/s out, %.1f GB/s "
-               "in over %.2f s (timed from %.2f s); outputs bitwise the lone run's: %s; copies landed: %s\n",
+               "in (over the %.2f s of warm-up and timed replays); outputs bitwise the lone run's: %s; copies landed: %s\n",
                mode.c_str(), kGroups, kGroups, m, 100.0 * (m / alone - 1.0), out_lane.bytes_moved / seconds / 1e9,
-               in_lane.bytes_moved / seconds / 1e9, seconds, timed_from, bits ? "yes" : "NO", landed ? "yes" : "NO");
+               in_lane.bytes_moved / seconds / 1e9, seconds, bits ? "yes" : "NO", landed ? "yes" : "NO");
     }
     if (check_only) printf("peer_traffic -c: kernels against fp64, outputs and copies %s: %s\n",
-                           two ? "checked under traffic" : "(one GPU: copies not checked)", ok ? "PASS" : "FAIL");
+                           two ? "checked under traffic" : "(no 2 GPUs with peer access: the copies not checked)", ok ? "PASS" : "FAIL");
     cudaCheck(cudaGraphExecDestroy(exec));
     cudaCheck(cudaGraphDestroy(graph));
     for (cudaEvent_t e : marks) cudaCheck(cudaEventDestroy(e));
     if (two) {
+        out_lane.destroy(), in_lane.destroy();
         cudaCheck(cudaSetDevice(1));
         cudaCheck(cudaFree(send1)), cudaCheck(cudaFree(recv1));
         cudaCheck(cudaSetDevice(0));
     }
+    cudaCheck(cudaStreamDestroy(s));
     return ok ? 0 : 1;
 }
