@@ -3,7 +3,9 @@
 PREFIX.rank<R>.json files the trainer writes: per rank, the exposed communication (collectives and copies on the
 communication stream while no compute kernel runs) as intervals with what ran, the largest idle gaps with the
 records around them, the idle gaps by length with the commonest pairs of records around the small ones (launch gaps
-that add up), and, given --baseline PREFIX of a one-GPU trace, how much longer each compute kernel ran.
+that add up), and, given --baseline PREFIX of a one-GPU trace, where the longer step went (step = compute busy +
+exposed communication + idle, each against the baseline's; the compute kernels' time split into kernels only this
+trace has, kernels only the baseline has, and the change of the kernels both have) and how much longer each ran.
 
   python3 scripts/trace_report.py PREFIX [--baseline PREFIX1] [--step 6] [--top 12]
 """
@@ -64,14 +66,31 @@ def clip(r, lo, hi):
     return max(r["ts"], lo), min(r["ts"] + r["dur"], hi)
 
 
-def report(path, step, top, baseline_totals):
-    recs, marks = load(path)
-    lo, hi, inside = window(recs, marks, step)
+def split(inside, lo, hi):
+    """The step's compute-busy intervals, exposed communication and idle gaps (step = compute + exposed + idle)."""
     comp = union([list(clip(r, lo, hi)) for r in inside if r["cat"] == "compute"])
     comm = union([list(clip(r, lo, hi)) for r in inside if r["cat"] == "comm"])
     exposed = subtract(comm, comp)
-    busy = union(comp + comm)
-    idle = subtract([[lo, hi]], busy)
+    idle = subtract([[lo, hi]], union(comp + comm))
+    return comp, exposed, idle
+
+
+def length(intervals):
+    return sum(e - b for b, e in intervals)
+
+
+def kernel_totals(inside, lo, hi):
+    t = defaultdict(float)
+    for r in inside:
+        if r["cat"] == "compute" and lo <= r["ts"] < hi:
+            t[r["name"]] += r["dur"]
+    return t
+
+
+def report(path, step, top, baseline):
+    recs, marks = load(path)
+    lo, hi, inside = window(recs, marks, step)
+    comp, exposed, idle = split(inside, lo, hi)
     ms = lambda us: us / 1e3
     print(f"== {path}: step {step}, {ms(hi - lo):.3f} ms; exposed communication "
           f"{ms(sum(e - b for b, e in exposed)):.3f} ms in {len(exposed)} pieces, idle {ms(sum(e - b for b, e in idle)):.3f} ms")
@@ -108,11 +127,17 @@ def report(path, step, top, baseline_totals):
     print("  the commonest gaps of 2-20 us (count x mean, between):")
     for k, n in pairs.most_common(min(top, 8)):
         print(f"    {n:4d} x {pair_us[k] / n:5.1f} us  {k[0][:45]} -> {k[1][:45]}")
-    if baseline_totals:
-        totals = defaultdict(float)
-        for r in inside:
-            if r["cat"] == "compute" and lo <= r["ts"] < hi:
-                totals[r["name"]] += r["dur"]
+    if baseline:
+        baseline_totals = baseline["totals"]
+        totals = kernel_totals(inside, lo, hi)
+        only_here = sum(v for n, v in totals.items() if n not in baseline_totals)
+        only_there = sum(v for n, v in baseline_totals.items() if n not in totals)
+        both = sum(v - baseline_totals[n] for n, v in totals.items() if n in baseline_totals)
+        print(f"  against the one-GPU trace: step {ms(hi - lo - baseline['step']):+.3f} ms = compute busy "
+              f"{ms(length(comp) - baseline['compute']):+.3f} + exposed communication "
+              f"{ms(length(exposed) - baseline['exposed']):+.3f} + idle {ms(length(idle) - baseline['idle']):+.3f}; "
+              f"the kernels' time: only here {ms(only_here):+.3f}, only there {ms(-only_there):+.3f}, "
+              f"the same kernels {ms(both):+.3f}")
         rows = sorted(((totals[n] - baseline_totals.get(n, 0.0), n) for n in totals), reverse=True)
         grown = sum(d for d, _ in rows)
         print(f"  compute kernels against the one-GPU trace: {ms(grown):+.3f} ms in all; the largest changes:")
@@ -120,17 +145,16 @@ def report(path, step, top, baseline_totals):
             print(f"    {ms(d):+8.3f} ms  {ms(totals[n]):8.3f} (one GPU {ms(baseline_totals.get(n, 0.0)):8.3f})  {n[:70]}")
 
 
-def totals_of(prefix, step):
+def baseline_of(prefix, step):
+    """Rank 0's step of the baseline trace: its length, compute busy, exposed communication, idle, kernel totals."""
     path = sorted(glob.glob(prefix + ".rank0.json"))
     if not path:
         sys.exit(f"error: {prefix}.rank0.json not found")
     recs, marks = load(path[0])
     lo, hi, inside = window(recs, marks, step)
-    t = defaultdict(float)
-    for r in inside:
-        if r["cat"] == "compute" and lo <= r["ts"] < hi:
-            t[r["name"]] += r["dur"]
-    return t
+    comp, exposed, idle = split(inside, lo, hi)
+    return {"step": hi - lo, "compute": length(comp), "exposed": length(exposed), "idle": length(idle),
+            "totals": kernel_totals(inside, lo, hi)}
 
 
 def main():
@@ -147,7 +171,7 @@ def main():
     if a.ranks != "all":
         want = {int(x) for x in a.ranks.split(",")}
         files = [f for f in files if int(re.search(r"rank(\d+)", f).group(1)) in want]
-    base = totals_of(a.baseline, a.step) if a.baseline else None
+    base = baseline_of(a.baseline, a.step) if a.baseline else None
     for f in files:
         report(f, a.step, a.top, base)
 

@@ -58,6 +58,8 @@ run_suite hellaswag-converter bash tests/test_hellaswag.sh
 run_suite gpt2-convert bash tests/test_gpt2_convert.sh
 # scripts/bench_multi_gpu.sh's table (medians, efficiency, memory, the clock column, n/a rows) on stand-ins
 run_suite bench-multi-gpu-table bash tests/test_bench_multi_gpu.sh
+# scripts/trace_report.py's figures on two hand-made traces (the step's split against one GPU, gaps, kernels)
+run_suite trace-report bash tests/test_trace_report.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)
 run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2
 # the server's host side (requests, scheduler, HTTP) on a fake engine, and the GPU session's scripts against the server

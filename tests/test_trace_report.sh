@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# scripts/trace_report.py on two hand-made traces (the trainer's LLMC_TRACE format): a one-GPU step of 100 us and a
+# two-GPU step of 130 us whose compute kernels, copy-engine sum, collective and gaps are placed so every figure is
+# known. Checks the step's split (compute busy + exposed communication + idle, each against the one-GPU trace), the
+# kernels' split (only here, only there, the same kernels), the exposed interval, the largest gap and the per-kernel
+# rows. Fails if a figure is off.
+set -u
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+def trace(path, marks, recs):
+    ev = [{"ph": "i", "name": n, "ts": t} for n, t in marks]
+    ev += [{"ph": "X", "name": n, "cat": c, "ts": t, "dur": u} for n, c, t, u in recs]
+    json.dump({"traceEvents": ev}, open(path, "w"))
+# one GPU: gemm 0-60, layernorm 60-90, idle 90-100 (the update's end)
+trace(f"{d}/one.rank0.json", [("step 6", 0), ("step 6 end", 100)],
+      [("gemm", "compute", 0, 60), ("layernorm", "compute", 60, 30), ("adamw_full", "compute", 90, 5)])
+# two GPUs: gemm 0-63 (+3), a collective 50-70 (20 us, 7 exposed after the gemm), layernorm 70-100, the sum
+# 100-110 (a kernel only here), idle 110-120, the shard update 120-125, idle 125-130
+trace(f"{d}/two.rank0.json", [("step 6", 0), ("step 6 end", 130)],
+      [("gemm", "compute", 0, 63), ("ncclReduceScatter", "comm", 50, 20), ("layernorm", "compute", 70, 30),
+       ("mean_kernel", "compute", 100, 10), ("adamw_shard", "compute", 120, 5)])
+PY
+out=$(python3 scripts/trace_report.py "$tmp/two" --baseline "$tmp/one" 2>&1)
+rc=$?
+check() {  # name, extended regex a line of the output must match
+    if printf '%s\n' "$out" | grep -qE -- "$2"; then echo "ok: $1"; else echo "FAIL: $1 (no line matches $2)"; fail=1; fi
+}
+[ $rc = 0 ] && echo "ok: exits 0" || { echo "FAIL: exited $rc"; fail=1; }
+# one GPU: step 100, compute 95, exposed 0, idle 5; two: step 130, compute 108, exposed 7, idle 15
+check "the step's header" 'step 6, 0\.130 ms; exposed communication 0\.007 ms in 1 pieces, idle 0\.015 ms'
+check "the step split against one GPU" \
+    'against the one-GPU trace: step \+0\.030 ms = compute busy \+0\.013 \+ exposed communication \+0\.007 \+ idle \+0\.010;'
+check "the kernels split" 'only here \+0\.015, only there -0\.005, the same kernels \+0\.003$'
+check "the exposed interval and what ran" '^ +0\.063 \+0\.007  ncclReduceScatter$'
+check "the largest idle gap and its neighbours" '^ +0\.110 \+0\.010  after mean_kernel / before adamw_shard$'
+check "a kernel only here in the rows" '^ +\+0\.010 ms +0\.010 \(one GPU +0\.000\)  mean_kernel$'
+check "a grown kernel in the rows" '^ +\+0\.003 ms +0\.063 \(one GPU +0\.060\)  gemm$'
+out2=$(python3 scripts/trace_report.py "$tmp/none" 2>&1)
+[ $? != 0 ] && printf '%s\n' "$out2" | grep -q "error: no .*none.rank\*.json files" && echo "ok: a missing trace is one error line" ||
+    { echo "FAIL: a missing trace: $out2"; fail=1; }
+[ $fail = 0 ] && echo "trace_report.py: all checks passed" || printf '%s\n' "$out"
+exit $fail
