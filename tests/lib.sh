@@ -31,6 +31,10 @@ begin_checks() {
 }
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+# expect_line DESCRIPTION REGEX TEXT: some line of TEXT matches the extended regex.
+expect_line() {
+    if printf '%s\n' "$3" | grep -qE -- "$2"; then ok "$1"; else bad "$1 (no line matches $2)"; fi
+}
 end_checks() {
     if [ "$fails" = 0 ]; then echo "$1: all checks passed"; else echo "$1: $fails failed"; fi
     exit $((fails > 0))

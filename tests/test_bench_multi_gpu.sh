@@ -6,9 +6,9 @@
 # column, n/a for the failed -z and for 4 GPUs on a 2-GPU machine, and the sweep must go on past them.
 set -u
 cd "$(dirname "$0")/.."
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/lib.sh
+begin_checks
+tmp=$TMP
 mkdir -p "$tmp/scripts" "$tmp/bin" "$tmp/data/tinyshakespeare"
 cp scripts/bench_multi_gpu.sh "$tmp/scripts/"
 : >"$tmp/data/tinyshakespeare/tiny_shakespeare_train.bin"
@@ -44,10 +44,8 @@ chmod +x "$tmp/train_gpt2cu" "$tmp/bin/nvidia-smi"
 out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" MODELS=d12 GPUS="1 2 4" ZS="0 1 2" STEPS=6 LOGS="$tmp/logs" \
       bash scripts/bench_multi_gpu.sh 2>&1)
 rc=$?
-check() {  # name, extended regex a line of the output must match
-    if printf '%s\n' "$out" | grep -qE -- "$2"; then echo "ok: $1"; else echo "FAIL: $1 (no line matches $2)"; fail=1; fi
-}
-[ $rc = 0 ] && echo "ok: the sweep exits 0" || { echo "FAIL: the sweep exited $rc"; fail=1; }
+check() { expect_line "$1" "$2" "$out"; }  # name, extended regex a line of the output must match
+[ $rc = 0 ] && ok "the sweep exits 0" || bad "the sweep exited $rc"
 check "the clock column's header" '^\| model .*\| device memory \(rank 0\) \| SM clock \(GPU 0, busy samples: median, power-capped\) \| log \|$'
 check "1 GPU: median of steps 3..6, tok/s, the baseline, memory, clock" \
     '^\| d12 \| 16 x 1024 \| 1 \| 0 \| 28\.09 \| 583268 \| 1\.000 \| 7\.61 GiB \| 1690 MHz, ([0-9]+)/\1 capped \| d12_z0_gpu1\.log \|$'
@@ -56,8 +54,7 @@ check "2 GPUs -z 0: efficiency against the 1-GPU run" \
 check "2 GPUs -z 1 after it" '^\| d12 \| 16 x 1024 \| 2 \| 1 \| 28\.59 \| 1146135 \| 0\.983 \|'
 check "4 GPUs on 2: n/a, and the sweep goes on" '^\| d12 \| 16 x 1024 \| 4 \| 0 \| n/a \| n/a \| n/a \| n/a \| n/a \| d12_z0_gpu4\.log \|$'
 check "a failed run (-z 2): n/a" '^\| d12 \| 16 x 1024 \| 2 \| 2 \| n/a \| n/a \| n/a \| n/a \|'
-[ -z "$(ls "$tmp/logs"/*.smi.csv 2>/dev/null)" ] && echo "ok: no samples left in LOGS" ||
-    { echo "FAIL: sample files left in LOGS"; fail=1; }
+[ -z "$(ls "$tmp/logs"/*.smi.csv 2>/dev/null)" ] && ok "no samples left in LOGS" || bad "sample files left in LOGS"
 
 # FIRST: the median over a later range of steps (the steady state of power-capped GPUs); a range that is empty stops
 out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" MODELS=d12 GPUS="1 2" ZS=0 STEPS=6 FIRST=5 LOGS="$tmp/logs5" \
@@ -68,6 +65,6 @@ check "FIRST=5: 2 GPUs against it" '^\| d12 \| 16 x 1024 \| 2 \| 0 \| 28\.61 \| 
 out=$(cd "$tmp" && STEPS=6 FIRST=7 LOGS="$tmp/logs7" bash scripts/bench_multi_gpu.sh 2>&1)
 rc=$?
 [ $rc != 0 ] && check "FIRST past STEPS: one line naming both, no run" '^error: STEPS=6 FIRST=7: ' ||
-    { echo "FAIL: FIRST=7 with STEPS=6 exited 0"; fail=1; }
-[ $fail = 0 ] && echo "bench_multi_gpu.sh: all checks passed" || printf '%s\n' "$out" | tail -n 15
-exit $fail
+    bad "FIRST=7 with STEPS=6 exited 0"
+[ "$fails" = 0 ] || printf '%s\n' "$out" | tail -n 15
+end_checks bench_multi_gpu.sh

@@ -6,9 +6,9 @@
 # rows. Fails if a figure is off.
 set -u
 cd "$(dirname "$0")/.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. tests/lib.sh
+begin_checks
+tmp=$TMP
 python3 - "$tmp" <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -27,10 +27,8 @@ trace(f"{d}/two.rank0.json", [("step 6", 0), ("step 6 end", 130)],
 PY
 out=$(python3 scripts/trace_report.py "$tmp/two" --baseline "$tmp/one" 2>&1)
 rc=$?
-check() {  # name, extended regex a line of the output must match
-    if printf '%s\n' "$out" | grep -qE -- "$2"; then echo "ok: $1"; else echo "FAIL: $1 (no line matches $2)"; fail=1; fi
-}
-[ $rc = 0 ] && echo "ok: exits 0" || { echo "FAIL: exited $rc"; fail=1; }
+check() { expect_line "$1" "$2" "$out"; }  # name, extended regex a line of the output must match
+[ $rc = 0 ] && ok "exits 0" || bad "exited $rc"
 # one GPU: step 100, compute 95, exposed 0, idle 5; two: step 130, compute 108, exposed 7, idle 15
 check "the step's header" 'step 6, 0\.130 ms; exposed communication 0\.007 ms in 1 pieces, idle 0\.015 ms'
 check "the step split against one GPU" \
@@ -41,7 +39,7 @@ check "the largest idle gap and its neighbours" '^ +0\.110 \+0\.010  after mean_
 check "a kernel only here in the rows" '^ +\+0\.010 ms +0\.010 \(one GPU +0\.000\)  mean_kernel$'
 check "a grown kernel in the rows" '^ +\+0\.003 ms +0\.063 \(one GPU +0\.060\)  gemm$'
 out2=$(python3 scripts/trace_report.py "$tmp/none" 2>&1)
-[ $? != 0 ] && printf '%s\n' "$out2" | grep -q "error: no .*none.rank\*.json files" && echo "ok: a missing trace is one error line" ||
-    { echo "FAIL: a missing trace: $out2"; fail=1; }
-[ $fail = 0 ] && echo "trace_report.py: all checks passed" || printf '%s\n' "$out"
-exit $fail
+[ $? != 0 ] && [ "$(printf '%s\n' "$out2" | wc -l)" = 1 ] && printf '%s\n' "$out2" | grep -q "^error: no .*none.rank\*.json files" &&
+    ok "a missing trace is one error line" || bad "a missing trace: $out2"
+[ "$fails" = 0 ] || printf '%s\n' "$out"
+end_checks trace_report.py
