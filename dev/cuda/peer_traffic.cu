@@ -12,12 +12,16 @@
 //   both   out and in
 //   paced  out and in, 8 MB copies each way queued on the host's clock at RATE GB/s each way (default 9: a d12
 //          -z 1 step on 2 GPUs moves ~250 MB each way in ~28 ms)
+//   burst  out and in, 256 MB each way at full speed once every PERIOD ms (default 28: a d12 step's exchange in one
+//          burst; against paced, whether the cost follows the bytes or the time the links are in use)
+//   local  8 MB copies from GPU 0 to GPU 0 at RATE GB/s (the same bytes through its memory, no NVLink)
 // The traffic runs on a host thread of its own, started before the first replay is queued and stopped after the last
 // is done, so it covers every timed replay whatever the launch queue does.
 // Checked first: the GEMM's first 64 rows and the whole LayerNorm against the fp64 CPU reference (bf16 tolerances);
 // after every mode the outputs are the lone replay's bit for bit, and the copies' destinations hold their sources.
-//   make -C dev/cuda peer_traffic && ./dev/cuda/peer_traffic [-g RATE] [-w W] [-n R]
+//   make -C dev/cuda peer_traffic && ./dev/cuda/peer_traffic [-g RATE] [-p PERIOD] [-w W] [-n R] [-m MODE,...]
 //   ./dev/cuda/peer_traffic -c     the checks alone (make test; on one GPU the copies are not checked and it says so)
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -113,7 +117,9 @@ static bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 
 int main(int argc, char** argv) {
     bool check_only = false;
-    double rate_gbs = 9.0;
+    double rate_gbs = 9.0, period_ms = 28.0;
+    std::vector<std::string> chosen;
+    const std::vector<std::string> known = {"none", "out", "in", "both", "paced", "burst", "local"};
     int warmup = 100, repeats = 100;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
@@ -123,12 +129,27 @@ int main(int argc, char** argv) {
         } else if (a == "-g" && has_value) {
             rate_gbs = atof(argv[++i]);
             if (!(rate_gbs > 0.0 && rate_gbs <= 1000.0)) { fprintf(stderr, "error: -g: a rate in GB/s from 0 to 1000\n"); return 1; }
+        } else if (a == "-p" && has_value) {
+            period_ms = atof(argv[++i]);
+            if (!(period_ms >= 1.0 && period_ms <= 10000.0)) { fprintf(stderr, "error: -p: a period in ms from 1 to 10000\n"); return 1; }
+        } else if (a == "-m" && has_value) {
+            const std::string list = argv[++i];
+            for (size_t b = 0; b <= list.size();) {
+                const size_t e = std::min(list.find(',', b), list.size());
+                const std::string m = list.substr(b, e - b);
+                if (std::find(known.begin(), known.end(), m) == known.end()) {
+                    fprintf(stderr, "error: -m: unknown mode '%s' (none, out, in, both, paced, burst, local)\n", m.c_str());
+                    return 1;
+                }
+                chosen.push_back(m), b = e + 1;
+            }
         } else if ((a == "-w" || a == "-n") && has_value) {
             const int v = positive_int(argv[++i]);
             if (v < 1 || v > 10000) { fprintf(stderr, "error: %s: a number of replays from 1 to 10000\n", a.c_str()); return 1; }
             (a == "-w" ? warmup : repeats) = v;
         } else {
-            fprintf(stderr, "usage: %s [-g GB/s each way when paced] [-w warm-up replays] [-n timed replays] [-c]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-g GB/s each way when paced] [-p ms between bursts] [-w warm-up replays] "
+                            "[-n timed replays] [-m mode,...] [-c]\n", argv[0]);
             return 1;
         }
     }
@@ -202,8 +223,8 @@ int main(int argc, char** argv) {
     }
 
     // the traffic: a buffer to send and one to receive on each GPU, random bytes
-    Lane out_lane, in_lane;
-    DeviceBuffer<char> send0, recv0;
+    Lane out_lane, in_lane, local_lane;
+    DeviceBuffer<char> send0, recv0, local0;
     char *send1 = nullptr, *recv1 = nullptr;
     if (two) {
         cudaCheck(cudaDeviceEnablePeerAccess(1, 0));
@@ -212,7 +233,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMalloc(&send1, kBurstBytes));
         cudaCheck(cudaMalloc(&recv1, kBurstBytes));
         cudaCheck(cudaSetDevice(0));
-        send0.resize(kBurstBytes), recv0.resize(kBurstBytes);
+        send0.resize(kBurstBytes), recv0.resize(kBurstBytes), local0.resize(kBurstBytes);
         std::vector<float> bytes = random_normal(kBurstBytes / sizeof(float));
         cudaCheck(cudaMemcpy(send0.ptr, bytes.data(), kBurstBytes, cudaMemcpyHostToDevice));
         bytes = random_normal(kBurstBytes / sizeof(float));
@@ -221,13 +242,18 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMemset(recv1, 0, kBurstBytes));
         out_lane.init(0, send0.ptr, recv1);
         in_lane.init(1, send1, recv0.ptr);
+        local_lane.init(0, send0.ptr, local0.ptr);
     }
 
     const int w = check_only ? 2 : warmup, r = check_only ? 2 : repeats;
     std::vector<cudaEvent_t> marks((size_t)r + 1);
     for (cudaEvent_t& e : marks) cudaCheck(cudaEventCreate(&e));
-    const std::vector<std::string> modes = check_only ? std::vector<std::string>{"none", "both"}
-                                                      : std::vector<std::string>{"none", "out", "in", "both", "paced", "none"};
+    std::vector<std::string> modes = check_only ? std::vector<std::string>{"none", "both", "burst", "local"}
+                                                : std::vector<std::string>{"none", "out", "in", "both", "paced", "burst", "local", "none"};
+    if (!chosen.empty()) {  // the percentages are against a lone replay measured first
+        modes = chosen;
+        if (modes.front() != "none") modes.insert(modes.begin(), "none");
+    }
     double alone = 0;
     bool ok = true;
     for (const std::string& mode : modes) {
@@ -236,30 +262,44 @@ int main(int argc, char** argv) {
             continue;
         }
         d_out.poison(), d_ln.poison();
-        out_lane.bytes_moved = in_lane.bytes_moved = 0;
+        out_lane.bytes_moved = in_lane.bytes_moved = local_lane.bytes_moved = 0;
         if (two) {  // what an earlier mode copied must not pass for this one's
             cudaCheck(cudaMemset(recv0.ptr, 0, kBurstBytes));
+            cudaCheck(cudaMemset(local0.ptr, 0, kBurstBytes));
             cudaCheck(cudaSetDevice(1));
             cudaCheck(cudaMemset(recv1, 0, kBurstBytes));
             cudaCheck(cudaDeviceSynchronize());
             cudaCheck(cudaSetDevice(0));
         }
         cudaCheck(cudaDeviceSynchronize());
-        const bool out_on = mode == "out" || mode == "both" || mode == "paced";
-        const bool in_on = mode == "in" || mode == "both" || mode == "paced";
+        const bool out_on = mode == "out" || mode == "both" || mode == "paced" || mode == "burst";
+        const bool in_on = mode == "in" || mode == "both" || mode == "paced" || mode == "burst";
+        const bool local_on = mode == "local";
         // the traffic: its first copies are queued before the first replay, and it goes on until the last is done
-        std::atomic<bool> started{!out_on && !in_on}, stop{false};
+        std::atomic<bool> started{!out_on && !in_on && !local_on}, stop{false};
         const auto t0 = Clock::now();
         std::thread traffic([&] {
             cudaCheck(cudaSetDevice(0));
             const auto interval = std::chrono::duration_cast<Clock::duration>(
                 std::chrono::duration<double>((double)kPacedBytes / (rate_gbs * 1e9)));
+            const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(period_ms / 1e3));
             auto next = Clock::now();
             while (!stop.load()) {
                 if (mode == "paced") {
                     if (Clock::now() >= next && out_lane.room() && in_lane.room()) {
                         out_lane.copy(kPacedBytes), in_lane.copy(kPacedBytes);
                         next += interval;
+                    }
+                } else if (mode == "local") {
+                    if (Clock::now() >= next && local_lane.room()) {
+                        local_lane.copy(kPacedBytes);
+                        next += interval;
+                    }
+                } else if (mode == "burst") {  // the next burst once the last is done and its time has come
+                    out_lane.room(), in_lane.room();
+                    if (Clock::now() >= next && out_lane.in_flight.empty() && in_lane.in_flight.empty()) {
+                        for (int k = 0; k < kInFlight; k++) out_lane.copy(kBurstBytes), in_lane.copy(kBurstBytes);
+                        next = std::max(next + period, Clock::now());
                     }
                 } else {
                     if (out_on && out_lane.room()) out_lane.copy(kBurstBytes);
@@ -279,7 +319,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaEventSynchronize(marks[(size_t)r]));
         stop.store(true);
         traffic.join();
-        if (two) out_lane.drain(), in_lane.drain();
+        if (two) out_lane.drain(), in_lane.drain(), local_lane.drain();
         const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();  // every copy done
         cudaCheck(cudaDeviceSynchronize());
         std::vector<double> ms;
@@ -290,17 +330,20 @@ int main(int argc, char** argv) {
         }
         // the work's results must not depend on the traffic; the traffic must have arrived whole
         const bool bits = bitwise_equal(d_out.download(), out0) && bitwise_equal(d_ln.download(), ln0);
-        const size_t copy_bytes = mode == "paced" ? kPacedBytes : kBurstBytes;
+        const size_t copy_bytes = mode == "paced" || mode == "local" ? kPacedBytes : kBurstBytes;
         bool landed = true;
         if (out_on) landed = landed && out_lane.bytes_moved > 0 && same_bytes(send0.ptr, recv1, copy_bytes);
         if (in_on) landed = landed && in_lane.bytes_moved > 0 && same_bytes(send1, recv0.ptr, copy_bytes);
+        if (local_on) landed = landed && local_lane.bytes_moved > 0 && same_bytes(send0.ptr, local0.ptr, copy_bytes);
         ok = ok && bits && landed;
         const double m = median(ms);
         if (mode == "none" && alone == 0) alone = m;
         printf("%-6s %d GEMMs + %d LayerNorms: %.3f ms per replay (%+.2f%% against alone), traffic %.1f GB/s out, %.1f GB/s "
-               "in (over the %.2f s of warm-up and timed replays); outputs bitwise the lone run's: %s; copies landed: %s\n",
+               "in, %.1f GB/s within GPU 0 (over the %.2f s of warm-up and timed replays); outputs bitwise the lone run's: "
+               "%s; copies landed: %s\n",
                mode.c_str(), kGroups, kGroups, m, 100.0 * (m / alone - 1.0), out_lane.bytes_moved / seconds / 1e9,
-               in_lane.bytes_moved / seconds / 1e9, seconds, bits ? "yes" : "NO", landed ? "yes" : "NO");
+               in_lane.bytes_moved / seconds / 1e9, local_lane.bytes_moved / seconds / 1e9, seconds, bits ? "yes" : "NO",
+               landed ? "yes" : "NO");
     }
     if (check_only) printf("peer_traffic -c: kernels against fp64, outputs and copies %s: %s\n",
                            two ? "checked under traffic" : "(no 2 GPUs with peer access: the copies not checked)", ok ? "PASS" : "FAIL");
@@ -308,7 +351,7 @@ int main(int argc, char** argv) {
     cudaCheck(cudaGraphDestroy(graph));
     for (cudaEvent_t e : marks) cudaCheck(cudaEventDestroy(e));
     if (two) {
-        out_lane.destroy(), in_lane.destroy();
+        out_lane.destroy(), in_lane.destroy(), local_lane.destroy();
         cudaCheck(cudaSetDevice(1));
         cudaCheck(cudaFree(send1)), cudaCheck(cudaFree(recv1));
         cudaCheck(cudaSetDevice(0));
