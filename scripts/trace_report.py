@@ -6,6 +6,9 @@ records around them, the idle gaps by length with the commonest pairs of records
 that add up), and, given --baseline PREFIX of a one-GPU trace, where the longer step went (step = compute busy +
 exposed communication + idle, each against the baseline's; the compute kernels' time split into kernels only this
 trace has, kernels only the baseline has, and the change of the kernels both have) and how much longer each ran.
+With the traces of several ranks, each rank's time inside the step's NCCL collectives beyond the rank that spent the
+least in the same collective (every rank issues them in the same order): a collective's kernel starts when its rank
+gets there and ends when the last rank has, so the difference is mostly waiting for a slower rank.
 
   python3 scripts/trace_report.py PREFIX [--baseline PREFIX1] [--step 6] [--top 12]
 """
@@ -145,6 +148,39 @@ def report(path, step, top, baseline):
             print(f"    {ms(d):+8.3f} ms  {ms(totals[n]):8.3f} (one GPU {ms(baseline_totals.get(n, 0.0)):8.3f})  {n[:70]}")
 
 
+def collectives(path, step):
+    recs, marks = load(path)
+    lo, hi, inside = window(recs, marks, step)
+    return sorted((r for r in inside if r["cat"] == "comm" and r["name"].startswith("nccl")), key=lambda r: r["ts"])
+
+
+def report_waits(files, step, top, shown):
+    """Per shown rank: its time in each collective beyond the shortest rank's, in all and the largest."""
+    per = {f: collectives(f, step) for f in files}
+    counts = {len(c) for c in per.values()}
+    if len(counts) != 1:
+        print("  waiting for other ranks: not compared, the ranks' steps hold "
+              + " / ".join(str(len(per[f])) for f in files) + " collectives")
+        return
+    names = [[r["name"] for r in per[f]] for f in files]
+    if any(n != names[0] for n in names):
+        print("  waiting for other ranks: not compared, the ranks' collectives differ in order or kind")
+        return
+    n = counts.pop()
+    shortest = [min(per[f][i]["dur"] for f in files) for i in range(n)]
+    for f in shown:
+        extra = [(per[f][i]["dur"] - shortest[i], i) for i in range(n)]
+        total = sum(d for d, _ in extra)
+        print(f"== {f}: waiting for other ranks: {total / 1e3:.3f} ms in {n} collectives (time in each beyond the "
+              f"rank that spent the least in it); the largest:")
+        for d, i in sorted(extra, reverse=True)[:min(top, 5)]:
+            if d <= 0:
+                break
+            r = per[f][i]
+            print(f"    {d / 1e3:+.3f} ms  collective {i + 1} of {n}: {r['dur'] / 1e3:.3f} here, {shortest[i] / 1e3:.3f} "
+                  f"on the quickest rank  {r['name'][:60]}")
+
+
 def baseline_of(prefix, step):
     """Rank 0's step of the baseline trace: its length, compute busy, exposed communication, idle, kernel totals."""
     path = sorted(glob.glob(prefix + ".rank0.json"))
@@ -168,12 +204,15 @@ def main():
     files = sorted(glob.glob(a.prefix + ".rank*.json"), key=lambda p: int(re.search(r"rank(\d+)", p).group(1)))
     if not files:
         sys.exit(f"error: no {a.prefix}.rank*.json files")
+    every = files
     if a.ranks != "all":
         want = {int(x) for x in a.ranks.split(",")}
         files = [f for f in files if int(re.search(r"rank(\d+)", f).group(1)) in want]
     base = baseline_of(a.baseline, a.step) if a.baseline else None
     for f in files:
         report(f, a.step, a.top, base)
+    if len(every) > 1:
+        report_waits(every, a.step, a.top, files)
 
 
 if __name__ == "__main__":

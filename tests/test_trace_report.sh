@@ -2,8 +2,8 @@
 # scripts/trace_report.py on two hand-made traces (the trainer's LLMC_TRACE format): a one-GPU step of 100 us and a
 # two-GPU step of 130 us whose compute kernels, copy-engine sum, collective and gaps are placed so every figure is
 # known. Checks the step's split (compute busy + exposed communication + idle, each against the one-GPU trace), the
-# kernels' split (only here, only there, the same kernels), the exposed interval, the largest gap and the per-kernel
-# rows. Fails if a figure is off.
+# kernels' split (only here, only there, the same kernels), the exposed interval, the largest gap, the per-kernel
+# rows, and each rank's time waiting in a collective for the other. Fails if a figure is off.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -24,6 +24,13 @@ trace(f"{d}/one.rank0.json", [("step 6", 0), ("step 6 end", 100)],
 trace(f"{d}/two.rank0.json", [("step 6", 0), ("step 6 end", 130)],
       [("gemm", "compute", 0, 63), ("ncclReduceScatter", "comm", 50, 20), ("layernorm", "compute", 70, 30),
        ("mean_kernel", "compute", 100, 10), ("adamw_shard", "compute", 120, 5)])
+# its rank 1 reaches the collective last: 5 us there, so rank 0 spent 15 us waiting in it
+trace(f"{d}/two.rank1.json", [("step 6", 0), ("step 6 end", 130)],
+      [("gemm", "compute", 0, 65), ("ncclReduceScatter", "comm", 65, 5), ("layernorm", "compute", 70, 30)])
+# ranks whose steps hold different numbers of collectives are not compared
+trace(f"{d}/odd.rank0.json", [("step 6", 0), ("step 6 end", 50)], [("ncclAllReduce", "comm", 0, 5)])
+trace(f"{d}/odd.rank1.json", [("step 6", 0), ("step 6 end", 50)],
+      [("ncclAllReduce", "comm", 0, 5), ("ncclAllGather", "comm", 10, 5)])
 PY
 out=$(python3 scripts/trace_report.py "$tmp/two" --baseline "$tmp/one" 2>&1)
 rc=$?
@@ -38,6 +45,12 @@ check "the exposed interval and what ran" '^ +0\.063 \+0\.007  ncclReduceScatter
 check "the largest idle gap and its neighbours" '^ +0\.110 \+0\.010  after mean_kernel / before adamw_shard$'
 check "a kernel only here in the rows" '^ +\+0\.010 ms +0\.010 \(one GPU +0\.000\)  mean_kernel$'
 check "a grown kernel in the rows" '^ +\+0\.003 ms +0\.063 \(one GPU +0\.060\)  gemm$'
+check "rank 0's wait for rank 1" '^== .*two\.rank0\.json: waiting for other ranks: 0\.015 ms in 1 collectives'
+check "the collective it waited in" '^ +\+0\.015 ms  collective 1 of 1: 0\.020 here, 0\.005 on the quickest rank  ncclReduceScatter$'
+check "rank 1 waited for none" '^== .*two\.rank1\.json: waiting for other ranks: 0\.000 ms in 1 collectives'
+odd=$(python3 scripts/trace_report.py "$tmp/odd" 2>&1)
+expect_line "ranks with different collectives are not compared" \
+    'waiting for other ranks: not compared, the ranks.* steps hold 1 / 2 collectives$' "$odd"
 out2=$(python3 scripts/trace_report.py "$tmp/none" 2>&1)
 [ $? != 0 ] && [ "$(printf '%s\n' "$out2" | wc -l)" = 1 ] && printf '%s\n' "$out2" | grep -q "^error: no .*none.rank\*.json files" &&
     ok "a missing trace is one error line" || bad "a missing trace: $out2"
