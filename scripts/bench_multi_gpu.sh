@@ -3,7 +3,7 @@
 # init, Tiny Shakespeare, the same batch per GPU at every GPU count. For each run: the median ms/step over steps
 # FIRST..STEPS (default 3..12: the first steps pay for cuBLAS plans and NCCL's set-up), tok/s over all GPUs, the efficiency (the 1-GPU
 # -z 0 run's ms/step of the same model / this run's; the 1-GPU run of the same -z when there is no -z 0 one), the
-# device memory in use on rank 0 after its first step (what the trainer prints) and GPU 0's SM clock while busy
+# device memory in use on rank 0 after its first step (what the trainer prints) and GPU 0's SM clock while busy (a 1-GPU run on another GPU: that GPU's)
 # (nvidia-smi: the median, and how many samples the power cap held down; n/a without nvidia-smi). A run that fails (a -z the trainer
 # does not have, out of memory, fewer GPUs than asked) gets n/a in its row; the sweep goes on. One markdown table at
 # the end, also written to $LOGS/bench_multi_gpu.md; every run's log stays in $LOGS (rank r > 0: <run>_rank<r>.log).
@@ -12,12 +12,16 @@
 #   scripts/bench_multi_gpu.sh
 #   MODELS=d12 GPUS="1 2" ZS="0 1" STEPS=20 scripts/bench_multi_gpu.sh
 #   STEPS=150 FIRST=30 scripts/bench_multi_gpu.sh   # the steady state: power-capped GPUs slow down over ~30 steps
+#   EACH_GPU=1 scripts/bench_multi_gpu.sh   # the 1-GPU run on every GPU an N-GPU run uses, one after another, and a
+#       column more: the efficiency against the slowest of a run's GPUs alone (a synchronous step goes at the slowest
+#       GPU's pace, and power-capped GPUs of one host differ by ~1%)
 # env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), FIRST (3), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR,
 #      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100"); LLMC_* switches and CUDA_DEVICE_MAX_CONNECTIONS
 #      reach every rank (LLMC_PEER_COPY=0)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODELS=${MODELS:-"d12 d48"}; GPUS=${GPUS:-"1 2 4"}; ZS=${ZS:-"0 1 2"}; STEPS=${STEPS:-12}; FIRST=${FIRST:-3}
+EACH_GPU=${EACH_GPU:-0}
 read -ra extra <<<"${ARGS:-}"
 LOGS=${LOGS:-${OUT:-bench_mgpu_logs}}
 T=1024
@@ -92,10 +96,10 @@ if command -v nvidia-smi >/dev/null; then
     nvidia-smi -i 0 --query-gpu=$smi_query --format=csv,noheader >/dev/null 2>&1 ||
         smi_query=${smi_query//clocks_event_reasons/clocks_throttle_reasons}  # the older drivers' name
 fi
-clock_start() {  # samples file
+clock_start() {  # samples file [GPU index, default 0]
     smi_pid=
     command -v nvidia-smi >/dev/null || return 0
-    nvidia-smi -i 0 --query-gpu=$smi_query --format=csv,noheader,nounits -lms 100 >"$1" 2>/dev/null &
+    nvidia-smi -i "${2:-0}" --query-gpu=$smi_query --format=csv,noheader,nounits -lms 100 >"$1" 2>/dev/null &
     smi_pid=$!
 }
 clock_stop() {  # samples file -> "1695 MHz, 32/32 capped" or n/a
@@ -112,6 +116,41 @@ clock_stop() {  # samples file -> "1695 MHz, 32/32 capped" or n/a
 
 declare -A ms
 rows=()
+maxn=1
+for n in $GPUS; do [ "$n" -gt "$maxn" ] && maxn=$n; done
+
+# One run and its table row: name, GPUs, -z, GPU index for a 1-GPU run on another GPU than 0 (empty: GPU 0 / 0..n-1).
+measure() {
+    local name=$1 n=$2 z=$3 dev=$4 log m mem toks clock label=$2
+    log="$LOGS/$name.log"
+    rm -f "$LOGS/$name"*.log
+    [ -n "$dev" ] && label="$n (GPU $dev)"
+    echo "==== $model B=$B T=$T -z $z on $label GPU(s) -> $log"
+    if [ "$n" -gt "$visible" ] || [ "${dev:-0}" -ge "$visible" ]; then
+        echo "only $visible GPUs visible" >"$log"
+    elif [ -n "$dev" ]; then
+        clock_start "$LOGS/$name.smi.csv" "$dev"
+        CUDA_VISIBLE_DEVICES=$dev run "$log" 1 -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" \
+            "${extra[@]}" || tail -n 3 "$log"
+    else
+        clock_start "$LOGS/$name.smi.csv"
+        run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" "${extra[@]}" ||
+            tail -n 3 "$log"
+    fi
+    clock=$(clock_stop "$LOGS/$name.smi.csv")
+    m=$(median_ms "$log")
+    mem=$(sed -n 's/^device memory in use after the first step: \([^(]*[^ (]\) *(.*/\1/p' "$log" | head -n 1)
+    if [ -n "$m" ] && grep -qE "^step +$STEPS/" "$log"; then
+        ms[$name]=$m
+        toks=$(awk -v m="$m" -v t=$((B * T * n)) 'BEGIN {printf "%.0f", t / (m / 1000)}')
+        echo "$m ms/step, $toks tok/s, ${mem:-?} on rank 0, SM clock $clock"
+        rows+=("$model|$label|$z|$m|$toks|${mem:-n/a}|$clock|$name")
+    else
+        echo "failed: n/a"
+        rows+=("$model|$label|$z|n/a|n/a|n/a|n/a|$name")
+    fi
+}
+
 for model in $MODELS; do
     B=$(batch_of "$model")
     init=$(init_of "$model")
@@ -119,28 +158,9 @@ for model in $MODELS; do
         for n in $GPUS; do
             # one GPU has nothing to shard or exchange: its -z 0 run is the baseline (ONE_GPU_ALL_Z=1 runs every -z)
             [ "$n" = 1 ] && [ "$z" != 0 ] && [ "${ONE_GPU_ALL_Z:-0}" != 1 ] && [[ " $ZS " == *" 0 "* ]] && continue
-            name="${model}_z${z}_gpu${n}"
-            log="$LOGS/$name.log"
-            rm -f "$LOGS/$name"*.log
-            echo "==== $model B=$B T=$T -z $z on $n GPU(s) -> $log"
-            if [ "$n" -gt "$visible" ]; then
-                echo "only $visible GPUs visible" >"$log"
-            else
-                clock_start "$LOGS/$name.smi.csv"
-                run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" "${extra[@]}" ||
-                    tail -n 3 "$log"
-            fi
-            clock=$(clock_stop "$LOGS/$name.smi.csv")
-            m=$(median_ms "$log")
-            mem=$(sed -n 's/^device memory in use after the first step: \([^(]*[^ (]\) *(.*/\1/p' "$log" | head -n 1)
-            if [ -n "$m" ] && grep -qE "^step +$STEPS/" "$log"; then
-                ms[$name]=$m
-                toks=$(awk -v m="$m" -v t=$((B * T * n)) 'BEGIN {printf "%.0f", t / (m / 1000)}')
-                echo "$m ms/step, $toks tok/s, ${mem:-?} on rank 0, SM clock $clock"
-                rows+=("$model|$n|$z|$m|$toks|${mem:-n/a}|$clock|$name")
-            else
-                echo "failed: n/a"
-                rows+=("$model|$n|$z|n/a|n/a|n/a|n/a|$name")
+            measure "${model}_z${z}_gpu${n}" "$n" "$z" ""
+            if [ "$n" = 1 ] && [ "$EACH_GPU" = 1 ]; then
+                for ((g = 1; g < maxn; g++)); do measure "${model}_z${z}_gpu1_dev$g" 1 "$z" "$g"; done
             fi
         done
     done
@@ -148,14 +168,29 @@ done
 
 table="$LOGS/bench_multi_gpu.md"
 {
-    echo "| model | B/GPU x T | GPUs | -z | ms/step (median, steps $FIRST..$STEPS) | tok/s | efficiency | device memory (rank 0) | SM clock (GPU 0, busy samples: median, power-capped) | log |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    slowest_head="" slowest_rule=""
+    [ "$EACH_GPU" = 1 ] && slowest_head=" against its slowest GPU alone |" slowest_rule="---|"
+    echo "| model | B/GPU x T | GPUs | -z | ms/step (median, steps $FIRST..$STEPS) | tok/s | efficiency |$slowest_head device memory (rank 0) | SM clock (GPU 0 or the row's GPU, busy samples: median, power-capped) | log |"
+    echo "|---|---|---|---|---|---|---|$slowest_rule---|---|---|"
     for row in "${rows[@]}"; do
         IFS='|' read -r model n z m toks mem clock name <<<"$row"
-        base=${ms[${model}_z0_gpu1]:-${ms[${model}_z${z}_gpu1]:-}}
+        bz=0; [ -n "${ms[${model}_z0_gpu1]:-}" ] || bz=$z
+        base=${ms[${model}_z${bz}_gpu1]:-}
         eff=n/a
         [ "$m" != n/a ] && [ -n "$base" ] && eff=$(awk -v a="$base" -v b="$m" 'BEGIN {printf "%.3f", a / b}')
-        echo "| $model | $(batch_of "$model") x $T | $n | $z | $m | $toks | $eff | $mem | $clock | $name.log |"
+        slowest=""
+        if [ "$EACH_GPU" = 1 ]; then  # the slowest 1-GPU run among GPUs 0..n-1; n/a if one of them is missing
+            local_n=${n%% *} worst=$base
+            for ((g = 1; g < local_n; g++)); do
+                v=${ms[${model}_z${bz}_gpu1_dev$g]:-}
+                [ -n "$v" ] && [ -n "$worst" ] && worst=$(awk -v a="$worst" -v b="$v" 'BEGIN {print (b > a) ? b : a}') || worst=""
+            done
+            s=n/a
+            [ "$m" != n/a ] && [ -n "$worst" ] && [ "$local_n" != 1 ] && s=$(awk -v a="$worst" -v b="$m" 'BEGIN {printf "%.3f", a / b}')
+            [ "$local_n" = 1 ] && s=-
+            slowest=" $s |"
+        fi
+        echo "| $model | $(batch_of "$model") x $T | $n | $z | $m | $toks | $eff |$slowest $mem | $clock | $name.log |"
     done
 } >"$table"
 echo "==== $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $launch"

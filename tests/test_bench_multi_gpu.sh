@@ -3,7 +3,8 @@
 # lines with known times, the device-memory line, a model file for the init run; -z 2 fails) and a stand-in nvidia-smi
 # (2 GPUs; an old driver's field names; busy samples at 1690 MHz flagged power-capped, idle ones between them). The
 # table must hold the medians over steps 3..STEPS (FIRST..STEPS when set), tok/s, the efficiency against the 1-GPU run, the memory, the clock
-# column, n/a for the failed -z and for 4 GPUs on a 2-GPU machine, and the sweep must go on past them.
+# column, n/a for the failed -z and for 4 GPUs on a 2-GPU machine, and the sweep must go on past them; with EACH_GPU=1
+# the 1-GPU run on GPU 1 and the efficiency against the slower of the two GPUs alone.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -24,9 +25,10 @@ done
 [ "$z" = 2 ] && { echo "error: -z 2: not in this stand-in"; exit 1; }
 [ -n "$out" ] && { mkdir -p "$out"; : >"$out/model_00000001.bin"; }
 echo "device memory in use after the first step: 7.61 GiB (cudaMemGetInfo: everything on the device)"
+slow=0; [ "${CUDA_VISIBLE_DEVICES:-}" = 1 ] && slow=0.3  # GPU 1 alone is 0.3 ms slower than GPU 0
 for ((s = 1; s <= steps; s++)); do  # 1 GPU: 28.00 + 0.02 s ms, 2 GPUs: 28.50 + 0.02 s
     printf "step %4d/%d | loss 5.0 | norm 1.0 | lr 1e-04 | %6.2f ms | 1 tok/s\n" $s $steps \
-        "$(awk -v n="$pn" -v s=$s 'BEGIN {print 28 + 0.5 * (n - 1) + 0.02 * s}')"
+        "$(awk -v n="$pn" -v s=$s -v w=$slow 'BEGIN {print 28 + 0.5 * (n - 1) + 0.02 * s + w}')"
     sleep 0.2
 done
 EOF
@@ -46,7 +48,7 @@ out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" MODELS=d12 GPUS="1 2 4" ZS="0 1 2" STEP
 rc=$?
 check() { expect_line "$1" "$2" "$out"; }  # name, extended regex a line of the output must match
 [ $rc = 0 ] && ok "the sweep exits 0" || bad "the sweep exited $rc"
-check "the clock column's header" '^\| model .*\| device memory \(rank 0\) \| SM clock \(GPU 0, busy samples: median, power-capped\) \| log \|$'
+check "the clock column's header" '^\| model .*\| device memory \(rank 0\) \| SM clock \(GPU 0 or the row.s GPU, busy samples: median, power-capped\) \| log \|$'
 check "1 GPU: median of steps 3..6, tok/s, the baseline, memory, clock" \
     '^\| d12 \| 16 x 1024 \| 1 \| 0 \| 28\.09 \| 583268 \| 1\.000 \| 7\.61 GiB \| 1690 MHz, ([0-9]+)/\1 capped \| d12_z0_gpu1\.log \|$'
 check "2 GPUs -z 0: efficiency against the 1-GPU run" \
@@ -55,6 +57,14 @@ check "2 GPUs -z 1 after it" '^\| d12 \| 16 x 1024 \| 2 \| 1 \| 28\.59 \| 114613
 check "4 GPUs on 2: n/a, and the sweep goes on" '^\| d12 \| 16 x 1024 \| 4 \| 0 \| n/a \| n/a \| n/a \| n/a \| n/a \| d12_z0_gpu4\.log \|$'
 check "a failed run (-z 2): n/a" '^\| d12 \| 16 x 1024 \| 2 \| 2 \| n/a \| n/a \| n/a \| n/a \|'
 [ -z "$(ls "$tmp/logs"/*.smi.csv 2>/dev/null)" ] && ok "no samples left in LOGS" || bad "sample files left in LOGS"
+
+# EACH_GPU=1: the 1-GPU run on GPU 1 too, and the efficiency against the slower of GPUs 0 and 1 alone
+out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" EACH_GPU=1 MODELS=d12 GPUS="1 2" ZS=0 STEPS=6 LOGS="$tmp/logs_each" \
+      bash scripts/bench_multi_gpu.sh 2>&1)
+check "EACH_GPU=1: the column's header" '^\| model .*\| efficiency \| against its slowest GPU alone \| device memory'
+check "EACH_GPU=1: GPU 0 alone" '^\| d12 \| 16 x 1024 \| 1 \| 0 \| 28\.09 \| 583268 \| 1\.000 \| - \| 7\.61 GiB \|'
+check "EACH_GPU=1: GPU 1 alone, against GPU 0" '^\| d12 \| 16 x 1024 \| 1 \(GPU 1\) \| 0 \| 28\.39 \| [0-9]+ \| 0\.989 \| - \|.*d12_z0_gpu1_dev1\.log \|$'
+check "EACH_GPU=1: 2 GPUs against GPU 0 and against the slower GPU" '^\| d12 \| 16 x 1024 \| 2 \| 0 \| 28\.59 \| 1146135 \| 0\.983 \| 0\.993 \| 7\.61 GiB \|'
 
 # FIRST: the median over a later range of steps (the steady state of power-capped GPUs); a range that is empty stops
 out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" MODELS=d12 GPUS="1 2" ZS=0 STEPS=6 FIRST=5 LOGS="$tmp/logs5" \
