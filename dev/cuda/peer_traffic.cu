@@ -12,15 +12,18 @@
 //   both   out and in
 //   paced  out and in, 8 MB copies each way queued on the host's clock at RATE GB/s each way (default 9: a d12
 //          -z 1 step on 2 GPUs moves ~250 MB each way in ~28 ms)
-//   burst  out and in, 256 MB each way at full speed once every PERIOD ms (default 28: a d12 step's exchange in one
-//          burst; against paced, whether the cost follows the bytes or the time the links are in use)
-//   local  8 MB copies from GPU 0 to GPU 0 at RATE GB/s (the same bytes through its memory, no NVLink)
+//   burst  out and in, 256 MB each way at full speed once every PERIOD ms (default: RATE on average, 28-30 ms at 9
+//          GB/s, a d12 step's exchange in one burst; against paced, whether the cost follows the bytes or the time
+//          the links are in use)
+//   local  8 MB copies from GPU 0 to GPU 0 at RATE GB/s (the same bytes through its memory, no NVLink; one GPU will do)
+// Each mode prints the median replay and the mean (a burst lasts ~0.7 ms: the median shows the replays beside none,
+// the mean includes those a burst slowed).
 // The traffic runs on a host thread of its own, started before the first replay is queued and stopped after the last
 // is done, so it covers every timed replay whatever the launch queue does.
 // Checked first: the GEMM's first 64 rows and the whole LayerNorm against the fp64 CPU reference (bf16 tolerances);
 // after every mode the outputs are the lone replay's bit for bit, and the copies' destinations hold their sources.
 //   make -C dev/cuda peer_traffic && ./dev/cuda/peer_traffic [-g RATE] [-p PERIOD] [-w W] [-n R] [-m MODE,...]
-//   ./dev/cuda/peer_traffic -c     the checks alone (make test; on one GPU the copies are not checked and it says so)
+//   ./dev/cuda/peer_traffic -c     the checks alone (make test; on one GPU only the copies within it are checked)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -43,6 +46,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kN = 16384, kC = 768, kOC = 3072, kGroups = 20, kCheckRows = 64, kInFlight = 4;
 constexpr size_t kBurstBytes = 64u << 20, kPacedBytes = 8u << 20;
+
+// The modes whose copies cross NVLink (everything but none and local).
+static bool needs_peer(const std::string& mode) { return mode != "none" && mode != "local"; }
 
 // One direction of traffic: copies from src to dst queued on `stream` (of `device`), at most kInFlight at once.
 struct Lane {
@@ -117,7 +123,7 @@ static bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 
 int main(int argc, char** argv) {
     bool check_only = false;
-    double rate_gbs = 9.0, period_ms = 28.0;
+    double rate_gbs = 9.0, period_ms = 0.0;  // 0: the period that gives RATE on average
     std::vector<std::string> chosen;
     const std::vector<std::string> known = {"none", "out", "in", "both", "paced", "burst", "local"};
     int warmup = 100, repeats = 100;
@@ -134,6 +140,7 @@ int main(int argc, char** argv) {
             if (!(period_ms >= 1.0 && period_ms <= 10000.0)) { fprintf(stderr, "error: -p: a period in ms from 1 to 10000\n"); return 1; }
         } else if (a == "-m" && has_value) {
             const std::string list = argv[++i];
+            chosen.clear();
             for (size_t b = 0; b <= list.size();) {
                 const size_t e = std::min(list.find(',', b), list.size());
                 const std::string m = list.substr(b, e - b);
@@ -153,6 +160,11 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
+    if (check_only && !chosen.empty()) {
+        fprintf(stderr, "error: -m: -c checks its own modes (none, both, burst, local); leave -m out\n");
+        return 1;
+    }
+    if (period_ms == 0.0) period_ms = (double)(kInFlight * kBurstBytes) / (rate_gbs * 1e9) * 1e3;
     int devices = 0;
     cudaCheck(cudaGetDeviceCount(&devices));
     int peer01 = 0, peer10 = 0;
@@ -168,9 +180,15 @@ int main(int argc, char** argv) {
         cudaCheck(cudaGetDeviceProperties(&p1, 1));
         printf("peer: %s (GPU 1), peer access both ways\n", p1.name);
     }
-    if (!two && !check_only) {
-        fprintf(stderr, "error: peer_traffic needs 2 GPUs with peer access (%d GPU(s)%s)\n", devices,
-                devices >= 2 ? ", no peer access between 0 and 1" : "");
+    std::vector<std::string> modes = check_only ? std::vector<std::string>{"none", "both", "burst", "local"}
+                                                : std::vector<std::string>{"none", "out", "in", "both", "paced", "burst", "local", "none"};
+    if (!chosen.empty()) {  // the percentages are against a lone replay measured first
+        modes = chosen;
+        if (modes.front() != "none") modes.insert(modes.begin(), "none");
+    }
+    if (!two && !check_only && std::any_of(modes.begin(), modes.end(), needs_peer)) {
+        fprintf(stderr, "error: peer_traffic's modes but none and local need 2 GPUs with peer access (%d GPU(s)%s)\n",
+                devices, devices >= 2 ? ", no peer access between 0 and 1" : "");
         return 1;
     }
 
@@ -224,8 +242,13 @@ int main(int argc, char** argv) {
 
     // the traffic: a buffer to send and one to receive on each GPU, random bytes
     Lane out_lane, in_lane, local_lane;
-    DeviceBuffer<char> send0, recv0, local0;
+    DeviceBuffer<char> send0(kBurstBytes), recv0, local0(kBurstBytes);
     char *send1 = nullptr, *recv1 = nullptr;
+    {
+        const std::vector<float> bytes = random_normal(kBurstBytes / sizeof(float));
+        cudaCheck(cudaMemcpy(send0.ptr, bytes.data(), kBurstBytes, cudaMemcpyHostToDevice));
+        local_lane.init(0, send0.ptr, local0.ptr);
+    }
     if (two) {
         cudaCheck(cudaDeviceEnablePeerAccess(1, 0));
         cudaCheck(cudaSetDevice(1));
@@ -233,39 +256,30 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMalloc(&send1, kBurstBytes));
         cudaCheck(cudaMalloc(&recv1, kBurstBytes));
         cudaCheck(cudaSetDevice(0));
-        send0.resize(kBurstBytes), recv0.resize(kBurstBytes), local0.resize(kBurstBytes);
-        std::vector<float> bytes = random_normal(kBurstBytes / sizeof(float));
-        cudaCheck(cudaMemcpy(send0.ptr, bytes.data(), kBurstBytes, cudaMemcpyHostToDevice));
-        bytes = random_normal(kBurstBytes / sizeof(float));
+        recv0.resize(kBurstBytes);
+        const std::vector<float> bytes = random_normal(kBurstBytes / sizeof(float));
         cudaCheck(cudaMemcpy(send1, bytes.data(), kBurstBytes, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemset(recv0.ptr, 0, kBurstBytes));
         cudaCheck(cudaMemset(recv1, 0, kBurstBytes));
         out_lane.init(0, send0.ptr, recv1);
         in_lane.init(1, send1, recv0.ptr);
-        local_lane.init(0, send0.ptr, local0.ptr);
     }
 
     const int w = check_only ? 2 : warmup, r = check_only ? 2 : repeats;
     std::vector<cudaEvent_t> marks((size_t)r + 1);
     for (cudaEvent_t& e : marks) cudaCheck(cudaEventCreate(&e));
-    std::vector<std::string> modes = check_only ? std::vector<std::string>{"none", "both", "burst", "local"}
-                                                : std::vector<std::string>{"none", "out", "in", "both", "paced", "burst", "local", "none"};
-    if (!chosen.empty()) {  // the percentages are against a lone replay measured first
-        modes = chosen;
-        if (modes.front() != "none") modes.insert(modes.begin(), "none");
-    }
-    double alone = 0;
+    double alone = 0, alone_mean = 0;
     bool ok = true;
     for (const std::string& mode : modes) {
-        if (mode != "none" && !two) {
+        if (needs_peer(mode) && !two) {
             printf("%-6s not run: the copies need 2 GPUs with peer access\n", mode.c_str());
             continue;
         }
         d_out.poison(), d_ln.poison();
         out_lane.bytes_moved = in_lane.bytes_moved = local_lane.bytes_moved = 0;
-        if (two) {  // what an earlier mode copied must not pass for this one's
+        cudaCheck(cudaMemset(local0.ptr, 0, kBurstBytes));  // what an earlier mode copied must not pass for this one's
+        if (two) {
             cudaCheck(cudaMemset(recv0.ptr, 0, kBurstBytes));
-            cudaCheck(cudaMemset(local0.ptr, 0, kBurstBytes));
             cudaCheck(cudaSetDevice(1));
             cudaCheck(cudaMemset(recv1, 0, kBurstBytes));
             cudaCheck(cudaDeviceSynchronize());
@@ -319,7 +333,8 @@ int main(int argc, char** argv) {
         cudaCheck(cudaEventSynchronize(marks[(size_t)r]));
         stop.store(true);
         traffic.join();
-        if (two) out_lane.drain(), in_lane.drain(), local_lane.drain();
+        local_lane.drain();
+        if (two) out_lane.drain(), in_lane.drain();
         const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();  // every copy done
         cudaCheck(cudaDeviceSynchronize());
         std::vector<double> ms;
@@ -337,21 +352,27 @@ int main(int argc, char** argv) {
         if (local_on) landed = landed && local_lane.bytes_moved > 0 && same_bytes(send0.ptr, local0.ptr, copy_bytes);
         ok = ok && bits && landed;
         const double m = median(ms);
-        if (mode == "none" && alone == 0) alone = m;
-        printf("%-6s %d GEMMs + %d LayerNorms: %.3f ms per replay (%+.2f%% against alone), traffic %.1f GB/s out, %.1f GB/s "
-               "in, %.1f GB/s within GPU 0 (over the %.2f s of warm-up and timed replays); outputs bitwise the lone run's: "
-               "%s; copies landed: %s\n",
-               mode.c_str(), kGroups, kGroups, m, 100.0 * (m / alone - 1.0), out_lane.bytes_moved / seconds / 1e9,
+        float span = 0;
+        cudaCheck(cudaEventElapsedTime(&span, marks[0], marks[(size_t)r]));
+        const double mean = span / r;
+        if (mode == "none" && alone == 0) alone = m, alone_mean = mean;
+        printf("%-6s %d GEMMs + %d LayerNorms: %.3f ms per replay (%+.2f%% against alone; mean %.3f ms, %+.2f%%), traffic "
+               "%.1f GB/s out, %.1f GB/s in, %.1f GB/s within GPU 0 (over the %.2f s of warm-up and timed replays); outputs "
+               "bitwise the lone run's: %s; copies landed: %s\n",
+               mode.c_str(), kGroups, kGroups, m, 100.0 * (m / alone - 1.0), mean, 100.0 * (mean / alone_mean - 1.0),
+               out_lane.bytes_moved / seconds / 1e9,
                in_lane.bytes_moved / seconds / 1e9, local_lane.bytes_moved / seconds / 1e9, seconds, bits ? "yes" : "NO",
                landed ? "yes" : "NO");
     }
     if (check_only) printf("peer_traffic -c: kernels against fp64, outputs and copies %s: %s\n",
-                           two ? "checked under traffic" : "(no 2 GPUs with peer access: the copies not checked)", ok ? "PASS" : "FAIL");
+                           two ? "checked under traffic" : "(no 2 GPUs with peer access: only the copies within GPU 0)",
+                           ok ? "PASS" : "FAIL");
     cudaCheck(cudaGraphExecDestroy(exec));
     cudaCheck(cudaGraphDestroy(graph));
     for (cudaEvent_t e : marks) cudaCheck(cudaEventDestroy(e));
+    local_lane.destroy();
     if (two) {
-        out_lane.destroy(), in_lane.destroy(), local_lane.destroy();
+        out_lane.destroy(), in_lane.destroy();
         cudaCheck(cudaSetDevice(1));
         cudaCheck(cudaFree(send1)), cudaCheck(cudaFree(recv1));
         cudaCheck(cudaSetDevice(0));
