@@ -149,36 +149,60 @@ def report(path, step, top, baseline):
 
 
 def collectives(path, step):
-    recs, marks = load(path)
-    lo, hi, inside = window(recs, marks, step)
-    return sorted((r for r in inside if r["cat"] == "comm" and r["name"].startswith("nccl")), key=lambda r: r["ts"])
+    """Every NCCL collective of the trace (both recorded steps) in order, and the step's window; None when the file
+    cannot be read or lacks the step."""
+    try:
+        recs, marks = load(path)
+    except (OSError, ValueError, KeyError) as e:
+        return None, f"{path} cannot be read ({e.__class__.__name__})"
+    lo, hi = marks.get(f"step {step}"), marks.get(f"step {step} end")
+    if lo is None or hi is None:
+        return None, f"{path} has no 'step {step}' marks"
+    return (sorted((r for r in recs if r.get("cat") == "comm" and r["name"].startswith("nccl")),
+                   key=lambda r: r["ts"]), lo, hi), None
 
 
 def report_waits(files, step, top, shown):
-    """Per shown rank: its time in each collective beyond the shortest rank's, in all and the largest."""
-    per = {f: collectives(f, step) for f in files}
-    counts = {len(c) for c in per.values()}
-    if len(counts) != 1:
-        print("  waiting for other ranks: not compared, the ranks' steps hold "
-              + " / ".join(str(len(per[f])) for f in files) + " collectives")
+    """Per shown rank: its time in the step's collectives beyond the quickest rank's in the same one. A collective's
+    kernel starts when its rank gets there and ends when the last rank has, so the extra time is at its start: it
+    counts where that part falls inside this rank's step (the trace also holds the step before)."""
+    per = {}
+    for f in files:
+        got, why = collectives(f, step)
+        if got is None:
+            print(f"== waiting for other ranks: not compared, {why}")
+            return
+        per[f] = got
+    counts = [len(per[f][0]) for f in files]
+    if len(set(counts)) != 1:
+        print("== waiting for other ranks: not compared, the ranks' traces hold "
+              + " / ".join(map(str, counts)) + " collectives")
         return
-    names = [[r["name"] for r in per[f]] for f in files]
-    if any(n != names[0] for n in names):
-        print("  waiting for other ranks: not compared, the ranks' collectives differ in order or kind")
+    if any([r["name"] for r in per[f][0]] != [r["name"] for r in per[files[0]][0]] for f in files):
+        print("== waiting for other ranks: not compared, the ranks' collectives differ in order or kind")
         return
-    n = counts.pop()
-    shortest = [min(per[f][i]["dur"] for f in files) for i in range(n)]
+    n = counts[0]
+    shortest = [min(per[f][0][i]["dur"] for f in files) for i in range(n)]
     for f in shown:
-        extra = [(per[f][i]["dur"] - shortest[i], i) for i in range(n)]
-        total = sum(d for d, _ in extra)
-        print(f"== {f}: waiting for other ranks: {total / 1e3:.3f} ms in {n} collectives (time in each beyond the "
-              f"rank that spent the least in it); the largest:")
-        for d, i in sorted(extra, reverse=True)[:min(top, 5)]:
-            if d <= 0:
+        recs, lo, hi = per[f]
+        waits = []  # (wait inside the step, index) for the collectives that overlap the step
+        for i, r in enumerate(recs):
+            if r["ts"] + r["dur"] <= lo or r["ts"] >= hi:
+                continue
+            b, e = max(r["ts"], lo), min(r["ts"] + r["dur"] - shortest[i], hi)
+            waits.append((max(0.0, e - b), i))
+        if not waits:
+            print(f"== {f}: waiting for other ranks: no NCCL collectives in step {step}")
+            continue
+        total = sum(w for w, _ in waits)
+        print(f"== {f}: waiting for other ranks: {total / 1e3:.3f} ms in {len(waits)} collectives (time in each beyond "
+              f"the rank that spent the least in it, inside the step); the largest:")
+        for w, i in sorted(waits, reverse=True)[:min(top, 5)]:
+            if w <= 0:
                 break
-            r = per[f][i]
-            print(f"    {d / 1e3:+.3f} ms  collective {i + 1} of {n}: {r['dur'] / 1e3:.3f} here, {shortest[i] / 1e3:.3f} "
-                  f"on the quickest rank  {r['name'][:60]}")
+            r = recs[i]
+            print(f"    {w / 1e3:+.3f} ms  collective {i + 1} of {n} in the trace: {r['dur'] / 1e3:.3f} here, "
+                  f"{shortest[i] / 1e3:.3f} on the quickest rank  {r['name'][:60]}")
 
 
 def baseline_of(prefix, step):

@@ -27,6 +27,15 @@ trace(f"{d}/two.rank0.json", [("step 6", 0), ("step 6 end", 130)],
 # its rank 1 reaches the collective last: 5 us there, so rank 0 spent 15 us waiting in it
 trace(f"{d}/two.rank1.json", [("step 6", 0), ("step 6 end", 130)],
       [("gemm", "compute", 0, 65), ("ncclReduceScatter", "comm", 65, 5), ("layernorm", "compute", 70, 30)])
+# the step before's all-gather runs 20 us into this step on rank 0, 8 us on rank 1 (ended before the step): of rank
+# 0's 22 us of waiting, 2 fall inside the step
+trace(f"{d}/cross.rank0.json", [("step 6", 0), ("step 6 end", 50)],
+      [("ncclAllGather", "comm", -20, 30), ("ncclReduceScatter", "comm", 20, 5)])
+trace(f"{d}/cross.rank1.json", [("step 6", 0), ("step 6 end", 50)],
+      [("ncclAllGather", "comm", -20, 8), ("ncclReduceScatter", "comm", 20, 5)])
+# a rank whose trace lacks the step
+trace(f"{d}/gap.rank0.json", [("step 6", 0), ("step 6 end", 50)], [("ncclAllReduce", "comm", 0, 5)])
+trace(f"{d}/gap.rank1.json", [("step 5", 0), ("step 5 end", 50)], [("ncclAllReduce", "comm", 0, 5)])
 # ranks whose steps hold different numbers of collectives are not compared
 trace(f"{d}/odd.rank0.json", [("step 6", 0), ("step 6 end", 50)], [("ncclAllReduce", "comm", 0, 5)])
 trace(f"{d}/odd.rank1.json", [("step 6", 0), ("step 6 end", 50)],
@@ -46,11 +55,24 @@ check "the largest idle gap and its neighbours" '^ +0\.110 \+0\.010  after mean_
 check "a kernel only here in the rows" '^ +\+0\.010 ms +0\.010 \(one GPU +0\.000\)  mean_kernel$'
 check "a grown kernel in the rows" '^ +\+0\.003 ms +0\.063 \(one GPU +0\.060\)  gemm$'
 check "rank 0's wait for rank 1" '^== .*two\.rank0\.json: waiting for other ranks: 0\.015 ms in 1 collectives'
-check "the collective it waited in" '^ +\+0\.015 ms  collective 1 of 1: 0\.020 here, 0\.005 on the quickest rank  ncclReduceScatter$'
+check "the collective it waited in" '^ +\+0\.015 ms  collective 1 of 1 in the trace: 0\.020 here, 0\.005 on the quickest rank  ncclReduceScatter$'
 check "rank 1 waited for none" '^== .*two\.rank1\.json: waiting for other ranks: 0\.000 ms in 1 collectives'
 odd=$(python3 scripts/trace_report.py "$tmp/odd" 2>&1)
 expect_line "ranks with different collectives are not compared" \
-    'waiting for other ranks: not compared, the ranks.* steps hold 1 / 2 collectives$' "$odd"
+    '^== waiting for other ranks: not compared, the ranks.* traces hold 1 / 2 collectives$' "$odd"
+one=$(python3 scripts/trace_report.py "$tmp/two" --ranks 0 2>&1)
+expect_line "--ranks 0 still compares with rank 1" '^== .*two\.rank0\.json: waiting for other ranks: 0\.015 ms in 1 collectives' "$one"
+cross=$(python3 scripts/trace_report.py "$tmp/cross" --ranks 0 2>&1)
+expect_line "a collective from the step before: only its part inside the step" \
+    '^== .*cross\.rank0\.json: waiting for other ranks: 0\.002 ms in 2 collectives' "$cross"
+gap=$(python3 scripts/trace_report.py "$tmp/gap" --ranks 0 2>&1)
+rc=$?
+[ $rc = 0 ] && expect_line "a rank without the step: one line, the rest reported" \
+    "^== waiting for other ranks: not compared, .*gap\.rank1\.json has no 'step 6' marks$" "$gap" ||
+    bad "a rank without the step: exit $rc"
+: >"$tmp/gap.rank1.json"
+gap=$(python3 scripts/trace_report.py "$tmp/gap" --ranks 0 2>&1)
+expect_line "an empty rank file: one line" '^== waiting for other ranks: not compared, .*gap\.rank1\.json cannot be read' "$gap"
 out2=$(python3 scripts/trace_report.py "$tmp/none" 2>&1)
 [ $? != 0 ] && [ "$(printf '%s\n' "$out2" | wc -l)" = 1 ] && printf '%s\n' "$out2" | grep -q "^error: no .*none.rank\*.json files" &&
     ok "a missing trace is one error line" || bad "a missing trace: $out2"
