@@ -12,9 +12,10 @@
 #   scripts/bench_multi_gpu.sh
 #   MODELS=d12 GPUS="1 2" ZS="0 1" STEPS=20 scripts/bench_multi_gpu.sh
 #   STEPS=150 FIRST=30 scripts/bench_multi_gpu.sh   # the steady state: power-capped GPUs slow down over ~30 steps
-#   EACH_GPU=1 scripts/bench_multi_gpu.sh   # the 1-GPU run on every GPU an N-GPU run uses, one after another, and a
-#       column more: the efficiency against the slowest of a run's GPUs alone (a synchronous step goes at the slowest
-#       GPU's pace, and power-capped GPUs of one host differ by ~1%)
+#   EACH_GPU=1 scripts/bench_multi_gpu.sh   # before each model's sweep, an independent 1-GPU run on every GPU the
+#       largest run uses, all at once (as in the N-GPU run, every GPU busy), and a column more: the efficiency against
+#       the slowest of a run's GPUs in that group (a synchronous step goes at its slowest GPU's pace, and power-capped
+#       GPUs of one host differ by ~1%). GPUs are numbered in PCI order for CUDA and nvidia-smi alike.
 # env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), FIRST (3), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR,
 #      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100"); LLMC_* switches and CUDA_DEVICE_MAX_CONNECTIONS
 #      reach every rank (LLMC_PEER_COPY=0)
@@ -22,6 +23,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 MODELS=${MODELS:-"d12 d48"}; GPUS=${GPUS:-"1 2 4"}; ZS=${ZS:-"0 1 2"}; STEPS=${STEPS:-12}; FIRST=${FIRST:-3}
 EACH_GPU=${EACH_GPU:-0}
+export CUDA_DEVICE_ORDER=PCI_BUS_ID  # rank r's GPU r is nvidia-smi's GPU r
 read -ra extra <<<"${ARGS:-}"
 LOGS=${LOGS:-${OUT:-bench_mgpu_logs}}
 T=1024
@@ -29,6 +31,8 @@ DATA=data/tinyshakespeare/tiny_shakespeare_train.bin
 export NCCL_NVLS_ENABLE=0  # NVLink hosts without multicast support (README)
 [ "$FIRST" -ge 1 ] 2>/dev/null && [ "$STEPS" -ge "$FIRST" ] 2>/dev/null ||
     { echo "error: STEPS=$STEPS FIRST=$FIRST: the median is over steps FIRST..STEPS (FIRST >= 1)" >&2; exit 1; }
+[ "$EACH_GPU" = 1 ] && [ -n "${CUDA_VISIBLE_DEVICES:-}" ] &&
+    { echo "error: EACH_GPU=1 picks each GPU itself: unset CUDA_VISIBLE_DEVICES (it is '$CUDA_VISIBLE_DEVICES')" >&2; exit 1; }
 mkdir -p "$LOGS"
 [ -f "$DATA" ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1
@@ -116,28 +120,15 @@ clock_stop() {  # samples file -> "1695 MHz, 32/32 capped" or n/a
 
 declare -A ms
 rows=()
+read -r each_z _ <<<"$ZS"  # the at-once runs use -z 0 when ZS has it (the baseline's), else ZS's first
+[[ " $ZS " == *" 0 "* ]] && each_z=0
 maxn=1
 for n in $GPUS; do [ "$n" -gt "$maxn" ] && maxn=$n; done
+[ "$maxn" -gt "$visible" ] && maxn=$visible
 
-# One run and its table row: name, GPUs, -z, GPU index for a 1-GPU run on another GPU than 0 (empty: GPU 0 / 0..n-1).
-measure() {
-    local name=$1 n=$2 z=$3 dev=$4 log m mem toks clock label=$2
-    log="$LOGS/$name.log"
-    rm -f "$LOGS/$name"*.log
-    [ -n "$dev" ] && label="$n (GPU $dev)"
-    echo "==== $model B=$B T=$T -z $z on $label GPU(s) -> $log"
-    if [ "$n" -gt "$visible" ] || [ "${dev:-0}" -ge "$visible" ]; then
-        echo "only $visible GPUs visible" >"$log"
-    elif [ -n "$dev" ]; then
-        clock_start "$LOGS/$name.smi.csv" "$dev"
-        CUDA_VISIBLE_DEVICES=$dev run "$log" 1 -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" \
-            "${extra[@]}" || tail -n 3 "$log"
-    else
-        clock_start "$LOGS/$name.smi.csv"
-        run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" "${extra[@]}" ||
-            tail -n 3 "$log"
-    fi
-    clock=$(clock_stop "$LOGS/$name.smi.csv")
+# A finished run's table row: name, label (the GPUs column), GPUs, -z, clock.
+row_of() {
+    local name=$1 label=$2 n=$3 z=$4 clock=$5 log="$LOGS/$1.log" m mem toks
     m=$(median_ms "$log")
     mem=$(sed -n 's/^device memory in use after the first step: \([^(]*[^ (]\) *(.*/\1/p' "$log" | head -n 1)
     if [ -n "$m" ] && grep -qE "^step +$STEPS/" "$log"; then
@@ -151,17 +142,49 @@ measure() {
     fi
 }
 
+# One run on n GPUs (GPU 0 .. n-1) and its row.
+measure() {
+    local name=$1 n=$2 z=$3 log="$LOGS/$1.log"
+    rm -f "$LOGS/$name"*.log
+    echo "==== $model B=$B T=$T -z $z on $n GPU(s) -> $log"
+    if [ "$n" -gt "$visible" ]; then
+        echo "only $visible GPUs visible" >"$log"
+    else
+        clock_start "$LOGS/$name.smi.csv"
+        run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" "${extra[@]}" ||
+            tail -n 3 "$log"
+    fi
+    row_of "$name" "$n" "$n" "$z" "$(clock_stop "$LOGS/$name.smi.csv")"
+}
+
+# EACH_GPU=1: independent 1-GPU runs on GPUs 0 .. maxn-1 at the same time, each GPU's clock sampled, one row each.
+measure_each_at_once() {
+    local z=$1 g pids=() smis=()
+    echo "==== $model B=$B T=$T -z $z: one run on each of GPUs 0..$((maxn - 1)), all at once"
+    for ((g = 0; g < maxn; g++)); do
+        rm -f "$LOGS/${model}_z${z}_each$g"*.log
+        clock_start "$LOGS/${model}_z${z}_each$g.smi.csv" "$g"
+        smis[g]=$smi_pid
+        CUDA_VISIBLE_DEVICES=$g ./train_gpt2cu -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" \
+            "${extra[@]}" >"$LOGS/${model}_z${z}_each$g.log" 2>&1 &
+        pids[g]=$!
+    done
+    for ((g = 0; g < maxn; g++)); do wait "${pids[g]}" || tail -n 3 "$LOGS/${model}_z${z}_each$g.log"; done
+    for ((g = 0; g < maxn; g++)); do
+        smi_pid=${smis[g]}
+        row_of "${model}_z${z}_each$g" "1 (GPU $g, all at once)" 1 "$z" "$(clock_stop "$LOGS/${model}_z${z}_each$g.smi.csv")"
+    done
+}
+
 for model in $MODELS; do
     B=$(batch_of "$model")
     init=$(init_of "$model")
+    [ "$EACH_GPU" = 1 ] && measure_each_at_once "$each_z"
     for z in $ZS; do
         for n in $GPUS; do
             # one GPU has nothing to shard or exchange: its -z 0 run is the baseline (ONE_GPU_ALL_Z=1 runs every -z)
             [ "$n" = 1 ] && [ "$z" != 0 ] && [ "${ONE_GPU_ALL_Z:-0}" != 1 ] && [[ " $ZS " == *" 0 "* ]] && continue
-            measure "${model}_z${z}_gpu${n}" "$n" "$z" ""
-            if [ "$n" = 1 ] && [ "$EACH_GPU" = 1 ]; then
-                for ((g = 1; g < maxn; g++)); do measure "${model}_z${z}_gpu1_dev$g" 1 "$z" "$g"; done
-            fi
+            measure "${model}_z${z}_gpu${n}" "$n" "$z"
         done
     done
 done
@@ -169,7 +192,7 @@ done
 table="$LOGS/bench_multi_gpu.md"
 {
     slowest_head="" slowest_rule=""
-    [ "$EACH_GPU" = 1 ] && slowest_head=" against its slowest GPU alone |" slowest_rule="---|"
+    [ "$EACH_GPU" = 1 ] && slowest_head=" against its slowest GPU (all at once) |" slowest_rule="---|"
     echo "| model | B/GPU x T | GPUs | -z | ms/step (median, steps $FIRST..$STEPS) | tok/s | efficiency |$slowest_head device memory (rank 0) | SM clock (GPU 0 or the row's GPU, busy samples: median, power-capped) | log |"
     echo "|---|---|---|---|---|---|---|$slowest_rule---|---|---|"
     for row in "${rows[@]}"; do
@@ -179,10 +202,10 @@ table="$LOGS/bench_multi_gpu.md"
         eff=n/a
         [ "$m" != n/a ] && [ -n "$base" ] && eff=$(awk -v a="$base" -v b="$m" 'BEGIN {printf "%.3f", a / b}')
         slowest=""
-        if [ "$EACH_GPU" = 1 ]; then  # the slowest 1-GPU run among GPUs 0..n-1; n/a if one of them is missing
-            local_n=${n%% *} worst=$base
-            for ((g = 1; g < local_n; g++)); do
-                v=${ms[${model}_z${bz}_gpu1_dev$g]:-}
+        if [ "$EACH_GPU" = 1 ]; then  # the slowest at-once run among GPUs 0..n-1; n/a if one of them is missing
+            local_n=${n%% *} worst=0
+            for ((g = 0; g < local_n; g++)); do
+                v=${ms[${model}_z${each_z}_each$g]:-}
                 [ -n "$v" ] && [ -n "$worst" ] && worst=$(awk -v a="$worst" -v b="$v" 'BEGIN {print (b > a) ? b : a}') || worst=""
             done
             s=n/a

@@ -4,7 +4,7 @@
 # (2 GPUs; an old driver's field names; busy samples at 1690 MHz flagged power-capped, idle ones between them). The
 # table must hold the medians over steps 3..STEPS (FIRST..STEPS when set), tok/s, the efficiency against the 1-GPU run, the memory, the clock
 # column, n/a for the failed -z and for 4 GPUs on a 2-GPU machine, and the sweep must go on past them; with EACH_GPU=1
-# the 1-GPU run on GPU 1 and the efficiency against the slower of the two GPUs alone.
+# 1-GPU runs on both GPUs at once and the efficiency against the slower of them.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -58,13 +58,22 @@ check "4 GPUs on 2: n/a, and the sweep goes on" '^\| d12 \| 16 x 1024 \| 4 \| 0 
 check "a failed run (-z 2): n/a" '^\| d12 \| 16 x 1024 \| 2 \| 2 \| n/a \| n/a \| n/a \| n/a \|'
 [ -z "$(ls "$tmp/logs"/*.smi.csv 2>/dev/null)" ] && ok "no samples left in LOGS" || bad "sample files left in LOGS"
 
-# EACH_GPU=1: the 1-GPU run on GPU 1 too, and the efficiency against the slower of GPUs 0 and 1 alone
-out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" EACH_GPU=1 MODELS=d12 GPUS="1 2" ZS=0 STEPS=6 LOGS="$tmp/logs_each" \
+# EACH_GPU=1: 1-GPU runs on GPUs 0 and 1 at once (GPUS asks for 4: only the 2 visible are run), and the efficiency
+# against the slower of the two
+out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" EACH_GPU=1 MODELS=d12 GPUS="1 2 4" ZS=0 STEPS=6 LOGS="$tmp/logs_each" \
       bash scripts/bench_multi_gpu.sh 2>&1)
-check "EACH_GPU=1: the column's header" '^\| model .*\| efficiency \| against its slowest GPU alone \| device memory'
+check "EACH_GPU=1: the column's header" '^\| model .*\| efficiency \| against its slowest GPU \(all at once\) \| device memory'
 check "EACH_GPU=1: GPU 0 alone" '^\| d12 \| 16 x 1024 \| 1 \| 0 \| 28\.09 \| 583268 \| 1\.000 \| - \| 7\.61 GiB \|'
-check "EACH_GPU=1: GPU 1 alone, against GPU 0" '^\| d12 \| 16 x 1024 \| 1 \(GPU 1\) \| 0 \| 28\.39 \| [0-9]+ \| 0\.989 \| - \|.*d12_z0_gpu1_dev1\.log \|$'
+check "EACH_GPU=1: GPU 0 in the group" '^\| d12 \| 16 x 1024 \| 1 \(GPU 0, all at once\) \| 0 \| 28\.09 \| 583268 \| 1\.000 \| - \|.*d12_z0_each0\.log \|$'
+check "EACH_GPU=1: GPU 1 in the group, against GPU 0 alone" \
+    '^\| d12 \| 16 x 1024 \| 1 \(GPU 1, all at once\) \| 0 \| 28\.39 \| [0-9]+ \| 0\.989 \| - \|.*d12_z0_each1\.log \|$'
 check "EACH_GPU=1: 2 GPUs against GPU 0 and against the slower GPU" '^\| d12 \| 16 x 1024 \| 2 \| 0 \| 28\.59 \| 1146135 \| 0\.983 \| 0\.993 \| 7\.61 GiB \|'
+check "EACH_GPU=1: 4 GPUs on 2: n/a in both columns" '^\| d12 \| 16 x 1024 \| 4 \| 0 \| n/a \| n/a \| n/a \| n/a \|'
+printf '%s\n' "$out" | grep -q 'GPU 2, all at once' && bad "EACH_GPU=1 ran GPUs that are not there" || ok "EACH_GPU=1: only the visible GPUs"
+err=$(cd "$tmp" && PATH="$tmp/bin:$PATH" CUDA_VISIBLE_DEVICES=1 EACH_GPU=1 MODELS=d12 GPUS="1 2" ZS=0 STEPS=6 LOGS="$tmp/logs_cvd" \
+      bash scripts/bench_multi_gpu.sh 2>&1)
+[ $? != 0 ] && expect_line "EACH_GPU=1 with CUDA_VISIBLE_DEVICES: one error line" '^error: EACH_GPU=1 picks each GPU itself' "$err" ||
+    bad "EACH_GPU=1 with CUDA_VISIBLE_DEVICES set exited 0"
 
 # FIRST: the median over a later range of steps (the steady state of power-capped GPUs); a range that is empty stops
 out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" MODELS=d12 GPUS="1 2" ZS=0 STEPS=6 FIRST=5 LOGS="$tmp/logs5" \
