@@ -15,7 +15,9 @@
 #   EACH_GPU=1 scripts/bench_multi_gpu.sh   # before each model's sweep, an independent 1-GPU run on every GPU the
 #       largest run uses, all at once (as in the N-GPU run, every GPU busy), and a column more: the efficiency against
 #       the slowest of a run's GPUs in that group (a synchronous step goes at its slowest GPU's pace, and power-capped
-#       GPUs of one host differ by ~1%). GPUs are numbered in PCI order for CUDA and nvidia-smi alike.
+#       GPUs of one host differ by ~1%). Each of these runs 2 x STEPS steps and its median is over the second half,
+#       so that the runs' different start-up times fall before the measured steps. GPUs are numbered in PCI order for
+#       CUDA and nvidia-smi alike.
 # env: MODELS ("d12 d48"), GPUS ("1 2 4"), ZS ("0 1 2"), STEPS (12), FIRST (3), LOGS ($OUT or bench_mgpu_logs), DATA_MIRROR,
 #      ARGS (more trainer flags for every run, e.g. ARGS="-zb 100"); LLMC_* switches and CUDA_DEVICE_MAX_CONNECTIONS
 #      reach every rank (LLMC_PEER_COPY=0)
@@ -87,9 +89,10 @@ median() {
     sort -g | awk -v f="$1" '{v[NR] = $1} END {if (NR) printf f, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
-# median ms/step over steps FIRST..end of a log ("step    11/12 | loss ... | norm ... | lr ... |  52.10 ms | ..."), or empty
+# median ms/step over steps FIRST (or $2)..end of a log ("step    11/12 | loss ... |  52.10 ms | ..."), or empty
 median_ms() {
-    sed -n 's/^step *\([0-9]*\)\/[0-9]* |.*| *\([0-9.]*\) ms |.*/\1 \2/p' "$1" | awk -v f="$FIRST" '$1 >= f {print $2}' | median %.2f
+    sed -n 's/^step *\([0-9]*\)\/[0-9]* |.*| *\([0-9.]*\) ms |.*/\1 \2/p' "$1" | awk -v f="${2:-$FIRST}" '$1 >= f {print $2}' |
+        median %.2f
 }
 
 # The SM clock while a run computes: nvidia-smi samples GPU 0 (rank 0's) every 100 ms; the median clock over the
@@ -100,22 +103,31 @@ if command -v nvidia-smi >/dev/null; then
     nvidia-smi -i 0 --query-gpu=$smi_query --format=csv,noheader >/dev/null 2>&1 ||
         smi_query=${smi_query//clocks_event_reasons/clocks_throttle_reasons}  # the older drivers' name
 fi
-clock_start() {  # samples file [GPU index, default 0]
+# The samplers and at-once trainers still running; killed if the script stops early.
+declare -A live=()
+trap '[ ${#live[@]} -gt 0 ] && kill "${!live[@]}" 2>/dev/null' EXIT
+trap 'exit 130' INT TERM
+clock_start() {  # samples file [GPU index, default 0]; sets smi_pid (empty without nvidia-smi)
     smi_pid=
     command -v nvidia-smi >/dev/null || return 0
     nvidia-smi -i "${2:-0}" --query-gpu=$smi_query --format=csv,noheader,nounits -lms 100 >"$1" 2>/dev/null &
     smi_pid=$!
+    live[$smi_pid]=1
 }
-clock_stop() {  # samples file -> "1695 MHz, 32/32 capped" or n/a
-    [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
-    smi_pid=
+clock_stop() {  # samples file, sampler pid (may be empty) -> clock_result: "1695 MHz, 32/32 capped" or n/a
+    if [ -n "${2:-}" ]; then
+        kill "$2" 2>/dev/null
+        wait "$2" 2>/dev/null
+        unset "live[$2]"
+    fi
+    clock_result=n/a
     local busy=() capped clock
     [ -s "$1" ] && mapfile -t busy < <(awk -F', *' '$2 + 0 >= 90 {print $1 + 0, ($3 ~ /^Active/) ? 1 : 0}' "$1")
     rm -f "$1"
-    [ ${#busy[@]} -gt 0 ] || { echo n/a; return; }
+    [ ${#busy[@]} -gt 0 ] || return 0
     clock=$(printf '%s\n' "${busy[@]}" | cut -d' ' -f1 | median %d)
     capped=$(printf '%s\n' "${busy[@]}" | awk '{c += $2} END {print c}')
-    echo "$clock MHz, $capped/${#busy[@]} capped"
+    clock_result="$clock MHz, $capped/${#busy[@]} capped"
 }
 
 declare -A ms
@@ -126,12 +138,12 @@ maxn=1
 for n in $GPUS; do [ "$n" -gt "$maxn" ] && maxn=$n; done
 [ "$maxn" -gt "$visible" ] && maxn=$visible
 
-# A finished run's table row: name, label (the GPUs column), GPUs, -z, clock.
+# A finished run's table row: name, label (the GPUs column), GPUs, -z, clock[, first step of the median, steps].
 row_of() {
-    local name=$1 label=$2 n=$3 z=$4 clock=$5 log="$LOGS/$1.log" m mem toks
-    m=$(median_ms "$log")
+    local name=$1 label=$2 n=$3 z=$4 clock=$5 first=${6:-$FIRST} steps=${7:-$STEPS} log="$LOGS/$1.log" m mem toks
+    m=$(median_ms "$log" "$first")
     mem=$(sed -n 's/^device memory in use after the first step: \([^(]*[^ (]\) *(.*/\1/p' "$log" | head -n 1)
-    if [ -n "$m" ] && grep -qE "^step +$STEPS/" "$log"; then
+    if [ -n "$m" ] && grep -qE "^step +$steps/" "$log"; then
         ms[$name]=$m
         toks=$(awk -v m="$m" -v t=$((B * T * n)) 'BEGIN {printf "%.0f", t / (m / 1000)}')
         echo "$m ms/step, $toks tok/s, ${mem:-?} on rank 0, SM clock $clock"
@@ -147,6 +159,7 @@ measure() {
     local name=$1 n=$2 z=$3 log="$LOGS/$1.log"
     rm -f "$LOGS/$name"*.log
     echo "==== $model B=$B T=$T -z $z on $n GPU(s) -> $log"
+    smi_pid=
     if [ "$n" -gt "$visible" ]; then
         echo "only $visible GPUs visible" >"$log"
     else
@@ -154,7 +167,8 @@ measure() {
         run "$log" "$n" -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" "${extra[@]}" ||
             tail -n 3 "$log"
     fi
-    row_of "$name" "$n" "$n" "$z" "$(clock_stop "$LOGS/$name.smi.csv")"
+    clock_stop "$LOGS/$name.smi.csv" "$smi_pid"
+    row_of "$name" "$n" "$n" "$z" "$clock_result"
 }
 
 # EACH_GPU=1: independent 1-GPU runs on GPUs 0 .. maxn-1 at the same time, each GPU's clock sampled, one row each.
@@ -165,14 +179,18 @@ measure_each_at_once() {
         rm -f "$LOGS/${model}_z${z}_each$g"*.log
         clock_start "$LOGS/${model}_z${z}_each$g.smi.csv" "$g"
         smis[g]=$smi_pid
-        CUDA_VISIBLE_DEVICES=$g ./train_gpt2cu -e "$init" -b "$B" -t "$T" -x "$STEPS" -z "$z" -v 0 -s 0 -i "$DATA" \
+        CUDA_VISIBLE_DEVICES=$g ./train_gpt2cu -e "$init" -b "$B" -t "$T" -x $((2 * STEPS)) -z "$z" -v 0 -s 0 -i "$DATA" \
             "${extra[@]}" >"$LOGS/${model}_z${z}_each$g.log" 2>&1 &
         pids[g]=$!
+        live[${pids[g]}]=1
     done
-    for ((g = 0; g < maxn; g++)); do wait "${pids[g]}" || tail -n 3 "$LOGS/${model}_z${z}_each$g.log"; done
     for ((g = 0; g < maxn; g++)); do
-        smi_pid=${smis[g]}
-        row_of "${model}_z${z}_each$g" "1 (GPU $g, all at once)" 1 "$z" "$(clock_stop "$LOGS/${model}_z${z}_each$g.smi.csv")"
+        wait "${pids[g]}" || tail -n 3 "$LOGS/${model}_z${z}_each$g.log"
+        unset "live[${pids[g]}]"
+    done
+    for ((g = 0; g < maxn; g++)); do
+        clock_stop "$LOGS/${model}_z${z}_each$g.smi.csv" "${smis[g]}"
+        row_of "${model}_z${z}_each$g" "1 (GPU $g, all at once)" 1 "$z" "$clock_result" $((STEPS + 1)) $((2 * STEPS))
     done
 }
 

@@ -57,10 +57,14 @@ def subtract(a, b):
     return out
 
 
+class TraceError(Exception):
+    pass
+
+
 def window(recs, marks, step):
     lo, hi = marks.get(f"step {step}"), marks.get(f"step {step} end")
     if lo is None or hi is None:
-        sys.exit(f"error: no 'step {step}' marks in the trace (LLMC_TRACE_STEP?)")
+        raise TraceError(f"no 'step {step}' marks in the trace (LLMC_TRACE_STEP?)")
     inside = [r for r in recs if r["ts"] + r["dur"] > lo and r["ts"] < hi]
     return lo, hi, inside
 
@@ -153,7 +157,7 @@ def collectives(path, step):
     cannot be read or lacks the step."""
     try:
         recs, marks = load(path)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         return None, f"{path} cannot be read ({e.__class__.__name__})"
     lo, hi = marks.get(f"step {step}"), marks.get(f"step {step} end")
     if lo is None or hi is None:
@@ -232,11 +236,22 @@ def main():
     if a.ranks != "all":
         want = {int(x) for x in a.ranks.split(",")}
         files = [f for f in files if int(re.search(r"rank(\d+)", f).group(1)) in want]
-    base = baseline_of(a.baseline, a.step) if a.baseline else None
-    for f in files:
-        report(f, a.step, a.top, base)
+    try:
+        base = baseline_of(a.baseline, a.step) if a.baseline else None
+    except (TraceError, OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"error: the baseline {a.baseline}: {e}")
+    failed = 0
+    for f in files:  # a rank's unreadable trace is one line; the others are still reported
+        try:
+            report(f, a.step, a.top, base)
+        except (TraceError, OSError, ValueError, KeyError, TypeError) as e:
+            why = str(e) if isinstance(e, TraceError) else f"cannot be read ({e.__class__.__name__}: {e})"
+            print(f"error: {f}: {why}", file=sys.stderr)
+            failed += 1
     if len(every) > 1:
         report_waits(every, a.step, a.top, files)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

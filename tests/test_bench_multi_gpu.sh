@@ -64,10 +64,23 @@ out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" EACH_GPU=1 MODELS=d12 GPUS="1 2 4" ZS=0
       bash scripts/bench_multi_gpu.sh 2>&1)
 check "EACH_GPU=1: the column's header" '^\| model .*\| efficiency \| against its slowest GPU \(all at once\) \| device memory'
 check "EACH_GPU=1: GPU 0 alone" '^\| d12 \| 16 x 1024 \| 1 \| 0 \| 28\.09 \| 583268 \| 1\.000 \| - \| 7\.61 GiB \|'
-check "EACH_GPU=1: GPU 0 in the group" '^\| d12 \| 16 x 1024 \| 1 \(GPU 0, all at once\) \| 0 \| 28\.09 \| 583268 \| 1\.000 \| - \|.*d12_z0_each0\.log \|$'
+# the group runs 2 x 6 steps, its median over steps 7..12: GPU 0 28.19, GPU 1 28.49
+check "EACH_GPU=1: GPU 0 in the group, second half" '^\| d12 \| 16 x 1024 \| 1 \(GPU 0, all at once\) \| 0 \| 28\.19 \| [0-9]+ \| 0\.996 \| - \|.*d12_z0_each0\.log \|$'
 check "EACH_GPU=1: GPU 1 in the group, against GPU 0 alone" \
-    '^\| d12 \| 16 x 1024 \| 1 \(GPU 1, all at once\) \| 0 \| 28\.39 \| [0-9]+ \| 0\.989 \| - \|.*d12_z0_each1\.log \|$'
-check "EACH_GPU=1: 2 GPUs against GPU 0 and against the slower GPU" '^\| d12 \| 16 x 1024 \| 2 \| 0 \| 28\.59 \| 1146135 \| 0\.983 \| 0\.993 \| 7\.61 GiB \|'
+    '^\| d12 \| 16 x 1024 \| 1 \(GPU 1, all at once\) \| 0 \| 28\.49 \| [0-9]+ \| 0\.986 \| - \|.*d12_z0_each1\.log \|$'
+check "EACH_GPU=1: 2 GPUs against GPU 0 and against the slower GPU" '^\| d12 \| 16 x 1024 \| 2 \| 0 \| 28\.59 \| 1146135 \| 0\.983 \| 0\.997 \| 7\.61 GiB \|'
+[ -z "$(ls "$tmp/logs_each"/*.smi.csv 2>/dev/null)" ] && ok "EACH_GPU=1: no samples left in LOGS" || bad "EACH_GPU=1: sample files left"
+# stopped early: no sampler or trainer outlives the script
+(cd "$tmp" && PATH="$tmp/bin:$PATH" EACH_GPU=1 MODELS=d12 GPUS="1 2" ZS=0 STEPS=30 LOGS="$tmp/logs_kill" \
+    exec bash scripts/bench_multi_gpu.sh >/dev/null 2>&1) &
+victim=$!
+sleep 2
+kill -TERM $victim 2>/dev/null
+wait $victim 2>/dev/null
+sleep 0.5
+left=$(pgrep -f "$tmp/(bin/nvidia-smi|logs_kill)" | wc -l)
+[ "$left" = 0 ] && ok "stopped early: no sampler or trainer left" || bad "stopped early: $left processes left"
+pkill -f "$tmp/(bin/nvidia-smi|logs_kill)" 2>/dev/null
 check "EACH_GPU=1: 4 GPUs on 2: n/a in both columns" '^\| d12 \| 16 x 1024 \| 4 \| 0 \| n/a \| n/a \| n/a \| n/a \|'
 printf '%s\n' "$out" | grep -q 'GPU 2, all at once' && bad "EACH_GPU=1 ran GPUs that are not there" || ok "EACH_GPU=1: only the visible GPUs"
 err=$(cd "$tmp" && PATH="$tmp/bin:$PATH" CUDA_VISIBLE_DEVICES=1 EACH_GPU=1 MODELS=d12 GPUS="1 2" ZS=0 STEPS=6 LOGS="$tmp/logs_cvd" \

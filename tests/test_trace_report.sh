@@ -33,6 +33,13 @@ trace(f"{d}/cross.rank0.json", [("step 6", 0), ("step 6 end", 50)],
       [("ncclAllGather", "comm", -20, 30), ("ncclReduceScatter", "comm", 20, 5)])
 trace(f"{d}/cross.rank1.json", [("step 6", 0), ("step 6 end", 50)],
       [("ncclAllGather", "comm", -20, 8), ("ncclReduceScatter", "comm", 20, 5)])
+# rank 0's collective runs 45-55 us, past the step's end at 50; rank 1's takes 1 us: rank 0's 9 us of waiting are
+# 45-54, of which 45-50 fall inside the step
+trace(f"{d}/late.rank0.json", [("step 6", 0), ("step 6 end", 50)], [("ncclAllReduce", "comm", 45, 10)])
+trace(f"{d}/late.rank1.json", [("step 6", 0), ("step 6 end", 50)], [("ncclAllReduce", "comm", 49, 1)])
+# the same number of collectives, one of another kind
+trace(f"{d}/kind.rank0.json", [("step 6", 0), ("step 6 end", 50)], [("ncclAllReduce", "comm", 0, 5)])
+trace(f"{d}/kind.rank1.json", [("step 6", 0), ("step 6 end", 50)], [("ncclAllGather", "comm", 0, 5)])
 # a rank whose trace lacks the step
 trace(f"{d}/gap.rank0.json", [("step 6", 0), ("step 6 end", 50)], [("ncclAllReduce", "comm", 0, 5)])
 trace(f"{d}/gap.rank1.json", [("step 5", 0), ("step 5 end", 50)], [("ncclAllReduce", "comm", 0, 5)])
@@ -65,6 +72,16 @@ expect_line "--ranks 0 still compares with rank 1" '^== .*two\.rank0\.json: wait
 cross=$(python3 scripts/trace_report.py "$tmp/cross" --ranks 0 2>&1)
 expect_line "a collective from the step before: only its part inside the step" \
     '^== .*cross\.rank0\.json: waiting for other ranks: 0\.002 ms in 2 collectives' "$cross"
+late=$(python3 scripts/trace_report.py "$tmp/late" --ranks 0 2>&1)
+expect_line "a wait past the step's end: only its part inside" '^== .*late\.rank0\.json: waiting for other ranks: 0\.005 ms in 1 collectives' "$late"
+kind=$(python3 scripts/trace_report.py "$tmp/kind" 2>&1)
+expect_line "ranks with collectives of different kinds are not compared" \
+    '^== waiting for other ranks: not compared, the ranks.* collectives differ in order or kind$' "$kind"
+gap=$(python3 scripts/trace_report.py "$tmp/gap" 2>&1)
+rc=$?
+[ $rc = 1 ] && expect_line "every rank: the rank without the step is one error line" \
+    "^error: .*gap\.rank1\.json: no 'step 6' marks in the trace" "$gap" && expect_line "... and rank 0 is still reported" \
+    '^== .*gap\.rank0\.json: step 6, ' "$gap" || bad "every rank with one lacking the step: exit $rc"
 gap=$(python3 scripts/trace_report.py "$tmp/gap" --ranks 0 2>&1)
 rc=$?
 [ $rc = 0 ] && expect_line "a rank without the step: one line, the rest reported" \

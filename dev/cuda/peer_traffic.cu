@@ -12,9 +12,9 @@
 //   both   out and in
 //   paced  out and in, 8 MB copies each way queued on the host's clock at RATE GB/s each way (default 9: a d12
 //          -z 1 step on 2 GPUs moves ~250 MB each way in ~28 ms)
-//   burst  out and in, 256 MB each way at full speed once every PERIOD ms (default: RATE on average, 28-30 ms at 9
-//          GB/s, a d12 step's exchange in one burst; against paced, whether the cost follows the bytes or the time
-//          the links are in use)
+//   burst  out and in, 256 MB each way at full speed once every PERIOD ms (default: RATE on average, 29.8 ms at 9
+//          GB/s, about a d12 step's exchange in one burst; against paced, whether the cost follows the bytes or the
+//          time the links are in use)
 //   local  8 MB copies from GPU 0 to GPU 0 at RATE GB/s (the same bytes through its memory, no NVLink; one GPU will do)
 // Each mode prints the median replay and the mean (a burst lasts ~0.7 ms: the median shows the replays beside none,
 // the mean includes those a burst slowed).
@@ -164,7 +164,21 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: -m: -c checks its own modes (none, both, burst, local); leave -m out\n");
         return 1;
     }
-    if (period_ms == 0.0) period_ms = (double)(kInFlight * kBurstBytes) / (rate_gbs * 1e9) * 1e3;
+    std::vector<std::string> modes = check_only ? std::vector<std::string>{"none", "both", "burst", "local"}
+                                                : std::vector<std::string>{"none", "out", "in", "both", "paced", "burst", "local", "none"};
+    if (!chosen.empty()) {  // the percentages are against a lone replay measured first
+        modes = chosen;
+        if (modes.front() != "none") modes.insert(modes.begin(), "none");
+    }
+    const bool bursts = std::find(modes.begin(), modes.end(), "burst") != modes.end();
+    if (period_ms == 0.0) {
+        period_ms = (double)(kInFlight * kBurstBytes) / (rate_gbs * 1e9) * 1e3;
+        if (bursts && (period_ms < 1.0 || period_ms > 10000.0)) {
+            fprintf(stderr, "error: -g %.3g: bursts of 256 MB would come every %.3g ms; give -p from 1 to 10000 ms\n",
+                    rate_gbs, period_ms);
+            return 1;
+        }
+    }
     int devices = 0;
     cudaCheck(cudaGetDeviceCount(&devices));
     int peer01 = 0, peer10 = 0;
@@ -179,12 +193,6 @@ int main(int argc, char** argv) {
         cudaDeviceProp p1;
         cudaCheck(cudaGetDeviceProperties(&p1, 1));
         printf("peer: %s (GPU 1), peer access both ways\n", p1.name);
-    }
-    std::vector<std::string> modes = check_only ? std::vector<std::string>{"none", "both", "burst", "local"}
-                                                : std::vector<std::string>{"none", "out", "in", "both", "paced", "burst", "local", "none"};
-    if (!chosen.empty()) {  // the percentages are against a lone replay measured first
-        modes = chosen;
-        if (modes.front() != "none") modes.insert(modes.begin(), "none");
     }
     if (!two && !check_only && std::any_of(modes.begin(), modes.end(), needs_peer)) {
         fprintf(stderr, "error: peer_traffic's modes but none and local need 2 GPUs with peer access (%d GPU(s)%s)\n",
@@ -268,6 +276,9 @@ int main(int argc, char** argv) {
     const int w = check_only ? 2 : warmup, r = check_only ? 2 : repeats;
     std::vector<cudaEvent_t> marks((size_t)r + 1);
     for (cudaEvent_t& e : marks) cudaCheck(cudaEventCreate(&e));
+    if (bursts && two)
+        printf("burst: 4 x 64 MB each way every %.1f ms (%.1f GB/s each way on average)\n", period_ms,
+               (double)(kInFlight * kBurstBytes) / (period_ms * 1e6));
     double alone = 0, alone_mean = 0;
     bool ok = true;
     for (const std::string& mode : modes) {
