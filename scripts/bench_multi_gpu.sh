@@ -3,9 +3,10 @@
 # init, Tiny Shakespeare, the same batch per GPU at every GPU count. For each run: the median ms/step over steps
 # FIRST..STEPS (default 3..12: the first steps pay for cuBLAS plans and NCCL's set-up), tok/s over all GPUs, the efficiency (the 1-GPU
 # -z 0 run's ms/step of the same model / this run's; the 1-GPU run of the same -z when there is no -z 0 one), the
-# device memory in use on rank 0 after its first step (what the trainer prints) and GPU 0's SM clock while busy (a 1-GPU run on another GPU: that GPU's)
-# (nvidia-smi: the median, and how many samples the power cap held down; n/a without nvidia-smi). A run that fails (a -z the trainer
-# does not have, out of memory, fewer GPUs than asked) gets n/a in its row; the sweep goes on. One markdown table at
+# device memory in use on rank 0 after its first step (what the trainer prints) and GPU 0's SM clock while busy (a
+# 1-GPU run on another GPU: that GPU's; nvidia-smi: the median, and how many samples the power cap held down; n/a
+# without nvidia-smi). A run that fails (a -z the trainer does not have, out of memory, fewer GPUs than asked) gets
+# n/a in its row; the sweep goes on. One markdown table at
 # the end, also written to $LOGS/bench_multi_gpu.md; every run's log stays in $LOGS (rank r > 0: <run>_rank<r>.log).
 # Several GPUs: mpirun -np N -x NCCL_NVLS_ENABLE=0 when there is mpirun and the trainer is built with MPI, else the
 # file rendezvous (-pi fs) with N processes.
