@@ -61,6 +61,9 @@ class TraceError(Exception):
     pass
 
 
+UNREADABLE = (OSError, ValueError, KeyError, TypeError)  # a missing, truncated or foreign file
+
+
 def window(recs, marks, step):
     lo, hi = marks.get(f"step {step}"), marks.get(f"step {step} end")
     if lo is None or hi is None:
@@ -153,17 +156,11 @@ def report(path, step, top, baseline):
 
 
 def collectives(path, step):
-    """Every NCCL collective of the trace (both recorded steps) in order, and the step's window; None when the file
-    cannot be read or lacks the step."""
-    try:
-        recs, marks = load(path)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return None, f"{path} cannot be read ({e.__class__.__name__})"
-    lo, hi = marks.get(f"step {step}"), marks.get(f"step {step} end")
-    if lo is None or hi is None:
-        return None, f"{path} has no 'step {step}' marks"
-    return (sorted((r for r in recs if r.get("cat") == "comm" and r["name"].startswith("nccl")),
-                   key=lambda r: r["ts"]), lo, hi), None
+    """Every NCCL collective of the trace (both recorded steps) in order, and the step's window."""
+    recs, marks = load(path)
+    lo, hi, _ = window(recs, marks, step)
+    ours = [r for r in recs if r.get("cat") == "comm" and r["name"].startswith("nccl")]
+    return sorted(ours, key=lambda r: r["ts"]), lo, hi
 
 
 def report_waits(files, step, top, shown):
@@ -172,11 +169,14 @@ def report_waits(files, step, top, shown):
     counts where that part falls inside this rank's step (the trace also holds the step before)."""
     per = {}
     for f in files:
-        got, why = collectives(f, step)
-        if got is None:
-            print(f"== waiting for other ranks: not compared, {why}")
+        try:
+            per[f] = collectives(f, step)
+        except TraceError:
+            print(f"== waiting for other ranks: not compared, {f} has no 'step {step}' marks")
             return
-        per[f] = got
+        except UNREADABLE as e:
+            print(f"== waiting for other ranks: not compared, {f} cannot be read ({e.__class__.__name__})")
+            return
     counts = [len(per[f][0]) for f in files]
     if len(set(counts)) != 1:
         print("== waiting for other ranks: not compared, the ranks' traces hold "
@@ -238,13 +238,13 @@ def main():
         files = [f for f in files if int(re.search(r"rank(\d+)", f).group(1)) in want]
     try:
         base = baseline_of(a.baseline, a.step) if a.baseline else None
-    except (TraceError, OSError, ValueError, KeyError, TypeError) as e:
+    except (TraceError,) + UNREADABLE as e:
         sys.exit(f"error: the baseline {a.baseline}: {e}")
     failed = 0
     for f in files:  # a rank's unreadable trace is one line; the others are still reported
         try:
             report(f, a.step, a.top, base)
-        except (TraceError, OSError, ValueError, KeyError, TypeError) as e:
+        except (TraceError,) + UNREADABLE as e:
             why = str(e) if isinstance(e, TraceError) else f"cannot be read ({e.__class__.__name__}: {e})"
             print(f"error: {f}: {why}", file=sys.stderr)
             failed += 1
