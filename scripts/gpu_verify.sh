@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: the whole check in one go, logs under $OUT (or ./verify_logs).
+#   scripts/gpu_verify.sh gate    what a GPU change passes before it is called done: tests, then sanitizers
 #   scripts/gpu_verify.sh tests   make test in FP32, then in BF16 (GPU suites, d12 reference included)
+#   scripts/gpu_verify.sh sanitizers   scripts/check_sanitizers.sh, every tool over every run (BF16)
 #   scripts/gpu_verify.sh bench   d12 training throughput, flash and materialized attention, against the
 #                                 torch.compile baseline at B=16 T=1024; device memory at T=1024 and T=4096
 # Env: DATA_MIRROR (GPT-2 vocab + corpora), ANCHORS (folder with the fixed PyTorch baselines).
@@ -13,9 +15,8 @@ mkdir -p "$LOGS"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)"
 
-case "${1:-}" in
-tests)
-    rc=0
+tests() {
+    local rc=0 precision
     for precision in FP32 BF16; do
         echo "######## make test PRECISION=$precision"
         make -j16 all PRECISION=$precision >"$LOGS/build_$precision.log" 2>&1 || { tail -n 30 "$LOGS/build_$precision.log"; rc=1; continue; }
@@ -23,7 +24,26 @@ tests)
             grep -E '^(====|tests:|failed suites|note:)|rel-L2|abs error|trajectory|determinism|PASS|FAIL|checks' || true
         grep -qE '^tests: .* 0 failed(, [0-9]+ skipped)?$' "$LOGS/test_$precision.log" || rc=1
     done
+    return $rc
+}
+sanitizers() {
+    echo "######## scripts/check_sanitizers.sh"
+    LOGDIR="$LOGS/sanitizers" PRECISION=BF16 DATA_MIRROR="$DATA_MIRROR" bash scripts/check_sanitizers.sh
+}
+
+case "${1:-}" in
+gate)
+    rc=0
+    tests || rc=1
+    sanitizers || rc=1
+    grep -hE '^tests: ' "$LOGS"/test_FP32.log "$LOGS"/test_BF16.log 2>/dev/null | sed 's/^/gate: /'
+    tail -n 1 "$LOGS/sanitizers/results.txt" >/dev/null 2>&1 && echo "gate: $(grep -c '^ok' "$LOGS/sanitizers/results.txt") sanitizer runs clean, $(grep -c '^FAIL' "$LOGS/sanitizers/results.txt") not"
+    echo "gate: $([ $rc = 0 ] && echo PASS || echo FAIL)"
     exit $rc ;;
+tests)
+    tests; exit $? ;;
+sanitizers)
+    sanitizers; exit $? ;;
 bench)
     make -j16 train_gpt2cu PRECISION=BF16 >"$LOGS/build_bench.log" 2>&1 || { tail -n 30 "$LOGS/build_bench.log"; exit 1; }
     BATCHES=16 NO_BASELINE=1 LOGDIR="$LOGS/flash" TRAIN_FLAGS="-ab flash" bash scripts/bench_train.sh | tail -n 1
@@ -38,5 +58,5 @@ bench)
         done
     done ;;
 *)
-    echo "usage: scripts/gpu_verify.sh tests|bench" >&2; exit 2 ;;
+    echo "usage: scripts/gpu_verify.sh gate|tests|sanitizers|bench" >&2; exit 2 ;;
 esac

@@ -216,8 +216,8 @@ inline void launch(bf16* out, const bf16* inp, const bf16* weight, const bf16* b
                                                          Cfg::BK, CU_TENSOR_MAP_SWIZZLE_128B);
     CUtensorMap map_out = {};
     if (kTmaStore) {
-        map_out = hopper::make_tensor_map_2d(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, N, N, 64, 64,
-                                             CU_TENSOR_MAP_SWIZZLE_128B);
+        map_out = hopper::make_store_map_2d(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, M, N, N, 64, 64,
+                                            CU_TENSOR_MAP_SWIZZLE_128B, stream);
     }
     const int tiles = ((M + Cfg::BM - 1) / Cfg::BM) * ((N + kBN - 1) / kBN);
     forward_kernel<kBN, kTmaStore><<<std::min(tiles, num_sms), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(

@@ -46,9 +46,10 @@ inline void launch_backward_fused(bf16* dqkv, float* workspace, const bf16* dout
     const CUtensorMap qkv_128 = head_slice_map(qkv, B, T, 3 * C, 128);
     const CUtensorMap q_tiles = head_slice_map(qkv, B, T, 3 * C, F::kBq);
     const CUtensorMap dout_tiles = head_slice_map(dout, B, T, C, F::kBq);
-    const CUtensorMap dqkv_64 = head_slice_map(dqkv, B, T, 3 * C, 64);
-    const CUtensorMap dqacc_map = hopper::make_tensor_map_3d(dqacc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, C, C,
-                                                             (uint64_t)T * C, F::kDqN, 32, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap dqkv_64 = head_slice_store_map(dqkv, B, T, 3 * C, 64, stream);
+    const CUtensorMap dqacc_map = hopper::make_store_map_3d(dqacc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, C, C,
+                                                            (uint64_t)T * C, F::kDqN, 32, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                            stream);
     const dim3 grid((T + F::kBk - 1) / F::kBk, B * NH);
     backward_fused_kernel<kHS, DqOrder><<<grid, F::kThreads, F::kSmemBytes, stream>>>(
         qkv_128, q_tiles, dout_tiles, dqkv_64, dqacc_map, lse, D, turns, T, NH);
@@ -74,7 +75,7 @@ inline void launch_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* 
     const CUtensorMap q_kv = head_slice_map(qkv, B, T, 3 * C, KV::kBq);
     const CUtensorMap dout_128 = head_slice_map(dout, B, T, C, 128);
     const CUtensorMap dout_kv = head_slice_map(dout, B, T, C, KV::kBq);
-    const CUtensorMap dqkv_64 = head_slice_map(dqkv, B, T, 3 * C, 64);
+    const CUtensorMap dqkv_64 = head_slice_store_map(dqkv, B, T, 3 * C, 64, stream);
     backward_kv_kernel<kHS><<<dim3((T + KV::kBk - 1) / KV::kBk, B * NH), KV::kThreads, KV::kSmemBytes, stream>>>(
         qkv_128, q_kv, dout_kv, dqkv_64, lse, D, bias_partials, T, NH);
     cudaCheckLaunch();

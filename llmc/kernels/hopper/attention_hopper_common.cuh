@@ -26,5 +26,10 @@ inline CUtensorMap head_slice_map(const void* base, int B, int T, int width, int
     return hopper::make_tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, width, width,
                                       (uint64_t)T * width, box_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B);
 }
+// The same map for a tensor the kernel writes (out, dqkv), marked initialized for initcheck (tma.cuh).
+inline CUtensorMap head_slice_store_map(void* base, int B, int T, int width, int box_rows, cudaStream_t stream) {
+    return hopper::make_store_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, width, width,
+                                     (uint64_t)T * width, box_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B, stream);
+}
 
 }  // namespace flash_hopper

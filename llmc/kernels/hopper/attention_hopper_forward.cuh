@@ -249,7 +249,7 @@ inline void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
     (void)smem_ready;
     const int C = NH * kHS;
     const CUtensorMap map_qkv = head_slice_map(qkv, B, T, 3 * C, Cfg::kBr);  // Q, K, V boxes of 128 rows
-    const CUtensorMap map_out = head_slice_map(out, B, T, C, 64);            // a consumer's O
+    const CUtensorMap map_out = head_slice_store_map(out, B, T, C, 64, stream);  // a consumer's O
     dim3 grid((T + Cfg::kBr - 1) / Cfg::kBr, B * NH);
     forward_kernel<kHS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_out, lse, T, NH);
     cudaCheckLaunch();

@@ -242,13 +242,14 @@ inline void launch(bf16* dinp, float* partials, bf16* gelu_out, const bf16* dout
     using Cfg = Config;
     static const bool smem_ready = (hopper::allow_dynamic_smem(dgelu_kernel, Cfg::kSmemBytes), true);
     (void)smem_ready;
+    using hopper::make_store_map_2d;
     using hopper::make_tensor_map_2d;
     constexpr auto kBf16 = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     constexpr auto kSw128 = CU_TENSOR_MAP_SWIZZLE_128B;
     const CUtensorMap map_dout = make_tensor_map_2d(dout, kBf16, 2, M, K, K, Cfg::BM, Cfg::BK, kSw128);
     const CUtensorMap map_weight = make_tensor_map_2d(weight, kBf16, 2, K, N, N, Cfg::BK, 64, kSw128);
     const CUtensorMap map_pre = make_tensor_map_2d(pre_gelu, kBf16, 2, M, N, N, Cfg::BM, 64, kSw128);
-    const CUtensorMap map_dinp = make_tensor_map_2d(dinp, kBf16, 2, M, N, N, Cfg::BM, 64, kSw128);
+    const CUtensorMap map_dinp = make_store_map_2d(dinp, kBf16, 2, M, N, N, Cfg::BM, 64, kSw128, stream);
     const int tiles = ((M + Cfg::BM - 1) / Cfg::BM) * ((N + Cfg::BN - 1) / Cfg::BN);
     // two tiles per block at once (one per consumer): fewer blocks than SMs when there are few tiles
     const int blocks = std::min((tiles + 1) / 2, compute_sm_count());
@@ -283,7 +284,6 @@ inline void matmul_backward_dgelu_hopper(floatX* dinp, float* partials, const fl
         fprintf(stderr, "error: matmul_backward_dgelu_hopper: every pointer must be 16-byte aligned\n");
         exit(EXIT_FAILURE);
     }
-    sanitizer_mark_initialized(dinp, (size_t)M * N * sizeof(floatX), stream);  // TMA stores: unseen by initcheck
     using bf16 = __nv_bfloat16;
     matmul_dgelu::launch(reinterpret_cast<bf16*>(dinp), partials, reinterpret_cast<bf16*>(gelu_out),
                          reinterpret_cast<const bf16*>(dout),

@@ -76,6 +76,25 @@ inline CUtensorMap make_tensor_map_3d(const void* base, CUtensorMapDataType dtyp
     return encode_tensor_map(base, dtype, 3, dims, strides, box, swizzle);
 }
 
+// A map that kernels write through (TMA stores and reduce-adds). compute-sanitizer's initcheck does not see TMA's
+// writes (as it does not see cuBLASLt's: llmc/kernels/matmul.cuh), so the memory the map covers is marked initialized
+// on `stream` as the map is made; initcheck keeps checking every other write and every read.
+inline CUtensorMap make_store_map_2d(void* base, CUtensorMapDataType dtype, int element_bytes, uint64_t rows,
+                                     uint64_t cols, uint64_t row_stride, uint32_t box_rows, uint32_t box_cols,
+                                     CUtensorMapSwizzle swizzle, cudaStream_t stream) {
+    sanitizer_mark_initialized(base, ((rows - 1) * row_stride + cols) * element_bytes, stream);
+    return make_tensor_map_2d(base, dtype, element_bytes, rows, cols, row_stride, box_rows, box_cols, swizzle);
+}
+inline CUtensorMap make_store_map_3d(void* base, CUtensorMapDataType dtype, int element_bytes, uint64_t batches,
+                                     uint64_t rows, uint64_t cols, uint64_t row_stride, uint64_t batch_stride,
+                                     uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle,
+                                     cudaStream_t stream) {
+    sanitizer_mark_initialized(base, ((batches - 1) * batch_stride + (rows - 1) * row_stride + cols) * element_bytes,
+                               stream);
+    return make_tensor_map_3d(base, dtype, element_bytes, batches, rows, cols, row_stride, batch_stride, box_rows,
+                              box_cols, swizzle);
+}
+
 // ---- device side: one thread moves a whole box. Coordinates are (column, row), innermost first, in elements; the
 // map is a __grid_constant__ kernel parameter (its address must stay in parameter space).
 // global -> shared, completing `bytes of the box` on bar (the box's full size counts, zero-filled parts too).
