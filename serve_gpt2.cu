@@ -22,7 +22,7 @@
 
 namespace {
 
-int run(const ServeArgs& a, const char* program, const sigset_t& signals) {
+int run(const ServeArgs& a, const char* program, const ServeSignals& signals) {
     // ---- everything the user gave, on the host
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
     // the on-GPU loop's picker (warm-up only); requests pick on the host
@@ -55,7 +55,7 @@ int run(const ServeArgs& a, const char* program, const sigset_t& signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const sigset_t signals = serve_block_signals();  // before any thread
+    const ServeSignals signals = serve_install_signals();  // before any thread
     ServeArgs args;
     std::string error;
     const ParseStatus st = parse_serve_args(argc, argv, &args, &error);

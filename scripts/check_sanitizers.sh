@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # compute-sanitizer on a GPU machine: memcheck, initcheck, racecheck and synccheck, each over every run below (a
 # 2-layer model, C 128, 2 heads of 64, so the flash kernels run: made by scripts/train_gpt2.py; Tiny Shakespeare):
-#   train      train_gpt2cu, 2 steps with validation, HellaSwag (-h 1, the committed fixture) and samples
+#   train      train_gpt2cu, B 4, 2 steps with validation, HellaSwag (-h 1, the committed fixture) and samples
 #   train-z1   ZeRO-1's optimizer on one GPU (-z 1), B 4        train-z2   ZeRO-2's (-z 2), B 4
 #   train-mat  the materialized attention backend, B 4
 #   gen-1      generate_gpt2cu, one prompt, greedy (decode_matvec, the greedy pick folded into the classifier)
 #   gen-20     twenty prompts at once, sampled (cuBLASLt's decode products, the GPU picker)
 #   serve      serve_gpt2cu: completions together, a chunked prompt, a stream, a bad request, then SIGTERM to the
 #              server, which drains and exits so that the tool prints its summary (scripts/sanitize_serve.py)
-#   decode     tests/test_decode (prefill, decode steps, a server's slots, chunks, against the full forward)
+#   decode     tests/test_decode --small (prefill, decode steps, a server's slots, chunks, against the full forward)
 #   fwd, bwd   dev/cuda/attention_forward -cs, attention_backward -cs (every variant at the three small check shapes)
 # and, for initcheck, the report of issue 63 (train_gpt2cu -e d6 -b 2|4 -t 128 -x 1 -v 1 -m 1 -s 0, the default
 # attention path and -ab materialized). Runs go in parallel (JOBS at once; one GPU is enough); each prints one line
@@ -109,14 +109,14 @@ launch() {  # tool, name, command...: check in the background once fewer than JO
 }
 rm -f "$LOGDIR/results.txt"
 for tool in $TOOLS; do
-    launch "$tool" train "${train[@]}" -b 2 -s 2 -g 8 -h 1 -hf tests/fixtures/hellaswag_fixture.bin
+    launch "$tool" train "${train[@]}" -b 4 -s 2 -g 8 -h 1 -hf tests/fixtures/hellaswag_fixture.bin
     launch "$tool" train-z1 "${train[@]}" -b 4 -s 0 -z 1
     launch "$tool" train-z2 "${train[@]}" -b 4 -s 0 -z 2
     launch "$tool" train-mat "${train[@]}" -b 4 -s 0 -ab materialized
     launch "$tool" gen-1 "${generate[@]}" -p "The meaning of life is"
     launch "$tool" gen-20 "${generate[@]}" -pf "$prompts" -st 0.9 -sk 40 -seed 7
     launch "$tool" serve
-    launch "$tool" decode ./tests/test_decode
+    launch "$tool" decode ./tests/test_decode --small
     launch "$tool" fwd ./dev/cuda/attention_forward -cs
     launch "$tool" bwd ./dev/cuda/attention_backward -cs
     if [ "$tool" = initcheck ]; then

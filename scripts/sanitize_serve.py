@@ -112,6 +112,8 @@ def main():
         if rc is None:
             srv.proc.kill()
         srv.stop(timeout=30)  # the tool has exited (or was killed): this only closes the log
+    if rc is not None and rc < 0:
+        problems.append(f"the tool ended by signal {-rc}: no drain, no summary")
     for p in problems:
         print(f"sanitize_serve: {p}", file=sys.stderr)
     if problems:

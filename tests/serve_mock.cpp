@@ -84,7 +84,7 @@ int generate(const std::vector<const char*>& argv, const FakeFlags& f) {
     return 0;
 }
 
-int serve(const std::vector<const char*>& argv, const FakeFlags& f, const sigset_t& signals) {
+int serve(const std::vector<const char*>& argv, const FakeFlags& f, const ServeSignals& signals) {
     ServeArgs a;
     std::string error;
     const ParseStatus st = parse_serve_args((int)argv.size(), argv.data(), &a, &error);
@@ -106,7 +106,7 @@ int serve(const std::vector<const char*>& argv, const FakeFlags& f, const sigset
 }  // namespace
 
 int main(int argc, char** argv) {
-    const sigset_t signals = serve_block_signals();
+    const ServeSignals signals = serve_install_signals();
     try {
         FakeFlags f;
         std::vector<const char*> rest = take_fake_flags(argc, argv, &f);

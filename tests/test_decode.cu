@@ -468,8 +468,22 @@ void test_chunks(const GPT2Config& c, const char* label) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
     require_cuda_device("test_decode");
+    // --small: every test on the small shapes only (what scripts/check_sanitizers.sh runs under the tools, which slow
+    // the d12-wide layers past their time limit)
+    if (argc > 1 && std::string(argv[1]) == "--small") {
+        test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+        test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
+        test_slots(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+        test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
+        test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
+        return failures ? 1 : 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+        return 2;
+    }
     // max_T, V, Vp, L, NH, C: a small model, and one layer at d12's widths (products of 768 and 3072 rows:
     // decode_matvec's wide preload for the fc projection, QKV columns in one pass)
     test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");

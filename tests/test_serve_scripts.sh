@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU session's scripts, run here against tests/serve_mock (serve_gpt2cu's server code on the fake engine):
 # their argument checks; scripts/check_serve.py's whole list (with the mock's stand-in for generate_gpt2cu); and
-# scripts/bench_serve.py for two seconds at two rates, then SIGTERM (the mock must drain and exit 0).
+# scripts/sanitize_serve.py with a thread that blocks no signal preloaded; scripts/bench_serve.py for two seconds at two
+# rates, then SIGTERM (the mock must drain and exit 0).
 set -u
 cd "$(dirname "$0")/.."
 fail=0
@@ -47,6 +48,18 @@ print("drift ok" if k == 1 and abs(d - 0.02) < 1e-9 and c.logprob_drift(a, a) ==
 expect "check_serve.py against tests/serve_mock" 0 "check_serve: [0-9]* passed, 0 failed" \
     python3 scripts/check_serve.py --server tests/serve_mock --server-args "--fake-step-us 1000" \
         --generate "tests/serve_mock generate" --model mock --vocab-dir "$VOCAB" --out "$tmp/check" --long-tokens 300
+
+# ---- scripts/sanitize_serve.py (the sanitizer's server run) with `timeout` for the tool, and a thread from before main
+# that blocks no signal preloaded into the mock, as compute-sanitizer's are: SIGTERM to the server still drains
+if cc -shared -fPIC -o "$tmp/foreign_thread.so" tests/serve_foreign_thread.c -pthread 2>"$tmp/cc.log"; then
+    expect "sanitize_serve.py against tests/serve_mock with a foreign thread: requests, then SIGTERM drains, exit 0" 0 \
+        "^drained$" bash -c "python3 scripts/sanitize_serve.py --sanitizer 'timeout 120 env LD_PRELOAD=$tmp/foreign_thread.so' \
+            --server tests/serve_mock --model mock --vocab-dir '$VOCAB' --log '$tmp/sanitize.log' &&
+            grep -q '^SIGTERM: draining' '$tmp/sanitize.log' && grep -q '^stopped: 6 completions (0 cancelled, 0 failed)' \
+                '$tmp/sanitize.log' && echo drained"
+else
+    echo "FAIL: cannot build tests/serve_foreign_thread.c:"; cat "$tmp/cc.log"; fail=1
+fi
 
 # ---- bench_serve.py against the mock, then SIGTERM
 tests/serve_mock -e mock --vocab-dir "$VOCAB" --port 0 --max-batch 8 --fake-step-us 500 2>"$tmp/mock.log" &

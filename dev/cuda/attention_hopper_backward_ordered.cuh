@@ -62,9 +62,9 @@ inline cudaError_t attention_hopper_backward_ordered(__nv_bfloat16* dqkv, const 
     using Order = OrderedDq<BackwardFusedConfig<64>::kConsumers>;  // a unit per consumer and tile
     static_assert(BackwardFusedConfig<64>::kBq == BackwardFusedConfig<128>::kBq, "query tiles");
     const int n_q = (T + BackwardFusedConfig<64>::kBq - 1) / BackwardFusedConfig<64>::kBq;
-    int* semaphores = reinterpret_cast<int*>(workspace + (size_t)B * T * NH * HS + (size_t)B * NH * T);
-    cudaCheck(cudaMemsetAsync(semaphores, 0, (size_t)B * NH * n_q * sizeof(int), stream));
-    if (HS == 64) launch_backward_fused<64, Order>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
-    else launch_backward_fused<128, Order>(dqkv, workspace, dout, out, lse, qkv, B, T, NH, stream);
+    const BackwardWorkspace w = carve_workspace(workspace, B, T, NH, HS, /*fused=*/true);
+    cudaCheck(cudaMemsetAsync(w.turns, 0, (size_t)B * NH * n_q * sizeof(int), stream));  // the semaphores
+    if (HS == 64) launch_backward_fused<64, Order>(dqkv, w, dout, out, lse, qkv, B, T, NH, stream);
+    else launch_backward_fused<128, Order>(dqkv, w, dout, out, lse, qkv, B, T, NH, stream);
     return cudaGetLastError();
 }

@@ -237,9 +237,12 @@ inline void inference_logits_to_host(InferenceEngine* e, int b, float* out) {
 // (every layer runs the same kernels at the same shapes, so one stands for all; the prompts' prefill then runs
 // once, in the timed part); the decode loop's begin and two steps (plain, then captured) run on the engine's own
 // scratch with every sequence one token long. The real prefill overwrites the lengths and what the cache holds.
+// The logits are cleared first: the prefill fills Bp rows and the loop's begin picks from all B.
 inline void inference_engine_warm_up(InferenceEngine* e) {
     const int B = e->shape.B, Bp = e->shape.prefill_rows(), T = e->shape.prefill_T;
     cudaCheck(cudaMemsetAsync(e->at<int>(infer::PrefillInputs), 0, (size_t)Bp * T * sizeof(int), e->stream));
+    cudaCheck(cudaMemsetAsync(e->step.s.logits, 0, (size_t)B * e->config.padded_vocab_size * sizeof(*e->step.s.logits),
+                              e->stream));
     e->cache.host_len.assign(B, 1);
     cudaCheck(cudaMemcpyAsync(e->cache.len, e->cache.host_len.data(), B * sizeof(int), cudaMemcpyHostToDevice,
                               e->stream));

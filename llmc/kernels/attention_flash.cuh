@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 
@@ -67,9 +68,10 @@ inline cudaError_t attention_flash_forward(__nv_bfloat16* out, float* lse, const
     return flash::launch_forward<flash::DefaultConfigs<128>::Forward>(out, lse, qkv, B, T, NH, stream);
 }
 
-// Bytes of scratch the backward needs (D = rowsum(dO∘O), one float per (b, h, t)).
+// Bytes of scratch the backward needs: the mma.sync kernels' D = rowsum(dO∘O), one float per (b, h, t), or the Hopper
+// two-kernel scheme's LSE and D rows (padded), whichever is larger, so that the size does not depend on the GPU.
 inline size_t attention_flash_backward_workspace_bytes(int B, int T, int NH) {
-    return (size_t)B * NH * T * sizeof(float);
+    return std::max((size_t)B * NH * T * sizeof(float), attention_hopper_backward_two_kernel_workspace_bytes(B, T, NH));
 }
 
 // The mma.sync backward (any GPU since Ampere): dqkv is overwritten. out and lse are the forward's outputs for the

@@ -7,8 +7,11 @@
 // SIGPIPE is ignored: a client that leaves is a failed write, never the end of the process. Host-only.
 #pragma once
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,17 +21,58 @@
 #include "llmc/serving/http_server.h"
 #include "llmc/serving/serve_args.h"
 
-// Blocks SIGTERM, SIGINT and the wake-up signal in the calling thread and every thread it starts after (they are
-// taken by sigwait in the signal thread), and ignores SIGPIPE. Call first in main, before any thread exists.
-inline sigset_t serve_block_signals() {
+// SIGTERM and SIGINT reach the signal thread as bytes in a pipe, written by a handler. Not by sigwait on blocked
+// signals: threads that exist before main (a tool's, such as compute-sanitizer's) do not block them, the kernel may
+// hand the process's signal to one of those, and its default action would end the process with no drain. Our own
+// threads block them, but for the signal thread, so the handler runs there or in a foreign thread.
+struct ServeSignals {
+    int read_fd = -1, write_fd = -1;
+    sigset_t set;  // SIGTERM, SIGINT
+};
+inline int g_serve_signal_fd = -1;  // the handler's end of the pipe
+inline void serve_on_signal(int sig) {
+    const int saved = errno;
+    const char c = (char)sig;
+    if (write(g_serve_signal_fd, &c, 1) < 0) {}  // a full pipe holds signals enough
+    errno = saved;
+}
+// Installs the handler and blocks the signals in the calling thread and every thread it starts after; ignores
+// SIGPIPE. Call first in main, before any thread of ours exists.
+inline ServeSignals serve_install_signals() {
     signal(SIGPIPE, SIG_IGN);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGUSR2);  // the process's own wake-up for the signal thread
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    return set;
+    ServeSignals s;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0) {
+        perror("error: the server's signal pipe");
+        exit(EXIT_FAILURE);
+    }
+    s.read_fd = fds[0], s.write_fd = fds[1];
+    g_serve_signal_fd = s.write_fd;
+    struct sigaction sa = {};
+    sa.sa_handler = serve_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    sigemptyset(&s.set);
+    sigaddset(&s.set, SIGTERM);
+    sigaddset(&s.set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &s.set, nullptr);
+    return s;
+}
+// The next signal's number, or 0 for the process's own wake-up (serve_wake) or a broken pipe.
+inline int serve_next_signal(const ServeSignals& s) {
+    char c = 0;
+    for (;;) {
+        const ssize_t n = read(s.read_fd, &c, 1);
+        if (n == 1) return c;
+        if (n < 0 && errno == EINTR) continue;
+        return 0;
+    }
+}
+inline void serve_wake(const ServeSignals& s) {
+    const char c = 0;
+    if (write(s.write_fd, &c, 1) < 0) {}  // full: the thread has bytes to read already
 }
 
 // Serves until a signal (see the top); the exit code. `what` names the engine in the start line.
@@ -46,7 +90,7 @@ inline ServeLimits serve_limits(const ServeArgs& a, int context, int vocab_size)
     return l;
 }
 
-inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup, const sigset_t& signals,
+inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup, const ServeSignals& signals,
                       const std::string& what) {
     SchedulerOptions so;
     so.max_queue = a.max_queue;
@@ -66,13 +110,14 @@ inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup,
     std::thread engine_thread([&] { scheduler.run(); });
     std::thread drainer;
     std::thread signal_thread([&] {
-        int sig = 0;
-        if (sigwait(&signals, &sig) != 0 || sig == SIGUSR2) return;
+        pthread_sigmask(SIG_UNBLOCK, &signals.set, nullptr);  // the handler may run here
+        int sig = serve_next_signal(signals);
+        if (sig == 0) return;
         fprintf(stderr, "%s: draining: no new requests; finishing %d running and %d queued (a second signal stops at "
                 "once)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", scheduler.stats().running, scheduler.stats().queued);
         fflush(stderr);
         drainer = std::thread([&] { server.drain_and_stop(); });
-        if (sigwait(&signals, &sig) != 0 || sig == SIGUSR2) return;
+        if (serve_next_signal(signals) == 0) return;
         fprintf(stderr, "second signal: stopping now\n");
         scheduler.shut_down();
         server.stop();
@@ -80,7 +125,7 @@ inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup,
     const bool ok = server.listen();
     scheduler.shut_down();  // drained already, unless listening failed or a second signal came
     engine_thread.join();
-    pthread_kill(signal_thread.native_handle(), SIGUSR2);
+    serve_wake(signals);
     signal_thread.join();
     if (drainer.joinable()) drainer.join();
     if (!ok) {

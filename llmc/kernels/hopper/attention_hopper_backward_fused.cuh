@@ -51,7 +51,7 @@ struct BackwardFusedConfig {
 // How the dQ writer orders its additions into dQacc. A DqOrder names the key block a thread block takes (its launch
 // order), and around each query tile's additions waits for the block's turn (returning true for the tile's first
 // contributor, which stores instead of adding) and hands the turn on. It may keep one int per query tile in device
-// memory (`turns`, B·NH·ceil(T/32) of them, after D in the workspace). UnorderedDq (-ab flash-nondet): reduce-adds
+// memory (BackwardWorkspace::turns, B·NH·ceil(T/32) of them). UnorderedDq (-ab flash-nondet): reduce-adds
 // as they come into a zeroed dQacc, blocks longest first; not bit-reproducible. A deterministic order, through
 // semaphores, is dev/cuda/attention_hopper_backward_ordered.cuh.
 struct UnorderedDq {
@@ -117,8 +117,8 @@ template <int kHS, typename DqOrder>
 __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     backward_fused_kernel(const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_q,
                           const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_dqkv,
-                          const __grid_constant__ CUtensorMap map_dqacc, const float* __restrict__ lse,
-                          const float* __restrict__ D, int* __restrict__ turns, int T, int NH) {
+                          const __grid_constant__ CUtensorMap map_dqacc, const __grid_constant__ CUtensorMap map_lse_d,
+                          int* __restrict__ turns, int T, int NH) {
     using Cfg = BackwardFusedConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -138,25 +138,22 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
         tma_prefetch_map(&map_dout);
         tma_prefetch_map(&map_dqkv);
         tma_prefetch_map(&map_dqacc);
+        tma_prefetch_map(&map_lse_d);
         mbarrier_init(&L.barriers.kv_full, 1);
-        L.barriers.ring.init(2, Cfg::kConsumers * 4);
+        L.barriers.ring.init(1, Cfg::kConsumers * 4);
         for (int c = 0; c < Cfg::kConsumers; c++) L.barriers.dq[c].init(4, 1);  // lane 0 of each consumer warp
         fence_barrier_init();
     }
     __syncthreads();
     Ring<Cfg::kStages> ring(L.barriers.ring);
-    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
-    const float* D_bh = D + ((size_t)b * NH + h) * T;
 
-    if (warpgroup == 0) {  // ---- producers (as in the dK/dV kernel) and the dQ writer (warp 1)
+    if (warpgroup == 0) {  // ---- the producer (as in the dK/dV kernel) and the dQ writer (warp 1)
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0) {
-            produce_k_v_then_q_do(L, ring, &map_kv, &map_q, &map_dout, C, h, k0, b, i_first, n_q);
+            produce_k_v_then_q_do(L, ring, &map_kv, &map_q, &map_dout, &map_lse_d, C, h, k0, b, bh, i_first, n_q);
         } else if (threadIdx.x == 32) {
             DqOrder order(turns, bh, n_q);
             write_dq_pieces<Cfg, kHS>(L, order, &map_dqacc, kb, i_first, n_q, T, h, b);
-        } else if (threadIdx.x / 32 == 2) {
-            produce_lse_d(L.lse_d, ring, lse_bh, D_bh, T, i_first, n_q, threadIdx.x % 32);
         }
         return;
     }

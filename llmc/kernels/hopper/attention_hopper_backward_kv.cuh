@@ -1,6 +1,6 @@
 // The Hopper attention backward's dK/dV kernel (the two-kernel scheme's first; attention_hopper_backward.cuh): one
 // block per Bk = 128 keys, two consumer warpgroups of 64 keys, Q and dO tiles of Bq = 64 queries streamed by TMA
-// from the diagonal down, their LSE and D staged beside them by a producer warp. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with
+// from the diagonal down, their LSE and D staged beside them. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ with
 // wgmma, K and V as register A operands loaded once at HS 64 (from shared memory at HS 128, whose registers go to
 // dK, dV and the 64-query Sᵀ, dPᵀ), Pᵀ = exp(Sᵀ − LSE) and dSᵀ = Pᵀ∘(dPᵀ − D) in registers (the causal test only on
 // tiles that cross the diagonal), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands (the
@@ -25,7 +25,8 @@ struct BackwardKVConfig {
     // queries of a tile in kParts parts with their own wgmma groups (see the kernel); at HS 128 two parts were
     // slower (no registers left to hold both parts' operands)
     static constexpr int kParts = kHS == 64 ? 2 : 1;
-    // K and V (in the epilogue each consumer's rows of them stage its dK and dV), per stage Q and dO, LSE and D
+    // K and V (in the epilogue each consumer's rows of them stage its dK and dV), per stage Q and dO, LSE and D (one
+    // TMA box: BackwardWorkspace::lse_d)
     struct Layout {
         hopper::Tile<bf16, kBk, kHS> k, v;
         struct {
@@ -34,7 +35,7 @@ struct BackwardKVConfig {
         float lse_d[kStages][2][kBq];
         struct {
             uint64_t kv_full;
-            hopper::RingBarriers<kStages> ring;  // Q, dO (TMA) and LSE, D (a warp) fill a stage: 2 producers
+            hopper::RingBarriers<kStages> ring;  // Q, dO, LSE and D fill a stage (TMA: 1 producer)
         } barriers;
     };
     static constexpr int kSmemBytes = hopper::smem_bytes<Layout>();
@@ -46,8 +47,8 @@ template <int kHS>
 __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     backward_kv_kernel(const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_dqkv,
-                       const float* __restrict__ lse, const float* __restrict__ D, float* __restrict__ bias_partials,
-                       int T, int NH) {
+                       const __grid_constant__ CUtensorMap map_lse_d, float* __restrict__ bias_partials, int T,
+                       int NH) {
     using Cfg = BackwardKVConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -65,21 +66,18 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
         tma_prefetch_map(&map_q);
         tma_prefetch_map(&map_dout);
         tma_prefetch_map(&map_dqkv);
+        tma_prefetch_map(&map_lse_d);
         mbarrier_init(&L.barriers.kv_full, 1);
-        L.barriers.ring.init(2, Cfg::kConsumers * 4);
+        L.barriers.ring.init(1, Cfg::kConsumers * 4);
         fence_barrier_init();
     }
     __syncthreads();
     Ring<Cfg::kStages> ring(L.barriers.ring);
-    const float* lse_bh = lse + ((size_t)b * NH + h) * T;
-    const float* D_bh = D + ((size_t)b * NH + h) * T;
 
-    if (warpgroup == 0) {  // ---- producers: TMA (thread 0), LSE and D (warp 2)
+    if (warpgroup == 0) {  // ---- producer: TMA (thread 0)
         setmaxnreg_dec<Cfg::kProducerRegs>();
         if (threadIdx.x == 0)
-            produce_k_v_then_q_do(L, ring, &map_kv, &map_q, &map_dout, C, h, k0, b, i_first, n_q);
-        else if (threadIdx.x / 32 == 2)
-            produce_lse_d(L.lse_d, ring, lse_bh, D_bh, T, i_first, n_q, threadIdx.x % 32);
+            produce_k_v_then_q_do(L, ring, &map_kv, &map_q, &map_dout, &map_lse_d, C, h, k0, b, bh, i_first, n_q);
         return;
     }
 

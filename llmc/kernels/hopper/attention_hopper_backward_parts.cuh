@@ -10,10 +10,13 @@
 namespace flash_hopper {
 
 // ------------------------------------------------------------------------------------------ D = rowsum(dO∘O)
-// kHS / 8 threads per row, 16-byte loads: (b, t, h) rows with h fastest are one contiguous stream of out and dout.
+// The rows the backward kernels read per query (BackwardWorkspace::lse_d): for each (b, h) LSE·log2(e), then D =
+// rowsum(dO∘O), each padded_T(T) long, the pads LSE +inf and D 0 (a padded query's P is 0, so no kernel tests
+// query < T). kHS / 8 threads per row, 16-byte loads: (b, t, h) rows with h fastest are one contiguous stream of out
+// and dout; the thread of t = T − 1 also writes its row's pads.
 template <int kHS>
-__global__ void backward_d_kernel(float* __restrict__ D, const bf16* __restrict__ out, const bf16* __restrict__ dout,
-                                  int B, int T, int NH) {
+__global__ void backward_d_kernel(float* __restrict__ lse_d, const float* __restrict__ lse,
+                                  const bf16* __restrict__ out, const bf16* __restrict__ dout, int B, int T, int NH) {
     constexpr int kLanes = kHS / 8;  // threads per row
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long row = idx / kLanes;  // (b, t, h), h fastest
@@ -36,25 +39,42 @@ __global__ void backward_d_kernel(float* __restrict__ D, const bf16* __restrict_
         const int h = (int)(row % NH);
         const long long bt = row / NH;
         const int b = (int)(bt / T), t = (int)(bt % T);
-        D[((size_t)b * NH + h) * T + t] = sum;
+        const int Tp = padded_T(T);
+        float* lse_row = lse_d + ((size_t)b * NH + h) * 2 * Tp;  // then D at + Tp
+        lse_row[t] = lse[((size_t)b * NH + h) * T + t] * kLog2e;
+        lse_row[Tp + t] = sum;
+        if (t == T - 1)
+            for (int pad = T; pad < Tp; pad++) lse_row[pad] = INFINITY, lse_row[Tp + pad] = 0.f;
     }
 }
 
 template <int kHS>
-inline void launch_backward_d(float* D, const bf16* out, const bf16* dout, int B, int T, int NH, cudaStream_t stream) {
+inline void launch_backward_d(float* lse_d, const float* lse, const bf16* out, const bf16* dout, int B, int T, int NH,
+                              cudaStream_t stream) {
     const long long threads = (long long)B * T * NH * (kHS / 8);
-    backward_d_kernel<kHS><<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(D, out, dout, B, T, NH);
+    backward_d_kernel<kHS><<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(lse_d, lse, out, dout, B, T, NH);
     cudaCheckLaunch();
 }
 
+// The lse_d rows as the dK/dV and fused kernels stream them: a box of both rows (LSE, D) of one (b, h) over Bq
+// queries, landing as the stage's [2][Bq] floats.
+inline CUtensorMap lse_d_map(const float* lse_d, int B, int T, int NH, int Bq) {
+    const int Tp = padded_T(T);
+    return hopper::make_tensor_map_3d(lse_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (uint64_t)B * NH, 2, Tp, Tp,
+                                      2 * (uint64_t)Tp, 2, Bq, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 // ------------------------------------------------------------------------------------------ producers
-// The dK/dV and fused kernels' TMA producer (one thread): the block's K and V tiles once, then Q and dO of every
-// query tile from the diagonal down through the ring. Layout: their shared-memory layout (sK, sV, stages of sQ and
-// sdO, kv_full).
+// The dK/dV and fused kernels' TMA producer (one thread): the block's K and V tiles once, then Q, dO, LSE and D of
+// every query tile from the diagonal down through the ring. Layout: their shared-memory layout (sK, sV, stages of sQ
+// and sdO, lse_d beside them, kv_full). LSE and D are staged (loaded per element by the consumers, they cost 64-bit
+// address arithmetic, predicates and long-scoreboard stalls in the elementwise phase) by TMA, not by a warp's stores:
+// racecheck pairs a thread's store with the consumers' reads and does not see the mbarrier that orders them.
 template <typename Layout, typename Ring>
 __device__ __forceinline__ void produce_k_v_then_q_do(Layout& L, Ring ring, const CUtensorMap* map_kv,
-                                                      const CUtensorMap* map_q, const CUtensorMap* map_dout, int C,
-                                                      int h, int k0, int b, int i_first, int n_q) {
+                                                      const CUtensorMap* map_q, const CUtensorMap* map_dout,
+                                                      const CUtensorMap* map_lse_d, int C, int h, int k0, int b,
+                                                      int bh, int i_first, int n_q) {
     using namespace hopper;
     constexpr int kHS = decltype(L.k)::kCols, kBq = decltype(L.stage[0].q)::kRows;
     mbarrier_arrive_expect_tx(&L.barriers.kv_full, sizeof(L.k) + sizeof(L.v));
@@ -63,32 +83,13 @@ __device__ __forceinline__ void produce_k_v_then_q_do(Layout& L, Ring ring, cons
         tma_load_3d(L.v.box(sub), map_kv, &L.barriers.kv_full, 2 * C + h * kHS + 64 * sub, k0, b);
     }
     for (int i = i_first; i < n_q; i++, ring.advance()) {
-        uint64_t* full = ring.acquire(sizeof(L.stage[0]));
+        uint64_t* full = ring.acquire(sizeof(L.stage[0]) + sizeof(L.lse_d[0]));
         auto& stage = L.stage[ring.stage()];
         for (int sub = 0; sub < L.k.kBoxes; sub++) {
             tma_load_3d(stage.q.box(sub), map_q, full, h * kHS + 64 * sub, i * kBq, b);
             tma_load_3d(stage.dO.box(sub), map_dout, full, h * kHS + 64 * sub, i * kBq, b);
         }
-    }
-}
-
-// LSE (in log2 units) and D of every streamed query tile, in shared memory beside the ring ([stage][LSE, D][Bq]
-// fp32), written by one producer warp, with LSE = +inf past T so that P is 0 there without a test. Loaded per element
-// from global memory by the consumers, they cost 64-bit address arithmetic, predicates and long-scoreboard stalls
-// in the elementwise phase (the compiler sinks the loads past the wgmma wait).
-template <int kStages, int kBq, typename Ring>
-__device__ __forceinline__ void produce_lse_d(float (&lse_d)[kStages][2][kBq], Ring ring, const float* lse_bh,
-                                              const float* D_bh, int T, int i_first, int n_q, int lane) {
-    for (int i = i_first; i < n_q; i++, ring.advance()) {
-        ring.wait_empty();
-        float(&dst)[2][kBq] = lse_d[ring.stage()];
-        for (int q = lane; q < kBq; q += 32) {
-            const int query = i * kBq + q;
-            dst[0][q] = query < T ? lse_bh[query] * kLog2e : INFINITY;
-            dst[1][q] = query < T ? D_bh[query] : 0.f;
-        }
-        __syncwarp();
-        if (lane == 0) ring.arrive_full();
+        tma_load_3d(L.lse_d[ring.stage()], map_lse_d, full, i * kBq, 0, bh);
     }
 }
 

@@ -49,8 +49,7 @@ template <int kHS>
 __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     backward_q_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_dout,
                       const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_dqkv,
-                      const float* __restrict__ lse, const float* __restrict__ D, float* __restrict__ bias_partials,
-                      int T, int NH) {
+                      const float* __restrict__ lse_d, float* __restrict__ bias_partials, int T, int NH) {
     using Cfg = BackwardQConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -103,13 +102,14 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     const int row_in = warp * 16 + lane / 4;
     const int q_row = consumer * 64, qc0 = q0 + q_row;
     const float scale = rsqrtf((float)kHS), scale_log2 = scale * kLog2e;
-    float lse_row[2], d_row[2];  // this thread's rows row_in, row_in + 8
+    float lse_row[2], d_row[2];  // this thread's rows row_in, row_in + 8 (padded: every query has a place)
+    const int Tp = padded_T(T);
+    const float* lse_d_bh = lse_d + (size_t)bh * 2 * Tp;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int query = qc0 + row_in + 8 * r;
-        const size_t at = ((size_t)b * NH + h) * T + query;
-        lse_row[r] = query < T ? __ldg(lse + at) * kLog2e : 0.f;
-        d_row[r] = query < T ? __ldg(D + at) : 0.f;
+        lse_row[r] = __ldg(lse_d_bh + query);
+        d_row[r] = __ldg(lse_d_bh + Tp + query);
     }
     float dq[kHS / 2];
 #pragma unroll

@@ -19,6 +19,10 @@ using bf16 = __nv_bfloat16;
 // taking an unmasked copy of the loop (see p_and_ds in attention_hopper_backward_parts.cuh for why).
 constexpr int kNoMask = -(1 << 20);
 
+// The backward's LSE and D rows (attention_hopper_backward.cuh, BackwardWorkspace): T padded to a whole number of the
+// kernels' 128-row blocks, so that every query a block or streamed tile reaches has a place in its (b, h)'s row.
+__host__ __device__ constexpr int padded_T(int T) { return (T + 127) / 128 * 128; }
+
 // A bf16 tensor of B x T rows of `width` elements (qkv: 3C, out and dout: C) read or written in boxes of box_rows x
 // 64 columns, the 64-column slice of one head's Q, K, V or output that a tile's box holds (128-byte swizzle). The 3D
 // map keeps each batch's rows apart, so rows past T are zeros on reads and dropped on writes.
