@@ -52,7 +52,7 @@ train=(./train_gpt2cu -e "$model" -t 128 -x 2 -v 1 -m 1 "${data[@]}")
 report=(./train_gpt2cu -e d6 -t 128 -x 1 -v 1 -m 1 -s 0 "${data[@]}")
 prompts=$LOGDIR/prompts.txt
 for i in $(seq 1 20); do echo "Prompt number $i: once upon a time"; done >"$prompts"
-generate=(./generate_gpt2cu -e "$model" --vocab-dir "$vocab" -g 24)
+generate=(./generate_gpt2cu -e "$model" --vocab-dir "$vocab" -g 12)
 
 check() {  # tool, name, command... (run under the tool)
     local tool=$1 name=$2; shift 2
