@@ -89,7 +89,6 @@ endif
 # ---------------------------------------------------------------- sources
 # Three audiences, three places (docs/ARCHITECTURE.md): the engine, the tokenizer and data tools, the references.
 ENGINE_HEADERS := $(wildcard llmc/*/*.h llmc/*/*.cuh llmc/*/*/*.h llmc/*/*/*.cuh)
-TOKENIZER_HEADERS := $(wildcard data/tokenizer/*.h)
 REFERENCE_HEADERS := $(wildcard reference/*.h)
 TEST_HEADERS := $(wildcard tests/*.h)
 
@@ -108,19 +107,19 @@ tests/test_cpu_engine: tests/test_cpu_engine.cpp $(ENGINE_HEADERS) $(REFERENCE_H
 	$(CXX) $(CPU_TRAINER_FLAGS) $< -o $@ -lm
 
 # GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md).
-tokenizer: data/tokenizer.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
+tokenizer: data/tokenizer.cpp $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
 DATA_HEADERS := $(wildcard data/*.h)
-data/prepro: data/prepro.cpp $(DATA_HEADERS) $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
+data/prepro: data/prepro.cpp $(DATA_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread $(COMPRESSION_LIBS)
 
 # HellaSwag JSONL -> llm.c's eval file (docs/EVALUATION.md).
-data/hellaswag: data/hellaswag.cpp $(DATA_HEADERS) $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
+data/hellaswag: data/hellaswag.cpp $(DATA_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread $(COMPRESSION_LIBS)
 
 # Our model files <-> Hugging Face GPT-2 directories (README, "Hugging Face models").
-gpt2_convert: gpt2_convert.cpp $(TOKENIZER_HEADERS) $(ENGINE_HEADERS)
+gpt2_convert: gpt2_convert.cpp $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -pthread
 
 # Every data file the tests and the Tiny Shakespeare run read (online, else from DATA_MIRROR; SHA-256 checked)
@@ -137,7 +136,7 @@ test_gpt2: test_gpt2.cpp $(REFERENCE_HEADERS) $(ENGINE_HEADERS)
 SERVE_TEST_SOURCES := $(wildcard tests/test_serve_*.cpp)
 UNIT_TEST_SOURCES := $(filter-out $(SERVE_TEST_SOURCES) tests/test_cpu_engine.cpp,$(wildcard tests/test_*.cpp))
 UNIT_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(UNIT_TEST_SOURCES))
-tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(DATA_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
+tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(DATA_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
 	@mkdir -p tests/obj
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 tests/unit_tests: $(UNIT_TEST_OBJECTS)
@@ -152,7 +151,7 @@ tests/obj/test_serve_%.o: tests/test_serve_%.cpp $(ENGINE_HEADERS) $(TEST_HEADER
 	$(CXX) $(CXXFLAGS) $(HTTPLIB_CFLAGS) -c $< -o $@
 tests/serve_tests: $(SERVE_TEST_OBJECTS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(HTTPLIB_LIBS) $(GTEST_LIBS)
-tests/serve_mock: tests/serve_mock.cpp $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(TEST_HEADERS)
+tests/serve_mock: tests/serve_mock.cpp $(ENGINE_HEADERS) $(TEST_HEADERS)
 	$(CXX) $(CXXFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(HTTPLIB_LIBS) -pthread
 SERVE_CPU := $(if $(SERVE_DEPS),$(if $(GTEST_OK),tests/serve_tests) tests/serve_mock)
 
@@ -172,11 +171,11 @@ test_gpt2cu: test_gpt2.cu $(ENGINE_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # Text for prompts (README, "Generate").
-generate_gpt2cu: generate_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD_STAMP)
+generate_gpt2cu: generate_gpt2.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # The completions server (docs/SERVING.md).
-serve_gpt2cu: serve_gpt2.cu $(ENGINE_HEADERS) $(TOKENIZER_HEADERS) $(BUILD_STAMP)
+serve_gpt2cu: serve_gpt2.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(if $(SERVE_DEPS),,@echo "serve_gpt2cu needs $(SERVE_MISSING) (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)"; exit 1)
 	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
 

@@ -60,7 +60,7 @@ ifeq ($(GPU_COMPUTE_CAPABILITY),)
   endif
 endif
 
-# The architecture flags. Programs with Hopper kernels (wgmma, setmaxnreg: llmc/kernels/hopper/hopper.cuh) take HOPPER_ARCH, which
+# The architecture flags. Programs with Hopper kernels (wgmma, setmaxnreg: llmc/hopper/arch.cuh) take HOPPER_ARCH, which
 # on compute capability 9.0 targets sm_90a (those instructions exist only there) and says so with -DLLMC_SM90A;
 # elsewhere it is GPU_ARCH and the Hopper kernels are left out at run time (hopper_available()).
 GPU_ARCH := -gencode arch=compute_$(GPU_COMPUTE_CAPABILITY),code=sm_$(GPU_COMPUTE_CAPABILITY)

@@ -26,13 +26,13 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer/bpe.h"
+#include "llmc/app/generate/generate_args.h"
+#include "llmc/app/generation/host_model.cuh"
 #include "llmc/core/rand.h"
 #include "llmc/core/version.h"
 #include "llmc/inference/generate.cuh"
-#include "llmc/inference/generate_args.h"
-#include "llmc/inference/host_model.cuh"
 #include "llmc/inference/sampler.h"
+#include "llmc/tokenizer/bpe_encoder.h"
 
 namespace {
 

@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "data/tokenizer/bpe.h"
 #include "llmc/core/utils.h"
 #include "llmc/core/version.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/model_file.h"
+#include "llmc/tokenizer/bpe.h"
 
 static const char* kUsage =
     "usage:\n"

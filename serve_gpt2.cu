@@ -6,19 +6,19 @@
 // thread steps: prompts prefilled into free KV-cache slots, one decode step for every running sequence at a time,
 // each token picked by its own request's rule and seed (llmc/serving/gpu_engine.cuh over llmc/inference/slots.cuh).
 // Everything the user gives is checked before the GPU is touched (one line each); without a GPU it stops in one
-// line. SIGTERM or Ctrl-C: no new requests, every accepted one finishes, exit 0 (llmc/serving/serve_main.h).
+// line. SIGTERM or Ctrl-C: no new requests, every accepted one finishes, exit 0 (llmc/app/serve/serve_main.h).
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "data/tokenizer/bpe.h"
+#include "llmc/app/generation/host_model.cuh"
+#include "llmc/app/serve/serve_args.h"
+#include "llmc/app/serve/serve_main.h"
 #include "llmc/core/version.h"
-#include "llmc/inference/host_model.cuh"
 #include "llmc/serving/gpu_engine.cuh"
-#include "llmc/serving/serve_args.h"
-#include "llmc/serving/serve_main.h"
+#include "llmc/tokenizer/bpe_encoder.h"
 
 namespace {
 

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "llmc/app/train/logger.h"
 #include "llmc/core/version.h"
 #include "llmc/formats/model_file.h"
 #include "llmc/model/gpt2.cuh"
 #include "llmc/model/gpt2_step.cuh"
-#include "llmc/training/adamw_optimizer.cuh"
-#include "llmc/training/logger.h"
+#include "llmc/optimizer/adamw_optimizer.cuh"
 #include "reference/bf16_error.h"
 #include "reference/compare.h"
 #include "reference/debug_state.h"

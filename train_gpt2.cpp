@@ -1,7 +1,7 @@
 // GPT-2 training on the CPU: flags -> model + data -> loop (forward, backward with gradient accumulation, clip,
 // AdamW) -> validation, samples, checkpoints, logs. fp32 throughout, OpenMP over the cores (llmc/cpu/: blocked,
 // vectorised kernels). The GPU trainer's flags, data, checkpoints and logs (train_gpt2.cu; the shared set-up is
-// llmc/training/trainer_setup.h): a checkpoint written here resumes on the GPU trainer and one written there resumes
+// llmc/app/train/trainer_setup.h): a checkpoint written here resumes on the GPU trainer and one written there resumes
 // here; the step lines and main.log read the same. Runs are deterministic for any number of threads, and resume
 // (-y 1) continues bit for bit.
 #include <algorithm>
@@ -19,24 +19,24 @@
 #include <omp.h>
 #endif
 
+#include "llmc/app/train/logger.h"
+#include "llmc/app/train/mfu.h"
+#include "llmc/app/train/preflight.h"
+#include "llmc/app/train/train_args.h"
+#include "llmc/app/train/trainer_setup.h"
+#include "llmc/checkpoint/checkpoint.h"
+#include "llmc/core/progress_line.h"
 #include "llmc/core/version.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/generate.h"
 #include "llmc/cpu/gpt2.h"
+#include "llmc/data/dataloader.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/model_file.h"
 #include "llmc/formats/tokenizer_file.h"
+#include "llmc/gpt2/gpt2_init.h"
 #include "llmc/inference/sampler.h"
-#include "llmc/model/gpt2_init.h"
-#include "llmc/training/checkpoint.h"
-#include "llmc/training/dataloader.h"
-#include "llmc/training/logger.h"
-#include "llmc/training/mfu.h"
-#include "llmc/training/preflight.h"
-#include "llmc/training/progress_line.h"
-#include "llmc/training/schedulers.h"
-#include "llmc/training/train_args.h"
-#include "llmc/training/trainer_setup.h"
+#include "llmc/optimizer/schedulers.h"
 
 namespace {
 
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
     if (done >= 0) return done;
     try {
         check_cpu_flags(args);
-        // every input read and checked before the heavy work (llmc/training/preflight.h); --check ends here
+        // every input read and checked before the heavy work (llmc/app/train/preflight.h); --check ends here
         if (check_inputs(args, 1, {{"precision", "fp32 (CPU)"}})) return 0;
         return train(args);
     } catch (const std::exception& e) {

@@ -12,29 +12,29 @@
 #include <string>
 #include <vector>
 
+#include "llmc/app/train/logger.h"
+#include "llmc/app/train/mfu.h"
+#include "llmc/app/train/preflight.h"
+#include "llmc/app/train/step_trace.h"
+#include "llmc/app/train/train_args.h"
+#include "llmc/app/train/trainer_setup.h"
+#include "llmc/checkpoint/checkpoint.cuh"
 #include "llmc/core/options.h"
+#include "llmc/core/progress_line.h"
 #include "llmc/core/version.h"
+#include "llmc/data/dataloader.h"
 #include "llmc/distributed/multi_gpu.cuh"
 #include "llmc/formats/tokenizer_file.h"
 #include "llmc/inference/generate.cuh"
 #include "llmc/inference/sampler.h"
 #include "llmc/model/gpt2.cuh"
 #include "llmc/model/gpt2_step.cuh"
-#include "llmc/training/adamw_optimizer.cuh"
-#include "llmc/training/checkpoint.cuh"
-#include "llmc/training/dataloader.h"
-#include "llmc/training/logger.h"
-#include "llmc/training/mfu.h"
-#include "llmc/training/preflight.h"
-#include "llmc/training/progress_line.h"
-#include "llmc/training/schedulers.h"
-#include "llmc/training/step_trace.h"
-#include "llmc/training/train_args.h"
-#include "llmc/training/trainer_setup.h"
+#include "llmc/optimizer/adamw_optimizer.cuh"
+#include "llmc/optimizer/schedulers.h"
 
 namespace {
 
-// What the device can do, from its properties (no table of product names: llmc/training/mfu.h).
+// What the device can do, from its properties (no table of product names: llmc/app/train/mfu.h).
 struct DeviceSummary {
     std::string name;
     int cc_major = 0, cc_minor = 0, sm_count = 0, clock_khz = 0;
@@ -408,7 +408,7 @@ int main(int argc, char** argv) {
         finish_parse(st, error, argv[0], train_usage(argv[0]), version_line("train_gpt2cu", PRECISION_NAME));
     if (done >= 0) return done;
     try {
-        // every input read and checked on the host before any CUDA call (llmc/training/preflight.h); --check ends here
+        // every input read and checked on the host before any CUDA call (llmc/app/train/preflight.h); --check ends here
         const TableRows check_rows = {{"precision", PRECISION_NAME}, {"LLMC_* switches", engine_options().description()}};
         if (check_inputs(args, expected_processes(args), check_rows)) return 0;
         require_cuda_device(argv[0]);

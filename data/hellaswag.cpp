@@ -9,10 +9,10 @@
 #include "data/compressed_input.h"
 #include "data/hellaswag_convert.h"
 #include "data/prepro_input.h"
-#include "data/tokenizer/bpe.h"
 #include "llmc/core/utils.h"
 #include "llmc/core/version.h"
 #include "llmc/formats/eval_file.h"
+#include "llmc/tokenizer/bpe_encoder.h"
 
 static const char* kUsage =
     "usage: data/hellaswag [--vocab-dir DIR] [-o OUT.bin] INPUT.jsonl\n"

@@ -14,11 +14,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "data/tokenizer/bpe.h"
 #include "llmc/core/utils.h"
 #include "llmc/formats/eval_file.h"
 #include "llmc/formats/json_reader.h"
 #include "llmc/formats/tokenizer_file.h"
+#include "llmc/tokenizer/bpe_encoder.h"
 
 constexpr int kHellaSwagEndings = 4;
 

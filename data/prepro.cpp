@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "data/prepro_input.h"
-#include "data/tokenizer/bpe.h"
 #include "llmc/core/utils.h"
 #include "llmc/core/version.h"
 #include "llmc/formats/data_shard.h"
+#include "llmc/tokenizer/bpe_encoder.h"
 
 static const char* kUsage =
     "usage: data/prepro [options] INPUT...\n"

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "data/compressed_input.h"
-#include "data/read_file.h"
+#include "llmc/core/read_file.h"
 #include "llmc/core/utils.h"
 #include "llmc/formats/json_reader.h"
 #include "llmc/formats/tokenizer_file.h"

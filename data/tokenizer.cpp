@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "data/read_file.h"
-#include "data/tokenizer/bpe.h"
-#include "data/tokenizer/sha256.h"
+#include "llmc/core/read_file.h"
 #include "llmc/core/utils.h"
 #include "llmc/core/version.h"
 #include "llmc/formats/data_shard.h"
 #include "llmc/formats/tokenizer_file.h"
+#include "llmc/tokenizer/bpe_encoder.h"
+#include "llmc/tokenizer/sha256.h"
 
 static const char* kUsage =
     "usage:\n"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "llmc/core/utils.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 #include "reference/reference_trajectory.h"
 #include "reference/text_record.h"
 

@@ -13,7 +13,7 @@
 #include "llmc/core/utils.h"
 #include "llmc/formats/file_header.h"
 #include "llmc/formats/model_file.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 struct DebugState {
     int B = 0, T = 0;

@@ -24,7 +24,7 @@
 #include "llmc/core/utils.h"
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/model_file.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 #ifdef _OPENMP
 #include <omp.h>

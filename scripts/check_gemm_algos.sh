@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GEMM algorithm files (llmc/kernels/matmul_algos.cuh): a tuning run (LLMC_GEMM_TUNE) must write an algorithm for every GEMM
+# GEMM algorithm files (llmc/kernels/matmul/matmul_algos.cuh): a tuning run (LLMC_GEMM_TUNE) must write an algorithm for every GEMM
 # shape of the run, and two runs reading the file (LLMC_GEMM_ALGOS, CUDA Graph on) must give the same model bytes
 # and step lines; a file made for another device or library, a missing file, or both variables set must stop the
 # run with one line.

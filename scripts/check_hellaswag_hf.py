@@ -81,7 +81,7 @@ def read_eval_file(path):
 
 
 def hf_scores(model, examples, T, batch_examples=32):
-    """Per example the four mean log-probabilities per ending token, fp32 (the rule of llmc/training/eval_scoring.h)."""
+    """Per example the four mean log-probabilities per ending token, fp32 (the rule of llmc/evaluation/eval_scoring.h)."""
     out = []
     for b in range(0, len(examples), batch_examples):
         chunk = examples[b:b + batch_examples]

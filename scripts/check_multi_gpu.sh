@@ -2,7 +2,7 @@
 # Multi-GPU check on N GPUs (N = NGPU or the first argument; default 2, the cheapest; 4 on a 4-GPU host). First the
 # copy-engine exchange alone (tests/test_peer_copy, N processes: the fp64 mean). Then N
 # data-parallel ranks must train like 1 GPU with N accumulation micro-steps, because a step's window is the same for
-# any GPU count (llmc/training/dataloader.h): rank r of an N-rank run reads slot r, which the single GPU reads in its
+# any GPU count (llmc/data/dataloader.h): rank r of an N-rank run reads slot r, which the single GPU reads in its
 # micro-step r, shuffled or not (the single GPU runs -d B*T*N). Both launch paths are run: mpirun -np N (USE_MPI builds)
 # and the file rendezvous with N processes. ZeRO-1 (-z 1): N ranks and 1 GPU against the same single-GPU run; a -z 1
 # run repeated must print the same step lines (runs are deterministic). Checkpoints across GPU counts: the single run

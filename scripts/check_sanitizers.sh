@@ -17,7 +17,7 @@
 #                                           test_decode twice that), JOBS (nproc),
 #                                           ONLY (an extended regex of run names), DATA_MIRROR (../shared/data)
 # What initcheck cannot see written is marked initialized by the engine, so it still checks every read: cuBLASLt's
-# outputs (llmc/kernels/matmul.cuh; its workspace is zeroed once) and what our kernels write by TMA
+# outputs (llmc/kernels/matmul/matmul.cuh; its workspace is zeroed once) and what our kernels write by TMA
 # (hopper::make_store_map_2d/3d). racecheck's hazards inside cuBLASLt's own kernels are counted apart (the filter
 # below, with its reason). A report names a kernel and an address; LLMC_PRINT_MEMORY_MAP=1 makes train_gpt2cu print
 # every buffer's address range.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a traced training step's time went (LLMC_TRACE=PREFIX, llmc/training/step_trace.h), from the
+"""Where a traced training step's time went (LLMC_TRACE=PREFIX, llmc/app/train/step_trace.h), from the
 PREFIX.rank<R>.json files the trainer writes: per rank, the exposed communication (collectives and copies on the
 communication stream while no compute kernel runs) as intervals with what ran, the largest idle gaps with the
 records around them, the idle gaps by length with the commonest pairs of records around the small ones (launch gaps

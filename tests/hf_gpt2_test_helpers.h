@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "llmc/core/utils.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 #include "tests/file_test_helpers.h"
 
 struct HandTensor {

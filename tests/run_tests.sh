@@ -136,7 +136,7 @@ if true; then
         for backend in $backends; do
             run_suite "gpu-reference-d12-$backend" ./test_gpt2cu $d12 --backend "$backend"
         done
-        # on sm_90 the GELU backward and its recompute run in the Hopper kernel (llmc/kernels/hopper/matmul_hopper_dgelu.cuh); this
+        # on sm_90 the GELU backward and its recompute run in the Hopper kernel (llmc/kernels/matmul/matmul_hopper_dgelu.cuh); this
         # run keeps the GELU kernel and cuBLASLt's epilogues, the path off Hopper (elsewhere it is the same run again)
         [ "${PRECISION:-BF16}" = BF16 ] && LLMC_HOPPER_DGELU=0 run_suite gpu-reference-d12-flash-cublas-dgelu \
             ./test_gpt2cu $d12 --backend flash

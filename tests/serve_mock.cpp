@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer/bpe.h"
+#include "llmc/app/generate/generate_args.h"
+#include "llmc/app/serve/serve_main.h"
 #include "llmc/core/rand.h"
-#include "llmc/inference/generate_args.h"
-#include "llmc/serving/serve_main.h"
+#include "llmc/tokenizer/bpe_encoder.h"
 #include "tests/serve_fake_engine.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// GPT-2 BPE tokenizer (data/tokenizer/bpe.h): ids must equal tiktoken's "gpt2" encoding.
+// GPT-2 BPE tokenizer (llmc/tokenizer/bpe.h): ids must equal tiktoken's "gpt2" encoding.
 // Expected ids below were produced by tiktoken (Rust core, via its WASM build 1.0.22, loading the
 // same encoder.json/vocab.bpe with the gpt2 pattern; re-checked with Python tiktoken by
 // scripts/bench_tokenizer.sh). Whole files are checked by token count and the SHA-256 of the ids
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer/bpe.h"
-#include "data/tokenizer/sha256.h"
 #include "llmc/core/rand.h"
+#include "llmc/tokenizer/bpe_encoder.h"
+#include "llmc/tokenizer/sha256.h"
 #include "tests/fuzz/fuzz_inputs.h"
 
 namespace {

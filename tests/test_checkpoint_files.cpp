@@ -1,4 +1,4 @@
-// Checkpoint files in an output directory (llmc/training/checkpoint_files.h): names, pairs that belong together, whose run
+// Checkpoint files in an output directory (llmc/checkpoint/checkpoint_files.h): names, pairs that belong together, whose run
 // they are, keeping the newest, and what crashed writers leave behind.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "llmc/training/checkpoint_files.h"
+#include "llmc/checkpoint/checkpoint_files.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

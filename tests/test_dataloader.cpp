@@ -1,4 +1,4 @@
-// DataLoader (llmc/training/dataloader.h): windows, rank partitioning, shuffling, epochs, state, vocab check.
+// DataLoader (llmc/data/dataloader.h): windows, rank partitioning, shuffling, epochs, state, vocab check.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "llmc/training/dataloader.h"
+#include "llmc/data/dataloader.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The eval batches (llmc/training/eval_loader.h): rows, targets and mask where llm.c's EvalLoader puts them, the
+// The eval batches (llmc/evaluation/eval_loader.h): rows, targets and mask where llm.c's EvalLoader puts them, the
 // split over ranks, the losses back to llm.c's picks, and the sizes it refuses.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "llmc/core/rand.h"
-#include "llmc/training/eval_loader.h"
+#include "llmc/evaluation/eval_loader.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

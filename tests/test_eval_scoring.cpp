@@ -1,4 +1,4 @@
-// The multiple-choice scoring rule (llmc/training/eval_scoring.h) against llm.c's evalloader_stat_losses,
+// The multiple-choice scoring rule (llmc/evaluation/eval_scoring.h) against llm.c's evalloader_stat_losses,
 // rewritten here over its (B, T) losses and mask, on random batches; sum against mean; ties; running accuracy.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "llmc/core/rand.h"
-#include "llmc/training/eval_scoring.h"
+#include "llmc/evaluation/eval_scoring.h"
 
 namespace {
 

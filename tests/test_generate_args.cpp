@@ -1,4 +1,4 @@
-// Generation flags and prompts (llmc/inference/generate_args.h): defaults, strict values, one-line errors naming the flag,
+// Generation flags and prompts (llmc/app/generate/generate_args.h): defaults, strict values, one-line errors naming the flag,
 // the file and line, or the prompt.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/inference/generate_args.h"
+#include "llmc/app/generate/generate_args.h"
 #include "tests/file_test_helpers.h"
 #include "tests/flag_test_helpers.h"
 

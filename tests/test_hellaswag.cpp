@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "data/hellaswag_convert.h"
-#include "data/read_file.h"
+#include "llmc/core/read_file.h"
 #include "llmc/formats/eval_file.h"
 #include "tests/file_test_helpers.h"
 

@@ -18,14 +18,14 @@
 #include "llmc/core/graph_memsets.cuh"
 #include "llmc/core/rand.h"
 #include "llmc/kernels/adamw.cuh"
-#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/attention/attention.cuh"
+#include "llmc/kernels/decode/decode_mma.cuh"
 #include "llmc/kernels/encoder.cuh"
 #include "llmc/kernels/fused_classifier.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/global_norm.cuh"
 #include "llmc/kernels/layernorm.cuh"
-#include "llmc/kernels/matmul.cuh"
-#include "llmc/kernels/mma/decode_mma.cuh"
+#include "llmc/kernels/matmul/matmul.cuh"
 #include "reference/compare.h"
 #include "reference/gpt2_cpu.h"
 
@@ -511,7 +511,7 @@ static void test_clip_scale() {
            wrong == 0 ? "OK" : "FAIL");
 }
 
-// Generation's decode products (llmc/kernels/decode_matvec.cuh, llmc/kernels/mma/decode_mma.cuh): out (B, N) = epilogue(in'·Wᵀ + bias),
+// Generation's decode products (llmc/kernels/decode/decode_matvec.cuh, llmc/kernels/decode/decode_mma.cuh): out (B, N) = epilogue(in'·Wᵀ + bias),
 // in' = LayerNorm(in) rounded to floatX where the kind has one. Kinds: 0 the QKV product (LayerNorm; K and V columns
 // also into a cache at each row's len - 1), 1 LayerNorm + GELU, 2 the residual add (product + bias rounded, then
 // + residual). Run twice: the second run checks the split-K counters were left at zero.

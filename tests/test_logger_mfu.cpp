@@ -1,11 +1,11 @@
-// main.log format and resume trimming (llmc/training/logger.h); peak FLOP/s and model FLOPs (llmc/training/mfu.h).
+// main.log format and resume trimming (llmc/app/train/logger.h); peak FLOP/s and model FLOPs (llmc/app/train/mfu.h).
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "llmc/app/train/logger.h"
+#include "llmc/app/train/mfu.h"
 #include "llmc/formats/run_state.h"
-#include "llmc/training/logger.h"
-#include "llmc/training/mfu.h"
 #include "tests/file_test_helpers.h"
 
 namespace {

@@ -23,7 +23,7 @@
 #include "llmc/distributed/multi_gpu.cuh"
 #include "llmc/distributed/peer_copy.cuh"
 #include "llmc/distributed/zero_plan.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainers' preflight (llmc/training/preflight.h) on this machine, GPU or not: every bad input below gets exactly one
+# The trainers' preflight (llmc/app/train/preflight.h) on this machine, GPU or not: every bad input below gets exactly one
 # line on stderr, "error: ..." naming the file or flag, a non-zero exit, in under a second, with nothing trained or
 # written; for train_gpt2 and, where nvcc built it, train_gpt2cu (which checks before any CUDA call, so here, without
 # a GPU, the bad input is named and not the missing GPU). Then --check: exit 0, the start-up table's host rows, no

@@ -1,4 +1,4 @@
-// Token sampling (llmc/inference/sampler.h) and the rule it shares with the GPU (llmc/kernels/sampling_rule.h):
+// Token sampling (llmc/inference/sampler.h) and the rule it shares with the GPU (llmc/kernels/sampling/sampling_rule.h):
 // greedy, temperature, top-k, top-p, padded vocabulary, determinism, and the empirical distribution against the
 // exact softmax.
 #include <gtest/gtest.h>
@@ -207,7 +207,7 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
     EXPECT_THROW(sample_token(l.data(), 4, 1.0f, 0, 1.5f, 0.5f), std::invalid_argument);
 }
 
-// The rule's pieces the host sampler and the GPU picker share (llmc/kernels/sampling_rule.h).
+// The rule's pieces the host sampler and the GPU picker share (llmc/kernels/sampling/sampling_rule.h).
 TEST(SamplingRule, KeysRankLikeTheValuesWithTiesToTheLowerId) {
     const std::vector<float> ascending = {-INFINITY, -3.5f, -1.0f, -1e-30f, -0.0f, 0.0f, 1e-30f, 0.25f, 7.0f, INFINITY};
     for (size_t i = 1; i < ascending.size(); i++)

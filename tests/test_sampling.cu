@@ -1,4 +1,4 @@
-// GPU test of the token picker (llmc/kernels/sampling.cuh) against the host sampler (llmc/inference/sampler.h), which is the rule:
+// GPU test of the token picker (llmc/kernels/sampling/sampling.cuh) against the host sampler (llmc/inference/sampler.h), which is the rule:
 // for bf16 and fp32 logits, GPT-2's vocabulary (50257 in rows of 50304) and a small one (1000 in 1024), rows of
 // random logits and rows of a few repeated values (many ties), greedy, temperature, top-k, top-p and both, each
 // with 64 fresh coins per row. The GPU's token must equal the host's for the same coin, or — fp32 sums against the
@@ -13,7 +13,7 @@
 
 #include "llmc/core/rand.h"
 #include "llmc/inference/sampler.h"
-#include "llmc/kernels/sampling.cuh"
+#include "llmc/kernels/sampling/sampling.cuh"
 
 namespace {
 

@@ -1,10 +1,10 @@
-// Learning-rate schedules (llmc/training/schedulers.h), against the formulas in its header written out here
+// Learning-rate schedules (llmc/optimizer/schedulers.h), against the formulas in its header written out here
 // in double precision. Tolerance: 1e-6 relative (the scheduler returns float).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "llmc/training/schedulers.h"
+#include "llmc/optimizer/schedulers.h"
 
 namespace {
 

@@ -1,11 +1,11 @@
-// serve_gpt2cu's flags (llmc/serving/serve_args.h): defaults, every flag, generate_gpt2cu's names for what they
+// serve_gpt2cu's flags (llmc/app/serve/serve_args.h): defaults, every flag, generate_gpt2cu's names for what they
 // share, strict values with one-line errors naming the flag, --version, and the API's model id from -e.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "llmc/serving/serve_args.h"
+#include "llmc/app/serve/serve_args.h"
 #include "tests/flag_test_helpers.h"
 
 namespace {

@@ -1,10 +1,10 @@
-// Trainer flags (llmc/training/train_args.h): llm.c names and defaults, strict values, clear errors.
+// Trainer flags (llmc/app/train/train_args.h): llm.c names and defaults, strict values, clear errors.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "llmc/training/train_args.h"
+#include "llmc/app/train/train_args.h"
 #include "tests/flag_test_helpers.h"
 
 namespace {
@@ -192,7 +192,7 @@ TEST(TrainArgs, EnumsAndBooleansAreStrict) {
     expect_rejected({"-ab", "cudnn"}, "auto, materialized, flash or flash-nondet");
 }
 
-// -z: ZeRO stages 0, 1 and 2 (llmc/training/adamw_optimizer.cuh), default 0; the usage names all three.
+// -z: ZeRO stages 0, 1 and 2 (llmc/optimizer/adamw_optimizer.cuh), default 0; the usage names all three.
 TEST(TrainArgs, ZeroStages) {
     EXPECT_EQ(parse({}).args.zero_stage, 0);
     for (int stage : {0, 1, 2}) {

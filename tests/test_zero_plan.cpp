@@ -387,7 +387,7 @@ TEST(GradSlots, TheBackwardNeverWaitsForASlotStillBeingWritten) {
 }
 
 // At d12 every slice the backward's GEMMs write (and wte's gradient, the classifier's) lies 256 bytes aligned in bf16,
-// as in the flat buffer, so cuBLASLt runs the same plans as with -z 0 and -z 1 (llmc/kernels/matmul.cuh keys plans
+// as in the flat buffer, so cuBLASLt runs the same plans as with -z 0 and -z 1 (llmc/kernels/matmul/matmul.cuh keys plans
 // by alignment under 256 bytes). At d48 (C = 1600) attprojw's slices are only 128-byte aligned: those GEMMs get
 // plans of their own.
 TEST(GradSlots, GemmOutputsStay256ByteAlignedAtD12) {

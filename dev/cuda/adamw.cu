@@ -14,8 +14,8 @@
 // Build: make -C dev/cuda adamw      Run: ./adamw [-r repeats] [-c]  (-c: validation only)
 //   -DADAMW_ENGINE_ONLY: only variant 0 (builds against an older tree's llmc/ to time it in the same call)
 #include "common.h"
+#include "llmc/gpt2/gpt2_config.h"
 #include "llmc/kernels/adamw.cuh"
-#include "llmc/model/gpt2_config.h"
 #include "reference/gpt2_cpu.h"
 
 static_assert(kFloatXIsBF16, "adamw.cu is built without -DENABLE_FP32: it times the engine's bf16 update");

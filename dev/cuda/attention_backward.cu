@@ -1,6 +1,6 @@
 // Causal self-attention backward: dqkv (B, T, 3, NH, HS) from dout (B, T, NH·HS), the input qkv and the
 // forward's out and LSE.
-//   1  materialised: the engine's backend, llmc/kernels/attention_materialized.cuh, built in fp32
+//   1  materialised: the engine's backend, llmc/kernels/attention/attention_materialized.cuh, built in fp32
 //      (this directory builds with -DENABLE_FP32): dP = dO·Vᵀ, dV = Pᵀ·dO, softmax backward in place (a warp
 //      per row), dQ = dS·K, dK = dSᵀ·Q, all strided-batched cuBLASLt GEMMs; P comes from the engine's forward,
 //      run before and not timed, as training saves it; "block" = threads per block of its permute/softmax kernels
@@ -9,7 +9,7 @@
 //      Q, K and LSE; no atomics
 //   3  the same on bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with); its "block"
 //      column is a tile configuration of attention_flash_configs.cuh, 0 = the default
-//   4  Hopper (llmc/kernels/hopper/attention_hopper_backward.cuh), TMA + wgmma, the deterministic two-kernel split of 2 and 3:
+//   4  Hopper (llmc/kernels/attention/attention_hopper_backward.cuh), TMA + wgmma, the deterministic two-kernel split of 2 and 3:
 //      a dK/dV kernel (one block per 128 keys) and a dQ kernel (one per 128 queries) that recomputes S and dP;
 //      the engine's default on Hopper, run as the engine runs it: each block also writes the column sums of its
 //      dq, dk, dv tiles (the qkv bias gradient's partial rows), checked against the column sums of dqkv
@@ -24,8 +24,8 @@
 #include "attention_common.h"
 #include "attention_flash_configs.cuh"
 #include "attention_hopper_backward_ordered.cuh"
-#include "llmc/kernels/attention_materialized.cuh"
-#include "llmc/kernels/hopper/attention_hopper_backward.cuh"
+#include "llmc/kernels/attention/attention_hopper_backward.cuh"
+#include "llmc/kernels/attention/attention_materialized.cuh"
 #include "reference/gpt2_cpu.h"
 
 // ------------------------------------------------------------------------------------------ variant 2

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "common.h"
-#include "llmc/kernels/attention_materialized.cuh"
+#include "llmc/kernels/attention/attention_materialized.cuh"
 
 // The fp32 teaching variants call the engine's floatX code (the materialized backend) as fp32.
 static_assert(!kFloatXIsBF16, "dev/cuda programs are built with -DENABLE_FP32 (see dev/cuda/Makefile)");
@@ -39,7 +39,7 @@ inline bool parse_shapes(const char* s, std::vector<AttentionShape>* out) {
 inline double attention_forward_flops(int B, int NH, int T, int HS) { return 2.0 * B * NH * (double)T * T * HS; }
 
 // ------------------------------------------------------------------------------------------ kernels' helpers
-// Memory of the engine's materialized attention (llmc/kernels/attention_materialized.cuh), sized as the engine sizes
+// Memory of the engine's materialized attention (llmc/kernels/attention/attention_materialized.cuh), sized as the engine sizes
 // it: P (saved by the forward for the backward) and the workspace both passes share.
 struct MaterializedScratch {
     DeviceBuffer<floatX> att, workspace;

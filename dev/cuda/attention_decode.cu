@@ -1,4 +1,4 @@
-// Decode attention (llmc/kernels/attention_decode.cuh): one new token per sequence against its KV cache, by both kernels
+// Decode attention (llmc/kernels/attention/attention_decode.cuh): one new token per sequence against its KV cache, by both kernels
 // (the cache split over blocks and the partials merged through their log-sum-exp; a block per sequence x head).
 // Validated against an fp64 CPU reference on fresh random caches with different lengths per sequence (1, 2, not a
 // multiple of the chunk, exactly a chunk, long), with the new token's K and V in the cache or appended by the call
@@ -8,7 +8,7 @@
 // sequence at consecutive lengths, as a server's prompt chunk attends (its K and V in the cache before the call). -c (the check only) runs in make test on GPU machines.
 // Build: make -C dev/cuda attention_decode      Run: ./attention_decode [-c]
 #include "common.h"
-#include "llmc/kernels/attention_decode.cuh"
+#include "llmc/kernels/attention/attention_decode.cuh"
 
 namespace {
 

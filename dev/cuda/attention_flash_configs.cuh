@@ -1,6 +1,6 @@
 // The catalogue of flash attention tile configurations the dev programs sweep: attention_forward variant 5 and
 // attention_backward variant 3 take the configuration number in their "block" column (-k). The engine compiles
-// only its defaults (llmc/kernels/attention_flash.cuh); the other configurations are instantiated here, so only the dev
+// only its defaults (llmc/kernels/attention/attention_flash.cuh); the other configurations are instantiated here, so only the dev
 // programs pay their compile time. Numbers are kept stable: docs/PERFORMANCE.md quotes them.
 //   forward   0: the engine's default (HS 64: 3; HS 128: 1)
 //             1: Br 64 (4 warps), Bc 64, >= 2 blocks/SM     2: Br 128 (8 warps), Bc 64, >= 1 block/SM
@@ -18,7 +18,7 @@
 #include <cstdio>
 #include <type_traits>
 
-#include "llmc/kernels/attention_flash.cuh"
+#include "llmc/kernels/attention/attention_flash.cuh"
 
 constexpr int kFlashForwardConfigs = 6;
 constexpr int kFlashBackwardConfigs = 4;

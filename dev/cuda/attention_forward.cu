@@ -1,7 +1,7 @@
 // Causal self-attention forward, from the CPU algorithm on the GPU to flash attention on bf16 tensor cores.
 // Input qkv (B, T, 3, NH, HS) as the QKV projection writes it; output (B, T, NH·HS); scale 1/sqrt(HS).
 //   1  naive: one thread per (b, t, h) query row, online softmax, fp32
-//   2  materialised (S and P exist as T×T matrices): the engine's backend, llmc/kernels/attention_materialized.cuh, built
+//   2  materialised (S and P exist as T×T matrices): the engine's backend, llmc/kernels/attention/attention_materialized.cuh, built
 //      in fp32 (this directory builds with -DENABLE_FP32): permute, cuBLASLt S = Q·Kᵀ, causal softmax with the
 //      scale folded in (a warp per row), cuBLASLt P·V, unpermute; "block" = threads per block of its
 //      permute/softmax kernels
@@ -12,7 +12,7 @@
 //   5  bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with): mma.sync m16n8k16, ldmatrix,
 //      cp.async double buffering, fp32 accumulation
 //      (the "block" column of variant 5 is a tile configuration of attention_flash_configs.cuh; 0 = the default)
-//   6  Hopper (llmc/kernels/hopper/attention_hopper_forward.cuh): TMA loads into a ring of stages on mbarriers, a producer warpgroup
+//   6  Hopper (llmc/kernels/attention/attention_hopper_forward.cuh): TMA loads into a ring of stages on mbarriers, a producer warpgroup
 //      and two consumer warpgroups (setmaxnreg), S = Q·Kᵀ and O += P·V with wgmma (P from registers), output by TMA
 //      stores; needs an sm_90a build on a compute-capability 9.0 GPU, otherwise skipped
 // Every variant is validated against the fp64 CPU reference (reference/gpt2_cpu.h) at several shapes before any is
@@ -20,8 +20,8 @@
 // Build: make -C dev/cuda attention_forward     Run: ./attention_forward [-v 5] [-s "8,12,1024,64;..."]
 #include "attention_common.h"
 #include "attention_flash_configs.cuh"
-#include "llmc/kernels/attention_materialized.cuh"
-#include "llmc/kernels/hopper/attention_hopper_forward.cuh"
+#include "llmc/kernels/attention/attention_hopper_forward.cuh"
+#include "llmc/kernels/attention/attention_materialized.cuh"
 #include "reference/gpt2_cpu.h"
 
 // ------------------------------------------------------------------------------------------ variant 1

@@ -1,10 +1,10 @@
 // The fused Hopper attention backward with its dQ additions in a fixed order (attention_backward variant 5): the
-// engine's fused kernel (llmc/kernels/hopper/attention_hopper_backward_fused.cuh) with a DqOrder that serialises the
+// engine's fused kernel (llmc/kernels/attention/attention_hopper_backward_fused.cuh) with a DqOrder that serialises the
 // additions into each query tile through a semaphore per (b, h, query tile): deterministic. Not in the engine: the
 // two-kernel scheme is deterministic too and faster (docs/PERFORMANCE.md).
 #pragma once
 
-#include "llmc/kernels/hopper/attention_hopper_backward.cuh"
+#include "llmc/kernels/attention/attention_hopper_backward.cuh"
 
 namespace flash_hopper {
 

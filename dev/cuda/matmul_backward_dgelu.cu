@@ -5,9 +5,9 @@
 // and fc's weight and bias gradients from it, accumulated:
 //   dW_fc (4C x C) += dfchᵀ · ln2,   db_fc (4C) += Σ_rows dfch
 //   1  cuBLASLt: fch_gelu by the GELU kernel, dfch with the DGELU epilogue, then the dW_fc GEMM with the BGRADB
-//      epilogue (its own reduction kernel) and the fold of that bias gradient into db_fc (llmc/kernels/matmul.cuh, the
+//      epilogue (its own reduction kernel) and the fold of that bias gradient into db_fc (llmc/kernels/matmul/matmul.cuh, the
 //      engine's path off Hopper)
-//   2  Hopper (llmc/kernels/hopper/matmul_hopper_dgelu.cuh): dfch, fch_gelu and the column-sum partials of db_fc in one ping-pong
+//   2  Hopper (llmc/kernels/matmul/matmul_hopper_dgelu.cuh): dfch, fch_gelu and the column-sum partials of db_fc in one ping-pong
 //      wgmma kernel, the partials summed in order (matmul_dgelu_bias_grad), then the dW_fc GEMM without epilogue
 //      (cuBLASLt); needs an sm_90a build on a compute-capability 9.0 GPU, else reported as not available
 // Every variant is validated against an fp64 CPU reference on fresh bf16-rounded inputs, dfch and fch_gelu
@@ -16,8 +16,8 @@
 // (whole sequence, and the dfch and fch_gelu part alone) at the GPT-2 shapes.
 // Build: make -C dev/cuda matmul_backward_dgelu     Run: ./matmul_backward_dgelu [-r repeats] [-s "M,C;M,C"] [-c]
 #include "common.h"
-#include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
-#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/matmul/matmul.cuh"
+#include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
 #include "reference/gpt2_cpu.h"
 
 static_assert(kFloatXIsBF16, "matmul_backward_dgelu.cu is built without -DENABLE_FP32: it runs the bf16 engine path");

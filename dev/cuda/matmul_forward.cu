@@ -9,10 +9,10 @@
 //      during the compute; fp32 FMA. Reuse moves into registers: 64 FMA per 4 float4 shared-memory reads
 //   4  tensor cores: mma.sync m16n8k16 bf16 -> fp32, ldmatrix from XOR-swizzled shared tiles (no bank conflicts),
 //      3-stage cp.async pipeline; 128x128x64 block tile, 8 warps of 64x32; output staged through shared memory
-//      for 16-byte stores. PTX wrappers and the swizzle are the flash kernels' (llmc/kernels/mma/attention_flash_tiles.cuh)
+//      for 16-byte stores. PTX wrappers and the swizzle are the flash kernels' (llmc/mma/tiles.cuh)
 //   5  Hopper: TMA loads + wgmma, warp-specialised (matmul_hopper_forward.cuh); needs an sm_90a build on a
 //      compute-capability 9.0 GPU, otherwise reported as not available and skipped (an error only with -v 5)
-//   6  cuBLASLt as the engine calls it (llmc/kernels/matmul.cuh matmul_forward): the yardstick
+//   6  cuBLASLt as the engine calls it (llmc/kernels/matmul/matmul.cuh matmul_forward): the yardstick
 // Variants 3 and 4 launch blocks in groups of 8 block rows, so the blocks running at once share their B (weight)
 // tiles through L2 (the d12 classifier's weight is 77 MB: more than L2).
 // Rule for every variant: M, N >= 1, K >= 8 and K % 8 == 0 (rows of 16 bytes, for the 16-byte loads, cp.async and
@@ -28,8 +28,8 @@
 // Build: make -C dev/cuda matmul_forward (built WITHOUT -DENABLE_FP32: floatX is bf16, so variant 6 is the engine's
 // bf16 cuBLASLt call)     Run: ./matmul_forward [-v 4] [-c] [-r repeats] [-s "M,N,K[,0];..."]
 #include "common.h"
-#include "llmc/kernels/matmul.cuh"
-#include "llmc/kernels/mma/attention_flash_tiles.cuh"
+#include "llmc/kernels/matmul/matmul.cuh"
+#include "llmc/mma/tiles.cuh"
 #include "matmul_hopper_forward.cuh"
 #include "reference/gpt2_cpu.h"
 

@@ -1,12 +1,12 @@
 // The forward matrix multiply on Hopper: out (M x N) = inp (M x K) · weightᵀ (weight N x K, like nn.Linear)
 // + bias, bf16 in and out, fp32 accumulation: matmul_forward variant 5 (cuBLASLt is the engine's forward). Its tile
-// schedule is the engine's (llmc/kernels/hopper/gemm_schedule.cuh), shared with the GELU-backward GEMM.
+// schedule is the engine's (llmc/hopper/gemm_schedule.cuh), shared with the GELU-backward GEMM.
 //
 // Warp-specialised and persistent (the FlashAttention-3 / CUTLASS "ping-pong-free" shape):
 //   - one block per SM, looping over output tiles of BM x BN (BM = 128, BN 128/192/256 chosen per shape) in an
 //     order that keeps a band of A rows and all of B's columns in L2;
 //   - warpgroup 0 is the producer: one thread streams A (BM x 64) and B (BN x 64) boxes of each K step by TMA
-//     through a ring of stages (llmc/kernels/hopper/pipeline.cuh); it gives its registers away (setmaxnreg);
+//     through a ring of stages (llmc/hopper/pipeline.cuh); it gives its registers away (setmaxnreg);
 //   - warpgroups 1 and 2 are consumers, 64 rows of the tile each: per stage four wgmma m64nBNk16 read A and B from
 //     shared memory (128-byte swizzle, as TMA wrote them), one group of them is kept in flight while the stage
 //     before is released; the epilogue adds the bias, writes bf16 into shared memory and leaves by TMA stores
@@ -19,12 +19,12 @@
 
 #include <algorithm>
 
-#include "llmc/kernels/hopper/arch.cuh"
-#include "llmc/kernels/hopper/gemm_schedule.cuh"
-#include "llmc/kernels/hopper/pipeline.cuh"
-#include "llmc/kernels/hopper/smem.cuh"
-#include "llmc/kernels/hopper/tma.cuh"
-#include "llmc/kernels/hopper/wgmma.cuh"
+#include "llmc/hopper/arch.cuh"
+#include "llmc/hopper/gemm_schedule.cuh"
+#include "llmc/hopper/pipeline.cuh"
+#include "llmc/hopper/smem.cuh"
+#include "llmc/hopper/tma.cuh"
+#include "llmc/hopper/wgmma.cuh"
 
 namespace matmul_hopper {
 

@@ -36,7 +36,7 @@
 
 #include "common.h"
 #include "llmc/kernels/layernorm.cuh"
-#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/matmul/matmul.cuh"
 #include "reference/gpt2_cpu.h"
 
 static_assert(kFloatXIsBF16, "peer_traffic.cu is built without -DENABLE_FP32: the GEMM is the engine's bf16 call");

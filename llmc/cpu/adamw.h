@@ -1,6 +1,6 @@
 // AdamW for the CPU trainer: the moments m and v (fp32, like the parameters: no master copy), the global gradient
 // norm, clipping, the update, and the state in checkpoints in the layout every trainer shares
-// (llmc/training/checkpoint.h): [m][v], each fp32 in gpt2_parameter_table order. It reads that and the GPU's BF16
+// (llmc/checkpoint/checkpoint.h): [m][v], each fp32 in gpt2_parameter_table order. It reads that and the GPU's BF16
 // layout [fp32 master weights][m][v], whose master weights then become the parameters (they are the run's exact
 // weights; the model file beside them holds them rounded to bf16).
 // The update is the GPU kernel's (llmc/kernels/adamw.cuh), operation for operation:

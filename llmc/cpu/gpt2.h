@@ -20,7 +20,7 @@
 #include "llmc/cpu/layers.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/formats/model_file.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 namespace cpu_engine {
 

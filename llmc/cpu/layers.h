@@ -12,7 +12,7 @@
 #include <cstddef>
 
 #include "llmc/cpu/simd.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 namespace cpu_engine {
 

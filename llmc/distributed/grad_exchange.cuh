@@ -24,7 +24,7 @@
 //
 // It is the model's listener: gpt2_backward(..., &x) sends the buckets (pass it only to the micro-step whose
 // gradients are exchanged: the last, or every one with -z 2), gpt2_forward(..., &x) waits for gathered parameters.
-// The optimizer (llmc/training/adamw_optimizer.cuh) owns it and calls finish, gather_params and sync around its
+// The optimizer (llmc/optimizer/adamw_optimizer.cuh) owns it and calls finish, gather_params and sync around its
 // update.
 #pragma once
 

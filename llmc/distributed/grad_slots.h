@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "llmc/distributed/zero_plan.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 constexpr int kGradSlots = 3;
 // Slots and the model buffer's bucket areas start at multiples of this many elements: 256 bytes in bf16, the alignment
-// cuBLASLt's heuristic assumes of the weight-gradient GEMMs' outputs (llmc/kernels/matmul.cuh, check_alignment).
+// cuBLASLt's heuristic assumes of the weight-gradient GEMMs' outputs (llmc/kernels/matmul/matmul.cuh, check_alignment).
 constexpr size_t kGradAreaAlign = 128;
 
 struct GradSlotLayout {

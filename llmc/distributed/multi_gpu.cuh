@@ -1,5 +1,5 @@
 // Data-parallel training over several GPUs: one process per GPU, each with a full model copy and its own
-// slice of every batch (llmc/training/dataloader.h partitions by rank); after backward the gradients are averaged
+// slice of every batch (llmc/data/dataloader.h partitions by rank); after backward the gradients are averaged
 // with one NCCL all-reduce, so every rank applies the identical update and the copies stay equal.
 //
 // Start-up (rendezvous) exchanges NCCL's unique id from rank 0:

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 constexpr size_t kZeroAlign = 64;  // elements: every shard starts 128-byte aligned in bf16
 

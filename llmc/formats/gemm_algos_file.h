@@ -1,4 +1,4 @@
-// The GEMM algorithm file: which cuBLASLt algorithm each GEMM shape runs (llmc/kernels/matmul_algos.cuh tunes and reads
+// The GEMM algorithm file: which cuBLASLt algorithm each GEMM shape runs (llmc/kernels/matmul/matmul_algos.cuh tunes and reads
 // it). Text, one record per line:
 //   line 1:  the header, naming what the algorithms are valid for, e.g.
 //            "llmc-gemm-algos 1 | NVIDIA H200 | cuBLASLt 130100 | bf16"

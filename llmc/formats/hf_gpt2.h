@@ -25,7 +25,7 @@
 #include "llmc/formats/hf_gpt2_config.h"
 #include "llmc/formats/model_file.h"
 #include "llmc/formats/safetensors.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 struct HfTensorName {
     const char* name;  // after "h.<l>." for per-layer tensors

@@ -18,7 +18,7 @@
 #include "llmc/core/utils.h"
 #include "llmc/formats/json_reader.h"
 #include "llmc/formats/model_file.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 constexpr int64_t kHfJsonFileLimit = 64 << 20;  // config.json and the shard index are kilobytes to megabytes
 

@@ -16,7 +16,7 @@
 #include "llmc/core/bf16.h"
 #include "llmc/core/utils.h"
 #include "llmc/formats/file_header.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 enum class ParamDtype { FP32, BF16 };
 

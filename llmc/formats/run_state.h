@@ -1,5 +1,5 @@
 // Everything besides the weights that a training run needs to continue bit-exactly from a checkpoint (the
-// file that pairs with a model file: llmc/training/checkpoint_files.h names them, llmc/training/checkpoint.cuh writes and reads both).
+// file that pairs with a model file: llmc/checkpoint/checkpoint_files.h names them, llmc/checkpoint/checkpoint.cuh writes and reads both).
 //
 // Run-state file (little-endian):
 //   int32 header[256]: [0]=20241121 (magic), [1]=3 (version), [2]=step, [3]=B, [4]=T, [5]=num_processes,
@@ -9,7 +9,7 @@
 //                      [13..14]=hash of the model file it pairs with (file_hash64, low, high); the rest zero.
 //                      Version 1 files (no run id or model hash; both read as 0) are still read.
 //                      Version 3: the data loaders' windows hold one optimizer step (all ranks and micro-steps;
-//                      llmc/training/dataloader.h) and their records end with micro_steps; versions 1 and 2 had one window
+//                      llmc/data/dataloader.h) and their records end with micro_steps; versions 1 and 2 had one window
 //                      per micro-step and records without it (read with micro_steps 1: the same windows when
 //                      grad_accum_steps is 1; the trainer refuses to resume them otherwise).
 //   RngState sampler_rng; DataLoaderState train_loader; DataLoaderState val_loader;
@@ -29,7 +29,7 @@
 #include "llmc/core/utils.h"
 #include "llmc/formats/file_header.h"
 
-// A data loader's position (llmc/training/dataloader.h), as the run state records it: plain data (memcpy). The
+// A data loader's position (llmc/data/dataloader.h), as the run state records it: plain data (memcpy). The
 // shape fields guard against restoring into a loader built with different settings.
 struct DataLoaderState {
     int64_t epoch;

@@ -1,4 +1,4 @@
-// Generation's loop on the GPU: each decode step ends with the token picker (llmc/kernels/sampling.cuh: greedy, or
+// Generation's loop on the GPU: each decode step ends with the token picker (llmc/kernels/sampling/sampling.cuh: greedy, or
 // temperature / top-k / top-p with coins drawn up front), whose token is the next step's input, so the host only
 // launches steps (as one CUDA Graph each) and reads the tokens from mapped memory, steps ahead. At temperature 0
 // the pick folds into the classifier where that runs as decode_matvec.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "llmc/inference/decode_step.cuh"
-#include "llmc/kernels/sampling.cuh"
+#include "llmc/kernels/sampling/sampling.cuh"
 
 struct DecodeLoop {
     int B = 0, max_new = 0;

@@ -6,11 +6,11 @@
 #include <algorithm>
 
 #include "llmc/inference/kv_cache.cuh"
-#include "llmc/kernels/attention_decode.cuh"
-#include "llmc/kernels/decode_matvec.cuh"
+#include "llmc/kernels/attention/attention_decode.cuh"
+#include "llmc/kernels/decode/decode_matvec.cuh"
+#include "llmc/kernels/decode/decode_mma.cuh"
 #include "llmc/kernels/layernorm.cuh"
-#include "llmc/kernels/matmul.cuh"
-#include "llmc/kernels/mma/decode_mma.cuh"
+#include "llmc/kernels/matmul/matmul.cuh"
 #include "llmc/model/gpt2_params.cuh"
 
 // Batches up to kDecodeMatvecMaxB run the products as decode_matvec, up to kDecodeMmaMaxB as decode_mma (both BF16

@@ -23,7 +23,7 @@
 #include "llmc/inference/inference_plan.h"
 #include "llmc/inference/kv_cache.cuh"
 #include "llmc/inference/prefill.cuh"
-#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/attention/attention.cuh"
 #include "llmc/kernels/layernorm.cuh"
 
 struct InferenceOptions {

@@ -7,7 +7,7 @@
 // host, which reads each step's tokens from mapped memory. Recompute (any other head size): every token re-runs the
 // prefill over the whole sequence so far at one fixed length (the padding after a sequence cannot change its
 // earlier logits: causal attention), the host sampler picks from the logits at each sequence's last position.
-// Both pick by the one rule (llmc/kernels/sampling_rule.h) with the caller's coins.
+// Both pick by the one rule (llmc/kernels/sampling/sampling_rule.h) with the caller's coins.
 #pragma once
 
 #include <algorithm>

@@ -12,7 +12,7 @@
 #include "llmc/core/memory_table.h"
 #include "llmc/core/startup_table.h"  // format_bytes, format_table_row: the trainer's plan prints the same way
 #include "llmc/core/utils.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 // What one generation run holds at once.
 struct InferenceShape {

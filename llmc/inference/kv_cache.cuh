@@ -1,5 +1,5 @@
 // Generation's KV cache: every layer's K and V of every position so far, in the build's precision (floatX), laid
-// out (L, B, NH, max_T, HS) so one head's keys are contiguous, as decode attention (llmc/kernels/attention_decode.cuh)
+// out (L, B, NH, max_T, HS) so one head's keys are contiguous, as decode attention (llmc/kernels/attention/attention_decode.cuh)
 // reads them. The prefill writes them as each layer makes them (KVCacheWriter, a listener of the shared forward);
 // each decode step appends its token's. Positions at or past a sequence's length hold stale values nothing reads
 // (the prefill writes the padding too; decode overwrites it one position at a time).
@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "llmc/kernels/attention_decode.cuh"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
+#include "llmc/kernels/attention/attention_decode.cuh"
 #include "llmc/model/gpt2_forward.cuh"
 
 struct KVCache {

@@ -4,7 +4,7 @@
 // by the caller's listener as each layer's QKV is queued (KVCacheWriter); the recompute path passes none.
 #pragma once
 
-#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/matmul/matmul.cuh"
 #include "llmc/model/gpt2_forward.cuh"
 
 namespace prefill_detail {

@@ -1,5 +1,5 @@
 // Picking the next token from a row of logits on the host, and printing tokens.
-// The rule (llmc/kernels/sampling_rule.h, shared with the GPU picker): softmax(logits / temperature) over the real
+// The rule (llmc/kernels/sampling/sampling_rule.h, shared with the GPU picker): softmax(logits / temperature) over the real
 // vocabulary (padded entries V..Vp-1 are never chosen), optionally restricted to the top_k highest logits and then
 // to the nucleus (top_p: the highest tokens whose probabilities sum to at least top_p, at least one; as Hugging
 // Face's generate applies them, in that order), then inverse-CDF in id order with one uniform number `coin` in
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "llmc/formats/tokenizer_file.h"
-#include "llmc/kernels/sampling_rule.h"
+#include "llmc/kernels/sampling/sampling_rule.h"
 
 // The highest-ranked among the first vocab_size logits (lowest index on ties).
 inline int argmax_token(const float* logits, int vocab_size) {

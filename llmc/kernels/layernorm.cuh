@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "llmc/core/cuda_common.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 // One warp per row, 128-bit packs (C is a multiple of x128::size), the row held in registers: every load of the
 // row is issued at once, so a row costs one memory latency, not one per pass. kPacks: packs per lane the kernel

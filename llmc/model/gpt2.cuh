@@ -1,5 +1,5 @@
 // GPT-2 for training on the GPU: the model object (build, allocate, free, copies to the host). It owns the
-// parameters, their gradients and the activations; the optimizer owns its state (llmc/training/adamw_optimizer.cuh)
+// parameters, their gradients and the activations; the optimizer owns its state (llmc/optimizer/adamw_optimizer.cuh)
 // and generation its own memory (llmc/inference/).
 //
 // Memory is one table of named tensors (gpt2_memory.cuh), allocated as one device block. Parameters are floatX
@@ -13,11 +13,11 @@
 #include "llmc/core/options.h"
 #include "llmc/core/rand.h"
 #include "llmc/formats/hf_gpt2.h"
-#include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
+#include "llmc/gpt2/gpt2_config.h"
+#include "llmc/gpt2/gpt2_init.h"
 #include "llmc/kernels/layernorm.cuh"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
 #include "llmc/model/gpt2_forward.cuh"
-#include "llmc/model/gpt2_init.h"
 #include "llmc/model/gpt2_memory.cuh"
 #include "llmc/model/gpt2_params.cuh"
 #include "llmc/model/step_graph.h"
@@ -26,7 +26,7 @@ struct GPT2 {
     GPT2Config config;
     bool fuse_gelu = kFloatXIsBF16;  // GELU in the cuBLASLt epilogue (FP32 builds use the exact kernel)
     // Set by gpt2_allocate: fcproj's input gradient through the GELU, with fc's bias gradient and (under recompute)
-    // the GELU output, by the Hopper kernel (llmc/kernels/hopper/matmul_hopper_dgelu.cuh) instead of the GELU kernel
+    // the GELU output, by the Hopper kernel (llmc/kernels/matmul/matmul_hopper_dgelu.cuh) instead of the GELU kernel
     // and cuBLASLt's DGELU and BGRADB epilogues: BF16 builds on sm_90 with the fused GELU, unless LLMC_HOPPER_DGELU=0.
     bool hopper_dgelu = false;
     // gpt2_forward_backward replays its kernels from a CUDA Graph (llmc/model/gpt2_step.cuh). Set before
@@ -36,7 +36,7 @@ struct GPT2 {
     std::vector<StepGraph> graphs;        // one per key (llmc/model/step_graph.h), at most kMaxStepGraphs
     cudaStream_t owned_stream = nullptr;  // created by gpt2_allocate for use_graphs
     // Set before gpt2_allocate: where the gradients live (gpt2_params.cuh). Flat by default; ZeRO-2's optimizer
-    // (llmc/training/adamw_optimizer.cuh) gives the layout in which the model keeps only wte's, wpe's and lnf's, and
+    // (llmc/optimizer/adamw_optimizer.cuh) gives the layout in which the model keeps only wte's, wpe's and lnf's, and
     // points grads.slices at its slots for the layers'.
     GradLayout grad_layout;
 
@@ -119,7 +119,7 @@ inline void gpt2_build_from_checkpoint(GPT2* m, const std::string& path) {
     m->host_params = std::move(f.params);
 }
 
-// GPT-2's random init (llmc/model/gpt2_init.h), deterministic for a seed.
+// GPT-2's random init (llmc/gpt2/gpt2_init.h), deterministic for a seed.
 inline void gpt2_build_random(GPT2* m, const GPT2Config& c, uint64_t seed) {
     gpt2_detail::set_config(m, c);
     m->host_params = gpt2_random_init(c, seed);

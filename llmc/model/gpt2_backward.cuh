@@ -4,12 +4,12 @@
 // while the layers below are still in their backward).
 #pragma once
 
-#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/attention/attention.cuh"
 #include "llmc/kernels/encoder.cuh"
 #include "llmc/kernels/gelu.cuh"
-#include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
 #include "llmc/kernels/layernorm.cuh"
-#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/matmul/matmul.cuh"
+#include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
 #include "llmc/model/gpt2.cuh"
 
 // Told as the backward queues its kernels (on the model's stream; nothing has run yet).

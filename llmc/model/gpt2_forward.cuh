@@ -6,10 +6,10 @@
 // fcproj -> (+residual, next ln1 or lnf fused).
 #pragma once
 
-#include "llmc/kernels/attention.cuh"
+#include "llmc/kernels/attention/attention.cuh"
 #include "llmc/kernels/encoder.cuh"
 #include "llmc/kernels/layernorm.cuh"
-#include "llmc/kernels/matmul.cuh"
+#include "llmc/kernels/matmul/matmul.cuh"
 #include "llmc/model/gpt2_params.cuh"
 #include "llmc/model/step_graph.h"
 

@@ -2,7 +2,7 @@
 // element count, an element size and a group (parameters, gradients, activations, workspace). Offsets into the
 // single device allocation, the MemoryPlan and its printout all come from this table; nothing else counts bytes by
 // hand. The optimizer's state (master weights, AdamW moments, the exchange's staging) is its own table
-// (llmc/training/adamw_optimizer.cuh), in the same MemoryTensor rows.
+// (llmc/optimizer/adamw_optimizer.cuh), in the same MemoryTensor rows.
 // recompute: 0 keeps every activation; 1 recomputes GELU(fch) in backward instead of storing it per layer;
 // 2 additionally recomputes the ln1/ln2 outputs from the saved residuals and statistics.
 // grads: where the gradients live (gpt2_params.cuh): the whole flat buffer, or (ZeRO-2) only the tensors outside the
@@ -19,12 +19,12 @@
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/memory_table.h"
-#include "llmc/kernels/attention.cuh"
+#include "llmc/gpt2/gpt2_config.h"
+#include "llmc/kernels/attention/attention.cuh"
 #include "llmc/kernels/encoder.cuh"
-#include "llmc/kernels/hopper/matmul_hopper_dgelu.cuh"
 #include "llmc/kernels/layernorm.cuh"
-#include "llmc/kernels/matmul.cuh"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/kernels/matmul/matmul.cuh"
+#include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
 #include "llmc/model/gpt2_params.cuh"
 
 // ---------------------------------------------------------------- the memory table

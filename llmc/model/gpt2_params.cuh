@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "llmc/core/cuda_common.h"
-#include "llmc/model/gpt2_config.h"
+#include "llmc/gpt2/gpt2_config.h"
 
 // Where the training model keeps its gradients. Flat (the default): one buffer in table order, as the parameters.
 // Otherwise (ZeRO-2, llmc/distributed/grad_slots.h) a buffer of `elements` that holds only the tensors outside the

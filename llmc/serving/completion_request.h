@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "llmc/kernels/sampling_rule.h"
+#include "llmc/kernels/sampling/sampling_rule.h"
 
 struct ApiError {
     int status = 400;

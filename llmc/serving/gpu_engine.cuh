@@ -4,7 +4,7 @@
 // so each continues the cached prefix), which the scheduler interleaves with the decode steps. A
 // decode step runs over the first R slots (R: the smallest of 1, 2, 4, ..., B covering the busy ones; its own CUDA
 // Graph) with each slot's position. Every pick, a prompt's first token's and each step's, is made on the GPU with the
-// row's own rule and coin (pick_tokens_per_row, llmc/kernels/sampling.cuh: the rule the host's is built from) and
+// row's own rule and coin (pick_tokens_per_row, llmc/kernels/sampling/sampling.cuh: the rule the host's is built from) and
 // written straight into the slot's next input token, so decode_begin queues a step without waiting for the last one's
 // tokens to reach the host; only tokens and non-finite flags come back, and a request that asks for logprobs has its
 // logits row copied to the host for them (llmc/serving/host_pick.h). A step is one CUDA Graph per row count holding
@@ -24,7 +24,7 @@
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/inference/slots.cuh"
-#include "llmc/kernels/sampling.cuh"
+#include "llmc/kernels/sampling/sampling.cuh"
 #include "llmc/serving/host_pick.h"
 #include "llmc/serving/serve_engine.h"
 

@@ -1,5 +1,5 @@
 // A serving request's token from one row of logits on the host: the shared sampling rule (sample_token,
-// llmc/inference/sampler.h, built from llmc/kernels/sampling_rule.h) with the request's own parameters and coin,
+// llmc/inference/sampler.h, built from llmc/kernels/sampling/sampling_rule.h) with the request's own parameters and coin,
 // and, when asked, log-probabilities under the model: log-softmax of the raw logits (before temperature, top-k
 // and top-p, as OpenAI and vLLM report them), the chosen token's and the N most likely tokens' (highest logit
 // first, ties to the lower id: the rule's order). Host-only; the GPU engine (llmc/serving/gpu_engine.cuh) picks on

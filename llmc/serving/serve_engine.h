@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/kernels/sampling_rule.h"
+#include "llmc/kernels/sampling/sampling_rule.h"
 
-// How one token is chosen: the sampling rule's parameters (llmc/kernels/sampling_rule.h), this token's coin (the
+// How one token is chosen: the sampling rule's parameters (llmc/kernels/sampling/sampling_rule.h), this token's coin (the
 // request's g-th uniform number from Rng(seed), as generate_gpt2cu draws them; unused when greedy) and what to
 // report of the distribution.
 struct TokenPick {

@@ -1,4 +1,4 @@
-// Fuzzes the BPE encoder (BPEEncoder, bpe_encode_parallel and BPETokenizer::decode, data/tokenizer/bpe.h)
+// Fuzzes the BPE encoder (BPEEncoder, bpe_encode_parallel and BPETokenizer::decode, llmc/tokenizer/bpe.h)
 // on arbitrary bytes with a vocabulary the input also picks: up to 255 merges of earlier tokens and where
 // <|endoftext|> sits (fuzz_inputs.h), loaded from encoder.json + vocab.bpe files by the real loader.
 // Findings: a crash or sanitizer report, an exception, a leak, a hang, the synthetic vocabulary not loading

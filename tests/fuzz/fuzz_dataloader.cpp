@@ -1,4 +1,4 @@
-// Fuzzes the data loader (llmc/training/dataloader.h) over 1..4 token shards and its saved state: settings, an
+// Fuzzes the data loader (llmc/data/dataloader.h) over 1..4 token shards and its saved state: settings, an
 // optional DataLoaderState (as a run-state file hands it over) and the shards come from the input
 // (fuzz_inputs.h); the shards are written as files and the loader finds them by a glob, as the trainer does.
 // Expected: FileError (shards, tokens >= vocab_size) and std::invalid_argument (bad settings or state,

@@ -1,4 +1,4 @@
-// Fuzzes encoder.json loading (BPETokenizer's load_encoder_json, data/tokenizer/bpe.h): the input is
+// Fuzzes encoder.json loading (BPETokenizer's load_encoder_json, llmc/tokenizer/bpe.h): the input is
 // encoder.json, vocab.bpe is the fixed synthetic one of fuzz_inputs.h (demo_vocab, demo_vocab_file). Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb, or
 // a vocabulary that loads but does not encode and decode text back to itself (check_loaded_bpe).

@@ -1,4 +1,4 @@
-// Fuzzes the generation program's flags and prompts (llmc/inference/generate_args.h): parse_generate_args on an argv cut from
+// Fuzzes the generation program's flags and prompts (llmc/app/generate/generate_args.h): parse_generate_args on an argv cut from
 // the input at NUL bytes; then the input itself as a prompt file (read_prompt_texts) and, cut into ids, as prompts
 // checked against a small model (check_prompts). Expected: ParseStatus::Error with a message, FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an Error without a message, an accepted command
@@ -8,7 +8,7 @@
 // returning a length outside [1, -n].
 #include <cmath>
 
-#include "llmc/inference/generate_args.h"
+#include "llmc/app/generate/generate_args.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
 

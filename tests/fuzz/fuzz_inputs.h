@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
-#include "data/tokenizer/bpe.h"
-#include "llmc/model/gpt2_config.h"
-#include "llmc/training/dataloader.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/gpt2/gpt2_config.h"
+#include "llmc/tokenizer/bpe_encoder.h"
 #include "reference/bf16_error.h"
 #include "tests/fuzz/fuzz_common.h"
 

@@ -1,4 +1,4 @@
-// Fuzzes the main.log reader of a resumed run (llmc/training/logger.h, MainLog::open with a resume step, which keeps the
+// Fuzzes the main.log reader of a resumed run (llmc/app/train/logger.h, MainLog::open with a resume step, which keeps the
 // earlier run's lines before that step): the first 4 bytes are the resume step, the rest the old main.log.
 // Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, a hang, or a kept log that is not the old
@@ -6,7 +6,7 @@
 // must leave the same main.log as an uninterrupted one).
 #include <cstring>
 
-#include "llmc/training/logger.h"
+#include "llmc/app/train/logger.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
 

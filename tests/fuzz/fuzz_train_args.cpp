@@ -1,4 +1,4 @@
-// Fuzzes the trainer's flag parser (llmc/training/train_args.h): parse_train_args on an argv cut from the input at
+// Fuzzes the trainer's flag parser (llmc/app/train/train_args.h): parse_train_args on an argv cut from the input at
 // NUL bytes, then resolve_batch_layout. Errors are return values here (ParseStatus::Error, a message).
 // Findings: a crash or sanitizer report (signed overflow included), an exception, a leak, an Error without
 // a message, or an accepted command line whose values break what the parser promises: B, T >= 1 and
@@ -6,7 +6,7 @@
 // batch layout whose tokens per step are not grad_accum_steps * B * T * processes.
 #include <cmath>
 
-#include "llmc/training/train_args.h"
+#include "llmc/app/train/train_args.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_inputs.h"
 

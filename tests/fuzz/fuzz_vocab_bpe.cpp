@@ -1,4 +1,4 @@
-// Fuzzes vocab.bpe loading (BPETokenizer's check_vocab_bpe, data/tokenizer/bpe.h): the input is vocab.bpe,
+// Fuzzes vocab.bpe loading (BPETokenizer's check_vocab_bpe, llmc/tokenizer/bpe.h): the input is vocab.bpe,
 // encoder.json is the fixed synthetic one of fuzz_inputs.h (demo_vocab, demo_vocab_file). Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb, or
 // a vocabulary that loads but does not encode and decode text back to itself (check_loaded_bpe).

@@ -1,0 +1,31 @@
+// Checkpoints of a GPU run: the checkpointer (llmc/checkpoint/checkpoint.h, shared with the CPU trainer) with the GPU
+// model's weights (gpt2_write_model: the device's parameters) and the optimizer's state (AdamW::state_to_host /
+// state_from_host, llmc/optimizer/adamw_optimizer.cuh).
+//   build the model from model_path(step) (gpt2_build_from_checkpoint), gpt2_allocate, AdamW::init, then
+//   checkpoint_restore().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "llmc/checkpoint/checkpoint.h"
+#include "llmc/core/rand.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/model/gpt2.cuh"
+#include "llmc/optimizer/adamw_optimizer.cuh"
+
+// Every rank calls it, between steps (with ZeRO-1 the optimizer's state is gathered from the ranks' shards).
+inline void checkpoint_save(const Checkpointer& ckpt, GPT2& model, AdamW& opt, int step, const RunShape& shape,
+                            const Rng& sampler_rng, const DataLoader& train, const DataLoader* val, int rank) {
+    std::vector<uint8_t> optimizer_state = opt.state_to_host();
+    ckpt.save([&](const std::string& path) { gpt2_write_model(&model, path); }, std::move(optimizer_state), step,
+              shape, sampler_rng, train, val, rank);
+}
+
+// The optimizer's state, the sampler and this rank's train loader; returns the step to continue from.
+inline int checkpoint_restore(Checkpointer& ckpt, AdamW* opt, int step, const RunShape& shape, Rng* sampler_rng,
+                              DataLoader* train, int rank) {
+    return ckpt.restore([&](const std::vector<uint8_t>& bytes, const std::string& path) {
+        opt->state_from_host(bytes, path);
+    }, step, shape, sampler_rng, train, rank);
+}

@@ -1,0 +1,267 @@
+// Causal attention forward on Hopper (FlashAttention-3's machinery; ../shared/design/attention.md, Step E). Layouts
+// as the mma.sync backend: qkv (B, T, 3, NH, HS) bf16 in; out (B, T, NH·HS) bf16 and lse (B, NH, T) fp32 (natural
+// log) out; scale 1/sqrt(HS). HS 64 or 128, any T.
+//
+// One block per (query block of Br = 128 rows, b, h), the longest query blocks first, three warpgroups:
+//   - the producer (warpgroup 0, registers given away with setmaxnreg) loads the block's Q once, then streams the
+//     K and V tiles of Bc = 128 keys up to the diagonal by TMA through a ring of stages (pipeline.cuh);
+//   - two consumers (64 query rows each) compute S = Q·Kᵀ with wgmma from shared memory, the online softmax on the
+//     accumulators (exp2, the scale folded in, the causal mask only on tiles that reach past the diagonal), pack P
+//     to bf16 in registers — S's accumulator layout is the register-A layout of the next product — and
+//     O += P·V with wgmma (A from registers, V used as stored: MN-major);
+//   - epilogue: O / l into this consumer's rows of sQ and out by TMA stores, which drop rows past T; LSE per row.
+// The 3D tensor maps zero-fill rows past T, so partial tiles need no special loads; keys past T sit above the
+// diagonal of every real query row and are masked with it.
+// Overlap (Step E): each consumer issues S of tile j with P·V of tile j − 1 behind it and runs tile j's softmax while
+// that product is on the tensor cores; the two consumers are not otherwise synchronised (an explicit ping-pong on
+// named barriers measured slower, docs/PERFORMANCE.md).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
+#include "llmc/kernels/attention/attention_hopper_common.cuh"
+
+namespace flash_hopper {
+
+template <int kHS>
+struct ForwardConfig {
+    static constexpr int HS = kHS;
+    static constexpr int kBr = 128, kBc = 128;  // query rows per block (64 per consumer), keys per tile
+    static constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
+    static constexpr int kStages = HS == 64 ? 4 : 3;
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    // Q once (in the epilogue each consumer's rows of it stage that consumer's O), K and V per stage
+    struct Layout {
+        hopper::Tile<bf16, kBr, HS> q;
+        struct {
+            hopper::Tile<bf16, kBc, HS> k, v;
+        } kv[kStages];
+        struct {
+            uint64_t q_full;
+            hopper::RingBarriers<kStages> ring;
+        } barriers;
+    };
+    static constexpr int kSmemBytes = hopper::smem_bytes<Layout>();
+    static_assert(hopper::setmaxnreg_fits(kConsumers, kProducerRegs, kConsumerRegs), "setmaxnreg");
+    static_assert(kSmemBytes <= hopper::kSmemLimit, "shared memory");
+};
+
+// The online softmax of one S tile (64 x kBc, accumulator layout) in place, in the log2 domain: S becomes
+// P = exp2(S·scale_log2 − m_new), m and l are updated, and alpha receives exp2(m_old − m_new) for the O rows. kMask:
+// elements with column + delta > row (keys past the diagonal; delta = first key − first query, or kNoMask) are −inf
+// first.
+// Each row lives on the 4 threads of a quad.
+template <int kBc, bool kMask>
+__device__ __forceinline__ void online_softmax(float (&s)[kBc / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               float scale_log2, int lane, int row_in, int delta) {
+    if (kMask) {
+#pragma unroll
+        for (int jj = 0; jj < kBc / 8; jj++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = 8 * jj + 2 * (lane % 4) + (e & 1), row = row_in + 8 * (e >> 1);
+                s[4 * jj + e] = col + delta > row ? -INFINITY : s[4 * jj + e];
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int jj = 0; jj < kBc / 8; jj++) mx = fmaxf(mx, fmaxf(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: every real row sees key 0 in its first tile
+        alpha[r] = exp2f(m[r] - m_new);
+        m[r] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < kBc / 8; jj++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float p = exp2f(s[4 * jj + 2 * r + e] * scale_log2 - m_new);
+                s[4 * jj + 2 * r + e] = p;
+                sum += p;
+            }
+        l[r] = l[r] * alpha[r] + sum;
+    }
+}
+
+// O rows times their softmax rescale factors (row_in: alpha[0], row_in + 8: alpha[1]).
+template <int kHS>
+__device__ __forceinline__ void rescale_rows(float (&o)[kHS / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int jj = 0; jj < kHS / 8; jj++) {
+        o[4 * jj] *= alpha[0], o[4 * jj + 1] *= alpha[0];
+        o[4 * jj + 2] *= alpha[1], o[4 * jj + 3] *= alpha[1];
+    }
+}
+
+// Issues O += P·V (A from registers, V used as stored: MN-major) as one wgmma group. The caller fences first (the
+// register writes of P and of the rescaled O before the products read them).
+template <int kBc, int kHS>
+__device__ __forceinline__ void issue_pv(float (&o)[kHS / 2], const uint32_t (&p)[kBc / 16][4],
+                                         const hopper::Tile<bf16, kBc, kHS>& sV) {
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; kk++) hopper::wgmma_rs<1>(o, p[kk], hopper::mn_major_descriptor(sV, kk), 1);
+    hopper::wgmma_commit();
+}
+
+template <int kHS>
+__global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
+    forward_kernel(const __grid_constant__ CUtensorMap map_qkv, const __grid_constant__ CUtensorMap map_out,
+                   float* __restrict__ lse, int T, int NH) {
+    using Cfg = ForwardConfig<kHS>;
+    using namespace hopper;
+    extern __shared__ uint8_t smem_raw[];
+    auto& L = smem_layout<typename Cfg::Layout>(smem_raw);
+    auto& sQ = L.q;
+    auto& bar = L.barriers;
+
+    const int C = NH * kHS;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q_block = gridDim.x - 1 - blockIdx.x;  // longest first: the grid's tail is short blocks
+    const int q0 = q_block * Cfg::kBr;
+    const int n_tiles = (min(T, q0 + Cfg::kBr) + Cfg::kBc - 1) / Cfg::kBc;  // key tiles up to the diagonal
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        tma_prefetch_map(&map_qkv);
+        tma_prefetch_map(&map_out);
+        mbarrier_init(&bar.q_full, 1);
+        bar.ring.init(1, Cfg::kConsumers * 4);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    Ring<Cfg::kStages> ring(bar.ring);
+
+    if (warpgroup == 0) {  // ---- producer
+        setmaxnreg_dec<Cfg::kProducerRegs>();
+        if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(&bar.q_full, sizeof(sQ));
+            for (int sub = 0; sub < sQ.kBoxes; sub++)
+                tma_load_3d(sQ.box(sub), &map_qkv, &bar.q_full, h * kHS + 64 * sub, q0, b);
+            for (int j = 0; j < n_tiles; j++, ring.advance()) {
+                uint64_t* full = ring.acquire(sizeof(L.kv[0]));
+                auto& kv = L.kv[ring.stage()];
+                for (int sub = 0; sub < sQ.kBoxes; sub++) {
+                    tma_load_3d(kv.k.box(sub), &map_qkv, full, C + h * kHS + 64 * sub, j * Cfg::kBc, b);
+                    tma_load_3d(kv.v.box(sub), &map_qkv, full, 2 * C + h * kHS + 64 * sub, j * Cfg::kBc, b);
+                }
+            }
+        }
+        return;
+    }
+
+    // ---- consumers: query rows q_first .. q_first + 63, rows 64·consumer.. of sQ
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int consumer = warpgroup - 1;
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int row_in = warp * 16 + lane / 4;  // this thread's rows in the consumer's 64: row_in and row_in + 8
+    const int q_row = consumer * 64;          // the consumer's first row in sQ
+    const int q_first = q0 + q_row;           // and its query
+    const float scale_log2 = rsqrtf((float)kHS) * kLog2e;
+
+    float s_acc[Cfg::kBc / 2];          // S (64 x Bc) in the wgmma accumulator layout (wgmma.cuh)
+    float o_acc[kHS / 2];               // O (64 x HS)
+    uint32_t p_frag[Cfg::kBc / 16][4];  // P of the previous tile, bf16, the A operand of O += P·V
+#pragma unroll
+    for (int i = 0; i < kHS / 2; i++) o_acc[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows row_in, row_in + 8 (l: this thread's part)
+    float alpha[2];
+
+    // Tile 0 alone: S, softmax, P. Masked only when it is also the last (diagonal) tile; branch-free.
+    const KMajorRows<decltype(L.q)> q_rows(sQ, q_row);  // A of every S product
+    mbarrier_wait(&bar.q_full, 0);
+    ring.wait_full();
+    wgmma_fence();
+    wgmma_ss_over_head_dim(s_acc, q_rows, L.kv[0].k, 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulator(s_acc);
+    online_softmax<Cfg::kBc, true>(s_acc, m, l, alpha, scale_log2, lane, row_in, n_tiles == 1 ? -q_first : kNoMask);
+    pack_a_fragments<Cfg::kBc>(s_acc, p_frag);  // P, straight from S's accumulators
+
+    // Tiles 1..n-1: S_j is issued with P_{j-1}·V_{j-1} behind it, and tile j's softmax runs while that second product
+    // is still on the tensor cores (Step E's intra-warpgroup overlap). Only the last tile reaches the diagonal (query
+    // blocks and key tiles are both 128 wide), so the loop has no mask at all and the last tile runs after it.
+    static_assert(Cfg::kStages >= 2, "tile 1 is in the ring's second stage");
+    int prev = ring.stage();  // the stage of tile j - 1, released once P_{j-1}·V_{j-1} is done
+    ring.advance();
+    auto next_tile = [&](auto masked, int j) {
+        ring.wait_full();
+        wgmma_fence();
+        wgmma_ss_over_head_dim(s_acc, q_rows, L.kv[ring.stage()].k, 0);
+        wgmma_commit();
+        issue_pv(o_acc, p_frag, L.kv[prev].v);
+        wgmma_wait<1>();  // S_j done; P_{j-1}·V_{j-1} may still run
+        fence_accumulator(s_acc);
+        online_softmax<Cfg::kBc, decltype(masked)::value>(s_acc, m, l, alpha, scale_log2, lane, row_in,
+                                                          j * Cfg::kBc - q_first);
+        wgmma_wait<0>();
+        fence_accumulator(o_acc);
+        fence_fragments(p_frag);
+        if (lane == 0) ring.release(prev);
+        rescale_rows<kHS>(o_acc, alpha);
+        pack_a_fragments<Cfg::kBc>(s_acc, p_frag);  // P, straight from S's accumulators
+        prev = ring.stage();
+        ring.advance();
+    };
+    for (int j = 1; j < n_tiles - 1; j++) next_tile(std::false_type{}, j);
+    if (n_tiles > 1) next_tile(std::true_type{}, n_tiles - 1);
+    wgmma_fence();
+    issue_pv(o_acc, p_frag, L.kv[prev].v);
+    wgmma_wait<0>();
+    fence_fragments(p_frag);
+    if (lane == 0) ring.release(prev);
+
+    fence_accumulator(o_acc);
+    // ---- epilogue: O / l -> bf16 -> this consumer's rows of sQ (its own, read only by its wgmmas, all done)
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
+    }
+    const float inv[2] = {1.f / l[0], 1.f / l[1]};
+    store_accumulator(sQ, q_row, o_acc, inv, row_in, lane);
+    fence_proxy_async();
+    named_barrier_sync(1 + consumer, 128);
+    if (t == 0) {
+        for (int sub = 0; sub < sQ.kBoxes; sub++)
+            tma_store_3d(&map_out, sQ.row(q_row) + sub * sQ.kBoxBytes, h * kHS + 64 * sub, q_first, b);
+        tma_store_commit();
+    }
+    if (lane % 4 == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int query = q_first + row_in + 8 * r;
+            if (query < T) lse[((size_t)b * NH + h) * T + query] = (m[r] + log2f(l[r])) * kLn2;
+        }
+    }
+    if (t == 0) tma_store_wait<0>();
+}
+
+template <int kHS>
+inline void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
+    using Cfg = ForwardConfig<kHS>;
+    static const bool smem_ready = (hopper::allow_dynamic_smem(forward_kernel<kHS>, Cfg::kSmemBytes), true);
+    (void)smem_ready;
+    const int C = NH * kHS;
+    const CUtensorMap map_qkv = head_slice_map(qkv, B, T, 3 * C, Cfg::kBr);  // Q, K, V boxes of 128 rows
+    const CUtensorMap map_out = head_slice_store_map(out, B, T, C, 64, stream);  // a consumer's O
+    dim3 grid((T + Cfg::kBr - 1) / Cfg::kBr, B * NH);
+    forward_kernel<kHS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_out, lse, T, NH);
+    cudaCheckLaunch();
+}
+
+}  // namespace flash_hopper
+
+// The Hopper forward (sm_90a builds on compute capability 9.0; see hopper_available()). HS 64 or 128.
+inline cudaError_t attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
+                                            int NH, int HS, cudaStream_t stream = 0) {
+    if (HS == 64) flash_hopper::launch_forward<64>(out, lse, qkv, B, T, NH, stream);
+    else if (HS == 128) flash_hopper::launch_forward<128>(out, lse, qkv, B, T, NH, stream);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
