@@ -131,9 +131,9 @@ struct ModelInput {
     std::vector<float> params;  // a file's
 };
 
-ModelInput read_model_input(const TrainArgs& a, const Checkpointer& ckpt, int resume_step) {
+ModelInput read_model_input(const ModelSource& source) {
     ModelInput in;
-    in.source = model_source(a, ckpt, resume_step);
+    in.source = source;
     if (in.source.kind == ModelSource::Preset) {
         in.config = in.source.preset;
     } else {
@@ -213,23 +213,25 @@ StepResult train_step(Model& model, Optimizer& opt, DataLoader& train, const Tra
     return r;
 }
 
-int train(const TrainArgs& a) {
-    BatchLayout layout;
-    const std::string layout_error = resolve_batch_layout(a, 1, &layout);
-    if (!layout_error.empty()) trainer_fail(layout_error);
+// The run as the preflight planned it (layout, resume point, model source, loaders, steps, schedule, samples'
+// tokenizer).
+int train(const TrainArgs& a, RunPlan plan) {
+    const RankData data = rank_data(a, &plan, 0, 1);
+    const BatchLayout& layout = plan.layout;
+    const int resume_step = plan.resume_step, total_steps = plan.total_steps;
     Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
-    const int resume_step = prepare_output_dir(a, &ckpt, true, [] {});
+    prepare_output_dir(a, resume_step, plan.notes, &ckpt, true, [] {});
 
-    // ---- the weights, the data (every input was checked by main's preflight)
-    ModelInput input = read_model_input(a, ckpt, resume_step);
+    // ---- the weights, the data (the plan's)
+    ModelInput input = read_model_input(plan.source);
     const GPT2Config c = input.config;
-    const std::unique_ptr<DataLoader> train_loader = open_train_data(a, 0, 1, c.vocab_size, layout);
-    const std::unique_ptr<DataLoader> val_loader = open_val_data(a, 0, 1, c.vocab_size);
-    const std::unique_ptr<HellaSwagEval> hellaswag = open_hellaswag(a, c.vocab_size, 0, 1);
-    const int total_steps = count_steps(a, train_loader.get(), layout);
-    const LRScheduler sched = make_schedule(a, total_steps);
-    const std::unique_ptr<TokenizerFile> tokenizer = load_sample_tokenizer(a, true);
-    const int eot = sample_start_token(a, tokenizer.get(), c);
+    DataLoader* const train_loader = data.train.get();
+    DataLoader* const val_loader = data.val.get();
+    HellaSwagEval* const hellaswag = data.hellaswag.get();
+    const LRScheduler& sched = plan.schedule;
+    const TokenizerFile* const tokenizer = plan.tokenizer.get();
+    print_sample_tokenizer_note(a, tokenizer);
+    const int eot = plan.eot;
     Rng sampler_rng = make_sampler_rng(a);
 
     // ---- model and optimizer
@@ -247,13 +249,13 @@ int train(const TrainArgs& a) {
     const int start_step =
         resume_step >= 0 ? ckpt.restore([&](const std::vector<uint8_t>& bytes, const std::string& path) {
             opt.state_from_host(bytes, path, &model);
-        }, resume_step, shape, &sampler_rng, train_loader.get(), 0) : 0;
+        }, resume_step, shape, &sampler_rng, train_loader, 0) : 0;
     MainLog log;
     log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
 
     StartupInfo info{init_desc, ckpt.run_id, layout, start_step, total_steps,
                      gpt2_flops_per_token(c, a.T, AttentionFlops::Causal)};
-    print_startup_table(a, model, opt, info, train_loader.get(), val_loader.get(), hellaswag.get());
+    print_startup_table(a, model, opt, info, train_loader, val_loader, hellaswag);
 
     // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
     double sum_ms = 0;
@@ -263,7 +265,7 @@ int train(const TrainArgs& a) {
         if (ev.checkpoint) {
             ckpt.save([&](const std::string& path) {
                 write_model_file(path, c, model.params.data(), ParamDtype::FP32);
-            }, opt.state_to_host(), step, shape, sampler_rng, *train_loader, val_loader.get(), 0);
+            }, opt.state_to_host(), step, shape, sampler_rng, *train_loader, val_loader, 0);
         }
         if (ev.validate) {
             const float val_loss = evaluate(model, *val_loader, a.val_max_batches, a.B, a.T);
@@ -280,7 +282,7 @@ int train(const TrainArgs& a) {
             printf("%s\n", HellaSwagEval::report(hs, 1).c_str());
             log.log_eval(step, (float)hs.acc.acc_norm());
         }
-        if (ev.sample) print_sample(model, a, sampler_rng, tokenizer.get(), eot);
+        if (ev.sample) print_sample(model, a, sampler_rng, tokenizer, eot);
         if (ev.last) break;
 
         const StepResult r = train_step(model, opt, *train_loader, a, layout, sched, step);
@@ -322,8 +324,12 @@ int main(int argc, char** argv) {
     try {
         check_cpu_flags(args);
         // every input read and checked before the heavy work (llmc/app/train/preflight.h); --check ends here
-        if (check_inputs(args, 1, {{"precision", "fp32 (CPU)"}})) return 0;
-        return train(args);
+        RunPlan plan = preflight(args, 1);
+        if (args.check) {
+            print_preflight(args, plan, {{"precision", "fp32 (CPU)"}});
+            return 0;
+        }
+        return train(args, std::move(plan));
     } catch (const std::exception& e) {
         fflush(stdout);
         fprintf(stderr, "error: %s\n", e.what());

@@ -143,13 +143,11 @@ MultiGpu start_processes(const TrainArgs& a, int* argc, char*** argv) {
     return mg;
 }
 
-// The model's weights: the checkpoint to resume, a random-init preset (-e d12), or a model file (-e path).
-// Returns how it was made, for the start-up table.
-std::string build_model(GPT2* model, const TrainArgs& a, const Checkpointer& ckpt, int resume_step) {
-    const ModelSource src = model_source(a, ckpt, resume_step);
-    if (src.kind == ModelSource::Preset) gpt2_build_random(model, src.preset, a.seed);
+// The model's weights from the plan's source: a random-init preset (-e d12), or a file (the checkpoint to resume, or
+// -e path).
+void build_model(GPT2* model, const ModelSource& src, uint64_t seed) {
+    if (src.kind == ModelSource::Preset) gpt2_build_random(model, src.preset, seed);
     else gpt2_build_from_checkpoint(model, src.path);
-    return src.description;
 }
 
 struct StartupInfo {
@@ -251,18 +249,21 @@ StepResult train_step(GPT2& model, AdamW& opt, DataLoader& train, const TrainArg
 }
 
 // ---------------------------------------------------------------- the run
-int train(const TrainArgs& a, int* argc, char*** argv) {
+// The run as the preflight planned it (layout, resume point, model source, loaders, steps, schedule, samples'
+// tokenizer); what belongs to a rank is opened once the processes exist.
+int train(const TrainArgs& a, RunPlan plan, int* argc, char*** argv) {
     MultiGpu mg = start_processes(a, argc, argv);
     const bool main_rank = mg.rank == 0;
-    BatchLayout layout;
-    const std::string layout_error = resolve_batch_layout(a, mg.world, &layout);
-    if (!layout_error.empty()) trainer_fail(layout_error);
+    const RankData data = rank_data(a, &plan, mg.rank, mg.world);
+    const BatchLayout& layout = plan.layout;
+    const int resume_step = plan.resume_step, total_steps = plan.total_steps;
     Checkpointer ckpt{a.output_dir, a.checkpoint_keep};
-    const int resume_step = prepare_output_dir(a, &ckpt, main_rank, [&] { multi_gpu_barrier(mg); });
+    prepare_output_dir(a, resume_step, plan.notes, &ckpt, main_rank, [&] { multi_gpu_barrier(mg); });
 
     // ---- model
     GPT2 model;
-    const std::string init_desc = build_model(&model, a, ckpt, resume_step);
+    build_model(&model, plan.source, a.seed);
+    const std::string& init_desc = plan.source.description;
     const GPT2Config& c = model.config;
     std::string note;
     const AttentionBackend backend = resolve_attention_backend(a.attention, c.channels, c.num_heads, &note);
@@ -284,20 +285,20 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     opt.init(&model, &mg, opt_settings);
     gpt2_release_host_params(&model);
 
-    // ---- data, schedule, samples
-    const std::unique_ptr<DataLoader> train_loader = open_train_data(a, mg.rank, mg.world, c.vocab_size, layout);
-    const std::unique_ptr<DataLoader> val_loader = open_val_data(a, mg.rank, mg.world, c.vocab_size);
-    const std::unique_ptr<HellaSwagEval> hellaswag = open_hellaswag(a, c.vocab_size, mg.rank, mg.world);
-    const int total_steps = count_steps(a, train_loader.get(), layout);
-    const LRScheduler sched = make_schedule(a, total_steps);
-    const std::unique_ptr<TokenizerFile> tokenizer = main_rank ? load_sample_tokenizer(a, true) : nullptr;
-    const int eot = sample_start_token(a, tokenizer.get(), c);
+    // ---- data, schedule, samples (the plan's)
+    DataLoader* const train_loader = data.train.get();
+    DataLoader* const val_loader = data.val.get();
+    HellaSwagEval* const hellaswag = data.hellaswag.get();
+    const LRScheduler& sched = plan.schedule;
+    const TokenizerFile* const tokenizer = main_rank ? plan.tokenizer.get() : nullptr;
+    if (main_rank) print_sample_tokenizer_note(a, tokenizer);
+    const int eot = plan.eot;
     Rng sampler_rng = make_sampler_rng(a);
 
     // ---- resume: optimizer state, data position, sampler
     const RunShape shape{a.B, a.T, mg.world, layout.grad_accum_steps};
     const int start_step =
-        resume_step >= 0 ? checkpoint_restore(ckpt, &opt, resume_step, shape, &sampler_rng, train_loader.get(), mg.rank) : 0;
+        resume_step >= 0 ? checkpoint_restore(ckpt, &opt, resume_step, shape, &sampler_rng, train_loader, mg.rank) : 0;
     MainLog log;
     if (main_rank) log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
 
@@ -313,7 +314,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
     info.dev = query_device(mg.local_device, info.math);
     info.flops_per_token = gpt2_flops_per_token(c, a.T, AttentionFlops::Causal);
     info.flops_per_token_full = gpt2_flops_per_token(c, a.T, AttentionFlops::Full);
-    print_startup_table(a, model, opt, info, train_loader.get(), val_loader.get(), hellaswag.get());
+    print_startup_table(a, model, opt, info, train_loader, val_loader, hellaswag);
 
     // ---- the loop: checkpoint, validate and sample at the boundaries, then one optimizer step
     double sum_ms = 0;
@@ -326,7 +327,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
         if (ev.checkpoint || ev.sample || ev.last) opt.sync();  // the parameters' all-gather has landed
         if (ev.checkpoint) {
             multi_gpu_barrier(mg);
-            checkpoint_save(ckpt, model, opt, step, shape, sampler_rng, *train_loader, val_loader.get(), mg.rank);
+            checkpoint_save(ckpt, model, opt, step, shape, sampler_rng, *train_loader, val_loader, mg.rank);
             multi_gpu_barrier(mg);
         }
         if (ev.validate) {
@@ -340,7 +341,7 @@ int train(const TrainArgs& a, int* argc, char*** argv) {
             log.log_eval(step, (float)hs.acc.acc_norm());
         }
         if (ev.sample) {
-            print_sample(model, a, sampler_rng, tokenizer.get(), eot);
+            print_sample(model, a, sampler_rng, tokenizer, eot);
         }
         if (ev.last) break;
 
@@ -409,10 +410,13 @@ int main(int argc, char** argv) {
     if (done >= 0) return done;
     try {
         // every input read and checked on the host before any CUDA call (llmc/app/train/preflight.h); --check ends here
-        const TableRows check_rows = {{"precision", PRECISION_NAME}, {"LLMC_* switches", engine_options().description()}};
-        if (check_inputs(args, expected_processes(args), check_rows)) return 0;
+        RunPlan plan = preflight(args, expected_processes(args));
+        if (args.check) {
+            print_preflight(args, plan, {{"precision", PRECISION_NAME}, {"LLMC_* switches", engine_options().description()}});
+            return 0;
+        }
         require_cuda_device(argv[0]);
-        return train(args, &argc, &argv);
+        return train(args, std::move(plan), &argc, &argv);
     } catch (const std::exception& e) {
         fflush(stdout);
         fprintf(stderr, "error: %s\n", e.what());

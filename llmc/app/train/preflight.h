@@ -6,6 +6,8 @@
 // validation shard (header, length, windows, and every token below the model's vocabulary: read once, the shards
 // in parallel), the HellaSwag file (-h 1) and where -hp writes, the samples' tokenizer.
 // Read only: nothing is created, cleaned or deleted here (prepare_output_dir does that when the run starts).
+// What the checks find is the run's plan: the trainer builds from it and computes none of it again; only what belongs
+// to a rank is opened again once the processes have started (rank_data).
 #pragma once
 
 #include <algorithm>
@@ -22,20 +24,22 @@
 #include "llmc/formats/hf_gpt2.h"
 #include "llmc/formats/run_state.h"
 
-// What the checks found: the run as it would start.
-struct Preflight {
+// What the checks found: the run as it starts.
+struct RunPlan {
     int processes = 1;
+    BatchLayout layout;             // for `processes`
+    int resume_step = -1;           // the checkpoint -y 1 resumes, or -1
+    std::vector<std::string> notes;  // on the resume point (--check prints them; so does the run as it starts)
     ModelSource source;
     GPT2Config config;
-    int resume_step = -1;  // the checkpoint -y 1 resumes, or -1
-    BatchLayout layout;    // for `processes`
+    std::unique_ptr<DataLoader> train, val;    // rank 0's; null for -x 0, -v 0
+    std::unique_ptr<HellaSwagEval> hellaswag;  // rank 0's; null without -h 1
     int total_steps = 0;
-    std::unique_ptr<DataLoader> train, val;  // rank 0's; null for -x 0, -v 0
-    std::unique_ptr<HellaSwagEval> hellaswag;
-    bool samples_decoded = false;  // a tokenizer file turns the samples' ids into text
+    LRScheduler schedule;
+    std::unique_ptr<TokenizerFile> tokenizer;  // the samples' (null: they print token ids)
+    int eot = 50256;                           // the token samples start from
     int64_t train_tokens = 0, val_tokens = 0;
     int max_token = -1;  // the largest id in the data read
-    std::vector<std::string> notes;
 };
 
 namespace preflight_detail {
@@ -103,10 +107,10 @@ inline int expected_processes(const TrainArgs& a) {
     return a.num_processes;
 }
 
-// Every check, for a run of `processes` processes (1 on the CPU; expected_processes on GPUs).
-inline Preflight preflight(const TrainArgs& a, int processes) {
+// Every check, for a run of `processes` processes (1 on the CPU; expected_processes on GPUs): the run's plan.
+inline RunPlan preflight(const TrainArgs& a, int processes) {
     using namespace preflight_detail;
-    Preflight p;
+    RunPlan p;
     p.processes = processes;
     const std::string layout_error = resolve_batch_layout(a, processes, &p.layout);
     if (!layout_error.empty()) trainer_fail(layout_error);
@@ -146,18 +150,40 @@ inline Preflight preflight(const TrainArgs& a, int processes) {
         if (p.val) p.val_tokens = scan_shards(p.val->shard_paths(), V, &p.max_token);
     });
     p.total_steps = count_steps(a, p.train.get(), p.layout);
-    make_schedule(a, p.total_steps);
+    p.schedule = make_schedule(a, p.total_steps);
     p.hellaswag = open_hellaswag(a, V, 0, processes);
 
     // ---- the samples
-    const std::unique_ptr<TokenizerFile> tokenizer = naming_flag("-tok", [&] { return load_sample_tokenizer(a, false); });
-    p.samples_decoded = tokenizer != nullptr;
-    sample_start_token(a, tokenizer.get(), p.config);
+    p.tokenizer = naming_flag("-tok", [&] { return load_sample_tokenizer(a); });
+    p.eot = sample_start_token(a, p.tokenizer.get(), p.config);
     return p;
 }
 
+// A rank's data once the processes have started: rank 0 takes the plan's loaders, any other rank opens its own share
+// (the one part of the set-up that runs again, since the plan was made before the ranks existed).
+struct RankData {
+    std::unique_ptr<DataLoader> train, val;
+    std::unique_ptr<HellaSwagEval> hellaswag;
+};
+inline RankData rank_data(const TrainArgs& a, RunPlan* plan, int rank, int world) {
+    if (world != plan->processes) {
+        trainer_fail(std::to_string(world) + " processes started, but the checks before they started expected " +
+                     std::to_string(plan->processes) + " (-pn, or mpirun's OMPI_COMM_WORLD_SIZE / PMI_SIZE)");
+    }
+    RankData d;
+    if (rank == 0) {
+        d.train = std::move(plan->train), d.val = std::move(plan->val), d.hellaswag = std::move(plan->hellaswag);
+        return d;
+    }
+    const int V = plan->config.vocab_size;
+    d.train = open_train_data(a, rank, world, V, plan->layout);
+    d.val = open_val_data(a, rank, world, V);
+    d.hellaswag = open_hellaswag(a, V, rank, world);
+    return d;
+}
+
 // What --check prints: the start-up table's rows that need no device, and what the checks read.
-inline TableRows preflight_table_rows(const TrainArgs& a, const Preflight& p) {
+inline TableRows preflight_table_rows(const TrainArgs& a, const RunPlan& p) {
     auto str = [](long long x) { return std::to_string(x); };
     TableRows rows = model_table_rows(p.source.description, p.config);
     rows.emplace_back("B / T / processes", str(a.B) + " / " + str(a.T) + " / " + str(p.processes));
@@ -167,7 +193,7 @@ inline TableRows preflight_table_rows(const TrainArgs& a, const Preflight& p) {
         rows.emplace_back("tokens train / val", str(p.train_tokens) + " / " + str(p.val_tokens) + ", largest id " +
                                                     str(p.max_token));
     }
-    if (a.sample_every > 0) rows.emplace_back("samples", p.samples_decoded ? "decoded by " + a.tokenizer_path : "token ids");
+    if (a.sample_every > 0) rows.emplace_back("samples", p.tokenizer ? "decoded by " + a.tokenizer_path : "token ids");
     rows.emplace_back("output", a.output_dir.empty() ? "(none)"
                                 : a.output_dir + (path_exists(a.output_dir) ? " (writable)" : " (to be made)") +
                                       (p.resume_step >= 0 ? ", resumes step " + str(p.resume_step) : ""));
@@ -175,7 +201,7 @@ inline TableRows preflight_table_rows(const TrainArgs& a, const Preflight& p) {
 }
 
 // --check: the notes, the table, and one closing line (stdout); nothing is written.
-inline void print_preflight(const TrainArgs& a, const Preflight& p, const TableRows& extra_rows) {
+inline void print_preflight(const TrainArgs& a, const RunPlan& p, const TableRows& extra_rows) {
     for (const std::string& n : p.notes) printf("note: %s\n", n.c_str());
     const std::string rule = format_table_rule();
     printf("%s\n", rule.c_str());
@@ -184,13 +210,4 @@ inline void print_preflight(const TrainArgs& a, const Preflight& p, const TableR
     printf("%s\n", rule.c_str());
     printf("check: every input reads and fits; nothing was written (drop --check to train)\n");
     fflush(stdout);
-}
-
-// The trainers' first step after their flags: every input checked (a problem is thrown as one line); with --check,
-// what was found is printed (with the trainer's own rows) and the program ends there. Returns true when it ends.
-inline bool check_inputs(const TrainArgs& a, int processes, const TableRows& check_rows) {
-    const Preflight p = preflight(a, processes);
-    if (!a.check) return false;
-    print_preflight(a, p, check_rows);
-    return true;
 }

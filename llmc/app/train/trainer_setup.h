@@ -31,12 +31,8 @@
 
 [[noreturn]] inline void trainer_fail(const std::string& msg) { throw std::runtime_error(msg); }
 
-// The output directory (-o) and where the run starts: the newest checkpoint that belongs together (-y 1), else
-// step 0 as a new run, which may not mix its files with another run's checkpoints there (-ow 1 deletes them).
-// Crashed writers' temporary files are cleaned up. barrier: every process waits for the others (several GPUs).
-// Returns the step to resume from, or -1.
-// Where a run in -o starts, read only (the preflight's view and the run's): the newest checkpoint that belongs
-// together (-y 1), else -1, a new run, which may not share -o with another run's checkpoints unless -ow 1.
+// Where a run in -o starts, read only (the preflight's plan): the newest checkpoint that belongs together (-y 1), else
+// -1, a new run, which may not share -o with another run's checkpoints unless -ow 1.
 inline int resume_point(const TrainArgs& a, std::vector<std::string>* notes) {
     const int resume_step = a.resume ? latest_checkpoint(a.output_dir, notes) : -1;
     if (a.resume && resume_step < 0) {
@@ -49,14 +45,18 @@ inline int resume_point(const TrainArgs& a, std::vector<std::string>* notes) {
     return resume_step;
 }
 
-inline int prepare_output_dir(const TrainArgs& a, Checkpointer* ckpt, bool main_rank,
-                              const std::function<void()>& barrier) {
+// The output directory (-o) made ready for the run that starts at resume_step (the plan's: resume_point): created,
+// crashed writers' temporary files cleaned up, a new run's id, and with -ow 1 another run's checkpoints deleted. Prints
+// the notes: the cleaning's, then resume_notes (the plan's), then -ow's. barrier: every process waits for the others
+// (several GPUs).
+inline void prepare_output_dir(const TrainArgs& a, int resume_step, const std::vector<std::string>& resume_notes,
+                               Checkpointer* ckpt, bool main_rank, const std::function<void()>& barrier) {
     std::vector<std::string> notes;
     if (!a.output_dir.empty() && main_rank) {
         ensure_directory(a.output_dir);
         notes = clean_stale_temporaries(a.output_dir);
     }
-    const int resume_step = resume_point(a, &notes);
+    notes.insert(notes.end(), resume_notes.begin(), resume_notes.end());
     if (resume_step < 0) {
         ckpt->run_id = new_run_id();
         if (a.overwrite_output) {  // the barriers on every rank alike, whatever each one's view of -o
@@ -71,7 +71,6 @@ inline int prepare_output_dir(const TrainArgs& a, Checkpointer* ckpt, bool main_
         }
     }
     for (const std::string& n : notes) printf("note: %s\n", n.c_str());
-    return resume_step;
 }
 
 // Where the weights come from: the checkpoint to resume (resume_step >= 0), a random-init preset (-e d12, with
@@ -206,21 +205,24 @@ inline bool flag_given(const TrainArgs& a, const char* flag) {
 }
 
 // The tokenizer for printing samples (when sampling). The default file missing means samples print token ids, as in
-// llm.c (a note says so when say_note); a -tok file missing, or any tokenizer file that does not read, is an error.
-inline std::unique_ptr<TokenizerFile> load_sample_tokenizer(const TrainArgs& a, bool say_note) {
+// llm.c (sample_tokenizer_note says so); a -tok file missing, or any tokenizer file that does not read, is an error.
+inline std::unique_ptr<TokenizerFile> load_sample_tokenizer(const TrainArgs& a) {
     if (a.sample_every <= 0) return nullptr;
     if (!path_exists(a.tokenizer_path)) {
         if (flag_given(a, "-tok")) {
             trainer_fail("flag -tok: no tokenizer file at " + a.tokenizer_path +
                          " (./tokenizer export -o FILE writes one; without -tok samples print token ids)");
         }
-        if (say_note) {
-            printf("note: samples are printed as token ids (no %s: make data writes it, or name one with -tok)\n",
-                   a.tokenizer_path.c_str());
-        }
         return nullptr;
     }
     return std::make_unique<TokenizerFile>(read_tokenizer_file(a.tokenizer_path));
+}
+// The run's note when it samples without a tokenizer (the main process prints it as the run starts).
+inline void print_sample_tokenizer_note(const TrainArgs& a, const TokenizerFile* tok) {
+    if (a.sample_every > 0 && !tok) {
+        printf("note: samples are printed as token ids (no %s: make data writes it, or name one with -tok)\n",
+               a.tokenizer_path.c_str());
+    }
 }
 
 // The token samples start from: <|endoftext|> (the tokenizer's, else GPT-2's 50256), which must be in the model's
