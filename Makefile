@@ -9,7 +9,7 @@
 #   make fuzz                 the readers' fuzzers (clang)     make dev / make -C dev/cuda NAME   the kernel programs
 #   make clean
 # Options: PRECISION=BF16|FP32, GPU_COMPUTE_CAPABILITY=90, DATA_MIRROR=../shared/data, NO_MULTI_GPU=1, CPU_ARCH=native,
-#          SERVE_PREFIX=DIR (the server's libraries unpacked by scripts/serve_deps.sh). What this machine lacks, make
+#          SERVE_PREFIX=DIR (the server's libraries unpacked by scripts/tools/serve_deps.sh). What this machine lacks, make
 #          says in one line each (detect.mk).
 
 .DEFAULT_GOAL := all
@@ -21,10 +21,10 @@ PRECISION ?= BF16
 DATA_MIRROR ?= ../shared/data
 
 # make test reads the GPT-2 vocabulary, Tiny Shakespeare and Alice from DATA_MIRROR (else data/cache, which
-# `make data` fills): without them it says in one line what is missing, before it builds anything (tests/lib.sh).
+# `make data` fills): without them it says in one line what is missing, before it builds anything (tests/lib/lib.sh).
 ifneq ($(filter test check,$(MAKECMDGOALS)),)
   TEST_DATA_ERROR := $(shell DATA_MIRROR='$(DATA_MIRROR)' TEST_DATA_CACHE='$(TEST_DATA_CACHE)' \
-                       bash -c 'source tests/lib.sh && test_data_root' 2>&1 >/dev/null)
+                       bash -c 'source tests/lib/lib.sh && test_data_root' 2>&1 >/dev/null)
   ifneq ($(TEST_DATA_ERROR),)
     $(error $(TEST_DATA_ERROR))
   endif
@@ -90,10 +90,10 @@ endif
 # Three audiences, three places (docs/ARCHITECTURE.md): the engine, the tokenizer and data tools, the references.
 ENGINE_HEADERS := $(wildcard llmc/*/*.h llmc/*/*.cuh llmc/*/*/*.h llmc/*/*/*.cuh)
 REFERENCE_HEADERS := $(wildcard reference/*.h)
-TEST_HEADERS := $(wildcard tests/*.h)
+TEST_HEADERS := $(wildcard tests/lib/*.h tests/serving/*.h)
 
 # ---------------------------------------------------------------- CPU programs and tests
-CPU_TESTS := test_gpt2 tests/test_cpu_engine $(if $(GTEST_OK),tests/unit_tests)
+CPU_TESTS := test_gpt2 tests/cpu/test_cpu_engine $(if $(GTEST_OK),tests/unit/unit_tests)
 CPU_PROGRAMS := train_gpt2
 TOOLS := tokenizer data/prepro data/hellaswag gpt2_convert
 
@@ -103,7 +103,7 @@ CPU_TRAINER_FLAGS := $(CXXFLAGS) $(CPU_ARCH_FLAGS) -fno-math-errno
 train_gpt2: train_gpt2.cpp $(ENGINE_HEADERS) detect.mk
 	$(CXX) $(CPU_TRAINER_FLAGS) $< -o $@
 
-tests/test_cpu_engine: tests/test_cpu_engine.cpp $(ENGINE_HEADERS) $(REFERENCE_HEADERS) detect.mk
+tests/cpu/test_cpu_engine: tests/cpu/test_cpu_engine.cpp $(ENGINE_HEADERS) $(REFERENCE_HEADERS) detect.mk
 	$(CXX) $(CPU_TRAINER_FLAGS) $< -o $@ -lm
 
 # GPT-2 BPE tokenizer CLI and the dataset tool (docs/TOKENIZER.md).
@@ -125,39 +125,42 @@ gpt2_convert: gpt2_convert.cpp $(ENGINE_HEADERS)
 # Every data file the tests and the Tiny Shakespeare run read (online, else from DATA_MIRROR; SHA-256 checked)
 # into data/cache, then gpt2_tokenizer.bin + the Tiny Shakespeare shards. The tests read DATA_MIRROR, else data/cache.
 data: tokenizer data/prepro
-	DATA_MIRROR=$(DATA_MIRROR) bash scripts/prepare_tinyshakespeare.sh
+	DATA_MIRROR=$(DATA_MIRROR) bash scripts/runs/prepare_tinyshakespeare.sh
 .PHONY: data
 
 test_gpt2: test_gpt2.cpp $(REFERENCE_HEADERS) $(ENGINE_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ -lm
 
-# One object per test file, so make -j compiles them in parallel. The server's tests (tests/test_serve_*.cpp) are
-# their own binary: they need its libraries; tests/test_cpu_engine.cpp is its own too (the CPU trainer's flags).
-SERVE_TEST_SOURCES := $(wildcard tests/test_serve_*.cpp)
-UNIT_TEST_SOURCES := $(filter-out $(SERVE_TEST_SOURCES) tests/test_cpu_engine.cpp,$(wildcard tests/test_*.cpp))
-UNIT_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(UNIT_TEST_SOURCES))
-tests/obj/%.o: tests/%.cpp $(ENGINE_HEADERS) $(DATA_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
-	@mkdir -p tests/obj
+# Tests by kind (tests/run_tests.sh runs them): tests/unit/ (GoogleTest, one binary), tests/cpu/ (the CPU engine,
+# built with the CPU trainer's flags), tests/gpu/, tests/serving/ (the server's tests: their own binary, they need its
+# libraries), tests/cli/ (the programs and scripts from the outside), tests/fuzz/, tests/fixtures/, tests/lib/.
+# One object per test file, so make -j compiles them in parallel.
+UNIT_TEST_SOURCES := $(wildcard tests/unit/test_*.cpp)
+UNIT_TEST_OBJECTS := $(patsubst tests/unit/%.cpp,tests/obj/unit/%.o,$(UNIT_TEST_SOURCES))
+tests/obj/unit/%.o: tests/unit/%.cpp $(ENGINE_HEADERS) $(DATA_HEADERS) $(REFERENCE_HEADERS) $(TEST_HEADERS)
+	@mkdir -p tests/obj/unit
 	$(CXX) $(CXXFLAGS) -c $< -o $@
-tests/unit_tests: $(UNIT_TEST_OBJECTS)
+tests/unit/unit_tests: $(UNIT_TEST_OBJECTS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(GTEST_LIBS) -lm $(COMPRESSION_LIBS)
 
 # ---------------------------------------------------------------- the server (docs/SERVING.md)
-# Its request layer, scheduler and HTTP side are host code, tested here on a fake engine (tests/serve_tests) and run
-# as tests/serve_mock (the server on the fake engine) for scripts/check_serve.py and scripts/bench_serve.py.
-SERVE_TEST_OBJECTS := $(patsubst tests/%.cpp,tests/obj/%.o,$(SERVE_TEST_SOURCES))
-tests/obj/test_serve_%.o: tests/test_serve_%.cpp $(ENGINE_HEADERS) $(TEST_HEADERS)
-	@mkdir -p tests/obj
+# Its request layer, scheduler and HTTP side are host code, tested here on a fake engine (tests/serving/serve_tests)
+# and run as tests/serving/serve_mock (the server on the fake engine) for tests/serving/check_serve.py and
+# scripts/bench/bench_serve.py.
+SERVE_TEST_SOURCES := $(wildcard tests/serving/test_serve_*.cpp)
+SERVE_TEST_OBJECTS := $(patsubst tests/serving/%.cpp,tests/obj/serving/%.o,$(SERVE_TEST_SOURCES))
+tests/obj/serving/%.o: tests/serving/%.cpp $(ENGINE_HEADERS) $(TEST_HEADERS)
+	@mkdir -p tests/obj/serving
 	$(CXX) $(CXXFLAGS) $(HTTPLIB_CFLAGS) -c $< -o $@
-tests/serve_tests: $(SERVE_TEST_OBJECTS)
+tests/serving/serve_tests: $(SERVE_TEST_OBJECTS)
 	$(CXX) $(CXXFLAGS) $^ -o $@ $(HTTPLIB_LIBS) $(GTEST_LIBS)
-tests/serve_mock: tests/serve_mock.cpp $(ENGINE_HEADERS) $(TEST_HEADERS)
+tests/serving/serve_mock: tests/serving/serve_mock.cpp $(ENGINE_HEADERS) $(TEST_HEADERS)
 	$(CXX) $(CXXFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(HTTPLIB_LIBS) -pthread
-SERVE_CPU := $(if $(SERVE_DEPS),$(if $(GTEST_OK),tests/serve_tests) tests/serve_mock)
+SERVE_CPU := $(if $(SERVE_DEPS),$(if $(GTEST_OK),tests/serving/serve_tests) tests/serving/serve_mock)
 
 # ---------------------------------------------------------------- GPU programs
-GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/test_kernels tests/test_decode tests/test_sampling \
-                tests/test_zero tests/test_serve_engine tests/test_peer_copy $(if $(SERVE_DEPS),serve_gpt2cu)
+GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/gpu/test_kernels tests/gpu/test_decode tests/gpu/test_sampling \
+                tests/gpu/test_zero tests/gpu/test_serve_engine tests/gpu/test_peer_copy $(if $(SERVE_DEPS),serve_gpt2cu)
 
 # GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
 BUILD_STAMP := .build-config
@@ -180,27 +183,27 @@ serve_gpt2cu: serve_gpt2.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
 
 # every engine kernel against the double-precision CPU reference
-tests/test_kernels: tests/test_kernels.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
+tests/gpu/test_kernels: tests/gpu/test_kernels.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
-tests/test_decode: tests/test_decode.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
+tests/gpu/test_decode: tests/gpu/test_decode.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the GPU token picker (greedy, temperature, top-k, top-p) against the host sampler
 # the server's scheduler over the GPU engine, many requests at once against each alone (no HTTP: no libraries needed)
-tests/test_serve_engine: tests/test_serve_engine.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
+tests/gpu/test_serve_engine: tests/gpu/test_serve_engine.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
-tests/test_sampling: tests/test_sampling.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
+tests/gpu/test_sampling: tests/gpu/test_sampling.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # ZeRO-1's and -2's sharded AdamW, pack and unpack, gradient slots and shard, N ranks simulated on one GPU, against
 # the unsharded update; a backward into -2's slots against the flat backward
-tests/test_zero: tests/test_zero.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
+tests/gpu/test_zero: tests/gpu/test_zero.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
-# the copy-engine exchange over N processes of one host against the fp64 mean (scripts/check_multi_gpu.sh runs it)
-tests/test_peer_copy: tests/test_peer_copy.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
+# the copy-engine exchange over N processes of one host against the fp64 mean (tests/gpu/check_multi_gpu.sh runs it)
+tests/gpu/test_peer_copy: tests/gpu/test_peer_copy.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the standalone kernel programs (dev/cuda/Makefile builds them with the same flags)
@@ -235,7 +238,7 @@ endif
 check: test
 
 clean:
-	rm -f $(CPU_TESTS) tests/unit_tests $(CPU_PROGRAMS) tests/serve_tests tests/serve_mock serve_gpt2cu $(TOOLS) $(GPU_PROGRAMS) \
+	rm -f $(CPU_TESTS) tests/unit/unit_tests $(CPU_PROGRAMS) tests/serving/serve_tests tests/serving/serve_mock serve_gpt2cu $(TOOLS) $(GPU_PROGRAMS) \
 	      $(BUILD_STAMP) *.o
 	rm -rf tests/obj
 	$(MAKE) -C dev/cuda clean 2>/dev/null || true

@@ -38,12 +38,12 @@ else
   $(info note: libzstd not found (Debian: libzstd-dev), data/prepro cannot read .jsonl.zst)
 endif
 
-# GoogleTest (Debian: libgtest-dev), for the unit tests (tests/unit_tests, tests/serve_tests): its header and library.
+# GoogleTest (Debian: libgtest-dev), for the unit tests (tests/unit/unit_tests, tests/serving/serve_tests): its header and library.
 ifeq ($(DETECT_GTEST),1)
   GTEST_OK := $(shell printf '\043include <gtest/gtest.h>\n' | $(CXX) -std=c++17 -E -x c++ - >/dev/null 2>&1 && \
                 echo 'int main(){return 0;}' | $(CXX) -x c++ - -lgtest -pthread -o /dev/null 2>/dev/null && echo 1)
   ifneq ($(GTEST_OK),1)
-    $(info note: GoogleTest not found (Debian: libgtest-dev): the unit tests (tests/unit_tests, tests/serve_tests) are skipped)
+    $(info note: GoogleTest not found (Debian: libgtest-dev): the unit tests (tests/unit/unit_tests, tests/serving/serve_tests) are skipped)
   endif
 endif
 
@@ -70,11 +70,11 @@ else
   HOPPER_ARCH := $(GPU_ARCH)
 endif
 
-# The server's libraries (serve_gpt2cu, tests/serve_tests, tests/serve_mock, the request fuzzer; docs/SERVING.md), when
+# The server's libraries (serve_gpt2cu, tests/serving/serve_tests, tests/serving/serve_mock, the request fuzzer; docs/SERVING.md), when
 # the including Makefile asks (DETECT_SERVE=1): cpp-httplib (Debian's libcpp-httplib-dev is a compiled library whose
 # header must see the flags it was built with, so both come from pkg-config) and nlohmann/json (header-only). On a
 # machine without apt (the GPU machines), SERVE_PREFIX=DIR takes them, and what they need, from Debian packages
-# unpacked under DIR (scripts/serve_deps.sh), with DIR's libraries on the programs' run path (DT_RPATH, which
+# unpacked under DIR (scripts/tools/serve_deps.sh), with DIR's libraries on the programs' run path (DT_RPATH, which
 # also serves the libraries' own dependencies).
 # SERVE_DEPS=1 when both are here; else one line names what is missing and how to install it.
 ifeq ($(DETECT_SERVE),1)
@@ -98,6 +98,6 @@ ifeq ($(DETECT_SERVE),1)
   ifeq ($(SERVE_MISSING),)
     SERVE_DEPS := 1
   else
-    $(info note: $(SERVE_MISSING) not found$(if $(SERVE_PREFIX), under SERVE_PREFIX=$(SERVE_PREFIX) (scripts/serve_deps.sh), (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)): serve_gpt2cu and its tests are skipped)
+    $(info note: $(SERVE_MISSING) not found$(if $(SERVE_PREFIX), under SERVE_PREFIX=$(SERVE_PREFIX) (scripts/tools/serve_deps.sh), (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)): serve_gpt2cu and its tests are skipped)
   endif
 endif

@@ -1,4 +1,4 @@
-// Checks the CPU reference GPT-2 (reference/gpt2_cpu.h) against PyTorch (scripts/train_gpt2.py):
+// Checks the CPU reference GPT-2 (reference/gpt2_cpu.h) against PyTorch (scripts/reference/train_gpt2.py):
 //   ./test_gpt2 <prefix>     e.g. tests/fixtures/tiny  ->  reads <prefix>_model.bin, _model_bf16.bin,
 //                            _debug_state.bin, _trajectory.txt
 // Checks: logits rel-L2 <= 1e-5; mean loss within 1e-5; every gradient tensor rel-L2 <= 1e-4 (and the wte
@@ -245,7 +245,7 @@ int run(const std::string& prefix) {
 
 static const char* kUsage =
     "usage: test_gpt2 PREFIX    (e.g. tests/fixtures/tiny, the committed fixture)\n"
-    "  checks the CPU reference GPT-2 against what PyTorch wrote at PREFIX (scripts/train_gpt2.py): logits, loss,\n"
+    "  checks the CPU reference GPT-2 against what PyTorch wrote at PREFIX (scripts/reference/train_gpt2.py): logits, loss,\n"
     "  every gradient, 10 AdamW steps; exit 0 when every check passes\n"
     "  -h, --help   this;  --version: the program and the commit it was built from\n";
 

@@ -1,4 +1,4 @@
-// GPU model vs the PyTorch reference written by scripts/train_gpt2.py:
+// GPU model vs the PyTorch reference written by scripts/reference/train_gpt2.py:
 //   ./test_gpt2cu <prefix> [--backend materialized|flash|flash-nondet] [--recompute 0|1|2]
 // reads <prefix>_model.bin (FP32 builds) or <prefix>_model_bf16.bin (BF16 builds), <prefix>_debug_state.bin and
 // <prefix>_trajectory.txt (BF16 builds also <prefix>_bf16_error.txt, see Bounds), then checks on the debug
@@ -33,7 +33,7 @@
 // PyTorch happens to get almost exactly). The engine is mixed precision like those two (bf16 weights and
 // activations, fp32 accumulation and master weights), so on any valid reference its error is of their size; a
 // real bug is far outside. A reference without the record gets one made on the spot by
-// scripts/pytorch_bf16_error.py where python3 has PyTorch, else the default bounds below (which the issue's
+// scripts/reference/pytorch_bf16_error.py where python3 has PyTorch, else the default bounds below (which the issue's
 // random-init d12 reference from another script, at 1.09e-2 logits and 2.4e-2 trajectory, passes).
 struct Bounds {
     std::string source;  // how they were obtained (printed)
@@ -49,7 +49,7 @@ constexpr double kBf16FloorLogits = 4e-3, kBf16FloorLoss = 2e-3, kBf16FloorGrad 
 constexpr double kBf16DefaultLogits = 3e-2, kBf16DefaultLoss = 1e-2, kBf16DefaultGrad = 1.5e-1,
                  kBf16DefaultTrajectory = 5e-2;
 
-// The record next to the reference, else one made now by scripts/pytorch_bf16_error.py (beside this program's
+// The record next to the reference, else one made now by scripts/reference/pytorch_bf16_error.py (beside this program's
 // scripts/ folder) into a temporary file; false if neither works.
 static bool find_bf16_error(const std::string& prefix, const char* argv0, PyTorchBf16Error* out, std::string* source) {
     const std::string record = prefix + "_bf16_error.txt";
@@ -60,7 +60,7 @@ static bool find_bf16_error(const std::string& prefix, const char* argv0, PyTorc
     }
     std::string dir = argv0;
     dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
-    const std::string script = dir + "/scripts/pytorch_bf16_error.py";
+    const std::string script = dir + "/scripts/reference/pytorch_bf16_error.py";
     const std::string tmp = "/tmp/test_gpt2cu_bf16_error." + std::to_string((long)getpid()) + ".txt";
     if (access(script.c_str(), F_OK) != 0) return false;
     printf("no %s: measuring PyTorch's bf16 error on this reference with %s\n", record.c_str(), script.c_str());
@@ -155,7 +155,7 @@ static void build(GPT2* m, const std::string& model_path, const DebugState& ds, 
 
 static const char* kUsage =
     "usage: test_gpt2cu PREFIX [--backend materialized|flash|flash-nondet] [--recompute 0|1|2]\n"
-    "  checks the GPU engine against what PyTorch wrote at PREFIX (e.g. tests/fixtures/tiny; scripts/train_gpt2.py\n"
+    "  checks the GPU engine against what PyTorch wrote at PREFIX (e.g. tests/fixtures/tiny; scripts/reference/train_gpt2.py\n"
     "  writes others): logits, loss, every gradient, the AdamW steps; exit 0 when every check passes\n"
     "  --backend     the attention backend (default materialized)\n"
     "  --recompute   0 none, 1 GELU, 2 GELU + LayerNorm in the backward (default 1)\n"

@@ -1,6 +1,6 @@
 // data/prepro's input side: which files an INPUT names, what each file is (text, JSONL, gzip or zstd JSONL,
 // or something prepro refuses: check_input_file), and bytes -> documents. parse_documents does no I/O, so it can
-// be tested (tests/test_prepro_input.cpp) and fuzzed on bytes alone; JsonlReader streams a JSONL file (plain,
+// be tested (tests/unit/test_prepro_input.cpp) and fuzzed on bytes alone; JsonlReader streams a JSONL file (plain,
 // .jsonl.gz or .jsonl.zst) through it a batch of lines at a time, so no JSONL file is ever whole in memory.
 // Every problem is a FileError naming the file (and the line, for JSONL).
 //

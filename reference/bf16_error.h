@@ -1,5 +1,5 @@
-// PyTorch's own bf16 error on a reference (text), written next to it by scripts/train_gpt2.py, or for a reference
-// made elsewhere by scripts/pytorch_bf16_error.py: how far PyTorch's bf16 results are from the reference's fp32
+// PyTorch's own bf16 error on a reference (text), written next to it by scripts/reference/train_gpt2.py, or for a reference
+// made elsewhere by scripts/reference/pytorch_bf16_error.py: how far PyTorch's bf16 results are from the reference's fp32
 // values, run two ways (all-bf16: weights, activations and AdamW in bf16; autocast: fp32 weights and AdamW, bf16
 // matmuls). test_gpt2cu's BF16 build is checked against a factor of the larger of the two (bf16_bound below),
 // so its bounds hold for any valid reference, not one tuned to a single fixture.

@@ -1,4 +1,4 @@
-// Reference AdamW loss trajectory (text), written by scripts/train_gpt2.py next to a model and debug state:
+// Reference AdamW loss trajectory (text), written by scripts/reference/train_gpt2.py next to a model and debug state:
 // the model is trained for `steps` AdamW steps on the debug state's one batch, starting from the saved
 // weights with fresh optimizer state (m = v = 0) and no gradient clipping. losses[i] is the mean loss of
 // the forward pass of step i, BEFORE that step's update (so losses[0] is the debug state's loss); the

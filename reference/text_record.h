@@ -1,4 +1,4 @@
-// The small text formats scripts/train_gpt2.py writes next to a reference (the loss trajectory, PyTorch's bf16 error
+// The small text formats scripts/reference/train_gpt2.py writes next to a reference (the loss trajectory, PyTorch's bf16 error
 // record): ASCII lines of space-separated words, '#' comments, checked strictly. One reader of their lines and
 // numbers: every problem is a FileError "<path>: line N: <problem>".
 #pragma once

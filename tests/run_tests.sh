@@ -35,45 +35,45 @@ run_suite() {  # name, command...
 run_suite cpu-reference ./test_gpt2 tests/fixtures/tiny
 # the CPU trainer's engine against PyTorch's fixture and the reference (10 steps within 1e-4, thread-count
 # independence), then train_gpt2 itself: flags and bad inputs, logs, checkpoints, resume bit for bit
-run_suite cpu-engine ./tests/test_cpu_engine tests/fixtures/tiny
-run_suite cpu-trainer bash tests/test_cpu_trainer.sh
+run_suite cpu-engine ./tests/cpu/test_cpu_engine tests/fixtures/tiny
+run_suite cpu-trainer bash tests/cpu/test_cpu_trainer.sh
 # both trainers' preflight: each bad input one line, before any CUDA call, in under a second; --check
-run_suite preflight bash tests/test_preflight.sh
+run_suite preflight bash tests/cli/test_preflight.sh
 # every built program's --help (one usage, defaults) and --version (the commit, the precision)
-run_suite cli-style bash tests/test_cli_style.sh
+run_suite cli-style bash tests/cli/test_cli_style.sh
 # make's one-line note when GoogleTest is missing, and a test run without the unit tests
-run_suite detect bash tests/test_detect.sh
+run_suite detect bash tests/cli/test_detect.sh
 # the engine's folders include only the folders below them; no engine file over 400 lines but single algorithms
-run_suite layout bash tests/check_layout.sh
+run_suite layout bash tests/cli/check_layout.sh
 if [ "${GTEST_TESTS:-1}" = 1 ]; then
-    run_suite unit-tests ./tests/unit_tests
+    run_suite unit-tests ./tests/unit/unit_tests
 else
     skipped+=("the unit tests (GoogleTest not found: apt-get install libgtest-dev)")
 fi
-run_suite tokenizer-tools bash tests/test_tokenizer_tools.sh
+run_suite tokenizer-tools bash tests/cli/test_tokenizer_tools.sh
 # prepro on .jsonl.gz / .jsonl.zst (same shards as plain JSONL, any -j), --fineweb-layout, the inputs it refuses
-run_suite prepro-data bash tests/test_prepro_data.sh
+run_suite prepro-data bash tests/cli/test_prepro_data.sh
 # data/hellaswag: the fixture against the golden eval file (llm.c's layout), bad lines, the golden script
-run_suite hellaswag-converter bash tests/test_hellaswag.sh
-run_suite gpt2-convert bash tests/test_gpt2_convert.sh
-# scripts/bench_multi_gpu.sh's table (medians, efficiency, memory, the clock column, n/a rows) on stand-ins
-run_suite bench-multi-gpu-table bash tests/test_bench_multi_gpu.sh
-# scripts/trace_report.py's figures on two hand-made traces (the step's split against one GPU, gaps, kernels)
-run_suite trace-report bash tests/test_trace_report.sh
+run_suite hellaswag-converter bash tests/cli/test_hellaswag.sh
+run_suite gpt2-convert bash tests/cli/test_gpt2_convert.sh
+# scripts/bench/bench_multi_gpu.sh's table (medians, efficiency, memory, the clock column, n/a rows) on stand-ins
+run_suite bench-multi-gpu-table bash tests/cli/test_bench_multi_gpu.sh
+# scripts/tools/trace_report.py's figures on two hand-made traces (the step's split against one GPU, gaps, kernels)
+run_suite trace-report bash tests/cli/test_trace_report.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)
 run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2
 # the server's host side (requests, scheduler, HTTP) on a fake engine, and the GPU session's scripts against the server
-# on that engine (tests/serve_mock); SERVE_TESTS=1 when make found its libraries
+# on that engine (tests/serving/serve_mock); SERVE_TESTS=1 when make found its libraries
 if [ "${SERVE_TESTS:-0}" = 1 ]; then
-    [ "${GTEST_TESTS:-1}" = 1 ] && run_suite serve-tests ./tests/serve_tests
-    run_suite serve-scripts bash tests/test_serve_scripts.sh
+    [ "${GTEST_TESTS:-1}" = 1 ] && run_suite serve-tests ./tests/serving/serve_tests
+    run_suite serve-scripts bash tests/serving/test_serve_scripts.sh
 else
     skipped+=("the server (cpp-httplib or nlohmann/json not found: apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)")
 fi
 
 # ---- without a GPU: the GPU trainer (built when nvcc is present) fails in one clear line
 if [ "${GPU_TESTS:-0}" != 1 ] && [ -x ./train_gpt2cu ]; then
-    run_suite gpu-programs-without-gpu bash tests/test_without_gpu.sh
+    run_suite gpu-programs-without-gpu bash tests/cli/test_without_gpu.sh
 fi
 
 # ---- GPU suites (only when a GPU is visible; otherwise only counted, for the summary line)
@@ -88,16 +88,16 @@ if true; then
         selected "$name" && needs_d12=1 && needs_data=1
     done
     for name in gpu-data resume-bit-exact cuda-graph-bit-exact checkpoint-directory cpu-vs-gpu-fp32; do selected "$name" && needs_data=1; done
-    run_suite gpu-kernels ./tests/test_kernels
+    run_suite gpu-kernels ./tests/gpu/test_kernels
     # generation's KV cache and decode step (as a CUDA Graph) against the full forward
-    run_suite gpu-decode ./tests/test_decode
+    run_suite gpu-decode ./tests/gpu/test_decode
     # the GPU token picker against the host sampler
-    run_suite gpu-sampling ./tests/test_sampling
+    run_suite gpu-sampling ./tests/gpu/test_sampling
     # ZeRO-1's and -2's sharded AdamW with a simulated reduce-scatter / all-gather (1-3 ranks) against the unsharded
     # update; a backward into ZeRO-2's gradient slots against the flat backward
-    run_suite gpu-zero ./tests/test_zero
+    run_suite gpu-zero ./tests/gpu/test_zero
     # the server's scheduler over the GPU engine: requests in a changing batch against each alone
-    run_suite gpu-serve-engine ./tests/test_serve_engine
+    run_suite gpu-serve-engine ./tests/gpu/test_serve_engine
     # the dev programs' strict validation: every variant at every shape against the fp64 reference, no timing
     run_suite dev-attention-forward ./dev/cuda/attention_forward -c
     run_suite dev-attention-backward ./dev/cuda/attention_backward -c
@@ -109,28 +109,28 @@ if true; then
     run_suite dev-graph-gaps ./dev/cuda/graph_gaps -c
     run_suite dev-peer-traffic ./dev/cuda/peer_traffic -c
     # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only
-    # (flash is checked by tests/test_kernels and by the d12 reference below)
+    # (flash is checked by tests/gpu/test_kernels and by the d12 reference below)
     run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized
     # Tiny Shakespeare shards for the resume check and the d12 reference
     [ $needs_data = 1 ] && PREREQ=1 run_suite gpu-data make -s data DATA_MIRROR="$DATA_MIRROR"
     # checkpoint + resume must continue bit for bit (weights, optimizer state, data position, log, console)
-    run_suite resume-bit-exact bash scripts/check_resume.sh
+    run_suite resume-bit-exact bash tests/gpu/check_resume.sh
     # the trainer's CUDA Graph replays the same kernels: model, optimizer state and losses bit for bit as without it
-    run_suite cuda-graph-bit-exact bash scripts/check_graph.sh
+    run_suite cuda-graph-bit-exact bash tests/gpu/check_graph.sh
     # a GEMM tuning run records every shape; runs that read its file repeat bit for bit; foreign files are refused
-    run_suite gemm-algorithm-files bash scripts/check_gemm_algos.sh
+    run_suite gemm-algorithm-files bash tests/gpu/check_gemm_algos.sh
     # runs never mix or lose checkpoints: -nk, a fresh run among another's, -ow 1, a mixed pair, stale temporaries
-    run_suite checkpoint-directory bash scripts/check_checkpoint_dir.sh
+    run_suite checkpoint-directory bash tests/gpu/check_checkpoint_dir.sh
     # FP32 builds: the CPU trainer and the GPU trainer from the same checkpoint, 10 steps within 1e-4, and each
     # resuming the other's checkpoint
-    [ "${PRECISION:-BF16}" = FP32 ] && run_suite cpu-vs-gpu-fp32 bash scripts/check_cpu_gpu.sh
+    [ "${PRECISION:-BF16}" = FP32 ] && run_suite cpu-vs-gpu-fp32 bash tests/gpu/check_cpu_gpu.sh
     # The d12 (124M) reference is made here, never committed: PyTorch pre-trains it 300 steps on Tiny
     # Shakespeare so activations and gradients are realistic, then writes the files test_gpt2cu reads.
     if python3 -c "import torch" 2>/dev/null; then
         d12=ref/d12
         # remade when missing or older than the script that writes it (a reference from an older script may lack a file)
-        if [ $needs_d12 = 1 ] && { [ ! -f ${d12}_bf16_error.txt ] || [ scripts/train_gpt2.py -nt ${d12}_bf16_error.txt ]; }; then
-            PREREQ=1 run_suite d12-reference-make python3 scripts/train_gpt2.py --preset d12 -b 4 -t 64 --pretrain-steps 300 \
+        if [ $needs_d12 = 1 ] && { [ ! -f ${d12}_bf16_error.txt ] || [ scripts/reference/train_gpt2.py -nt ${d12}_bf16_error.txt ]; }; then
+            PREREQ=1 run_suite d12-reference-make python3 scripts/reference/train_gpt2.py --preset d12 -b 4 -t 64 --pretrain-steps 300 \
                 --pretrain-data data/tinyshakespeare/tiny_shakespeare_train.bin -o $d12
         fi
         for backend in $backends; do
@@ -143,11 +143,11 @@ if true; then
         # generate_gpt2cu's greedy text against transformers' generate on the d12 (identical in FP32; in BF16 up
         # to the first near-tie), and each prompt alone against the batch
         if python3 -c "import transformers, tiktoken" 2>/dev/null; then
-            run_suite generate-vs-transformers python3 scripts/check_generate_hf.py --precision "${PRECISION:-BF16}" \
+            run_suite generate-vs-transformers python3 tests/gpu/check_generate_hf.py --precision "${PRECISION:-BF16}" \
                 --model ${d12}_model.bin --out ref/generate_check
             # the trainer's HellaSwag picks (-h 1) against transformers' on the d12, item by item, on an eval file
             # made from Tiny Shakespeare through data/hellaswag (FP32: every pick; BF16: all but near-ties)
-            run_suite hellaswag-vs-transformers python3 scripts/check_hellaswag_hf.py --precision "${PRECISION:-BF16}" \
+            run_suite hellaswag-vs-transformers python3 tests/gpu/check_hellaswag_hf.py --precision "${PRECISION:-BF16}" \
                 --model ${d12}_model.bin --out ref/hellaswag_check
         else
             skipped+=("generate and HellaSwag vs transformers (no transformers/tiktoken)")
@@ -155,10 +155,10 @@ if true; then
         # the server against generate_gpt2cu on the d12: each greedy response equal up to near-ties (FP32: 0.001
         # nats), alone vs in a batch, streams, stop strings, logprobs, every bad-input case, a client leaving, SIGTERM
         if [ "${SERVE_TESTS:-0}" = 1 ] && [ -x ./serve_gpt2cu ]; then
-            run_suite serve-vs-generate python3 scripts/check_serve.py --model ${d12}_model.bin --vocab-dir data/cache/gpt2 \
+            run_suite serve-vs-generate python3 tests/serving/check_serve.py --model ${d12}_model.bin --vocab-dir data/cache/gpt2 \
                 --out ref/serve_check $([ "${PRECISION:-BF16}" = FP32 ] && echo --near-tie 0.001)
             # the same with every prompt over 8 tokens prefilled in chunks of 8, each continuing the cached prefix
-            run_suite serve-vs-generate-chunks python3 scripts/check_serve.py --model ${d12}_model.bin \
+            run_suite serve-vs-generate-chunks python3 tests/serving/check_serve.py --model ${d12}_model.bin \
                 --vocab-dir data/cache/gpt2 --out ref/serve_check_chunks --server-args "--prefill-chunk 8" \
                 --skip-small-server $([ "${PRECISION:-BF16}" = FP32 ] && echo --near-tie 0.001)
         fi

@@ -7,7 +7,7 @@
 //   2  FlashAttention-2 backward, fp32: D = rowsum(dO∘O); a dQ kernel (a quad of threads per query row, K/V
 //      tiles streamed) and a dK/dV kernel (a quad per key row, Q/dO/LSE/D tiles streamed); P recomputed from
 //      Q, K and LSE; no atomics
-//   3  the same on bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with); its "block"
+//   3  the same on bf16 tensor cores: llmc/kernels/attention/attention_flash*.cuh (what the engine trains with); its "block"
 //      column is a tile configuration of attention_flash_configs.cuh, 0 = the default
 //   4  Hopper (llmc/kernels/attention/attention_hopper_backward.cuh), TMA + wgmma, the deterministic two-kernel split of 2 and 3:
 //      a dK/dV kernel (one block per 128 keys) and a dQ kernel (one per 128 queries) that recomputes S and dP;

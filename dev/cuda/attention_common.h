@@ -127,7 +127,7 @@ inline Options parse_options(int argc, char** argv, const char* variants_help) {
 }
 
 // ------------------------------------------------------------------------------------------ results table
-// One row of the results table, plus a machine-readable line that scripts/bench_attention.sh picks up.
+// One row of the results table, plus a machine-readable line that scripts/bench/bench_attention.sh picks up.
 inline void print_result(const char* pass, int variant, const char* name, int block, const AttentionShape& s,
                          double flops, const Timing& t) {
     printf("%-7s %2d %-22s %5d  B%-3d NH%-3d T%-6d HS%-4d %9.4f %9.4f %8.1f\n", pass, variant, name, block, s.B, s.NH, s.T,

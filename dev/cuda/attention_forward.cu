@@ -9,7 +9,7 @@
 //      memory, fp32; made causal (tiles above the diagonal skipped, diagonal masked) and correct for any T
 //   4  FlashAttention-2 loop order, fp32: a block per (query tile, b, h), a quad of threads per query row,
 //      K/V tiles in shared memory, m/l/O in registers, one normalisation at the end, LSE saved
-//   5  bf16 tensor cores: llmc/attention_flash*.cuh (what the engine trains with): mma.sync m16n8k16, ldmatrix,
+//   5  bf16 tensor cores: llmc/kernels/attention/attention_flash*.cuh (what the engine trains with): mma.sync m16n8k16, ldmatrix,
 //      cp.async double buffering, fp32 accumulation
 //      (the "block" column of variant 5 is a tile configuration of attention_flash_configs.cuh; 0 = the default)
 //   6  Hopper (llmc/kernels/attention/attention_hopper_forward.cuh): TMA loads into a ring of stages on mbarriers, a producer warpgroup

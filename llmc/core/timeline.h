@@ -1,5 +1,5 @@
 // A timeline of what the GPU ran during a window (one training step), and where its time went: host-only
-// arithmetic over intervals, filled by llmc/core/cupti_trace.h and tested on the CPU (tests/test_timeline.cpp).
+// arithmetic over intervals, filled by llmc/core/cupti_trace.h and tested on the CPU (tests/unit/test_timeline.cpp).
 //
 // Each record is a kernel, copy or memset with its start and end (ns, one clock for every rank on a host) and
 // whether it is communication (an NCCL kernel, or a copy or memset on the communication stream). Over a window:

@@ -1,6 +1,6 @@
 // What every program prints for --version: its name, the commit it was built from (the Makefile passes
 // `git describe --always --dirty` as LLMC_VERSION; outside a git checkout it says so) and, for the CUDA programs,
-// the precision of the build. tests/test_cli_style.sh runs each program's --help and --version.
+// the precision of the build. tests/cli/test_cli_style.sh runs each program's --help and --version.
 #pragma once
 
 #include <cstdio>

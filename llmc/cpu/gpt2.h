@@ -1,6 +1,6 @@
 // GPT-2 for training on the CPU (train_gpt2): the model object (parameters, gradients, activations, all fp32 on the
 // host), its forward with the loss, its backward. The same model as reference/gpt2_cpu.h computes, with the
-// engine's faster kernels (llmc/cpu/matmul.h, attention.h, layers.h); tests/test_cpu_trainer.cpp holds the two
+// engine's faster kernels (llmc/cpu/matmul.h, attention.h, layers.h); tests/cpu/test_cpu_engine.cpp holds the two
 // (and PyTorch) together.
 //   cpu_engine::GPT2 m;  gpt2_build(&m, config, params);   // params: read_model_any(...).params, gpt2_random_init
 //   gpt2_zero_grad(&m);  float loss = gpt2_forward(&m, inputs, targets, B, T);  gpt2_backward(&m, 1.0f);

@@ -2,7 +2,7 @@
 // otherwise 4), written with GCC/Clang vector extensions so one source serves every x86 level (and other
 // architectures) the compiler is told about (-march=native in the Makefile). Loads and stores are unaligned;
 // exp and tanh are polynomial approximations good to a few ulp (exp) and ~1e-7 absolute (tanh), which the
-// trainer's losses do not notice (tests/test_cpu_trainer.cpp checks against the reference and PyTorch).
+// trainer's losses do not notice (tests/cpu/test_cpu_engine.cpp checks against the reference and PyTorch).
 #pragma once
 
 #include <cmath>

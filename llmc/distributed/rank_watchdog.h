@@ -10,7 +10,7 @@
 // On a loss it flushes stdout, writes one line naming the lost rank and the last step this rank completed, and
 // ends the process with _exit(EXIT_FAILURE): the kernels still spinning die with the CUDA context. ncclCommAbort is
 // not called: it waits for the communicator's work, which is what hangs.
-// Host-only (no CUDA, no NCCL), so tests/test_rank_watchdog.cpp runs it with forked processes as peers.
+// Host-only (no CUDA, no NCCL), so tests/unit/test_rank_watchdog.cpp runs it with forked processes as peers.
 #pragma once
 
 #include <unistd.h>

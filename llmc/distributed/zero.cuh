@@ -20,7 +20,7 @@
 //
 // zero_adamw_update applies adamw_element (llmc/kernels/adamw.cuh) with each element's index in its tensor and its
 // tensor's rounding stream, so every element gets the bits the unsharded adamw_update gives it, whichever rank
-// owns it (tests/test_zero.cu checks this for 1, 2 and 3 ranks against adamw_update). The NCCL calls and the
+// owns it (tests/gpu/test_zero.cu checks this for 1, 2 and 3 ranks against adamw_update). The NCCL calls and the
 // overlap with the backward live in the trainer; this file is the arithmetic they move data for.
 #pragma once
 

@@ -4,7 +4,7 @@
 // console line ("HellaSwag: 2534/10042 = 0.252340") and main.log line ("s:<step> eval:<acc_norm>").
 // The forward is the caller's (GPU or CPU); the rule is eval_scoring.h's and the batches eval_loader.h's.
 // -hp FILE writes each example's four scores and picks (TSV) so another implementation can be compared item by item
-// (scripts/check_hellaswag_hf.py); with several processes each rank writes its own examples to FILE.rank<r>.
+// (tests/gpu/check_hellaswag_hf.py); with several processes each rank writes its own examples to FILE.rank<r>.
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,7 @@
 // Generation's memory as one table of named buffers: parameters (bf16, or none when borrowed from the trainer),
 // the KV cache, the prefill's scratch (one layer's activations, which every layer reuses), the decode step's
 // scratch (B rows) and the on-GPU loop's buffers; no gradients, optimizer state or per-layer activations. Offsets
-// into the engine's one device allocation, the plan's printout and tests/test_inference_plan.cpp all read this
+// into the engine's one device allocation, the plan's printout and tests/unit/test_inference_plan.cpp all read this
 // table. Host-only: the sizes the kernels define (some depend on the GPU) come in as InferenceKernelSizes.
 #pragma once
 

@@ -13,8 +13,8 @@
 //   - a long prompt comes in chunks (inference_prefill_chunk): a chunk's positions are the rows of one step of the
 //     decode path mapped to the slot (each row's K and V into the cache first, then each row attending over the
 //     cache up to its own position), on the prefill's layer buffers, so each chunk continues the cached prefix.
-// Made for the shape slots_shape() gives. Needs a GPU to validate (docs/SERVING.md): tests/test_decode.cu checks
-// the prefill and the steps against the reference forward; scripts/check_serve.py the server against generate_gpt2cu.
+// Made for the shape slots_shape() gives. Needs a GPU to validate (docs/SERVING.md): tests/gpu/test_decode.cu checks
+// the prefill and the steps against the reference forward; tests/serving/check_serve.py the server against generate_gpt2cu.
 #pragma once
 
 #include <algorithm>

@@ -147,7 +147,7 @@ inline std::string model_json(const std::string& model, int64_t created) {
     return json_text({{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "llmc"}});
 }
 
-// GET /health: the scheduler's state and counters (scripts/bench_serve.py reads batch occupancy from them).
+// GET /health: the scheduler's state and counters (scripts/bench/bench_serve.py reads batch occupancy from them).
 inline std::string health_json(const SchedulerStats& s, const std::string& model, int context) {
     nlohmann::json j = {{"status", s.draining ? "draining" : "ok"},
                         {"model", model},

@@ -3,7 +3,7 @@
 // OpenAI does); text that could still turn out to be the start of a stop string is held back, and so are the bytes
 // of a character not yet complete. Invalid UTF-8 becomes U+FFFD, one per maximal invalid subpart (the Unicode and
 // WHATWG practice, which Python's bytes.decode(errors="replace") follows), so the pieces handed out one by one join
-// to the text sanitised at once. Host-only, no JSON (tests/test_serve_text.cpp; fuzzed by fuzz_serve_request).
+// to the text sanitised at once. Host-only, no JSON (tests/serving/test_serve_text.cpp; fuzzed by fuzz_serve_request).
 #pragma once
 
 #include <algorithm>

@@ -3,8 +3,8 @@
 // and, when asked, log-probabilities under the model: log-softmax of the raw logits (before temperature, top-k
 // and top-p, as OpenAI and vLLM report them), the chosen token's and the N most likely tokens' (highest logit
 // first, ties to the lower id: the rule's order). Host-only; the GPU engine (llmc/serving/gpu_engine.cuh) picks on
-// the GPU by the same rule and fills logprobs here for the requests that ask; the mock engine (tests/serve_mock)
-// picks here; tests/test_serve_host_pick.cpp checks it against direct sums.
+// the GPU by the same rule and fills logprobs here for the requests that ask; the mock engine (tests/serving/serve_mock)
+// picks here; tests/serving/test_serve_host_pick.cpp checks it against direct sums.
 #pragma once
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // and ended apart, so that the scheduler's host work (delivering the last step's tokens, new prompts) overlaps the
 // step on the GPU; a slot's input token is the one the engine picked for it last, so the next step needs nothing
 // back from the host. The GPU engine (llmc/serving/gpu_engine.cuh) implements it over llmc/inference; the tests'
-// fake engine (tests/serve_fake_engine.h) computes a token from the slot's history, so the scheduler is tested on
+// fake engine (tests/serving/serve_fake_engine.h) computes a token from the slot's history, so the scheduler is tested on
 // the CPU. Host-only.
 #pragma once
 

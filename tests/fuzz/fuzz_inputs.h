@@ -298,7 +298,7 @@ inline std::vector<std::string> unpack_argv(const uint8_t* data, size_t size, si
     return args;
 }
 
-// ---- fuzz_bf16_error: a record as scripts/train_gpt2.py writes it (values as the floats the reader keeps).
+// ---- fuzz_bf16_error: a record as scripts/reference/train_gpt2.py writes it (values as the floats the reader keeps).
 inline std::string format_bf16_error(const PyTorchBf16Error& e) {
     std::string s = "# PyTorch's bf16 error\ngpt2_bf16_error " + std::to_string(kBf16ErrorVersion) + "\nsteps " +
                     std::to_string(e.trajectory_abs.size()) + "\n";

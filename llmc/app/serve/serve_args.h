@@ -1,4 +1,4 @@
-// Flags of the server (serve_gpt2cu, and tests/serve_mock, which runs the same server on a fake engine), checked
+// Flags of the server (serve_gpt2cu, and tests/serving/serve_mock, which runs the same server on a fake engine), checked
 // before any GPU work, each problem one line naming the flag. Shared concepts keep generate_gpt2cu's names
 // (-e, -g, -st, -sk, -sp, -seed, --vocab-dir); -g, -st, -sk, -sp and -seed are the defaults of the request fields
 // a client leaves out (max_tokens, temperature, top_k, top_p, seed).

@@ -1,5 +1,5 @@
 // The server's process around an engine: three threads and a signal handler, shared by serve_gpt2cu (the GPU
-// engine) and tests/serve_mock (the fake one).
+// engine) and tests/serving/serve_mock (the fake one).
 //   - the engine's thread steps the scheduler (Scheduler::run);
 //   - the caller's thread runs cpp-httplib's listener, whose pool of threads handles the requests;
 //   - a signal thread waits for SIGTERM or SIGINT: the first drains (stop accepting, finish every accepted request,

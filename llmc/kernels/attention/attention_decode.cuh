@@ -9,7 +9,7 @@
 //     partials; it can also take the new token's K and V from the QKV row and append them to the cache itself.
 //
 // Validated against fp64 by dev/cuda/attention_decode -c (in make test on GPU machines) and, inside the decode
-// step, by tests/test_decode.
+// step, by tests/gpu/test_decode.
 //
 // Layouts: q (B, NH, HS) with batches q_stride elements apart (NH·HS packed; 3·NH·HS read straight from the
 // QKV projection's rows), the new token's queries; k_cache, v_cache (B, NH, max_T, HS), positions

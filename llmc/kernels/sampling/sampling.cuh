@@ -8,7 +8,7 @@
 // prefix over threads. Thresholds are found by bisection over the rule's key order (16 steps for bf16, 32 for fp32),
 // each step one fixed-order block reduction: the same coin gives the same token on every run. Sums are fp32 where
 // the host's are double, so a coin within rounding of a CDF boundary may pick the neighbouring token
-// (tests/test_sampling.cu allows exactly that).
+// (tests/gpu/test_sampling.cu allows exactly that).
 //
 // Per sequence b the kernel reads the logits row b·rows_per_seq + (rows_per_seq > 1 ? len[b] − 1 : 0) (rows_per_seq
 // 1: one row per sequence, as generation's prefill and decode step leave them), takes the coin coins[g·B + b] with
