@@ -159,7 +159,9 @@ tests/serving/serve_mock: tests/serving/serve_mock.cpp $(ENGINE_HEADERS) $(TEST_
 SERVE_CPU := $(if $(SERVE_DEPS),$(if $(GTEST_OK),tests/serving/serve_tests) tests/serving/serve_mock)
 
 # ---------------------------------------------------------------- GPU programs
-GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu tests/gpu/test_kernels tests/gpu/test_decode tests/gpu/test_sampling \
+# every engine kernel against the double-precision CPU reference, one program per kernel family
+KERNEL_TESTS := $(patsubst %.cu,%,$(wildcard tests/gpu/kernels/test_*.cu))
+GPU_PROGRAMS := train_gpt2cu test_gpt2cu generate_gpt2cu $(KERNEL_TESTS) tests/gpu/test_decode tests/gpu/test_sampling \
                 tests/gpu/test_zero tests/gpu/test_serve_engine tests/gpu/test_peer_copy $(if $(SERVE_DEPS),serve_gpt2cu)
 
 # GPU binaries are rebuilt when PRECISION or the target architecture changes (the stamp holds both).
@@ -182,8 +184,8 @@ serve_gpt2cu: serve_gpt2.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(if $(SERVE_DEPS),,@echo "serve_gpt2cu needs $(SERVE_MISSING) (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)"; exit 1)
 	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
 
-# every engine kernel against the double-precision CPU reference
-tests/gpu/test_kernels: tests/gpu/test_kernels.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)
+$(KERNEL_TESTS): tests/gpu/kernels/%: tests/gpu/kernels/%.cu tests/gpu/kernels/kernel_checks.cuh $(ENGINE_HEADERS) \
+                 $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 
 tests/gpu/test_decode: tests/gpu/test_decode.cu $(ENGINE_HEADERS) $(TEST_HEADERS) $(REFERENCE_HEADERS) $(BUILD_STAMP)

@@ -88,7 +88,11 @@ if true; then
         selected "$name" && needs_d12=1 && needs_data=1
     done
     for name in gpu-data resume-bit-exact cuda-graph-bit-exact checkpoint-directory cpu-vs-gpu-fp32; do selected "$name" && needs_data=1; done
-    run_suite gpu-kernels ./tests/gpu/test_kernels
+    # every kernel against the CPU reference in double, one program per kernel family
+    for src in tests/gpu/kernels/test_*.cu; do
+        family=$(basename "$src" .cu)
+        run_suite "gpu-kernels-${family#test_}" "./${src%.cu}"
+    done
     # generation's KV cache and decode step (as a CUDA Graph) against the full forward
     run_suite gpu-decode ./tests/gpu/test_decode
     # the GPU token picker against the host sampler
@@ -109,7 +113,7 @@ if true; then
     run_suite dev-graph-gaps ./dev/cuda/graph_gaps -c
     run_suite dev-peer-traffic ./dev/cuda/peer_traffic -c
     # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only
-    # (flash is checked by tests/gpu/test_kernels and by the d12 reference below)
+    # (flash is checked by tests/gpu/kernels/test_attention and by the d12 reference below)
     run_suite gpu-reference-tiny-materialized ./test_gpt2cu tests/fixtures/tiny --backend materialized
     # Tiny Shakespeare shards for the resume check and the d12 reference
     [ $needs_data = 1 ] && PREREQ=1 run_suite gpu-data make -s data DATA_MIRROR="$DATA_MIRROR"
