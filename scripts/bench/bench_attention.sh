@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU machine: build the attention dev programs, validate every variant, benchmark ours and PyTorch SDPA
-# (../shared/anchors/sdpa_baseline.py, same shapes) in the same call, and print our speed relative to SDPA's
+# (scripts/bench/baselines/sdpa_attention.py, same shapes) in the same call, and print our speed relative to SDPA's
 # FLASH (FlashAttention-2) and CUDNN backends.
 #   scripts/bench/bench_attention.sh                 # from the repository root
-# Environment: SDPA_BASELINE (path of sdpa_baseline.py), LOG_DIR (where logs go, default ./log_attention),
+# Environment: SDPA_BASELINE (the baseline script, default the project's own), ANCHOR (a fixed baseline with the same
+#              flags and output lines, e.g. ../shared/anchors/sdpa_baseline.py: run beside it, its lines printed),
+#              LOG_DIR (where logs go, default ./log_attention),
 #              SHAPES ("B,NH,T,HS;..."; the first one also benchmarks the slow fp32 teaching variants),
 #              ITERS (timed back-to-back calls per series, both sides; default 200).
 # Both sides time the same number of back-to-back calls: during these series an H200 reaches its 700 W cap
@@ -14,12 +16,14 @@
 # which is how the SDPA script times; the programs also print the cold-L2 medians and every other configuration.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SDPA_BASELINE=${SDPA_BASELINE:-../shared/anchors/sdpa_baseline.py}
+SDPA_BASELINE=${SDPA_BASELINE:-scripts/bench/baselines/sdpa_attention.py}
+ANCHOR=${ANCHOR:-}
 LOG_DIR=${LOG_DIR:-log_attention}
 SHAPES=${SHAPES:-"8,12,1024,64;4,12,4096,64;1,12,16384,64;8,12,1024,128;4,12,4096,128;1,12,16384,128"}
 ITERS=${ITERS:-200}
 mkdir -p "$LOG_DIR"
 [ -f "$SDPA_BASELINE" ] || { echo "error: $SDPA_BASELINE not found (set SDPA_BASELINE)"; exit 1; }
+[ -z "$ANCHOR" ] || [ -f "$ANCHOR" ] || { echo "error: ANCHOR=$ANCHOR: no such file"; exit 1; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 git log -1 --format='commit %h %s' 2>/dev/null || true
@@ -31,6 +35,10 @@ status=0
 PYTHONUNBUFFERED=1 python3 "$SDPA_BASELINE" --shapes "$SHAPES" --backends FLASH_ATTENTION,CUDNN_ATTENTION \
     --iters "$ITERS" \
     | tee "$LOG_DIR/sdpa.log"
+if [ -n "$ANCHOR" ]; then
+    PYTHONUNBUFFERED=1 python3 "$ANCHOR" --shapes "$SHAPES" --backends FLASH_ATTENTION,CUDNN_ATTENTION --iters "$ITERS" \
+        | sed 's/^/anchor: /' | tee "$LOG_DIR/sdpa_anchor.log"
+fi
 
 python3 - "$LOG_DIR" <<'PY'
 import re, sys, os

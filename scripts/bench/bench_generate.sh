@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Generation speed of generate_gpt2cu (BF16 build: KV cache, CUDA Graph, greedy on the GPU) against Hugging Face
-# generate (../shared/anchors/hf_generate_baseline.py), same weights, same GPU, same call: prompt of 64 tokens,
+# generate (scripts/bench/baselines/hf_generate.py), same weights, same GPU, same call: prompt of 64 tokens,
 # 256 new tokens, greedy, batch 1 and 64 (BATCHES). tokens/s counts the prefill's time with the decode steps';
 # set-up (its warm-up included) is printed on its own line, with the device memory in use after it. The model:
 # MODEL (our file; default ref/d12_model.bin, which `make test` writes), converted to Hugging Face's format for the
 # baseline.
 #   scripts/bench/bench_generate.sh
-# Env: MODEL, BATCHES ("1 64"), N (256), BASELINE, BASELINE_MODES (eager; eager,static adds HF's static cache +
+# Env: MODEL, BATCHES ("1 64"), N (256), BASELINE, ANCHOR (a fixed baseline with the same flags and output line, e.g.
+#      ../shared/anchors/hf_generate_baseline.py, run beside it), BASELINE_MODES (eager; eager,static adds HF's static cache +
 #      torch.compile, minutes of compilation), LOGDIR (bench_generate_logs), NO_BASELINE=1, DATA_MIRROR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-ref/d12_model.bin}
 BATCHES=${BATCHES:-"1 64"}
 N=${N:-256}
-BASELINE=${BASELINE:-../shared/anchors/hf_generate_baseline.py}
+BASELINE=${BASELINE:-scripts/bench/baselines/hf_generate.py}
+ANCHOR=${ANCHOR:-}
 LOGDIR=${LOGDIR:-bench_generate_logs}
 mkdir -p "$LOGDIR"
 [ -f "$MODEL" ] || { echo "error: model $MODEL not found (set MODEL=...; make test writes ref/d12_model.bin)" >&2; exit 1; }
@@ -47,5 +49,9 @@ if [ "${NO_BASELINE:-0}" != 1 ]; then
     for B in $BATCHES; do
         python3 "$BASELINE" --model-dir "$HF_DIR" --B "$B" --P 64 --N "$N" --dtype bf16 --modes "${BASELINE_MODES:-eager}" \
             2>&1 | grep BASELINE || true
+        if [ -n "$ANCHOR" ]; then
+            python3 "$ANCHOR" --model-dir "$HF_DIR" --B "$B" --P 64 --N "$N" --dtype bf16 --modes "${BASELINE_MODES:-eager}" \
+                2>&1 | grep BASELINE | sed 's/^/anchor: /' || true
+        fi
     done
 fi

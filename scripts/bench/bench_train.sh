@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training throughput of train_gpt2cu (d12 or DEPTH, T=1024) against the fixed PyTorch baseline, run side by side on
+# Training throughput of train_gpt2cu (d12 or DEPTH, T=1024) against the PyTorch baseline, run side by side on
 # the same GPU: for each B, the median ms/step and tok/s over steps 10..40 (the first steps pay for
 # cuBLAS plans and caches), the median MFU, the device memory in use, then the torch.compile baseline with
 # the same B and T and the ratio ours/baseline.
@@ -9,7 +9,9 @@
 # GEMM algorithms: before each B, a tuning run (LLMC_GEMM_TUNE, 45 steps, not timed) records the fastest cuBLASLt
 # algorithm of every GEMM shape in $LOGDIR/gemm_algos_d<DEPTH>_B<B>.txt (kept and reused while it exists), and the
 # timed run reads it (LLMC_GEMM_ALGOS); GEMM_TUNE=0 times the heuristic's first choices instead.
-# Env: BASELINE (default ../shared/anchors/torch_gpt2_baseline.py), LOGDIR (default bench_logs),
+# Env: BASELINE (default scripts/bench/baselines/torch_train_step.py, the project's own), ANCHOR (a fixed baseline
+#      script with the same flags and output line, e.g. ../shared/anchors/torch_gpt2_baseline.py, run beside it),
+#      LOGDIR (default bench_logs),
 #      TRAIN_FLAGS (extra flags for train_gpt2cu, e.g. "-ab flash" or "-r 0"), NO_BASELINE=1 to skip torch,
 #      BASELINE_BATCHES (the B values that also run the baseline; default all of BATCHES).
 # Data: one shard of random tokens (the baseline trains on random tokens too); speed does not depend on it.
@@ -20,7 +22,8 @@ BATCHES=${BATCHES:-"16 32 64"}
 STEPS=${STEPS:-40}
 DEPTH=${DEPTH:-12}
 T=1024
-BASELINE=${BASELINE:-../shared/anchors/torch_gpt2_baseline.py}
+BASELINE=${BASELINE:-scripts/bench/baselines/torch_train_step.py}
+ANCHOR=${ANCHOR:-}
 LOGDIR=${LOGDIR:-bench_logs}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 BASELINE_BATCHES=${BASELINE_BATCHES:-$BATCHES}
@@ -30,6 +33,7 @@ mkdir -p "$LOGDIR"
 if [ "${NO_BASELINE:-0}" != 1 ] && [ ! -f "$BASELINE" ]; then
     echo "error: baseline script $BASELINE not found (set BASELINE=...)" >&2; exit 1
 fi
+[ -z "$ANCHOR" ] || [ -f "$ANCHOR" ] || { echo "error: ANCHOR=$ANCHOR: no such file" >&2; exit 1; }
 
 SHARD="$LOGDIR/random_tokens_train_000000.bin"
 [ -f "$SHARD" ] || python3 scripts/reference/make_random_shard.py "$SHARD"
@@ -93,6 +97,18 @@ PARSE
         else
             tail -n 3 "$blog"
             line="$line | baseline failed (see $blog)"
+        fi
+        if [ -n "$ANCHOR" ]; then
+            alog="$LOGDIR/anchor_B${B}.log"
+            echo "==== anchor $ANCHOR B=$B T=$T"
+            if PYTHONUNBUFFERED=1 python3 "$ANCHOR" --depth "$DEPTH" --B "$B" --T "$T" >"$alog" 2>&1; then
+                grep '^BASELINE' "$alog"
+                atoks=$(sed -n 's/^BASELINE.* tok_per_s=\([0-9]*\).*/\1/p' "$alog")
+                line="$line | anchor ${atoks} tok/s | ratio ours/anchor $(awk -v a="$toks" -v b="$atoks" 'BEGIN { printf "%.3f", a / b }')"
+            else
+                tail -n 3 "$alog"
+                line="$line | anchor failed (see $alog)"
+            fi
         fi
     fi
     summary+=("$line")

@@ -43,6 +43,8 @@ TENSOR_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attpr
 
 # ----------------------------------------------------------------------------------------------- model
 class CausalSelfAttention(nn.Module):
+    fused = False  # True: torch's scaled_dot_product_attention (the speed baselines, scripts/bench/baselines/)
+
     def __init__(self, C, NH):
         super().__init__()
         self.NH = NH
@@ -56,6 +58,9 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.NH, HS).transpose(1, 2)
         k = k.view(B, T, self.NH, HS).transpose(1, 2)
         v = v.view(B, T, self.NH, HS).transpose(1, 2)
+        if self.fused:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         # explicit math (not a fused kernel) so every PyTorch version computes the same thing in fp32
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()

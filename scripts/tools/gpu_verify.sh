@@ -5,7 +5,8 @@
 #   scripts/tools/gpu_verify.sh sanitizers   tests/gpu/check_sanitizers.sh, every tool over every run (BF16)
 #   scripts/tools/gpu_verify.sh bench   d12 training throughput, flash and materialized attention, against the
 #                                 torch.compile baseline at B=16 T=1024; device memory at T=1024 and T=4096
-# Env: DATA_MIRROR (GPT-2 vocab + corpora), ANCHORS (folder with the fixed PyTorch baselines).
+# Env: DATA_MIRROR (GPT-2 vocab + corpora), ANCHORS (folder with the workplace's fixed PyTorch baselines: run beside the
+#      project's own, scripts/bench/baselines/, where it exists).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DATA_MIRROR=${DATA_MIRROR:-../shared/data}
@@ -48,7 +49,11 @@ bench)
     make -j16 train_gpt2cu PRECISION=BF16 >"$LOGS/build_bench.log" 2>&1 || { tail -n 30 "$LOGS/build_bench.log"; exit 1; }
     BATCHES=16 NO_BASELINE=1 LOGDIR="$LOGS/flash" TRAIN_FLAGS="-ab flash" bash scripts/bench/bench_train.sh | tail -n 1
     BATCHES=16 NO_BASELINE=1 LOGDIR="$LOGS/materialized" TRAIN_FLAGS="-ab materialized" bash scripts/bench/bench_train.sh | tail -n 1
-    PYTHONUNBUFFERED=1 python3 "$ANCHORS/torch_gpt2_baseline.py" --depth 12 --B 16 --T 1024 | tee "$LOGS/baseline.log"
+    PYTHONUNBUFFERED=1 python3 scripts/bench/baselines/torch_train_step.py --depth 12 --B 16 --T 1024 | tee "$LOGS/baseline.log"
+    if [ -f "$ANCHORS/torch_gpt2_baseline.py" ]; then
+        PYTHONUNBUFFERED=1 python3 "$ANCHORS/torch_gpt2_baseline.py" --depth 12 --B 16 --T 1024 | sed 's/^/anchor: /' \
+            | tee "$LOGS/anchor.log"
+    fi
     shard=$(ls "$LOGS"/flash/random_tokens_train_000000.bin)
     for backend in flash materialized; do
         for T in 1024 4096; do
