@@ -1,7 +1,7 @@
 // Hopper (sm_90a) as a target: whether this build and this GPU have it, the guard every device wrapper of
 // llmc/hopper/ compiles behind, and what a warp-specialised kernel does with its warpgroups (setmaxnreg, named
 // barriers). The other wrappers: tma.cuh, pipeline.cuh, smem.cuh, wgmma.cuh; each states the rule it obeys (PTX ISA
-// 8.x; ../shared/design/attention.md, Step E).
+// 8.x; FlashAttention-3, Shah et al. 2024, for how the attention kernels use them).
 // Build: wgmma and setmaxnreg exist only on the sm_90a target (`-gencode arch=compute_90a,code=sm_90a`, which the
 // Makefiles pass for GPU_COMPUTE_CAPABILITY=90 and announce with -DLLMC_SM90A); on any other target the device
 // wrappers compile to a trap and hopper_available() is false, so callers keep their pre-Hopper path.

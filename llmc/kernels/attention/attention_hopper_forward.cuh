@@ -1,4 +1,4 @@
-// Causal attention forward on Hopper (FlashAttention-3's machinery; ../shared/design/attention.md, Step E). Layouts
+// Causal attention forward on Hopper (FlashAttention-3's machinery: Shah et al. 2024, sections 3.1-3.2). Layouts
 // as the mma.sync backend: qkv (B, T, 3, NH, HS) bf16 in; out (B, T, NH·HS) bf16 and lse (B, NH, T) fp32 (natural
 // log) out; scale 1/sqrt(HS). HS 64 or 128, any T.
 //
@@ -12,7 +12,7 @@
 //   - epilogue: O / l into this consumer's rows of sQ and out by TMA stores, which drop rows past T; LSE per row.
 // The 3D tensor maps zero-fill rows past T, so partial tiles need no special loads; keys past T sit above the
 // diagonal of every real query row and are masked with it.
-// Overlap (Step E): each consumer issues S of tile j with P·V of tile j − 1 behind it and runs tile j's softmax while
+// Overlap (FlashAttention-3's intra-warpgroup pipelining): each consumer issues S of tile j with P·V of tile j − 1 behind it and runs tile j's softmax while
 // that product is on the tensor cores; the two consumers are not otherwise synchronised (an explicit ping-pong on
 // named barriers measured slower, docs/PERFORMANCE.md).
 #pragma once
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     pack_a_fragments<Cfg::kBc>(s_acc, p_frag);  // P, straight from S's accumulators
 
     // Tiles 1..n-1: S_j is issued with P_{j-1}·V_{j-1} behind it, and tile j's softmax runs while that second product
-    // is still on the tensor cores (Step E's intra-warpgroup overlap). Only the last tile reaches the diagonal (query
+    // is still on the tensor cores (the intra-warpgroup overlap). Only the last tile reaches the diagonal (query
     // blocks and key tiles are both 128 wide), so the loop has no mask at all and the last tile runs after it.
     static_assert(Cfg::kStages >= 2, "tile 1 is in the ring's second stage");
     int prev = ring.stage();  // the stage of tile j - 1, released once P_{j-1}·V_{j-1} is done
