@@ -1,4 +1,4 @@
-// Checks the CPU reference GPT-2 (reference/gpt2_cpu.h) against PyTorch (scripts/reference/train_gpt2.py):
+// Checks the CPU reference GPT-2 (reference/gpt2.h) against PyTorch (scripts/reference/train_gpt2.py):
 //   ./test_gpt2 <prefix>     e.g. tests/fixtures/tiny  ->  reads <prefix>_model.bin, _model_bf16.bin,
 //                            _debug_state.bin, _trajectory.txt
 // Checks: logits rel-L2 <= 1e-5; mean loss within 1e-5; every gradient tensor rel-L2 <= 1e-4 (and the wte
@@ -18,7 +18,7 @@
 #include "llmc/formats/model_file.h"
 #include "reference/compare.h"
 #include "reference/debug_state.h"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 #include "reference/reference_trajectory.h"
 
 constexpr double kLogitsTol = 1e-5;      // rel-L2
@@ -56,7 +56,7 @@ void check_matmul_edges(Tally* tally) {
         for (double& v : b) v = rng.normal_double();
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             std::fill(out.begin(), out.end(), NAN);
-            cpu::matmul_forward<double>(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, B, T, C, OC);
+            reference::matmul_forward<double>(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, B, T, C, OC);
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < OC; j++) {
                     double sum = with_bias ? b[j] : 0.0;
@@ -82,7 +82,7 @@ void check_attention_double(Tally* tally) {
     std::vector<double> inp(n_inp), w(n_out), out(n_out, NAN), lse((size_t)B * NH * T, NAN);
     for (double& x : inp) x = 2.0 * rng.normal_double();
     for (double& x : w) x = rng.normal_double();
-    cpu::attention_forward<double>(out.data(), lse.data(), inp.data(), B, T, C, NH);
+    reference::attention_forward<double>(out.data(), lse.data(), inp.data(), B, T, C, NH);
 
     // P = exp(S - lse) must sum to 1 over t2 <= t and reproduce out = P·V
     double sum_err = 0, out_err = 0;
@@ -113,9 +113,9 @@ void check_attention_double(Tally* tally) {
 
     // d(sum(out * w))/d(inp) by attention_backward vs central differences on every input element
     std::vector<double> dinp(n_inp, 0.0), fd(n_inp);
-    cpu::attention_backward<double>(dinp.data(), w.data(), inp.data(), B, T, C, NH);
+    reference::attention_backward<double>(dinp.data(), w.data(), inp.data(), B, T, C, NH);
     auto objective = [&](std::vector<double>& x) {
-        cpu::attention_forward<double>(out.data(), (double*)nullptr, x.data(), B, T, C, NH);
+        reference::attention_forward<double>(out.data(), (double*)nullptr, x.data(), B, T, C, NH);
         double f = 0;
         for (size_t i = 0; i < n_out; i++) f += out[i] * w[i];
         return f;
@@ -139,8 +139,8 @@ void check_attention_double(Tally* tally) {
 
 int run(const std::string& prefix) {
     Tally tally;
-    cpu::GPT2 model;
-    cpu::gpt2_build_from_checkpoint(&model, prefix + "_model.bin");
+    reference::GPT2 model;
+    reference::gpt2_build_from_checkpoint(&model, prefix + "_model.bin");
     const GPT2Config& c = model.config;
     DebugState ref = read_debug_state(prefix + "_debug_state.bin", c);
     ReferenceTrajectory traj = read_reference_trajectory(prefix + "_trajectory.txt");
@@ -154,10 +154,10 @@ int run(const std::string& prefix) {
            c.num_layers, c.num_heads, c.channels, V, Vp, c.max_seq_len, gpt2_num_parameters(c), B, T, threads);
 
     // ---- forward: activations poisoned first, so anything left unwritten shows up as NaN
-    cpu::gpt2_allocate(&model, B, T);
+    reference::gpt2_allocate(&model, B, T);
     std::fill(model.acts.begin(), model.acts.end(), NAN);
-    const float loss = cpu::gpt2_forward(&model, ref.inputs.data(), ref.targets.data(), B, T);
-    const float* logits = model.act(cpu::ACT_LOGITS);
+    const float loss = reference::gpt2_forward(&model, ref.inputs.data(), ref.targets.data(), B, T);
+    const float* logits = model.act(reference::ACT_LOGITS);
     ErrorStats e = compare_by(ref.logits.size(), [&](size_t i) { return logits[(i / V) * Vp + i % V]; },
                               [&](size_t i) { return ref.logits[i]; });
     bool ok = e.rel_l2 <= kLogitsTol;
@@ -171,8 +171,8 @@ int run(const std::string& prefix) {
            verdict(ok));
 
     // ---- backward
-    cpu::gpt2_zero_grad(&model);
-    cpu::gpt2_backward(&model);
+    reference::gpt2_zero_grad(&model);
+    reference::gpt2_backward(&model);
     auto table = gpt2_parameter_table(c);
     printf("gradients (tol rel-L2 %.0e per tensor):\n", kGradTol);
     for (int i = 0; i < kNumParameterTensors; i++) {
@@ -214,9 +214,9 @@ int run(const std::string& prefix) {
     }
 
     // ---- AdamW trajectory from the checkpoint, fresh optimizer state
-    cpu::GPT2 trainee;
-    cpu::gpt2_build_from_checkpoint(&trainee, prefix + "_model.bin");
-    cpu::AdamWSettings opt;
+    reference::GPT2 trainee;
+    reference::gpt2_build_from_checkpoint(&trainee, prefix + "_model.bin");
+    reference::AdamWSettings opt;
     opt.lr = traj.lr;
     opt.beta1 = traj.beta1;
     opt.beta2 = traj.beta2;
@@ -225,10 +225,10 @@ int run(const std::string& prefix) {
     printf("AdamW trajectory: %zu steps, lr %g beta1 %g beta2 %g eps %g weight_decay %g (tol |diff| %.0e):\n",
            traj.losses.size(), opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, kTrajectoryTol);
     for (size_t step = 0; step < traj.losses.size(); step++) {
-        float l = cpu::gpt2_forward(&trainee, ref.inputs.data(), ref.targets.data(), B, T);
-        cpu::gpt2_zero_grad(&trainee);
-        cpu::gpt2_backward(&trainee);
-        cpu::gpt2_update(&trainee, opt, (int)step + 1);
+        float l = reference::gpt2_forward(&trainee, ref.inputs.data(), ref.targets.data(), B, T);
+        reference::gpt2_zero_grad(&trainee);
+        reference::gpt2_backward(&trainee);
+        reference::gpt2_update(&trainee, opt, (int)step + 1);
         double d = std::fabs((double)l - (double)traj.losses[step]);
         ok = d <= kTrajectoryTol;
         tally.check(ok);

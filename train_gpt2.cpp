@@ -40,8 +40,8 @@
 
 namespace {
 
-using Model = cpu_engine::GPT2;
-using Optimizer = cpu_engine::AdamW;
+using Model = cpu::GPT2;
+using Optimizer = cpu::AdamW;
 
 int thread_count() {
 #ifdef _OPENMP
@@ -96,7 +96,7 @@ float evaluate(Model& model, DataLoader& val, int max_batches, int B, int T) {
     ProgressLine progress("validation", (int)n, true);
     for (size_t i = 0; i < n; i++) {
         val.next_batch();
-        sum += cpu_engine::gpt2_forward(&model, val.inputs(), val.targets(), B, T);
+        sum += cpu::gpt2_forward(&model, val.inputs(), val.targets(), B, T);
         progress.update((int)i + 1);
     }
     return (float)(sum / (double)n);
@@ -108,7 +108,7 @@ void print_sample(Model& model, const TrainArgs& a, Rng& rng, const TokenizerFil
     std::vector<float> coins((size_t)a.gen_tokens);
     for (float& coin : coins) coin = rng.uniform();
     const int V = model.config.vocab_size;
-    const std::vector<int> ids = cpu_engine::generate(model, {eot}, a.gen_tokens, [&](const float* logits, int g) {
+    const std::vector<int> ids = cpu::generate(model, {eot}, a.gen_tokens, [&](const float* logits, int g) {
         return sample_token(logits, V, a.temperature, a.top_k, 1.0f, coins[(size_t)g]);
     });
     printf("generating:\n---\n");
@@ -146,7 +146,7 @@ ModelInput read_model_input(const ModelSource& source) {
 
 void build_model(Model* model, ModelInput in, uint64_t seed) {
     if (in.source.kind == ModelSource::Preset) in.params = gpt2_random_init(in.config, seed);
-    cpu_engine::gpt2_build(model, in.config, std::move(in.params));
+    cpu::gpt2_build(model, in.config, std::move(in.params));
 }
 
 struct StartupInfo {
@@ -172,8 +172,8 @@ void print_startup_table(const TrainArgs& a, const Model& model, const Optimizer
 #else
     row("threads", str(thread_count()) + " (built without OpenMP)");
 #endif
-    row("vectors / GEMM tile", std::string(cpu_engine::kVecName) + " / " + str(cpu_engine::kMR) + " x " +
-                                   str(cpu_engine::kNR));
+    row("vectors / GEMM tile", std::string(cpu::kVecName) + " / " + str(cpu::kMR) + " x " +
+                                   str(cpu::kNR));
     row("B / T", str(a.B) + " / " + str(a.T));
     print_table_rows(schedule_table_rows(a, s.layout, s.start_step, s.total_steps));
     print_table_rows(data_table_rows(a, train, val, hs));
@@ -197,12 +197,12 @@ struct StepResult {
 StepResult train_step(Model& model, Optimizer& opt, DataLoader& train, const TrainArgs& a, const BatchLayout& layout,
                       const LRScheduler& sched, int step) {
     const auto t0 = std::chrono::steady_clock::now();
-    cpu_engine::gpt2_zero_grad(&model);
+    cpu::gpt2_zero_grad(&model);
     double loss_sum = 0;
     for (int micro = 0; micro < layout.grad_accum_steps; micro++) {
         train.next_batch();
-        loss_sum += cpu_engine::gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T);
-        cpu_engine::gpt2_backward(&model, 1.0f / layout.grad_accum_steps);
+        loss_sum += cpu::gpt2_forward(&model, train.inputs(), train.targets(), a.B, a.T);
+        cpu::gpt2_backward(&model, 1.0f / layout.grad_accum_steps);
     }
     StepResult r;
     r.loss = (float)(loss_sum / layout.grad_accum_steps);
@@ -238,8 +238,8 @@ int train(const TrainArgs& a, RunPlan plan) {
     const std::string init_desc = input.source.description;
     Model model;
     build_model(&model, std::move(input), a.seed);
-    cpu_engine::gpt2_allocate(&model, a.B, a.T);
-    cpu_engine::AdamWSettings opt_settings;  // betas and eps as in GPT-2/GPT-3 training (and llm.c): the defaults
+    cpu::gpt2_allocate(&model, a.B, a.T);
+    cpu::AdamWSettings opt_settings;  // betas and eps as in GPT-2/GPT-3 training (and llm.c): the defaults
     opt_settings.weight_decay = a.weight_decay;
     Optimizer opt;
     opt.init(model, opt_settings);
@@ -275,8 +275,8 @@ int train(const TrainArgs& a, RunPlan plan) {
         if (ev.hellaswag) {
             const HellaSwagResult hs = hellaswag->run(
                 [&](const EvalBatch& b, std::vector<float>& losses) {
-                    cpu_engine::gpt2_forward(&model, b.inputs.data(), b.targets.data(), a.B, a.T);
-                    cpu_engine::gpt2_last_losses(&model, &losses);
+                    cpu::gpt2_forward(&model, b.inputs.data(), b.targets.data(), a.B, a.T);
+                    cpu::gpt2_last_losses(&model, &losses);
                 },
                 [](double*, int) {}, true);
             printf("%s\n", HellaSwagEval::report(hs, 1).c_str());

@@ -30,6 +30,7 @@
 #include "llmc/model/gpt2.cuh"
 #include "llmc/model/gpt2_step.cuh"
 #include "llmc/optimizer/adamw_optimizer.cuh"
+#include "llmc/optimizer/model_and_optimizer.cuh"
 #include "llmc/optimizer/schedulers.h"
 
 namespace {
@@ -278,12 +279,8 @@ int train(const TrainArgs& a, RunPlan plan, int* argc, char*** argv) {
     opt_settings.zero_stage = a.zero_stage;
     opt_settings.bucket_bytes = (size_t)a.zero_bucket_mb << 20;
     if (a.zero_stage == 2 && mg.world == 1) printf("note: -z 2 with one process: nothing to exchange, runs as -z 1\n");
-    model.grad_layout = adamw_model_grad_layout(c, opt_settings, mg.world);  // -z 2: wte, wpe, lnf's only
-    // out of memory: exits naming the largest B that fits next to the optimizer's state
-    gpt2_allocate(&model, a.B, a.T, a.recompute, backend, adamw_device_bytes(c, opt_settings, mg.world));
     AdamW opt;
-    opt.init(&model, &mg, opt_settings);
-    gpt2_release_host_params(&model);
+    model_and_optimizer_init(&model, &opt, &mg, ModelAllocation{a.B, a.T, a.recompute, backend}, opt_settings);
 
     // ---- data, schedule, samples (the plan's)
     DataLoader* const train_loader = data.train.get();
@@ -393,8 +390,7 @@ int train(const TrainArgs& a, RunPlan plan, int* argc, char*** argv) {
                          left, path);
         else printf("GEMM tuning: every shape written to %s\n", path);
     }
-    opt.free();
-    gpt2_free(&model);
+    model_and_optimizer_free(&model, &opt);
     multi_gpu_free(mg);
     return 0;
 }
@@ -410,7 +406,7 @@ int main(int argc, char** argv) {
     if (done >= 0) return done;
     try {
         // every input read and checked on the host before any CUDA call (llmc/app/train/preflight.h); --check ends here
-        RunPlan plan = preflight(args, expected_processes(args));
+        RunPlan plan = preflight(args, expected_processes(args), gpt2_shape_problem);
         if (args.check) {
             print_preflight(args, plan, {{"precision", PRECISION_NAME}, {"LLMC_* switches", engine_options().description()}});
             return 0;

@@ -7,7 +7,7 @@
 //   variants 2-7: the chunked kernel: groups of 4 elements per thread (unroll), threads per block, evict-first
 //   or plain loads and stores (variant 2 is the engine's choice)
 // Validation first, on a table with GPT-2's structure and small sizes plus odd tensors: master weights, m and v
-// against the fp64 CPU reference (reference/gpt2_cpu.h; rel-L2 <= 1e-5 and the element-wise bound of
+// against the fp64 CPU reference (reference/gpt2.h; rel-L2 <= 1e-5 and the element-wise bound of
 // fp32_tolerance on m and v, the weight change within 1e-4 relative), every bf16 parameter one of the two bf16
 // neighbours of its master weight (stochastic rounding; parameters poisoned first), and every variant bit-identical
 // to variant 1 on every output.
@@ -16,7 +16,7 @@
 #include "common.h"
 #include "llmc/gpt2/gpt2_config.h"
 #include "llmc/kernels/adamw.cuh"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 
 static_assert(kFloatXIsBF16, "adamw.cu is built without -DENABLE_FP32: it times the engine's bf16 update");
 
@@ -136,7 +136,7 @@ static bool validate_table(const char* name, const Table& table, int variants) {
     for (size_t i = 0; i < n; i++) g[i] = (double)kGradScale * h.grads[i];  // h.grads: rounded to bf16 by fill
     size_t at = 0;
     for (size_t t = 0; t < table.sizes.size(); t++) {
-        cpu::adamw_update(p.data() + at, g.data() + at, m.data() + at, v.data() + at, table.sizes[t], (double)kLr,
+        reference::adamw_update(p.data() + at, g.data() + at, m.data() + at, v.data() + at, table.sizes[t], (double)kLr,
                           (double)kBeta1, (double)kBeta2, (double)kEps, (double)table.weight_decay[t], kStep);
         at += table.sizes[t];
     }

@@ -17,7 +17,7 @@
 //      accumulator in a fixed order (a semaphore per query tile; attention_hopper_backward_ordered.cuh): deterministic
 //   6  the same with unordered reduce-adds: faster where the ordering waits, not bit-reproducible
 //      (4-6 need an sm_90a build on a compute-capability 9.0 GPU, else they are skipped)
-// Every variant is validated against the fp64 CPU reference (reference/gpt2_cpu.h) at several shapes first.
+// Every variant is validated against the fp64 CPU reference (reference/gpt2.h) at several shapes first.
 // The benchmark also times forward + backward with the engine's flash kernels (variant 3), as PyTorch's
 // SDPA baseline does.
 // Build: make -C dev/cuda attention_backward     Run: ./attention_backward [-v 3] [-s "8,12,1024,64;..."]
@@ -26,7 +26,7 @@
 #include "attention_hopper_backward_ordered.cuh"
 #include "llmc/kernels/attention/attention_hopper_backward.cuh"
 #include "llmc/kernels/attention/attention_materialized.cuh"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 
 // ------------------------------------------------------------------------------------------ variant 2
 // D[b,h,t] = dO[b,t,h,:]·O[b,t,h,:], one thread per row.
@@ -323,7 +323,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
     } else {
         // out and LSE from the fp64 reference forward, rounded to fp32
         std::vector<double> inp_d = to_double(inp), out_d(p.n_out()), lse_d(p.n_rows());
-        cpu::attention_forward<double>(out_d.data(), lse_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
+        reference::attention_forward<double>(out_d.data(), lse_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
         p.qkv32.upload(inp);
         p.dout32.upload(dout);
         p.out32.upload(to_float(out_d));
@@ -334,7 +334,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
         }
     }
     std::vector<double> inp_d = to_double(inp), dout_d = to_double(dout);
-    cpu::attention_backward<double>(dinp_ref.data(), dout_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
+    reference::attention_backward<double>(dinp_ref.data(), dout_d.data(), inp_d.data(), s.B, s.T, C, s.NH);
 
     if (v.bf16) p.dinp16.poison(); else p.dinp32.poison();
     p.D.poison();

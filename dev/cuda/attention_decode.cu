@@ -20,8 +20,8 @@ struct DecodeShape {
 };
 
 // out (b, h) = softmax(q·Kᵀ / sqrt(HS)) V over positions 0 .. len[b]-1, in double.
-std::vector<double> reference(const DecodeShape& s, const std::vector<float>& q, const std::vector<float>& k,
-                              const std::vector<float>& v) {
+std::vector<double> expected(const DecodeShape& s, const std::vector<float>& q, const std::vector<float>& k,
+                             const std::vector<float>& v) {
     std::vector<double> out((size_t)s.B * s.NH * s.HS, 0.0);
     const double scale = 1.0 / std::sqrt((double)s.HS);
 #pragma omp parallel for
@@ -114,7 +114,7 @@ bool check(const DecodeShape& s, DecodeAttentionKernel kernel, bool append) {
     Problem p(s, kernel, append);
     p.workspace.poison();
     cudaCheck(attention_decode_workspace_init(p.workspace.ptr, s.B, s.NH, s.max_T, s.HS));
-    const std::vector<double> ref = reference(s, p.hq, p.hk, p.hv);
+    const std::vector<double> ref = expected(s, p.hq, p.hk, p.hv);
     bool ok = true;
     std::vector<__nv_bfloat16> first;
     for (int call = 0; call < 2; call++) {  // the second call checks that the first left the counts at zero

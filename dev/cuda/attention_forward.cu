@@ -15,14 +15,14 @@
 //   6  Hopper (llmc/kernels/attention/attention_hopper_forward.cuh): TMA loads into a ring of stages on mbarriers, a producer warpgroup
 //      and two consumer warpgroups (setmaxnreg), S = Q·Kᵀ and O += P·V with wgmma (P from registers), output by TMA
 //      stores; needs an sm_90a build on a compute-capability 9.0 GPU, otherwise skipped
-// Every variant is validated against the fp64 CPU reference (reference/gpt2_cpu.h) at several shapes before any is
+// Every variant is validated against the fp64 CPU reference (reference/gpt2.h) at several shapes before any is
 // benchmarked.
 // Build: make -C dev/cuda attention_forward     Run: ./attention_forward [-v 5] [-s "8,12,1024,64;..."]
 #include "attention_common.h"
 #include "attention_flash_configs.cuh"
 #include "llmc/kernels/attention/attention_hopper_forward.cuh"
 #include "llmc/kernels/attention/attention_materialized.cuh"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 
 // ------------------------------------------------------------------------------------------ variant 1
 template <int HS>
@@ -310,7 +310,7 @@ bool check(const Variant& v, int block, const AttentionShape& s) {
     if (v.bf16) p.qkv16.upload(round_to_bf16(inp));
     else p.qkv32.upload(inp);
     std::vector<double> inp_d = to_double(inp), out_ref(p.n_out()), lse_ref(p.n_rows());
-    cpu::attention_forward<double>(out_ref.data(), lse_ref.data(), inp_d.data(), s.B, s.T, s.NH * s.HS, s.NH);
+    reference::attention_forward<double>(out_ref.data(), lse_ref.data(), inp_d.data(), s.B, s.T, s.NH * s.HS, s.NH);
 
     p.lse.poison();
     if (v.bf16) p.out16.poison(); else p.out32.poison();

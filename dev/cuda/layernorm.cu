@@ -3,14 +3,14 @@
 // the time this prints the bytes they must move and the rate that makes (the H200's DRAM peak is 4.8 TB/s).
 //   forward:  reads a and b, writes residual = a + b and out (4 rows of C per row, + mean and rstd)
 //   backward: reads dout and inp, reads and writes dinp (4 rows of C per row), then a small ordered reduction
-// Every shape is validated against the fp64 CPU reference (reference/gpt2_cpu.h), written outputs poisoned,
+// Every shape is validated against the fp64 CPU reference (reference/gpt2.h), written outputs poisoned,
 // before anything is timed: rel-L2 <= 5e-3 and the element-wise bound of bf16_tolerance.
 // The digest line (FNV-1a over the bytes of the outputs at the first timed shape) lets two builds be compared bit
 // for bit: same inputs, same digest.
 // Build: make -C dev/cuda layernorm      Run: ./layernorm [-r repeats] [-s "N,C;N,C"] [-c]  (-c: validation only)
 #include "common.h"
 #include "llmc/kernels/layernorm.cuh"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 
 struct Shape {
     int N, C;
@@ -74,10 +74,10 @@ static bool validate_shape(const Shape& sh) {
     }
     const std::vector<double> wd = to_double(h.w), bd = to_double(h.bias), doutd = to_double(h.dout);
     std::vector<double> out((size_t)N * C), mean(N), rstd(N);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), wd.data(), bd.data(), 1, N, C);
+    reference::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), wd.data(), bd.data(), 1, N, C);
     std::vector<double> dinp = to_double(h.dinp0), dw = to_double(h.dw0), db = to_double(h.db0);
     std::vector<double> dsum = to_double(h.dsum0);
-    cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), doutd.data(), res.data(), wd.data(), mean.data(),
+    reference::layernorm_backward(dinp.data(), dw.data(), db.data(), doutd.data(), res.data(), wd.data(), mean.data(),
                             rstd.data(), 1, N, C);
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) dsum[c] += dinp[(size_t)n * C + c];

@@ -18,7 +18,7 @@
 #include "common.h"
 #include "llmc/kernels/matmul/matmul.cuh"
 #include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 
 static_assert(kFloatXIsBF16, "matmul_backward_dgelu.cu is built without -DENABLE_FP32: it runs the bf16 engine path");
 
@@ -79,14 +79,14 @@ static void reset_outputs(Buffers& buf, const HostInputs& h) {
 struct Reference {
     std::vector<double> dfch, gelu, dw, db;
 };
-static Reference reference(const HostInputs& h, int M, int C) {
+static Reference expected(const HostInputs& h, int M, int C) {
     const int N = 4 * C;
     Reference r;
     r.dfch.assign((size_t)M * N, 0.0);
     r.gelu.resize((size_t)M * N);
-    cpu::gelu_forward(r.gelu.data(), to_double(h.fch).data(), (size_t)M * N);
+    reference::gelu_forward(r.gelu.data(), to_double(h.fch).data(), (size_t)M * N);
     std::vector<double> grad((size_t)M * N);
-    cpu::gelu_backward(grad.data(), to_double(h.fch).data(), std::vector<double>((size_t)M * N, 1.0).data(),
+    reference::gelu_backward(grad.data(), to_double(h.fch).data(), std::vector<double>((size_t)M * N, 1.0).data(),
                        (size_t)M * N);  // gelu'(fch)
 #pragma omp parallel for
     for (int i = 0; i < M; i++) {
@@ -116,7 +116,7 @@ static bool validate_shape(const Shape& sh, bool hopper) {
     printf("  %s M=%d C=%d (dfch %d x %d)\n", sh.name, sh.M, sh.C, sh.M, 4 * sh.C);
     Buffers buf(sh.M, sh.C);
     const HostInputs h = fill(buf);
-    const Reference ref = reference(h, sh.M, sh.C);
+    const Reference ref = expected(h, sh.M, sh.C);
     bool ok = true;
     for (int variant = 1; variant <= 2; variant++) {
         if (variant == 2 && !hopper) continue;

@@ -23,7 +23,7 @@
 //   4 319 / 337 (tensor cores: 7.6x; mma.sync feeds them from registers, about half of Hopper's rate)
 //   5 548 / 684 (wgmma from shared memory fed by TMA, warp-specialised: 1.7x / 2.0x; 0.96x cuBLASLt over the engine's
 //     shapes, above it on the classifier)      6 cuBLASLt 607 / 682
-// Every variant is validated against the fp64 CPU reference (reference/gpt2_cpu.h) at several shapes, with and
+// Every variant is validated against the fp64 CPU reference (reference/gpt2.h) at several shapes, with and
 // without bias, before any is benchmarked.
 // Build: make -C dev/cuda matmul_forward (built WITHOUT -DENABLE_FP32: floatX is bf16, so variant 6 is the engine's
 // bf16 cuBLASLt call)     Run: ./matmul_forward [-v 4] [-c] [-r repeats] [-s "M,N,K[,0];..."]
@@ -31,7 +31,7 @@
 #include "llmc/kernels/matmul/matmul.cuh"
 #include "llmc/mma/tiles.cuh"
 #include "matmul_hopper_forward.cuh"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 
 static_assert(kFloatXIsBF16, "matmul_forward.cu is built without -DENABLE_FP32: variant 6 is the bf16 engine GEMM");
 
@@ -416,7 +416,7 @@ static int check_shape(const GemmShape& s, const std::vector<int>& ids, int* tot
     std::vector<double> ref((size_t)s.M * s.N);
     {
         const std::vector<double> a_d = to_double(a), b_d = to_double(b);
-        cpu::matmul_forward<double>(ref.data(), a_d.data(), b_d.data(), nullptr, 1, s.M, s.K, s.N);
+        reference::matmul_forward<double>(ref.data(), a_d.data(), b_d.data(), nullptr, 1, s.M, s.K, s.N);
     }
     int failures = 0;
     for (int with_bias = 0; with_bias < 2; with_bias++) {

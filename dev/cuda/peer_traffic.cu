@@ -37,7 +37,7 @@
 #include "common.h"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul/matmul.cuh"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 
 static_assert(kFloatXIsBF16, "peer_traffic.cu is built without -DENABLE_FP32: the GEMM is the engine's bf16 call");
 
@@ -238,12 +238,12 @@ int main(int argc, char** argv) {
     {
         const std::vector<double> x = to_double(inp), w = to_double(weight), b = to_double(bias);
         std::vector<double> ref((size_t)kCheckRows * kOC);
-        cpu::matmul_forward<double>(ref.data(), x.data(), w.data(), b.data(), 1, kCheckRows, kC, kOC);
+        reference::matmul_forward<double>(ref.data(), x.data(), w.data(), b.data(), 1, kCheckRows, kC, kOC);
         const std::vector<bf16> rows(out0.begin(), out0.begin() + (ptrdiff_t)ref.size());
         const bool gemm_ok = validate("gemm", rows, ref, bf16_tolerance(rms(ref)));
         std::vector<double> ln_ref((size_t)kN * kC);
         const std::vector<double> lw = to_double(ln_w), lb = to_double(ln_b);
-        cpu::layernorm_forward<double>(ln_ref.data(), nullptr, nullptr, x.data(), lw.data(), lb.data(), 1, kN, kC);
+        reference::layernorm_forward<double>(ln_ref.data(), nullptr, nullptr, x.data(), lw.data(), lb.data(), 1, kN, kC);
         const bool ln_ok = validate("ln", ln0, ln_ref, bf16_tolerance(rms(ln_ref)));
         if (!gemm_ok || !ln_ok) return 1;
     }

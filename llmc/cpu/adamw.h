@@ -20,7 +20,7 @@
 #include "llmc/cpu/gpt2.h"
 #include "llmc/cpu/simd.h"
 
-namespace cpu_engine {
+namespace cpu {
 
 struct AdamWSettings {
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
@@ -119,4 +119,4 @@ struct AdamW {
     }
 };
 
-}  // namespace cpu_engine
+}  // namespace cpu

@@ -2,7 +2,7 @@
 // engine's GEMM (llmc/cpu/matmul.h, serial inside the thread) over blocks of kAttBlock query rows, each against the
 // keys up to its last row only (the causal half). The probabilities are never kept: the forward saves each row's
 // log-sum-exp, the backward recomputes P = exp(S - lse) from Q and K (O(T²) scratch per thread, not per layer).
-// Layouts as in the reference (reference/gpt2_cpu.h): qkv (B, T, 3C) packed (B, T, 3, NH, HS); out (B, T, C);
+// Layouts as in the reference (reference/gpt2.h): qkv (B, T, 3C) packed (B, T, 3, NH, HS); out (B, T, C);
 // lse (B, NH, T).
 #pragma once
 
@@ -13,7 +13,7 @@
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/simd.h"
 
-namespace cpu_engine {
+namespace cpu {
 
 constexpr int kAttBlock = 64;
 
@@ -130,4 +130,4 @@ inline void attention_backward(float* dqkv, const float* dout, const float* qkv,
     }
 }
 
-}  // namespace cpu_engine
+}  // namespace cpu

@@ -15,7 +15,7 @@
 #include "llmc/cpu/layers.h"
 #include "llmc/cpu/simd.h"
 
-namespace cpu_engine {
+namespace cpu {
 
 // out (OC) = W (OC, C) · x (C) + bias (may be null); OpenMP over output rows, each a vectorised dot product.
 inline void matvec(float* out, const float* x, const float* w, const float* bias, int C, int OC) {
@@ -39,7 +39,7 @@ inline std::vector<int> generate(GPT2& m, const std::vector<int>& prompt, int ma
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, HS = C / NH, V = c.vocab_size;
     const int positions = (int)prompt.size() + max_new - 1;
     if (prompt.empty() || max_new < 1 || positions > c.max_seq_len) {
-        throw std::invalid_argument("cpu_engine::generate: " + std::to_string(prompt.size()) + " prompt tokens + " +
+        throw std::invalid_argument("cpu::generate: " + std::to_string(prompt.size()) + " prompt tokens + " +
                                     std::to_string(max_new) + " new ones do not fit max_seq_len " +
                                     std::to_string(c.max_seq_len));
     }
@@ -50,7 +50,7 @@ inline std::vector<int> generate(GPT2& m, const std::vector<int>& prompt, int ma
     std::vector<int> out;
     int token = prompt[0];
     for (int t = 0; t < positions; t++) {
-        if (token < 0 || token >= V) throw std::invalid_argument("cpu_engine::generate: token out of range");
+        if (token < 0 || token >= V) throw std::invalid_argument("cpu::generate: token out of range");
         for (int i = 0; i < C; i++) x[i] = m.param(WTE)[(size_t)token * C + i] + m.param(WPE)[(size_t)t * C + i];
         for (int l = 0; l < L; l++) {
             const size_t lC = (size_t)l * C;
@@ -99,4 +99,4 @@ inline std::vector<int> generate(GPT2& m, const std::vector<int>& prompt, int ma
     return out;
 }
 
-}  // namespace cpu_engine
+}  // namespace cpu

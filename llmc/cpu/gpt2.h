@@ -1,8 +1,8 @@
 // GPT-2 for training on the CPU (train_gpt2): the model object (parameters, gradients, activations, all fp32 on the
-// host), its forward with the loss, its backward. The same model as reference/gpt2_cpu.h computes, with the
+// host), its forward with the loss, its backward. The same model as reference/gpt2.h computes, with the
 // engine's faster kernels (llmc/cpu/matmul.h, attention.h, layers.h); tests/cpu/test_cpu_engine.cpp holds the two
 // (and PyTorch) together.
-//   cpu_engine::GPT2 m;  gpt2_build(&m, config, params);   // params: read_model_any(...).params, gpt2_random_init
+//   cpu::GPT2 m;  gpt2_build(&m, config, params);   // params: read_model_any(...).params, gpt2_random_init
 //   gpt2_zero_grad(&m);  float loss = gpt2_forward(&m, inputs, targets, B, T);  gpt2_backward(&m, 1.0f);
 // The parameters are one flat buffer in gpt2_parameter_table order (what model files hold); so are the gradients.
 // Activations are kept per layer for the backward; the backward's gradients of activations live in four buffers
@@ -22,7 +22,7 @@
 #include "llmc/formats/model_file.h"
 #include "llmc/gpt2/gpt2_config.h"
 
-namespace cpu_engine {
+namespace cpu {
 
 // The forward's activations: one buffer, laid out in this order; per-layer tensors have a leading L.
 enum Act {
@@ -82,7 +82,7 @@ struct GPT2 {
 inline void gpt2_build(GPT2* m, const GPT2Config& c, std::vector<float> params) {
     validate_gpt2_config("model", c, "invalid GPT-2 config");
     if (params.size() != gpt2_num_parameters(c)) {
-        throw std::invalid_argument("cpu_engine::gpt2_build: " + std::to_string(params.size()) + " parameters for a " +
+        throw std::invalid_argument("cpu::gpt2_build: " + std::to_string(params.size()) + " parameters for a " +
                                     "shape of " + std::to_string(gpt2_num_parameters(c)));
     }
     m->config = c;
@@ -97,7 +97,7 @@ inline void gpt2_build(GPT2* m, const GPT2Config& c, std::vector<float> params) 
 // Sizes the activations for batches of B x T (1 <= T <= max_seq_len); no-op when already that size.
 inline void gpt2_allocate(GPT2* m, int B, int T) {
     if (B < 1 || T < 1 || T > m->config.max_seq_len) {
-        throw std::invalid_argument("cpu_engine::gpt2_allocate: need B >= 1 and 1 <= T <= " +
+        throw std::invalid_argument("cpu::gpt2_allocate: need B >= 1 and 1 <= T <= " +
                                     std::to_string(m->config.max_seq_len) + " (got B=" + std::to_string(B) +
                                     " T=" + std::to_string(T) + ")");
     }
@@ -129,7 +129,7 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
     gpt2_allocate(m, B, T);
     for (int i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V))) {
-            throw std::invalid_argument("cpu_engine::gpt2_forward: token out of range [0, " + std::to_string(V) +
+            throw std::invalid_argument("cpu::gpt2_forward: token out of range [0, " + std::to_string(V) +
                                         ") at position " + std::to_string(i));
         }
     }
@@ -177,7 +177,7 @@ inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B,
 // The last forward's loss at each of its B*T positions (-log p of the target there), for evals that score some
 // positions only (HellaSwag's endings). Needs a forward with targets not yet consumed by a backward.
 inline void gpt2_last_losses(const GPT2* m, std::vector<float>* losses) {
-    if (!m->have_targets) throw std::logic_error("cpu_engine::gpt2_last_losses needs a forward with targets first");
+    if (!m->have_targets) throw std::logic_error("cpu::gpt2_last_losses needs a forward with targets first");
     const float* l = m->act(LOSSES);
     losses->assign(l, l + (size_t)m->B * (size_t)m->T);
 }
@@ -187,7 +187,7 @@ inline void gpt2_last_losses(const GPT2* m, std::vector<float>* losses) {
 // forward.
 inline void gpt2_backward(GPT2* m, float loss_scale) {
     if (!m->have_targets || m->acts.empty()) {
-        throw std::logic_error("cpu_engine::gpt2_backward needs a forward with targets first");
+        throw std::logic_error("cpu::gpt2_backward needs a forward with targets first");
     }
     m->have_targets = false;
     const GPT2Config& c = m->config;
@@ -226,4 +226,4 @@ inline void gpt2_backward(GPT2* m, float loss_scale) {
     encoder_backward(m->grad(WTE), m->grad(WPE), dres, m->inputs.data(), B, T, C);
 }
 
-}  // namespace cpu_engine
+}  // namespace cpu

@@ -1,7 +1,7 @@
 // The CPU engine's layers besides the products (llmc/cpu/matmul.h) and attention (llmc/cpu/attention.h):
 // embeddings, LayerNorm, GELU, the residual add and the classifier's softmax + cross-entropy, forward and backward,
 // in fp32, vectorised (llmc/cpu/simd.h) and OpenMP over positions or channels. Each output is computed in one
-// fixed order whatever the number of threads. Shapes as in the CPU reference (reference/gpt2_cpu.h): N = B*T
+// fixed order whatever the number of threads. Shapes as in the CPU reference (reference/gpt2.h): N = B*T
 // positions, C channels, Vp the padded vocabulary (V real entries).
 // Unlike the reference, a backward here says whether it overwrites or accumulates: the model reuses a few
 // gradient buffers for every layer instead of one per activation.
@@ -14,7 +14,7 @@
 #include "llmc/cpu/simd.h"
 #include "llmc/gpt2/gpt2_config.h"
 
-namespace cpu_engine {
+namespace cpu {
 
 // x[i] (+)= y[i] over n floats, vectorised.
 inline void add_into(float* x, const float* y, size_t n) {
@@ -222,4 +222,4 @@ inline void softmax_crossentropy_backward(float* probs, const int* targets, floa
     }
 }
 
-}  // namespace cpu_engine
+}  // namespace cpu

@@ -19,7 +19,7 @@
 
 #include "llmc/cpu/simd.h"
 
-namespace cpu_engine {
+namespace cpu {
 
 constexpr int kMR = 6;                              // register tile: kMR rows x kNR columns
 constexpr int kNV = kVec == 16 ? 4 : 2;             // vectors per tile row (AVX-512: 4 x 16; AVX2: 2 x 8)
@@ -291,4 +291,4 @@ inline void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     if (dbias) column_sums(dbias, dout, N, OC);
 }
 
-}  // namespace cpu_engine
+}  // namespace cpu

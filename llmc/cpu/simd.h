@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace cpu_engine {
+namespace cpu {
 
 #if defined(__AVX512F__)
 constexpr int kVec = 16;
@@ -111,4 +111,4 @@ inline vfloat vtanh(vfloat x) {
 
 inline float sexp(float x) { return vexp(vset1(x))[0]; }
 
-}  // namespace cpu_engine
+}  // namespace cpu

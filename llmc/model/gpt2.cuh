@@ -64,6 +64,17 @@ struct GPT2 {
     float last_loss = NAN;
 };
 
+// What the GPU engine cannot train, for a valid GPT-2 shape ("" when it can): rows of C must be 16-byte aligned, and the
+// LayerNorm forward holds a row in registers. The trainer's preflight asks first (train_gpt2.cu passes it).
+inline std::string gpt2_shape_problem(const GPT2Config& c) {
+    if (c.channels % 8 != 0) return "C = " + std::to_string(c.channels) + " must be a multiple of 8 (16-byte rows)";
+    if (c.channels > kLayerNormMaxChannels) {
+        return "C = " + std::to_string(c.channels) + ", at most " + std::to_string(kLayerNormMaxChannels) +
+               " in this build";
+    }
+    return "";
+}
+
 namespace gpt2_detail {
 
 template <typename T> inline T* buf(GPT2* m, mem::Id id) { return (T*)m->memory[id]; }
@@ -98,12 +109,9 @@ inline ForwardActivations training_activations(GPT2* m) {
 
 inline void set_config(GPT2* m, const GPT2Config& c) {
     validate_gpt2_config("model", c, "invalid GPT-2 config");
-    if (c.channels % 8 != 0) {
-        fprintf(stderr, "error: GPT-2 config: C = %d must be a multiple of 8 (128-bit aligned rows)\n", c.channels);
-        exit(EXIT_FAILURE);
-    }
-    if (c.channels > kLayerNormMaxChannels) {  // the LayerNorm forward holds a row in registers
-        fprintf(stderr, "error: GPT-2 config: C = %d, at most %d in this build\n", c.channels, kLayerNormMaxChannels);
+    const std::string problem = gpt2_shape_problem(c);  // the trainer's preflight refused such a model already
+    if (!problem.empty()) {
+        fprintf(stderr, "error: GPT-2 config: %s\n", problem.c_str());
         exit(EXIT_FAILURE);
     }
     m->config = c;

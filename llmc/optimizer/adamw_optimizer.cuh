@@ -6,8 +6,8 @@
 // parameters' all-gather) and saves and restores its state in one flat layout whatever the number of ranks and stage:
 //   [fp32 master weights (when kept)] [AdamW m (fp32)] [AdamW v (fp32)], each in the parameter table's order.
 //
-//   model.grad_layout = adamw_model_grad_layout(c, settings, world);  // before gpt2_allocate (-z 2: not flat)
-//   AdamW opt;  opt.init(&model, &mg, settings);           // after gpt2_allocate, before gpt2_release_host_params
+//   model_and_optimizer_init(&model, &opt, &mg, allocation, settings);  // the model's allocation with the optimizer
+//                                                  // (model_and_optimizer.cuh: the order the two need, and their free)
 //   gpt2_forward(&model, ..., opt.listener());  gpt2_backward(&model, scale, opt.backward_listener(last_micro_step));
 //   opt.step(lr, grad_clip, step, seed);                  // queued: norm, clipping and update with no host wait
 //   AdamW::Result r = opt.result();                        // the step's norm and clipping factor (waits for it)
@@ -108,6 +108,9 @@ struct AdamW {
     ZeroShard shard;            // -z 1: this rank's segments
     GradExchange exchange;
     float* result_host = nullptr;  // pinned: the last step's [norm, clipping factor], copied after its update
+    // -z 2: where the backward writes each (tensor, layer) gradient slice (GPT2Params::slices), in this optimizer's
+    // slots; empty otherwise (the model's own flat gradients). model_and_optimizer_init hands them to the model.
+    std::vector<floatX*> grad_slices;
 
     // After gpt2_allocate: the master copy from the model's fp32 host parameters, zero moments.
     void init(GPT2* m, MultiGpu* multi_gpu, const AdamWSettings& s) {
@@ -152,9 +155,9 @@ struct AdamW {
             const GradSlotLayout layout = grad_slot_layout(plan_buckets, c);
             floatX* slots = (floatX*)memory[adamw_memory::GradSlots];
             exchange.init_grad_shard(layout, slots, shard_grads(), shard.elements);
-            m->grads.slices.assign(layout.slice.size(), nullptr);
+            grad_slices.assign(layout.slice.size(), nullptr);
             for (size_t i = 0; i < layout.slice.size(); i++)
-                if (layout.slice[i] != GradSlotLayout::kNoSlice) m->grads.slices[i] = slots + layout.slice[i];
+                if (layout.slice[i] != GradSlotLayout::kNoSlice) grad_slices[i] = slots + layout.slice[i];
         }
         exchange.init_peer_copy();
         cudaCheck(cudaMallocHost(&result_host, 2 * sizeof(float)));
@@ -305,7 +308,7 @@ struct AdamW {
     }
 
     void free() {
-        if (grad_shard() && model) model->grads.slices.clear();  // they pointed into this optimizer's memory
+        grad_slices.clear();
         exchange.free();
         zero_shard_free(&shard);
         if (result_host) {

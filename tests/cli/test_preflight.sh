@@ -33,6 +33,10 @@ touch "$TMP/a_file"
 mkdir -p "$TMP/hf_empty"
 printf 'not a tokenizer' >"$TMP/bad_tok.bin"
 make_shard "$TMP/not_eval.bin" 16
+# a model the GPU engine cannot train (C = 36: rows not 16-byte aligned), which the CPU trainer takes: L 1, NH 3,
+# V 64 (Vp 128), max T 64, zero weights: 128*36 + 64*36 + (12*36*36 + 13*36) + 2*36 = 23004 floats
+{ le32 20240326; le32 3; le32 64; le32 64; le32 1; le32 3; le32 36; le32 128; head -c $((1024 - 32)) /dev/zero
+  head -c $((23004 * 4)) /dev/zero; } >"$TMP/c36_model.bin"
 # a finished run of one step, whose checkpoint a second run with another T would resume
 if ./train_gpt2 -e "$MODEL" -i "$TMP/train_000.bin" -j "$TMP/val.bin" -b 2 -t 32 -x 1 -n 1 -v 0 -s 0 -o "$TMP/ckpt" \
     >"$TMP/ckpt.log" 2>&1 && [ -f "$TMP/ckpt/state_00000001.bin" ]; then ok "a checkpoint to resume (train_gpt2, 1 step)"
@@ -102,6 +106,15 @@ for prog in "${PROGRAMS[@]}"; do
         ok "$prog --check: the host rows, exit 0, -o not made"
     else bad "$prog --check:"; tail -5 "$TMP/check.log" | sed 's/^/     /'; fi
 done
+
+# the GPU engine's own limits are checked before the GPU too; the CPU trainer has none
+if ./train_gpt2 "${BASE[@]}" -e "$TMP/c36_model.bin" --check >"$TMP/c36.log" 2>&1; then
+    ok "./train_gpt2 --check takes a model of C = 36"
+else bad "./train_gpt2 --check refuses a model of C = 36:"; tail -2 "$TMP/c36.log" | sed 's/^/     /'; fi
+if [ -x ./train_gpt2cu ]; then
+    expect_one_line ./train_gpt2cu "a model the GPU engine cannot train" \
+        "flag -e $TMP/c36_model.bin: C = 36 must be a multiple of 8" -e "$TMP/c36_model.bin"
+fi
 
 # without a GPU, train_gpt2cu with good inputs gets as far as the GPU, and says it is missing in one line
 if [ -x ./train_gpt2cu ] && ! nvidia-smi -L 2>/dev/null | grep -q GPU; then

@@ -1,5 +1,5 @@
 // Checks the CPU trainer's engine (llmc/cpu/: what train_gpt2 runs, built with its flags) against PyTorch and the
-// CPU reference (reference/gpt2_cpu.h):
+// CPU reference (reference/gpt2.h):
 //   ./tests/cpu/test_cpu_engine <prefix>     e.g. tests/fixtures/tiny (reads <prefix>_model.bin, _debug_state.bin,
 //                                        _trajectory.txt)
 // - PyTorch's batch: logits rel-L2 <= 1e-5, loss within 1e-5, every gradient tensor rel-L2 <= 1e-4, the wte padding
@@ -35,7 +35,7 @@
 #include "llmc/formats/model_file.h"
 #include "reference/compare.h"
 #include "reference/debug_state.h"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 #include "reference/reference_trajectory.h"
 
 constexpr double kLogitsTol = 1e-5;      // rel-L2
@@ -80,19 +80,19 @@ void check_against_pytorch(const std::string& prefix, double* max_traj_torch, do
     const DebugState ref = read_debug_state(prefix + "_debug_state.bin", c);
     const ReferenceTrajectory traj = read_reference_trajectory(prefix + "_trajectory.txt");
     const int B = ref.B, T = ref.T, V = c.vocab_size, Vp = c.padded_vocab_size;
-    cpu_engine::GPT2 m;
-    cpu_engine::gpt2_build(&m, c, f.params);
+    cpu::GPT2 m;
+    cpu::gpt2_build(&m, c, f.params);
 
-    cpu_engine::gpt2_forward(&m, ref.inputs.data(), nullptr, B, T);
-    const float* logits = m.act(cpu_engine::LOGITS);
+    cpu::gpt2_forward(&m, ref.inputs.data(), nullptr, B, T);
+    const float* logits = m.act(cpu::LOGITS);
     ErrorStats e = compare_by(ref.logits.size(), [&](size_t i) { return logits[(i / V) * Vp + i % V]; },
                               [&](size_t i) { return ref.logits[i]; });
     check(e.rel_l2 <= kLogitsTol, "logits      rel-L2 %.3e  max-abs %.3e  (tol %.0e)", e.rel_l2, e.max_abs, kLogitsTol);
-    const float loss = cpu_engine::gpt2_forward(&m, ref.inputs.data(), ref.targets.data(), B, T);
+    const float loss = cpu::gpt2_forward(&m, ref.inputs.data(), ref.targets.data(), B, T);
     check(std::fabs(loss - ref.loss) <= kLossTol, "loss        engine %.7f  torch %.7f  |diff| %.3e  (tol %.0e)", loss,
           ref.loss, std::fabs(loss - ref.loss), kLossTol);
-    cpu_engine::gpt2_zero_grad(&m);
-    cpu_engine::gpt2_backward(&m, 1.0f);
+    cpu::gpt2_zero_grad(&m);
+    cpu::gpt2_backward(&m, 1.0f);
     const auto table = gpt2_parameter_table(c);
     for (int i = 0; i < kNumParameterTensors; i++) {
         const ErrorStats g = compare(m.grad(i), ref.grads.data() + m.offsets[i], table[i].numel);
@@ -103,25 +103,25 @@ void check_against_pytorch(const std::string& prefix, double* max_traj_torch, do
     check(pad == 0.0, "  wte padding rows' gradient max-abs %.3e (must be 0)", pad);
 
     // 10 AdamW steps on the batch: engine, reference, PyTorch
-    cpu_engine::GPT2 trainee;
-    cpu_engine::gpt2_build(&trainee, c, f.params);
-    cpu_engine::AdamW opt;
-    cpu_engine::AdamWSettings s;
+    cpu::GPT2 trainee;
+    cpu::gpt2_build(&trainee, c, f.params);
+    cpu::AdamW opt;
+    cpu::AdamWSettings s;
     s.beta1 = traj.beta1, s.beta2 = traj.beta2, s.eps = traj.eps, s.weight_decay = traj.weight_decay;
     opt.init(trainee, s);
-    cpu::GPT2 reference;
-    cpu::gpt2_build(&reference, c, f.params.data());
-    cpu::AdamWSettings rs;
+    reference::GPT2 oracle;
+    reference::gpt2_build(&oracle, c, f.params.data());
+    reference::AdamWSettings rs;
     rs.lr = traj.lr, rs.beta1 = traj.beta1, rs.beta2 = traj.beta2, rs.eps = traj.eps, rs.weight_decay = traj.weight_decay;
     for (size_t step = 0; step < traj.losses.size(); step++) {
-        const float l = cpu_engine::gpt2_forward(&trainee, ref.inputs.data(), ref.targets.data(), B, T);
-        cpu_engine::gpt2_zero_grad(&trainee);
-        cpu_engine::gpt2_backward(&trainee, 1.0f);
+        const float l = cpu::gpt2_forward(&trainee, ref.inputs.data(), ref.targets.data(), B, T);
+        cpu::gpt2_zero_grad(&trainee);
+        cpu::gpt2_backward(&trainee, 1.0f);
         opt.step(trainee, traj.lr, 0.0f, (int)step + 1);
-        const float lr_ = cpu::gpt2_forward(&reference, ref.inputs.data(), ref.targets.data(), B, T);
-        cpu::gpt2_zero_grad(&reference);
-        cpu::gpt2_backward(&reference);
-        cpu::gpt2_update(&reference, rs, (int)step + 1);
+        const float lr_ = reference::gpt2_forward(&oracle, ref.inputs.data(), ref.targets.data(), B, T);
+        reference::gpt2_zero_grad(&oracle);
+        reference::gpt2_backward(&oracle);
+        reference::gpt2_update(&oracle, rs, (int)step + 1);
         const double dt = std::fabs((double)l - traj.losses[step]), dr = std::fabs((double)l - lr_);
         *max_traj_torch = std::max(*max_traj_torch, dt);
         *max_traj_ref = std::max(*max_traj_ref, dr);
@@ -146,31 +146,31 @@ void check_training_path(const std::string& prefix, double* max_diff) {
         write_shard(shard, tokens.data(), (int64_t)tokens.size());
     }
     DataLoader a(shard, B, T, 0, 1, true, 7, c.vocab_size, accum), b(shard, B, T, 0, 1, true, 7, c.vocab_size, accum);
-    cpu_engine::GPT2 m;
-    cpu_engine::gpt2_build(&m, c, f.params);
-    cpu_engine::AdamWSettings s;
+    cpu::GPT2 m;
+    cpu::gpt2_build(&m, c, f.params);
+    cpu::AdamWSettings s;
     s.weight_decay = 0.1f;
-    cpu_engine::AdamW opt;
+    cpu::AdamW opt;
     opt.init(m, s);
-    cpu::GPT2 r;
-    cpu::gpt2_build(&r, c, f.params.data());
-    cpu::AdamWSettings rs;
+    reference::GPT2 r;
+    reference::gpt2_build(&r, c, f.params.data());
+    reference::AdamWSettings rs;
     rs.lr = 1e-3f, rs.weight_decay = 0.1f;
     for (int step = 0; step < steps; step++) {
         double le = 0, lr_ = 0;
-        cpu_engine::gpt2_zero_grad(&m);
-        cpu::gpt2_zero_grad(&r);
+        cpu::gpt2_zero_grad(&m);
+        reference::gpt2_zero_grad(&r);
         for (int micro = 0; micro < accum; micro++) {
             a.next_batch();
             b.next_batch();
-            le += cpu_engine::gpt2_forward(&m, a.inputs(), a.targets(), B, T);
-            cpu_engine::gpt2_backward(&m, 1.0f / accum);
-            lr_ += cpu::gpt2_forward(&r, b.inputs(), b.targets(), B, T);
-            cpu::gpt2_backward(&r);
+            le += cpu::gpt2_forward(&m, a.inputs(), a.targets(), B, T);
+            cpu::gpt2_backward(&m, 1.0f / accum);
+            lr_ += reference::gpt2_forward(&r, b.inputs(), b.targets(), B, T);
+            reference::gpt2_backward(&r);
         }
         for (float& g : r.grads) g *= 1.0f / accum;
         opt.step(m, 1e-3f, 0.0f, step + 1);
-        cpu::gpt2_update(&r, rs, step + 1);
+        reference::gpt2_update(&r, rs, step + 1);
         le /= accum, lr_ /= accum;
         *max_diff = std::max(*max_diff, std::fabs(le - lr_));
         check(std::fabs(le - lr_) <= kTrajectoryTol, "  trainer path step %2d  engine %.7f  reference %.7f  |diff| %.2e",
@@ -197,13 +197,13 @@ void check_gemm() {
                 for (int k = 0; k < K; k++) as[at ? (size_t)k * M + i : (size_t)i * K + k] = a[(size_t)i * K + k];
             for (int k = 0; k < K; k++)
                 for (int j = 0; j < N; j++) bs[bt ? (size_t)j * K + k : (size_t)k * N + j] = bm[(size_t)k * N + j];
-            const cpu_engine::MatView A = at ? cpu_engine::MatView{as.data(), 1, (size_t)M}
-                                             : cpu_engine::MatView{as.data(), (size_t)K, 1};
-            const cpu_engine::MatView Bv = bt ? cpu_engine::MatView{bs.data(), 1, (size_t)K}
-                                              : cpu_engine::MatView{bs.data(), (size_t)N, 1};
+            const cpu::MatView A = at ? cpu::MatView{as.data(), 1, (size_t)M}
+                                             : cpu::MatView{as.data(), (size_t)K, 1};
+            const cpu::MatView Bv = bt ? cpu::MatView{bs.data(), 1, (size_t)K}
+                                              : cpu::MatView{bs.data(), (size_t)N, 1};
             for (int acc = 0; acc < 2; acc++) {
                 std::vector<float> c = c0;
-                cpu_engine::gemm(M, N, K, A, Bv, c.data(), (size_t)N, acc == 1);
+                cpu::gemm(M, N, K, A, Bv, c.data(), (size_t)N, acc == 1);
                 std::vector<double> want((size_t)M * N);
                 for (int i = 0; i < M; i++)
                     for (int j = 0; j < N; j++) {
@@ -227,10 +227,10 @@ void check_attention() {
     for (float& x : dout) x = rng.normal();
     std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T), dqkv(qkv.size());
     std::vector<float> rout(out.size()), rlse(lse.size()), rdqkv(qkv.size(), 0.0f);
-    cpu_engine::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    cpu_engine::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH);
-    cpu::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
-    cpu::attention_backward(rdqkv.data(), dout.data(), qkv.data(), B, T, C, NH);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH);
+    reference::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
+    reference::attention_backward(rdqkv.data(), dout.data(), qkv.data(), B, T, C, NH);
     const ErrorStats eo = compare(out.data(), rout.data(), out.size()), el = compare(lse.data(), rlse.data(), lse.size()),
                      ed = compare(dqkv.data(), rdqkv.data(), dqkv.size());
     check(eo.rel_l2 <= kKernelTol && el.rel_l2 <= kKernelTol && ed.rel_l2 <= 10 * kKernelTol,
@@ -241,17 +241,17 @@ void check_attention() {
 // The logits generate() sees at each position equal the forward's on the same tokens.
 void check_generate(const std::string& prefix) {
     ModelFile f = read_model_file(prefix + "_model.bin");
-    cpu_engine::GPT2 m;
-    cpu_engine::gpt2_build(&m, f.config, f.params);
+    cpu::GPT2 m;
+    cpu::gpt2_build(&m, f.config, f.params);
     const int V = f.config.vocab_size, Vp = f.config.padded_vocab_size, T = 40;
     Rng rng(3);
     std::vector<int> seq(T);
     for (int& t : seq) t = (int)(rng.next_u64() % (uint64_t)V);
-    cpu_engine::gpt2_forward(&m, seq.data(), nullptr, 1, T);
-    std::vector<float> full(m.act(cpu_engine::LOGITS), m.act(cpu_engine::LOGITS) + (size_t)T * Vp);
+    cpu::gpt2_forward(&m, seq.data(), nullptr, 1, T);
+    std::vector<float> full(m.act(cpu::LOGITS), m.act(cpu::LOGITS) + (size_t)T * Vp);
     double worst = 0;
     const std::vector<int> prompt(seq.begin(), seq.begin() + 5);
-    const std::vector<int> got = cpu_engine::generate(m, prompt, T - 4, [&](const float* logits, int g) {
+    const std::vector<int> got = cpu::generate(m, prompt, T - 4, [&](const float* logits, int g) {
         const int pos = 4 + g;  // the logits after token pos
         worst = std::max(worst, compare(logits, full.data() + (size_t)pos * Vp, (size_t)V).rel_l2);
         return pos + 1 < T ? seq[pos + 1] : 0;
@@ -270,23 +270,23 @@ void check_threads_and_state(const std::string& prefix) {
     float losses[2];
     for (int run = 0; run < 2; run++) {
         set_threads(run == 0 ? 1 : std::max(3, threads));
-        cpu_engine::GPT2 m;
-        cpu_engine::gpt2_build(&m, f.config, f.params);
-        losses[run] = cpu_engine::gpt2_forward(&m, ref.inputs.data(), ref.targets.data(), ref.B, ref.T);
-        cpu_engine::gpt2_backward(&m, 1.0f);
+        cpu::GPT2 m;
+        cpu::gpt2_build(&m, f.config, f.params);
+        losses[run] = cpu::gpt2_forward(&m, ref.inputs.data(), ref.targets.data(), ref.B, ref.T);
+        cpu::gpt2_backward(&m, 1.0f);
         grads[run] = m.grads;
     }
     set_threads(threads);
     check(losses[0] == losses[1] && grads[0] == grads[1],
           "1 thread and %d threads: the same loss and gradient bits", std::max(3, threads));
 
-    cpu_engine::GPT2 m;
-    cpu_engine::gpt2_build(&m, f.config, f.params);
-    cpu_engine::AdamW opt;
+    cpu::GPT2 m;
+    cpu::gpt2_build(&m, f.config, f.params);
+    cpu::AdamW opt;
     opt.init(m, {});
     for (size_t i = 0; i < opt.m.size(); i++) opt.m[i] = (float)i, opt.v[i] = 0.5f * i;
     const std::vector<uint8_t> bytes = opt.state_to_host();
-    cpu_engine::AdamW back;
+    cpu::AdamW back;
     back.init(m, {});
     back.state_from_host(bytes, "state", &m);
     bool ok = back.m == opt.m && back.v == opt.v && bytes.size() == 2 * m.num_parameters * sizeof(float);
@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
     }
     const std::string prefix = argv[1];
     printf("test_cpu_engine: the CPU trainer's engine (%s, %d threads) vs PyTorch and the CPU reference, fixture %s\n",
-           cpu_engine::kVecName, max_threads(), prefix.c_str());
+           cpu::kVecName, max_threads(), prefix.c_str());
     try {
         double traj_torch = 0, traj_ref = 0, path = 0;
         check_against_pytorch(prefix, &traj_torch, &traj_ref);

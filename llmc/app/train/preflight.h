@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -107,8 +108,12 @@ inline int expected_processes(const TrainArgs& a) {
     return a.num_processes;
 }
 
+// What an engine cannot run, for a model's shape ("" when it can): the GPU engine's limits (gpt2_shape_problem), none
+// for the CPU trainer.
+using ShapeLimits = std::function<std::string(const GPT2Config&)>;
+
 // Every check, for a run of `processes` processes (1 on the CPU; expected_processes on GPUs): the run's plan.
-inline RunPlan preflight(const TrainArgs& a, int processes) {
+inline RunPlan preflight(const TrainArgs& a, int processes, const ShapeLimits& limits = nullptr) {
     using namespace preflight_detail;
     RunPlan p;
     p.processes = processes;
@@ -139,6 +144,10 @@ inline RunPlan preflight(const TrainArgs& a, int processes) {
                    : naming_flag(model_flag, [&] { return read_model_config_any(p.source.path); });
     const int V = p.config.vocab_size;
     check_flags_against_model(a, p.config);
+    const std::string shape_problem = limits ? limits(p.config) : "";
+    if (!shape_problem.empty()) {
+        trainer_fail(std::string("flag ") + model_flag + " " + p.source.description + ": " + shape_problem);
+    }
 
     // ---- the data, every token of it
     naming_flag("-i", [&] {

@@ -1,5 +1,5 @@
 // What the kernel tests (tests/gpu/kernels/test_*.cu, one program per kernel family) share: every engine kernel
-// against the CPU reference (reference/gpt2_cpu.h, namespace cpu) computed in double from the same inputs the GPU sees
+// against the CPU reference (reference/gpt2.h, namespace reference) computed in double from the same inputs the GPU sees
 // (rounded to floatX first), on fresh random inputs at awkward shapes (odd T, B*T not a multiple of any tile). GPU
 // outputs that are overwritten are poisoned with NaN (0xFF bytes) before each run; outputs that accumulate start from
 // random values, so the accumulation itself is checked. Each program prints rel-L2 and max-abs per output and the
@@ -22,7 +22,7 @@
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/rand.h"
 #include "reference/compare.h"
-#include "reference/gpt2_cpu.h"
+#include "reference/gpt2.h"
 
 
 #if defined(ENABLE_FP32)

@@ -17,8 +17,8 @@ static void test_attention(AttentionBackend backend, int B, int T, int NH, int H
     attention_backward(backend, d_dqkv, d_dout, d_qkv, d_out, saved, ws, B, T, C, NH);
     std::vector<double> qkv_d = dbl(qkv), dout_d = dbl(dout), out((size_t)B * T * C), dqkv(qkv.size(), 0.0);
     std::vector<double> lse((size_t)B * NH * T);
-    cpu::attention_forward(out.data(), lse.data(), qkv_d.data(), B, T, C, NH);
-    cpu::attention_backward(dqkv.data(), dout_d.data(), qkv_d.data(), B, T, C, NH);
+    reference::attention_forward(out.data(), lse.data(), qkv_d.data(), B, T, C, NH);
+    reference::attention_backward(dqkv.data(), dout_d.data(), qkv_d.data(), B, T, C, NH);
     char tag[96];
     snprintf(tag, sizeof(tag), "attention %s B=%d T=%d NH=%d HS=%d", attention_backend_name(backend), B, T, NH, HS);
     check(std::string(tag) + " out", download(d_out, out.size()), out, kTolChain);

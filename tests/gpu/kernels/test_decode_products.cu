@@ -39,14 +39,14 @@ static void test_decode_product(bool mma, int B, int N, int K, int kind, int spl
     std::vector<double> x(inp.begin(), inp.end()), out((size_t)B * N);
     if (ln) {  // rounded to floatX, as the kernels hand the normalised rows to the product
         const std::vector<double> lnw_d(lnw.begin(), lnw.end()), lnb_d(lnb.begin(), lnb.end());
-        cpu::layernorm_forward<double>(x.data(), nullptr, nullptr, x.data(), lnw_d.data(), lnb_d.data(), 1, B, K);
+        reference::layernorm_forward<double>(x.data(), nullptr, nullptr, x.data(), lnw_d.data(), lnb_d.data(), 1, B, K);
         for (double& e : x) e = round_to_floatX((float)e);
     }
     for (int b = 0; b < B; b++) {
         for (int n = 0; n < N; n++) {
             double y = bias[n];
             for (int k = 0; k < K; k++) y += x[(size_t)b * K + k] * (double)w[(size_t)n * K + k];
-            if (kind == 1) cpu::gelu_forward(&y, &y, 1);
+            if (kind == 1) reference::gelu_forward(&y, &y, 1);
             if (kind == 2) y = round_to_floatX((float)y) + (double)res[(size_t)b * N + n];
             out[(size_t)b * N + n] = y;
         }

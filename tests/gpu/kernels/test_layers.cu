@@ -24,8 +24,8 @@ static void test_encoder(int B, int T, int C, int V) {
     encoder_backward(d_dwte, d_dwpe, d_dout, d_tokens, B, T, C, V, s);
     std::vector<double> out((size_t)B * T * C), dwte = dbl(dwte0), dwpe = dbl(dwpe0);
     auto wte_d = dbl(wte), wpe_d = dbl(wpe), dout_d = dbl(dout);
-    cpu::encoder_forward(out.data(), tokens.data(), wte_d.data(), wpe_d.data(), B, T, C);
-    cpu::encoder_backward(dwte.data(), dwpe.data(), dout_d.data(), tokens.data(), B, T, C);
+    reference::encoder_forward(out.data(), tokens.data(), wte_d.data(), wpe_d.data(), B, T, C);
+    reference::encoder_backward(dwte.data(), dwpe.data(), dout_d.data(), tokens.data(), B, T, C);
     char tag[96];
     snprintf(tag, sizeof(tag), "encoder B=%d T=%d C=%d V=%d", B, T, C, V);
     check(std::string(tag) + " out", download(d_out, out.size()), out, kTolSimple);
@@ -53,7 +53,7 @@ static void test_layernorm(int N, int C) {
     std::vector<float> res(a.size());
     for (size_t i = 0; i < a.size(); i++) res[i] = round_to_floatX(a[i] + b[i]);
     std::vector<double> res_d = dbl(res), w_d = dbl(w), b_d = dbl(bias), out((size_t)N * C), mean(N), rstd(N);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res_d.data(), w_d.data(), b_d.data(), 1, N, C);
+    reference::layernorm_forward(out.data(), mean.data(), rstd.data(), res_d.data(), w_d.data(), b_d.data(), 1, N, C);
     char tag[96];
     snprintf(tag, sizeof(tag), "layernorm N=%d C=%d", N, C);
     std::vector<double> res_ref(a.size());
@@ -69,7 +69,7 @@ static void test_layernorm(int N, int C) {
     layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_res, d_w, d_mean, d_rstd, N, C, d_scratch, 0, d_dsum);
     std::vector<double> dinp = dbl(dinp0), dw = dbl(dw0), db = dbl(db0), dout_d = dbl(dout), dsum = dbl(dsum0);
     for (int rep = 0; rep < 2; rep++) {
-        cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), res_d.data(), w_d.data(), mean.data(),
+        reference::layernorm_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), res_d.data(), w_d.data(), mean.data(),
                            rstd.data(), 1, N, C);
     }
     for (int n = 0; n < N; n++)
@@ -96,8 +96,8 @@ static void test_classifier(int N, int V, int Vp) {
     const float dloss = 1.0f / N;
     std::vector<double> logits_d = dbl(logits), probs(logits.size()), losses(N), dlogits(logits.size(), 0.0);
     std::vector<double> dlosses(N, (double)dloss);
-    cpu::crossentropy_softmax_forward(losses.data(), probs.data(), logits_d.data(), targets.data(), 1, N, V, Vp);
-    cpu::crossentropy_softmax_backward(dlogits.data(), dlosses.data(), probs.data(), targets.data(), 1, N, V, Vp);
+    reference::crossentropy_softmax_forward(losses.data(), probs.data(), logits_d.data(), targets.data(), 1, N, V, Vp);
+    reference::crossentropy_softmax_backward(dlogits.data(), dlosses.data(), probs.data(), targets.data(), 1, N, V, Vp);
     std::vector<std::vector<float>> outputs;  // per kernel run: losses then dlogits
     for (ClassifierKernel kernel : {ClassifierKernel::Resident, ClassifierKernel::Pipelined}) {
         if (kernel == ClassifierKernel::Pipelined && !fused_classifier_pipelined_fits(Vp)) continue;

@@ -35,14 +35,14 @@ static void test_matmul(int N, int C, int OC, bool gelu, bool fuse, float scale)
     cudaCheck(cudaMalloc(&d_scratch, column_sum_scratch_floats(N, OC) * 4));
     matmul_forward(d_out, d_inp, d_w, d_bias, N, C, OC, d_pre, fuse);
     std::vector<double> inp_d = dbl(inp), w_d = dbl(w), b_d = dbl(bias), pre((size_t)N * OC), out((size_t)N * OC);
-    cpu::matmul_forward(pre.data(), inp_d.data(), w_d.data(), b_d.data(), 1, N, C, OC);
+    reference::matmul_forward(pre.data(), inp_d.data(), w_d.data(), b_d.data(), 1, N, C, OC);
     char tag[128];
     snprintf(tag, sizeof(tag), "matmul N=%d C=%d OC=%d%s scale=%g", N, C, OC,
              gelu ? (fuse ? " +gelu(fused)" : " +gelu") : "", scale);
     if (gelu) {
         // Fused: GELU of the fp32 accumulator; unfused: of the stored pre-activation. Either is within one
         // output rounding of GELU(exact pre-activation).
-        cpu::gelu_forward(out.data(), pre.data(), pre.size());
+        reference::gelu_forward(out.data(), pre.data(), pre.size());
         check(std::string(tag) + " pre_gelu", download(d_pre, pre.size()), pre, kTolSimple);
     } else {
         out = pre;
@@ -53,7 +53,7 @@ static void test_matmul(int N, int C, int OC, bool gelu, bool fuse, float scale)
     floatX *d_dout = upload(dout), *d_dinp = poisoned((size_t)N * C), *d_dw = upload(dw0), *d_db = upload(db0);
     matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, d_scratch, nullptr, false, scale);
     std::vector<double> dout_d = dbl(dout), dinp((size_t)N * C, 0.0), dw(dw0.size(), 0.0), db(OC, 0.0);
-    cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), inp_d.data(), w_d.data(), 1, N, C, OC);
+    reference::matmul_backward(dinp.data(), dw.data(), db.data(), dout_d.data(), inp_d.data(), w_d.data(), 1, N, C, OC);
     for (double& x : dinp) x *= scale;
     for (size_t i = 0; i < dw.size(); i++) dw[i] = dw0[i] + scale * dw[i];
     for (int i = 0; i < OC; i++) db[i] = db0[i] + scale * db[i];
@@ -78,9 +78,9 @@ static void test_matmul_dgelu(int N, int C, int OC, bool fuse) {
     matmul_backward(d_dinp, d_dw, nullptr, d_dout, d_act, d_w, N, C, OC, d_scratch, d_pre, fuse, 1.0f);
     std::vector<double> dgelu_out((size_t)N * C, 0.0), dw((size_t)OC * C, 0.0), dinp((size_t)N * C, 0.0);
     auto dout_d = dbl(dout), w_d = dbl(w), act_d = dbl(act), pre_d = dbl(pre);
-    cpu::matmul_backward(dgelu_out.data(), dw.data(), (double*)nullptr, dout_d.data(), act_d.data(), w_d.data(), 1, N, C,
+    reference::matmul_backward(dgelu_out.data(), dw.data(), (double*)nullptr, dout_d.data(), act_d.data(), w_d.data(), 1, N, C,
                     OC);
-    cpu::gelu_backward(dinp.data(), pre_d.data(), dgelu_out.data(), dinp.size());
+    reference::gelu_backward(dinp.data(), pre_d.data(), dgelu_out.data(), dinp.size());
     char tag[96];
     snprintf(tag, sizeof(tag), "matmul backward N=%d C=%d OC=%d dgelu%s", N, C, OC, fuse ? "(fused)" : "");
     check(std::string(tag) + " dinp", download(d_dinp, dinp.size()), dinp, kTolSimple);

@@ -57,7 +57,7 @@ static void test_adamw(const size_t (&sizes)[3]) {
     for (size_t i = 0; i < total; i++) g[i] = grad_scale * (double)grads[i];
     for (int i = 0; i < num; i++) {
         const size_t o = table.offset[i];
-        cpu::adamw_update(p.data() + o, g.data() + o, md.data() + o, vd.data() + o, sizes[i], (double)lr, (double)b1,
+        reference::adamw_update(p.data() + o, g.data() + o, md.data() + o, vd.data() + o, sizes[i], (double)lr, (double)b1,
                      (double)b2, (double)eps, (double)wd[i], step);
     }
     std::vector<double> dp(total), ref_delta(total);

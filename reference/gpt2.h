@@ -1,7 +1,7 @@
 // CPU reference GPT-2: one function per layer (forward + backward), templated on the scalar type
 // (`float` for the reference model, `double` when tests and dev/cuda programs validate GPU kernels), and the
-// fp32 model cpu::GPT2 built from them (forward, backward, AdamW).
-// Everything lives in namespace cpu: the layer functions have the GPU launchers' names (matmul_forward,
+// fp32 model reference::GPT2 built from them (forward, backward, AdamW).
+// Everything lives in namespace reference: the layer functions have the GPU launchers' names (matmul_forward,
 // attention_forward, ...), and a call must never resolve to the other one (in an FP32 build both take float*).
 //
 // Conventions shared by every function below:
@@ -30,7 +30,7 @@
 #include <omp.h>
 #endif
 
-namespace cpu {
+namespace reference {
 
 // ------------------------------------------------------------------------------------------------ encoder
 // out (B,T,C) = wte[inp[b,t]] + wpe[t].  inp (B,T) token ids < V.
@@ -547,13 +547,13 @@ inline float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
     const GPT2Config& c = model->config;
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
     if (T < 1 || T > c.max_seq_len || B < 1) {
-        fprintf(stderr, "error: cpu::gpt2_forward: need 1 <= T <= %d and B >= 1 (got B=%d T=%d)\n", c.max_seq_len, B, T);
+        fprintf(stderr, "error: reference::gpt2_forward: need 1 <= T <= %d and B >= 1 (got B=%d T=%d)\n", c.max_seq_len, B, T);
         exit(EXIT_FAILURE);
     }
     const size_t N = (size_t)B * T;
     for (size_t i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V))) {
-            fprintf(stderr, "error: cpu::gpt2_forward: token out of range [0, %d) at position %zu\n", V, i);
+            fprintf(stderr, "error: reference::gpt2_forward: token out of range [0, %d) at position %zu\n", V, i);
             exit(EXIT_FAILURE);
         }
     }
@@ -616,7 +616,7 @@ inline void gpt2_zero_grad(GPT2* model) { std::fill(model->grads.begin(), model-
 // model->grads (call gpt2_zero_grad first for a fresh gradient).
 inline void gpt2_backward(GPT2* model) {
     if (!model->has_targets || model->acts.empty()) {
-        fprintf(stderr, "error: cpu::gpt2_backward needs a forward pass with targets first\n");
+        fprintf(stderr, "error: reference::gpt2_backward needs a forward pass with targets first\n");
         exit(EXIT_FAILURE);
     }
     const GPT2Config& c = model->config;
@@ -692,4 +692,4 @@ inline void gpt2_update(GPT2* model, const AdamWSettings& opt, int t) {
     }
 }
 
-}  // namespace cpu
+}  // namespace reference
