@@ -24,6 +24,7 @@
 #include "llmc/hopper/pipeline.cuh"
 #include "llmc/hopper/smem.cuh"
 #include "llmc/hopper/tma.cuh"
+#include "llmc/hopper/warp_specialized.cuh"
 #include "llmc/hopper/wgmma.cuh"
 
 namespace matmul_hopper {
@@ -64,129 +65,126 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     auto& L = smem_layout<typename Cfg::Layout>(smem_raw);
 
-    const int warpgroup = threadIdx.x / 128;
     const int tiles_m = (M + Cfg::BM - 1) / Cfg::BM, tiles_n = (N + kBN - 1) / kBN;
     const int num_tiles = tiles_m * tiles_n, k_steps = (K + Cfg::BK - 1) / Cfg::BK;
 
-    if (threadIdx.x == 0) {
-        tma_prefetch_map(&map_a);
-        tma_prefetch_map(&map_b);
-        if (kTmaStore) tma_prefetch_map(&map_out);
-        L.barriers.ring.init(1, Cfg::kConsumers * 4);
-        fence_barrier_init();
-    }
-    __syncthreads();
     Ring<Cfg::kStages> ring(L.barriers.ring);
-
-    if (warpgroup == 0) {  // ---- producer
-        setmaxnreg_dec<Cfg::kProducerRegs>();
-        if (threadIdx.x == 0) {
-            for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-                int tm, tn;
-                tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
-                for (int k = 0; k < k_steps; k++, ring.advance()) {
-                    uint64_t* full = ring.acquire(Cfg::kStageBytes);
-                    tma_load_2d(L.a[ring.stage()].bytes, &map_a, full, k * Cfg::BK, tm * Cfg::BM);
-                    tma_load_2d(L.b[ring.stage()].bytes, &map_b, full, k * Cfg::BK, tn * kBN);
-                }
-            }
-        }
-        return;
-    }
-
-    // ---- consumers
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    const int consumer = warpgroup - 1;  // rows 64·consumer .. of the tile
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    const bool warp_leader = lane == 0;
-    float acc[Cfg::kAccum];
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-        int tm, tn;
-        tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
-        int previous = -1;
-        for (int k = 0; k < k_steps; k++) {
-            ring.wait_full();
-            const uint8_t* a = L.a[ring.stage()].row(64 * consumer);
-            const uint8_t* b = L.b[ring.stage()].bytes;
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < Cfg::BK / 16; kk++) {  // 32 bytes along K per k16 step, inside the swizzle row
-                wgmma_ss<0>(acc, smem_descriptor_sw128(a + 32 * kk), smem_descriptor_sw128(b + 32 * kk),
-                            (k > 0 || kk > 0) ? 1 : 0);
-            }
-            wgmma_commit();
-            wgmma_wait<1>();  // the products of the stage before are done: release it
-            if (previous >= 0 && warp_leader) ring.release(previous);
-            previous = ring.stage();
-            ring.advance();
-        }
-        wgmma_wait<0>();
-        fence_accumulator(acc);
-        if (warp_leader) ring.release(previous);
-
-        // epilogue: + bias, bf16 (bias loads first, all in flight together, then the adds)
-        const int row_in = warp * 16 + lane / 4;  // this thread's first row in the consumer's 64
-        const int col_in = 2 * (lane % 4);        // and first column in each 8-column block
-        if (bias) {
-#pragma unroll
-            for (int j = 0; j < kBN / 8; j++) {
-                const int col = tn * kBN + 8 * j + col_in;
-                const float b0 = col < N ? __bfloat162float(__ldg(bias + col)) : 0.f;
-                const float b1 = col + 1 < N ? __bfloat162float(__ldg(bias + col + 1)) : 0.f;
-                acc[4 * j] += b0, acc[4 * j + 1] += b1, acc[4 * j + 2] += b0, acc[4 * j + 3] += b1;
-            }
-        }
-        if constexpr (kTmaStore) {
-            // into this consumer's output tile as TMA reads it (64 x 64 boxes, 128-byte swizzle: 16-byte chunk c of
-            // row r sits at chunk c ^ (r % 8)); the 8 rows of a store land in 8 different chunks, so no bank conflicts
-            auto& tile_out = L.out[consumer];
-            const int barrier_id = 1 + consumer, leader = t == 0;
-            if (leader) tma_store_wait_read<0>();  // the previous tile's stores have read the buffer
-            named_barrier_sync(barrier_id, 128);
-#pragma unroll
-            for (int j = 0; j < kBN / 8; j++) {
-                uint8_t* box = tile_out.box(j / 8);
-                const int chunk = j % 8;
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int r = row_in + 8 * half;
-                    const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-                    *reinterpret_cast<__nv_bfloat162*>(box + r * 128 + sw128_chunk_offset(r, chunk) + col_in * 2) = v;
-                }
-            }
-            fence_proxy_async();  // st.shared above, read by TMA next
-            named_barrier_sync(barrier_id, 128);
-            if (leader) {
-#pragma unroll
-                for (int b = 0; b < kBN / 64; b++) {
-                    tma_store_2d(&map_out, tile_out.box(b), tn * kBN + 64 * b, tm * Cfg::BM + consumer * 64);
-                }
-                tma_store_commit();
-            }
-        } else {
-            const int row0 = tm * Cfg::BM + consumer * 64 + row_in;
-            const bool pairs = (N % 2) == 0;  // bf16x2 stores stay 4-byte aligned
-#pragma unroll
-            for (int j = 0; j < kBN / 8; j++) {
-                const int col = tn * kBN + 8 * j + col_in;
-                if (col >= N) break;
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int row = row0 + 8 * half;
-                    if (row >= M) continue;
-                    const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
-                    bf16* dst = out + (size_t)row * N + col;
-                    if (pairs) {
-                        *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
-                    } else {
-                        dst[0] = __float2bfloat16(v0);
-                        if (col + 1 < N) dst[1] = __float2bfloat16(v1);
+    warp_specialized<Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+        [&] {
+            prefetch_tensor_maps(&map_a, &map_b);
+            if (kTmaStore) tma_prefetch_map(&map_out);
+            L.barriers.ring.init(1, Cfg::kConsumers * 4);
+        },
+        [&] {  // ---- producer
+            if (threadIdx.x == 0) {
+                for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+                    int tm, tn;
+                    tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
+                    for (int k = 0; k < k_steps; k++, ring.advance()) {
+                        uint64_t* full = ring.acquire(Cfg::kStageBytes);
+                        tma_load_2d(L.a[ring.stage()].bytes, &map_a, full, k * Cfg::BK, tm * Cfg::BM);
+                        tma_load_2d(L.b[ring.stage()].bytes, &map_b, full, k * Cfg::BK, tn * kBN);
                     }
                 }
             }
-        }
-    }
-    if (kTmaStore && t == 0) tma_store_wait<0>();  // the block's last stores are done before it exits
+        },
+        [&](int consumer) {  // ---- consumers
+            // rows 64·consumer .. of the tile
+            const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+            const bool warp_leader = lane == 0;
+            float acc[Cfg::kAccum];
+            for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+                int tm, tn;
+                tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
+                int previous = -1;
+                for (int k = 0; k < k_steps; k++) {
+                    ring.wait_full();
+                    const uint8_t* a = L.a[ring.stage()].row(64 * consumer);
+                    const uint8_t* b = L.b[ring.stage()].bytes;
+                    wgmma_fence();
+                    // 32 bytes along K per k16 step, inside the swizzle row
+#pragma unroll
+                    for (int kk = 0; kk < Cfg::BK / 16; kk++) {
+                        wgmma_ss<0>(acc, smem_descriptor_sw128(a + 32 * kk), smem_descriptor_sw128(b + 32 * kk),
+                                    (k > 0 || kk > 0) ? 1 : 0);
+                    }
+                    wgmma_commit();
+                    wgmma_wait<1>();  // the products of the stage before are done: release it
+                    if (previous >= 0 && warp_leader) ring.release(previous);
+                    previous = ring.stage();
+                    ring.advance();
+                }
+                wgmma_wait<0>();
+                fence_accumulator(acc);
+                if (warp_leader) ring.release(previous);
+
+                // epilogue: + bias, bf16 (bias loads first, all in flight together, then the adds)
+                const int row_in = warp * 16 + lane / 4;  // this thread's first row in the consumer's 64
+                const int col_in = 2 * (lane % 4);        // and first column in each 8-column block
+                if (bias) {
+#pragma unroll
+                    for (int j = 0; j < kBN / 8; j++) {
+                        const int col = tn * kBN + 8 * j + col_in;
+                        const float b0 = col < N ? __bfloat162float(__ldg(bias + col)) : 0.f;
+                        const float b1 = col + 1 < N ? __bfloat162float(__ldg(bias + col + 1)) : 0.f;
+                        acc[4 * j] += b0, acc[4 * j + 1] += b1, acc[4 * j + 2] += b0, acc[4 * j + 3] += b1;
+                    }
+                }
+                if constexpr (kTmaStore) {
+                    // into this consumer's output tile as TMA reads it (64 x 64 boxes, 128-byte swizzle: 16-byte chunk
+                    // c of row r sits at chunk c ^ (r % 8)); the 8 rows of a store land in 8 different chunks, so no
+                    // bank conflicts
+                    auto& tile_out = L.out[consumer];
+                    const int barrier_id = 1 + consumer, leader = t == 0;
+                    if (leader) tma_store_wait_read<0>();  // the previous tile's stores have read the buffer
+                    named_barrier_sync(barrier_id, 128);
+#pragma unroll
+                    for (int j = 0; j < kBN / 8; j++) {
+                        uint8_t* box = tile_out.box(j / 8);
+                        const int chunk = j % 8;
+#pragma unroll
+                        for (int half = 0; half < 2; half++) {
+                            const int r = row_in + 8 * half;
+                            const __nv_bfloat162 v =
+                                __floats2bfloat162_rn(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                            uint8_t* at = box + r * 128 + sw128_chunk_offset(r, chunk) + col_in * 2;
+                            *reinterpret_cast<__nv_bfloat162*>(at) = v;
+                        }
+                    }
+                    fence_proxy_async();  // st.shared above, read by TMA next
+                    named_barrier_sync(barrier_id, 128);
+                    if (leader) {
+#pragma unroll
+                        for (int b = 0; b < kBN / 64; b++) {
+                            tma_store_2d(&map_out, tile_out.box(b), tn * kBN + 64 * b, tm * Cfg::BM + consumer * 64);
+                        }
+                        tma_store_commit();
+                    }
+                } else {
+                    const int row0 = tm * Cfg::BM + consumer * 64 + row_in;
+                    const bool pairs = (N % 2) == 0;  // bf16x2 stores stay 4-byte aligned
+#pragma unroll
+                    for (int j = 0; j < kBN / 8; j++) {
+                        const int col = tn * kBN + 8 * j + col_in;
+                        if (col >= N) break;
+#pragma unroll
+                        for (int half = 0; half < 2; half++) {
+                            const int row = row0 + 8 * half;
+                            if (row >= M) continue;
+                            const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
+                            bf16* dst = out + (size_t)row * N + col;
+                            if (pairs) {
+                                *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+                            } else {
+                                dst[0] = __float2bfloat16(v0);
+                                if (col + 1 < N) dst[1] = __float2bfloat16(v1);
+                            }
+                        }
+                    }
+                }
+            }
+            if (kTmaStore && t == 0) tma_store_wait<0>();  // the block's last stores are done before it exits
+        });
 }
 
 // Work per SM for a tile width: the most tiles any SM runs x the tile's columns (a persistent grid), with a

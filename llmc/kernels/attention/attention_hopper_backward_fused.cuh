@@ -130,141 +130,126 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
     const int kb = DqOrder::key_block(blockIdx.x, gridDim.x);
     const int k0 = kb * Cfg::kBk;
     const int i_first = k0 / Cfg::kBq, n_q = (T + Cfg::kBq - 1) / Cfg::kBq;
-    const int warpgroup = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) {
-        tma_prefetch_map(&map_kv);
-        tma_prefetch_map(&map_q);
-        tma_prefetch_map(&map_dout);
-        tma_prefetch_map(&map_dqkv);
-        tma_prefetch_map(&map_dqacc);
-        tma_prefetch_map(&map_lse_d);
-        mbarrier_init(&L.barriers.kv_full, 1);
-        L.barriers.ring.init(1, Cfg::kConsumers * 4);
-        for (int c = 0; c < Cfg::kConsumers; c++) L.barriers.dq[c].init(4, 1);  // lane 0 of each consumer warp
-        fence_barrier_init();
-    }
-    __syncthreads();
     Ring<Cfg::kStages> ring(L.barriers.ring);
-
-    if (warpgroup == 0) {  // ---- the producer (as in the dK/dV kernel) and the dQ writer (warp 1)
-        setmaxnreg_dec<Cfg::kProducerRegs>();
-        if (threadIdx.x == 0) {
-            produce_k_v_then_q_do(L, ring, &map_kv, &map_q, &map_dout, &map_lse_d, C, h, k0, b, bh, i_first, n_q);
-        } else if (threadIdx.x == 32) {
-            DqOrder order(turns, bh, n_q);
-            write_dq_pieces<Cfg, kHS>(L, order, &map_dqacc, kb, i_first, n_q, T, h, b);
-        }
-        return;
-    }
-
-    // ---- consumers: keys kc0 .. kc0 + 63, rows kv_row.. of sK and sV
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    const int consumer = warpgroup - 1;
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    const int row_in = warp * 16 + lane / 4;
-    const int kv_row = consumer * 64, kc0 = k0 + kv_row;
-    const float scale = rsqrtf((float)kHS), scale_log2 = scale * kLog2e;
-    int dq_sub, q_off;  // where this consumer's dQ piece sits in the tile
-    dq_piece_origin<kHS>(consumer, &dq_sub, &q_off);
-    Ring<Cfg::kDqBuffers> pieces(L.barriers.dq[consumer]);  // this consumer's dQ pieces, to the writer
-
-    float dv[kHS / 2], dk[kHS / 2];
-#pragma unroll
-    for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
-
-    mbarrier_wait(&L.barriers.kv_full, 0);
-    uint32_t k_frag[Cfg::kKRegs ? kHS / 16 : 1][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
-    if constexpr (Cfg::kKRegs) load_a_fragments(sK, kv_row, row_in, lane, k_frag);
-    if constexpr (Cfg::kVRegs) load_a_fragments(sV, kv_row, row_in, lane, v_frag);
-    constexpr int kParts = Cfg::kParts, kPq = Cfg::kBq / kParts;
-    for (int i = i_first, n = 0; i < n_q; i++, n++, ring.advance(), pieces.advance()) {
-        ring.wait_full();
-        const auto& stage = L.stage[ring.stage()];
-        const auto &sQ = stage.q, &sdO = stage.dO;
-        auto& sdS = L.ds[n % 2];
-
-        // zeroed where no product is in flight (see the dK/dV kernel; dQᵀ's too, here or before its product)
-        float st[kParts][kPq / 2], dpt[kParts][kPq / 2], dqt[Cfg::kDqN / 2];  // dQᵀ: 64 head dims x kDqN queries
-#pragma unroll
-        for (int part = 0; part < kParts; part++)
-#pragma unroll
-            for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
-        if constexpr (!Cfg::kDqZeroLate) {
-#pragma unroll
-            for (int x = 0; x < Cfg::kDqN / 2; x++) dqt[x] = 0.f;
-        }
-        issue_st_dpt<Cfg, kParts, kPq>(st, dpt, k_frag, v_frag, sK, sV, kv_row, sQ, sdO);
-
-#pragma unroll
-        for (int part = 0; part < kParts; part++) {
-            part_p_and_ds<Cfg::kBq, kPq, kParts>(st[part], dpt[part], L.lse_d[ring.stage()], part, i * Cfg::kBq, kc0,
-                                                 row_in, lane, scale_log2);
-            // dSᵀ also goes to shared memory as bf16 [query][key] for dQ (this consumer's 64 keys: box `consumer`)
-#pragma unroll
-            for (int jj = 0; jj < kPq / 8; jj++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int q_local = part * kPq + 8 * jj + 2 * (lane % 4) + (e & 1);
-                    const int key_local = row_in + 8 * (e >> 1);
-                    *reinterpret_cast<bf16*>(sdS.box(consumer) + q_local * 128 +
-                                             sw128_chunk_offset(q_local, key_local / 8) + (key_local % 8) * 2) =
-                        __float2bfloat16_rn(dpt[part][4 * jj + e]);
-                }
-            issue_dv_dk<kPq, kHS>(dv, dk, st[part], dpt[part], sdO, sQ, part);
-        }
-        fence_proxy_async();
-        named_barrier_sync(kBarrierDs, 256);  // the dQ product reads both consumers' dSᵀ
-
-        if constexpr (Cfg::kDqZeroLate) {
-#pragma unroll
-            for (int x = 0; x < Cfg::kDqN / 2; x++) dqt[x] = 0.f;
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kBk / 16; kk++)  // over the block's 128 keys
-            wgmma_ss<0, 1>(dqt, mn_major_descriptor(sK, kk, dq_sub),
-                           descriptor_plus(smem_descriptor_sw128(sdS.bytes),
-                                           (kk / 4) * sdS.kBoxBytes + q_off * 128 + (kk % 4) * 32),
-                           kk > 0 ? 1 : 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulator(dqt);
-        if (lane == 0) ring.release();
-
-        // dQᵀ element (head dim d, query q) -> fp32 piece [d / 32][q][32], 128-byte swizzle (conflict-free), in
-        // the buffer the writer has finished with
-        auto& piece = L.dq[consumer][pieces.stage()];
-        pieces.wait_empty();
-#pragma unroll
-        for (int jj = 0; jj < Cfg::kDqN / 8; jj++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = row_in + 8 * (e >> 1);
-                *reinterpret_cast<float*>(piece.box(d / 32) + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
-                                          (d % 4) * 4) = dqt[4 * jj + e];
+    warp_specialized<Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+        [&] {
+            prefetch_tensor_maps(&map_kv, &map_q, &map_dout, &map_dqkv, &map_dqacc, &map_lse_d);
+            mbarrier_init(&L.barriers.kv_full, 1);
+            L.barriers.ring.init(1, Cfg::kConsumers * 4);
+            for (int c = 0; c < Cfg::kConsumers; c++) L.barriers.dq[c].init(4, 1);  // lane 0 of each consumer warp
+        },
+        [&] {  // ---- the producer (as in the dK/dV kernel) and the dQ writer (warp 1)
+            if (threadIdx.x == 0) {
+                produce_k_v_then_q_do(L, ring, &map_kv, &map_q, &map_dout, &map_lse_d, C, h, k0, b, bh, i_first, n_q);
+            } else if (threadIdx.x == 32) {
+                DqOrder order(turns, bh, n_q);
+                write_dq_pieces<Cfg, kHS>(L, order, &map_dqacc, kb, i_first, n_q, T, h, b);
             }
-        fence_proxy_async();
-        __syncwarp();
-        if (lane == 0) pieces.arrive_full();
-    }
+        },
+        [&](int consumer) {  // ---- consumers: keys kc0 .. kc0 + 63, rows kv_row.. of sK and sV
+            const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+            const int row_in = warp * 16 + lane / 4;
+            const int kv_row = consumer * 64, kc0 = k0 + kv_row;
+            const float scale = rsqrtf((float)kHS), scale_log2 = scale * kLog2e;
+            int dq_sub, q_off;  // where this consumer's dQ piece sits in the tile
+            dq_piece_origin<kHS>(consumer, &dq_sub, &q_off);
+            Ring<Cfg::kDqBuffers> pieces(L.barriers.dq[consumer]);  // this consumer's dQ pieces, to the writer
 
-    // ---- epilogue as in the dK/dV kernel, once the other consumer's last dQ product has read sK
-    named_barrier_sync(kBarrierDs, 256);
-    fence_accumulator(dk);
-    fence_accumulator(dv);
-    stage_tile(sK, kv_row, dk, scale, row_in, lane);
-    stage_tile(sV, kv_row, dv, 1.f, row_in, lane);
-    fence_proxy_async();
-    named_barrier_sync(kBarrierEpilogue + consumer, 128);
-    if (t == 0) {
-        for (int sub = 0; sub < sK.kBoxes; sub++) {
-            tma_store_3d(&map_dqkv, sK.row(kv_row) + sub * sK.kBoxBytes, C + h * kHS + 64 * sub, kc0, b);
-            tma_store_3d(&map_dqkv, sV.row(kv_row) + sub * sV.kBoxBytes, 2 * C + h * kHS + 64 * sub, kc0, b);
-        }
-        tma_store_commit();
-        tma_store_wait<0>();
-    }
+            float dv[kHS / 2], dk[kHS / 2];
+            uint32_t k_frag[Cfg::kKRegs ? kHS / 16 : 1][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
+            start_dk_dv<Cfg>(L, kv_row, row_in, lane, dk, dv, k_frag, v_frag);
+            constexpr int kParts = Cfg::kParts, kPq = Cfg::kBq / kParts;
+            for (int i = i_first, n = 0; i < n_q; i++, n++, ring.advance(), pieces.advance()) {
+                ring.wait_full();
+                const auto& stage = L.stage[ring.stage()];
+                const auto &sQ = stage.q, &sdO = stage.dO;
+                auto& sdS = L.ds[n % 2];
+
+                // zeroed where no product is in flight (see the dK/dV kernel; dQᵀ's too, here or before its product)
+                // dQᵀ: 64 head dims x kDqN queries
+                float st[kParts][kPq / 2], dpt[kParts][kPq / 2], dqt[Cfg::kDqN / 2];
+#pragma unroll
+                for (int part = 0; part < kParts; part++)
+#pragma unroll
+                    for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
+                if constexpr (!Cfg::kDqZeroLate) {
+#pragma unroll
+                    for (int x = 0; x < Cfg::kDqN / 2; x++) dqt[x] = 0.f;
+                }
+                issue_st_dpt<Cfg, kParts, kPq>(st, dpt, k_frag, v_frag, sK, sV, kv_row, sQ, sdO);
+
+#pragma unroll
+                for (int part = 0; part < kParts; part++) {
+                    part_p_and_ds<Cfg::kBq, kPq, kParts>(st[part], dpt[part], L.lse_d[ring.stage()], part,
+                                                         i * Cfg::kBq, kc0, row_in, lane, scale_log2);
+                    // dSᵀ also goes to shared memory as bf16 [query][key] for dQ (this consumer's 64 keys: box
+                    // `consumer`)
+#pragma unroll
+                    for (int jj = 0; jj < kPq / 8; jj++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int q_local = part * kPq + 8 * jj + 2 * (lane % 4) + (e & 1);
+                            const int key_local = row_in + 8 * (e >> 1);
+                            *reinterpret_cast<bf16*>(sdS.box(consumer) + q_local * 128 +
+                                                     sw128_chunk_offset(q_local, key_local / 8) + (key_local % 8) * 2) =
+                                __float2bfloat16_rn(dpt[part][4 * jj + e]);
+                        }
+                    issue_dv_dk<kPq, kHS>(dv, dk, st[part], dpt[part], sdO, sQ, part);
+                }
+                fence_proxy_async();
+                named_barrier_sync(kBarrierDs, 256);  // the dQ product reads both consumers' dSᵀ
+
+                if constexpr (Cfg::kDqZeroLate) {
+#pragma unroll
+                    for (int x = 0; x < Cfg::kDqN / 2; x++) dqt[x] = 0.f;
+                }
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < Cfg::kBk / 16; kk++)  // over the block's 128 keys
+                    wgmma_ss<0, 1>(dqt, mn_major_descriptor(sK, kk, dq_sub),
+                                   descriptor_plus(smem_descriptor_sw128(sdS.bytes),
+                                                   (kk / 4) * sdS.kBoxBytes + q_off * 128 + (kk % 4) * 32),
+                                   kk > 0 ? 1 : 0);
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_accumulator(dqt);
+                if (lane == 0) ring.release();
+
+                // dQᵀ element (head dim d, query q) -> fp32 piece [d / 32][q][32], 128-byte swizzle (conflict-free), in
+                // the buffer the writer has finished with
+                auto& piece = L.dq[consumer][pieces.stage()];
+                pieces.wait_empty();
+#pragma unroll
+                for (int jj = 0; jj < Cfg::kDqN / 8; jj++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = row_in + 8 * (e >> 1);
+                        *reinterpret_cast<float*>(piece.box(d / 32) + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
+                                                  (d % 4) * 4) = dqt[4 * jj + e];
+                    }
+                fence_proxy_async();
+                __syncwarp();
+                if (lane == 0) pieces.arrive_full();
+            }
+
+            // ---- epilogue as in the dK/dV kernel, once the other consumer's last dQ product has read sK
+            named_barrier_sync(kBarrierDs, 256);
+            fence_accumulator(dk);
+            fence_accumulator(dv);
+            stage_tile(sK, kv_row, dk, scale, row_in, lane);
+            stage_tile(sV, kv_row, dv, 1.f, row_in, lane);
+            fence_proxy_async();
+            named_barrier_sync(kBarrierEpilogue + consumer, 128);
+            if (t == 0) {
+                for (int sub = 0; sub < sK.kBoxes; sub++) {
+                    tma_store_3d(&map_dqkv, sK.row(kv_row) + sub * sK.kBoxBytes, C + h * kHS + 64 * sub, kc0, b);
+                    tma_store_3d(&map_dqkv, sV.row(kv_row) + sub * sV.kBoxBytes, 2 * C + h * kHS + 64 * sub, kc0, b);
+                }
+                tma_store_commit();
+                tma_store_wait<0>();
+            }
+        });
 }
 
 // dQ (bf16, into dqkv's Q slots) = scale · dQacc, four elements per thread.

@@ -59,93 +59,77 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int k0 = blockIdx.x * Cfg::kBk;
     const int i_first = k0 / Cfg::kBq, n_q = (T + Cfg::kBq - 1) / Cfg::kBq;  // query tiles from the diagonal down
-    const int warpgroup = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) {
-        tma_prefetch_map(&map_kv);
-        tma_prefetch_map(&map_q);
-        tma_prefetch_map(&map_dout);
-        tma_prefetch_map(&map_dqkv);
-        tma_prefetch_map(&map_lse_d);
-        mbarrier_init(&L.barriers.kv_full, 1);
-        L.barriers.ring.init(1, Cfg::kConsumers * 4);
-        fence_barrier_init();
-    }
-    __syncthreads();
     Ring<Cfg::kStages> ring(L.barriers.ring);
+    warp_specialized<Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+        [&] {
+            prefetch_tensor_maps(&map_kv, &map_q, &map_dout, &map_dqkv, &map_lse_d);
+            mbarrier_init(&L.barriers.kv_full, 1);
+            L.barriers.ring.init(1, Cfg::kConsumers * 4);
+        },
+        [&] {  // ---- producer: TMA (thread 0)
+            if (threadIdx.x == 0)
+                produce_k_v_then_q_do(L, ring, &map_kv, &map_q, &map_dout, &map_lse_d, C, h, k0, b, bh, i_first, n_q);
+        },
+        [&](int consumer) {  // ---- consumers: keys kc0 .. kc0 + 63, rows kv_row.. of sK and sV
+            const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+            const int row_in = warp * 16 + lane / 4;
+            const int kv_row = consumer * 64, kc0 = k0 + kv_row;
+            const float scale = rsqrtf((float)kHS), scale_log2 = scale * kLog2e;
 
-    if (warpgroup == 0) {  // ---- producer: TMA (thread 0)
-        setmaxnreg_dec<Cfg::kProducerRegs>();
-        if (threadIdx.x == 0)
-            produce_k_v_then_q_do(L, ring, &map_kv, &map_q, &map_dout, &map_lse_d, C, h, k0, b, bh, i_first, n_q);
-        return;
-    }
+            float dv[kHS / 2], dk[kHS / 2];
+            uint32_t k_frag[Cfg::kKRegs ? kHS / 16 : 1][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
+            start_dk_dv<Cfg>(L, kv_row, row_in, lane, dk, dv, k_frag, v_frag);
+            // A query tile in kParts parts, each with its own wgmma groups: the elementwise work of part p runs while
+            // the products of part p + 1 (or the dV/dK products of part p - 1) keep the tensor cores busy.
+            constexpr int kParts = Cfg::kParts, kPq = Cfg::kBq / kParts;
+            for (int i = i_first; i < n_q; i++, ring.advance()) {
+                ring.wait_full();
+                const auto& stage = L.stage[ring.stage()];
+                const auto &sQ = stage.q, &sdO = stage.dO;
 
-    // ---- consumers: keys kc0 .. kc0 + 63, rows kv_row.. of sK and sV
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    const int consumer = warpgroup - 1;
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    const int row_in = warp * 16 + lane / 4;
-    const int kv_row = consumer * 64, kc0 = k0 + kv_row;
-    const float scale = rsqrtf((float)kHS), scale_log2 = scale * kLog2e;
-
-    float dv[kHS / 2], dk[kHS / 2];
+                // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys x kPq queries per part, over HS)
+                // zeroed although the first product overwrites them (scale-d 0): left undefined, the compiler copies
+                // registers into them between the fence and the wgmmas, and ptxas then serialises the products (C7519)
+                float st[kParts][kPq / 2], dpt[kParts][kPq / 2];
 #pragma unroll
-    for (int i = 0; i < kHS / 2; i++) dv[i] = 0.f, dk[i] = 0.f;
-
-    mbarrier_wait(&L.barriers.kv_full, 0);
-    uint32_t k_frag[Cfg::kKRegs ? kHS / 16 : 1][4], v_frag[Cfg::kVRegs ? kHS / 16 : 1][4];
-    if constexpr (Cfg::kKRegs) load_a_fragments(sK, kv_row, row_in, lane, k_frag);
-    if constexpr (Cfg::kVRegs) load_a_fragments(sV, kv_row, row_in, lane, v_frag);
-    // A query tile in kParts parts, each with its own wgmma groups: the elementwise work of part p runs while the
-    // products of part p + 1 (or the dV/dK products of part p - 1) keep the tensor cores busy.
-    constexpr int kParts = Cfg::kParts, kPq = Cfg::kBq / kParts;
-    for (int i = i_first; i < n_q; i++, ring.advance()) {
-        ring.wait_full();
-        const auto& stage = L.stage[ring.stage()];
-        const auto &sQ = stage.q, &sdO = stage.dO;
-
-        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys x kPq queries per part, over HS)
-        // zeroed although the first product overwrites them (scale-d 0): left undefined, the compiler copies
-        // registers into them between the fence and the wgmmas, and ptxas then serialises the products (C7519)
-        float st[kParts][kPq / 2], dpt[kParts][kPq / 2];
+                for (int part = 0; part < kParts; part++)
 #pragma unroll
-        for (int part = 0; part < kParts; part++)
-#pragma unroll
-            for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
-        issue_st_dpt<Cfg, kParts, kPq>(st, dpt, k_frag, v_frag, sK, sV, kv_row, sQ, sdO);
+                    for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
+                issue_st_dpt<Cfg, kParts, kPq>(st, dpt, k_frag, v_frag, sK, sV, kv_row, sQ, sdO);
 
 #pragma unroll
-        for (int part = 0; part < kParts; part++) {
-            part_p_and_ds<Cfg::kBq, kPq, kParts>(st[part], dpt[part], L.lse_d[ring.stage()], part, i * Cfg::kBq, kc0,
-                                                 row_in, lane, scale_log2);
-            issue_dv_dk<kPq, kHS>(dv, dk, st[part], dpt[part], sdO, sQ, part);
-        }
-        wgmma_wait<0>();
-        if (lane == 0) ring.release();
-    }
+                for (int part = 0; part < kParts; part++) {
+                    part_p_and_ds<Cfg::kBq, kPq, kParts>(st[part], dpt[part], L.lse_d[ring.stage()], part,
+                                                         i * Cfg::kBq, kc0, row_in, lane, scale_log2);
+                    issue_dv_dk<kPq, kHS>(dv, dk, st[part], dpt[part], sdO, sQ, part);
+                }
+                wgmma_wait<0>();
+                if (lane == 0) ring.release();
+            }
 
-    // ---- epilogue: dK·scale and dV into this consumer's rows of sK and sV (its own; every product that read them
-    // is done), then TMA stores into dqkv (rows past T dropped)
-    fence_accumulator(dk);
-    fence_accumulator(dv);
-    stage_tile(sK, kv_row, dk, scale, row_in, lane);
-    stage_tile(sV, kv_row, dv, 1.f, row_in, lane);
-    fence_proxy_async();
-    named_barrier_sync(1 + consumer, 128);
-    if (t == 0) {
-        for (int sub = 0; sub < sK.kBoxes; sub++) {
-            tma_store_3d(&map_dqkv, sK.row(kv_row) + sub * sK.kBoxBytes, C + h * kHS + 64 * sub, kc0, b);
-            tma_store_3d(&map_dqkv, sV.row(kv_row) + sub * sV.kBoxBytes, 2 * C + h * kHS + 64 * sub, kc0, b);
-        }
-        tma_store_commit();
-    }
-    if (bias_partials) {  // the k and v bias gradients' partial row of this consumer's 64 keys
-        float* row = bias_partials + ((size_t)b * 2 * gridDim.x + kc0 / 64) * 3 * C + h * kHS;
-        staged_column_sums(sK, kv_row, row + C, warp, lane);
-        staged_column_sums(sV, kv_row, row + 2 * C, warp, lane);
-    }
-    if (t == 0) tma_store_wait<0>();
+            // ---- epilogue: dK·scale and dV into this consumer's rows of sK and sV (its own; every product that read
+            // them is done), then TMA stores into dqkv (rows past T dropped)
+            fence_accumulator(dk);
+            fence_accumulator(dv);
+            stage_tile(sK, kv_row, dk, scale, row_in, lane);
+            stage_tile(sV, kv_row, dv, 1.f, row_in, lane);
+            fence_proxy_async();
+            named_barrier_sync(1 + consumer, 128);
+            if (t == 0) {
+                for (int sub = 0; sub < sK.kBoxes; sub++) {
+                    tma_store_3d(&map_dqkv, sK.row(kv_row) + sub * sK.kBoxBytes, C + h * kHS + 64 * sub, kc0, b);
+                    tma_store_3d(&map_dqkv, sV.row(kv_row) + sub * sV.kBoxBytes, 2 * C + h * kHS + 64 * sub, kc0, b);
+                }
+                tma_store_commit();
+            }
+            if (bias_partials) {  // the k and v bias gradients' partial row of this consumer's 64 keys
+                float* row = bias_partials + ((size_t)b * 2 * gridDim.x + kc0 / 64) * 3 * C + h * kHS;
+                staged_column_sums(sK, kv_row, row + C, warp, lane);
+                staged_column_sums(sV, kv_row, row + 2 * C, warp, lane);
+            }
+            if (t == 0) tma_store_wait<0>();
+        });
 }
 
 }  // namespace flash_hopper

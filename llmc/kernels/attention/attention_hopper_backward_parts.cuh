@@ -94,6 +94,19 @@ __device__ __forceinline__ void produce_k_v_then_q_do(Layout& L, Ring ring, cons
 }
 
 // ------------------------------------------------------------------------------------------ consumer steps
+// A dK/dV consumer's start (the dK/dV and fused kernels): dK and dV zeroed, and once K and V have landed, its 64 rows
+// of them as register A operands where Cfg keeps them there (kKRegs, kVRegs).
+template <typename Cfg, typename Layout, int kAcc, int kKF, int kVF>
+__device__ __forceinline__ void start_dk_dv(Layout& L, int kv_row, int row_in, int lane, float (&dk)[kAcc],
+                                            float (&dv)[kAcc], uint32_t (&k_frag)[kKF][4],
+                                            uint32_t (&v_frag)[kVF][4]) {
+#pragma unroll
+    for (int i = 0; i < kAcc; i++) dv[i] = 0.f, dk[i] = 0.f;
+    hopper::mbarrier_wait(&L.barriers.kv_full, 0);
+    if constexpr (Cfg::kKRegs) hopper::load_a_fragments(L.k, kv_row, row_in, lane, k_frag);
+    if constexpr (Cfg::kVRegs) hopper::load_a_fragments(L.v, kv_row, row_in, lane, v_frag);
+}
+
 // The LSE and D of the query columns this thread holds in an Sᵀ accumulator of kPq queries from q_local0.
 template <int kBq, int kPq>
 __device__ __forceinline__ void read_lse_d(const float (&lse_d)[2][kBq], int q_local0, int lane,

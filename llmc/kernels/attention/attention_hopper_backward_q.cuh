@@ -61,112 +61,97 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     const int q_block = gridDim.x - 1 - blockIdx.x;  // longest first
     const int q0 = q_block * Cfg::kBq;
     const int n_k = (min(T, q0 + Cfg::kBq) + Cfg::kBk - 1) / Cfg::kBk;  // key tiles up to the diagonal
-    const int warpgroup = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) {
-        tma_prefetch_map(&map_q);
-        tma_prefetch_map(&map_dout);
-        tma_prefetch_map(&map_kv);
-        tma_prefetch_map(&map_dqkv);
-        mbarrier_init(&L.barriers.q_full, 1);
-        L.barriers.ring.init(1, Cfg::kConsumers * 4);
-        fence_barrier_init();
-    }
-    __syncthreads();
     Ring<Cfg::kStages> ring(L.barriers.ring);
-
-    if (warpgroup == 0) {  // ---- producer
-        setmaxnreg_dec<Cfg::kProducerRegs>();
-        if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(&L.barriers.q_full, sizeof(sQ) + sizeof(sdO));
-            for (int sub = 0; sub < sQ.kBoxes; sub++) {
-                tma_load_3d(sQ.box(sub), &map_q, &L.barriers.q_full, h * kHS + 64 * sub, q0, b);
-                tma_load_3d(sdO.box(sub), &map_dout, &L.barriers.q_full, h * kHS + 64 * sub, q0, b);
-            }
-            for (int j = 0; j < n_k; j++, ring.advance()) {
-                uint64_t* full = ring.acquire(sizeof(L.kv[0]));
-                auto& kv = L.kv[ring.stage()];
+    warp_specialized<Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+        [&] {
+            prefetch_tensor_maps(&map_q, &map_dout, &map_kv, &map_dqkv);
+            mbarrier_init(&L.barriers.q_full, 1);
+            L.barriers.ring.init(1, Cfg::kConsumers * 4);
+        },
+        [&] {  // ---- producer
+            if (threadIdx.x == 0) {
+                mbarrier_arrive_expect_tx(&L.barriers.q_full, sizeof(sQ) + sizeof(sdO));
                 for (int sub = 0; sub < sQ.kBoxes; sub++) {
-                    tma_load_3d(kv.k.box(sub), &map_kv, full, C + h * kHS + 64 * sub, j * Cfg::kBk, b);
-                    tma_load_3d(kv.v.box(sub), &map_kv, full, 2 * C + h * kHS + 64 * sub, j * Cfg::kBk, b);
+                    tma_load_3d(sQ.box(sub), &map_q, &L.barriers.q_full, h * kHS + 64 * sub, q0, b);
+                    tma_load_3d(sdO.box(sub), &map_dout, &L.barriers.q_full, h * kHS + 64 * sub, q0, b);
                 }
+                produce_k_v_tiles(L.kv, ring, &map_kv, C, h, b, n_k);
             }
-        }
-        return;
-    }
-
-    // ---- consumers: queries qc0 .. qc0 + 63, rows q_row.. of sQ and sdO
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    const int consumer = warpgroup - 1;
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    const int row_in = warp * 16 + lane / 4;
-    const int q_row = consumer * 64, qc0 = q0 + q_row;
-    const float scale = rsqrtf((float)kHS), scale_log2 = scale * kLog2e;
-    float lse_row[2], d_row[2];  // this thread's rows row_in, row_in + 8 (padded: every query has a place)
-    const int Tp = padded_T(T);
-    const float* lse_d_bh = lse_d + (size_t)bh * 2 * Tp;
+        },
+        [&](int consumer) {  // ---- consumers: queries qc0 .. qc0 + 63, rows q_row.. of sQ and sdO
+            const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+            const int row_in = warp * 16 + lane / 4;
+            const int q_row = consumer * 64, qc0 = q0 + q_row;
+            const float scale = rsqrtf((float)kHS), scale_log2 = scale * kLog2e;
+            float lse_row[2], d_row[2];  // this thread's rows row_in, row_in + 8 (padded: every query has a place)
+            const int Tp = padded_T(T);
+            const float* lse_d_bh = lse_d + (size_t)bh * 2 * Tp;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int query = qc0 + row_in + 8 * r;
-        lse_row[r] = __ldg(lse_d_bh + query);
-        d_row[r] = __ldg(lse_d_bh + Tp + query);
-    }
-    float dq[kHS / 2];
+            for (int r = 0; r < 2; r++) {
+                const int query = qc0 + row_in + 8 * r;
+                lse_row[r] = __ldg(lse_d_bh + query);
+                d_row[r] = __ldg(lse_d_bh + Tp + query);
+            }
+            float dq[kHS / 2];
 #pragma unroll
-    for (int i = 0; i < kHS / 2; i++) dq[i] = 0.f;
+            for (int i = 0; i < kHS / 2; i++) dq[i] = 0.f;
 
-    mbarrier_wait(&L.barriers.q_full, 0);
-    // Q and dO rows as the register A operands of S and dP (as K and V in the dK/dV kernel; splitting the key tile
-    // into parts as there made this kernel slower, docs/PERFORMANCE.md)
-    uint32_t q_frag[kHS / 16][4], do_frag[kHS / 16][4];
-    load_a_fragments(sQ, q_row, row_in, lane, q_frag);
-    load_a_fragments(sdO, q_row, row_in, lane, do_frag);
-    for (int j = 0; j < n_k; j++, ring.advance()) {
-        ring.wait_full();
-        const auto& kv = L.kv[ring.stage()];
+            mbarrier_wait(&L.barriers.q_full, 0);
+            // Q and dO rows as the register A operands of S and dP (as K and V in the dK/dV kernel; splitting the key
+            // tile into parts as there made this kernel slower, docs/PERFORMANCE.md)
+            uint32_t q_frag[kHS / 16][4], do_frag[kHS / 16][4];
+            load_a_fragments(sQ, q_row, row_in, lane, q_frag);
+            load_a_fragments(sdO, q_row, row_in, lane, do_frag);
+            for (int j = 0; j < n_k; j++, ring.advance()) {
+                ring.wait_full();
+                const auto& kv = L.kv[ring.stage()];
 
-        // S = Q·Kᵀ and dP = dO·Vᵀ (64 queries x 64 keys, over HS)
-        float s[Cfg::kBk / 2], dp[Cfg::kBk / 2];  // zeroed for the same reason as the dK/dV kernel's st, dpt
+                // S = Q·Kᵀ and dP = dO·Vᵀ (64 queries x 64 keys, over HS)
+                float s[Cfg::kBk / 2], dp[Cfg::kBk / 2];  // zeroed for the same reason as the dK/dV kernel's st, dpt
 #pragma unroll
-        for (int x = 0; x < Cfg::kBk / 2; x++) s[x] = 0.f, dp[x] = 0.f;
-        wgmma_fence();
-        wgmma_rs_over_head_dim(s, q_frag, kv.k, 0);
-        wgmma_rs_over_head_dim(dp, do_frag, kv.v, 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulator(s);
-        fence_accumulator(dp);
+                for (int x = 0; x < Cfg::kBk / 2; x++) s[x] = 0.f, dp[x] = 0.f;
+                wgmma_fence();
+                wgmma_rs_over_head_dim(s, q_frag, kv.k, 0);
+                wgmma_rs_over_head_dim(dp, do_frag, kv.v, 0);
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_accumulator(s);
+                fence_accumulator(dp);
 
-        // dS = P∘(dP − D), P = exp(scale·S − LSE), 0 above the diagonal (tested in the tile that crosses it)
-        const int delta = j * Cfg::kBk + Cfg::kBk - 1 > qc0 ? j * Cfg::kBk + 2 * (lane % 4) - (qc0 + row_in) : kNoMask;
-        ds_by_rows<Cfg::kBk>(s, dp, lse_row, d_row, scale_log2, delta);
-        uint32_t ds_frag[Cfg::kBk / 16][4];
-        pack_a_fragments<Cfg::kBk>(dp, ds_frag);
+                // dS = P∘(dP − D), P = exp(scale·S − LSE), 0 above the diagonal (tested in the tile that crosses it)
+                const int delta =
+                    j * Cfg::kBk + Cfg::kBk - 1 > qc0 ? j * Cfg::kBk + 2 * (lane % 4) - (qc0 + row_in) : kNoMask;
+                ds_by_rows<Cfg::kBk>(s, dp, lse_row, d_row, scale_log2, delta);
+                uint32_t ds_frag[Cfg::kBk / 16][4];
+                pack_a_fragments<Cfg::kBk>(dp, ds_frag);
 
-        // dQ += dS·K (over the 64 keys; K as MN-major B)
-        wgmma_fence();
+                // dQ += dS·K (over the 64 keys; K as MN-major B)
+                wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kBk / 16; kk++) wgmma_rs<1>(dq, ds_frag[kk], mn_major_descriptor(kv.k, kk), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        if (lane == 0) ring.release();
-    }
+                for (int kk = 0; kk < Cfg::kBk / 16; kk++)
+                    wgmma_rs<1>(dq, ds_frag[kk], mn_major_descriptor(kv.k, kk), 1);
+                wgmma_commit();
+                wgmma_wait<0>();
+                if (lane == 0) ring.release();
+            }
 
-    // ---- epilogue: dQ·scale into this consumer's rows of sQ, then a TMA store into dqkv
-    fence_accumulator(dq);
-    stage_tile(sQ, q_row, dq, scale, row_in, lane);
-    fence_proxy_async();
-    named_barrier_sync(1 + consumer, 128);
-    if (t == 0) {
-        for (int sub = 0; sub < sQ.kBoxes; sub++)
-            tma_store_3d(&map_dqkv, sQ.row(q_row) + sub * sQ.kBoxBytes, h * kHS + 64 * sub, qc0, b);
-        tma_store_commit();
-    }
-    if (bias_partials) {  // the q bias gradient's partial row of this consumer's 64 queries
-        float* row = bias_partials + ((size_t)b * 2 * gridDim.x + qc0 / 64) * 3 * C + h * kHS;
-        staged_column_sums(sQ, q_row, row, warp, lane);
-    }
-    if (t == 0) tma_store_wait<0>();
+            // ---- epilogue: dQ·scale into this consumer's rows of sQ, then a TMA store into dqkv
+            fence_accumulator(dq);
+            stage_tile(sQ, q_row, dq, scale, row_in, lane);
+            fence_proxy_async();
+            named_barrier_sync(1 + consumer, 128);
+            if (t == 0) {
+                for (int sub = 0; sub < sQ.kBoxes; sub++)
+                    tma_store_3d(&map_dqkv, sQ.row(q_row) + sub * sQ.kBoxBytes, h * kHS + 64 * sub, qc0, b);
+                tma_store_commit();
+            }
+            if (bias_partials) {  // the q bias gradient's partial row of this consumer's 64 queries
+                float* row = bias_partials + ((size_t)b * 2 * gridDim.x + qc0 / 64) * 3 * C + h * kHS;
+                staged_column_sums(sQ, q_row, row, warp, lane);
+            }
+            if (t == 0) tma_store_wait<0>();
+        });
 }
 
 }  // namespace flash_hopper

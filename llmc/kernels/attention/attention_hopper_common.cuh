@@ -4,10 +4,12 @@
 
 #include <cuda_bf16.h>
 
+#include "llmc/hopper/accumulator.cuh"
 #include "llmc/hopper/arch.cuh"
 #include "llmc/hopper/pipeline.cuh"
 #include "llmc/hopper/smem.cuh"
 #include "llmc/hopper/tma.cuh"
+#include "llmc/hopper/warp_specialized.cuh"
 #include "llmc/hopper/wgmma.cuh"
 
 namespace flash_hopper {
@@ -34,6 +36,23 @@ inline CUtensorMap head_slice_map(const void* base, int B, int T, int width, int
 inline CUtensorMap head_slice_store_map(void* base, int B, int T, int width, int box_rows, cudaStream_t stream) {
     return hopper::make_store_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, width, width,
                                      (uint64_t)T * width, box_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B, stream);
+}
+
+// The producer's stream of K and V tiles j = 0 .. n_tiles − 1 (rows j·rows.. of every batch b's keys) through the
+// ring, both from the qkv map (head h's columns C.. and 2C..): the forward's and the dQ kernel's.
+template <typename KVStage, int kStages, typename RingT>
+__device__ __forceinline__ void produce_k_v_tiles(KVStage (&kv)[kStages], RingT& ring, const CUtensorMap* map_qkv,
+                                                  int C, int h, int b, int n_tiles) {
+    using TileT = decltype(kv[0].k);
+    constexpr int kRows = TileT::kRows, kHS = TileT::kCols;
+    for (int j = 0; j < n_tiles; j++, ring.advance()) {
+        uint64_t* full = ring.acquire(sizeof(kv[0]));
+        auto& stage = kv[ring.stage()];
+        for (int sub = 0; sub < TileT::kBoxes; sub++) {
+            hopper::tma_load_3d(stage.k.box(sub), map_qkv, full, C + h * kHS + 64 * sub, j * kRows, b);
+            hopper::tma_load_3d(stage.v.box(sub), map_qkv, full, 2 * C + h * kHS + 64 * sub, j * kRows, b);
+        }
+    }
 }
 
 }  // namespace flash_hopper

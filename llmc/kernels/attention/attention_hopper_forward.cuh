@@ -12,9 +12,9 @@
 //   - epilogue: O / l into this consumer's rows of sQ and out by TMA stores, which drop rows past T; LSE per row.
 // The 3D tensor maps zero-fill rows past T, so partial tiles need no special loads; keys past T sit above the
 // diagonal of every real query row and are masked with it.
-// Overlap (FlashAttention-3's intra-warpgroup pipelining): each consumer issues S of tile j with P·V of tile j − 1 behind it and runs tile j's softmax while
-// that product is on the tensor cores; the two consumers are not otherwise synchronised (an explicit ping-pong on
-// named barriers measured slower, docs/PERFORMANCE.md).
+// Overlap (FlashAttention-3's intra-warpgroup pipelining): each consumer issues S of tile j with P·V of tile j − 1
+// behind it and runs tile j's softmax while that product is on the tensor cores; the two consumers are not otherwise
+// synchronised (an explicit ping-pong on named barriers measured slower, docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -48,63 +48,32 @@ struct ForwardConfig {
     static_assert(kSmemBytes <= hopper::kSmemLimit, "shared memory");
 };
 
-// The online softmax of one S tile (64 x kBc, accumulator layout) in place, in the log2 domain: S becomes
-// P = exp2(S·scale_log2 − m_new), m and l are updated, and alpha receives exp2(m_old − m_new) for the O rows. kMask:
-// elements with column + delta > row (keys past the diagonal; delta = first key − first query, or kNoMask) are −inf
-// first.
-// Each row lives on the 4 threads of a quad.
+// The online softmax of one S tile (64 x kBc) in place, in the log2 domain: S becomes P = exp2(S·scale_log2 − m_new),
+// m and l (this thread's part of each row's sum) are updated, and alpha receives exp2(m_old − m_new) for the O rows.
+// kMask: keys past the diagonal (column + delta > row; delta = the tile's first key − first query, or kNoMask) are
+// −inf first.
 template <int kBc, bool kMask>
-__device__ __forceinline__ void online_softmax(float (&s)[kBc / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                               float scale_log2, int lane, int row_in, int delta) {
-    if (kMask) {
-#pragma unroll
-        for (int jj = 0; jj < kBc / 8; jj++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int col = 8 * jj + 2 * (lane % 4) + (e & 1), row = row_in + 8 * (e >> 1);
-                s[4 * jj + e] = col + delta > row ? -INFINITY : s[4 * jj + e];
-            }
-    }
+__device__ __forceinline__ void online_softmax(hopper::Accumulator<kBc>& s, float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], float scale_log2, const hopper::AccumulatorLane& at,
+                                               int delta) {
+    if (kMask) s.mask_above_diagonal(delta, at);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int jj = 0; jj < kBc / 8; jj++) mx = fmaxf(mx, fmaxf(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: every real row sees key 0 in its first tile
+        // finite: every real row sees key 0 in its first tile
+        const float m_new = fmaxf(m[r], s.row_max(r) * scale_log2);
         alpha[r] = exp2f(m[r] - m_new);
         m[r] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < kBc / 8; jj++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float p = exp2f(s[4 * jj + 2 * r + e] * scale_log2 - m_new);
-                s[4 * jj + 2 * r + e] = p;
-                sum += p;
-            }
-        l[r] = l[r] * alpha[r] + sum;
-    }
-}
-
-// O rows times their softmax rescale factors (row_in: alpha[0], row_in + 8: alpha[1]).
-template <int kHS>
-__device__ __forceinline__ void rescale_rows(float (&o)[kHS / 2], const float (&alpha)[2]) {
-#pragma unroll
-    for (int jj = 0; jj < kHS / 8; jj++) {
-        o[4 * jj] *= alpha[0], o[4 * jj + 1] *= alpha[0];
-        o[4 * jj + 2] *= alpha[1], o[4 * jj + 3] *= alpha[1];
+        l[r] = l[r] * alpha[r] + s.exp2_row(r, scale_log2, m_new);
     }
 }
 
 // Issues O += P·V (A from registers, V used as stored: MN-major) as one wgmma group. The caller fences first (the
 // register writes of P and of the rescaled O before the products read them).
 template <int kBc, int kHS>
-__device__ __forceinline__ void issue_pv(float (&o)[kHS / 2], const uint32_t (&p)[kBc / 16][4],
+__device__ __forceinline__ void issue_pv(hopper::Accumulator<kHS>& o, const uint32_t (&p)[kBc / 16][4],
                                          const hopper::Tile<bf16, kBc, kHS>& sV) {
 #pragma unroll
-    for (int kk = 0; kk < kBc / 16; kk++) hopper::wgmma_rs<1>(o, p[kk], hopper::mn_major_descriptor(sV, kk), 1);
+    for (int kk = 0; kk < kBc / 16; kk++) hopper::wgmma_rs<1>(o.d, p[kk], hopper::mn_major_descriptor(sV, kk), 1);
     hopper::wgmma_commit();
 }
 
@@ -124,122 +93,101 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     const int q_block = gridDim.x - 1 - blockIdx.x;  // longest first: the grid's tail is short blocks
     const int q0 = q_block * Cfg::kBr;
     const int n_tiles = (min(T, q0 + Cfg::kBr) + Cfg::kBc - 1) / Cfg::kBc;  // key tiles up to the diagonal
-    const int warpgroup = threadIdx.x / 128;
-
-    if (threadIdx.x == 0) {
-        tma_prefetch_map(&map_qkv);
-        tma_prefetch_map(&map_out);
-        mbarrier_init(&bar.q_full, 1);
-        bar.ring.init(1, Cfg::kConsumers * 4);
-        fence_barrier_init();
-    }
-    __syncthreads();
     Ring<Cfg::kStages> ring(bar.ring);
 
-    if (warpgroup == 0) {  // ---- producer
-        setmaxnreg_dec<Cfg::kProducerRegs>();
-        if (threadIdx.x == 0) {
+    warp_specialized<Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+        [&] {
+            prefetch_tensor_maps(&map_qkv, &map_out);
+            mbarrier_init(&bar.q_full, 1);
+            bar.ring.init(1, Cfg::kConsumers * 4);
+        },
+        [&] {  // ---- producer (thread 0): Q once, then K and V of every tile up to the diagonal
+            if (threadIdx.x != 0) return;
             mbarrier_arrive_expect_tx(&bar.q_full, sizeof(sQ));
             for (int sub = 0; sub < sQ.kBoxes; sub++)
                 tma_load_3d(sQ.box(sub), &map_qkv, &bar.q_full, h * kHS + 64 * sub, q0, b);
-            for (int j = 0; j < n_tiles; j++, ring.advance()) {
-                uint64_t* full = ring.acquire(sizeof(L.kv[0]));
-                auto& kv = L.kv[ring.stage()];
-                for (int sub = 0; sub < sQ.kBoxes; sub++) {
-                    tma_load_3d(kv.k.box(sub), &map_qkv, full, C + h * kHS + 64 * sub, j * Cfg::kBc, b);
-                    tma_load_3d(kv.v.box(sub), &map_qkv, full, 2 * C + h * kHS + 64 * sub, j * Cfg::kBc, b);
+            produce_k_v_tiles(L.kv, ring, &map_qkv, C, h, b, n_tiles);
+        },
+        [&](int consumer) {  // ---- consumers: query rows q_first .. q_first + 63, rows 64·consumer.. of sQ
+            const int t = threadIdx.x % 128;
+            const AccumulatorLane at(t);
+            const int q_row = consumer * 64;     // the consumer's first row in sQ
+            const int q_first = q0 + q_row;      // and its query
+            const float scale_log2 = rsqrtf((float)kHS) * kLog2e;
+            Accumulator<Cfg::kBc> s;            // S (64 x Bc)
+            Accumulator<kHS> o;                 // O (64 x HS)
+            uint32_t p_frag[Cfg::kBc / 16][4];  // P of the previous tile, bf16, the A operand of O += P·V
+            o.zero();
+            float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // this thread's rows (l: its part of the sum)
+            float alpha[2];
+
+            // Tile 0 alone: S, softmax, P. Masked only when it is also the last (diagonal) tile; branch-free.
+            const KMajorRows<decltype(L.q)> q_rows(sQ, q_row);  // A of every S product
+            mbarrier_wait(&bar.q_full, 0);
+            ring.wait_full();
+            wgmma_fence();
+            wgmma_ss_over_head_dim(s.d, q_rows, L.kv[0].k, 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            s.fence();
+            online_softmax<Cfg::kBc, true>(s, m, l, alpha, scale_log2, at, n_tiles == 1 ? -q_first : kNoMask);
+            s.to_a_fragments(p_frag);  // P, straight from S's accumulators
+
+            // Tiles 1..n-1: S_j is issued with P_{j-1}·V_{j-1} behind it, and tile j's softmax runs while that
+            // second product is still on the tensor cores (the intra-warpgroup overlap). Only the last tile reaches
+            // the diagonal (query blocks and key tiles are both 128 wide), so the loop has no mask at all and the
+            // last tile runs after it.
+            static_assert(Cfg::kStages >= 2, "tile 1 is in the ring's second stage");
+            int prev = ring.stage();  // the stage of tile j - 1, released once P_{j-1}·V_{j-1} is done
+            ring.advance();
+            auto next_tile = [&](auto masked, int j) {
+                ring.wait_full();
+                wgmma_fence();
+                wgmma_ss_over_head_dim(s.d, q_rows, L.kv[ring.stage()].k, 0);
+                wgmma_commit();
+                issue_pv(o, p_frag, L.kv[prev].v);
+                wgmma_wait<1>();  // S_j done; P_{j-1}·V_{j-1} may still run
+                s.fence();
+                online_softmax<Cfg::kBc, decltype(masked)::value>(s, m, l, alpha, scale_log2, at,
+                                                                  j * Cfg::kBc - q_first);
+                wgmma_wait<0>();
+                o.fence();
+                fence_fragments(p_frag);
+                if (at.lane == 0) ring.release(prev);
+                o.scale_rows(alpha);
+                s.to_a_fragments(p_frag);  // P, straight from S's accumulators
+                prev = ring.stage();
+                ring.advance();
+            };
+            for (int j = 1; j < n_tiles - 1; j++) next_tile(std::false_type{}, j);
+            if (n_tiles > 1) next_tile(std::true_type{}, n_tiles - 1);
+            wgmma_fence();
+            issue_pv(o, p_frag, L.kv[prev].v);
+            wgmma_wait<0>();
+            fence_fragments(p_frag);
+            if (at.lane == 0) ring.release(prev);
+
+            o.fence();
+            // ---- epilogue: O / l -> bf16 -> this consumer's rows of sQ (its own, read only by its wgmmas, all done)
+            l[0] = quad_sum(l[0]), l[1] = quad_sum(l[1]);
+            const float inv[2] = {1.f / l[0], 1.f / l[1]};
+            o.store(sQ, q_row, inv, at);
+            fence_proxy_async();
+            named_barrier_sync(1 + consumer, 128);
+            if (t == 0) {
+                for (int sub = 0; sub < sQ.kBoxes; sub++)
+                    tma_store_3d(&map_out, sQ.row(q_row) + sub * sQ.kBoxBytes, h * kHS + 64 * sub, q_first, b);
+                tma_store_commit();
+            }
+            if (at.lane % 4 == 0) {
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int query = q_first + at.row(r);
+                    if (query < T) lse[((size_t)b * NH + h) * T + query] = (m[r] + log2f(l[r])) * kLn2;
                 }
             }
-        }
-        return;
-    }
-
-    // ---- consumers: query rows q_first .. q_first + 63, rows 64·consumer.. of sQ
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    const int consumer = warpgroup - 1;
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    const int row_in = warp * 16 + lane / 4;  // this thread's rows in the consumer's 64: row_in and row_in + 8
-    const int q_row = consumer * 64;          // the consumer's first row in sQ
-    const int q_first = q0 + q_row;           // and its query
-    const float scale_log2 = rsqrtf((float)kHS) * kLog2e;
-
-    float s_acc[Cfg::kBc / 2];          // S (64 x Bc) in the wgmma accumulator layout (wgmma.cuh)
-    float o_acc[kHS / 2];               // O (64 x HS)
-    uint32_t p_frag[Cfg::kBc / 16][4];  // P of the previous tile, bf16, the A operand of O += P·V
-#pragma unroll
-    for (int i = 0; i < kHS / 2; i++) o_acc[i] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows row_in, row_in + 8 (l: this thread's part)
-    float alpha[2];
-
-    // Tile 0 alone: S, softmax, P. Masked only when it is also the last (diagonal) tile; branch-free.
-    const KMajorRows<decltype(L.q)> q_rows(sQ, q_row);  // A of every S product
-    mbarrier_wait(&bar.q_full, 0);
-    ring.wait_full();
-    wgmma_fence();
-    wgmma_ss_over_head_dim(s_acc, q_rows, L.kv[0].k, 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_accumulator(s_acc);
-    online_softmax<Cfg::kBc, true>(s_acc, m, l, alpha, scale_log2, lane, row_in, n_tiles == 1 ? -q_first : kNoMask);
-    pack_a_fragments<Cfg::kBc>(s_acc, p_frag);  // P, straight from S's accumulators
-
-    // Tiles 1..n-1: S_j is issued with P_{j-1}·V_{j-1} behind it, and tile j's softmax runs while that second product
-    // is still on the tensor cores (the intra-warpgroup overlap). Only the last tile reaches the diagonal (query
-    // blocks and key tiles are both 128 wide), so the loop has no mask at all and the last tile runs after it.
-    static_assert(Cfg::kStages >= 2, "tile 1 is in the ring's second stage");
-    int prev = ring.stage();  // the stage of tile j - 1, released once P_{j-1}·V_{j-1} is done
-    ring.advance();
-    auto next_tile = [&](auto masked, int j) {
-        ring.wait_full();
-        wgmma_fence();
-        wgmma_ss_over_head_dim(s_acc, q_rows, L.kv[ring.stage()].k, 0);
-        wgmma_commit();
-        issue_pv(o_acc, p_frag, L.kv[prev].v);
-        wgmma_wait<1>();  // S_j done; P_{j-1}·V_{j-1} may still run
-        fence_accumulator(s_acc);
-        online_softmax<Cfg::kBc, decltype(masked)::value>(s_acc, m, l, alpha, scale_log2, lane, row_in,
-                                                          j * Cfg::kBc - q_first);
-        wgmma_wait<0>();
-        fence_accumulator(o_acc);
-        fence_fragments(p_frag);
-        if (lane == 0) ring.release(prev);
-        rescale_rows<kHS>(o_acc, alpha);
-        pack_a_fragments<Cfg::kBc>(s_acc, p_frag);  // P, straight from S's accumulators
-        prev = ring.stage();
-        ring.advance();
-    };
-    for (int j = 1; j < n_tiles - 1; j++) next_tile(std::false_type{}, j);
-    if (n_tiles > 1) next_tile(std::true_type{}, n_tiles - 1);
-    wgmma_fence();
-    issue_pv(o_acc, p_frag, L.kv[prev].v);
-    wgmma_wait<0>();
-    fence_fragments(p_frag);
-    if (lane == 0) ring.release(prev);
-
-    fence_accumulator(o_acc);
-    // ---- epilogue: O / l -> bf16 -> this consumer's rows of sQ (its own, read only by its wgmmas, all done)
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
-    }
-    const float inv[2] = {1.f / l[0], 1.f / l[1]};
-    store_accumulator(sQ, q_row, o_acc, inv, row_in, lane);
-    fence_proxy_async();
-    named_barrier_sync(1 + consumer, 128);
-    if (t == 0) {
-        for (int sub = 0; sub < sQ.kBoxes; sub++)
-            tma_store_3d(&map_out, sQ.row(q_row) + sub * sQ.kBoxBytes, h * kHS + 64 * sub, q_first, b);
-        tma_store_commit();
-    }
-    if (lane % 4 == 0) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int query = q_first + row_in + 8 * r;
-            if (query < T) lse[((size_t)b * NH + h) * T + query] = (m[r] + log2f(l[r])) * kLn2;
-        }
-    }
-    if (t == 0) tma_store_wait<0>();
+            if (t == 0) tma_store_wait<0>();
+        });
 }
 
 template <int kHS>
