@@ -174,6 +174,7 @@ int run_attention_program(int argc, char** argv, const AttentionProgram<Variant>
     print_device();
     std::vector<AttentionShape> checks = {
         {2, 3, 1, 64}, {2, 4, 77, 64}, {1, 2, 333, 128}, {16, 12, 130, 64}, {1, 1, 1024, 64}, {2, 2, 515, 128},
+        {1, 2, 129, 64}, {1, 2, 257, 128},  // one query past a whole number of 128-row blocks (padded_T's last rows)
     };
     if (opt.small_checks) checks.resize(3);  // still T = 1, a T no tile divides, and both head sizes
     // -v: exactly the variants it names, validated and timed; without it, every variant but the opt-in ones

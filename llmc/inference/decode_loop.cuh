@@ -23,7 +23,7 @@ struct DecodeLoop {
     int* tokens_device = nullptr;
     unsigned long long* pick_partials = nullptr;  // greedy with decode_matvec's classifier (DecodeGreedyPick)
     unsigned* pick_count = nullptr;
-    DecodeGraph step_graph;
+    CapturedGraph step_graph;
 };
 
 // The coins of the next run, sequence b's g-th at [g·B + b] (the first rows of (max_new, B)), queued on `stream`

@@ -1,10 +1,12 @@
 // Generation's decode step: one new token per sequence (embedding at its position, per layer the cache append and
 // decode attention over the KV cache, the classifier on that position only), on the engine's own B-row scratch.
-// Fixed pointers and shapes, so it is captured once as a CUDA Graph and replayed (DecodeGraph).
+// Fixed pointers and shapes, so it is captured once as a CUDA Graph and replayed (run_as_graph,
+// llmc/core/captured_graph.cuh: about 100 launches per step at d12 become one).
 #pragma once
 
 #include <algorithm>
 
+#include "llmc/core/captured_graph.cuh"
 #include "llmc/inference/kv_cache.cuh"
 #include "llmc/kernels/attention/attention_decode.cuh"
 #include "llmc/kernels/decode/decode_matvec.cuh"
@@ -201,33 +203,4 @@ inline bool decode_forward(const DecodeStep& d, const DecodeGreedyPick* pick = n
     if (d.settings.products != DecodeProducts::Cublas) return decode_step_detail::fused_layers(d, pick);
     decode_step_detail::cublas_layers(d);
     return false;
-}
-
-// A step's kernels as a CUDA Graph: about 100 launches per step at d12 become one. body() runs plainly on the
-// first call (cuBLASLt picks and caches its plans, kernels load, outside any capture), is captured on the second
-// and replayed from then on. The stream must be a created one (the legacy stream cannot be captured).
-struct DecodeGraph {
-    cudaGraphExec_t exec = nullptr;
-    bool warm = false;
-};
-template <typename Body>
-inline void run_as_graph(cudaStream_t stream, DecodeGraph* g, Body&& body) {
-    if (!g->warm) {
-        body();
-        g->warm = true;
-        return;
-    }
-    if (!g->exec) {
-        cudaGraph_t graph;
-        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        body();
-        cudaCheck(cudaStreamEndCapture(stream, &graph));
-        cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
-        cudaCheck(cudaGraphDestroy(graph));
-    }
-    cudaCheck(cudaGraphLaunch(g->exec, stream));
-}
-inline void decode_graph_free(DecodeGraph* g) {
-    if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
-    *g = DecodeGraph{};
 }

@@ -44,18 +44,19 @@ struct InferenceEngine {
     AttentionBackend backend = AttentionBackend::Materialized;
     std::string backend_note;  // why "auto" is not flash, when it is not
     std::vector<InferenceBuffer> table;
-    std::vector<void*> buffers;  // per infer::Id: device (mapped host for NewTokens); null when empty
-    void* block = nullptr;
+    std::vector<void*> buffers;  // per infer::Id: device, or mapped host memory (group HostMapped); null when empty
+    void* block = nullptr;       // the device rows
+    void* host_block = nullptr;  // the host rows (mapped, pinned)
     cudaStream_t stream = nullptr;
     KVCache cache;
     ForwardActivations prefill;  // one layer's buffers, every layer's (stride 0)
     DecodeStep step;             // points at `cache`: the engine stays where it was created
     DecodeLoop loop;
-    DecodeGraph host_step_graph;  // inference_decode_step's
+    CapturedGraph host_step_graph;  // inference_decode_step's
     DecodeProducts decode_asked = DecodeProducts::Auto;  // the products setting before it was resolved for B
     std::vector<int> row_buckets;             // shape.row_buckets: the step's row counts, 1, 2, 4, ..., B
-    std::vector<DecodeGraph> bucket_graphs;   // inference_decode_slots' graph per row count
-    std::map<std::pair<int, int>, DecodeGraph> prefill_graphs;  // inference_prefill_slots' per (rows, T) bucket
+    std::vector<CapturedGraph> bucket_graphs;   // inference_decode_slots' graph per row count
+    std::map<std::pair<int, int>, CapturedGraph> prefill_graphs;  // inference_prefill_slots' per (rows, T) bucket
     double setup_ms = 0;
 
     InferenceEngine() = default;
@@ -118,8 +119,14 @@ inline void allocate(InferenceEngine* e) {
         exit(EXIT_FAILURE);
     }
     e->buffers = memory_table_carve(e->table, e->block, inference_in_block);
-    if (const size_t bytes = e->table[infer::NewTokens].bytes())
-        cudaCheck(cudaHostAlloc(&e->buffers[infer::NewTokens], bytes, cudaHostAllocMapped));
+    // the host rows (the loop's new tokens, a server's uploads and results) in one mapped, pinned allocation
+    auto on_host = [](const InferenceBuffer& b) { return b.group == InferenceGroup::HostMapped; };
+    if (const size_t bytes = memory_table_bytes(e->table, on_host)) {
+        cudaCheck(cudaHostAlloc(&e->host_block, bytes, cudaHostAllocMapped));
+        const std::vector<void*> host = memory_table_carve(e->table, e->host_block, on_host);
+        for (size_t i = 0; i < host.size(); i++)
+            if (host[i]) e->buffers[i] = host[i];
+    }
 }
 
 inline void set_up_views(InferenceEngine* e) {
@@ -298,7 +305,7 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->table = inference_memory_table(c, e->shape, kernel_sizes(c, e->shape, e->backend, e->options.decode,
                                                                 e->decode_asked, o.pick));
     e->row_buckets = decode_row_buckets(shape);
-    e->bucket_graphs.assign(e->row_buckets.size(), DecodeGraph{});
+    e->bucket_graphs.assign(e->row_buckets.size(), CapturedGraph{});
     allocate(e);
     cudaCheck(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
     e->step.settings = e->options.decode;
@@ -339,15 +346,16 @@ inline void inference_engine_borrow(InferenceEngine* e, const GPT2Config& c, con
 
 inline void inference_engine_free(InferenceEngine* e) {
     if (e->stream) cudaCheck(cudaStreamSynchronize(e->stream));
-    decode_graph_free(&e->loop.step_graph);
-    decode_graph_free(&e->host_step_graph);
-    for (DecodeGraph& g : e->bucket_graphs) decode_graph_free(&g);
-    for (auto& g : e->prefill_graphs) decode_graph_free(&g.second);
+    captured_graph_free(&e->loop.step_graph);
+    captured_graph_free(&e->host_step_graph);
+    for (CapturedGraph& g : e->bucket_graphs) captured_graph_free(&g);
+    for (auto& g : e->prefill_graphs) captured_graph_free(&g.second);
     e->prefill_graphs.clear();
-    if (!e->buffers.empty() && e->buffers[infer::NewTokens]) cudaCheck(cudaFreeHost(e->buffers[infer::NewTokens]));
+    if (e->host_block) cudaCheck(cudaFreeHost(e->host_block));
     if (e->block) cudaCheck(cudaFree(e->block));
     if (e->stream) cudaCheck(cudaStreamDestroy(e->stream));
     e->buffers.clear();
     e->block = nullptr;
+    e->host_block = nullptr;
     e->stream = nullptr;
 }

@@ -1,10 +1,12 @@
 // Generation's memory as one table of named buffers: parameters (bf16, or none when borrowed from the trainer),
 // the KV cache, the prefill's scratch (one layer's activations, which every layer reuses), the decode step's
-// scratch (B rows) and the on-GPU loop's buffers; no gradients, optimizer state or per-layer activations. Offsets
+// scratch (B rows), the on-GPU loop's buffers and, for a server, its picks' and steps' buffers (device, and mapped
+// host memory); no gradients, optimizer state or per-layer activations. Offsets
 // into the engine's one device allocation, the plan's printout and tests/unit/test_inference_plan.cpp all read this
 // table. Host-only: the sizes the kernels define (some depend on the GPU) come in as InferenceKernelSizes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "llmc/core/startup_table.h"  // format_bytes, format_table_row: the trainer's plan prints the same way
 #include "llmc/core/utils.h"
 #include "llmc/gpt2/gpt2_config.h"
+#include "llmc/kernels/sampling/sampling_rule.h"  // PickParams, the picks' per-row settings
 
 // What one generation run holds at once.
 struct InferenceShape {
@@ -25,6 +28,7 @@ struct InferenceShape {
     bool owns_params = true;  // false: a view of parameters that live elsewhere (the trainer's)
     bool row_buckets = false; // decode steps also over the first 1, 2, 4, ... rows (a server: its busy slots only)
     bool slot_prefill = false; // prompts prefilled into chosen slots, with logits rows of their own (a server)
+    int server_steps = 0;     // a server's decode steps that can be in flight, each with its own upload and results
     int prefill_rows() const { return prefill_B > 0 ? prefill_B : B; }
 };
 
@@ -50,7 +54,7 @@ struct InferenceKernelSizes {
     size_t cublaslt_workspace = 0;    // allocated once per process by matmul_init
 };
 
-enum class InferenceGroup { Parameters, KVCache, Prefill, Decode, Classifier, Workspace, HostMapped };
+enum class InferenceGroup { Parameters, KVCache, Prefill, Decode, Classifier, Server, Workspace, HostMapped };
 
 inline const char* inference_group_name(InferenceGroup g) {
     switch (g) {
@@ -59,6 +63,7 @@ inline const char* inference_group_name(InferenceGroup g) {
         case InferenceGroup::Prefill: return "prefill (one layer)";
         case InferenceGroup::Decode: return "decode step";
         case InferenceGroup::Classifier: return "classifier";
+        case InferenceGroup::Server: return "server's picks and steps";
         case InferenceGroup::Workspace: return "workspace";
         case InferenceGroup::HostMapped: return "host (mapped)";
     }
@@ -84,7 +89,9 @@ enum Id {
     DecodeFch, DecodeFchGelu, DecodeProjection, DecodeAttWorkspace, MmaPartials, MmaCounters, Coins, PromptLen,
     PickPartials, PickCount,
     Lengths, Lnf, Logits, PrefillLnf, PrefillLogits,
-    CublasLt, NewTokens,
+    ServeParams, ServeCoins, ServePicks, ServeScratch, ServeUploads,
+    CublasLt, NewTokens, ServeParamsHost, ServeCoinsHost, ServePicksHost, ServeUploadsHost, ServeResultsHost,
+    ServeLogitsHost,
     Count
 };
 }  // namespace infer
@@ -103,6 +110,11 @@ inline void layer_rows(std::vector<InferenceBuffer>& t, int first, InferenceGrou
                                        {"projection output", g, rows * C, X}};
     for (const InferenceBuffer& b : rows_of) t[first++] = b;
 }
+
+// A server's decode step's upload, per step in flight: each row's length (its position + 1), pick settings and coin.
+inline size_t serve_upload_bytes(int B) { return (size_t)B * (sizeof(int) + sizeof(PickParams) + sizeof(float)); }
+// A per-step row's stride: each step's part 256-byte aligned.
+inline size_t serve_step_stride(size_t bytes) { return round_up(bytes, 256); }
 
 inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, const InferenceShape& s,
                                                            const InferenceKernelSizes& k) {
@@ -142,8 +154,24 @@ inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, 
     // a server's prompts' last positions: rows of their own, so a prefill leaves a decode step's logits alone
     t[infer::PrefillLnf] = {"prompts' lnf (P, C)", G::Classifier, P * C, X};
     t[infer::PrefillLogits] = {"prompts' logits (P, Vp)", G::Classifier, P * Vp, X};
+    // a server (GpuServeEngine): the prompts' picks (P rows), the pickers' shared scratch, and per step in flight its
+    // upload (lengths, pick settings, coins), the picks it writes into mapped host memory and the logits it copies out
+    const size_t SP = s.server_steps > 0 ? P : 0, SB = s.server_steps > 0 ? B : 0, steps = s.server_steps;
+    const size_t PP = sizeof(PickParams);
+    t[infer::ServeParams] = {"prompts' pick settings (P)", G::Server, SP, PP};
+    t[infer::ServeCoins] = {"prompts' coins (P)", G::Server, SP, F};
+    t[infer::ServePicks] = {"prompts' picks (2P)", G::Server, 2 * SP, I};
+    t[infer::ServeScratch] = {"pickers' scratch", G::Server, steps ? std::max(SB, SP) : 0, I};
+    t[infer::ServeUploads] = {"steps' uploads", G::Server, steps * serve_step_stride(serve_upload_bytes((int)SB)), 1};
     t[infer::CublasLt] = {"cuBLASLt workspace", G::Workspace, k.cublaslt_workspace, 1};
     t[infer::NewTokens] = {"new tokens (max_new,B)", G::HostMapped, loop, I};
+    t[infer::ServeParamsHost] = {"server: prompts' pick settings", G::HostMapped, SP, PP};
+    t[infer::ServeCoinsHost] = {"server: prompts' coins", G::HostMapped, SP, F};
+    t[infer::ServePicksHost] = {"server: prompts' picks", G::HostMapped, 2 * SP, I};
+    t[infer::ServeUploadsHost] = {"server: steps' uploads", G::HostMapped,
+                                  steps * serve_step_stride(serve_upload_bytes((int)SB)), 1};
+    t[infer::ServeResultsHost] = {"server: steps' picks", G::HostMapped, steps * serve_step_stride(2 * SB * I), 1};
+    t[infer::ServeLogitsHost] = {"server: steps' logits", G::HostMapped, steps * serve_step_stride(SB * Vp * X), 1};
     return t;
 }
 

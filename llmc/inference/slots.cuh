@@ -36,6 +36,7 @@ inline InferenceShape slots_shape(int B, int context, int prefill_rows = 1) {
     s.cached = true;
     s.row_buckets = true;
     s.slot_prefill = true;
+    s.server_steps = 2;  // a server's two decode steps in flight (llmc/serving/gpu_engine.cuh)
     return s;
 }
 
@@ -76,7 +77,7 @@ inline void inference_prefill_slots(InferenceEngine* e, const std::vector<SlotPr
         exit(EXIT_FAILURE);
     }
     int rows = P, len = T;  // the forward's shape: the call's, or its graph's bucket
-    DecodeGraph* graph = nullptr;
+    CapturedGraph* graph = nullptr;
     if (e->options.graph) {
         int r = 1, t = 16;
         while (r < P) r *= 2;
@@ -215,7 +216,7 @@ inline int decode_slots(InferenceEngine* e, const std::vector<int>* tokens, cons
     cudaCheck(cudaMemcpyAsync(cache.len, cache.host_len.data(), R * sizeof(int), cudaMemcpyHostToDevice, e->stream));
     const size_t k = std::find(e->row_buckets.begin(), e->row_buckets.end(), R) - e->row_buckets.begin();
     const DecodeStep step = R == cache.B ? e->step : decode_step_rows(e->step, R, e->decode_asked);
-    DecodeGraph* graph = k < e->bucket_graphs.size() ? &e->bucket_graphs[k] : &e->host_step_graph;
+    CapturedGraph* graph = k < e->bucket_graphs.size() ? &e->bucket_graphs[k] : &e->host_step_graph;
     if (e->options.graph) run_as_graph(e->stream, graph, [&] { decode_forward(step); });
     else decode_forward(step);
     return R;

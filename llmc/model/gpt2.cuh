@@ -35,9 +35,9 @@ struct GPT2 {
     bool use_graphs = false;
     std::vector<StepGraph> graphs;        // one per key (llmc/model/step_graph.h), at most kMaxStepGraphs
     cudaStream_t owned_stream = nullptr;  // created by gpt2_allocate for use_graphs
-    // Set before gpt2_allocate: where the gradients live (gpt2_params.cuh). Flat by default; ZeRO-2's optimizer
-    // (llmc/optimizer/adamw_optimizer.cuh) gives the layout in which the model keeps only wte's, wpe's and lnf's, and
-    // points grads.slices at its slots for the layers'.
+    // Set before gpt2_allocate: where the gradients live (gpt2_params.cuh). Flat by default; with ZeRO-2 the model
+    // keeps only wte's, wpe's and lnf's, and grads.slices point at the optimizer's slots for the layers' (both set by
+    // model_and_optimizer_init, llmc/optimizer/model_and_optimizer.cuh).
     GradLayout grad_layout;
 
     // Set by gpt2_build_*: the parameters in fp32 as built or read. gpt2_allocate uploads them and keeps them for

@@ -10,8 +10,8 @@
 
 #include <vector>
 
+#include "llmc/core/captured_graph.cuh"
 #include "llmc/core/cuda_common.h"
-#include "llmc/core/graph_memsets.cuh"
 
 // The listeners' calls the passes make, in the order they make them.
 enum class StepHook : uint8_t { ParametersNeeded, QkvReady, LayerBegins, GradientsReady };
@@ -39,23 +39,6 @@ struct StepGraph {
 };
 
 constexpr size_t kMaxStepGraphs = 4;  // keys kept at once (a step with accumulation has two: backward listens or not)
-
-// The work captured on `stream` since cudaStreamBeginCapture, instantiated (null when nothing was captured).
-// Kernel nodes keep their streams' priorities; cuBLASLt's small memsets become kernel nodes
-// (llmc/core/graph_memsets.cuh: a kernel after a kernel starts sooner than a memset does).
-inline cudaGraphExec_t end_capture_instantiate(cudaStream_t stream) {
-    cudaGraph_t graph;
-    cudaCheck(cudaStreamEndCapture(stream, &graph));
-    int priority = 0;
-    cudaCheck(cudaStreamGetPriority(stream, &priority));
-    graph_memsets_to_kernels(graph, priority);
-    size_t nodes = 0;
-    cudaCheck(cudaGraphGetNodes(graph, nullptr, &nodes));
-    cudaGraphExec_t exec = nullptr;
-    if (nodes > 0) cudaCheck(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
-    cudaCheck(cudaGraphDestroy(graph));
-    return exec;
-}
 
 inline void step_graph_free(StepGraph* g) {
     for (cudaGraphExec_t e : g->segments)

@@ -40,27 +40,29 @@ public:
         inference_engine_upload(&e_, c, std::move(host_params), slots_shape(slots, context, prefill_rows), options);
         B_ = slots, P_ = e_.shape.prefill_rows();
         chunk_ = std::max(0, std::min(prefill_chunk, inference_chunk_rows(&e_)));
-        // the prompts' picks (P rows); the decode step has its own (StepBuffers), the pickers' scratch is shared
-        cudaCheck(cudaMalloc(&params_d_, P_ * sizeof(PickParams)));
-        cudaCheck(cudaMalloc(&coins_d_, P_ * sizeof(float)));
-        cudaCheck(cudaMalloc(&result_d_, 2 * (size_t)P_ * sizeof(int)));
-        cudaCheck(cudaMalloc(&scratch_d_, std::max(B_, P_) * sizeof(int)));
+        // the prompts' picks (P rows); the decode step has its own (StepBuffers), the pickers' scratch is shared: all
+        // rows of the engine's plan (llmc/inference/inference_plan.h, the server's group and its host rows)
+        using namespace infer;
+        params_d_ = e_.at<PickParams>(ServeParams), coins_d_ = e_.at<float>(ServeCoins);
+        result_d_ = e_.at<int>(ServePicks), scratch_d_ = e_.at<int>(ServeScratch);
         cudaCheck(cudaMemset(scratch_d_, 0, std::max(B_, P_) * sizeof(int)));
-        cudaCheck(cudaMallocHost(&params_h_, P_ * sizeof(PickParams)));
-        cudaCheck(cudaMallocHost(&coins_h_, P_ * sizeof(float)));
-        cudaCheck(cudaMallocHost(&result_h_, 2 * (size_t)P_ * sizeof(int)));
+        params_h_ = e_.at<PickParams>(ServeParamsHost), coins_h_ = e_.at<float>(ServeCoinsHost);
+        result_h_ = e_.at<int>(ServePicksHost);
         const size_t Vp = (size_t)c.padded_vocab_size;
-        for (StepBuffers& sb : step_) {
+        const size_t upload = serve_step_stride(stage_bytes()), results = serve_step_stride(2 * (size_t)B_ * sizeof(int));
+        const size_t logits = serve_step_stride((size_t)B_ * Vp * sizeof(floatX));
+        for (int p = 0; p < 2; p++) {
+            StepBuffers& sb = step_[p];
             cudaCheck(cudaEventCreateWithFlags(&sb.done, cudaEventDisableTiming));
-            cudaCheck(cudaMalloc(&sb.stage_d, stage_bytes()));
-            cudaCheck(cudaMallocHost(&sb.stage_h, stage_bytes()));
-            cudaCheck(cudaMallocHost(&sb.result_h, 2 * (size_t)B_ * sizeof(int)));
+            sb.stage_d = e_.at<char>(ServeUploads) + p * upload;
+            sb.stage_h = e_.at<char>(ServeUploadsHost) + p * upload;
+            sb.result_h = (int*)(e_.at<char>(ServeResultsHost) + p * results);
             cudaCheck(cudaHostGetDevicePointer((void**)&sb.result_mapped, sb.result_h, 0));
             // the step reads its lengths from its own upload: the cache as the step sees it
             sb.cache = e_.cache;
             sb.cache.len = (int*)sb.stage_d;
-            cudaCheck(cudaMallocHost(&sb.logits_h, (size_t)B_ * Vp * sizeof(floatX)));
-            sb.graphs.assign(e_.row_buckets.size(), DecodeGraph{});
+            sb.logits_h = (floatX*)(e_.at<char>(ServeLogitsHost) + p * logits);
+            sb.graphs.assign(e_.row_buckets.size(), CapturedGraph{});
         }
         // each row count's step graph is captured on its second run, and the kernels load on their first: all now,
         // not in the first requests' time (every slot at position 0; the picks leave valid tokens in every input)
@@ -85,20 +87,9 @@ public:
         cudaCheck(cudaStreamSynchronize(e_.stream));
         for (StepBuffers& sb : step_) {
             cudaCheck(cudaEventDestroy(sb.done));
-            for (DecodeGraph& g : sb.graphs) decode_graph_free(&g);
-            cudaCheck(cudaFree(sb.stage_d));
-            cudaCheck(cudaFreeHost(sb.stage_h));
-            cudaCheck(cudaFreeHost(sb.result_h));
-            cudaCheck(cudaFreeHost(sb.logits_h));
+            for (CapturedGraph& g : sb.graphs) captured_graph_free(&g);
         }
-        cudaCheck(cudaFree(params_d_));
-        cudaCheck(cudaFree(coins_d_));
-        cudaCheck(cudaFree(result_d_));
-        cudaCheck(cudaFree(scratch_d_));
-        cudaCheck(cudaFreeHost(params_h_));
-        cudaCheck(cudaFreeHost(coins_h_));
-        cudaCheck(cudaFreeHost(result_h_));
-        inference_engine_free(&e_);
+        inference_engine_free(&e_);  // every buffer above is a row of its plan
     }
 
     int slots() const override { return B_; }
@@ -208,7 +199,7 @@ public:
 
 private:
     // The decode step's packed upload: lengths (B ints), rules (B), coins (B), pinned and on the device alike.
-    size_t stage_bytes() const { return (size_t)B_ * (sizeof(int) + sizeof(PickParams) + sizeof(float)); }
+    size_t stage_bytes() const { return serve_upload_bytes(B_); }
     int* stage_len(int p) const { return (int*)step_[p].stage_h; }
     PickParams* stage_params(int p) const { return (PickParams*)((char*)step_[p].stage_h + (size_t)B_ * sizeof(int)); }
     float* stage_coins(int p) const {
@@ -284,14 +275,14 @@ private:
     int* result_h_ = nullptr;
     // A decode step's own buffers; steps alternate between two (parity) so that two may be in flight.
     struct StepBuffers {
-        void* stage_d = nullptr;  // the packed upload (stage_bytes), on the device and pinned
+        void* stage_d = nullptr;  // the packed upload (stage_bytes), on the device and in mapped host memory
         void* stage_h = nullptr;
         int* result_h = nullptr;     // pinned and mapped: tokens (B), then non-finite flags (B)
         int* result_mapped = nullptr;  // its device address
         floatX* logits_h = nullptr;  // pinned (B, Vp): the rows that report logprobs
         cudaEvent_t done = nullptr;  // the step's results are on the host
         KVCache cache;  // the engine's, but for its lengths: the stage's
-        std::vector<DecodeGraph> graphs;  // per row bucket: the upload, the step and its picks
+        std::vector<CapturedGraph> graphs;  // per row bucket: the upload, the step and its picks
     };
     StepBuffers step_[2];
     struct Flight {

@@ -89,7 +89,7 @@ void zero2_fill_shards(const GPT2Config& c, const std::vector<GradBucket>& plan,
     GradLayout layout;
     layout.elements = g.outer_elements;
     layout.offsets = g.outer_tensor_offset;
-    GPT2Params grads(c, outer, layout);  // as the model's grads with -z 2, slices set as AdamW::init sets them
+    GPT2Params grads(c, outer, layout);  // as the model's grads with -z 2, slices as model_and_optimizer_init sets them
     grads.slices.assign(g.slice.size(), nullptr);
     for (size_t i = 0; i < g.slice.size(); i++)
         if (g.slice[i] != GradSlotLayout::kNoSlice) grads.slices[i] = slots + g.slice[i];

@@ -95,6 +95,26 @@ TEST(InferencePlan, ServingPrefillsPromptsIntoTheirOwnRows) {
     EXPECT_EQ(group(b, InferenceGroup::Decode), group(a, InferenceGroup::Decode));
 }
 
+// A server's own buffers (llmc/serving/gpu_engine.cuh) are rows of the plan too: on the device the prompts' pick
+// settings, coins and picks (P rows), the pickers' scratch and each step's upload; in mapped host memory the same
+// prompts' rows and, per step in flight, its upload, its picks and its logits rows. Nothing of them without a server.
+TEST(InferencePlan, ServingBuffersAreInThePlan) {
+    InferenceShape served = shape(64, 1025, 1024, 1);
+    served.prefill_B = 8, served.row_buckets = true, served.slot_prefill = true;
+    const InferencePlan without = plan(d12(), served);
+    EXPECT_EQ(group(without, InferenceGroup::Server), 0u);
+    served.server_steps = 2;
+    const InferencePlan with = plan(d12(), served);
+    const size_t upload = 64 * (4 + sizeof(PickParams) + 4);  // lengths, pick settings, coins of 64 rows
+    EXPECT_EQ(upload % 256, 0u);
+    const size_t device = 256 + 256 + 256 + 256 + 2 * upload;  // 8 settings, 8 coins, 16 picks, 64 ints of scratch
+    EXPECT_EQ(group(with, InferenceGroup::Server), device);
+    EXPECT_EQ(with.block, without.block + device);
+    const size_t host = 256 + 256 + 256 + 2 * upload + 2 * 512 + 2 * 64 * 50304 * 2;  // + picks (2 x 64 ints), logits
+    EXPECT_EQ(group(with, InferenceGroup::HostMapped), group(without, InferenceGroup::HostMapped) + host);
+    EXPECT_EQ(with.device_total(), without.device_total() + device);  // the host rows are not device memory
+}
+
 TEST(InferencePlan, DecodeScratchIsBatchRows) {
     const InferencePlan b1 = plan(d12(), shape(1, 1024, 64, 960)), b1_long = plan(d12(), shape(1, 1024, 512, 512));
     EXPECT_EQ(group(b1, InferenceGroup::Decode), group(b1_long, InferenceGroup::Decode) + 448 * 4);  // fewer coins

@@ -51,6 +51,7 @@ template <int kHS, typename DqOrder>
 inline void launch_backward_fused(bf16* dqkv, const BackwardWorkspace& w, const bf16* dout, const bf16* out,
                                   const float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
     using F = BackwardFusedConfig<kHS>;
+    static_assert(128 % F::kBq == 0 && 128 % F::kBk == 0, "padded_T's rows end where the tiles end");
     static const bool smem_ready = (hopper::allow_dynamic_smem(backward_fused_kernel<kHS, DqOrder>, F::kSmemBytes),
                                     true);
     (void)smem_ready;
@@ -78,6 +79,8 @@ inline void launch_backward(bf16* dqkv, const BackwardWorkspace& w, const bf16* 
                             const float* lse, const bf16* qkv, int B, int T, int NH, float* bias_partials,
                             cudaStream_t stream) {
     static_assert(BackwardKVConfig<kHS>::kBk == 128 && BackwardQConfig<kHS>::kBq == 128, "backward_bias_partial_rows");
+    static_assert(128 % BackwardKVConfig<kHS>::kBq == 0 && 128 % BackwardQConfig<kHS>::kBk == 0,
+                  "padded_T's rows end where the tiles end");
     using KV = BackwardKVConfig<kHS>;
     using Q = BackwardQConfig<kHS>;
     static const bool smem_ready = (hopper::allow_dynamic_smem(backward_kv_kernel<kHS>, KV::kSmemBytes),
