@@ -73,6 +73,20 @@ constexpr uint32_t tile_bytes() {
     return static_cast<uint32_t>(kRows * HS * sizeof(bf16));
 }
 
+// Such a tile as a member of a kernel's shared-memory layout (a struct of named tiles, as the Hopper kernels'
+// hopper::Tile layouts): 128-byte aligned, its shared-space address for the PTX wrappers.
+template <int kRows, int HS>
+struct SwizzledTile {
+    static constexpr int kTileRows = kRows, kCols = HS;
+    alignas(128) unsigned char bytes[tile_bytes<kRows, HS>()];
+    __device__ __forceinline__ uint32_t addr() const { return smem_addr(bytes); }
+};
+// A layout struct over a block's dynamic shared memory.
+template <typename Layout>
+__device__ __forceinline__ Layout& shared_layout(unsigned char* smem) {
+    return *reinterpret_cast<Layout*>(smem);
+}
+
 template <int HS>
 __device__ __forceinline__ uint32_t tile_chunk_addr(uint32_t base, int row, int chunk) {
     return base + static_cast<uint32_t>((row * HS + ((chunk ^ (row & 7)) << 3)) * 2);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/mma/tiles.cuh"
@@ -72,15 +73,13 @@ struct BackwardKernelConfig {
     // kernel: D and LSE·log2e of its rows; the dK/dV kernel: LSE·log2e and D of both stages' query rows).
     static constexpr int kStatRows = kOwnsQueries ? Br : 2 * Br;
     static constexpr uint32_t kStageBytes = tile_bytes<kStreamRows, HS>();
-    static constexpr uint32_t kSmemOwn0 = 0;
-    static constexpr uint32_t kSmemOwn1 = kSmemOwn0 + tile_bytes<kOwnRows, HS>();
-    static constexpr uint32_t kSmemStream0 = kSmemOwn1 + tile_bytes<kOwnRows, HS>();
-    static constexpr uint32_t kSmemStream1 = kSmemStream0 + 2 * kStageBytes;
-    static constexpr uint32_t kSmemStat0 = kSmemStream1 + 2 * kStageBytes;
-    static constexpr uint32_t kSmemStat1 = kSmemStat0 + kStatRows * sizeof(float);
-    static constexpr size_t kSmemBytes = kSmemStat1 + kStatRows * sizeof(float);
-    static_assert(kSmemOwn1 % 128 == 0 && kSmemStream0 % 128 == 0 && kStageBytes % 128 == 0,
-                  "tiles start 128-byte aligned");
+    struct Layout {
+        SwizzledTile<kOwnRows, HS> own0, own1;
+        SwizzledTile<kStreamRows, HS> stream0[2], stream1[2];  // stage s at [0] + s * kStageBytes
+        float stat0[kStatRows], stat1[kStatRows];
+    };
+    static constexpr size_t kSmemBytes = sizeof(Layout);
+    static_assert(sizeof(SwizzledTile<kStreamRows, HS>) == kStageBytes, "stages are whole tiles, back to back");
 };
 template <int HS, int Br, int Bc, bool kHoist, int kMinBlocks>
 using BackwardDQConfig = BackwardKernelConfig<HS, Br, Bc, kHoist, kMinBlocks, true>;
@@ -98,11 +97,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     constexpr bool kHoist = Cfg::kHoist;
     static_assert(Cfg::kOwnsQueries, "the dQ kernel's block owns query rows");
     extern __shared__ __align__(128) unsigned char flash_smem[];
-    const uint32_t smem = smem_addr(flash_smem);  // own: Q, dO; streamed: K, V; row statistics: D, LSE·log2e
-    const uint32_t sQ = smem + Cfg::kSmemOwn0, sdO = smem + Cfg::kSmemOwn1;
-    const uint32_t sK = smem + Cfg::kSmemStream0, sV = smem + Cfg::kSmemStream1;
-    float* sRowD = reinterpret_cast<float*>(flash_smem + Cfg::kSmemStat0);
-    float* sRowLSE = reinterpret_cast<float*>(flash_smem + Cfg::kSmemStat1);
+    auto& L = shared_layout<typename Cfg::Layout>(flash_smem);  // own: Q, dO; streamed: K, V; statistics: D, LSE·log2e
+    const uint32_t sQ = L.own0.addr(), sdO = L.own1.addr();
+    const uint32_t sK = L.stream0[0].addr(), sV = L.stream1[0].addr();
+    // the statistics' pointers from the block's base, as immediates: through L's members the compiler adds the offset
+    // at every store instead of folding it into them
+    using Layout = typename Cfg::Layout;
+    float* sRowD = reinterpret_cast<float*>(flash_smem + offsetof(Layout, stat0));
+    float* sRowLSE = reinterpret_cast<float*>(flash_smem + offsetof(Layout, stat1));
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -232,11 +234,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     constexpr bool kHoist = Cfg::kHoist;
     static_assert(!Cfg::kOwnsQueries, "the dK/dV kernel's block owns key rows");
     extern __shared__ __align__(128) unsigned char flash_smem[];
-    const uint32_t smem = smem_addr(flash_smem);  // own: K, V; streamed: Q, dO; row statistics: LSE·log2e, D
-    const uint32_t sK = smem + Cfg::kSmemOwn0, sV = smem + Cfg::kSmemOwn1;
-    const uint32_t sQ = smem + Cfg::kSmemStream0, sdO = smem + Cfg::kSmemStream1;
-    float* sLSE = reinterpret_cast<float*>(flash_smem + Cfg::kSmemStat0);  // [2][Br]
-    float* sD = reinterpret_cast<float*>(flash_smem + Cfg::kSmemStat1);    // [2][Br]
+    auto& L = shared_layout<typename Cfg::Layout>(flash_smem);  // own: K, V; streamed: Q, dO; statistics: LSE·log2e, D
+    const uint32_t sK = L.own0.addr(), sV = L.own1.addr();
+    const uint32_t sQ = L.stream0[0].addr(), sdO = L.stream1[0].addr();
+    using Layout = typename Cfg::Layout;  // the statistics from the base, as in the dQ kernel
+    float* sLSE = reinterpret_cast<float*>(flash_smem + offsetof(Layout, stat0));  // [2][Br]
+    float* sD = reinterpret_cast<float*>(flash_smem + offsetof(Layout, stat1));    // [2][Br]
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;

@@ -28,14 +28,15 @@ struct ForwardConfig {
     static constexpr int kThreads = 32 * kWarps;
     static_assert(Br % kWarpRows == 0 && Bc % 16 == 0 && HS % 16 == 0, "tiles are made of 16x16 mma operands");
 
-    // Shared memory: the Q tile, then two stages of K, then two of V (stage s at kSmemK + s * kKVStageBytes).
-    // The Q tile is also where each warp stages its output rows at the end.
+    // Shared memory: the Q tile (also where each warp stages its output rows at the end), then two stages of K,
+    // then two of V (stage s at k[0] + s * kKVStageBytes: the loads and fragment reads step by the stage's bytes).
+    struct Layout {
+        SwizzledTile<Br, HS> q;
+        SwizzledTile<Bc, HS> k[2], v[2];
+    };
     static constexpr uint32_t kKVStageBytes = tile_bytes<Bc, HS>();
-    static constexpr uint32_t kSmemQ = 0;
-    static constexpr uint32_t kSmemK = kSmemQ + tile_bytes<Br, HS>();
-    static constexpr uint32_t kSmemV = kSmemK + 2 * kKVStageBytes;
-    static constexpr size_t kSmemBytes = kSmemV + 2 * kKVStageBytes;
-    static_assert(kSmemK % 128 == 0 && kSmemV % 128 == 0 && kKVStageBytes % 128 == 0, "tiles start 128-byte aligned");
+    static constexpr size_t kSmemBytes = sizeof(Layout);
+    static_assert(sizeof(SwizzledTile<Bc, HS>) == kKVStageBytes, "stages are whole tiles, back to back");
 };
 
 template <class Cfg>
@@ -43,8 +44,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv, int T, int NH) {
     constexpr int HS = Cfg::HS, Br = Cfg::Br, Bc = Cfg::Bc, kMT = Cfg::kMT;
     extern __shared__ __align__(128) unsigned char flash_smem[];
-    const uint32_t smem = smem_addr(flash_smem);
-    const uint32_t sQ = smem + Cfg::kSmemQ, sK = smem + Cfg::kSmemK, sV = smem + Cfg::kSmemV;
+    const auto& L = shared_layout<typename Cfg::Layout>(flash_smem);
+    const uint32_t sQ = L.q.addr(), sK = L.k[0].addr(), sV = L.v[0].addr();
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
