@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # a 64-token prompt on one line, from Tiny Shakespeare when `make data` has run, else a fixed sentence repeated
 python3 - "$LOGDIR/prompt.txt" <<'PY'
 import glob, os, sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/bench")
 from bench_tokenizer import load_tiktoken  # tiktoken's gpt2 from data/cache/gpt2 (`make data`): no network
 enc, _ = load_tiktoken("data/cache/gpt2")
 files = sorted(glob.glob(os.path.join(os.environ.get("DATA_MIRROR", "../shared/data"), "tinyshakespeare", "*.txt")))

@@ -473,28 +473,37 @@ void test_chunks(const GPT2Config& c, const char* label) {
 
 int main(int argc, char** argv) {
     require_cuda_device("test_decode");
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // each check's line as it ends: a sanitizer's log of a run cut short shows it
     // --small: every test on the small shapes only, fewer steps (the tools slow the whole run past their limit)
-    if (argc > 1 && std::string(argv[1]) == "--small") {
-        g_small = true;
-        test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
-        test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
-        test_slots(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
-        test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
-        test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
-        return failures ? 1 : 0;
+    // --only cached|slots|chunks|recompute: one of the four tests (racecheck runs them side by side)
+    std::string only;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "--small") g_small = true;
+        else if (a == "--only" && i + 1 < argc) only = argv[++i];
+        else only = "?";
     }
-    if (argc > 1) {
-        fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+    if (only != "" && only != "cached" && only != "slots" && only != "chunks" && only != "recompute") {
+        fprintf(stderr, "usage: %s [--small] [--only cached|slots|chunks|recompute]\n", argv[0]);
         return 2;
+    }
+    auto want = [&](const char* name) { return only.empty() || only == name; };
+    if (g_small) {
+        if (want("cached")) test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+        if (want("cached")) test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
+        if (want("slots")) test_slots(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+        if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
+        if (want("recompute")) test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
+        return failures ? 1 : 0;
     }
     // max_T, V, Vp, L, NH, C: a small model, and one layer at d12's widths (products of 768 and 3072 rows:
     // decode_matvec's wide preload for the fc projection, QKV columns in one pass)
-    test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
-    test_cached(GPT2Config{256, 1000, 1024, 1, 12, 768}, "L1 C768");
-    test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");  // decode attention at HS 128
-    test_slots(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
-    test_chunks(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
-    test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
-    test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
+    if (want("cached")) test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+    if (want("cached")) test_cached(GPT2Config{256, 1000, 1024, 1, 12, 768}, "L1 C768");
+    if (want("cached")) test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");  // decode attention at HS 128
+    if (want("slots")) test_slots(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
+    if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
+    if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
+    if (want("recompute")) test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
     return failures ? 1 : 0;
 }

@@ -136,11 +136,15 @@ static void test_graph_memsets() {
         matmul_forward(d_out, d_inp, d_w, d_bias, N, C, OC, nullptr, false, s);
         matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, d_scratch, nullptr, false, 0.5f, s);
     };
+    // the resets and the poison go through the legacy default stream, which a non-blocking stream does not wait for
+    // (nor it for them): each is fenced by device syncs on both sides, or it races the GEMMs on s (seen under load)
     auto reset = [&] {
+        cudaCheck(cudaDeviceSynchronize());
         cudaCheck(cudaMemcpy(d_dw, d_w, (size_t)OC * C * sizeof(floatX), cudaMemcpyDeviceToDevice));
         cudaCheck(cudaMemcpy(d_db, d_bias, OC * sizeof(floatX), cudaMemcpyDeviceToDevice));
         cudaCheck(cudaMemset(d_out, 0xFF, (size_t)N * OC * sizeof(floatX)));
         cudaCheck(cudaMemset(d_dinp, 0xFF, (size_t)N * C * sizeof(floatX)));
+        cudaCheck(cudaDeviceSynchronize());
     };
     auto bits = [&] {
         cudaCheck(cudaDeviceSynchronize());
@@ -179,6 +183,7 @@ static void test_graph_memsets() {
     for (const cudaMemsetParams& m : targets)
         cudaCheck(cudaMemset2D(m.dst, m.height > 1 ? m.pitch : m.width * m.elementSize, 0xFF, m.width * m.elementSize,
                                m.height));
+    cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaGraphLaunch(e, s));
     const std::vector<floatX> replayed = bits();
     char tag[128];
