@@ -1,4 +1,4 @@
-// serve_gpt2cu: an OpenAI-compatible completions server for a GPT-2 model on the GPU, with continuous batching.
+// serve_gpt2cu: an OpenAI-compatible server (completions, chat, a page to try it) for a GPT-2 model on the GPU, with continuous batching.
 //   ./serve_gpt2cu -e MODEL [--host 127.0.0.1] [--port 8000] [--max-batch 16] [--max-context T]
 //   curl http://127.0.0.1:8000/v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 32}'
 // docs/SERVING.md: the API subset, errors, the scheduler, what is measured. Requests are checked on arrival
@@ -25,6 +25,7 @@ namespace {
 int run(const ServeArgs& a, const char* program, const ServeSignals& signals) {
     // ---- everything the user gave, on the host
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
+    ChatTemplate chat = serve_chat_template(a);
     // the on-GPU loop's picker (warm-up only); requests pick on the host
     HostModel model = load_host_model(a.model, PickParams{0.f, 0, 1.f});
     const GPT2Config& c = model.file.config;
@@ -49,6 +50,7 @@ int run(const ServeArgs& a, const char* program, const ServeSignals& signals) {
     setup.encode = [&](const std::string& text) { return encoder.encode_ordinary(text); };
     setup.token_bytes = &bpe.tokens();
     setup.eot = bpe.eot_token();
+    setup.chat_template = std::move(chat);
     return run_server(&engine, a, std::move(setup), signals, std::string("GPU, ") + PRECISION_NAME);
 }
 

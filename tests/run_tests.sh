@@ -165,6 +165,14 @@ if true; then
             run_suite serve-vs-generate-chunks python3 tests/serving/check_serve.py --model ${d12}_model.bin \
                 --vocab-dir data/cache/gpt2 --out ref/serve_check_chunks --server-args "--prefill-chunk 8" \
                 --skip-small-server $([ "${PRECISION:-BF16}" = FP32 ] && echo --near-tie 0.001)
+            # the playground page in headless Chromium against the GPU server (a long greedy completion, so a look
+            # may catch it streaming; the screenshot goes to ref/page_check)
+            if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null; then
+                run_suite page-vs-server python3 tests/serving/check_page.py --model ${d12}_model.bin \
+                    --vocab-dir data/cache/gpt2 --max-tokens 512 --screenshot ref/page_check/page.png --out ref/page_check
+            else
+                [ "${COUNT_ONLY:-0}" = 1 ] || skipped+=("the page in a browser on the GPU server (no Chromium)")
+            fi
         fi
     else
         [ "${COUNT_ONLY:-0}" = 1 ] || echo "note: python3 with PyTorch not found: the d12 reference suites are skipped"

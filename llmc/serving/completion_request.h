@@ -192,116 +192,109 @@ inline bool parse_stop(const json& v, std::vector<std::string>* out, Checker& c)
 
 }  // namespace completion_request_detail
 
-// true with *out filled; false with *err (status 400, 404 for another model, 413 for a body over the limit).
-inline bool parse_completion_request(std::string_view body, const ServeLimits& lim, const PromptEncoder& encode,
-                                     CompletionRequest* out, ApiError* err) {
-    using namespace completion_request_detail;
-    Checker c{err};
-    *out = CompletionRequest{};
+namespace completion_request_detail {
+
+// The body as a JSON object, or an error (413 over the limit, 400 too deep, not JSON, not an object).
+inline bool parse_body(std::string_view body, const ServeLimits& lim, json* j, Checker& c) {
     if (body.size() > lim.max_body_bytes)
         return c.fail("", "the request body is " + std::to_string(body.size()) + " bytes, over the limit of " +
                               std::to_string(lim.max_body_bytes), 413, "body_too_large");
     if (json_depth(body) > kMaxJsonDepth)
         return c.fail("", "the request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    json j;
     try {
-        j = json::parse(body.begin(), body.end());
+        *j = json::parse(body.begin(), body.end());
     } catch (const json::parse_error& e) {
         return c.fail("", std::string("the request body is not valid JSON: ") + e.what());
     }
-    if (!j.is_object()) return c.fail("", std::string("the request body must be a JSON object, not ") + kind(j));
-    if (!j.contains("prompt")) return c.fail("prompt", "'prompt' is required");
+    if (!j->is_object()) return c.fail("", std::string("the request body must be a JSON object, not ") + kind(*j));
+    return true;
+}
 
-    CompletionRequest& r = *out;
-    r.pick = lim.pick;
-    r.seeded = lim.has_seed, r.seed = lim.seed;
+// The fields completions and chat completions share: the model, the length, the sampling rule, the seed, stop
+// strings, streaming, and the unsupported ones refused unless they ask for the default.
+enum class Field { Taken, NotShared, Failed };
+struct SharedFields {
     bool has_max_tokens = false, has_stream_options = false;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-        const std::string& k = it.key();
-        const json& v = it.value();
-        int64_t n = 0;
-        double x = 0;
-        if (k == "prompt") {
-            if (!parse_prompt(v, lim, encode, &r.prompt, c)) return false;
-        } else if (k == "model") {
-            if (!v.is_string()) return c.bad_type(k, v, "a string");
-            if (v.get<std::string>() != lim.model)
-                return c.fail(k, "the model '" + v.get<std::string>() + "' does not exist: this server serves '" +
-                                     lim.model + "'", 404, "model_not_found");
-        } else if (k == "max_tokens") {
-            if (v.is_null()) continue;
-            if (!c.integer(k, v, 1, INT32_MAX, &n)) return false;
-            r.max_tokens = (int)n, has_max_tokens = true;
-        } else if (k == "temperature") {
-            if (v.is_null()) continue;
-            if (!c.number(k, v, &x)) return false;
-            if (!(x >= 0 && x <= 2)) return c.fail(k, "'temperature' must be in [0, 2], not " + v.dump());
-            r.pick.temperature = (float)x;
-        } else if (k == "top_p") {
-            if (v.is_null()) continue;
-            if (!c.number(k, v, &x)) return false;
-            if (!(x > 0 && x <= 1)) return c.fail(k, "'top_p' must be in (0, 1], not " + v.dump());
-            r.pick.top_p = (float)x;
-        } else if (k == "top_k") {
-            if (v.is_null()) continue;
-            if (!c.integer(k, v, -1, INT32_MAX, &n)) return false;
-            r.pick.top_k = n < 0 ? 0 : (int)n;
-        } else if (k == "seed") {
-            if (v.is_null()) continue;
-            if (!v.is_number_integer()) return c.bad_type(k, v, "an integer");
-            r.seed = v.is_number_unsigned() ? v.get<uint64_t>() : (uint64_t)v.get<int64_t>();
-            r.seeded = true;
-        } else if (k == "stop") {
-            if (!parse_stop(v, &r.stop, c)) return false;
-        } else if (k == "stream") {
-            if (v.is_null()) continue;
-            if (!v.is_boolean()) return c.bad_type(k, v, "a boolean");
-            r.stream = v.get<bool>();
-        } else if (k == "stream_options") {
-            if (v.is_null()) continue;
-            if (!v.is_object()) return c.bad_type(k, v, "an object");
-            for (auto o = v.begin(); o != v.end(); ++o) {
-                if (o.key() != "include_usage")
-                    return c.fail(k, "'stream_options' takes only include_usage, not '" + o.key() + "'");
-                if (!o.value().is_boolean()) return c.bad_type("stream_options.include_usage", o.value(), "a boolean");
-                r.include_usage = o.value().get<bool>();
-            }
-            has_stream_options = true;
-        } else if (k == "logprobs") {
-            if (v.is_null()) continue;
-            if (!c.integer(k, v, 0, kMaxLogprobs, &n)) return false;
-            r.logprobs = (int)n;
-        } else if (k == "n" || k == "best_of") {
-            if (v.is_null()) continue;
-            if (!c.integer(k, v, 1, INT32_MAX, &n)) return false;
-            if (n != 1) return c.fail(k, "only " + k + " = 1 is supported (send one request per completion)");
-        } else if (k == "echo") {
-            if (v.is_null()) continue;
-            if (!v.is_boolean()) return c.bad_type(k, v, "a boolean");
-            if (v.get<bool>()) return c.fail(k, "'echo' is not supported");
-        } else if (k == "presence_penalty" || k == "frequency_penalty") {
-            if (v.is_null()) continue;
-            if (!c.number(k, v, &x)) return false;
-            if (x != 0) return c.fail(k, "'" + k + "' is not supported (only 0)");
-        } else if (k == "logit_bias") {
-            if (v.is_null()) continue;
-            if (!v.is_object()) return c.bad_type(k, v, "an object");
-            if (!v.empty()) return c.fail(k, "'logit_bias' is not supported (only {})");
-        } else if (k == "suffix") {
-            if (!v.is_null()) return c.fail(k, "'suffix' is not supported");
-        } else if (k == "user") {
-            if (!v.is_null() && !v.is_string()) return c.bad_type(k, v, "a string");
-        } else if (k == "ignore_eos") {
-            if (v.is_null()) continue;
-            if (!v.is_boolean()) return c.bad_type(k, v, "a boolean");
-            r.ignore_eos = v.get<bool>();
-        } else {
-            return c.fail(k, "unrecognized request argument: '" + k + "'");
+};
+inline Field parse_shared_field(const std::string& k, const json& v, const ServeLimits& lim, CompletionRequest& r,
+                                SharedFields& seen, Checker& c) {
+    int64_t n = 0;
+    double x = 0;
+    auto taken = [](bool ok) { return ok ? Field::Taken : Field::Failed; };
+    if (k == "model") {
+        if (!v.is_string()) return taken(c.bad_type(k, v, "a string"));
+        if (v.get<std::string>() != lim.model)
+            return taken(c.fail(k, "the model '" + v.get<std::string>() + "' does not exist: this server serves '" +
+                                       lim.model + "'", 404, "model_not_found"));
+    } else if (k == "max_tokens") {
+        if (v.is_null()) return Field::Taken;
+        if (!c.integer(k, v, 1, INT32_MAX, &n)) return Field::Failed;
+        r.max_tokens = (int)n, seen.has_max_tokens = true;
+    } else if (k == "temperature") {
+        if (v.is_null()) return Field::Taken;
+        if (!c.number(k, v, &x)) return Field::Failed;
+        if (!(x >= 0 && x <= 2)) return taken(c.fail(k, "'temperature' must be in [0, 2], not " + v.dump()));
+        r.pick.temperature = (float)x;
+    } else if (k == "top_p") {
+        if (v.is_null()) return Field::Taken;
+        if (!c.number(k, v, &x)) return Field::Failed;
+        if (!(x > 0 && x <= 1)) return taken(c.fail(k, "'top_p' must be in (0, 1], not " + v.dump()));
+        r.pick.top_p = (float)x;
+    } else if (k == "top_k") {
+        if (v.is_null()) return Field::Taken;
+        if (!c.integer(k, v, -1, INT32_MAX, &n)) return Field::Failed;
+        r.pick.top_k = n < 0 ? 0 : (int)n;
+    } else if (k == "seed") {
+        if (v.is_null()) return Field::Taken;
+        if (!v.is_number_integer()) return taken(c.bad_type(k, v, "an integer"));
+        r.seed = v.is_number_unsigned() ? v.get<uint64_t>() : (uint64_t)v.get<int64_t>();
+        r.seeded = true;
+    } else if (k == "stop") {
+        if (!parse_stop(v, &r.stop, c)) return Field::Failed;
+    } else if (k == "stream") {
+        if (v.is_null()) return Field::Taken;
+        if (!v.is_boolean()) return taken(c.bad_type(k, v, "a boolean"));
+        r.stream = v.get<bool>();
+    } else if (k == "stream_options") {
+        if (v.is_null()) return Field::Taken;
+        if (!v.is_object()) return taken(c.bad_type(k, v, "an object"));
+        for (auto o = v.begin(); o != v.end(); ++o) {
+            if (o.key() != "include_usage")
+                return taken(c.fail(k, "'stream_options' takes only include_usage, not '" + o.key() + "'"));
+            if (!o.value().is_boolean()) return taken(c.bad_type("stream_options.include_usage", o.value(), "a boolean"));
+            r.include_usage = o.value().get<bool>();
         }
+        seen.has_stream_options = true;
+    } else if (k == "n") {
+        if (v.is_null()) return Field::Taken;
+        if (!c.integer(k, v, 1, INT32_MAX, &n)) return Field::Failed;
+        if (n != 1) return taken(c.fail(k, "only n = 1 is supported (send one request per completion)"));
+    } else if (k == "presence_penalty" || k == "frequency_penalty") {
+        if (v.is_null()) return Field::Taken;
+        if (!c.number(k, v, &x)) return Field::Failed;
+        if (x != 0) return taken(c.fail(k, "'" + k + "' is not supported (only 0)"));
+    } else if (k == "logit_bias") {
+        if (v.is_null()) return Field::Taken;
+        if (!v.is_object()) return taken(c.bad_type(k, v, "an object"));
+        if (!v.empty()) return taken(c.fail(k, "'logit_bias' is not supported (only {})"));
+    } else if (k == "user") {
+        if (!v.is_null() && !v.is_string()) return taken(c.bad_type(k, v, "a string"));
+    } else if (k == "ignore_eos") {
+        if (v.is_null()) return Field::Taken;
+        if (!v.is_boolean()) return taken(c.bad_type(k, v, "a boolean"));
+        r.ignore_eos = v.get<bool>();
+    } else {
+        return Field::NotShared;
     }
-    if (has_stream_options && !r.stream) return c.fail("stream_options", "'stream_options' needs 'stream': true");
+    return Field::Taken;
+}
+
+// What holds once every field is read: stream_options only with a stream; max_tokens (or the server's default, cut
+// to what fits) within the context after the prompt.
+inline bool finish_shared(const ServeLimits& lim, const SharedFields& seen, CompletionRequest& r, Checker& c) {
+    if (seen.has_stream_options && !r.stream) return c.fail("stream_options", "'stream_options' needs 'stream': true");
     const int room = lim.context - (int)r.prompt.size();
-    if (!has_max_tokens) {
+    if (!seen.has_max_tokens) {
         r.max_tokens = std::min(lim.max_tokens, room);
     } else if (r.max_tokens > room) {
         return c.fail("max_tokens", "this model's context is " + std::to_string(lim.context) + " tokens; the prompt's " +
@@ -310,4 +303,56 @@ inline bool parse_completion_request(std::string_view body, const ServeLimits& l
                                         " for this prompt)", 400, "context_length_exceeded");
     }
     return true;
+}
+
+// The body parsed with `required` present, and *out reset to the server's defaults (the flags' rule and seed).
+inline bool begin_request(std::string_view body, const ServeLimits& lim, const char* required, json* j,
+                          CompletionRequest* out, Checker& c) {
+    *out = CompletionRequest{};
+    if (!parse_body(body, lim, j, c)) return false;
+    if (!j->contains(required)) return c.fail(required, std::string("'") + required + "' is required");
+    out->pick = lim.pick;
+    out->seeded = lim.has_seed, out->seed = lim.seed;
+    return true;
+}
+
+}  // namespace completion_request_detail
+
+// true with *out filled; false with *err (status 400, 404 for another model, 413 for a body over the limit).
+inline bool parse_completion_request(std::string_view body, const ServeLimits& lim, const PromptEncoder& encode,
+                                     CompletionRequest* out, ApiError* err) {
+    using namespace completion_request_detail;
+    Checker c{err};
+    json j;
+    if (!begin_request(body, lim, "prompt", &j, out, c)) return false;
+    CompletionRequest& r = *out;
+    SharedFields seen;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        const std::string& k = it.key();
+        const json& v = it.value();
+        const Field f = parse_shared_field(k, v, lim, r, seen, c);
+        if (f == Field::Failed) return false;
+        if (f == Field::Taken) continue;
+        int64_t n = 0;
+        if (k == "prompt") {
+            if (!parse_prompt(v, lim, encode, &r.prompt, c)) return false;
+        } else if (k == "logprobs") {
+            if (v.is_null()) continue;
+            if (!c.integer(k, v, 0, kMaxLogprobs, &n)) return false;
+            r.logprobs = (int)n;
+        } else if (k == "best_of") {
+            if (v.is_null()) continue;
+            if (!c.integer(k, v, 1, INT32_MAX, &n)) return false;
+            if (n != 1) return c.fail(k, "only best_of = 1 is supported (send one request per completion)");
+        } else if (k == "echo") {
+            if (v.is_null()) continue;
+            if (!v.is_boolean()) return c.bad_type(k, v, "a boolean");
+            if (v.get<bool>()) return c.fail(k, "'echo' is not supported");
+        } else if (k == "suffix") {
+            if (!v.is_null()) return c.fail(k, "'suffix' is not supported");
+        } else {
+            return c.fail(k, "unrecognized request argument: '" + k + "'");
+        }
+    }
+    return finish_shared(lim, seen, r, c);
 }

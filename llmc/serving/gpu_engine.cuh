@@ -193,7 +193,17 @@ public:
         }
     }
 
-    void release(int slot) override { known_[slot] = 0; }
+    // known_ stays: a free slot's throwaway decode rows (below R) write at its old length, past any prefix it holds
+    void release(int slot) override {}
+
+    bool copies_prefix() const override { return chunk_ > 0; }
+    void copy_prefix(int from, int to, int n) override {
+        if (chunk_ == 0 || from < 0 || from >= B_ || to < 0 || to >= B_ || n < 1 || n >= e_.shape.max_T)
+            throw std::logic_error("copy_prefix: slot " + std::to_string(from) + " to " + std::to_string(to) + ", " +
+                                   std::to_string(n) + " positions");
+        inference_copy_prefix(&e_, from, to, n);
+        known_[to] = n;
+    }
 
     const InferenceEngine& engine() const { return e_; }
 
@@ -262,7 +272,7 @@ private:
 
     InferenceEngine e_;
     int B_ = 0, P_ = 0, chunk_ = 0;
-    std::vector<int> known_;  // positions each slot's sequence holds in the cache (0: free)
+    std::vector<int> known_;  // positions each slot's sequence holds in the cache (a free slot: its last sequence's)
     std::vector<float> logits_;  // one row, for logprobs
     // the prompts' picks (P rows), on the device and pinned: rules, coins, results (tokens, then non-finite flags);
     // the pickers' scratch (max(B, P) ints, shared with the decode step's: one stream)

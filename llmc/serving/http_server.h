@@ -1,5 +1,6 @@
-// The HTTP side of the server, on cpp-httplib (no parser of our own): the routes, each request checked
-// (llmc/serving/completion_request.h) before it is queued on the scheduler, whole responses and server-sent event
+// The HTTP side of the server, on cpp-httplib (no parser of our own): the routes (completions and chat completions,
+// tokenize and detokenize, the models, health, Prometheus metrics, the playground page), each request checked
+// (llmc/serving/completion_request.h, chat_request.h) before it is queued on the scheduler, whole responses and server-sent event
 // streams, OpenAI-style errors for everything that goes wrong (400, 404, 405, 413, 429 with Retry-After, 500, 503
 // while draining), and the drain: stop accepting, let every accepted request finish and its response be written,
 // then stop listening. Each request runs on one of the server's threads, which waits on its CompletionSession while
@@ -22,9 +23,14 @@
 
 #include <httplib.h>
 
+#include "llmc/serving/chat_json.h"
+#include "llmc/serving/chat_request.h"
 #include "llmc/serving/completion_json.h"
 #include "llmc/serving/completion_request.h"
 #include "llmc/serving/completion_session.h"
+#include "llmc/serving/metrics.h"
+#include "llmc/serving/playground_page.h"
+#include "llmc/serving/tokenize_request.h"
 #include "llmc/serving/scheduler.h"
 
 // What the program gives the server besides the scheduler.
@@ -36,6 +42,7 @@ struct ServeSetup {
     int threads = 0;                                 // request threads (0: slots + max_queue + 8, at most 1024)
     int retry_after_s = 1;                           // 429's Retry-After
     FILE* log = stderr;                              // a line per finished completion (null: none)
+    ChatTemplate chat_template;                      // conversations to prompts (--chat-template)
 };
 
 class CompletionServer {
@@ -98,6 +105,13 @@ private:
             res.status = st.draining ? 503 : 200;
             res.set_content(health_json(st, setup_.limits.model, setup_.limits.context), "application/json");
         });
+        svr_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+            res.set_content(kPlaygroundPage, "text/html; charset=utf-8");
+        });
+        svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(metrics_->render(sched_->stats(), setup_.limits.model, setup_.limits.context),
+                            "text/plain; version=0.0.4; charset=utf-8");
+        });
         svr_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             res.set_content(models_json(setup_.limits.model, created_), "application/json");
         });
@@ -110,7 +124,26 @@ private:
                                      "' does not exist: this server serves '" + setup_.limits.model + "'",
                                      "model_not_found"));
         });
-        svr_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+        svr_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+            completion(req, res, false);
+        });
+        svr_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+            completion(req, res, true);
+        });
+        svr_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+            std::string out;
+            ApiError err;
+            if (!tokenize_response(req.body, setup_.limits, setup_.encode, setup_.chat_template, *setup_.token_bytes,
+                                   setup_.eot, &out, &err))
+                return send_error(res, err);
+            res.set_content(out, "application/json");
+        });
+        svr_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+            std::string out;
+            ApiError err;
+            if (!detokenize_response(req.body, setup_.limits, *setup_.token_bytes, &out, &err)) return send_error(res, err);
+            res.set_content(out, "application/json");
+        });
         auto not_allowed = [](const char* allow) {
             return [allow](const httplib::Request& req, httplib::Response& res) {
                 res.set_header("Allow", allow);
@@ -118,13 +151,13 @@ private:
                                          " is not allowed: use " + allow, "method_not_allowed"));
             };
         };
-        for (const char* path : {"/v1/completions"}) {
+        for (const char* path : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"}) {
             svr_.Get(path, not_allowed("POST"));
             svr_.Put(path, not_allowed("POST"));
             svr_.Delete(path, not_allowed("POST"));
             svr_.Patch(path, not_allowed("POST"));
         }
-        for (const char* path : {"/v1/models", "/health"}) {
+        for (const char* path : {"/v1/models", "/health", "/metrics"}) {
             svr_.Post(path, not_allowed("GET"));
             svr_.Put(path, not_allowed("GET"));
             svr_.Delete(path, not_allowed("GET"));
@@ -137,7 +170,8 @@ private:
             e.status = res.status;
             if (res.status == 404) {
                 e.message = "no such endpoint: " + req.method + " " + req.path +
-                            " (this server has POST /v1/completions, GET /v1/models, GET /health)";
+                            " (this server has POST /v1/completions, POST /v1/chat/completions, POST /tokenize, POST "
+                            "/detokenize, GET /v1/models, GET /health, GET /metrics, and a page at GET /)";
                 e.code = "not_found";
             } else if (res.status == 413) {
                 e.message = "the request body is over the server's limit (--max-body)";
@@ -173,17 +207,25 @@ private:
         fflush(setup_.log);
     }
 
-    void completions(const httplib::Request& req, httplib::Response& res) {
+    // POST /v1/completions (chat false) or /v1/chat/completions (chat true): the same request underneath, in each
+    // endpoint's shapes
+    void completion(const httplib::Request& req, httplib::Response& res, bool chat) {
         CompletionRequest cr;
         ApiError err;
-        if (!parse_completion_request(req.body, setup_.limits, setup_.encode, &cr, &err)) return send_error(res, err);
+        const bool parsed = chat ? parse_chat_request(req.body, setup_.limits, setup_.encode, setup_.chat_template, &cr, &err)
+                                 : parse_completion_request(req.body, setup_.limits, setup_.encode, &cr, &err);
+        if (!parsed) return send_error(res, err);
         auto session = std::make_shared<CompletionSession>(setup_.token_bytes, setup_.eot, cr.stop, cr.logprobs >= 0);
         const TokenPick pick{cr.pick, 0.f, cr.logprobs};
         const uint64_t seed = cr.seeded ? cr.seed : fresh_seed();
         if (cr.stream) stream_opened(+1);  // before it is queued: a drain waits for its last write
         std::string why;
-        const Admission a = sched_->submit(
-            session->request(cr.prompt, cr.max_tokens, pick, seed, cr.ignore_eos ? -1 : setup_.eot), &why);
+        SequenceRequest sr = session->request(cr.prompt, cr.max_tokens, pick, seed, cr.ignore_eos ? -1 : setup_.eot);
+        sr.on_end = [metrics = metrics_, inner = std::move(sr.on_end)](const SequenceEnd& e) {
+            metrics->observe_end(e);
+            inner(e);
+        };
+        const Admission a = sched_->submit(std::move(sr), &why);
         if (a != Admission::Accepted && cr.stream) stream_opened(-1);
         if (a == Admission::QueueFull) {
             res.set_header("Retry-After", std::to_string(setup_.retry_after_s));
@@ -195,7 +237,11 @@ private:
             return send_error(res, error_of(503, "server_shutting_down", "the server is shutting down", "draining"));
         }
         if (a == Admission::Invalid) return send_error(res, error_of(400, "invalid_request_error", why, ""));
-        const CompletionIds ids{new_completion_id(), unix_seconds(), setup_.limits.model};
+        const CompletionIds ids{chat ? new_chat_completion_id() : new_completion_id(), unix_seconds(), setup_.limits.model};
+        auto logprobs = [this, chat, top_n = cr.logprobs](const std::vector<TokenRecord>& tokens) {
+            return chat ? chat_logprobs_json(tokens, top_n, *setup_.token_bytes, setup_.eot)
+                        : logprobs_json(tokens, top_n, *setup_.token_bytes, setup_.eot);
+        };
         if (!cr.stream) {
             const SessionUpdate u = session->wait_end();
             log_end(ids, u.end);
@@ -204,23 +250,23 @@ private:
             if (u.end.reason == FinishReason::Cancelled)  // the server stopped at once (a second signal)
                 return send_error(res, error_of(503, "server_shutting_down", "the server stopped before this "
                                                 "completion finished", "stopped"));
-            res.set_content(completion_json(ids, u.text, u.end,
-                                            logprobs_json(u.tokens, cr.logprobs, *setup_.token_bytes, setup_.eot)),
+            res.set_content(chat ? chat_completion_json(ids, u.text, u.end, logprobs(u.tokens))
+                                 : completion_json(ids, u.text, u.end, logprobs(u.tokens)),
                             "application/json");
             return;
         }
         auto done = std::make_shared<bool>(false);
         auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-        const int top_n = cr.logprobs;
         const bool usage = cr.include_usage;
+        auto first = std::make_shared<bool>(true);  // chat: the first chunk carries the role
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [this, session, ids, done, last_write, top_n, usage](size_t, httplib::DataSink& sink) {
+            [this, session, ids, done, last_write, usage, chat, first, logprobs](size_t, httplib::DataSink& sink) {
                 const SessionUpdate u = session->wait(std::chrono::milliseconds(250));
                 std::string out;
                 if (!u.text.empty() || !u.tokens.empty() || u.finished) {
-                    const nlohmann::json lp = logprobs_json(u.tokens, top_n, *setup_.token_bytes, setup_.eot);
+                    const nlohmann::json lp = logprobs(u.tokens);
                     if (u.finished && u.end.reason == FinishReason::Error) {
                         out = "data: " + api_error_json(error_of(500, "server_error", "generation failed: " +
                                                                  u.end.error, "")) + "\n\n";
@@ -228,8 +274,13 @@ private:
                         out = "data: " + api_error_json(error_of(503, "server_shutting_down", "the server stopped "
                                                                  "before this completion finished", "stopped")) + "\n\n";
                     } else {
-                        out = "data: " + stream_chunk_json(ids, u.text, u.finished ? &u.end : nullptr, lp, usage) + "\n\n";
-                        if (u.finished && usage) out += "data: " + usage_chunk_json(ids, u.end) + "\n\n";
+                        const SequenceEnd* end = u.finished ? &u.end : nullptr;
+                        out = "data: " + (chat ? chat_chunk_json(ids, *first, u.text, end, lp, usage)
+                                               : stream_chunk_json(ids, u.text, end, lp, usage)) + "\n\n";
+                        *first = false;
+                        if (u.finished && usage)
+                            out += "data: " + (chat ? chat_usage_chunk_json(ids, u.end) : usage_chunk_json(ids, u.end)) +
+                                   "\n\n";
                     }
                     if (u.finished) out += "data: [DONE]\n\n";
                 } else if (std::chrono::steady_clock::now() - *last_write > std::chrono::seconds(2)) {
@@ -270,4 +321,6 @@ private:
     std::condition_variable cv_;
     int open_streams_ = 0;  // streams not yet written to the end, under m_
     std::mt19937_64 seeds_{std::random_device{}()};
+    // held by each request's end callback too: the scheduler may end requests after the server is gone
+    std::shared_ptr<ServeMetrics> metrics_ = std::make_shared<ServeMetrics>();
 };

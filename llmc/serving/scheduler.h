@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "llmc/core/rand.h"
+#include "llmc/serving/prefix_cache.h"
 #include "llmc/serving/sequence.h"
 #include "llmc/serving/serve_engine.h"
 
@@ -51,7 +52,11 @@ public:
         opt_.max_queue = std::max(0, opt_.max_queue);
         opt_.prefill_budget = std::max(1, opt_.prefill_budget);
         st_.slots = engine->slots();
+        if (opt_.prefix_cache && engine->prefill_chunk() > 0 && engine->copies_prefix())
+            cache_ = std::make_unique<PrefixCache>(engine->slots(), engine->prefill_chunk());
     }
+    // Whether prompt prefixes are reused (asked for, and the engine can).
+    bool prefix_caching() const { return cache_ != nullptr; }
     ~Scheduler() { end_all(); }
     Scheduler(const Scheduler&) = delete;
     Scheduler& operator=(const Scheduler&) = delete;
@@ -104,20 +109,14 @@ public:
         if (!dropped.empty()) cv_.notify_all();  // wait_idle() may be waiting for the queue to empty
         if (depth_ == 1) worked |= begin_decode();
         deliver_collected(collected);
-        {
-            std::lock_guard<std::mutex> lock(m_);
-            for (int slot = 0; slot < (int)slots_.size() && !queue_.empty(); slot++) {
-                if (slots_[slot]) continue;
-                slots_[slot] = std::move(queue_.front());
-                queue_.pop_front();
-                slots_[slot]->slot = slot;
-                slots_[slot]->admitted = Clock::now();
-                active_++;
-            }
-        }
+        worked |= admit();
         worked |= prefill_phase();
+        int64_t positions = 0;
+        for (const auto& s : slots_)
+            if (s) positions += s->prefilled + s->generated;
         std::lock_guard<std::mutex> lock(m_);
         st_.steps++;
+        st_.positions = positions;
         return worked;
     }
 
@@ -255,21 +254,29 @@ private:
         };
         const bool long_first = !chunked.empty() && (whole.empty() || chunked.front().second < whole.front()->order);
         bool any = false;
-        if (long_first) any |= prefill_chunks(still(chunked.front()), chunk, &budget, 1);
+        if (long_first) any |= prefill_chunks(still(chunked.front()), chunk, &budget, 1, true);
         if (budget > 0 || !long_first) any |= prefill_whole(whole, &budget, any);
         for (const auto& c : chunked) {
             if (budget <= 0) break;
-            if (Sequence* s = still(c)) any |= prefill_chunks(s, chunk, &budget, INT32_MAX);
+            if (Sequence* s = still(c)) any |= prefill_chunks(s, chunk, &budget, INT32_MAX, !any);
         }
         return any;
     }
 
     // Up to max_chunks chunks of the sequence's prompt while the budget lasts; its first token comes with the last.
-    bool prefill_chunks(Sequence* s, int chunk, long long* budget, int max_chunks) {
+    // With the prefix cache, chunks are whole and chunk-aligned (never cut by the budget: the first may go over it
+    // when nothing went before it, first_in_step), so a prefix is computed the same way whatever else runs, and each
+    // whole chunk is recorded as held by the slot.
+    bool prefill_chunks(Sequence* s, int chunk, long long* budget, int max_chunks, bool first_in_step) {
         const int n = (int)s->r.prompt.size();
         bool any = false;
         for (int c = 0; c < max_chunks && *budget > 0 && s->prefilled < n; c++) {
-            const int take = (int)std::min<long long>({(long long)(n - s->prefilled), *budget, (long long)chunk});
+            int take = (int)std::min<long long>({(long long)(n - s->prefilled), *budget, (long long)chunk});
+            if (cache_) {
+                take = std::min(n - s->prefilled, chunk - s->prefilled % chunk);
+                if (take > *budget && !(first_in_step && c == 0)) break;
+            }
+            const int start = s->prefilled;
             const bool last = s->prefilled + take == n;
             const TokenPick pick = last ? pick_for(*s) : TokenPick{};
             const int slot = s->slot;
@@ -278,11 +285,14 @@ private:
             try {
                 t = engine_->prefill(slot, s->r.prompt.data() + s->prefilled, s->prefilled, take, last ? &pick : nullptr);
             } catch (const std::exception& e) {
+                if (cache_) cache_->drop(slot);  // what it holds is in doubt
                 end(slot, FinishReason::Error, std::string("prefill: ") + e.what());
                 break;
             }
             s->prefilled += take;
             *budget -= take;
+            if (cache_ && take == chunk && start % chunk == 0)
+                cache_->hold(slot, s->r.prompt.data(), (start + take) / chunk, ++tick_);
             {
                 std::lock_guard<std::mutex> lock(m_);
                 st_.prefill_calls++;
@@ -467,6 +477,62 @@ private:
         }
     }
 
+    // Free slots to the oldest waiting requests. With the prefix cache, a request whose prompt begins with whole blocks
+    // a slot holds takes that slot if it is free (nothing to copy), else a free slot that holds nothing, else the one
+    // used longest ago, and the held prefix is copied in; its prefill then starts after the prefix.
+    bool admit() {
+        std::vector<std::pair<int, PrefixCache::Hit>> copies;  // (slot, where its prefix comes from)
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            while (!queue_.empty()) {
+                const std::vector<int>& prompt = queue_.front()->r.prompt;
+                PrefixCache::Hit hit;
+                int slot = -1;
+                if (cache_) {
+                    hit = cache_->find(prompt.data(), (int)prompt.size(), [&](int s) { return slots_[s] ? 0 : 1; });
+                    if (hit.slot >= 0 && !slots_[hit.slot]) slot = hit.slot;
+                }
+                if (slot < 0) slot = free_slot();
+                if (slot < 0) break;
+                slots_[slot] = std::move(queue_.front());
+                queue_.pop_front();
+                slots_[slot]->slot = slot;
+                slots_[slot]->admitted = Clock::now();
+                active_++;
+                if (cache_) {
+                    // what the slot will hold once the copy is queued (the next request's lookup must see it)
+                    cache_->hold(slot, prompt.data(), hit.blocks, ++tick_);
+                    st_.prefix_queried_tokens += prompt.size();
+                    st_.prefix_hit_tokens += (uint64_t)hit.blocks * cache_->block();
+                    copies.emplace_back(slot, hit);
+                }
+            }
+        }
+        for (const auto& [slot, hit] : copies) {
+            if (hit.blocks == 0) continue;
+            const int n = hit.blocks * cache_->block();
+            try {
+                engine_->copy_prefix(hit.slot, slot, n);
+            } catch (const std::exception& e) {
+                cache_->drop(slot);
+                end(slot, FinishReason::Error, std::string("prefix copy: ") + e.what());
+                continue;
+            }
+            slots_[slot]->prefilled = n;
+        }
+        return !copies.empty();
+    }
+    // A free slot (under m_): the lowest that holds no cached prefix, else the one used longest ago; -1 if none.
+    int free_slot() const {
+        int best = -1;
+        for (int s = 0; s < (int)slots_.size(); s++) {
+            if (slots_[s]) continue;
+            if (!cache_ || cache_->blocks_held(s) == 0) return s;
+            if (best < 0 || cache_->last_used(s) < cache_->last_used(best)) best = s;
+        }
+        return best;
+    }
+
     // Whatever is left, queued or running, ends as Cancelled.
     void end_all() {
         while (collect()) {  // the engine's steps in flight end before the slots are released (tokens not delivered)
@@ -483,6 +549,8 @@ private:
     }
 
     ServeEngine* engine_;
+    std::unique_ptr<PrefixCache> cache_;  // null: no prefix caching (engine thread only)
+    uint64_t tick_ = 0;                   // the prefix cache's clock: admissions and filled blocks
     SchedulerOptions opt_;
     mutable std::mutex m_;
     std::condition_variable cv_;

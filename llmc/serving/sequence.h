@@ -53,6 +53,8 @@ enum class Admission { Accepted, QueueFull, Draining, Invalid };
 struct SchedulerOptions {
     int max_queue = 64;        // requests waiting beyond the free slots; more are refused (QueueFull)
     int prefill_budget = 512;  // prompt tokens prefilled per step (>= 1)
+    bool prefix_cache = false; // reuse prompt prefixes held in the KV cache (llmc/serving/prefix_cache.h), where the
+                               // engine prefills in chunks and copies prefixes
 };
 
 struct SchedulerStats {
@@ -61,5 +63,7 @@ struct SchedulerStats {
     double decode_ms = 0, deliver_ms = 0;  // in the engine's decode calls (begin, and end's wait); delivering tokens
     uint64_t accepted = 0, finished = 0, cancelled = 0, errors = 0, refused_full = 0;
     int slots = 0, running = 0, queued = 0;
+    int64_t positions = 0;  // prompt positions prefilled + tokens generated, over the running sequences (last step)
+    uint64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;  // the prefix cache's lookups (none without one)
     bool draining = false;
 };

@@ -7,7 +7,8 @@
 For each offered rate (requests/s), requests arrive as a Poisson process for --duration seconds (at most
 --max-requests) and are sent by a pool of --clients threads (64), each request streamed: a prompt of
 --prompt-min..--prompt-max random token ids (16-512; ids, so the length is exact), --max-tokens-min..max new tokens
-(16-256), ignore_eos so each makes all of them. The clients are spread over --procs processes (threads of one Python
+(16-256), ignore_eos so each makes all of them; --shared-prefix N puts the same N tokens before every prompt (a system
+prompt: measure a server with and without --prefix-cache 1). The clients are spread over --procs processes (threads of one Python
 process read about 100K stream events a second at most, less than a saturated server sends). Open loop: a request's
 clock starts at its arrival, so time it waits for a free client counts. Measured per rate: completed / refused (429) / failed requests, output tokens/s, TTFT
 (arrival to the first token) and TPOT (the time per output token after the first) p50 and p99, and the server's
@@ -26,6 +27,12 @@ import sys
 import threading
 import time
 import urllib.parse
+
+
+def shared_prefix(args, vocab):
+    """The --shared-prefix tokens: the same ids for every request of a run (seeded by --seed)."""
+    r = random.Random(args.seed + 0x5EED)
+    return [r.randrange(vocab - 1) for _ in range(args.shared_prefix)]
 
 
 def loopback_only(url):
@@ -152,7 +159,8 @@ def run_rate(args, host, port, rate, rng, vocab):
         t += rng.expovariate(rate)
         if t > args.duration:
             break
-        prompt = [rng.randrange(vocab - 1) for _ in range(rng.randint(args.prompt_min, args.prompt_max))]
+        prompt = shared_prefix(args, vocab) + \
+            [rng.randrange(vocab - 1) for _ in range(rng.randint(args.prompt_min, args.prompt_max))]
         body = json.dumps({"prompt": prompt, "max_tokens": rng.randint(args.max_tokens_min, args.max_tokens_max),
                            "temperature": args.temperature, "seed": rng.randrange(1 << 31), "ignore_eos": True,
                            "stream": True, "stream_options": {"include_usage": True}}).encode()
@@ -206,6 +214,8 @@ def main():
     ap.add_argument("--max-tokens-min", type=int, default=16)
     ap.add_argument("--max-tokens-max", type=int, default=256)
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--shared-prefix", type=int, default=0,
+                    help="tokens of one fixed prefix (a system prompt) before every prompt, for --prefix-cache runs")
     ap.add_argument("--vocab", type=int, default=50257, help="prompt ids are drawn below vocab - 1 (<|endoftext|>)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take")
@@ -221,6 +231,8 @@ def main():
     for name in ("duration", "clients", "procs", "max_requests", "prompt_min", "max_tokens_min", "vocab"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be > 0")
+    if args.shared_prefix < 0:
+        raise SystemExit("error: --shared-prefix must be >= 0")
     if args.prompt_min > args.prompt_max or args.max_tokens_min > args.max_tokens_max:
         raise SystemExit("error: a minimum over its maximum (--prompt-min/max, --max-tokens-min/max)")
     host, port = loopback_only(args.url)
@@ -231,9 +243,9 @@ def main():
     print(f"bench_serve: {h['model']} at {args.url}, {h['slots']} slots, context {h['context']}; {args.clients} "
           f"clients, prompts {args.prompt_min}-{args.prompt_max} tokens, {args.max_tokens_min}-{args.max_tokens_max} new, "
           f"Poisson arrivals for {args.duration:g} s per rate", flush=True)
-    if args.prompt_max + args.max_tokens_max > h["context"]:
-        raise SystemExit(f"error: prompts up to {args.prompt_max} + {args.max_tokens_max} new tokens exceed the "
-                         f"server's context of {h['context']}")
+    if args.shared_prefix + args.prompt_max + args.max_tokens_max > h["context"]:
+        raise SystemExit(f"error: prompts up to {args.shared_prefix + args.prompt_max} + {args.max_tokens_max} new "
+                         f"tokens exceed the server's context of {h['context']}")
     rng = random.Random(args.seed)
     rows = []
     for rate in rates:

@@ -10,7 +10,7 @@
 // nats in FP32 builds, 5e-2 in BF16. A cancelled request's tokens are a prefix of its tokens alone. Every greedy
 // token is the top-1 of the log-probabilities reported with it (they come from the very row that picked it, also
 // when the next step is already queued). Run with one and with two decode steps in flight, and with prompts longer
-// than 16 tokens prefilled in chunks of 16.
+// than 16 tokens prefilled in chunks of 16; then with the prefix cache (run_prefix).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -69,6 +69,41 @@ float top_drift(const std::vector<PickedToken>& a, const std::vector<PickedToken
         drift = std::max(drift, std::fabs(a[i].top[0].second - b[i].top[0].second));
     }
     return drift;
+}
+
+// The request alone through a fresh scheduler on the engine: as many tokens as r got.
+Request alone_of(GpuServeEngine& engine, const SchedulerOptions& so, const Request& r) {
+    Request alone;
+    alone.prompt = r.prompt, alone.pick = r.pick, alone.seed = r.seed;
+    Scheduler s(&engine, so);
+    s.submit(sequence_of(&alone, (int)r.got.size()));
+    for (int step = 0; step < 1000 && alone.ends == 0; step++) s.step();
+    return alone;
+}
+
+// r's tokens against alone's from token `from` on: equal, or the first difference a near-tie (*ties counts it);
+// false (printed) otherwise.
+bool same_up_to_a_tie(const Request& r, const Request& alone, int i, size_t from, int* ties) {
+    for (size_t k = from; k < r.got.size(); k++) {
+        if (k >= alone.got.size()) {
+            printf("FAIL: request %d: alone gave %zu tokens, in the batch %zu\n", i, alone.got.size(), r.got.size());
+            return false;
+        }
+        if (r.got[k].token == alone.got[k].token) continue;
+        const bool greedy = r.pick.params.greedy();
+        const std::vector<std::pair<int, float>>& top = alone.got[k].top;
+        const float gap = top.size() >= 2 ? top[0].second - top[1].second : INFINITY;
+        const float drift = top_drift(r.got, alone.got, k);
+        if (greedy ? gap <= kTie : drift > 0.f && drift <= kTie) {
+            (*ties)++;
+            return true;
+        }
+        printf("FAIL: request %d (%zu prompt tokens, %s) token %zu: %d in the batch, %d alone (top-2 gap %.3g, "
+               "drift %.3g, tie %.0e)\n", i, r.prompt.size(), greedy ? "greedy" : "sampled", k, r.got[k].token,
+               alone.got[k].token, gap, drift, kTie);
+        return false;
+    }
+    return true;
 }
 
 // The run described at the top with `depth` decode steps in flight and chunks of `chunk` (0: whole prompts only);
@@ -133,35 +168,9 @@ bool run(const GPT2Config& c, const std::vector<float>& params, int depth, int c
                 break;
             }
         }
-        Request alone;
-        alone.prompt = r.prompt, alone.pick = r.pick, alone.seed = r.seed;
-        {
-            Scheduler s(&engine, so);
-            s.submit(sequence_of(&alone, (int)r.got.size()));
-            for (int step = 0; step < 1000 && alone.ends == 0; step++) s.step();
-        }
+        const Request alone = alone_of(engine, so, r);
         compared++;
-        for (size_t k = 0; k < r.got.size(); k++) {
-            if (k >= alone.got.size()) {
-                printf("FAIL: request %d: alone gave %zu tokens, in the batch %zu\n", i, alone.got.size(), r.got.size());
-                failures++;
-                break;
-            }
-            if (r.got[k].token == alone.got[k].token) continue;
-            const bool greedy = r.pick.params.greedy();
-            const std::vector<std::pair<int, float>>& top = alone.got[k].top;
-            const float gap = top.size() >= 2 ? top[0].second - top[1].second : INFINITY;
-            const float drift = top_drift(r.got, alone.got, k);
-            if (greedy ? gap <= kTie : drift > 0.f && drift <= kTie) {
-                ties++;
-            } else {
-                printf("FAIL: request %d (%zu prompt tokens, %s) token %zu: %d in the batch, %d alone (top-2 gap %.3g, "
-                       "drift %.3g, tie %.0e)\n", i, r.prompt.size(), greedy ? "greedy" : "sampled", k, r.got[k].token,
-                       alone.got[k].token, gap, drift, kTie);
-                failures++;
-            }
-            break;
-        }
+        failures += !same_up_to_a_tie(r, alone, i, 0, &ties);
     }
     const bool ok = failures == 0 && replayed > 0 && cancelled > 0 && rows > decode_steps;
     printf("test_serve_engine (%s, %d step%s in flight, %s): %d requests through the scheduler on %d slots (%llu decode "
@@ -171,6 +180,83 @@ bool run(const GPT2Config& c, const std::vector<float>& params, int depth, int c
            N, slots,
            (unsigned long long)decode_steps, rows / (double)std::max<uint64_t>(1, decode_steps),
            (unsigned long long)prefill_calls, replayed, cancelled, compared, ties, kTie, failures, ok ? "PASS" : "FAIL");
+    return ok;
+}
+
+// The prefix cache (--prefix-cache 1) on the GPU engine: requests whose prompts begin with 0-3 chunks of a few shared
+// "system prompts", a few arriving per step, so prefixes are copied from running and from free slots and taken in
+// place. Each request's first token comes from the prefill of what the cache did not hold, attending over the
+// copied prefix: its log-probabilities must equal, bit for bit, those of the same request alone with the cache off
+// (every chunk computed, the same chunk calls); later tokens as in run() (near-ties only: decode steps over other
+// row counts round differently). true when it passes.
+bool run_prefix(const GPT2Config& c, const std::vector<float>& params, int depth) {
+    const int slots = 6, prefill_rows = 4, context = 128, N = 120, chunk = 16;
+    GpuServeEngine engine(c, params, slots, context, prefill_rows, InferenceOptions{}, depth, chunk);
+    Rng rng(11);
+    std::vector<std::vector<int>> systems(3);
+    for (auto& sys : systems)
+        for (int k = 0; k < 3 * chunk; k++) sys.push_back((int)(rng.next_u32() % c.vocab_size));
+    std::vector<Request> rs(N);
+    for (Request& r : rs) {
+        const std::vector<int>& sys = systems[rng.next_u32() % systems.size()];
+        r.prompt.assign(sys.begin(), sys.begin() + (rng.next_u32() % 4) * chunk);
+        for (int k = 1 + (int)(rng.next_u32() % 30); k > 0; k--) r.prompt.push_back((int)(rng.next_u32() % c.vocab_size));
+        r.max_tokens = 1 + (int)(rng.next_u32() % 20);
+        if (rng.next_u32() % 3 == 0) r.pick.params = PickParams{1.f, 0, 1.f};
+        r.pick.top_logprobs = 2;
+        r.seed = rng.next_u64();
+    }
+    SchedulerOptions so;
+    so.max_queue = N;
+    so.prefill_budget = 96;
+    so.prefix_cache = true;
+    uint64_t hits = 0, queried = 0;
+    {
+        Scheduler s(&engine, so);
+        if (!s.prefix_caching()) return printf("FAIL: the GPU engine takes no prefix cache\n"), false;
+        int submitted = 0;
+        for (int step = 0; step < 100000; step++) {
+            for (int k = (int)(rng.next_u32() % 3); k > 0 && submitted < N; k--, submitted++)
+                s.submit(sequence_of(&rs[submitted], rs[submitted].max_tokens));
+            s.step();
+            const SchedulerStats st = s.stats();
+            if (submitted == N && st.running == 0 && st.queued == 0) break;
+        }
+        s.step();
+        hits = s.stats().prefix_hit_tokens, queried = s.stats().prefix_queried_tokens;
+    }
+    SchedulerOptions off = so;
+    off.prefix_cache = false;
+    int failures = 0, ties = 0, exact_first = 0;
+    for (int i = 0; i < N; i++) {
+        Request& r = rs[i];
+        if (r.ends != 1 || r.why == FinishReason::Error || r.got.empty()) {
+            printf("FAIL: request %d ended %d times (%s%s), %zu tokens\n", i, r.ends, finish_reason_name(r.why),
+                   r.error.c_str(), r.got.size());
+            failures++;
+            continue;
+        }
+        const Request alone = alone_of(engine, off, r);
+        if (alone.got.size() != r.got.size()) {
+            printf("FAIL: request %d: %zu tokens alone, %zu with the cache\n", i, alone.got.size(), r.got.size());
+            failures++;
+            continue;
+        }
+        const PickedToken &a = alone.got[0], &b = r.got[0];
+        if (a.token != b.token || a.logprob != b.logprob || a.top != b.top) {
+            printf("FAIL: request %d (%zu prompt tokens): the first token differs from the cache off: %d (%.7f) vs %d "
+                   "(%.7f)\n", i, r.prompt.size(), b.token, b.logprob, a.token, a.logprob);
+            failures++;
+            continue;
+        }
+        exact_first++;
+        failures += !same_up_to_a_tie(r, alone, i, 1, &ties);
+    }
+    const bool ok = failures == 0 && hits > queried / 5;
+    printf("test_serve_engine (%s, %d step%s in flight, prefix cache, chunks of %d): %d requests, %llu of %llu prompt "
+           "tokens from the cache; the first token bit-identical to the cache off for %d, later tokens differing at a "
+           "near-tie %d, %d failures: %s\n", PRECISION_NAME, depth, depth > 1 ? "s" : "", chunk, N,
+           (unsigned long long)hits, (unsigned long long)queried, exact_first, ties, failures, ok ? "PASS" : "FAIL");
     return ok;
 }
 
@@ -184,5 +270,7 @@ int main() {
     ok = run(c, m.host_params, 1, 0) && ok;
     ok = run(c, m.host_params, 2, 0) && ok;
     ok = run(c, m.host_params, 2, 16) && ok;
+    ok = run_prefix(c, m.host_params, 1) && ok;
+    ok = run_prefix(c, m.host_params, 2) && ok;
     return ok ? 0 : 1;
 }

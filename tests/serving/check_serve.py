@@ -20,6 +20,8 @@ It starts the server (--server, default ./serve_gpt2cu; --server-args adds flags
   4. streaming against non-streaming: OpenAI's chunk shape, the same text and usage, "data: [DONE]" last;
   5. stop strings (across token boundaries, left out), logprobs, ignore_eos;
   6. the bad-input table: every invalid field a 400 naming it, 404 (model, route), 405, 413;
+  6b. chat completions, /tokenize, /detokenize, /metrics, the page at / and the openai client where installed
+     (tests/serving/serve_endpoints.py);
   7. with a second server of one slot and no queue: 429 with Retry-After, a client that leaves a stream (its request
      cancelled), and SIGTERM: the running stream finishes, new requests are refused, exit 0.
 One line per check, a summary, exit 1 on any failure. The servers' logs go to --out.
@@ -38,6 +40,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import serve_endpoints
 
 PROMPTS = [
     "Once upon a time",
@@ -87,6 +91,7 @@ class Vocab:
         dec = byte_decoder()
         self.bytes = {i: bytes(dec[c] for c in s) for s, i in enc.items()}
         self.eot = enc["<|endoftext|>"]
+        self.dir = vocab_dir
 
     def text(self, ids):
         return b"".join(self.bytes[i] for i in ids if i != self.eot).decode("utf-8", errors="replace")
@@ -358,7 +363,14 @@ BAD = [  # (what, method, path, body (dict, or bytes as sent), status, param)
     ("echo", "POST", "/v1/completions", {"prompt": "x", "echo": True}, 400, "echo"),
     ("an unknown field", "POST", "/v1/completions", {"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
     ("another model", "POST", "/v1/completions", {"prompt": "x", "model": "gpt-4"}, 404, "model"),
-    ("chat completions", "POST", "/v1/chat/completions", {"messages": []}, 404, None),
+    ("chat with no messages", "POST", "/v1/chat/completions", {"messages": []}, 400, "messages"),
+    ("chat with a tool message", "POST", "/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, 400,
+     "messages[0].role"),
+    ("chat with a prompt", "POST", "/v1/chat/completions", {"prompt": "x"}, 400, "messages"),
+    ("detokenize an id outside", "POST", "/detokenize", {"tokens": [1 << 30]}, 400, "tokens"),
+    ("tokenize neither prompt nor messages", "POST", "/tokenize", {}, 400, "prompt"),
+    ("no such endpoint", "POST", "/v1/embeddings", {"input": "x"}, 404, None),
+    ("POST /metrics", "POST", "/metrics", {}, 405, None),
     ("GET completions", "GET", "/v1/completions", None, 405, None),
 ]
 
@@ -463,12 +475,18 @@ def main():
         s, m, _ = c.request("GET", "/v1/models")
         model = m["data"][0]["id"] if s == 200 and m.get("data") else None
         ck.ok(model is not None and m["object"] == "list", f"GET /v1/models: {model}")
+        first_scrape = serve_endpoints.scrape(c)[2]
         with tempfile.TemporaryDirectory() as tmp:
             batch = check_against_generate(c, ck, args, vocab, tmp, model)
             check_alone_vs_batch(c, ck, args, vocab, tmp, model, batch)
         check_streaming(c, ck, model)
         check_stop_logprobs_eos(c, ck, model)
         check_bad_inputs(c, ck, args)
+        serve_endpoints.check_chat(c, ck, model)
+        serve_endpoints.check_tokenize(c, ck, vocab, model)
+        serve_endpoints.check_page(c, ck)
+        serve_endpoints.check_openai_client(c, ck, model)
+        serve_endpoints.check_metrics(c, ck, first_scrape)
         s, h, _ = c.request("GET", "/health")
         ck.ok(s == 200 and h["errors"] == 0 and h["running"] == 0, "no request failed inside the server", f"{h}")
     finally:

@@ -49,7 +49,8 @@ struct FakePrefill {
 
 class FakeEngine : public ServeEngine {
 public:
-    explicit FakeEngine(FakeEngineOptions o = {}) : o_(o), hist_(o.slots), last_(o.slots, 0), live_(o.slots, false) {}
+    explicit FakeEngine(FakeEngineOptions o = {})
+        : o_(o), hist_(o.slots), kept_(o.slots), last_(o.slots, 0), live_(o.slots, false) {}
 
     // The rule: a hash of the sequence, the rule's parameters and the coin (the coin only when sampling).
     static uint64_t mix(uint64_t h) {
@@ -104,7 +105,7 @@ public:
         std::lock_guard<std::mutex> lock(m_);
         if (slot < 0 || slot >= o_.slots) fail("prefill: slot " + std::to_string(slot));
         std::vector<int>& h = hist_[slot];
-        if (start == 0) h.clear(), live_[slot] = true;
+        if (start == 0) h.clear(), kept_[slot].clear(), live_[slot] = true;
         else if (!live_[slot] || start != (int)h.size() || o_.chunk == 0)
             fail("prefill: slot " + std::to_string(slot) + " from " + std::to_string(start) + ", it holds " +
                  std::to_string(h.size()));
@@ -171,8 +172,26 @@ public:
         std::lock_guard<std::mutex> lock(m_);
         if (slot < 0 || slot >= o_.slots || !live_[slot]) fail("release: slot " + std::to_string(slot));
         live_[slot] = false;
+        kept_[slot] = std::move(hist_[slot]);  // what a KV cache keeps in a free slot until it is written again
         hist_[slot].clear();
         released.push_back(slot);
+    }
+
+    // A prefix cache's copy: `to` (free, or just given to a new sequence) starts as from's first n positions (a live
+    // sequence's or what a free slot kept; from == to: the slot keeps its own first n).
+    bool copies_prefix() const override { return o_.chunk > 0; }
+    void copy_prefix(int from, int to, int n) override {
+        std::lock_guard<std::mutex> lock(m_);
+        if (from < 0 || from >= o_.slots || to < 0 || to >= o_.slots || (live_[to] && from != to))
+            fail("copy_prefix: slot " + std::to_string(from) + " to " + std::to_string(to));
+        const std::vector<int> src = live_[from] ? hist_[from] : kept_[from];
+        if (n < 1 || n > (int)src.size())
+            fail("copy_prefix: " + std::to_string(n) + " positions of slot " + std::to_string(from) + ", which holds " +
+                 std::to_string(src.size()));
+        hist_[to].assign(src.begin(), src.begin() + n);
+        kept_[to].clear();
+        live_[to] = true;
+        copies.push_back({from, to, n});
     }
 
     // records (read them while no step runs)
@@ -180,6 +199,8 @@ public:
     std::vector<FakePrefill> prefills;
     std::vector<int> whole_calls;  // prompts per prefill_whole call
     std::vector<int> released;
+    struct Copy { int from, to, n; };
+    std::vector<Copy> copies;  // copy_prefix calls
     std::vector<int> in_flight_at_end;  // steps in flight at each decode_end (the one it ends included)
     std::vector<std::string> violations;
     long long prefilled_tokens = 0;
@@ -196,6 +217,7 @@ private:
 
     FakeEngineOptions o_;
     std::vector<std::vector<int>> hist_;
+    std::vector<std::vector<int>> kept_;  // a free slot's positions, as a KV cache keeps them
     std::vector<int> last_;  // each slot's last pick: its next decode step's input
     std::vector<bool> live_;
     struct Flight {

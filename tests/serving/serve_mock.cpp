@@ -92,6 +92,7 @@ int serve(const std::vector<const char*>& argv, const FakeFlags& f, const ServeS
     if (st == ParseStatus::Error) throw std::runtime_error(error + " (" + argv[0] + " --help lists the flags)");
     if (st == ParseStatus::Version) return printf("serve_mock (the fake engine)\n"), 0;
     const BPETokenizer bpe = BPETokenizer::load(a.vocab_dir);
+    ChatTemplate chat = serve_chat_template(a);
     const int context = a.max_context > 0 ? a.max_context : 1024;
     FakeEngine engine(engine_options(f, bpe, a.max_batch, context, a.prefill_rows, a.steps_in_flight));
     ServeSetup setup;
@@ -100,6 +101,7 @@ int serve(const std::vector<const char*>& argv, const FakeFlags& f, const ServeS
     setup.encode = [&](const std::string& text) { return encoder.encode_ordinary(text); };
     setup.token_bytes = &bpe.tokens();
     setup.eot = bpe.eot_token();
+    setup.chat_template = std::move(chat);
     return run_server(&engine, a, std::move(setup), signals, "the fake engine, CPU");
 }
 

@@ -13,54 +13,11 @@
 
 #include "llmc/core/rand.h"
 #include "llmc/serving/scheduler.h"
-#include "tests/serving/serve_fake_engine.h"
+#include "tests/serving/scheduler_fixture.h"
 
 namespace {
 
-struct Outcome {
-    std::vector<int> tokens;
-    int ends = 0;
-    SequenceEnd end;
-    int stop_after = -1;  // on_token says stop after this many tokens
-};
-
-SequenceRequest make_request(const std::vector<int>& prompt, int max_tokens, std::shared_ptr<Outcome> out,
-                             TokenPick pick = {}, uint64_t seed = 0, int stop_token = -1) {
-    SequenceRequest r;
-    r.prompt = prompt;
-    r.max_tokens = max_tokens;
-    r.pick = pick;
-    r.seed = seed;
-    r.stop_token = stop_token;
-    r.on_token = [out](const PickedToken& t) {
-        out->tokens.push_back(t.token);
-        return out->stop_after < 0 || (int)out->tokens.size() < out->stop_after;
-    };
-    r.on_end = [out](const SequenceEnd& e) {
-        out->ends++;
-        out->end = e;
-    };
-    r.cancel = std::make_shared<std::atomic<bool>>(false);
-    return r;
-}
-
-std::vector<int> prompt_of(int n, int salt, int V = 1000) {
-    std::vector<int> p(n);
-    for (int i = 0; i < n; i++) p[i] = (i * 37 + salt * 101 + 7) % V;
-    return p;
-}
-
-// Steps until nothing is queued or running (bounded).
-int run_to_idle(Scheduler& s, int limit = 100000) {
-    int n = 0;
-    while (n < limit) {
-        const SchedulerStats st = s.stats();
-        if (st.running == 0 && st.queued == 0) break;
-        s.step();
-        n++;
-    }
-    return n;
-}
+using namespace scheduler_test;
 
 TEST(ServeScheduler, AloneMatchesTheEngineRule) {
     FakeEngine e({/*slots*/ 2, /*context*/ 64});
@@ -135,13 +92,6 @@ TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
         o.prefill_budget = mode == 2 ? 64 : 16;
         Scheduler s(&e, o);
         Rng rng(42 + mode);
-        struct Job {
-            std::vector<int> prompt;
-            int max_tokens, arrive;
-            TokenPick pick;
-            uint64_t seed;
-            std::shared_ptr<Outcome> out;
-        };
         std::vector<Job> jobs;
         for (int i = 0; i < 40; i++) {
             Job j;

@@ -49,6 +49,25 @@ expect "check_serve.py against tests/serving/serve_mock" 0 "check_serve: [0-9]* 
     python3 tests/serving/check_serve.py --server tests/serving/serve_mock --server-args "--fake-step-us 1000" \
         --generate "tests/serving/serve_mock generate" --model mock --vocab-dir "$VOCAB" --out "$tmp/check" --long-tokens 300
 
+# ---- the same with the prefix cache on (chunks of 8: prompts over 8 tokens are chunked, whole chunks reused)
+expect "check_serve.py against tests/serving/serve_mock with --prefix-cache 1" 0 "check_serve: [0-9]* passed, 0 failed" \
+    python3 tests/serving/check_serve.py --server tests/serving/serve_mock \
+        --server-args "--fake-step-us 1000 --fake-chunk 8 --prefix-cache 1" --generate "tests/serving/serve_mock generate" \
+        --model mock --vocab-dir "$VOCAB" --out "$tmp/check_prefix" --skip-small-server
+grep -q "^prefix cache: [1-9][0-9]* of [0-9]* prompt tokens reused" "$tmp/check_prefix/server.log" &&
+    echo "ok: the prefix cache reused prompt tokens (the server's stop line)" ||
+    { echo "FAIL: no prefix-cache reuse in $tmp/check_prefix/server.log"; tail -n 3 "$tmp/check_prefix/server.log"; fail=1; }
+
+# ---- the playground page in headless Chromium against the mock (20 ms a step, so a look catches it streaming)
+if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null; then
+    expect "check_page.py: the playground page in headless Chromium against tests/serving/serve_mock" 0 \
+        "check_page: [0-9]* passed, 0 failed" python3 tests/serving/check_page.py --server tests/serving/serve_mock \
+            --server-args "--fake-step-us 20000" --model mock --vocab-dir "$VOCAB" --require-mid-stream \
+            --screenshot "$tmp/page.png" --out "$tmp/page"
+else
+    echo "skipped: check_page.py (the playground page in a browser): no Chromium here (Debian: apt-get install chromium)"
+fi
+
 # ---- tests/gpu/sanitize_serve.py (the sanitizer's server run) with `timeout` for the tool, and a thread from before main
 # that blocks no signal preloaded into the mock, as compute-sanitizer's are: SIGTERM to the server still drains
 if cc -shared -fPIC -o "$tmp/foreign_thread.so" tests/serving/serve_foreign_thread.c -pthread 2>"$tmp/cc.log"; then

@@ -28,6 +28,8 @@ struct ServeArgs : GenerationFlags {
     int prefill_chunk = 512;                    // --prefill-chunk
     int64_t max_body = 1 << 20;                 // --max-body
     std::string model_name;                     // --model-name (empty: from -e)
+    std::string chat_template;                  // --chat-template (empty: the default, docs/SERVING.md)
+    int prefix_cache = 0;                       // --prefix-cache 0|1
 };
 
 inline std::string serve_usage(const std::string& program) {
@@ -35,8 +37,9 @@ inline std::string serve_usage(const std::string& program) {
     char buf[4096];
     snprintf(buf, sizeof(buf),
              "usage: %s -e MODEL [options]\n"
-             "An OpenAI-compatible completions server (POST /v1/completions, GET /v1/models, GET /health) with\n"
-             "continuous batching over the KV cache; SIGTERM or Ctrl-C stops accepting, finishes what runs, exits 0.\n"
+             "An OpenAI-compatible server (POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET\n"
+             "/v1/models, /health, /metrics) with continuous batching over the KV cache; SIGTERM or Ctrl-C stops\n"
+             "accepting, finishes what runs, exits 0.\n"
              "  -e <path>            model: our or llm.c's model file, a Hugging Face GPT-2 directory or .safetensors\n"
              "  --host <addr>        address to listen on (default %s: this machine only)\n"
              "  --port <int>         port (default %d; 0: any free port, printed at start)\n"
@@ -52,6 +55,10 @@ inline std::string serve_usage(const std::string& program) {
              "                       queued before the host waits for the last, so the GPU need not wait between them)\n"
              "  --max-body <bytes>   largest request body; larger ones get 413 (default %lld)\n"
              "  --model-name <id>    the model's id in the API (default: the last part of -e)\n"
+             "  --prefix-cache 0|1   reuse the KV cache of prompt prefixes (whole --prefill-chunk blocks) that slots\n"
+             "                       still hold: the same tokens, less prefill (default %d)\n"
+             "  --chat-template <file>  how chat messages become a prompt: a JSON file of system, user, assistant,\n"
+             "                       generation_prompt and stop (default: User:/Assistant: lines, docs/SERVING.md)\n"
              "  -g <int>             max_tokens when a request leaves it out (default %d)\n"
              "  -st <float>          temperature when left out (default %g; 0 = greedy)\n"
              "  -sk <int>            top_k when left out (default %d = off)\n"
@@ -62,7 +69,7 @@ inline std::string serve_usage(const std::string& program) {
              "  --version            print the program, the commit it was built from and its precision, and exit\n",
              program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget, d.prefill_rows,
              d.prefill_chunk, d.steps_in_flight,
-             (long long)d.max_body, d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
+             (long long)d.max_body, d.prefix_cache, d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              d.vocab_dir.c_str());
     return buf;
 }
@@ -99,6 +106,8 @@ inline ParseStatus parse_serve_args(int argc, const char* const* argv, ServeArgs
         else if (flag == "--steps-in-flight") { if (!parse_int64(v, 1, 2, &n)) return bad("1 or 2"); a->steps_in_flight = (int)n; }
         else if (flag == "--max-body") { if (!parse_int64(v, 64, INT64_MAX, &n)) return bad("a number of bytes >= 64"); a->max_body = n; }
         else if (flag == "--model-name") { if (v.empty()) return bad("a name"); a->model_name = v; }
+        else if (flag == "--prefix-cache") { if (!parse_int64(v, 0, 1, &n)) return bad("0 or 1"); a->prefix_cache = (int)n; }
+        else if (flag == "--chat-template") { if (v.empty()) return bad("a file"); a->chat_template = v; }
         else return FlagTaken::No;
         return FlagTaken::Yes;
     });

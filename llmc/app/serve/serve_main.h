@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -90,11 +91,22 @@ inline ServeLimits serve_limits(const ServeArgs& a, int context, int vocab_size)
     return l;
 }
 
+// The chat template the flags name (--chat-template), or the default; throws one line naming the flag and the file.
+inline ChatTemplate serve_chat_template(const ServeArgs& a) {
+    if (a.chat_template.empty()) return ChatTemplate{};
+    try {
+        return ChatTemplate::load(a.chat_template);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("flag --chat-template: ") + e.what());
+    }
+}
+
 inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup, const ServeSignals& signals,
                       const std::string& what) {
     SchedulerOptions so;
     so.max_queue = a.max_queue;
     so.prefill_budget = a.prefill_budget;
+    so.prefix_cache = a.prefix_cache != 0;
     Scheduler scheduler(engine, so);
     CompletionServer server(&scheduler, std::move(setup));
     std::string error;
@@ -102,8 +114,9 @@ inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup,
         fprintf(stderr, "error: %s\n", error.c_str());
         return 1;
     }
-    fprintf(stderr, "serving %s (%s) on http://%s:%d: %d slots of %d positions, queue %d; POST /v1/completions, "
-            "GET /v1/models, GET /health; SIGTERM or Ctrl-C drains and exits\n", a.model_name.c_str(), what.c_str(),
+    fprintf(stderr, "serving %s (%s) on http://%s:%d: %d slots of %d positions, queue %d; a page to try it at /, "
+            "POST /v1/completions, /v1/chat/completions, GET /metrics; SIGTERM or Ctrl-C drains and exits\n",
+            a.model_name.c_str(), what.c_str(),
             a.host.c_str(), server.port(), engine->slots(), engine->context(), a.max_queue);
     fflush(stderr);
 
@@ -139,5 +152,8 @@ inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup,
             (unsigned long long)st.finished, (unsigned long long)st.cancelled, (unsigned long long)st.errors,
             (unsigned long long)st.tokens, (unsigned long long)st.decode_steps, st.decode_rows / steps,
             st.decode_ms / steps, st.deliver_ms / steps);
+    if (scheduler.prefix_caching())
+        fprintf(stderr, "prefix cache: %llu of %llu prompt tokens reused\n", (unsigned long long)st.prefix_hit_tokens,
+                (unsigned long long)st.prefix_queried_tokens);
     return 0;
 }
