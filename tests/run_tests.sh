@@ -110,6 +110,7 @@ if true; then
     run_suite dev-layernorm ./dev/cuda/layernorm -c
     run_suite dev-matmul-backward-dgelu ./dev/cuda/matmul_backward_dgelu -c
     run_suite dev-adamw ./dev/cuda/adamw -c
+    run_suite dev-fp8-cast ./dev/cuda/fp8_cast -c
     run_suite dev-graph-gaps ./dev/cuda/graph_gaps -c
     run_suite dev-peer-traffic ./dev/cuda/peer_traffic -c
     # flash needs head size 64 or 128; the tiny fixture's is 16, so it runs the materialized backend only

@@ -11,6 +11,7 @@
 #   decode     tests/gpu/test_decode --small (prefill, decode steps, a server's slots, chunks, against the full forward);
 #              under racecheck one run per test (decode-cached, -slots, -chunks, -recompute), side by side
 #   fwd, bwd   dev/cuda/attention_forward -cs, attention_backward -cs (every variant at the three small check shapes)
+#   fp8-cast   dev/cuda/fp8_cast -c (the FP8 casts, transposes and amax at every validation shape)
 # and, for initcheck, the report of issue 63 (train_gpt2cu -e d6 -b 2|4 -t 128 -x 1 -v 1 -m 1 -s 0, the default
 # attention path and -ab materialized). Runs go in parallel (JOBS at once; one GPU is enough); each prints one line
 # with its tool's summary. Exit 1 on any error in our kernels or any run that does not finish.
@@ -36,7 +37,7 @@ done
 mkdir -p "$LOGDIR"
 command -v compute-sanitizer >/dev/null || { echo "error: compute-sanitizer not found (it comes with the CUDA toolkit)" >&2; exit 1; }
 make -s -j"$JOBS" train_gpt2cu generate_gpt2cu serve_gpt2cu tests/gpu/test_decode >"$LOGDIR/build.log" 2>&1 &&
-    make -s -C dev/cuda -j"$JOBS" attention_forward attention_backward >>"$LOGDIR/build.log" 2>&1 &&
+    make -s -C dev/cuda -j"$JOBS" attention_forward attention_backward fp8_cast >>"$LOGDIR/build.log" 2>&1 &&
     make -s data DATA_MIRROR="$DATA_MIRROR" >>"$LOGDIR/build.log" 2>&1 \
     || { tail -n 20 "$LOGDIR/build.log"; exit 1; }
 [ -x ./serve_gpt2cu ] || { echo "error: serve_gpt2cu was not built (make says why in $LOGDIR/build.log)" >&2; exit 1; }
@@ -128,6 +129,7 @@ for tool in $TOOLS; do
     [ "$tool" = racecheck ] || launch "$tool" decode ./tests/gpu/test_decode --small
     launch "$tool" fwd ./dev/cuda/attention_forward -cs
     launch "$tool" bwd ./dev/cuda/attention_backward -cs
+    launch "$tool" fp8-cast ./dev/cuda/fp8_cast -c
     if [ "$tool" = initcheck ]; then
         launch "$tool" report-b2 "${report[@]}" -b 2
         launch "$tool" report-b4 "${report[@]}" -b 4

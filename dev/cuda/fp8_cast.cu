@@ -1,0 +1,102 @@
+// The FP8 cast of a GEMM operand (llmc/kernels/fp8/cast_transpose.cuh), exactly the engine's kernel: a bf16 (rows,
+// cols) tensor to E4M3 or E5M2 bytes, scaled, in its own layout and/or transposed, with its amax. Memory-bound, so
+// next to the time it prints the bytes moved and the rate, and the same bytes copied by cudaMemcpy (the copy bound on
+// this device): reads 2 bytes an element, writes 1 per output.
+//   variant 1: y and yT (both layouts: an activation both the forward and the weight gradient read)
+//   variant 2: y only (a weight's forward copy)        variant 3: yT only        variant 4: amax only
+// Every shape is validated first against llmc/core/fp8.h's reference (itself exhaustively tested and equal to
+// cuda_fp8.h's conversion): every byte of every output exact, amax exact, outputs poisoned.
+// Build: make -C dev/cuda fp8_cast      Run: ./fp8_cast [-r repeats] [-s "rows,cols;..."] [-c]  (-c: validation only)
+#include "common.h"
+#include "llmc/kernels/fp8/cast_transpose.cuh"
+
+static_assert(kFloatXIsBF16, "fp8_cast.cu times the engine's bf16 casts (built without -DENABLE_FP32)");
+
+struct Shape {
+    int rows, cols;
+    const char* name;
+};
+
+struct Variant {
+    int id;
+    const char* name;
+    bool y, yT, amax;
+};
+static const Variant kVariants[] = {{1, "y+yT+amax", true, true, true},
+                                    {2, "y+amax", true, false, true},
+                                    {3, "yT+amax", false, true, true},
+                                    {4, "amax", false, false, true}};
+
+template <Fp8Format F>
+static bool run_shape(const Shape& s, const Variant& v, bool time_it, int repeats) {
+    const size_t n = (size_t)s.rows * s.cols;
+    std::vector<float> xf = random_normal(n, 1.f);
+    for (size_t i = 0; i < n; i += 101) xf[i] *= 1e3f;  // some saturate
+    std::vector<__nv_bfloat16> xb = round_to_bf16(xf);
+    DeviceBuffer<__nv_bfloat16> x(n);
+    DeviceBuffer<uint8_t> y(n), yT(n);
+    DeviceBuffer<float> scale(1), amax(1);
+    cudaCheck(cudaMemcpy(x.ptr, xb.data(), n * 2, cudaMemcpyHostToDevice));
+    double amax_ref = 0;
+    for (float f : xf) amax_ref = std::max(amax_ref, (double)std::fabs(f));
+    const float sc = fp8_scale_from_amax((float)amax_ref, F, 0, 1.f) * 16.f;
+    cudaCheck(cudaMemcpy(scale.ptr, &sc, 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemset(y.ptr, 0xAA, n));
+    cudaCheck(cudaMemset(yT.ptr, 0xAA, n));
+    cudaCheck(cudaMemset(amax.ptr, 0, 4));
+    auto call = [&] {
+        fp8_cast_transpose<F>(x.ptr, s.rows, s.cols, scale.ptr, v.y ? y.ptr : nullptr, v.yT ? yT.ptr : nullptr,
+                              amax.ptr, 0);
+    };
+    call();
+    std::vector<uint8_t> hy(n), hyT(n);
+    float ha = 0;
+    cudaCheck(cudaMemcpy(hy.data(), y.ptr, n, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(hyT.data(), yT.ptr, n, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&ha, amax.ptr, 4, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (int r = 0; r < s.rows; r++)
+        for (int c = 0; c < s.cols; c++) {
+            const uint8_t want = fp8_encode((double)xf[(size_t)r * s.cols + c] * sc, F);
+            bad += v.y && hy[(size_t)r * s.cols + c] != want;
+            bad += v.yT && hyT[(size_t)c * s.rows + r] != want;
+        }
+    const bool ok = bad == 0 && (double)ha == amax_ref;
+    printf("  %s v%d %-10s %5d x %-5d  %zu bytes off, amax %s  %s\n", fp8_name(F), v.id, v.name, s.rows, s.cols, bad,
+           (double)ha == amax_ref ? "exact" : "WRONG", ok ? "ok" : "FAIL");
+    if (!ok || !time_it) return ok;
+    const Timing t = benchmark(call, repeats);
+    const double bytes = n * (2.0 + v.y + v.yT);
+    DeviceBuffer<char> copy_src((size_t)bytes / 2), copy_dst((size_t)bytes / 2);  // the same bytes read and written
+    const Timing c = benchmark([&] { cudaCheck(cudaMemcpyAsync(copy_dst.ptr, copy_src.ptr, (size_t)bytes / 2,
+                                                               cudaMemcpyDeviceToDevice)); }, repeats);
+    printf("time  %s v%d %-10s %-8s %5d x %-5d  cold %.4f ms  warm %.4f ms  %.0f GB/s cold (copy of the same bytes "
+           "%.0f GB/s: %.2f of it)\n", fp8_name(F), v.id, v.name, s.name, s.rows, s.cols, t.cold_ms, t.warm_ms,
+           bytes / t.cold_ms * 1e-6, bytes / c.cold_ms * 1e-6, c.cold_ms / t.cold_ms);
+    return ok;
+}
+
+int main(int argc, char** argv) {
+    ShapeArgs args;
+    if (!parse_shape_args(argc, argv, "[-r repeats] [-s \"rows,cols;rows,cols\"] [-c]", &args)) return 2;
+    print_device();
+    // validation: ragged and tile-sized shapes, both formats, every variant
+    const std::vector<Shape> checked = {{4, 4, "tiny"}, {100, 36, "ragged"}, {1028, 772, "ragged"}, {512, 3072, "tile"}};
+    bool ok = true;
+    printf("validation against llmc/core/fp8.h (every byte exact, amax exact)\n");
+    for (const Shape& s : checked)
+        for (const Variant& v : kVariants) {
+            ok = run_shape<Fp8Format::E4M3>(s, v, false, 0) && ok;
+            ok = run_shape<Fp8Format::E5M2>(s, v, false, 0) && ok;
+        }
+    printf("validation: %s\n", ok ? "all passed" : "FAILED");
+    if (!ok) return 1;
+    if (args.check_only) return 0;
+    // d12 and d48 GEMM operands at B*T = 16384 (d12 B16) and 8192 (d48 B8): ln (C), fc activations (4C)
+    std::vector<Shape> timed = {{16384, 768, "d12 ln"}, {16384, 3072, "d12 gelu"}, {8192, 1600, "d48 ln"},
+                                {8192, 6400, "d48 gelu"}};
+    use_shape_args(args, &timed);
+    for (const Shape& s : timed)
+        for (const Variant& v : kVariants) ok = run_shape<Fp8Format::E4M3>(s, v, true, args.repeats) && ok;
+    return ok ? 0 : 1;
+}

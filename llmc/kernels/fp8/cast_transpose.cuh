@@ -1,0 +1,90 @@
+// One pass over a (rows, cols) row-major floatX tensor x, for FP8 GEMMs (which on Hopper take both operands K-major,
+// cuBLASLt's TN): y = fp8(x * scale) in x's layout, yT = the same bytes transposed (cols, rows), either one optional,
+// and amax = max |x| folded into *amax, the statistic the next scale comes from (llmc/core/fp8.h). x * scale is exact
+// (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
+// equal llmc/core/fp8.h's fp8_encode. The max does not depend on the order it is taken in: amax is deterministic (one
+// atomicMax per block on the float's bits, which order non-negative floats as integers; a NaN wins).
+// Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose.
+// rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "llmc/core/cuda_common.h"
+#include "llmc/core/fp8.h"
+
+namespace fp8_cast_detail {
+
+constexpr int kTile = 64;
+
+template <Fp8Format F>
+__device__ inline uint16_t to_fp8x2(float a, float b) {
+    constexpr __nv_fp8_interpretation_t kind = F == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
+    return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);  // a in the low byte
+}
+
+template <Fp8Format F>
+__global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols,
+                                                            const float* __restrict__ scale, uint8_t* __restrict__ y,
+                                                            uint8_t* __restrict__ yT, float* __restrict__ amax) {
+    __shared__ uint32_t tile[kTile][kTile / 4 + 1];  // [row][4 columns' bytes], padded
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of 4 columns x 16 rows
+    const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
+    struct alignas(4 * sizeof(floatX)) Quad { floatX v[4]; };
+    const float s = scale ? *scale : 1.f;
+    unsigned int m = 0;  // max |x| as bits: non-negative floats order as integers, and a NaN (|NaN|) above all
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int r = row0 + ty + 16 * k, c = col0 + 4 * tx;
+        uint32_t packed = 0;
+        if (r < rows && c < cols) {
+            const Quad q = *reinterpret_cast<const Quad*>(x + (size_t)r * cols + c);
+            float v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                v[j] = (float)q.v[j];
+                m = max(m, __float_as_uint(fabsf(v[j])));
+            }
+            packed = (uint32_t)to_fp8x2<F>(v[0] * s, v[1] * s) | ((uint32_t)to_fp8x2<F>(v[2] * s, v[3] * s) << 16);
+            if (y) *reinterpret_cast<uint32_t*>(y + (size_t)r * cols + c) = packed;
+        }
+        tile[ty + 16 * k][tx] = packed;
+    }
+    if (amax) {
+        for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (threadIdx.x % 32 == 0 && m != 0) atomicMax(reinterpret_cast<unsigned int*>(amax), m);
+    }
+    if (!yT) return;
+    __syncthreads();
+    // yT's row c (x's column col0 + c), bytes of x's rows row0 + 4 tx .. + 3
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int c = ty + 16 * k, r = 4 * tx;
+        if (col0 + c >= cols || row0 + r >= rows) continue;
+        uint32_t out = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) out |= ((tile[r + j][c / 4] >> (8 * (c % 4))) & 0xFFu) << (8 * j);
+        *reinterpret_cast<uint32_t*>(yT + (size_t)(col0 + c) * rows + row0 + r) = out;
+    }
+}
+
+}  // namespace fp8_cast_detail
+
+// y (rows, cols) and/or yT (cols, rows) in FP8 format F, scaled by *scale (null: 1); *amax (null: none) becomes
+// max(*amax, max |x|): zero it before a tensor's first cast. Queued on the stream.
+template <Fp8Format F>
+inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float* scale, uint8_t* y, uint8_t* yT,
+                               float* amax, cudaStream_t stream) {
+    if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0) {
+        fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols must be multiples of 4)\n", rows, cols);
+        exit(EXIT_FAILURE);
+    }
+    using namespace fp8_cast_detail;
+    const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+    cast_transpose_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, scale, y, yT, amax);
+    cudaCheck(cudaGetLastError());
+}

@@ -1,0 +1,121 @@
+// FP8 GEMMs through cuBLASLt (Hopper's FP8 tensor cores), in row-major terms as matmul.cuh states them:
+//   C (M x N, floatX) = (A · Bᵀ) · a_descale · b_descale (+ bias, N entries)
+// A (M x K) and B (N x K) are FP8 bytes (llmc/core/fp8.h's formats), both K-major (K contiguous in every row): the
+// only layout Hopper's FP8 GEMMs take (cuBLASLt's "TN"), which is why the casts write transposes where a GEMM needs
+// them (llmc/kernels/fp8/cast_transpose.cuh). a_descale and b_descale are device pointers to 1 / the scale each
+// operand was cast with (the cast multiplied by the scale; the GEMM divides it out on the fp32 accumulator).
+// E4M3 x E4M3, E4M3 x E5M2 and E5M2 x E4M3 (no E5M2 x E5M2 on Hopper). fast_accum: cuBLASLt's
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM (the tensor cores' own accumulation throughout, fewer bits over long K) or off
+// (partial sums promoted to fp32). amax_c (optional): max |C| written there (cuBLASLt's AMAX_D), for a consumer that
+// casts C to FP8. Plans (descriptors, layouts, the heuristic's algorithm) cached per problem, as matmul.cuh's.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "llmc/core/cuda_common.h"
+#include "llmc/core/fp8.h"
+#include "llmc/kernels/matmul/matmul.cuh"
+
+namespace matmul_fp8_detail {
+
+struct Key {
+    int M, N, K, a_format, b_format, fast_accum, has_bias, has_amax;
+    bool operator<(const Key& o) const {
+        return std::tie(M, N, K, a_format, b_format, fast_accum, has_bias, has_amax) <
+               std::tie(o.M, o.N, o.K, o.a_format, o.b_format, o.fast_accum, o.has_bias, o.has_amax);
+    }
+};
+struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo;
+    bool supported = false;
+};
+inline std::map<Key, Plan>& plans() {
+    static std::map<Key, Plan> p;
+    return p;
+}
+inline cudaDataType_t cuda_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+// The column-major problem cuBLASLt sees: Cᵀ (N x M) = B (as a K x N matrix, transposed) · A (as K x M), so
+// cuBLASLt's first operand is our B and its second our A, both "K rows" matrices with leading dimension K.
+inline Plan* find_plan(const Key& k) {
+    auto it = plans().find(k);
+    if (it != plans().end()) return it->second.supported ? &it->second : nullptr;
+    matmul_detail::State& s = matmul_detail::state();
+    Plan p;
+    cublasCheck(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+    const int8_t fast = (int8_t)k.fast_accum;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    const cublasLtEpilogue_t epi = k.has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (k.has_bias) {
+        const cudaDataType_t bias_type = cuda_datatype_of_floatX();
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                   sizeof(bias_type)));
+    }
+    cublasCheck(cublasLtMatrixLayoutCreate(&p.a, cuda_type((Fp8Format)k.b_format), k.K, k.N, k.K));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p.b, cuda_type((Fp8Format)k.a_format), k.K, k.M, k.K));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p.c, cuda_datatype_of_floatX(), k.N, k.M, k.N));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &s.workspace_bytes, sizeof(s.workspace_bytes)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    // not cublasCheck: "no algorithm" (a format pair Hopper lacks, a shape it refuses) is an answer
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.supported = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p.supported) p.algo = result.algo;
+    Plan& stored = plans().emplace(k, p).first->second;
+    return stored.supported ? &stored : nullptr;
+}
+
+}  // namespace matmul_fp8_detail
+
+// Whether cuBLASLt has an FP8 GEMM for these formats and this shape on this device (false off FP8 tensor cores).
+inline bool matmul_fp8_supported(int M, int N, int K, Fp8Format a_format, Fp8Format b_format, bool fast_accum,
+                                 bool bias = false, bool amax = false) {
+    matmul_init();
+    return matmul_fp8_detail::find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias, amax}) != nullptr;
+}
+
+inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const float* a_descale, const uint8_t* B,
+                       Fp8Format b_format, const float* b_descale, const floatX* bias, int M, int N, int K,
+                       bool fast_accum, float* amax_c, cudaStream_t stream) {
+    using namespace matmul_fp8_detail;
+    matmul_init();
+    if (M < 1 || N < 1 || K < 1 || K % 16 != 0 || ((uintptr_t)A | (uintptr_t)B | (uintptr_t)C) % 16 != 0) {
+        fprintf(stderr, "error: matmul_fp8: M %d, N %d, K %d (K a multiple of 16, operands 16-byte aligned)\n", M, N, K);
+        exit(EXIT_FAILURE);
+    }
+    Plan* p = find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias != nullptr, amax_c != nullptr});
+    if (!p) {
+        fprintf(stderr, "error: matmul_fp8: cuBLASLt has no FP8 GEMM for %s x %s at M %d, N %d, K %d on this device\n",
+                fp8_name(a_format), fp8_name(b_format), M, N, K);
+        exit(EXIT_FAILURE);
+    }
+    matmul_detail::State& s = matmul_detail::state();
+    // cuBLASLt's A is our B: its scale is b_descale
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_descale,
+                                               sizeof(b_descale)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_descale,
+                                               sizeof(a_descale)));
+    if (bias)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (amax_c)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &amax_c,
+                                                   sizeof(amax_c)));
+    sanitizer_mark_initialized(C, (size_t)M * N * sizeof(floatX), stream);  // TMA stores initcheck cannot see
+    if (amax_c) sanitizer_mark_initialized(amax_c, sizeof(float), stream);
+    const float alpha = 1.f, beta = 0.f;
+    cublasCheck(cublasLtMatmul(s.handle, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo,
+                               s.workspace, s.workspace_bytes, stream));
+}

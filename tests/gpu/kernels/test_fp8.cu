@@ -1,0 +1,137 @@
+// FP8 casts (llmc/kernels/fp8/cast_transpose.cuh) against llmc/core/fp8.h's reference (itself checked exhaustively by
+// tests/unit/test_fp8.cpp and equal to cuda_fp8.h's host conversion): every byte of y and of its transpose yT equal
+// to fp8_encode(x * scale), in both formats, at tile-sized and ragged shapes (multiples of 4, not of 64), with
+// saturating values and scales from the amax; amax exactly max |x|, a NaN in x making it NaN; each output optional.
+// FP8 GEMMs (llmc/kernels/matmul/matmul_fp8.cuh, BF16 builds) against the fp64 product of the dequantized operands
+// (what the GEMM is given: decode(code) / scale), with bias, both accumulation modes, the three format pairs a
+// training step uses: rel-L2 <= 6e-3 with promoted accumulation (the bf16 output's rounding), <= 1e-2 with fast.
+//   ./tests/gpu/kernels/test_fp8 [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison, tolerances)
+#include "llmc/kernels/fp8/cast_transpose.cuh"
+#include "llmc/kernels/matmul/matmul_fp8.cuh"
+#include "tests/gpu/kernels/kernel_checks.cuh"
+
+template <Fp8Format F>
+static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan) {
+    std::vector<float> x = random_vec((size_t)rows * cols, 1.0f);
+    for (size_t i = 0; i < x.size(); i += 97) x[i] = round_to_floatX(x[i] * 3e4f);  // some over E4M3's range
+    if (nan) x[x.size() / 2] = NAN;
+    double amax_ref = 0;
+    for (float v : x) amax_ref = std::max(amax_ref, (double)std::fabs(v));
+    const float scale = nan ? 1.f : fp8_scale_from_amax((float)amax_ref, F, 1, 1.f) * 64.f;  // 64: some saturate
+    floatX* d_x = upload(x);
+    float *d_scale = upload_fp32({scale}), *d_amax = upload_fp32({0.f});
+    uint8_t *d_y = nullptr, *d_yT = nullptr;
+    const size_t n = x.size();
+    if (with_y) cudaCheck(cudaMalloc(&d_y, n)), cudaCheck(cudaMemset(d_y, 0xAA, n));
+    if (with_yT) cudaCheck(cudaMalloc(&d_yT, n)), cudaCheck(cudaMemset(d_yT, 0xAA, n));
+    fp8_cast_transpose<F>(d_x, rows, cols, d_scale, d_y, d_yT, d_amax, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<uint8_t> y(n), yT(n);
+    if (with_y) cudaCheck(cudaMemcpy(y.data(), d_y, n, cudaMemcpyDeviceToHost));
+    if (with_yT) cudaCheck(cudaMemcpy(yT.data(), d_yT, n, cudaMemcpyDeviceToHost));
+    float amax = 0;
+    cudaCheck(cudaMemcpy(&amax, d_amax, 4, cudaMemcpyDeviceToHost));
+    size_t bad_y = 0, bad_yT = 0, saturated = 0;
+    const uint8_t max_code = F == Fp8Format::E4M3 ? 0x7E : 0x7B;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const double v = (double)x[(size_t)r * cols + c] * scale;
+            const uint8_t want = fp8_encode(v, F);
+            saturated += (want & 0x7F) == max_code;
+            auto same = [&](uint8_t got) { return std::isnan(v) ? std::isnan(fp8_decode(got, F)) : got == want; };
+            bad_y += with_y && !same(y[(size_t)r * cols + c]);
+            bad_yT += with_yT && !same(yT[(size_t)c * rows + r]);
+        }
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 %s cast %dx%d%s%s%s (%zu saturated)", fp8_name(F), rows, cols, with_y ? " y" : "",
+             with_yT ? " yT" : "", nan ? " with a NaN" : "", saturated);
+    check_exact(tag, bad_y == 0 && bad_yT == 0 && (nan || saturated > 0));
+    if (bad_y || bad_yT) printf("  %zu bytes of y and %zu of yT differ from the reference\n", bad_y, bad_yT);
+    snprintf(tag, sizeof(tag), "fp8 %s amax %dx%d%s", fp8_name(F), rows, cols, nan ? " (NaN)" : "");
+    check_exact(tag, nan ? std::isnan(amax) : (double)amax == amax_ref);
+    cudaFree(d_x), cudaFree(d_scale), cudaFree(d_amax), cudaFree(d_y), cudaFree(d_yT);
+}
+
+// rows x K random values (std) quantized to format F with the scale their amax gives: the codes, the dequantized
+// values (decode / scale: what the GEMM multiplies) and 1 / scale.
+template <Fp8Format F>
+static void quantized(int rows, int K, float std, std::vector<uint8_t>* codes, std::vector<double>* deq,
+                      float* descale) {
+    const std::vector<float> x = random_vec((size_t)rows * K, std);
+    double amax = 0;
+    for (float v : x) amax = std::max(amax, (double)std::fabs(v));
+    const float scale = fp8_scale_from_amax((float)amax, F, 0, 1.f);
+    codes->resize(x.size()), deq->resize(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        (*codes)[i] = fp8_encode((double)x[i] * scale, F);
+        (*deq)[i] = fp8_decode((*codes)[i], F) / scale;
+    }
+    *descale = 1.f / scale;
+}
+
+template <Fp8Format FA, Fp8Format FB>
+static void test_gemm(int M, int N, int K, bool with_bias, bool fast) {
+    std::vector<uint8_t> a, b;
+    std::vector<double> da, db;
+    float a_descale, b_descale;
+    quantized<FA>(M, K, 1.0f, &a, &da, &a_descale);
+    quantized<FB>(N, K, 0.05f, &b, &db, &b_descale);
+    const std::vector<float> bias = random_vec(N, 0.5f);
+    std::vector<double> ref((size_t)M * N);
+#pragma omp parallel for
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = with_bias ? bias[n] : 0.0;
+            for (int k = 0; k < K; k++) acc += da[(size_t)m * K + k] * db[(size_t)n * K + k];
+            ref[(size_t)m * N + n] = acc;
+        }
+    uint8_t *d_a, *d_b;
+    cudaCheck(cudaMalloc(&d_a, a.size()));
+    cudaCheck(cudaMalloc(&d_b, b.size()));
+    cudaCheck(cudaMemcpy(d_a, a.data(), a.size(), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_b, b.data(), b.size(), cudaMemcpyHostToDevice));
+    float* d_descale = upload_fp32({a_descale, b_descale});
+    floatX* d_bias = upload(bias);
+    floatX* d_c = poisoned((size_t)M * N);
+    matmul_fp8(d_c, d_a, FA, d_descale, d_b, FB, d_descale + 1, with_bias ? d_bias : nullptr, M, N, K, fast, nullptr, 0);
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 GEMM %s x %s M%d N%d K%d%s%s", fp8_name(FA), fp8_name(FB), M, N, K,
+             with_bias ? " +bias" : "", fast ? " fast-accum" : "");
+    check(tag, download(d_c, (size_t)M * N), ref, fast ? 1e-2 : 6e-3);
+    cudaFree(d_a), cudaFree(d_b), cudaFree(d_descale), cudaFree(d_bias), cudaFree(d_c);
+}
+
+static void test_gemms() {
+    if (!kFloatXIsBF16) {
+        printf("fp8 GEMMs: BF16 builds only (FP8 training is; their output is bf16)\n");
+        return;
+    }
+    if (!matmul_fp8_supported(64, 64, 64, Fp8Format::E4M3, Fp8Format::E4M3, false)) {
+        check_exact("fp8 GEMMs: cuBLASLt has FP8 GEMMs on this device (compute capability 8.9 or 9.0+)", false);
+        return;
+    }
+    printf("fp8 GEMMs: E5M2 x E5M2 %s by cuBLASLt here (no training GEMM needs it)\n",
+           matmul_fp8_supported(64, 64, 64, Fp8Format::E5M2, Fp8Format::E5M2, false) ? "taken" : "refused");
+    for (bool fast : {false, true}) {
+        test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(64, 64, 64, false, fast);
+        test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(256, 2304, 768, true, fast);   // forward: inp x W
+        test_gemm<Fp8Format::E5M2, Fp8Format::E4M3>(256, 768, 3072, false, fast);  // input gradient: dout x W^T
+        test_gemm<Fp8Format::E5M2, Fp8Format::E4M3>(768, 256, 1024, false, fast);  // weight gradient: dout^T x inp^T
+        test_gemm<Fp8Format::E4M3, Fp8Format::E5M2>(128, 512, 2048, true, fast);
+    }
+}
+
+int main(int argc, char** argv) {
+    kernel_tests_begin(argc, argv);
+    const int shapes[][2] = {{64, 64}, {4, 4}, {100, 36}, {1028, 772}, {512, 3072}, {2048, 768}};
+    for (const auto& s : shapes) {
+        test_cast<Fp8Format::E4M3>(s[0], s[1], true, true, false);
+        test_cast<Fp8Format::E5M2>(s[0], s[1], true, true, false);
+    }
+    test_cast<Fp8Format::E4M3>(192, 128, true, false, false);
+    test_cast<Fp8Format::E4M3>(192, 128, false, true, false);
+    test_cast<Fp8Format::E5M2>(192, 128, false, false, false);  // amax alone
+    test_cast<Fp8Format::E4M3>(64, 128, true, true, true);
+    test_gemms();
+    return kernel_tests_end();
+}
