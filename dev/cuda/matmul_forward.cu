@@ -13,6 +13,11 @@
 //   5  Hopper: TMA loads + wgmma, warp-specialised (matmul_hopper_forward.cuh); needs an sm_90a build on a
 //      compute-capability 9.0 GPU, otherwise reported as not available and skipped (an error only with -v 5)
 //   6  cuBLASLt as the engine calls it (llmc/kernels/matmul/matmul.cuh matmul_forward): the yardstick
+//   7  FP8: the operands cast to E4M3 with per-tensor scales from their amax (llmc/kernels/fp8/cast_transpose.cuh,
+//      once per shape: dev/cuda/fp8_cast times the cast), then cuBLASLt's FP8 GEMM with promoted accumulation and a
+//      bf16 output (llmc/kernels/matmul/matmul_fp8.cuh); validated against the fp64 product of the dequantized
+//      operands (what it is given), with the same bounds; K a multiple of 16, FP8 tensor cores (compute capability
+//      8.9 or 9.0+). Its "vs v6" is what FP8 buys a GEMM (issue 64)
 // Variants 3 and 4 launch blocks in groups of 8 block rows, so the blocks running at once share their B (weight)
 // tiles through L2 (the d12 classifier's weight is 77 MB: more than L2).
 // Rule for every variant: M, N >= 1, K >= 8 and K % 8 == 0 (rows of 16 bytes, for the 16-byte loads, cp.async and
@@ -28,7 +33,9 @@
 // Build: make -C dev/cuda matmul_forward (built WITHOUT -DENABLE_FP32: floatX is bf16, so variant 6 is the engine's
 // bf16 cuBLASLt call)     Run: ./matmul_forward [-v 4] [-c] [-r repeats] [-s "M,N,K[,0];..."]
 #include "common.h"
+#include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/matmul/matmul.cuh"
+#include "llmc/kernels/matmul/matmul_fp8.cuh"
 #include "llmc/mma/tiles.cuh"
 #include "matmul_hopper_forward.cuh"
 #include "reference/gpt2.h"
@@ -331,12 +338,60 @@ struct Variant {
 static const std::vector<Variant> kVariants = {
     {1, "naive", true, 5},          {2, "smem-tiled", true, 5},    {3, "register-tiled", false, 20},
     {4, "mma-sync", false, 0},      {5, "hopper-wgmma", false, 0}, {6, "cublaslt", false, 0},
+    {7, "cublaslt-fp8", false, 0},
 };
 constexpr double kSlowMaxFlops = 1e11;
 
 static const char* kHopperMissing = "needs a build for sm_90a running on a compute-capability 9.0 GPU";
+static const char* kFp8Missing = "needs FP8 tensor cores (compute capability 8.9, or 9.0 and up)";
 
-static bool variant_available(int id) { return id != 5 || matmul_hopper_available(); }
+static bool variant_available(int id) {
+    if (id == 5) return matmul_hopper_available();
+    if (id == 7) {
+        static const bool fp8 = matmul_fp8_supported(64, 64, 64, Fp8Format::E4M3, Fp8Format::E4M3, false);
+        return fp8;
+    }
+    return true;
+}
+static const char* missing_reason(int id) { return id == 7 ? kFp8Missing : kHopperMissing; }
+
+// Variant 7's operands: A and B cast to E4M3 once per (A, B, shape), with the scales their amax gives (margin 0);
+// the GEMM is then timed alone. scales: a_scale, b_scale, 1 / a_scale, 1 / b_scale.
+struct Fp8Operands {
+    const bf16 *A = nullptr, *B = nullptr;
+    int M = 0, N = 0, K = 0;
+    DeviceBuffer<uint8_t> a8, b8;
+    DeviceBuffer<float> scales, amax;
+    float host_scales[4] = {1, 1, 1, 1};
+};
+static Fp8Operands& fp8_operands(const bf16* A, const bf16* B, int M, int N, int K) {
+    static Fp8Operands o;
+    if (o.A == A && o.B == B && o.M == M && o.N == N && o.K == K) return o;
+    o.A = A, o.B = B, o.M = M, o.N = N, o.K = K;
+    o.a8.resize((size_t)M * K), o.b8.resize((size_t)N * K), o.scales.resize(4), o.amax.resize(2);
+    cudaCheck(cudaMemset(o.amax.ptr, 0, 2 * sizeof(float)));
+    fp8_cast_transpose<Fp8Format::E4M3>(A, M, K, nullptr, nullptr, nullptr, o.amax.ptr, 0);
+    fp8_cast_transpose<Fp8Format::E4M3>(B, N, K, nullptr, nullptr, nullptr, o.amax.ptr + 1, 0);
+    float amax[2];
+    cudaCheck(cudaMemcpy(amax, o.amax.ptr, sizeof(amax), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 2; i++) {
+        o.host_scales[i] = fp8_scale_from_amax(amax[i], Fp8Format::E4M3, 0, 1.f);
+        o.host_scales[2 + i] = 1.f / o.host_scales[i];
+    }
+    cudaCheck(cudaMemcpy(o.scales.ptr, o.host_scales, sizeof(o.host_scales), cudaMemcpyHostToDevice));
+    fp8_cast_transpose<Fp8Format::E4M3>(A, M, K, o.scales.ptr, o.a8.ptr, nullptr, nullptr, 0);
+    fp8_cast_transpose<Fp8Format::E4M3>(B, N, K, o.scales.ptr + 1, o.b8.ptr, nullptr, nullptr, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    return o;
+}
+// What variant 7 multiplies: the operands' codes decoded and divided by their scale (fp64, row-major).
+static std::vector<double> dequantized(const DeviceBuffer<uint8_t>& codes, float scale) {
+    std::vector<uint8_t> c(codes.count);
+    cudaCheck(cudaMemcpy(c.data(), codes.ptr, c.size(), cudaMemcpyDeviceToHost));
+    std::vector<double> v(c.size());
+    for (size_t i = 0; i < c.size(); i++) v[i] = fp8_decode(c[i], Fp8Format::E4M3) / scale;
+    return v;
+}
 
 // C = A·Bᵀ + bias with variant `id`; M, N >= 1, K >= 8, K % 8 == 0, 16-byte aligned A, B (cudaMalloc's).
 static void run_variant(int id, bf16* out, const bf16* A, const bf16* B, const bf16* bias, int M, int N, int K) {
@@ -374,6 +429,12 @@ static void run_variant(int id, bf16* out, const bf16* A, const bf16* B, const b
         case 6:
             matmul_forward(out, A, B, bias, M, K, N);  // the engine's argument order: rows, in-, out-channels
             break;
+        case 7: {
+            const Fp8Operands& o = fp8_operands(A, B, M, N, K);
+            matmul_fp8(out, o.a8.ptr, Fp8Format::E4M3, o.scales.ptr + 2, o.b8.ptr, Fp8Format::E4M3, o.scales.ptr + 3,
+                       bias, M, N, K, false, nullptr, 0);
+            break;
+        }
         default:
             fprintf(stderr, "error: no variant %d\n", id);
             exit(EXIT_FAILURE);
@@ -399,10 +460,12 @@ struct GemmShape {
 static Tolerance gemm_tolerance(double ref_rms) { return {1e-2 * ref_rms + 1e-6, 1.0 / 128, 5e-3}; }
 
 // Odd shapes first (no M, N or K a multiple of any tile; one row; K = 16 < one K step), then an engine shape at
-// reduced M (d48 fc projection: the largest K, 100 K steps, and N = 1600 a partial tile). Each with and without bias.
+// reduced M (d48 fc projection: the largest K, 100 K steps, and N = 1600 a partial tile), then two that variant 7
+// takes (K a multiple of 16, M and N of 4) off every tile. Each with and without bias.
 static const std::vector<GemmShape> kCheckShapes = {
     {"one row", 1, 768, 768, true},     {"K=16", 257, 300, 16, true},    {"odd", 131, 1000, 200, true},
     {"N=77", 1000, 77, 72, true},       {"odd-qkv", 333, 2304, 776, true}, {"d48 fcproj M=128", 128, 1600, 6400, true},
+    {"fp8 ragged", 132, 1000, 208, true}, {"fp8 qkv", 336, 2304, 784, true},  // shapes variant 7 takes, off the tiles
 };
 
 // Validates every chosen variant at one shape, with and without bias; returns the number of failed checks.
@@ -418,19 +481,36 @@ static int check_shape(const GemmShape& s, const std::vector<int>& ids, int* tot
         const std::vector<double> a_d = to_double(a), b_d = to_double(b);
         reference::matmul_forward<double>(ref.data(), a_d.data(), b_d.data(), nullptr, 1, s.M, s.K, s.N);
     }
+    // variant 7 multiplies the FP8-rounded operands: its own reference
+    const bool fp8 = std::find(ids.begin(), ids.end(), 7) != ids.end() && s.K % 16 == 0 && s.M % 4 == 0 &&
+                     s.N % 4 == 0 && matmul_fp8_supported(s.M, s.N, s.K, Fp8Format::E4M3, Fp8Format::E4M3, false, true);
+    std::vector<double> ref8;
+    if (fp8) {
+        const Fp8Operands& o = fp8_operands(dA.ptr, dB.ptr, s.M, s.N, s.K);
+        const std::vector<double> a8 = dequantized(o.a8, o.host_scales[0]), b8 = dequantized(o.b8, o.host_scales[1]);
+        ref8.resize(ref.size());
+        reference::matmul_forward<double>(ref8.data(), a8.data(), b8.data(), nullptr, 1, s.M, s.K, s.N);
+    }
     int failures = 0;
     for (int with_bias = 0; with_bias < 2; with_bias++) {
-        if (with_bias)
+        if (with_bias) {
             for (size_t i = 0; i < ref.size(); i++) ref[i] += bias[i % s.N];
-        const Tolerance tol = gemm_tolerance(rms(ref));
+            for (size_t i = 0; i < ref8.size(); i++) ref8[i] += bias[i % s.N];
+        }
         for (int id : ids) {
             printf("  v%d %-15s M%-5d N%-5d K%-5d %s\n", id, kVariants[id - 1].name, s.M, s.N, s.K,
                    with_bias ? "bias" : "no bias");
+            if (id == 7 && !fp8) {
+                printf("    skipped: FP8 takes K in multiples of 16 and M, N of 4 here (or cuBLASLt has no FP8 GEMM "
+                       "for the shape)\n");
+                continue;
+            }
+            const std::vector<double>& want = id == 7 ? ref8 : ref;
             dout.poison();
             run_variant(id, dout.ptr, dA.ptr, dB.ptr, with_bias ? dbias.ptr : nullptr, s.M, s.N, s.K);
             cudaCheck(cudaDeviceSynchronize());
             (*total)++;
-            if (!validate("out", dout.download(), ref, tol)) failures++;
+            if (!validate("out", dout.download(), want, gemm_tolerance(rms(want)))) failures++;
         }
     }
     return failures;
@@ -474,7 +554,8 @@ struct Options {
     bool default_shapes = false;  // kBenchShapes: the v5 / v6 geometric mean is over its first kEngineShapes
 };
 
-static const char* kVariantsHelp = "1 naive, 2 smem-tiled, 3 register-tiled, 4 mma-sync, 5 hopper-wgmma, 6 cublaslt";
+static const char* kVariantsHelp =
+    "1 naive, 2 smem-tiled, 3 register-tiled, 4 mma-sync, 5 hopper-wgmma, 6 cublaslt, 7 cublaslt-fp8";
 
 [[noreturn]] static void usage_and_exit(const char* prog, const char* problem) {
     if (problem) fprintf(stderr, "error: %s\n", problem);
@@ -554,10 +635,11 @@ int main(int argc, char** argv) {
         if (variant_available(v.id)) {
             ids.push_back(v.id);
         } else if (!opt.variants.empty()) {
-            fprintf(stderr, "error: variant %d (%s) requested but not available: %s\n", v.id, v.name, kHopperMissing);
+            fprintf(stderr, "error: variant %d (%s) requested but not available: %s\n", v.id, v.name,
+                    missing_reason(v.id));
             return 1;
         } else {
-            printf("v%d %s: not available (%s): skipped\n", v.id, v.name, kHopperMissing);
+            printf("v%d %s: not available (%s): skipped\n", v.id, v.name, missing_reason(v.id));
         }
     }
 
@@ -625,7 +707,7 @@ int main(int argc, char** argv) {
     }
     // v5 / v6 is the headline (the Hopper kernel against the engine's cuBLASLt); v3 and v4 for context
     bool first = true;
-    for (int id : {5, 4, 3}) {
+    for (int id : {7, 5, 4, 3}) {
         if (ratio_count[id] == 0) continue;
         printf("%sv%d / v6 throughput, geometric mean over %d engine shapes: %.3f (> 1: faster than cuBLASLt)\n",
                first ? "\n" : "", id, ratio_count[id], std::exp(log_ratio_sum[id] / ratio_count[id]));

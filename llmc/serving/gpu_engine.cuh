@@ -193,8 +193,9 @@ public:
         }
     }
 
-    // known_ stays: a free slot's throwaway decode rows (below R) write at its old length, past any prefix it holds
-    void release(int slot) override {}
+    // a free slot's throwaway decode rows (below R) write at position known_: past the prefix it keeps, and cheap
+    // (attention over known_ + 1 positions) when it keeps none
+    void release(int slot, int keep) override { known_[slot] = std::max(0, std::min(keep, known_[slot])); }
 
     bool copies_prefix() const override { return chunk_ > 0; }
     void copy_prefix(int from, int to, int n) override {

@@ -441,7 +441,7 @@ private:
         if (!s) return;
         if (s->prefilled > 0) {  // only a slot the engine has seen: a prompt still waiting for the budget is not there
             try {
-                engine_->release(slot);
+                engine_->release(slot, cache_ ? cache_->blocks_held(slot) * cache_->block() : 0);
             } catch (const std::exception&) {  // the engine's complaint ends nothing else
             }
         }

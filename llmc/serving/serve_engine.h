@@ -76,9 +76,9 @@ public:
     virtual void decode_begin(const std::vector<DecodeSlot>& batch) = 0;
     virtual void decode_end(std::vector<PickedToken>* out) = 0;
     virtual int steps_in_flight() const { return 1; }
-    // The slot's sequence has ended; it is free for a new one. Its positions stay as they are until written again
-    // (a prefix cache reads them).
-    virtual void release(int slot) {}
+    // The slot's sequence has ended; it is free for a new one. Positions [0, keep) stay as they are until the slot
+    // is given to a new sequence (a prefix cache holds them: llmc/serving/prefix_cache.h); the rest is free.
+    virtual void release(int slot, int keep) {}
     // For a prefix cache (llmc/serving/prefix_cache.h): whether copy_prefix works, and the copy itself, queued in
     // order with the other calls: slot `to` (free, about to take a new sequence) starts as positions [0, n) of
     // `from` (a running sequence's, or what a free slot still holds; from == to: the slot keeps its own first n),

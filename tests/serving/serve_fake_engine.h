@@ -168,11 +168,12 @@ public:
         std::this_thread::sleep_until(ready);
     }
 
-    void release(int slot) override {
+    void release(int slot, int keep) override {
         std::lock_guard<std::mutex> lock(m_);
-        if (slot < 0 || slot >= o_.slots || !live_[slot]) fail("release: slot " + std::to_string(slot));
+        if (slot < 0 || slot >= o_.slots || !live_[slot] || keep < 0 || keep > (int)hist_[slot].size())
+            fail("release: slot " + std::to_string(slot) + ", keeping " + std::to_string(keep));
         live_[slot] = false;
-        kept_[slot] = std::move(hist_[slot]);  // what a KV cache keeps in a free slot until it is written again
+        kept_[slot].assign(hist_[slot].begin(), hist_[slot].begin() + keep);  // the positions a prefix cache holds
         hist_[slot].clear();
         released.push_back(slot);
     }
