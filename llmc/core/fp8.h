@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include <math.h>  // fmaxf on the host
+
 #if defined(__CUDACC__)
 #define LLMC_FP8_HD __host__ __device__
 #else
@@ -85,9 +87,26 @@ LLMC_FP8_HD inline uint8_t fp8_encode(double x, Fp8Format f) {
 }
 
 // The per-tensor scale that maps amax to the format's largest value over 2^margin (x is cast as x * scale, the GEMM
-// multiplies by 1 / scale): a power of two, so scaling itself rounds nothing. amax 0, inf or NaN: the previous scale.
+// multiplies by 1 / scale): a power of two (at most 2^126, at least 2^-126), so scaling itself rounds nothing. amax
+// 0, inf or NaN: the previous scale.
 LLMC_FP8_HD inline float fp8_scale_from_amax(float amax, Fp8Format f, int margin, float previous) {
     if (!(amax > 0.f) || std::isinf(amax)) return previous;
     const double target = fp8_traits(f).max_finite / amax;
-    return (float)std::ldexp(1.0, (int)std::floor(std::log2(target)) - margin);
+    int e;
+    std::frexp(target, &e);  // target = m * 2^e, m in [0.5, 1): floor(log2(target)) = e - 1, exactly on every device
+    // within 2^-126 .. 2^126: the scale and its reciprocal stay normal floats (an amax near 0 would give inf)
+    const int exponent = e - 1 - margin < -126 ? -126 : e - 1 - margin > 126 ? 126 : e - 1 - margin;
+    return (float)std::ldexp(1.0, exponent);
+}
+
+// Delayed scaling (llmc/kernels/fp8/scaling.cuh), one tensor after step `step`: its amax into the ring `history` (H
+// floats) at step % H and zeroed for the next step; the scale from the ring's largest amax (else kept), its descale.
+LLMC_FP8_HD inline void fp8_update_one(float* history, int H, int step, float* amax, Fp8Format format, int margin,
+                                       float* scale, float* descale) {
+    history[step % H] = *amax;
+    *amax = 0.f;
+    float window = 0.f;
+    for (int i = 0; i < H; i++) window = fmaxf(window, history[i]);  // fmaxf: a NaN entry does not win
+    *scale = fp8_scale_from_amax(window, format, margin, *scale);
+    *descale = (float)(1.0 / (double)*scale);  // in double: exact, and untouched by --use_fast_math
 }

@@ -112,8 +112,8 @@ inline void inference_prefill_slots(InferenceEngine* e, const std::vector<SlotPr
 
 // A prefix cache's copy (llmc/serving/prefix_cache.h): positions [0, n) of slot `from`, every layer's K and V, into
 // slot `to` (from == to: nothing to move), queued on the engine's stream after the work before it, so it reads what
-// that work wrote. One 3D copy each for K and V: a (layer, head) row of n * HS values per (L, NH) pair, the cache's
-// (L, B, NH, max_T, HS) layout seen as L slices of B * NH rows of max_T * HS values.
+// that work wrote. Per layer and tensor one 2D copy of NH rows of n * HS values, the rows max_T * HS apart (the
+// cache's (L, B, NH, max_T, HS) layout): within a layer the two slots' rows are disjoint ranges, as a copy needs.
 inline void inference_copy_prefix(InferenceEngine* e, int from, int to, int n) {
     KVCache& c = e->cache;
     if (!e->shape.cached || from < 0 || from >= c.B || to < 0 || to >= c.B || n < 1 || n > c.max_T) {
@@ -122,17 +122,12 @@ inline void inference_copy_prefix(InferenceEngine* e, int from, int to, int n) {
         exit(EXIT_FAILURE);
     }
     if (from == to) return;
-    const size_t pitch = (size_t)c.max_T * c.HS * sizeof(floatX);
-    for (floatX* base : {c.k, c.v}) {
-        cudaMemcpy3DParms p = {};
-        p.srcPtr = make_cudaPitchedPtr(base, pitch, pitch, (size_t)c.B * c.NH);
-        p.dstPtr = p.srcPtr;
-        p.srcPos = make_cudaPos(0, (size_t)from * c.NH, 0);
-        p.dstPos = make_cudaPos(0, (size_t)to * c.NH, 0);
-        p.extent = make_cudaExtent((size_t)n * c.HS * sizeof(floatX), c.NH, c.L);
-        p.kind = cudaMemcpyDeviceToDevice;
-        cudaCheck(cudaMemcpy3DAsync(&p, e->stream));
-    }
+    const size_t row = (size_t)c.max_T * c.HS, slot_elems = (size_t)c.NH * row;
+    for (int l = 0; l < c.L; l++)
+        for (floatX* layer : {c.k_layer(l), c.v_layer(l)})
+            cudaCheck(cudaMemcpy2DAsync(layer + to * slot_elems, row * sizeof(floatX), layer + from * slot_elems,
+                                        row * sizeof(floatX), (size_t)n * c.HS * sizeof(floatX), c.NH,
+                                        cudaMemcpyDeviceToDevice, e->stream));
 }
 
 // Prompt positions one inference_prefill_chunk call takes at most: its rows live in the prefill's layer buffers

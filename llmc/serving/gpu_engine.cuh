@@ -195,11 +195,15 @@ public:
 
     // a free slot's throwaway decode rows (below R) write at position known_: past the prefix it keeps, and cheap
     // (attention over known_ + 1 positions) when it keeps none
-    void release(int slot, int keep) override { known_[slot] = std::max(0, std::min(keep, known_[slot])); }
+    void release(int slot, int keep) override {
+        if (slot < 0 || slot >= B_) throw std::logic_error("release: slot " + std::to_string(slot));
+        known_[slot] = std::max(0, std::min(keep, known_[slot]));
+    }
 
     bool copies_prefix() const override { return chunk_ > 0; }
     void copy_prefix(int from, int to, int n) override {
-        if (chunk_ == 0 || from < 0 || from >= B_ || to < 0 || to >= B_ || n < 1 || n >= e_.shape.max_T)
+        if (chunk_ == 0 || from < 0 || from >= B_ || to < 0 || to >= B_ || n < 1 || n >= e_.shape.max_T ||
+            n > known_[from])  // more than the slot holds (queued work included)
             throw std::logic_error("copy_prefix: slot " + std::to_string(from) + " to " + std::to_string(to) + ", " +
                                    std::to_string(n) + " positions");
         inference_copy_prefix(&e_, from, to, n);

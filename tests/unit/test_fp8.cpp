@@ -1,8 +1,9 @@
 // The FP8 reference (llmc/core/fp8.h) that every FP8 kernel is checked against, exhaustively in both formats: every
 // code decodes to the value its bits say (spot values from the formats' definitions) and encodes back to itself; the
 // midpoint between two neighbours goes to the even code, and a hair either side to the nearer; magnitudes over the
-// largest finite value (infinities too) saturate to it; NaN stays NaN; and the scale from an amax is a power of two
-// that maps the amax into the format below its largest value by the margin.
+// largest finite value (infinities too) saturate to it; NaN stays NaN; the scale from an amax is a power of two
+// that maps the amax into the format below its largest value by the margin; and delayed scaling's update (the ring
+// of amaxes, the scale from its largest, an empty or NaN window keeping the scale).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,10 +99,44 @@ TEST(Fp8, ScalesArePowersOfTwoBelowTheTop) {
                 EXPECT_GT((double)amax * s * 2, fp8_traits(f).max_finite / std::ldexp(1.0, margin));
             }
         }
+        for (float tiny : {1e-37f, 1e-40f, 1e-45f}) {  // near 0 (subnormal too): clamped, never inf
+            const float s = fp8_scale_from_amax(tiny, f, 0, 1.f);
+            EXPECT_EQ(s, std::ldexp(1.f, 126)) << tiny;
+            EXPECT_TRUE(std::isnormal(1.f / s));
+        }
+        EXPECT_TRUE(std::isnormal(fp8_scale_from_amax(3e38f, f, 3, 1.f)));  // near float's top: small, normal
         EXPECT_EQ(fp8_scale_from_amax(0.f, f, 0, 0.25f), 0.25f);
         EXPECT_EQ(fp8_scale_from_amax(NAN, f, 0, 0.25f), 0.25f);
         EXPECT_EQ(fp8_scale_from_amax(INFINITY, f, 0, 0.25f), 0.25f);
     }
+}
+
+TEST(Fp8, DelayedScalingTakesTheRingsLargestAmax) {
+    const int H = 4;
+    float history[H] = {0, 0, 0, 0}, amax = 0.f, scale = 1.f, descale = 1.f;
+    fp8_update_one(history, H, 0, &amax, Fp8Format::E4M3, 0, &scale, &descale);  // nothing seen yet: kept
+    EXPECT_EQ(scale, 1.f);
+    const float seen[] = {2.f, 100.f, 3.f, 0.5f, 1.f, 0.25f};  // step 1.. : 100 falls out of the window at step 6
+    for (int step = 1; step <= 6; step++) {
+        amax = seen[step - 1];
+        fp8_update_one(history, H, step, &amax, Fp8Format::E4M3, 1, &scale, &descale);
+        EXPECT_EQ(amax, 0.f) << "the step's amax is zeroed for the next";
+        EXPECT_EQ(history[step % H], seen[step - 1]);
+        float window = 0;
+        for (float h : history) window = std::max(window, h);
+        EXPECT_EQ(scale, fp8_scale_from_amax(window, Fp8Format::E4M3, 1, 0.f)) << "step " << step;
+        EXPECT_EQ(descale * scale, 1.f);
+    }
+    EXPECT_EQ(scale, fp8_scale_from_amax(3.f, Fp8Format::E4M3, 1, 0.f));  // 100 is gone
+    amax = NAN;  // a NaN step (it takes the 3's place): recorded, ignored by the window, whose largest is now 1
+    fp8_update_one(history, H, 7, &amax, Fp8Format::E4M3, 1, &scale, &descale);
+    EXPECT_TRUE(std::isnan(history[7 % H]));
+    EXPECT_EQ(scale, fp8_scale_from_amax(1.f, Fp8Format::E4M3, 1, 0.f));
+    for (float& h : history) h = NAN;  // a window of NaNs only: the scale stays
+    const float before = scale;
+    amax = NAN;
+    fp8_update_one(history, H, 8, &amax, Fp8Format::E5M2, 0, &scale, &descale);
+    EXPECT_EQ(scale, before);
 }
 
 }  // namespace

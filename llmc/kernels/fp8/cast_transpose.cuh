@@ -3,7 +3,7 @@
 // and amax = max |x| folded into *amax, the statistic the next scale comes from (llmc/core/fp8.h). x * scale is exact
 // (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
 // equal llmc/core/fp8.h's fp8_encode. The max does not depend on the order it is taken in: amax is deterministic (one
-// atomicMax per block on the float's bits, which order non-negative floats as integers; a NaN wins).
+// atomicMax per warp on the float's bits, which order non-negative floats as integers; a NaN wins).
 // Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose.
 // rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
 #pragma once
@@ -79,11 +79,13 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
 template <Fp8Format F>
 inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float* scale, uint8_t* y, uint8_t* yT,
                                float* amax, cudaStream_t stream) {
-    if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0) {
-        fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols must be multiples of 4)\n", rows, cols);
+    using namespace fp8_cast_detail;
+    if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
+        (uintptr_t)x % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0) {
+        fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, x "
+                "aligned to 4 values, y and yT to 4 bytes)\n", rows, cols);
         exit(EXIT_FAILURE);
     }
-    using namespace fp8_cast_detail;
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
     cast_transpose_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, scale, y, yT, amax);
     cudaCheck(cudaGetLastError());

@@ -6,8 +6,10 @@
 // operand was cast with (the cast multiplied by the scale; the GEMM divides it out on the fp32 accumulator).
 // E4M3 x E4M3, E4M3 x E5M2 and E5M2 x E4M3 (no E5M2 x E5M2 on Hopper). fast_accum: cuBLASLt's
 // CUBLASLT_MATMUL_DESC_FAST_ACCUM (the tensor cores' own accumulation throughout, fewer bits over long K) or off
-// (partial sums promoted to fp32). amax_c (optional): max |C| written there (cuBLASLt's AMAX_D), for a consumer that
-// casts C to FP8. Plans (descriptors, layouts, the heuristic's algorithm) cached per problem, as matmul.cuh's.
+// (partial sums promoted to fp32). No amax of C: cuBLASLt computes AMAX_D only for FP8 outputs; a consumer that casts
+// C to FP8 takes it from the cast (fp8_cast_transpose's amax). Plans (descriptors, layouts, the heuristic's
+// algorithm) cached per problem, as matmul.cuh's, and the heuristic told the operands' real alignment. BF16 builds
+// (C and the bias bf16: the FP8 GEMMs' supported combination); N a multiple of 8 (C's rows of 16-byte multiples).
 #pragma once
 
 #include <cstdint>
@@ -21,10 +23,10 @@
 namespace matmul_fp8_detail {
 
 struct Key {
-    int M, N, K, a_format, b_format, fast_accum, has_bias, has_amax;
+    int M, N, K, a_format, b_format, fast_accum, has_bias, align;  // align: matmul_detail::check_alignment's
     bool operator<(const Key& o) const {
-        return std::tie(M, N, K, a_format, b_format, fast_accum, has_bias, has_amax) <
-               std::tie(o.M, o.N, o.K, o.a_format, o.b_format, o.fast_accum, o.has_bias, o.has_amax);
+        return std::tie(M, N, K, a_format, b_format, fast_accum, has_bias, align) <
+               std::tie(o.M, o.N, o.K, o.a_format, o.b_format, o.fast_accum, o.has_bias, o.align);
     }
 };
 struct Plan {
@@ -66,6 +68,10 @@ inline Plan* find_plan(const Key& k) {
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &s.workspace_bytes, sizeof(s.workspace_bytes)));
+    const uint32_t align = (uint32_t)k.align;  // 0: the default, 256
+    for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        if (align) cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     // not cublasCheck: "no algorithm" (a format pair Hopper lacks, a shape it refuses) is an answer
@@ -80,23 +86,26 @@ inline Plan* find_plan(const Key& k) {
 
 }  // namespace matmul_fp8_detail
 
-// Whether cuBLASLt has an FP8 GEMM for these formats and this shape on this device (false off FP8 tensor cores).
+// Whether cuBLASLt has an FP8 GEMM for these formats and this shape on this device (false off FP8 tensor cores, and
+// for shapes matmul_fp8 refuses), for 256-byte aligned operands.
 inline bool matmul_fp8_supported(int M, int N, int K, Fp8Format a_format, Fp8Format b_format, bool fast_accum,
-                                 bool bias = false, bool amax = false) {
+                                 bool bias = false) {
     matmul_init();
-    return matmul_fp8_detail::find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias, amax}) != nullptr;
+    if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) return false;
+    return matmul_fp8_detail::find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias, 0}) != nullptr;
 }
 
 inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const float* a_descale, const uint8_t* B,
                        Fp8Format b_format, const float* b_descale, const floatX* bias, int M, int N, int K,
-                       bool fast_accum, float* amax_c, cudaStream_t stream) {
+                       bool fast_accum, cudaStream_t stream) {
     using namespace matmul_fp8_detail;
     matmul_init();
-    if (M < 1 || N < 1 || K < 1 || K % 16 != 0 || ((uintptr_t)A | (uintptr_t)B | (uintptr_t)C) % 16 != 0) {
-        fprintf(stderr, "error: matmul_fp8: M %d, N %d, K %d (K a multiple of 16, operands 16-byte aligned)\n", M, N, K);
+    if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) {
+        fprintf(stderr, "error: matmul_fp8: M %d, N %d, K %d (N a multiple of 8, K of 16)\n", M, N, K);
         exit(EXIT_FAILURE);
     }
-    Plan* p = find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias != nullptr, amax_c != nullptr});
+    const int align = matmul_detail::check_alignment(A, B, C, bias, nullptr);  // 16-byte aligned, or an error
+    Plan* p = find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias != nullptr, align});
     if (!p) {
         fprintf(stderr, "error: matmul_fp8: cuBLASLt has no FP8 GEMM for %s x %s at M %d, N %d, K %d on this device\n",
                 fp8_name(a_format), fp8_name(b_format), M, N, K);
@@ -110,11 +119,7 @@ inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const fl
                                                sizeof(a_descale)));
     if (bias)
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (amax_c)
-        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &amax_c,
-                                                   sizeof(amax_c)));
     sanitizer_mark_initialized(C, (size_t)M * N * sizeof(floatX), stream);  // TMA stores initcheck cannot see
-    if (amax_c) sanitizer_mark_initialized(amax_c, sizeof(float), stream);
     const float alpha = 1.f, beta = 0.f;
     cublasCheck(cublasLtMatmul(s.handle, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                s.workspace, s.workspace_bytes, stream));

@@ -5,8 +5,11 @@
 // FP8 GEMMs (llmc/kernels/matmul/matmul_fp8.cuh, BF16 builds) against the fp64 product of the dequantized operands
 // (what the GEMM is given: decode(code) / scale), with bias, both accumulation modes, the three format pairs a
 // training step uses: rel-L2 <= 6e-3 with promoted accumulation (the bf16 output's rounding), <= 1e-2 with fast.
+// Delayed scaling's update (llmc/kernels/fp8/scaling.cuh) over 40 steps of random amaxes (zeros and NaNs among
+// them) for 37 tensors of both formats: rings, scales and descales bit for bit those of the host's fp8_update_one.
 //   ./tests/gpu/kernels/test_fp8 [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison, tolerances)
 #include "llmc/kernels/fp8/cast_transpose.cuh"
+#include "llmc/kernels/fp8/scaling.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
@@ -69,8 +72,9 @@ static void quantized(int rows, int K, float std, std::vector<uint8_t>* codes, s
     *descale = 1.f / scale;
 }
 
+// offset: bytes every operand starts past its allocation (16: aligned to 16 bytes only, which the heuristic is told)
 template <Fp8Format FA, Fp8Format FB>
-static void test_gemm(int M, int N, int K, bool with_bias, bool fast) {
+static void test_gemm(int M, int N, int K, bool with_bias, bool fast, int offset = 0) {
     std::vector<uint8_t> a, b;
     std::vector<double> da, db;
     float a_descale, b_descale;
@@ -86,18 +90,31 @@ static void test_gemm(int M, int N, int K, bool with_bias, bool fast) {
             ref[(size_t)m * N + n] = acc;
         }
     uint8_t *d_a, *d_b;
-    cudaCheck(cudaMalloc(&d_a, a.size()));
-    cudaCheck(cudaMalloc(&d_b, b.size()));
-    cudaCheck(cudaMemcpy(d_a, a.data(), a.size(), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_b, b.data(), b.size(), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&d_a, a.size() + offset));
+    cudaCheck(cudaMalloc(&d_b, b.size() + offset));
+    cudaCheck(cudaMemcpy(d_a + offset, a.data(), a.size(), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_b + offset, b.data(), b.size(), cudaMemcpyHostToDevice));
     float* d_descale = upload_fp32({a_descale, b_descale});
     floatX* d_bias = upload(bias);
-    floatX* d_c = poisoned((size_t)M * N);
-    matmul_fp8(d_c, d_a, FA, d_descale, d_b, FB, d_descale + 1, with_bias ? d_bias : nullptr, M, N, K, fast, nullptr, 0);
+    const int c_off = offset / (int)sizeof(floatX);
+    floatX* d_c = poisoned((size_t)M * N + c_off);
+    matmul_fp8(d_c + c_off, d_a + offset, FA, d_descale, d_b + offset, FB, d_descale + 1, with_bias ? d_bias : nullptr,
+               M, N, K, fast, 0);
     char tag[128];
-    snprintf(tag, sizeof(tag), "fp8 GEMM %s x %s M%d N%d K%d%s%s", fp8_name(FA), fp8_name(FB), M, N, K,
-             with_bias ? " +bias" : "", fast ? " fast-accum" : "");
-    check(tag, download(d_c, (size_t)M * N), ref, fast ? 1e-2 : 6e-3);
+    snprintf(tag, sizeof(tag), "fp8 GEMM %s x %s M%d N%d K%d%s%s%s", fp8_name(FA), fp8_name(FB), M, N, K,
+             with_bias ? " +bias" : "", fast ? " fast-accum" : "", offset ? " 16B-aligned" : "");
+    const std::vector<float> got = download(d_c + c_off, (size_t)M * N);
+    check(tag, got, ref, fast ? 1e-2 : 6e-3);
+    // and element by element: a whole bf16 ulp of |ref| + 1e-2 of the output's RMS (a lost K chunk or bias fails)
+    double ss = 0;
+    for (double r : ref) ss += r * r;
+    const double rms = std::sqrt(ss / ref.size());
+    size_t off = 0;
+    for (size_t i = 0; i < ref.size(); i++)
+        off += !(std::fabs(got[i] - ref[i]) <= std::fabs(ref[i]) / 128 + 1e-2 * rms);
+    snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), ": element-wise");
+    check_exact(tag, off == 0);
+    if (off) printf("  %zu of %zu elements off by more than 2^-7 |ref| + 1e-2 RMS\n", off, ref.size());
     cudaFree(d_a), cudaFree(d_b), cudaFree(d_descale), cudaFree(d_bias), cudaFree(d_c);
 }
 
@@ -118,7 +135,43 @@ static void test_gemms() {
         test_gemm<Fp8Format::E5M2, Fp8Format::E4M3>(256, 768, 3072, false, fast);  // input gradient: dout x W^T
         test_gemm<Fp8Format::E5M2, Fp8Format::E4M3>(768, 256, 1024, false, fast);  // weight gradient: dout^T x inp^T
         test_gemm<Fp8Format::E4M3, Fp8Format::E5M2>(128, 512, 2048, true, fast);
+        test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(192, 1600, 1600, true, fast, 16);  // 16-byte aligned operands
     }
+}
+
+static void test_scaling() {
+    const int tensors = 37, H = 16, steps = 40;
+    std::vector<float> hist((size_t)tensors * H, 0.f), scale(tensors, 1.f), descale(tensors, 1.f), amax(tensors);
+    std::vector<uint8_t> formats(tensors);
+    for (int t = 0; t < tensors; t++) formats[t] = (uint8_t)(t % 3 == 0 ? Fp8Format::E5M2 : Fp8Format::E4M3);
+    Fp8Scaling s;
+    s.tensors = tensors, s.history = H, s.margin = 1;
+    s.amax_history = upload_fp32(hist), s.scale = upload_fp32(scale), s.descale = upload_fp32(descale);
+    s.amax = upload_fp32(amax);
+    uint8_t* d_formats;
+    cudaCheck(cudaMalloc(&d_formats, tensors));
+    cudaCheck(cudaMemcpy(d_formats, formats.data(), tensors, cudaMemcpyHostToDevice));
+    s.formats = d_formats;
+    for (int step = 0; step < steps; step++) {
+        for (int t = 0; t < tensors; t++) {
+            const uint32_t r = rng.next_u32();
+            amax[t] = r % 17 == 0 ? 0.f : r % 23 == 0 ? NAN : std::ldexp(1.f + rng.uniform(), (int)(r % 40) - 20);
+        }
+        cudaCheck(cudaMemcpy(s.amax, amax.data(), tensors * 4, cudaMemcpyHostToDevice));
+        fp8_update_scales(s, step, 0);
+        for (int t = 0; t < tensors; t++)
+            fp8_update_one(hist.data() + (size_t)t * H, H, step, &amax[t], (Fp8Format)formats[t], 1, &scale[t], &descale[t]);
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    auto same = [](const std::vector<float>& host, const float* dev) {
+        std::vector<float> d(host.size());
+        cudaCheck(cudaMemcpy(d.data(), dev, d.size() * 4, cudaMemcpyDeviceToHost));
+        return memcmp(d.data(), host.data(), d.size() * 4) == 0;
+    };
+    check_exact("fp8 delayed scaling: 40 steps x 37 tensors, rings bit for bit the host's", same(hist, s.amax_history));
+    check_exact("fp8 delayed scaling: scales and descales bit for bit, amax zeroed",
+                same(scale, s.scale) && same(descale, s.descale) && same(std::vector<float>(tensors, 0.f), s.amax));
+    cudaFree(s.amax_history), cudaFree(s.scale), cudaFree(s.descale), cudaFree(s.amax), cudaFree(d_formats);
 }
 
 int main(int argc, char** argv) {
@@ -133,5 +186,6 @@ int main(int argc, char** argv) {
     test_cast<Fp8Format::E5M2>(192, 128, false, false, false);  // amax alone
     test_cast<Fp8Format::E4M3>(64, 128, true, true, true);
     test_gemms();
+    test_scaling();
     return kernel_tests_end();
 }
