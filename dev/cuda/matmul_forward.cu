@@ -17,7 +17,7 @@
 //      once per shape: dev/cuda/fp8_cast times the cast), then cuBLASLt's FP8 GEMM with promoted accumulation and a
 //      bf16 output (llmc/kernels/matmul/matmul_fp8.cuh); validated against the fp64 product of the dequantized
 //      operands (what it is given), with the same bounds; K a multiple of 16, FP8 tensor cores (compute capability
-//      8.9 or 9.0+). Its "vs v6" is what FP8 buys a GEMM (issue 64)
+//      8.9 or 9.0+). Its "vs v6" is what FP8 buys a GEMM
 // Variants 3 and 4 launch blocks in groups of 8 block rows, so the blocks running at once share their B (weight)
 // tiles through L2 (the d12 classifier's weight is 77 MB: more than L2).
 // Rule for every variant: M, N >= 1, K >= 8 and K % 8 == 0 (rows of 16 bytes, for the 16-byte loads, cp.async and

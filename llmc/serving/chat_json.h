@@ -1,7 +1,7 @@
 // What POST /v1/chat/completions writes, in OpenAI's chat shapes: a whole response ("object": "chat.completion",
 // the reply as the assistant's message), a stream's chunks ("chat.completion.chunk": the first delta carries the
-// role, then the new text, the last the finish_reason; the usage chunk with no choices), and chat's logprobs
-// ({"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}). The ids, usage, errors and
+// role, then the new text, the last the finish_reason) and chat's logprobs ({"content": [{token, logprob, bytes,
+// top_logprobs: [{token, logprob, bytes}]}]}). The ids, the envelope, the usage chunk (with chat's object), errors and
 // finish reasons are completions' (llmc/serving/completion_json.h). Host-only.
 #pragma once
 
@@ -47,12 +47,8 @@ inline std::string chat_completion_json(const CompletionIds& ids, const std::str
                              {"message", {{"role", "assistant"}, {"content", text}}},
                              {"logprobs", logprobs},
                              {"finish_reason", finish_json(&end)}};
-    nlohmann::json j = {{"id", ids.id},
-                        {"object", "chat.completion"},
-                        {"created", ids.created},
-                        {"model", ids.model},
-                        {"choices", nlohmann::json::array({choice})},
-                        {"usage", usage_json(end)}};
+    nlohmann::json j = response_json(ids, "chat.completion", nlohmann::json::array({choice}));
+    j["usage"] = usage_json(end);
     return json_text(j);
 }
 
@@ -63,21 +59,7 @@ inline std::string chat_chunk_json(const CompletionIds& ids, bool first, const s
     if (first) delta["role"] = "assistant";
     if (first || !text.empty()) delta["content"] = text;
     nlohmann::json choice = {{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish_json(end)}};
-    nlohmann::json j = {{"id", ids.id},
-                        {"object", "chat.completion.chunk"},
-                        {"created", ids.created},
-                        {"model", ids.model},
-                        {"choices", nlohmann::json::array({choice})}};
+    nlohmann::json j = response_json(ids, "chat.completion.chunk", nlohmann::json::array({choice}));
     if (include_usage) j["usage"] = nullptr;
-    return json_text(j);
-}
-
-inline std::string chat_usage_chunk_json(const CompletionIds& ids, const SequenceEnd& end) {
-    nlohmann::json j = {{"id", ids.id},
-                        {"object", "chat.completion.chunk"},
-                        {"created", ids.created},
-                        {"model", ids.model},
-                        {"choices", nlohmann::json::array()},
-                        {"usage", usage_json(end)}};
     return json_text(j);
 }

@@ -102,15 +102,16 @@ inline nlohmann::json usage_json(const SequenceEnd& e) {
             {"total_tokens", e.prompt_tokens + e.completion_tokens}};
 }
 
+// What every response and stream chunk has: which completion, its kind (object), its choices.
+inline nlohmann::json response_json(const CompletionIds& ids, const char* object, nlohmann::json choices) {
+    return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}, {"choices", choices}};
+}
+
 inline std::string completion_json(const CompletionIds& ids, const std::string& text, const SequenceEnd& end,
                                    const nlohmann::json& logprobs) {
     nlohmann::json choice = {{"text", text}, {"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_json(&end)}};
-    nlohmann::json j = {{"id", ids.id},
-                        {"object", "text_completion"},
-                        {"created", ids.created},
-                        {"model", ids.model},
-                        {"choices", nlohmann::json::array({choice})},
-                        {"usage", usage_json(end)}};
+    nlohmann::json j = response_json(ids, "text_completion", nlohmann::json::array({choice}));
+    j["usage"] = usage_json(end);
     return json_text(j);
 }
 
@@ -119,22 +120,16 @@ inline std::string completion_json(const CompletionIds& ids, const std::string& 
 inline std::string stream_chunk_json(const CompletionIds& ids, const std::string& text, const SequenceEnd* end,
                                      const nlohmann::json& logprobs, bool include_usage) {
     nlohmann::json choice = {{"text", text}, {"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_json(end)}};
-    nlohmann::json j = {{"id", ids.id},
-                        {"object", "text_completion"},
-                        {"created", ids.created},
-                        {"model", ids.model},
-                        {"choices", nlohmann::json::array({choice})}};
+    nlohmann::json j = response_json(ids, "text_completion", nlohmann::json::array({choice}));
     if (include_usage) j["usage"] = nullptr;
     return json_text(j);
 }
 
-inline std::string usage_chunk_json(const CompletionIds& ids, const SequenceEnd& end) {
-    nlohmann::json j = {{"id", ids.id},
-                        {"object", "text_completion"},
-                        {"created", ids.created},
-                        {"model", ids.model},
-                        {"choices", nlohmann::json::array()},
-                        {"usage", usage_json(end)}};
+// A stream's usage chunk: no choices, the usage (object: the stream's chunks' kind).
+inline std::string usage_chunk_json(const CompletionIds& ids, const SequenceEnd& end,
+                                    const char* object = "text_completion") {
+    nlohmann::json j = response_json(ids, object, nlohmann::json::array());
+    j["usage"] = usage_json(end);
     return json_text(j);
 }
 

@@ -216,16 +216,22 @@ enum class Field { Taken, NotShared, Failed };
 struct SharedFields {
     bool has_max_tokens = false, has_stream_options = false;
 };
+// "model": the served id (or left out); another is 404 model_not_found.
+inline bool check_model(const json& v, const ServeLimits& lim, Checker& c) {
+    if (!v.is_string()) return c.bad_type("model", v, "a string");
+    if (v.get<std::string>() != lim.model)
+        return c.fail("model", "the model '" + v.get<std::string>() + "' does not exist: this server serves '" +
+                                   lim.model + "'", 404, "model_not_found");
+    return true;
+}
+
 inline Field parse_shared_field(const std::string& k, const json& v, const ServeLimits& lim, CompletionRequest& r,
                                 SharedFields& seen, Checker& c) {
     int64_t n = 0;
     double x = 0;
     auto taken = [](bool ok) { return ok ? Field::Taken : Field::Failed; };
     if (k == "model") {
-        if (!v.is_string()) return taken(c.bad_type(k, v, "a string"));
-        if (v.get<std::string>() != lim.model)
-            return taken(c.fail(k, "the model '" + v.get<std::string>() + "' does not exist: this server serves '" +
-                                       lim.model + "'", 404, "model_not_found"));
+        return taken(check_model(v, lim, c));
     } else if (k == "max_tokens") {
         if (v.is_null()) return Field::Taken;
         if (!c.integer(k, v, 1, INT32_MAX, &n)) return Field::Failed;

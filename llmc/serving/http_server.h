@@ -279,7 +279,8 @@ private:
                                                : stream_chunk_json(ids, u.text, end, lp, usage)) + "\n\n";
                         *first = false;
                         if (u.finished && usage)
-                            out += "data: " + (chat ? chat_usage_chunk_json(ids, u.end) : usage_chunk_json(ids, u.end)) +
+                            out += "data: " +
+                                   usage_chunk_json(ids, u.end, chat ? "chat.completion.chunk" : "text_completion") +
                                    "\n\n";
                     }
                     if (u.finished) out += "data: [DONE]\n\n";

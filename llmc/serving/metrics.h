@@ -60,53 +60,38 @@ public:
     std::string render(const SchedulerStats& s, const std::string& model, int context) const {
         std::lock_guard<std::mutex> lock(m_);
         Writer w{"{model_name=\"" + label_value(model) + "\"}", ""};
-        w.family("llmc_num_requests_running", "gauge", "Requests in a slot of the KV cache (prefilling or decoding).");
-        w.sample("llmc_num_requests_running", s.running);
-        w.family("llmc_num_requests_waiting", "gauge", "Requests queued for a free slot.");
-        w.sample("llmc_num_requests_waiting", s.queued);
-        w.family("llmc_kv_cache_slots", "gauge", "Slots of the KV cache (--max-batch): sequences held at once.");
-        w.sample("llmc_kv_cache_slots", s.slots);
-        w.family("llmc_kv_cache_slots_in_use", "gauge", "Slots holding a sequence.");
-        w.sample("llmc_kv_cache_slots_in_use", s.running);
-        w.family("llmc_kv_cache_positions_in_use", "gauge", "Positions of the KV cache holding a token, all slots.");
-        w.sample("llmc_kv_cache_positions_in_use", (double)s.positions);
-        w.family("llmc_kv_cache_usage_ratio", "gauge", "Positions in use over all positions (slots x context).");
-        w.sample("llmc_kv_cache_usage_ratio",
-                 s.slots > 0 && context > 0 ? (double)s.positions / ((double)s.slots * context) : 0.0);
-        w.family("llmc_draining", "gauge", "1 while the server drains (SIGTERM): new requests get 503.");
-        w.sample("llmc_draining", s.draining ? 1 : 0);
+        w.gauge("llmc_num_requests_running", "Requests in a slot of the KV cache (prefilling or decoding).", s.running);
+        w.gauge("llmc_num_requests_waiting", "Requests queued for a free slot.", s.queued);
+        w.gauge("llmc_kv_cache_slots", "Slots of the KV cache (--max-batch): sequences held at once.", s.slots);
+        w.gauge("llmc_kv_cache_slots_in_use", "Slots holding a sequence.", s.running);
+        w.gauge("llmc_kv_cache_positions_in_use", "Positions of the KV cache holding a token, all slots.",
+                (double)s.positions);
+        w.gauge("llmc_kv_cache_usage_ratio", "Positions in use over all positions (slots x context).",
+                s.slots > 0 && context > 0 ? (double)s.positions / ((double)s.slots * context) : 0.0);
+        w.gauge("llmc_draining", "1 while the server drains (SIGTERM): new requests get 503.", s.draining ? 1 : 0);
 
-        w.family("llmc_requests_accepted_total", "counter", "Requests accepted into the queue.");
-        w.sample("llmc_requests_accepted_total", (double)s.accepted);
+        w.counter("llmc_requests_accepted_total", "Requests accepted into the queue.", (double)s.accepted);
         w.family("llmc_requests_refused_total", "counter", "Requests refused with 429: the queue was full.");
         w.sample("llmc_requests_refused_total", (double)s.refused_full, "reason", "queue_full");
         w.family("llmc_request_success_total", "counter", "Requests ended, by why (cancelled: the client left or "
                  "the server stopped; error: the engine failed on it).");
         for (FinishReason r : {FinishReason::Stop, FinishReason::Length, FinishReason::Cancelled, FinishReason::Error})
             w.sample("llmc_request_success_total", (double)ended_[(int)r], "finished_reason", finish_reason_name(r));
-        w.family("llmc_prompt_tokens_total", "counter", "Prompt tokens of the requests ended.");
-        w.sample("llmc_prompt_tokens_total", (double)prompt_tokens_);
-        w.family("llmc_prefill_tokens_total", "counter", "Prompt tokens prefilled (a cached prefix is not).");
-        w.sample("llmc_prefill_tokens_total", (double)s.prefill_tokens);
-        w.family("llmc_generation_tokens_total", "counter", "Tokens generated and delivered.");
-        w.sample("llmc_generation_tokens_total", (double)s.tokens);
-        w.family("llmc_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
-        w.sample("llmc_prefix_cache_queries_total", (double)s.prefix_queried_tokens);
-        w.family("llmc_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.");
-        w.sample("llmc_prefix_cache_hits_total", (double)s.prefix_hit_tokens);
-        w.family("llmc_engine_steps_total", "counter", "Scheduler steps (decode, prefill, or both).");
-        w.sample("llmc_engine_steps_total", (double)s.steps);
-        w.family("llmc_decode_steps_total", "counter", "Decode steps.");
-        w.sample("llmc_decode_steps_total", (double)s.decode_steps);
-        w.family("llmc_decode_rows_total", "counter", "Sequences decoded, summed over decode steps (rows / steps: "
-                 "the mean batch).");
-        w.sample("llmc_decode_rows_total", (double)s.decode_rows);
-        w.family("llmc_prefill_calls_total", "counter", "Prefill calls of the engine.");
-        w.sample("llmc_prefill_calls_total", (double)s.prefill_calls);
-        w.family("llmc_decode_seconds_total", "counter", "Time in the engine's decode calls.");
-        w.sample("llmc_decode_seconds_total", s.decode_ms * 1e-3);
-        w.family("llmc_deliver_seconds_total", "counter", "Time handing tokens to requests.");
-        w.sample("llmc_deliver_seconds_total", s.deliver_ms * 1e-3);
+        w.counter("llmc_prompt_tokens_total", "Prompt tokens of the requests ended.", (double)prompt_tokens_);
+        w.counter("llmc_prefill_tokens_total", "Prompt tokens prefilled (a cached prefix is not).",
+                  (double)s.prefill_tokens);
+        w.counter("llmc_generation_tokens_total", "Tokens generated and delivered.", (double)s.tokens);
+        w.counter("llmc_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+                  (double)s.prefix_queried_tokens);
+        w.counter("llmc_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+                  (double)s.prefix_hit_tokens);
+        w.counter("llmc_engine_steps_total", "Scheduler steps (decode, prefill, or both).", (double)s.steps);
+        w.counter("llmc_decode_steps_total", "Decode steps.", (double)s.decode_steps);
+        w.counter("llmc_decode_rows_total", "Sequences decoded, summed over decode steps (rows / steps: the mean "
+                  "batch).", (double)s.decode_rows);
+        w.counter("llmc_prefill_calls_total", "Prefill calls of the engine.", (double)s.prefill_calls);
+        w.counter("llmc_decode_seconds_total", "Time in the engine's decode calls.", s.decode_ms * 1e-3);
+        w.counter("llmc_deliver_seconds_total", "Time handing tokens to requests.", s.deliver_ms * 1e-3);
 
         w.histogram("llmc_time_to_first_token_seconds", "Submission to the first token.", ttft_);
         w.histogram("llmc_time_per_output_token_seconds", "Per token after the first, per request.", tpot_);
@@ -142,6 +127,8 @@ private:
     struct Writer {
         std::string labels;  // {model_name="..."}
         std::string out;
+        void gauge(const char* name, const char* help, double v) { family(name, "gauge", help), sample(name, v); }
+        void counter(const char* name, const char* help, double v) { family(name, "counter", help), sample(name, v); }
         void family(const char* name, const char* type, const char* help) {
             out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
         }

@@ -484,7 +484,7 @@ private:
         std::vector<std::pair<int, PrefixCache::Hit>> copies;  // (slot, where its prefix comes from)
         {
             std::lock_guard<std::mutex> lock(m_);
-            while (!queue_.empty()) {
+            while (!queue_.empty() && active_ < (int)slots_.size()) {  // no lookup while every slot is busy
                 const std::vector<int>& prompt = queue_.front()->r.prompt;
                 PrefixCache::Hit hit;
                 int slot = -1;

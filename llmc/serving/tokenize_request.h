@@ -39,10 +39,7 @@ inline bool tokenize_response(std::string_view body, const ServeLimits& lim, con
             if (!chat_request_detail::parse_messages(v, &messages, c)) return false;
             ids = encode(tmpl.render(messages));
         } else if (k == "model") {
-            if (!v.is_string()) return c.bad_type(k, v, "a string");
-            if (v.get<std::string>() != lim.model)
-                return c.fail(k, "the model '" + v.get<std::string>() + "' does not exist: this server serves '" +
-                                     lim.model + "'", 404, "model_not_found");
+            if (!check_model(v, lim, c)) return false;
         } else if (k == "add_special_tokens" || k == "add_generation_prompt" || k == "return_token_strs") {
             if (!v.is_boolean()) return c.bad_type(k, v, "a boolean");
             if (k == "return_token_strs") strs = v.get<bool>();
@@ -83,10 +80,7 @@ inline bool detokenize_response(std::string_view body, const ServeLimits& lim,
                 bytes += token_bytes[v[i].get<size_t>()];
             }
         } else if (k == "model") {
-            if (!v.is_string()) return c.bad_type(k, v, "a string");
-            if (v.get<std::string>() != lim.model)
-                return c.fail(k, "the model '" + v.get<std::string>() + "' does not exist: this server serves '" +
-                                     lim.model + "'", 404, "model_not_found");
+            if (!check_model(v, lim, c)) return false;
         } else {
             return c.fail(k, "unrecognized request argument: '" + k + "'");
         }

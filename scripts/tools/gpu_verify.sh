@@ -2,8 +2,8 @@
 # On a GPU machine: the whole check in one go, logs under $OUT (or ./verify_logs).
 #   scripts/tools/gpu_verify.sh gate    what a GPU change passes before it is called done: tests and sanitizers
 #   scripts/tools/gpu_verify.sh tests   make test in BF16 and FP32 (GPU suites, d12 reference included): the suites in
-#                                       three streams at once, FP32 built in a copy of the tree meanwhile (about 20
-#                                       minutes on an H200 for both, against 35+ one after the other)
+#                                       three streams at once, FP32 built in a copy of the tree meanwhile (one after
+#                                       the other they outlast a session's device time: docs/PERFORMANCE.md)
 #   scripts/tools/gpu_verify.sh sanitizers   tests/gpu/check_sanitizers.sh, every tool over every run (BF16)
 #   scripts/tools/gpu_verify.sh bench   d12 training throughput, flash and materialized attention, against the
 #                                 torch.compile baseline at B=16 T=1024; device memory at T=1024 and T=4096

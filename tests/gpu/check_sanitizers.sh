@@ -61,7 +61,7 @@ check() {  # tool, name, command... (run under the tool)
     local tool=$1 name=$2; shift 2
     local log="$LOGDIR/${tool}_${name}.log" t0=$SECONDS
     local sanitizer=(compute-sanitizer --tool "$tool" --print-limit 10000 --error-exitcode 99) limit=$LIMIT
-    # racecheck over the whole of test_decode --small did not finish in 800 s on an H200 (the others: 26 s to 264 s)
+    # racecheck over test_decode is the slowest run by far: each of its four parts gets twice the limit
     [[ "$tool $name" == "racecheck decode"* ]] && limit=$((2 * LIMIT))
     if [ "$name" = serve ]; then  # the driver starts the tool itself, to signal the server inside it
         OMP_NUM_THREADS=2 timeout "$limit" python3 tests/gpu/sanitize_serve.py --sanitizer "${sanitizer[*]}" \

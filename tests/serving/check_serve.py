@@ -111,26 +111,32 @@ class Client:
     def __init__(self, port, timeout=300):
         self.port, self.timeout = port, timeout
 
-    def request(self, method, path, body=None, raw=None, headers=None):
+    def text(self, method, path, body=None, raw=None, headers=None):
+        """status, the body as text, the headers"""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         c.request(method, path, body=data, headers=headers or {"Content-Type": "application/json"})
         r = c.getresponse()
         text = r.read().decode("utf-8")
         c.close()
+        return r.status, text, dict(r.getheaders())
+
+    def request(self, method, path, body=None, raw=None, headers=None):
+        """status, the body parsed as JSON (None if it is not), the headers"""
+        status, text, headers = self.text(method, path, body, raw, headers)
         try:
             parsed = json.loads(text)
         except ValueError:
             parsed = None
-        return r.status, parsed, dict(r.getheaders())
+        return status, parsed, headers
 
     def complete(self, body):
         return self.request("POST", "/v1/completions", body)
 
-    def stream(self, body, leave_after=None):
+    def stream(self, body, leave_after=None, path="/v1/completions"):
         """The events ("data: " payloads) of a streamed completion; leave_after: close after that many."""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
-        c.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         r = c.getresponse()
         ctype = r.getheader("Content-Type", "")
         events = []

@@ -18,16 +18,6 @@ CONVERSATION = [{"role": "system", "content": "You answer in one sentence."},
                 {"role": "user", "content": "What is the capital of France?"}]
 
 
-def stream_events(c, path, body):
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=c.timeout)
-    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
-    events = [line[6:] for line in r.read().decode("utf-8").split("\n") if line.startswith("data: ")]
-    conn.close()
-    return r.status, r.getheader("Content-Type", ""), events
-
-
 def check_chat(c, ck, model):
     for extra in ({"temperature": 0}, {"temperature": 0.8, "seed": 11}):
         what = f"chat ({'greedy' if extra['temperature'] == 0 else 'seeded'})"
@@ -45,7 +35,7 @@ def check_chat(c, ck, model):
               choice["finish_reason"] == comp["choices"][0]["finish_reason"] and chat["usage"] == comp["usage"],
               f"{what}: the reply is the completion of the rendered conversation (template's stop included)",
               f"{choice} vs {comp['choices'][0]}")
-        s, ctype, events = stream_events(c, "/v1/chat/completions", dict(body, stream=True))
+        s, ctype, events = c.stream(dict(body, stream=True), path="/v1/chat/completions")
         if not ck.ok(s == 200 and ctype.startswith("text/event-stream") and events and events[-1] == "[DONE]",
                      f"{what}, streamed: 200, text/event-stream, [DONE]", f"{s} {ctype} {events[-1:]}"):
             continue
@@ -146,13 +136,8 @@ METRICS = ["llmc_time_to_first_token_seconds", "llmc_time_per_output_token_secon
 
 
 def scrape(c):
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=c.timeout)
-    conn.request("GET", "/metrics")
-    r = conn.getresponse()
-    text = r.read().decode("utf-8")
-    conn.close()
-    return r.status, r.getheader("Content-Type", ""), text
+    s, text, headers = c.text("GET", "/metrics")
+    return s, headers.get("Content-Type", ""), text
 
 
 def check_metrics(c, ck, before):
@@ -185,15 +170,10 @@ def check_metrics(c, ck, before):
 
 
 def check_page(c, ck):
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=c.timeout)
-    conn.request("GET", "/")
-    r = conn.getresponse()
-    page = r.read().decode("utf-8")
-    conn.close()
+    s, page, headers = c.text("GET", "/")
     external = re.findall(r'(?:src|href)="(?:https?:)?//', page)
-    ck.ok(r.status == 200 and r.getheader("Content-Type", "").startswith("text/html") and "<textarea" in page and
-          not external, "GET /: the playground page, self-contained (no external address)", f"{r.status} {external}")
+    ck.ok(s == 200 and headers.get("Content-Type", "").startswith("text/html") and "<textarea" in page and
+          not external, "GET /: the playground page, self-contained (no external address)", f"{s} {external}")
 
 
 def check_openai_client(c, ck, model):

@@ -107,8 +107,9 @@ inline json post_json(httplib::Client& c, const json& body, int* status = nullpt
 }
 
 // A stream's events ("data: ..." lines), in order.
-inline std::vector<std::string> post_stream(httplib::Client& c, const json& body, int* status = nullptr) {
-    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+inline std::vector<std::string> post_stream(httplib::Client& c, const json& body, int* status = nullptr,
+                                            const char* path = "/v1/completions") {
+    auto r = c.Post(path, body.dump(), "application/json");
     EXPECT_TRUE(r);
     if (!r) return {};
     if (status) *status = r->status;

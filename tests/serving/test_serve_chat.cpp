@@ -148,24 +148,9 @@ TEST(ServeChat, ARepliesIsTheCompletionOfTheRenderedConversation) {
     EXPECT_EQ(chat["usage"], as_completion["usage"]);
     EXPECT_TRUE(chat["choices"][0]["logprobs"].is_null());
     // streamed: the first delta has the role, the deltas join to the whole reply, the last has the finish reason
-    const std::vector<std::string> events = [&] {
-        auto rs = c.Post("/v1/chat/completions",
-                         json({{"messages", messages}, {"max_tokens", 12}, {"seed", 5}, {"temperature", 0.7},
-                               {"stream", true}, {"stream_options", {{"include_usage", true}}}}).dump(),
-                         "application/json");
-        std::vector<std::string> ev;
-        if (!rs) return ev;
-        EXPECT_EQ(rs->get_header_value("Content-Type"), "text/event-stream");
-        size_t at = 0;
-        while (at < rs->body.size()) {
-            const size_t end = rs->body.find("\n\n", at);
-            if (end == std::string::npos) break;
-            const std::string e = rs->body.substr(at, end - at);
-            if (e.rfind("data: ", 0) == 0) ev.push_back(e.substr(6));
-            at = end + 2;
-        }
-        return ev;
-    }();
+    const std::vector<std::string> events =
+        post_stream(c, {{"messages", messages}, {"max_tokens", 12}, {"seed", 5}, {"temperature", 0.7}, {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}}, nullptr, "/v1/chat/completions");
     ASSERT_GE(events.size(), 3u);
     EXPECT_EQ(events.back(), "[DONE]");
     std::string joined;

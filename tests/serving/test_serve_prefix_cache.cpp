@@ -101,7 +101,7 @@ TEST(ServePrefixCache, SharedPrefixesGiveEachRequestItsTokensAlone) {
                 EXPECT_EQ(j.out->tokens, e.alone(j.prompt, j.max_tokens, j.pick, j.seed));
             }
             const SchedulerStats st = s.stats();
-            // a prompt that comes before the one sharing its prefix has prefilled it cannot reuse it: 17-20% here
+            // low on purpose: a prompt admitted before the one sharing its prefix has prefilled it cannot reuse it
             EXPECT_GT(st.prefix_hit_tokens, st.prefix_queried_tokens / 10) << "the cache served little";
             EXPECT_GT(e.copies.size(), 5u);
             uint64_t prompt_tokens = 0;

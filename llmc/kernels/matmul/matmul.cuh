@@ -174,14 +174,7 @@ inline Plan* find_plan(const Key& key) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
                                                    sizeof(aux_type)));
     }
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &s.workspace_bytes, sizeof(s.workspace_bytes)));
-    const uint32_t align = (uint32_t)key.align;  // 0: the default, 256 (check_alignment)
-    for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        if (align) cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
+    cublasLtMatmulPreference_t pref = matmul_algos::preference(s.workspace_bytes, key.align);
     cublasLtMatmulHeuristicResult_t results[matmul_algos::kCandidates];
     int found = 0;
     // Not cublasCheck: an unsupported combination (e.g. a bias-gradient type) is an answer, not an error.

@@ -38,6 +38,20 @@
 
 namespace matmul_algos {
 
+// The heuristic's preference: the workspace there is, and the operands' smallest alignment where it is under 256
+// bytes (align_bytes from matmul.cuh's check_alignment; 0: the default), so no algorithm that needs more is picked.
+inline cublasLtMatmulPreference_t preference(size_t workspace_bytes, int align_bytes) {
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                                     sizeof(workspace_bytes)));
+    const uint32_t align = (uint32_t)align_bytes;
+    for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        if (align) cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
+    return pref;
+}
+
 constexpr int kCandidates = 8;    // the heuristic's first answers that take turns
 constexpr int kSamples = 5;       // timed calls per candidate before choosing
 constexpr float kMinGain = 0.01f; // another answer must beat the first by this fraction of its median

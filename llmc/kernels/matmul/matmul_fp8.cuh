@@ -61,17 +61,11 @@ inline Plan* find_plan(const Key& k) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                    sizeof(bias_type)));
     }
-    cublasCheck(cublasLtMatrixLayoutCreate(&p.a, cuda_type((Fp8Format)k.b_format), k.K, k.N, k.K));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p.b, cuda_type((Fp8Format)k.a_format), k.K, k.M, k.K));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p.c, cuda_datatype_of_floatX(), k.N, k.M, k.N));
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &s.workspace_bytes, sizeof(s.workspace_bytes)));
-    const uint32_t align = (uint32_t)k.align;  // 0: the default, 256
-    for (auto a : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        if (align) cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, a, &align, sizeof(align)));
+    using matmul_detail::make_layout;
+    p.a = make_layout(cuda_type((Fp8Format)k.b_format), k.K, k.N, k.K, 1, 0);
+    p.b = make_layout(cuda_type((Fp8Format)k.a_format), k.K, k.M, k.K, 1, 0);
+    p.c = make_layout(cuda_datatype_of_floatX(), k.N, k.M, k.N, 1, 0);
+    cublasLtMatmulPreference_t pref = matmul_algos::preference(s.workspace_bytes, k.align);
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     // not cublasCheck: "no algorithm" (a format pair Hopper lacks, a shape it refuses) is an answer
