@@ -2,8 +2,8 @@
 // cuBLASLt's TN): y = fp8(x * scale) in x's layout, yT = the same bytes transposed (cols, rows), either one optional,
 // and amax = max |x| folded into *amax, the statistic the next scale comes from (llmc/core/fp8.h). x * scale is exact
 // (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
-// equal llmc/core/fp8.h's fp8_encode. The max does not depend on the order it is taken in: amax is deterministic (one
-// atomicMax per warp on the float's bits, which order non-negative floats as integers; a NaN wins).
+// equal llmc/core/fp8.h's fp8_encode. The max does not depend on the order it is taken in: amax is deterministic (at
+// most one atomicMax per block on the float's bits, which order non-negative floats as integers; a NaN wins).
 // Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose.
 // rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
 #pragma once
@@ -27,15 +27,33 @@ __device__ inline uint16_t to_fp8x2(float a, float b) {
     return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);  // a in the low byte
 }
 
+// Where a cast's scale comes from: *scale (delayed scaling; null: 1), or, when from_amax is set, the tensor's own
+// amax taken by an earlier pass (current scaling), in which case block (0, 0) also writes it and its inverse to
+// scale_out and descale_out (every block computes the same power of two).
+struct ScaleSource {
+    const float* scale = nullptr;
+    const float* from_amax = nullptr;
+    int margin = 0;
+    float* scale_out = nullptr;
+    float* descale_out = nullptr;
+};
+
 template <Fp8Format F>
 __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols,
-                                                            const float* __restrict__ scale, uint8_t* __restrict__ y,
+                                                            ScaleSource src, uint8_t* __restrict__ y,
                                                             uint8_t* __restrict__ yT, float* __restrict__ amax) {
     __shared__ uint32_t tile[kTile][kTile / 4 + 1];  // [row][4 columns' bytes], padded
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of 4 columns x 16 rows
     const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
     struct alignas(4 * sizeof(floatX)) Quad { floatX v[4]; };
-    const float s = scale ? *scale : 1.f;
+    float s = src.scale ? *src.scale : 1.f;
+    if (src.from_amax) {
+        s = fp8_scale_from_amax(*src.from_amax, F, src.margin, 1.f);
+        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && src.scale_out) {
+            *src.scale_out = s;
+            *src.descale_out = (float)(1.0 / (double)s);  // in double: exact, and untouched by --use_fast_math
+        }
+    }
     unsigned int m = 0;  // max |x| as bits: non-negative floats order as integers, and a NaN (|NaN|) above all
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -55,8 +73,17 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
         tile[ty + 16 * k][tx] = packed;
     }
     if (amax) {
+        // one atomic per block at most, and none where the running max already covers the block's: atomics on one
+        // address serialize, and one per warp was most of the cast's time
+        __shared__ unsigned int warp_max[8];
         for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-        if (threadIdx.x % 32 == 0 && m != 0) atomicMax(reinterpret_cast<unsigned int*>(amax), m);
+        if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < 8; w++) m = max(m, warp_max[w]);
+            unsigned int* bits = reinterpret_cast<unsigned int*>(amax);
+            if (m > *reinterpret_cast<volatile unsigned int*>(bits)) atomicMax(bits, m);
+        }
     }
     if (!yT) return;
     __syncthreads();
@@ -72,14 +99,9 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
     }
 }
 
-}  // namespace fp8_cast_detail
-
-// y (rows, cols) and/or yT (cols, rows) in FP8 format F, scaled by *scale (null: 1); *amax (null: none) becomes
-// max(*amax, max |x|): zero it before a tensor's first cast. Queued on the stream.
 template <Fp8Format F>
-inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float* scale, uint8_t* y, uint8_t* yT,
-                               float* amax, cudaStream_t stream) {
-    using namespace fp8_cast_detail;
+inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& src, uint8_t* y, uint8_t* yT,
+                        float* amax, cudaStream_t stream) {
     if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
         (uintptr_t)x % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0) {
         fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, x "
@@ -87,6 +109,35 @@ inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float*
         exit(EXIT_FAILURE);
     }
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-    cast_transpose_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, scale, y, yT, amax);
+    cast_transpose_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax);
     cudaCheck(cudaGetLastError());
 }
+
+}  // namespace fp8_cast_detail
+
+// y (rows, cols) and/or yT (cols, rows) in FP8 format F, scaled by *scale (null: 1); *amax (null: none) becomes
+// max(*amax, max |x|): zero it before a tensor's first cast. Queued on the stream.
+template <Fp8Format F>
+inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float* scale, uint8_t* y, uint8_t* yT,
+                               float* amax, cudaStream_t stream) {
+    fp8_cast_detail::ScaleSource src;
+    src.scale = scale;
+    fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, amax, stream);
+}
+
+// Current scaling's two passes: fp8_amax folds max |x| into *amax (zeroed before), then fp8_cast_transpose_current
+// casts with the scale that amax gives (fp8_scale_from_amax with `margin`), writing that scale and its inverse (the
+// GEMM's descale) to scale_out and descale_out.
+inline void fp8_amax(const floatX* x, int rows, int cols, float* amax, cudaStream_t stream) {
+    fp8_cast_detail::launch_cast<Fp8Format::E4M3>(x, rows, cols, fp8_cast_detail::ScaleSource{}, nullptr, nullptr,
+                                                   amax, stream);
+}
+template <Fp8Format F>
+inline void fp8_cast_transpose_current(const floatX* x, int rows, int cols, const float* amax, int margin,
+                                       float* scale_out, float* descale_out, uint8_t* y, uint8_t* yT,
+                                       cudaStream_t stream) {
+    fp8_cast_detail::ScaleSource src;
+    src.from_amax = amax, src.margin = margin, src.scale_out = scale_out, src.descale_out = descale_out;
+    fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, nullptr, stream);
+}
+

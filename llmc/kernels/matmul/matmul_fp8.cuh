@@ -1,5 +1,5 @@
 // FP8 GEMMs through cuBLASLt (Hopper's FP8 tensor cores), in row-major terms as matmul.cuh states them:
-//   C (M x N, floatX) = (A · Bᵀ) · a_descale · b_descale (+ bias, N entries)
+//   C (M x N, floatX) = (A · Bᵀ) · a_descale · b_descale (+ bias, N entries) (+ C, with accumulate)
 // A (M x K) and B (N x K) are FP8 bytes (llmc/core/fp8.h's formats), both K-major (K contiguous in every row): the
 // only layout Hopper's FP8 GEMMs take (cuBLASLt's "TN"), which is why the casts write transposes where a GEMM needs
 // them (llmc/kernels/fp8/cast_transpose.cuh). a_descale and b_descale are device pointers to 1 / the scale each
@@ -10,6 +10,9 @@
 // C to FP8 takes it from the cast (fp8_cast_transpose's amax). Plans (descriptors, layouts, the heuristic's
 // algorithm) cached per problem, as matmul.cuh's, and the heuristic told the operands' real alignment. BF16 builds
 // (C and the bias bf16: the FP8 GEMMs' supported combination); N a multiple of 8 (C's rows of 16-byte multiples).
+// The heuristic is asked with the scale pointers already set (to a unit scale of our own): asked without them it may
+// answer with a kernel that takes no scales, which cublasLtMatmul then refuses once they are set. Its first few
+// answers are kept and the first that cublasLtMatmul takes is the plan's from then on (NVIDIA's advice for FP8).
 #pragma once
 
 #include <cstdint>
@@ -24,15 +27,19 @@ namespace matmul_fp8_detail {
 
 struct Key {
     int M, N, K, a_format, b_format, fast_accum, has_bias, align;  // align: matmul_detail::check_alignment's
+    int accumulate;
     bool operator<(const Key& o) const {
-        return std::tie(M, N, K, a_format, b_format, fast_accum, has_bias, align) <
-               std::tie(o.M, o.N, o.K, o.a_format, o.b_format, o.fast_accum, o.has_bias, o.align);
+        return std::tie(M, N, K, a_format, b_format, fast_accum, has_bias, align, accumulate) <
+               std::tie(o.M, o.N, o.K, o.a_format, o.b_format, o.fast_accum, o.has_bias, o.align, o.accumulate);
     }
 };
+constexpr int kCandidates = 8;  // the heuristic's answers kept, tried in order until cublasLtMatmul takes one
 struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algos[kCandidates];
+    int found = 0;       // answers in algos
+    int chosen = 0;      // the first one cublasLtMatmul has not refused
     bool supported = false;
 };
 inline std::map<Key, Plan>& plans() {
@@ -40,6 +47,24 @@ inline std::map<Key, Plan>& plans() {
     return p;
 }
 inline cudaDataType_t cuda_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+// A device float 1.0, the scale pointers the heuristic is asked with (each call sets the real ones).
+inline const float* unit_scale() {
+    static float* d = nullptr;
+    if (!d) {
+        const float one = 1.f;
+        cudaCheck(cudaMalloc(&d, sizeof(float)));
+        cudaCheck(cudaMemcpy(d, &one, sizeof(float), cudaMemcpyHostToDevice));
+    }
+    return d;
+}
+inline void set_scales(cublasLtMatmulDesc_t desc, const float* a_descale, const float* b_descale) {
+    // cuBLASLt's A is our B: its scale is b_descale
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_descale,
+                                               sizeof(b_descale)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_descale,
+                                               sizeof(a_descale)));
+}
 
 // The column-major problem cuBLASLt sees: Cᵀ (N x M) = B (as a K x N matrix, transposed) · A (as K x M), so
 // cuBLASLt's first operand is our B and its second our A, both "K rows" matrices with leading dimension K.
@@ -61,19 +86,20 @@ inline Plan* find_plan(const Key& k) {
         cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                    sizeof(bias_type)));
     }
+    set_scales(p.desc, unit_scale(), unit_scale());
     using matmul_detail::make_layout;
     p.a = make_layout(cuda_type((Fp8Format)k.b_format), k.K, k.N, k.K, 1, 0);
     p.b = make_layout(cuda_type((Fp8Format)k.a_format), k.K, k.M, k.K, 1, 0);
     p.c = make_layout(cuda_datatype_of_floatX(), k.N, k.M, k.N, 1, 0);
     cublasLtMatmulPreference_t pref = matmul_algos::preference(s.workspace_bytes, k.align);
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
+    cublasLtMatmulHeuristicResult_t results[kCandidates];
     // not cublasCheck: "no algorithm" (a format pair Hopper lacks, a shape it refuses) is an answer
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, kCandidates, results, &p.found);
     cublasLtMatmulPreferenceDestroy(pref);
-    p.supported = status == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p.supported) p.algo = result.algo;
+    if (status != CUBLAS_STATUS_SUCCESS) p.found = 0;
+    for (int i = 0; i < p.found; i++) p.algos[i] = results[i].algo;
+    p.supported = p.found > 0;
     Plan& stored = plans().emplace(k, p).first->second;
     return stored.supported ? &stored : nullptr;
 }
@@ -86,12 +112,12 @@ inline bool matmul_fp8_supported(int M, int N, int K, Fp8Format a_format, Fp8For
                                  bool bias = false) {
     matmul_init();
     if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) return false;
-    return matmul_fp8_detail::find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias, 0}) != nullptr;
+    return matmul_fp8_detail::find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias, 0, 0}) != nullptr;
 }
 
 inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const float* a_descale, const uint8_t* B,
                        Fp8Format b_format, const float* b_descale, const floatX* bias, int M, int N, int K,
-                       bool fast_accum, cudaStream_t stream) {
+                       bool fast_accum, cudaStream_t stream, bool accumulate = false) {
     using namespace matmul_fp8_detail;
     matmul_init();
     if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) {
@@ -99,22 +125,26 @@ inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const fl
         exit(EXIT_FAILURE);
     }
     const int align = matmul_detail::check_alignment(A, B, C, bias, nullptr);  // 16-byte aligned, or an error
-    Plan* p = find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias != nullptr, align});
+    Plan* p = find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias != nullptr, align, accumulate});
     if (!p) {
         fprintf(stderr, "error: matmul_fp8: cuBLASLt has no FP8 GEMM for %s x %s at M %d, N %d, K %d on this device\n",
                 fp8_name(a_format), fp8_name(b_format), M, N, K);
         exit(EXIT_FAILURE);
     }
     matmul_detail::State& s = matmul_detail::state();
-    // cuBLASLt's A is our B: its scale is b_descale
-    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_descale,
-                                               sizeof(b_descale)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_descale,
-                                               sizeof(a_descale)));
+    set_scales(p->desc, a_descale, b_descale);
     if (bias)
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    sanitizer_mark_initialized(C, (size_t)M * N * sizeof(floatX), stream);  // TMA stores initcheck cannot see
-    const float alpha = 1.f, beta = 0.f;
-    cublasCheck(cublasLtMatmul(s.handle, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo,
-                               s.workspace, s.workspace_bytes, stream));
+    if (!accumulate) sanitizer_mark_initialized(C, (size_t)M * N * sizeof(floatX), stream);  // TMA stores
+    const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+    // A refusal (CUBLAS_STATUS_NOT_SUPPORTED) is returned before anything is queued: the next answer is tried.
+    for (; p->chosen < p->found; p->chosen++) {
+        const cublasStatus_t status = cublasLtMatmul(s.handle, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C,
+                                                     p->c, &p->algos[p->chosen], s.workspace, s.workspace_bytes, stream);
+        if (status == CUBLAS_STATUS_SUCCESS) return;
+        if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
+    }
+    fprintf(stderr, "error: matmul_fp8: cuBLASLt refused each of its %d algorithms for %s x %s at M %d, N %d, K %d\n",
+            p->found, fp8_name(a_format), fp8_name(b_format), M, N, K);
+    exit(EXIT_FAILURE);
 }

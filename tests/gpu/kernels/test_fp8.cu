@@ -55,6 +55,43 @@ static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan) {
     cudaFree(d_x), cudaFree(d_scale), cudaFree(d_amax), cudaFree(d_y), cudaFree(d_yT);
 }
 
+// Current scaling's two passes (fp8_amax, then fp8_cast_transpose_current): the scale the cast took from the amax,
+// written out with its inverse, equals the host's fp8_scale_from_amax, and every byte of y and yT its fp8_encode.
+template <Fp8Format F>
+static void test_cast_current(int rows, int cols, float std) {
+    std::vector<float> x = random_vec((size_t)rows * cols, std);
+    double amax_ref = 0;
+    for (float v : x) amax_ref = std::max(amax_ref, (double)std::fabs(v));
+    const float scale = fp8_scale_from_amax((float)amax_ref, F, 0, 1.f);
+    const size_t n = x.size();
+    floatX* d_x = upload(x);
+    float* d_stats = upload_fp32({0.f, -1.f, -1.f});  // amax, scale, descale
+    uint8_t *d_y, *d_yT;
+    cudaCheck(cudaMalloc(&d_y, n)), cudaCheck(cudaMemset(d_y, 0xAA, n));
+    cudaCheck(cudaMalloc(&d_yT, n)), cudaCheck(cudaMemset(d_yT, 0xAA, n));
+    fp8_amax(d_x, rows, cols, d_stats, 0);
+    fp8_cast_transpose_current<F>(d_x, rows, cols, d_stats, 0, d_stats + 1, d_stats + 2, d_y, d_yT, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<uint8_t> y(n), yT(n);
+    cudaCheck(cudaMemcpy(y.data(), d_y, n, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(yT.data(), d_yT, n, cudaMemcpyDeviceToHost));
+    float stats[3];
+    cudaCheck(cudaMemcpy(stats, d_stats, sizeof(stats), cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const uint8_t want = fp8_encode((double)x[(size_t)r * cols + c] * scale, F);
+            bad += (y[(size_t)r * cols + c] != want) + (yT[(size_t)c * rows + r] != want);
+        }
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 %s current scaling %dx%d std %g: scale 2^%d", fp8_name(F), rows, cols, std,
+             (int)std::lround(std::log2((double)scale)));
+    check_exact(tag, bad == 0 && stats[0] == (float)amax_ref && stats[1] == scale && stats[2] == 1.f / scale);
+    if (bad) printf("  %zu bytes differ from the reference\n", bad);
+    if (stats[1] != scale) printf("  scale %g, the host's %g (amax %g vs %g)\n", stats[1], scale, stats[0], amax_ref);
+    cudaFree(d_x), cudaFree(d_stats), cudaFree(d_y), cudaFree(d_yT);
+}
+
 // rows x K random values (std) quantized to format F with the scale their amax gives: the codes, the dequantized
 // values (decode / scale: what the GEMM multiplies) and 1 / scale.
 template <Fp8Format F>
@@ -72,20 +109,23 @@ static void quantized(int rows, int K, float std, std::vector<uint8_t>* codes, s
     *descale = 1.f / scale;
 }
 
-// offset: bytes every operand starts past its allocation (16: aligned to 16 bytes only, which the heuristic is told)
+// offset: bytes every operand starts past its allocation (16: aligned to 16 bytes only, which the heuristic is told);
+// accumulate: C starts as random values the product is added to (the weight gradient's +=)
 template <Fp8Format FA, Fp8Format FB>
-static void test_gemm(int M, int N, int K, bool with_bias, bool fast, int offset = 0) {
+static void test_gemm(int M, int N, int K, bool with_bias, bool fast, int offset = 0, bool accumulate = false) {
     std::vector<uint8_t> a, b;
     std::vector<double> da, db;
     float a_descale, b_descale;
     quantized<FA>(M, K, 1.0f, &a, &da, &a_descale);
     quantized<FB>(N, K, 0.05f, &b, &db, &b_descale);
     const std::vector<float> bias = random_vec(N, 0.5f);
+    std::vector<float> c0 = random_vec((size_t)M * N, 0.5f);
+    for (float& v : c0) v = round_to_floatX(v);
     std::vector<double> ref((size_t)M * N);
 #pragma omp parallel for
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
-            double acc = with_bias ? bias[n] : 0.0;
+            double acc = (with_bias ? bias[n] : 0.0) + (accumulate ? c0[(size_t)m * N + n] : 0.0);
             for (int k = 0; k < K; k++) acc += da[(size_t)m * K + k] * db[(size_t)n * K + k];
             ref[(size_t)m * N + n] = acc;
         }
@@ -98,11 +138,17 @@ static void test_gemm(int M, int N, int K, bool with_bias, bool fast, int offset
     floatX* d_bias = upload(bias);
     const int c_off = offset / (int)sizeof(floatX);
     floatX* d_c = poisoned((size_t)M * N + c_off);
+    if (accumulate) {
+        floatX* d_c0 = upload(c0);
+        cudaCheck(cudaMemcpy(d_c + c_off, d_c0, c0.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
+        cudaFree(d_c0);
+    }
     matmul_fp8(d_c + c_off, d_a + offset, FA, d_descale, d_b + offset, FB, d_descale + 1, with_bias ? d_bias : nullptr,
-               M, N, K, fast, 0);
+               M, N, K, fast, 0, accumulate);
     char tag[128];
-    snprintf(tag, sizeof(tag), "fp8 GEMM %s x %s M%d N%d K%d%s%s%s", fp8_name(FA), fp8_name(FB), M, N, K,
-             with_bias ? " +bias" : "", fast ? " fast-accum" : "", offset ? " 16B-aligned" : "");
+    snprintf(tag, sizeof(tag), "fp8 GEMM %s x %s M%d N%d K%d%s%s%s%s", fp8_name(FA), fp8_name(FB), M, N, K,
+             with_bias ? " +bias" : "", fast ? " fast-accum" : "", offset ? " 16B-aligned" : "",
+             accumulate ? " C +=" : "");
     const std::vector<float> got = download(d_c + c_off, (size_t)M * N);
     check(tag, got, ref, fast ? 1e-2 : 6e-3);
     // and element by element: a whole bf16 ulp of |ref| + 1e-2 of the output's RMS (a lost K chunk or bias fails)
@@ -136,6 +182,7 @@ static void test_gemms() {
         test_gemm<Fp8Format::E5M2, Fp8Format::E4M3>(768, 256, 1024, false, fast);  // weight gradient: dout^T x inp^T
         test_gemm<Fp8Format::E4M3, Fp8Format::E5M2>(128, 512, 2048, true, fast);
         test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(192, 1600, 1600, true, fast, 16);  // 16-byte aligned operands
+        test_gemm<Fp8Format::E5M2, Fp8Format::E4M3>(768, 256, 1024, false, fast, 0, true);  // dW += (micro-steps)
     }
 }
 
@@ -185,7 +232,10 @@ int main(int argc, char** argv) {
     test_cast<Fp8Format::E4M3>(192, 128, false, true, false);
     test_cast<Fp8Format::E5M2>(192, 128, false, false, false);  // amax alone
     test_cast<Fp8Format::E4M3>(64, 128, true, true, true);
-    test_gemms();
+    test_cast_current<Fp8Format::E4M3>(256, 768, 1.0f);
+    test_cast_current<Fp8Format::E4M3>(128, 3072, 0.02f);  // weights' size: the scale far above 1
+    test_cast_current<Fp8Format::E5M2>(512, 256, 1e-5f);   // gradients': E5M2 would underflow unscaled
     test_scaling();
+    test_gemms();  // last: a GEMM cuBLASLt refuses ends the program
     return kernel_tests_end();
 }
