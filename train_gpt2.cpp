@@ -77,6 +77,7 @@ std::string openmp_wait_policy() {
 // The GPU trainer's flags with no meaning here: a note naming them, or an error for several processes.
 void check_cpu_flags(const TrainArgs& a) {
     if (a.num_processes > 1) trainer_fail("flag -pn: the CPU trainer runs one process (-pn 1); -pn is for GPUs");
+    if (a.fp8) trainer_fail("flag -fp8: the CPU trainer has no FP8 training (it is for Hopper GPUs; -fp8 0 here)");
     std::vector<std::string> seen;
     std::string ignored;
     for (const std::string& f : a.flags_given) {

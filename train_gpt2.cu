@@ -270,6 +270,13 @@ int train(const TrainArgs& a, RunPlan plan, int* argc, char*** argv) {
     const AttentionBackend backend = resolve_attention_backend(a.attention, c.channels, c.num_heads, &note);
     if (!note.empty()) printf("note: %s\n", note.c_str());
     matmul_set_tf32(a.tf32);
+    if (a.fp8) {  // the build and the shape were checked before any CUDA call (main); the device here
+        int cc_major = 0;
+        cudaCheck(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, mg.local_device));
+        const std::string why = gpt2_fp8_problem(c.channels, a.B * a.T, cc_major);
+        if (!why.empty()) trainer_fail("flag -fp8: " + why);
+        model.fp8 = true;
+    }
     // A GEMM tuning run (LLMC_GEMM_TUNE) times each call as queued, which a replayed graph would not do; SMs left to
     // NCCL (LLMC_COMM_SMS) change the persistent kernels' grids while a collective runs, which a graph would freeze.
     model.use_graphs = a.cuda_graph && !matmul_algos::tuning() && !(mg.world > 1 && engine_options().comm_sms > 0);
@@ -407,6 +414,8 @@ int main(int argc, char** argv) {
     try {
         // every input read and checked on the host before any CUDA call (llmc/app/train/preflight.h); --check ends here
         RunPlan plan = preflight(args, expected_processes(args), gpt2_shape_problem);
+        if (args.fp8 && !gpt2_fp8_problem(plan.config.channels, args.B * args.T, -1).empty())
+            trainer_fail("flag -fp8: " + gpt2_fp8_problem(plan.config.channels, args.B * args.T, -1));
         if (args.check) {
             print_preflight(args, plan, {{"precision", PRECISION_NAME}, {"LLMC_* switches", engine_options().description()}});
             return 0;

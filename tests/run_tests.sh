@@ -87,7 +87,7 @@ if true; then
     for name in $(printf 'gpu-reference-d12-%s ' $backends) gpu-reference-d12-flash-cublas-dgelu generate-vs-transformers hellaswag-vs-transformers; do
         selected "$name" && needs_d12=1 && needs_data=1
     done
-    for name in gpu-data resume-bit-exact cuda-graph-bit-exact checkpoint-directory cpu-vs-gpu-fp32; do selected "$name" && needs_data=1; done
+    for name in gpu-data resume-bit-exact cuda-graph-bit-exact fp8-training checkpoint-directory cpu-vs-gpu-fp32; do selected "$name" && needs_data=1; done
     # every kernel against the CPU reference in double, one program per kernel family
     for src in tests/gpu/kernels/test_*.cu; do
         family=$(basename "$src" .cu)
@@ -122,6 +122,8 @@ if true; then
     run_suite resume-bit-exact bash tests/gpu/check_resume.sh
     # the trainer's CUDA Graph replays the same kernels: model, optimizer state and losses bit for bit as without it
     run_suite cuda-graph-bit-exact bash tests/gpu/check_graph.sh
+    # -fp8 1 (BF16 builds on Hopper): near BF16's losses, deterministic, resumed bit for bit; refused elsewhere
+    run_suite fp8-training bash tests/gpu/check_fp8_train.sh
     # a GEMM tuning run records every shape; runs that read its file repeat bit for bit; foreign files are refused
     run_suite gemm-algorithm-files bash tests/gpu/check_gemm_algos.sh
     # runs never mix or lose checkpoints: -nk, a fresh run among another's, -ow 1, a mixed pair, stale temporaries

@@ -18,6 +18,7 @@
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
 #include "llmc/model/gpt2_forward.cuh"
+#include "llmc/model/gpt2_fp8.cuh"
 #include "llmc/model/gpt2_memory.cuh"
 #include "llmc/model/gpt2_params.cuh"
 #include "llmc/model/step_graph.h"
@@ -39,6 +40,10 @@ struct GPT2 {
     // keeps only wte's, wpe's and lnf's, and grads.slices point at the optimizer's slots for the layers' (both set by
     // model_and_optimizer_init, llmc/optimizer/model_and_optimizer.cuh).
     GradLayout grad_layout;
+    // Set before gpt2_allocate (-fp8 1, after gpt2_fp8_problem): the blocks' linear layers in FP8
+    // (llmc/model/gpt2_fp8.cuh), whose state gpt2_allocate allocates beside the memory table.
+    bool fp8 = false;
+    Fp8Layers fp8_layers;
 
     // Set by gpt2_build_*: the parameters in fp32 as built or read. gpt2_allocate uploads them and keeps them for
     // the optimizer's master copy (exact fp32, not the rounded floatX); gpt2_release_host_params frees them.
@@ -141,7 +146,10 @@ inline std::string gpt2_matmuls_description(const GPT2& m) {
            (m.hopper_dgelu ? std::string("; GELU backward + fc bias gradient") +
                                  (m.recompute >= 1 ? " + GELU recompute" : "") + " by the Hopper kernel"
                            : "") +
-           (qkv_bias ? "; qkv bias gradient by the attention backward" : "");
+           (qkv_bias ? "; qkv bias gradient by the attention backward" : "") +
+           (m.fp8_layers.on() ? "; the blocks' linear layers in FP8 (E4M3 x E4M3 forward, E5M2 gradients, current "
+                                "scaling; " + std::to_string(m.fp8_layers.bytes >> 20) + " MiB)"
+                              : "");
 }
 
 // Allocates the memory table for batches up to B x T and uploads the parameters. reserve_bytes: device memory the
@@ -173,7 +181,10 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->recompute = recompute;
     m->backend = backend;
     m->hopper_dgelu = engine_options().hopper_dgelu && kFloatXIsBF16 && m->fuse_gelu && matmul_hopper_available() &&
-                      c.channels % 8 == 0;
+                      c.channels % 8 == 0 && !m->fp8;  // FP8 runs: the input gradient is an FP8 GEMM
+    const size_t reserve_without_fp8 = reserve_bytes;  // the FP8 state grows with B (the "fits" search below)
+    auto fp8_bytes = [&](int b) { return m->fp8 ? gpt2_fp8_bytes(c.num_layers, c.channels, b * T) : 0; };
+    reserve_bytes += fp8_bytes(B);
     m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->grad_layout);
     m->plan = gpt2_memory_plan(m->memory_table);
     const size_t bytes = memory_table_bytes(m->memory_table);  // cuBLASLt's workspace is already allocated
@@ -185,8 +196,8 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         cudaGetLastError();  // clear the failed allocation's error state
         int fits = 0;
         for (int b = B - 1; b >= 1; b--) {
-            if (memory_table_bytes(gpt2_memory_table(c, b, T, recompute, backend, m->grad_layout)) + reserve_bytes <=
-                free_bytes) {
+            if (memory_table_bytes(gpt2_memory_table(c, b, T, recompute, backend, m->grad_layout)) +
+                    reserve_without_fp8 + fp8_bytes(b) <= free_bytes) {
                 fits = b;
                 break;
             }
@@ -203,6 +214,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         exit(EXIT_FAILURE);
     }
     m->memory = memory_table_carve(m->memory_table, m->device_block);
+    if (m->fp8) gpt2_fp8_allocate(&m->fp8_layers, c.num_layers, c.channels, B * T);
     if (engine_options().print_memory_map) {  // to read sanitizer reports' addresses
         for (int i = 0; i < mem::Count; i++)
             printf("memory map: %p .. %p  %s\n", m->memory[i], (char*)m->memory[i] + m->memory_table[i].bytes(),
@@ -276,6 +288,7 @@ inline void gpt2_free(GPT2* m) {
     }
     if (m->device_block) cudaCheck(cudaFree(m->device_block));
     m->device_block = nullptr;
+    gpt2_fp8_free(&m->fp8_layers);
     m->memory.clear();
     gpt2_release_host_params(m);
 }

@@ -47,6 +47,15 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     void* attn_ws = dqkv + (size_t)BT * 3 * C;
     float* reduce = (float*)(buf<char>(m, mem::Logits) + gpt2_backward_partials_offset(c, m->B, m->T, m->backend));
     const bool qkv_bias_in_attention = attention_backward_sums_qkv_bias(m->backend, C / NH);
+    // the forward's FP8 choice (llmc/model/gpt2_forward.cuh): the blocks' linear layers' gradients in FP8 too
+    const Fp8Layers* fp8 = m->fp8_layers.on() && BT % 16 == 0 && BT <= m->fp8_layers.max_rows ? &m->fp8_layers
+                                                                                                : nullptr;
+    // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
+    auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
+                      const floatX* inp, int in, int out_ch) {
+        if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s);
+        matmul_backward(dinp, g(w, l), dbias, dout, inp, p(w, l), BT, in, out_ch, reduce, nullptr, false, 1.0f, s);
+    };
 
     if (listener) listener->layer_begins(L);
     // Classifier (no bias: no partials, which would overwrite dlogits).
@@ -78,25 +87,25 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
                                          m->recompute >= 1 ? fch_gelu : nullptr);
             matmul_dgelu_bias_grad(fc_dbias, reduce, BT, 4 * C, 1.0f, s);
             fc_dbias = nullptr;
+        } else if (fp8) {  // fcproj's two gradients, then the GELU's backward on dfch
+            linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, fch_gelu, 4 * C, C);
+            gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s);
         } else {
             matmul_backward_input(dfch, dresidual, p(FCPROJW, l), BT, 4 * C, C, a.fch.at(l), m->fuse_gelu, 1.0f, s);
         }
         // after dfch: the Hopper kernel may have written fch_gelu (dfch has a buffer of its own, scratch4)
-        matmul_backward_weight(g(FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
-        matmul_backward(scratch, g(FCW, l), fc_dbias, dfch, a.ln2.at(l), p(FCW, l), BT, C, 4 * C, reduce, nullptr,
-                        false, 1.0f, s);
+        if (!fp8) matmul_backward_weight(g(FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
+        linear(l, kFp8Fc, scratch, FCW, fc_dbias, dfch, a.ln2.at(l), C, 4 * C);
         layernorm_backward(dresidual, g(LN2W, l), g(LN2B, l), scratch, a.residual2.at(l), p(LN2W, l),
                            a.ln2_mean.at(l), a.ln2_rstd.at(l), BT, C, reduce, s, g(ATTPROJB, l));
         // Attention: dresidual is now d(residual2).
-        matmul_backward(scratch, g(ATTPROJW, l), nullptr, dresidual, a.atty.at(l), p(ATTPROJW, l), BT, C, C, reduce,
-                        nullptr, false, 1.0f, s);
+        linear(l, kFp8AttProj, scratch, ATTPROJW, nullptr, dresidual, a.atty.at(l), C, C);
         // on Hopper the attention backward also sums dqkv's columns (the qkv bias gradient), so its GEMM takes none
         attention_backward(m->backend, dqkv, scratch, a.qkv.at(l), a.atty.at(l), a.attention_saved.at(l), attn_ws, B,
                            T, C, NH, s, qkv_bias_in_attention ? reduce : nullptr);
         if (qkv_bias_in_attention)
             column_sum_finish(g(QKVB, l), reduce, attention_qkv_bias_partial_rows(B, T), 3 * C, 1.0f, s);
-        matmul_backward(scratch, g(QKVW, l), qkv_bias_in_attention ? nullptr : g(QKVB, l), dqkv, a.ln1.at(l),
-                        p(QKVW, l), BT, C, 3 * C, reduce, nullptr, false, 1.0f, s);
+        linear(l, kFp8Qkv, scratch, QKVW, qkv_bias_in_attention ? nullptr : g(QKVB, l), dqkv, a.ln1.at(l), C, 3 * C);
         layernorm_backward(dresidual, g(LN1W, l), g(LN1B, l), scratch, residual, p(LN1W, l), a.ln1_mean.at(l),
                            a.ln1_rstd.at(l), BT, C, reduce, s, l > 0 ? g(FCPROJB, l - 1) : nullptr);
         // layer l's gradients are final (its fcproj bias was written by the LayerNorm backward above it)

@@ -10,6 +10,7 @@
 #include "llmc/kernels/encoder.cuh"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul/matmul.cuh"
+#include "llmc/model/gpt2_fp8.cuh"
 #include "llmc/model/gpt2_params.cuh"
 #include "llmc/model/step_graph.h"
 
@@ -52,6 +53,7 @@ struct ForwardShape {
     int B = 0, T = 0;
     AttentionBackend backend = AttentionBackend::Materialized;
     bool fuse_gelu = kFloatXIsBF16;  // GELU in the fc GEMM's epilogue (FP32 builds use the exact kernel)
+    const Fp8Layers* fp8 = nullptr;  // the blocks' linear layers in FP8 (llmc/model/gpt2_fp8.cuh); null: floatX
 };
 
 // inputs: B·T token ids on the device. Leaves lnf (and residual3 of the last layer) for the classifier.
@@ -59,22 +61,33 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
                                 const int* inputs, const ForwardShape& shape, cudaStream_t s,
                                 ForwardListener* listener = nullptr) {
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, B = shape.B, T = shape.T, BT = B * T;
+    // FP8 GEMMs take K in multiples of 16: a forward over another row count (an evaluation's) runs in floatX
+    const Fp8Layers* fp8 = shape.fp8 && shape.fp8->on() && BT % 16 == 0 && BT <= shape.fp8->max_rows ? shape.fp8
+                                                                                                     : nullptr;
+    if (fp8) gpt2_fp8_begin_forward(*fp8, s);
+    // a linear layer's forward, in FP8 or in floatX (fc's with its GELU: fch the input, fch_gelu the output)
+    auto linear = [&](int l, Fp8Linear k, floatX* out, const floatX* inp, ParamTensor w, ParamTensor b, int in,
+                      int out_ch, floatX* pre_gelu) {
+        if (!fp8) return matmul_forward(out, inp, p(w, l), p(b, l), BT, in, out_ch, pre_gelu, shape.fuse_gelu, s);
+        gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, inp, p(b, l), BT, s);
+        if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)BT * out_ch, s);  // the kernel the backward recomputes with
+    };
     if (listener) listener->parameters_needed(-1);
     encoder_forward(a.encoded, inputs, p(WTE), p(WPE), B, T, C, s);
     if (listener) listener->parameters_needed(0);  // layer 0's ln1 weights: the LayerNorm ahead of the layer
     layernorm_forward(a.ln1.at(0), a.ln1_mean.at(0), a.ln1_rstd.at(0), a.encoded, p(LN1W), p(LN1B), BT, C, s);
     for (int l = 0; l < L; l++) {
+        if (fp8) gpt2_fp8_cast_weights(*fp8, p, l, s);  // after parameters_needed(l)
         floatX* qkv = a.qkv.at(l);
-        matmul_forward(qkv, a.ln1.at(l), p(QKVW, l), p(QKVB, l), BT, C, 3 * C, nullptr, false, s);
+        linear(l, kFp8Qkv, qkv, a.ln1.at(l), QKVW, QKVB, C, 3 * C, nullptr);
         if (listener) listener->qkv_ready(l, qkv);
         attention_forward(shape.backend, a.atty.at(l), a.attention_saved.at(l), qkv, a.attention_workspace, B, T, C,
                           NH, s);
-        matmul_forward(a.scratch, a.atty.at(l), p(ATTPROJW, l), p(ATTPROJB, l), BT, C, C, nullptr, false, s);
+        linear(l, kFp8AttProj, a.scratch, a.atty.at(l), ATTPROJW, ATTPROJB, C, C, nullptr);
         fused_residual_layernorm_forward(a.residual2.at(l), a.ln2.at(l), a.ln2_mean.at(l), a.ln2_rstd.at(l),
                                          a.residual_in(l), a.scratch, p(LN2W, l), p(LN2B, l), BT, C, s);
-        matmul_forward(a.fch_gelu.at(l), a.ln2.at(l), p(FCW, l), p(FCB, l), BT, C, 4 * C, a.fch.at(l),
-                       shape.fuse_gelu, s);
-        matmul_forward(a.scratch, a.fch_gelu.at(l), p(FCPROJW, l), p(FCPROJB, l), BT, 4 * C, C, nullptr, false, s);
+        linear(l, kFp8Fc, a.fch_gelu.at(l), a.ln2.at(l), FCW, FCB, C, 4 * C, a.fch.at(l));
+        linear(l, kFp8FcProj, a.scratch, a.fch_gelu.at(l), FCPROJW, FCPROJB, 4 * C, C, nullptr);
         if (l + 1 < L) {  // the residual add and the next layer's ln1 in one kernel
             if (listener) listener->parameters_needed(l + 1);
             fused_residual_layernorm_forward(a.residual3.at(l), a.ln1.at(l + 1), a.ln1_mean.at(l + 1),

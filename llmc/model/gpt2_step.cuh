@@ -37,8 +37,8 @@ inline void forward_enqueue(GPT2* m, int B, int T, bool with_targets, ForwardLis
     const GPT2Config& c = m->config;
     const int C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, BT = B * T;
     cudaStream_t s = m->stream;
-    gpt2_forward_layers(c, m->params, m->acts, buf<int>(m, mem::Inputs), ForwardShape{B, T, m->backend, m->fuse_gelu},
-                        s, listener);
+    const ForwardShape shape{B, T, m->backend, m->fuse_gelu, m->fp8_layers.on() ? &m->fp8_layers : nullptr};
+    gpt2_forward_layers(c, m->params, m->acts, buf<int>(m, mem::Inputs), shape, s, listener);
     matmul_forward(buf<floatX>(m, mem::Logits), m->acts.lnf, m->params(WTE), nullptr, BT, C, Vp, nullptr, false, s);
     if (with_targets) {
         fused_classifier(buf<floatX>(m, mem::Logits), buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,

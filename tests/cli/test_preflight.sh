@@ -114,6 +114,13 @@ else bad "./train_gpt2 --check refuses a model of C = 36:"; tail -2 "$TMP/c36.lo
 if [ -x ./train_gpt2cu ]; then
     expect_one_line ./train_gpt2cu "a model the GPU engine cannot train" \
         "flag -e $TMP/c36_model.bin: C = 36 must be a multiple of 8" -e "$TMP/c36_model.bin"
+    # -fp8 1 where it cannot run: named before the GPU (BF16 builds: a B*T FP8's GEMMs do not take; FP32 builds: any)
+    if ./train_gpt2cu --version | grep -q bf16; then
+        expect_one_line ./train_gpt2cu "-fp8 1 with B*T = 24" "flag -fp8: FP8 training needs B*T a multiple of 16" \
+            -b 1 -t 24 -fp8 1
+    else
+        expect_one_line ./train_gpt2cu "-fp8 1 in an FP32 build" "flag -fp8: FP8 training needs a BF16 build" -fp8 1
+    fi
 fi
 
 # without a GPU, train_gpt2cu with good inputs gets as far as the GPU, and says it is missing in one line

@@ -3,7 +3,7 @@
 # 2-layer model, C 128, 2 heads of 64, so the flash kernels run: made by scripts/reference/train_gpt2.py; Tiny Shakespeare):
 #   train      train_gpt2cu, B 4, 2 steps with validation, HellaSwag (-h 1, the committed fixture) and samples
 #   train-z1   ZeRO-1's optimizer on one GPU (-z 1), B 4        train-z2   ZeRO-2's (-z 2), B 4
-#   train-mat  the materialized attention backend, B 4
+#   train-mat  the materialized attention backend, B 4           train-fp8  the blocks' linear layers in FP8 (-fp8 1), B 4
 #   gen-1      generate_gpt2cu, one prompt, greedy (decode_matvec, the greedy pick folded into the classifier)
 #   gen-20     twenty prompts at once, sampled (cuBLASLt's decode products, the GPU picker)
 #   serve      serve_gpt2cu: completions together, a chunked prompt, a stream, a bad request, then SIGTERM to the
@@ -113,6 +113,9 @@ launch() {  # tool, name, command...: check in the background once fewer than JO
     check "$@" &
 }
 rm -f "$LOGDIR/results.txt"
+# -fp8 1 where it runs: BF16 builds on compute capability 9+ (elsewhere it is refused, tests/gpu/check_fp8_train.sh)
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | cut -d. -f1)
+fp8=0; [[ "$cc" =~ ^[0-9]+$ ]] && [ "$cc" -ge 9 ] && ./train_gpt2cu --version | grep -q bf16 && fp8=1
 # the longest runs first: racecheck over test_decode, one run per test (together they outlast a run's limit), so
 # they do not start last and set the whole script's time
 if [[ " $TOOLS " == *" racecheck "* ]]; then
@@ -123,6 +126,7 @@ for tool in $TOOLS; do
     launch "$tool" train-z1 "${train[@]}" -b 4 -s 0 -z 1
     launch "$tool" train-z2 "${train[@]}" -b 4 -s 0 -z 2
     launch "$tool" train-mat "${train[@]}" -b 4 -s 0 -ab materialized
+    [ "$fp8" = 1 ] && launch "$tool" train-fp8 "${train[@]}" -b 4 -s 0 -fp8 1
     launch "$tool" gen-1 "${generate[@]}" -p "The meaning of life is"
     launch "$tool" gen-20 "${generate[@]}" -pf "$prompts" -st 0.9 -sk 40 -seed 7
     launch "$tool" serve

@@ -4,12 +4,14 @@
 // (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
 // equal llmc/core/fp8.h's fp8_encode. The max does not depend on the order it is taken in: amax is deterministic (at
 // most one atomicMax per block on the float's bits, which order non-negative floats as integers; a NaN wins).
-// Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose.
+// Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose;
+// with neither y nor yT asked for, a reduction kernel of its own (amax_kernel).
 // rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
 #pragma once
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +27,13 @@ template <Fp8Format F>
 __device__ inline uint16_t to_fp8x2(float a, float b) {
     constexpr __nv_fp8_interpretation_t kind = F == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
     return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);  // a in the low byte
+}
+
+// A 256-thread block's max |x| bits (m: each thread's) folded into *amax: one atomic per block at most, and none where
+// the running max already covers the block's (atomics on one address serialize: one per warp was most of a cast's
+// time). Every thread of the block calls it (it syncs); warp_max: 8 words of the kernel's shared memory.
+__device__ __forceinline__ void fold_block_amax(unsigned int m, float* amax, unsigned int* warp_max) {
+    fold_block_amax(m, amax, warp_max);
 }
 
 // Where a cast's scale comes from: *scale (delayed scaling; null: 1), or, when from_amax is set, the tensor's own
@@ -51,7 +60,9 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
         s = fp8_scale_from_amax(*src.from_amax, F, src.margin, 1.f);
         if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && src.scale_out) {
             *src.scale_out = s;
-            *src.descale_out = (float)(1.0 / (double)s);  // in double: exact, and untouched by --use_fast_math
+            // in double: exact, and untouched by --use_fast_math. An infinite amax (the cast saturates it) gives a
+            // NaN descale, so the GEMM's output, and the step's loss or norm, say so instead of a finite wrong value.
+            *src.descale_out = isinf(*src.from_amax) ? NAN : (float)(1.0 / (double)s);
         }
     }
     unsigned int m = 0;  // max |x| as bits: non-negative floats order as integers, and a NaN (|NaN|) above all
@@ -72,19 +83,8 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
         }
         tile[ty + 16 * k][tx] = packed;
     }
-    if (amax) {
-        // one atomic per block at most, and none where the running max already covers the block's: atomics on one
-        // address serialize, and one per warp was most of the cast's time
-        __shared__ unsigned int warp_max[8];
-        for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-        if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < 8; w++) m = max(m, warp_max[w]);
-            unsigned int* bits = reinterpret_cast<unsigned int*>(amax);
-            if (m > *reinterpret_cast<volatile unsigned int*>(bits)) atomicMax(bits, m);
-        }
-    }
+    __shared__ unsigned int warp_max[8];
+    if (amax) fold_block_amax(m, amax, warp_max);  // amax is the same for the whole block: every thread calls it
     if (!yT) return;
     __syncthreads();
     // yT's row c (x's column col0 + c), bytes of x's rows row0 + 4 tx .. + 3
@@ -99,6 +99,19 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
     }
 }
 
+// max |x| alone (no cast asked for): a grid-stride read at the memory's pace, 4 values a load.
+__global__ void __launch_bounds__(256) amax_kernel(const floatX* __restrict__ x, size_t quads, float* amax) {
+    struct alignas(4 * sizeof(floatX)) Quad { floatX v[4]; };
+    __shared__ unsigned int warp_max[8];
+    unsigned int m = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
+        const Quad q = reinterpret_cast<const Quad*>(x)[i];
+#pragma unroll
+        for (int j = 0; j < 4; j++) m = max(m, __float_as_uint(fabsf((float)q.v[j])));
+    }
+    fold_block_amax(m, amax, warp_max);
+}
+
 template <Fp8Format F>
 inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& src, uint8_t* y, uint8_t* yT,
                         float* amax, cudaStream_t stream) {
@@ -107,6 +120,14 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
         fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, x "
                 "aligned to 4 values, y and yT to 4 bytes)\n", rows, cols);
         exit(EXIT_FAILURE);
+    }
+    if (!y && !yT) {
+        if (!amax) return;
+        const size_t quads = (size_t)rows * cols / 4;
+        const int blocks = (int)std::min<size_t>((quads + 255) / 256, (size_t)device_sm_count() * 8);
+        amax_kernel<<<blocks, 256, 0, stream>>>(x, quads, amax);
+        cudaCheck(cudaGetLastError());
+        return;
     }
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
     cast_transpose_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax);

@@ -97,9 +97,11 @@ inline Plan* find_plan(const Key& k) {
     const cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, kCandidates, results, &p.found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (status != CUBLAS_STATUS_SUCCESS) p.found = 0;
-    for (int i = 0; i < p.found; i++) p.algos[i] = results[i].algo;
-    p.supported = p.found > 0;
+    int usable = 0;
+    for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < p.found; i++)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS) p.algos[usable++] = results[i].algo;
+    p.found = usable;
+    p.supported = usable > 0;
     Plan& stored = plans().emplace(k, p).first->second;
     return stored.supported ? &stored : nullptr;
 }

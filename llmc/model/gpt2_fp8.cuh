@@ -1,0 +1,165 @@
+// The four linear layers of every block (qkv, attproj, fc, fcproj) in FP8 on Hopper (`-fp8 1`, docs/FP8.md): the
+// forward, the input gradient and the weight gradient each one cuBLASLt FP8 GEMM (llmc/kernels/matmul/matmul_fp8.cuh)
+// on operands cast from the bf16 tensors the BF16 step already has, E4M3 for activations and weights, E5M2 for
+// output gradients. Per-tensor current scaling: each operand's amax first (one pass), then the cast with the scale that
+// amax gives (llmc/kernels/fp8/cast_transpose.cuh), so a scale never lags its tensor and there is no state across
+// steps (resume is bit-exact as in BF16 runs). What FP8 GEMMs on Hopper need, both operands K-major:
+//   forward           out (N, OC)  = inp (N, C)   · W (OC, C)ᵀ       K = C:  inp's y, W's y
+//   input gradient    dinp (N, C)  = dout (N, OC) · Wᵀ (C, OC)ᵀ      K = OC: dout's y, W's yT
+//   weight gradient   dW (OC, C)  += doutᵀ (OC, N) · inpᵀ (C, N)ᵀ    K = N:  dout's yT, inp's yT
+// The weights are cast (y and yT) at each forward, as their layer begins; inp is cast again in the backward (yT, with
+// the scale its forward cast took: the tensor is the same, kept or recomputed bit for bit). Accumulation: fast in the
+// forward, promoted to fp32 in both gradients (TransformerEngine's choice; K = N is long in the weight gradient).
+// The bias gradients are column sums of the bf16 output gradients, as in BF16 runs; the lm_head stays bf16.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "llmc/core/cuda_common.h"
+#include "llmc/core/fp8.h"
+#include "llmc/kernels/column_sum.cuh"
+#include "llmc/kernels/fp8/cast_transpose.cuh"
+#include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/matmul/matmul_fp8.cuh"
+#include "llmc/model/gpt2_params.cuh"
+
+enum Fp8Linear { kFp8Qkv, kFp8AttProj, kFp8Fc, kFp8FcProj, kFp8Linears };
+enum Fp8Operand { kFp8Inp, kFp8Weight, kFp8Dout, kFp8Operands };  // a linear's three cast tensors
+
+struct Fp8Layers {
+    int L = 0, C = 0, max_rows = 0;
+    uint8_t* weights = nullptr;    // per layer, per linear: W's y (OC x C) then yT (C x OC), E4M3
+    float* stats = nullptr;        // amax, scale, descale: 3 arrays of L x kFp8Linears x kFp8Operands
+    uint8_t* work[3] = {};         // max_rows x 4C bytes each: the current GEMM's activation operands
+    size_t bytes = 0;              // all of the above
+    bool on() const { return weights != nullptr; }
+
+    size_t slot(int l, Fp8Linear k, Fp8Operand o) const { return ((size_t)l * kFp8Linears + k) * kFp8Operands + o; }
+    size_t slots() const { return (size_t)L * kFp8Linears * kFp8Operands; }
+    float* amax(size_t s) const { return stats + s; }
+    float* scale(size_t s) const { return stats + slots() + s; }
+    float* descale(size_t s) const { return stats + 2 * slots() + s; }
+};
+
+namespace gpt2_fp8_detail {
+
+struct Dims { int in, out; ParamTensor weight; };  // a linear's C (K of its forward) and OC
+inline Dims dims(int C, Fp8Linear k) {
+    switch (k) {
+        case kFp8Qkv: return {C, 3 * C, QKVW};
+        case kFp8AttProj: return {C, C, ATTPROJW};
+        case kFp8Fc: return {C, 4 * C, FCW};
+        default: return {4 * C, C, FCPROJW};
+    }
+}
+// Bytes of one layer's FP8 weights (every linear's y and yT: 2 x 12 C^2) and where linear k's start.
+inline size_t layer_weight_bytes(int C) { return (size_t)24 * C * C; }
+inline size_t weight_offset(int C, Fp8Linear k) {
+    size_t off = 0;
+    for (int i = 0; i < k; i++) off += (size_t)2 * dims(C, (Fp8Linear)i).in * dims(C, (Fp8Linear)i).out;
+    return off;
+}
+inline uint8_t* weight_y(const Fp8Layers& f, int l, Fp8Linear k) {
+    return f.weights + (size_t)l * layer_weight_bytes(f.C) + weight_offset(f.C, k);
+}
+inline uint8_t* weight_yT(const Fp8Layers& f, int l, Fp8Linear k) {
+    const Dims d = dims(f.C, k);
+    return weight_y(f, l, k) + (size_t)d.in * d.out;
+}
+
+// x (rows, cols) cast to F with current scaling into slot s: its amax, then y and/or yT with the scale from it.
+template <Fp8Format F>
+inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
+                         cudaStream_t stream) {
+    fp8_amax(x, rows, cols, f.amax(s), stream);
+    fp8_cast_transpose_current<F>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream);
+}
+
+}  // namespace gpt2_fp8_detail
+
+// Why -fp8 1 cannot run here ("" when it can): BF16 builds, C a multiple of 16 (K of the forward) and B*T of 16 (K of
+// the weight gradient), and, once the device is known (compute_capability_major >= 0), FP8 tensor cores (Hopper).
+inline std::string gpt2_fp8_problem(int C, int BT, int compute_capability_major) {
+    if (!kFloatXIsBF16) return "FP8 training needs a BF16 build (make PRECISION=BF16, the default)";
+    if (compute_capability_major >= 0 && compute_capability_major < 9)
+        return "FP8 training needs FP8 tensor cores with Hopper's GEMMs (compute capability 9.0+, H100/H200)";
+    if (C % 16 != 0) return "FP8 training needs C a multiple of 16, got " + std::to_string(C);
+    if (BT % 16 != 0) return "FP8 training needs B*T a multiple of 16, got " + std::to_string(BT);
+    return "";
+}
+
+// The device memory for L layers of width C and batches up to max_rows = B*T rows.
+inline size_t gpt2_fp8_bytes(int L, int C, int max_rows) {
+    const size_t slots = (size_t)L * kFp8Linears * kFp8Operands;
+    return (size_t)L * gpt2_fp8_detail::layer_weight_bytes(C) + 3 * slots * sizeof(float) +
+           3 * (size_t)max_rows * 4 * C + 5 * 256;  // + each piece's alignment
+}
+
+inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows) {
+    f->L = L, f->C = C, f->max_rows = max_rows;
+    f->bytes = gpt2_fp8_bytes(L, C, max_rows);
+    char* block;
+    cudaCheck(cudaMalloc(&block, f->bytes));
+    auto take = [&block](size_t n) {
+        char* p = block;
+        block += (n + 255) / 256 * 256;
+        return p;
+    };
+    f->weights = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_weight_bytes(C));
+    f->stats = (float*)take(3 * f->slots() * sizeof(float));
+    for (auto& w : f->work) w = (uint8_t*)take((size_t)max_rows * 4 * C);
+    cudaCheck(cudaMemset(f->stats, 0, 3 * f->slots() * sizeof(float)));
+    matmul_init();
+    matmul_fp8_detail::unit_scale();  // allocated now, not inside a captured step
+}
+
+inline void gpt2_fp8_free(Fp8Layers* f) {
+    if (f->weights) cudaCheck(cudaFree(f->weights));  // the block's start
+    *f = Fp8Layers{};
+}
+
+// At a forward's start: every amax back to zero (each pass folds its tensor's into its slot).
+inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
+    cudaCheck(cudaMemsetAsync(f.stats, 0, f.slots() * sizeof(float), stream));
+}
+
+// Layer l's four weights to E4M3, y and yT, once its parameters are there (before its first GEMM).
+inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l, cudaStream_t stream) {
+    using namespace gpt2_fp8_detail;
+    for (int k = 0; k < kFp8Linears; k++) {
+        const Dims d = dims(f.C, (Fp8Linear)k);
+        cast_current<Fp8Format::E4M3>(f, f.slot(l, (Fp8Linear)k, kFp8Weight), p(d.weight, l), d.out, d.in,
+                                      weight_y(f, l, (Fp8Linear)k), weight_yT(f, l, (Fp8Linear)k), stream);
+    }
+}
+
+// out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights).
+inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out, const floatX* inp,
+                             const floatX* bias, int N, cudaStream_t stream) {
+    using namespace gpt2_fp8_detail;
+    const Dims d = dims(f.C, k);
+    const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
+    cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, f.work[0], nullptr, stream);
+    matmul_fp8(out, f.work[0], Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias,
+               N, d.out, d.in, /*fast_accum=*/true, stream);
+}
+
+// Linear k of layer l backward: dW += doutᵀ · inp, dbias += column sums of dout (if dbias), dinp = dout · W
+// (overwritten). inp is the forward's input, bit for bit (kept or recomputed); reduce: column_sum's scratch.
+inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* dinp, floatX* dweight, floatX* dbias,
+                              const floatX* dout, const floatX* inp, int N, float* reduce, cudaStream_t stream) {
+    using namespace gpt2_fp8_detail;
+    const Dims d = dims(f.C, k);
+    const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
+    uint8_t *dout_y = f.work[0], *dout_yT = f.work[1], *inp_yT = f.work[2];
+    cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream);
+    fp8_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
+    if (dbias) column_sum_accumulate(dbias, dout, N, d.out, 1.0f, reduce, stream);
+    matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), inp_yT, Fp8Format::E4M3, f.descale(si), nullptr,
+               d.out, d.in, N, /*fast_accum=*/false, stream, /*accumulate=*/true);
+    matmul_fp8(dinp, dout_y, Fp8Format::E5M2, f.descale(sd), weight_yT(f, l, k), Fp8Format::E4M3, f.descale(sw),
+               nullptr, N, d.in, d.out, /*fast_accum=*/false, stream);
+}

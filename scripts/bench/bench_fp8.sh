@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# FP8 (-fp8 1) against BF16 (-fp8 0) in one call on one GPU: speed, then loss (docs/FP8.md, issue 64's acceptance).
+#   speed    for each DEPTH:B of SHAPES (default "12:16 48:8"), T 1024, random tokens: ROUNDS rounds of BF16 then FP8,
+#            the median ms/step of steps 10..STEPS of each run, the device memory; "fp8 speed" lines with the ratio
+#            BF16 ms / FP8 ms per round and over the rounds' medians.
+#   quality  d12 from scratch on Tiny Shakespeare with the main job's settings (scripts/runs/run_tinyshakespeare.sh)
+#            for QSTEPS steps (1000), validating every 25: BF16 with seed 42, BF16 with seed 43 (BF16's own spread),
+#            FP8 with seed 42. Prints every validation's three losses, then the largest |FP8 - BF16| after step 100,
+#            the largest seed-to-seed difference, the best validation losses, and whether FP8 stays within
+#            max(0.02, the spread) at every validation after step 100.
+#   scripts/bench/bench_fp8.sh [speed] [quality]     (both by default)
+# Env: SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PARTS=${*:-speed quality}
+SHAPES=${SHAPES:-"12:16 48:8"}; ROUNDS=${ROUNDS:-2}; STEPS=${STEPS:-40}; QSTEPS=${QSTEPS:-1000}
+LOGDIR=${LOGDIR:-bench_logs/fp8}; TRAIN_FLAGS=${TRAIN_FLAGS:-}
+mkdir -p "$LOGDIR"
+[ -x ./train_gpt2cu ] || { echo "error: ./train_gpt2cu not built (make train_gpt2cu)" >&2; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+median_ms() {  # log, first step, last step: the median ms/step of those step lines
+    python3 - "$@" <<'PARSE'
+import re, statistics, sys
+path, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ms = [float(m.group(2)) for m in (re.match(r"step\s+(\d+)/\d+ \|.*\|\s*([\d.]+) ms \|", l) for l in open(path))
+      if m and lo <= int(m.group(1)) <= hi]
+print(f"{statistics.median(ms):.2f}" if ms else "nan")
+PARSE
+}
+
+if [[ " $PARTS " == *" speed "* ]]; then
+    SHARD="$LOGDIR/random_tokens_train_000000.bin"
+    [ -f "$SHARD" ] || python3 scripts/reference/make_random_shard.py "$SHARD"
+    for shape in $SHAPES; do
+        D=${shape%%:*}; B=${shape#*:}; bf=(); f8=()
+        for r in $(seq "$ROUNDS"); do
+            for mode in 0 1; do
+                log="$LOGDIR/speed_d${D}_B${B}_fp8${mode}_r$r.log"
+                ms=nan  # a failed run keeps its place, so the rounds stay paired
+                if ./train_gpt2cu -e "d$D" -b "$B" -t 1024 -x "$STEPS" -v 0 -s 0 -i "$SHARD" -l 3e-4 -fp8 $mode \
+                        $TRAIN_FLAGS >"$log" 2>&1; then ms=$(median_ms "$log" 10 "$STEPS")
+                else tail -n 5 "$log"; echo "fp8 speed d$D B$B: the -fp8 $mode run failed ($log)"; fi
+                [ $mode = 0 ] && bf+=("$ms") || f8+=("$ms")
+                echo "fp8 speed d$D B$B round $r -fp8 $mode: $ms ms/step, memory $(sed -n 's/^device memory in use at the end: //p' "$log")"
+            done
+        done
+        python3 - "$D" "$B" "${bf[*]:-}" "${f8[*]:-}" <<'RATIO'
+import statistics, sys
+d, b, bf, f8 = sys.argv[1], sys.argv[2], [float(x) for x in sys.argv[3].split()], [float(x) for x in sys.argv[4].split()]
+pairs = [(x, y) for x, y in zip(bf, f8) if x == x and y == y]  # both runs of the round finished
+if pairs:
+    mb, mf = statistics.median(x for x, _ in pairs), statistics.median(y for _, y in pairs)
+    print(f"fp8 speed d{d} B{b}: bf16 {mb:.2f} ms, fp8 {mf:.2f} ms, speed-up {mb / mf:.3f}x (rounds: "
+          + ", ".join(f"{x / y:.3f}" for x, y in pairs) + ")")
+RATIO
+    done
+fi
+
+if [[ " $PARTS " == *" quality "* ]]; then
+    make -s data >/dev/null
+    DATA=(-i "data/tinyshakespeare/tiny_shakespeare_train.bin" -j "data/tinyshakespeare/tiny_shakespeare_val.bin")
+    FLAGS=(-e d12 -b 8 -t 512 -l 6e-4 -u 20 -v 25 -m -1 -k cosine -q 0.1 -c 0.1 -s 0 -x "$QSTEPS")
+    for run in bf16_42:0:42 bf16_43:0:43 fp8_42:1:42; do
+        IFS=: read -r name mode seed <<<"$run"
+        rm -rf "$LOGDIR/q_$name"
+        ./train_gpt2cu "${FLAGS[@]}" "${DATA[@]}" -fp8 "$mode" -seed "$seed" -o "$LOGDIR/q_$name" $TRAIN_FLAGS \
+            >"$LOGDIR/q_$name.log" 2>&1 || { tail -n 5 "$LOGDIR/q_$name.log"; echo "fp8 quality: the $name run failed"; exit 1; }
+    done
+    python3 - "$LOGDIR" <<'QUALITY'
+import math, re, sys
+d = sys.argv[1]
+def val(name):
+    out = {}
+    for line in open(f"{d}/q_{name}/main.log"):
+        m = re.match(r"s:(\d+) tel:(\S+)", line)
+        if m: out[int(m.group(1))] = float(m.group(2))
+    return out
+a, b, f = val("bf16_42"), val("bf16_43"), val("fp8_42")
+steps = sorted(set(a) & set(b) & set(f))
+print("fp8 quality: step | bf16 seed 42 | bf16 seed 43 | fp8 seed 42")
+for s in steps: print(f"fp8 quality: {s} | {a[s]:.4f} | {b[s]:.4f} | {f[s]:.4f}")
+late = [s for s in steps if s > 100]
+if not late: sys.exit("fp8 quality: no validation after step 100")
+gap = max(abs(f[s] - a[s]) for s in late)
+spread = max(abs(b[s] - a[s]) for s in late)
+finite = all(math.isfinite(f[s]) for s in steps)
+tol = max(0.02, spread)
+best = (min(a.values()), min(b.values()), min(f.values()))
+ok = finite and gap <= tol and abs(best[2] - best[0]) <= tol
+print(f"fp8 quality: after step 100 the largest |fp8 - bf16| {gap:.4f}, bf16's seed-to-seed {spread:.4f}; best "
+      f"validation bf16 {best[0]:.4f} / {best[1]:.4f}, fp8 {best[2]:.4f}; within max(0.02, spread) = {tol:.4f}: "
+      f"{'yes' if ok else 'NO'}")
+QUALITY
+fi

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# -fp8 1 in the trainer (llmc/model/gpt2_fp8.cuh). Where FP8 training runs (BF16 builds, compute capability 9+):
+#   - the same short run with -fp8 0 and -fp8 1 (same seed, data, flags): every loss finite, FP8's last training
+#     loss and last validation loss within TOL (0.1 nats) of BF16's (a short d6 run: a smoke test of the wiring; the
+#     quality runs of docs/FP8.md are the real measure);
+#   - the first step's gradient norm within 10% of BF16's (a gradient off by a power of two, or a lost bias gradient,
+#     shows there first: AdamW would hide it in the losses);
+#   - -fp8 1 twice: main.log byte-identical (deterministic); and with -r 0 and -r 2 (the inputs the backward re-casts
+#     kept, or recomputed bit for bit) byte-identical to -r 1's;
+#   - -fp8 1 resumed from a checkpoint: bit-exact as tests/gpu/check_resume.sh checks it;
+#   - B*T not a multiple of 16 refused in one line before any work.
+# Elsewhere (FP32 builds, older GPUs): -fp8 1 refused in one line, naming the flag.
+#   tests/gpu/check_fp8_train.sh        env: MODEL (d6), STEPS (60), TOL (0.1), WORK (fp8_check)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODEL=${MODEL:-d6}; STEPS=${STEPS:-60}; TOL=${TOL:-0.1}; WORK=${WORK:-fp8_check}
+[ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || { echo "error: no data (make data)" >&2; exit 1; }
+make -s train_gpt2cu PRECISION="${PRECISION:-BF16}" || exit 1  # never a stale binary
+rm -rf "$WORK"; mkdir -p "$WORK"
+FLAGS=(-e "$MODEL" -b 4 -t 256 -x "$STEPS" -v 20 -m 4 -s 0 -g 16 -l 6e-4 -u 5 -seed 7)
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | cut -d. -f1)
+[[ "$cc" =~ ^[0-9]+$ ]] || { echo "error: nvidia-smi reports no compute capability ('$cc')" >&2; exit 1; }
+precision=$(./train_gpt2cu --version | grep -o -E 'bf16|fp32' | head -n 1)
+fail=0
+refused() {  # $1: what; the rest: flags. One "error: flag -fp8: ..." line, exit status 1, nothing trained.
+    local what=$1; shift
+    if ./train_gpt2cu "$@" >"$WORK/refused.log" 2>&1; then echo "FAIL: $what: ran"; fail=1; return; fi
+    if [ "$(grep -c '^error: flag -fp8: ' "$WORK/refused.log")" = 1 ] && ! grep -q '^step' "$WORK/refused.log"; then
+        echo "ok   $what: $(grep '^error:' "$WORK/refused.log")"
+    else echo "FAIL: $what:"; cat "$WORK/refused.log"; fail=1; fi
+}
+if [ "$precision" != bf16 ] || [ "${cc:-0}" -lt 9 ]; then
+    refused "-fp8 1 in a $precision build on compute capability $cc" "${FLAGS[@]}" -fp8 1 -o "$WORK/none"
+    [ $fail = 0 ] && echo "FP8 TRAINING: PASS (refused here, as it must be)" && exit 0
+    echo "FP8 TRAINING: FAIL"; exit 1
+fi
+refused "-fp8 1 with B*T = 24" -e "$MODEL" -b 1 -t 24 -x 2 -v 0 -s 0 -fp8 1
+for run in bf16:0:1 fp8:1:1 fp8b:1:1 fp8r0:1:0 fp8r2:1:2; do
+    IFS=: read -r name mode r <<<"$run"
+    ./train_gpt2cu "${FLAGS[@]}" -fp8 "$mode" -r "$r" -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
+        { echo "FAIL: the $name run:"; tail -n 20 "$WORK/$name.log"; exit 1; }
+done
+grep -q 'linear layers in FP8' "$WORK/fp8.log" || { echo "FAIL: the -fp8 1 run's start-up does not name FP8"; fail=1; }
+last() { grep -E "^s:[0-9]+ $2:" "$WORK/$1/main.log" | tail -n 1 | sed 's/.*://' || true; }
+for kind in trl tel; do
+    b=$(last bf16 $kind); f=$(last fp8 $kind)
+    if python3 -c "import math,sys; b,f=float('$b' or 'nan'),float('$f' or 'nan'); sys.exit(0 if math.isfinite(f) and abs(f-b)<=$TOL else 1)"; then
+        echo "ok   last $kind: bf16 $b, fp8 $f (within $TOL)"
+    else echo "FAIL: last $kind: bf16 $b, fp8 $f (tolerance $TOL)"; fail=1; fi
+done
+if grep -q -i -E 'nan|inf' <(sed 's/^s:[0-9]* [a-z]*://' "$WORK/fp8/main.log"); then
+    echo "FAIL: a non-finite loss in the -fp8 1 run"; fail=1; fi
+norm1() { LC_ALL=C grep -a -m 1 -E '^step +1/' "$WORK/$1.log" | sed -E 's/.*\| norm +([^ ]+) .*/\1/' || true; }
+nb=$(norm1 bf16); nf=$(norm1 fp8)
+if python3 -c "import math,sys; b,f=float('$nb' or 'nan'),float('$nf' or 'nan'); sys.exit(0 if math.isfinite(f) and abs(f-b)<=0.1*b else 1)"; then
+    echo "ok   step 1's gradient norm: bf16 $nb, fp8 $nf (within 10%)"
+else echo "FAIL: step 1's gradient norm: bf16 '$nb', fp8 '$nf' (tolerance 10%)"; fail=1; fi
+for other in fp8b fp8r0 fp8r2; do
+    if cmp -s "$WORK/fp8/main.log" "$WORK/$other/main.log"; then
+        echo "ok   -fp8 1 ($other) main.log identical to the first -fp8 1 run's ($(wc -l <"$WORK/fp8/main.log") lines)"
+    else echo "FAIL: -fp8 1 ($other): main.log differs from the first run's"; diff "$WORK/fp8/main.log" "$WORK/$other/main.log" | head -n 6; fail=1; fi
+done
+MODEL=$MODEL STEPS=20 WORK="$WORK/resume" bash tests/gpu/check_resume.sh -fp8 1 >"$WORK/resume.log" 2>&1 &&
+    echo "ok   -fp8 1 resumed: $(tail -n 1 "$WORK/resume.log")" ||
+    { echo "FAIL: -fp8 1 resumed:"; tail -n 15 "$WORK/resume.log"; fail=1; }
+if [ $fail = 0 ]; then echo "FP8 TRAINING: PASS"; else echo "FP8 TRAINING: FAIL"; exit 1; fi

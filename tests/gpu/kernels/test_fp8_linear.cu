@@ -1,0 +1,154 @@
+// The blocks' linear layers in FP8 (llmc/model/gpt2_fp8.cuh), each of qkv, attproj, fc and fcproj of two layers,
+// forward and backward in a step's order (every forward, then the backwards last layer first), against fp64 products of
+// the operands quantized on the host by llmc/core/fp8.h with the scales current scaling gives (max |x| ->
+// fp8_scale_from_amax): so the layouts (y, yT, K-major), the slots, the scales and descales, the accumulation into dW
+// and the bias sums are all checked, and the only differences left are the GEMMs' accumulation order and the bf16
+// outputs' rounding. Tolerances as test_fp8.cu's GEMMs: rel-L2 <= 1e-2 for the forward (fast accumulation), 6e-3 for
+// both gradients (promoted), 6e-3 for the bias sums; dW and dbias start from random values (they accumulate), dinp is
+// poisoned. BF16 builds on FP8 tensor cores; elsewhere (FP32 builds, older GPUs) it checks instead that -fp8 1 is
+// refused there, with the reason.
+#include <algorithm>
+#include <cmath>
+
+#include "llmc/core/fp8.h"
+#include "llmc/model/gpt2_fp8.cuh"
+#include "tests/gpu/kernels/kernel_checks.cuh"
+
+namespace {
+
+// x quantized to F with current scaling: what the GEMM multiplies (decode / scale), as doubles.
+std::vector<double> dequantized(const std::vector<float>& x, Fp8Format F) {
+    double amax = 0;
+    for (float v : x) amax = std::max(amax, (double)std::fabs(v));
+    const float scale = fp8_scale_from_amax((float)amax, F, 0, 1.f);
+    std::vector<double> d(x.size());
+    for (size_t i = 0; i < x.size(); i++) d[i] = fp8_decode(fp8_encode((double)x[i] * scale, F), F) / scale;
+    return d;
+}
+
+// One linear of one layer: its inputs, the fp64 references, its device buffers.
+struct Case {
+    int l = 0, N = 0, in = 0, out = 0;
+    Fp8Linear k = kFp8Qkv;
+    std::vector<float> W, inp, bias, dout;
+    std::vector<double> ref_out, ref_dinp, ref_dW, ref_db;
+    floatX *d_inp = nullptr, *d_bias = nullptr, *d_dout = nullptr, *d_out = nullptr, *d_dinp = nullptr;
+    floatX *d_dW = nullptr, *d_db = nullptr;
+};
+
+Case make_case(const GPT2Params& p, int C, int l, Fp8Linear k, int N) {
+    using namespace gpt2_fp8_detail;
+    Case t;
+    const Dims d = dims(C, k);
+    t.l = l, t.k = k, t.N = N, t.in = d.in, t.out = d.out;
+    const int in = d.in, out = d.out;
+    // W as the model holds it (random parameters): read back to quantize it here
+    t.W = download(p(d.weight, l), (size_t)out * in);
+    t.inp = random_vec((size_t)N * in, 1.0f), t.bias = random_vec(out, 0.1f);
+    t.dout = random_vec((size_t)N * out, 1e-4f);  // a gradient's size: E5M2 needs the scale
+    const std::vector<float> dW0 = random_vec((size_t)out * in, 1e-3f), db0 = random_vec(out, 1e-3f);
+    const std::vector<double> qW = dequantized(t.W, Fp8Format::E4M3), qi = dequantized(t.inp, Fp8Format::E4M3),
+                              qd = dequantized(t.dout, Fp8Format::E5M2);
+    t.ref_out.resize((size_t)N * out), t.ref_dinp.resize((size_t)N * in), t.ref_dW.resize((size_t)out * in);
+    t.ref_db.resize(out);
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < out; o++) {
+            double acc = t.bias[o];
+            for (int i = 0; i < in; i++) acc += qi[(size_t)n * in + i] * qW[(size_t)o * in + i];
+            t.ref_out[(size_t)n * out + o] = acc;
+        }
+        for (int i = 0; i < in; i++) {
+            double acc = 0;
+            for (int o = 0; o < out; o++) acc += qd[(size_t)n * out + o] * qW[(size_t)o * in + i];
+            t.ref_dinp[(size_t)n * in + i] = acc;
+        }
+    }
+#pragma omp parallel for
+    for (int o = 0; o < out; o++) {
+        double db = db0[o];
+        for (int n = 0; n < N; n++) db += t.dout[(size_t)n * out + o];
+        t.ref_db[o] = db;
+        for (int i = 0; i < in; i++) {
+            double acc = dW0[(size_t)o * in + i];
+            for (int n = 0; n < N; n++) acc += qd[(size_t)n * out + o] * qi[(size_t)n * in + i];
+            t.ref_dW[(size_t)o * in + i] = acc;
+        }
+    }
+    t.d_inp = upload(t.inp), t.d_bias = upload(t.bias), t.d_dout = upload(t.dout);
+    t.d_out = poisoned((size_t)N * out), t.d_dinp = poisoned((size_t)N * in);
+    t.d_dW = upload(dW0), t.d_db = upload(db0);
+    return t;
+}
+
+void check_case(const Fp8Layers& f, const Case& t) {
+    static const char* const kNames[] = {"qkv", "attproj", "fc", "fcproj"};
+    auto name = [&](const char* what) {
+        char tag[96];
+        snprintf(tag, sizeof(tag), "fp8 linear L%d %s N%d %s", t.l, kNames[t.k], t.N, what);
+        return std::string(tag);
+    };
+    check(name("out (fast accum)"), download(t.d_out, t.ref_out.size()), t.ref_out, 1e-2);
+    check(name("dinp"), download(t.d_dinp, t.ref_dinp.size()), t.ref_dinp, 6e-3);
+    check(name("dW (+=)"), download(t.d_dW, t.ref_dW.size()), t.ref_dW, 6e-3);
+    check(name("dbias (+=)"), download(t.d_db, t.ref_db.size()), t.ref_db, 6e-3);
+    // the scales the casts took: current scaling, so each the host's for the same tensor
+    auto host_scale = [](const std::vector<float>& x, Fp8Format F) {
+        float amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        return fp8_scale_from_amax(amax, F, 0, 1.f);
+    };
+    float got[3];
+    const Fp8Operand ops[3] = {kFp8Inp, kFp8Weight, kFp8Dout};
+    for (int j = 0; j < 3; j++)
+        cudaCheck(cudaMemcpy(&got[j], f.scale(f.slot(t.l, t.k, ops[j])), sizeof(float), cudaMemcpyDeviceToHost));
+    check_exact(name("scales of inp, W, dout"), got[0] == host_scale(t.inp, Fp8Format::E4M3) &&
+                                                    got[1] == host_scale(t.W, Fp8Format::E4M3) &&
+                                                    got[2] == host_scale(t.dout, Fp8Format::E5M2));
+}
+
+void free_case(Case& t) {
+    for (floatX* d : {t.d_inp, t.d_bias, t.d_dout, t.d_out, t.d_dinp, t.d_dW, t.d_db}) cudaFree(d);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    kernel_tests_begin(argc, argv);
+    const std::string why = gpt2_fp8_problem(64, 16, device_info().prop.major);
+    if (!kFloatXIsBF16 || device_info().prop.major < 9) {
+        check_exact("fp8 linear layers refused here: " + why, !why.empty());
+        return kernel_tests_end();
+    }
+    check_exact("fp8 linear layers: C 64, B*T 16 on this device taken", why.empty());
+    check_exact("fp8 linear layers: B*T 24 refused", !gpt2_fp8_problem(64, 24, 9).empty());
+    check_exact("fp8 linear layers: C 72 refused", !gpt2_fp8_problem(72, 16, 9).empty());
+    GPT2Config c;
+    c.max_seq_len = 64, c.vocab_size = 100, c.padded_vocab_size = padded_vocab(100);
+    c.num_layers = 2, c.num_heads = 4, c.channels = 64;
+    const std::vector<float> params = random_vec(gpt2_num_parameters(c), 0.02f);
+    floatX* d_params = upload(params);
+    const GPT2Params p(c, d_params);
+    const int N = 208;  // B*T: a multiple of 16, not of the GEMMs' tiles
+    Fp8Layers f;
+    gpt2_fp8_allocate(&f, c.num_layers, c.channels, N);
+    // as a step runs them: every layer's forwards (weights cast as each layer begins), then the backwards from the
+    // last layer to the first, so one layer's casts must not touch another's weights, slots or scales
+    std::vector<Case> cases;
+    for (int l = 0; l < c.num_layers; l++)
+        for (int k = 0; k < kFp8Linears; k++) cases.push_back(make_case(p, c.channels, l, (Fp8Linear)k, N));
+    float* reduce;
+    cudaCheck(cudaMalloc(&reduce, column_sum_scratch_floats(N, 4 * c.channels) * sizeof(float)));
+    gpt2_fp8_begin_forward(f, 0);
+    for (Case& t : cases) {
+        if (t.k == kFp8Qkv) gpt2_fp8_cast_weights(f, p, t.l, 0);
+        gpt2_fp8_forward(f, t.l, t.k, t.d_out, t.d_inp, t.d_bias, N, 0);
+    }
+    for (auto t = cases.rbegin(); t != cases.rend(); ++t)
+        gpt2_fp8_backward(f, t->l, t->k, t->d_dinp, t->d_dW, t->d_db, t->d_dout, t->d_inp, N, reduce, 0);
+    for (Case& t : cases) check_case(f, t), free_case(t);
+    cudaFree(reduce);
+    gpt2_fp8_free(&f);
+    cudaFree(d_params);
+    return kernel_tests_end();
+}
