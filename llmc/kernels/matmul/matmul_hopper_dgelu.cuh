@@ -30,6 +30,7 @@
 #include "llmc/hopper/pipeline.cuh"
 #include "llmc/hopper/smem.cuh"
 #include "llmc/hopper/tma.cuh"
+#include "llmc/hopper/warp_specialized.cuh"
 #include "llmc/hopper/wgmma.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/matmul/matmul.cuh"
@@ -74,25 +75,18 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     auto& L = smem_layout<Cfg::Layout>(smem_raw);
     uint64_t* pre_full = L.barriers.pre_full;
 
-    const int warpgroup = threadIdx.x / 128;
     const int tiles_m = (M + Cfg::BM - 1) / Cfg::BM, tiles_n = (N + Cfg::BN - 1) / Cfg::BN;
     const int num_tiles = tiles_m * tiles_n, k_steps = (K + Cfg::BK - 1) / Cfg::BK;
-
-    if (threadIdx.x == 0) {
-        tma_prefetch_map(&map_dout);
-        tma_prefetch_map(&map_weight);
-        tma_prefetch_map(&map_pre);
-        tma_prefetch_map(&map_dinp);
-        for (int c = 0; c < Cfg::kConsumers; c++) mbarrier_init(&pre_full[c], 1);
-        L.barriers.ring.init(1, 4);  // a stage is released by the 4 warps of one consumer
-        fence_barrier_init();
-    }
-    __syncthreads();
     Ring<Cfg::kStages> ring(L.barriers.ring);
 
-    if (warpgroup == 0) {  // ---- producer: every tile's k-steps in the block's tile order
-        setmaxnreg_dec<Cfg::kProducerRegs>();
-        if (threadIdx.x == 0) {
+    warp_specialized<Cfg::kProducerRegs, Cfg::kConsumerRegs>(
+        [&] {
+            prefetch_tensor_maps(&map_dout, &map_weight, &map_pre, &map_dinp);
+            for (int c = 0; c < Cfg::kConsumers; c++) mbarrier_init(&pre_full[c], 1);
+            L.barriers.ring.init(1, 4);  // a stage is released by the 4 warps of one consumer
+        },
+        [&] {  // ---- producer (thread 0): every tile's k-steps in the block's tile order
+            if (threadIdx.x != 0) return;
             for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
                 int tm, tn;
                 matmul_hopper::tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
@@ -105,136 +99,135 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                         tma_load_2d(b.box(box), &map_weight, full, tn * Cfg::BN + 64 * box, k * Cfg::BK);
                 }
             }
-        }
-        return;
-    }
-
-    // ---- consumers: tiles 0, 2, 4, ... of the block go to consumer 0, 1, 3, 5, ... to consumer 1
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
-    const int consumer = warpgroup - 1;
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    const bool warp_leader = lane == 0;
-    const int barrier_id = 1 + consumer;  // this consumer's 128 threads
-    // named barriers 3 + c: consumer c may start its main loop (the other has waited on every stage before it)
-    const int my_turn = 3 + consumer, their_turn = 3 + (1 - consumer);
-    auto& tile_buf = L.tile[consumer];
-    const int first_tile = blockIdx.x + consumer * gridDim.x, tile_stride = 2 * gridDim.x;
-    // pre_gelu of a tile into the output tile (thread 0, once the last tile's stores have read the buffer)
-    auto load_pre = [&](int tile) {
-        int tm, tn;
-        matmul_hopper::tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
-        tma_store_wait_read<0>();
-        mbarrier_arrive_expect_tx(&pre_full[consumer], sizeof(tile_buf));
-        tma_load_2d(tile_buf.box(0), &map_pre, &pre_full[consumer], tn * Cfg::BN, tm * Cfg::BM);
-        tma_load_2d(tile_buf.box(1), &map_pre, &pre_full[consumer], tn * Cfg::BN + 64, tm * Cfg::BM);
-    };
-    if (t == 0 && first_tile < num_tiles) load_pre(first_tile);
-    if (consumer == 1) ring.advance(k_steps);  // the block's first tile is consumer 0's
-    uint32_t pre_phase = 0;
-    float acc[2][64];  // rows 0..63 and 64..127 of the tile, m64n128 accumulator layout (hopper.cuh)
-    for (int tile = first_tile; tile < num_tiles; tile += tile_stride) {
-        int tm, tn;
-        matmul_hopper::tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
-        if (tile != blockIdx.x) named_barrier_sync(my_turn, 256);  // all but the block's first tile
-        int previous = -1;
-        for (int k = 0; k < k_steps; k++) {
-            ring.wait_full();
-            const uint8_t* a = L.a[ring.stage()].bytes;
-            const uint8_t* b = L.b[ring.stage()].bytes;
-            wgmma_fence();
+        },
+        // ---- consumers: tiles 0, 2, 4, ... of the block go to consumer 0, 1, 3, 5, ... to consumer 1
+        [&](int consumer) {
+            const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+            const bool warp_leader = lane == 0;
+            const int barrier_id = 1 + consumer;  // this consumer's 128 threads
+            // named barriers 3 + c: consumer c may start its main loop (the other has waited on every stage before it)
+            const int my_turn = 3 + consumer, their_turn = 3 + (1 - consumer);
+            auto& tile_buf = L.tile[consumer];
+            const int first_tile = blockIdx.x + consumer * gridDim.x, tile_stride = 2 * gridDim.x;
+            // pre_gelu of a tile into the output tile (thread 0, once the last tile's stores have read the buffer)
+            auto load_pre = [&](int tile) {
+                int tm, tn;
+                matmul_hopper::tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
+                tma_store_wait_read<0>();
+                mbarrier_arrive_expect_tx(&pre_full[consumer], sizeof(tile_buf));
+                tma_load_2d(tile_buf.box(0), &map_pre, &pre_full[consumer], tn * Cfg::BN, tm * Cfg::BM);
+                tma_load_2d(tile_buf.box(1), &map_pre, &pre_full[consumer], tn * Cfg::BN + 64, tm * Cfg::BM);
+            };
+            if (t == 0 && first_tile < num_tiles) load_pre(first_tile);
+            if (consumer == 1) ring.advance(k_steps);  // the block's first tile is consumer 0's
+            uint32_t pre_phase = 0;
+            float acc[2][64];  // rows 0..63 and 64..127 of the tile, m64n128 accumulator layout (hopper.cuh)
+            for (int tile = first_tile; tile < num_tiles; tile += tile_stride) {
+                int tm, tn;
+                matmul_hopper::tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
+                if (tile != blockIdx.x) named_barrier_sync(my_turn, 256);  // all but the block's first tile
+                int previous = -1;
+                for (int k = 0; k < k_steps; k++) {
+                    ring.wait_full();
+                    const uint8_t* a = L.a[ring.stage()].bytes;
+                    const uint8_t* b = L.b[ring.stage()].bytes;
+                    wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < Cfg::BK / 16; kk++) {
-                // B MN-major: 16 K rows of 128 bytes per k16 step; 64-column boxes the leading byte offset apart,
-                // 8-row groups 1024 bytes apart (stride byte offset)
-                const uint64_t desc_b = smem_descriptor_sw128(b + kk * 16 * 128, L.b[0].kBoxBytes, 1024);
+                    for (int kk = 0; kk < Cfg::BK / 16; kk++) {
+                        // B MN-major: 16 K rows of 128 bytes per k16 step; 64-column boxes the leading byte offset
+                        // apart, 8-row groups 1024 bytes apart (stride byte offset)
+                        const uint64_t desc_b = smem_descriptor_sw128(b + kk * 16 * 128, L.b[0].kBoxBytes, 1024);
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            wgmma_ss<1>(acc[h], smem_descriptor_sw128(a + h * 64 * 128 + 32 * kk), desc_b,
+                                        (k > 0 || kk > 0) ? 1 : 0);
+                    }
+                    wgmma_commit();
+                    wgmma_wait<1>();  // the stage before is read: release it
+                    if (previous >= 0 && warp_leader) ring.release(previous);
+                    previous = ring.stage();
+                    ring.advance();
+                }
+                // the block's next tile is theirs
+                if (tile + gridDim.x < num_tiles) named_barrier_arrive(their_turn, 256);
+                wgmma_wait<0>();
+                fence_accumulator(acc[0]);
+                fence_accumulator(acc[1]);
+                if (warp_leader) ring.release(previous);
+                ring.advance(k_steps);  // the other consumer's tile
+
+                // epilogue: dinp = alpha · acc · gelu'(pre), in place of pre in the output tile (each thread reads and
+                // writes its own bf16 pairs: 16-byte chunk c of row r sits at chunk c ^ (r % 8), no bank conflicts).
+                // With gelu_out, gelu(pre) too, from the same tanh, stored from registers: the recompute fcproj's
+                // weight gradient needs, without a pass of its own over pre_gelu (the quads of a warp fill 16-byte
+                // pieces of 8 rows per store). Addresses are bases per thread plus constants (this thread's rows are
+                // all ≡ lane / 4 mod 8, so its swizzle is fixed per chunk), and whole tiles skip the bounds tests.
+                mbarrier_wait(&pre_full[consumer], pre_phase);
+                pre_phase ^= 1;
+                const int col_in = 2 * (lane % 4), quad = lane / 4;
+                uint8_t* chunk_base[8];  // chunk c of this thread's first row, at column pair col_in
+#pragma unroll
+                for (int c = 0; c < 8; c++)
+                    chunk_base[c] = tile_buf.bytes + (16 * warp + quad) * 128 + (c ^ quad) * 16 + 2 * col_in;
+                const int row0 = tm * Cfg::BM + 16 * warp + quad, col0 = tn * Cfg::BN + col_in;
+                const bool whole_tile = (tm + 1) * Cfg::BM <= M && (tn + 1) * Cfg::BN <= N;
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    wgmma_ss<1>(acc[h], smem_descriptor_sw128(a + h * 64 * 128 + 32 * kk), desc_b,
-                                (k > 0 || kk > 0) ? 1 : 0);
-            }
-            wgmma_commit();
-            wgmma_wait<1>();  // the stage before is read: release it
-            if (previous >= 0 && warp_leader) ring.release(previous);
-            previous = ring.stage();
-            ring.advance();
-        }
-        if (tile + gridDim.x < num_tiles) named_barrier_arrive(their_turn, 256);  // the block's next tile is theirs
-        wgmma_wait<0>();
-        fence_accumulator(acc[0]);
-        fence_accumulator(acc[1]);
-        if (warp_leader) ring.release(previous);
-        ring.advance(k_steps);  // the other consumer's tile
-
-        // epilogue: dinp = alpha · acc · gelu'(pre), in place of pre in the output tile (each thread reads and writes
-        // its own bf16 pairs: 16-byte chunk c of row r sits at chunk c ^ (r % 8), no bank conflicts). With gelu_out,
-        // gelu(pre) too, from the same tanh, stored from registers: the recompute fcproj's weight gradient needs,
-        // without a pass of its own over pre_gelu (the quads of a warp fill 16-byte pieces of 8 rows per store).
-        // Addresses are bases per thread plus constants (this thread's rows are all ≡ lane / 4 mod 8, so its
-        // swizzle is fixed per chunk), and whole tiles skip the bounds tests.
-        mbarrier_wait(&pre_full[consumer], pre_phase);
-        pre_phase ^= 1;
-        const int col_in = 2 * (lane % 4), quad = lane / 4;
-        uint8_t* chunk_base[8];  // chunk c of this thread's first row, at column pair col_in
 #pragma unroll
-        for (int c = 0; c < 8; c++)
-            chunk_base[c] = tile_buf.bytes + (16 * warp + quad) * 128 + (c ^ quad) * 16 + 2 * col_in;
-        const int row0 = tm * Cfg::BM + 16 * warp + quad, col0 = tn * Cfg::BN + col_in;
-        const bool whole_tile = (tm + 1) * Cfg::BM <= M && (tn + 1) * Cfg::BN <= N;
+                    for (int half = 0; half < 2; half++) {
+                        const int dr = 64 * h + 8 * half;  // this row's offset from the thread's first
+                        const bool row_ok = row0 + dr < M;
+                        bf16* g = gelu_out ? gelu_out + (size_t)(row0 + dr) * N + col0 : nullptr;
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int dr = 64 * h + 8 * half;  // this row's offset from the thread's first
-                const bool row_ok = row0 + dr < M;
-                bf16* g = gelu_out ? gelu_out + (size_t)(row0 + dr) * N + col0 : nullptr;
-#pragma unroll
-                for (int j = 0; j < Cfg::BN / 8; j++) {
-                    __nv_bfloat162* p =
-                        reinterpret_cast<__nv_bfloat162*>(chunk_base[j % 8] + (j / 8) * tile_buf.kBoxBytes + dr * 128);
-                    const float2 pre = __bfloat1622float2(*p);
-                    const GeluAndSlope g0 = gelu_and_slope_fast(pre.x), g1 = gelu_and_slope_fast(pre.y);
-                    const float* a = &acc[h][4 * j + 2 * half];
-                    *p = __floats2bfloat162_rn(alpha * a[0] * g0.slope, alpha * a[1] * g1.slope);
-                    if (gelu_out && (whole_tile || (row_ok && col0 + 8 * j < N)))
-                        *reinterpret_cast<__nv_bfloat162*>(g + 8 * j) = __floats2bfloat162_rn(g0.value, g1.value);
+                        for (int j = 0; j < Cfg::BN / 8; j++) {
+                            __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(
+                                chunk_base[j % 8] + (j / 8) * tile_buf.kBoxBytes + dr * 128);
+                            const float2 pre = __bfloat1622float2(*p);
+                            const GeluAndSlope g0 = gelu_and_slope_fast(pre.x), g1 = gelu_and_slope_fast(pre.y);
+                            const float* a = &acc[h][4 * j + 2 * half];
+                            *p = __floats2bfloat162_rn(alpha * a[0] * g0.slope, alpha * a[1] * g1.slope);
+                            if (gelu_out && (whole_tile || (row_ok && col0 + 8 * j < N)))
+                                *reinterpret_cast<__nv_bfloat162*>(g + 8 * j) =
+                                    __floats2bfloat162_rn(g0.value, g1.value);
+                        }
+                    }
+                fence_proxy_async();  // st.shared above, read by the TMA store next
+                named_barrier_sync(barrier_id, 128);
+                if (t == 0) {
+                    tma_store_2d(&map_dinp, tile_buf.box(0), tn * Cfg::BN, tm * Cfg::BM);
+                    tma_store_2d(&map_dinp, tile_buf.box(1), tn * Cfg::BN + 64, tm * Cfg::BM);
+                    tma_store_commit();
                 }
-            }
-        fence_proxy_async();  // st.shared above, read by the TMA store next
-        named_barrier_sync(barrier_id, 128);
-        if (t == 0) {
-            tma_store_2d(&map_dinp, tile_buf.box(0), tn * Cfg::BN, tm * Cfg::BM);
-            tma_store_2d(&map_dinp, tile_buf.box(1), tn * Cfg::BN + 64, tm * Cfg::BM);
-            tma_store_commit();
-        }
-        // column sums of the stored values per 64-row half (wgmma_column_sums_64_rows), into the accumulators the
-        // epilogue above has consumed. Rows and columns past the matrix hold zeros (TMA filled zeros into dout,
-        // weight and pre_gelu there).
-        {
-            wgmma_fence();
+                // column sums of the stored values per 64-row half (wgmma_column_sums_64_rows), into the accumulators
+                // the epilogue above has consumed. Rows and columns past the matrix hold zeros (TMA filled zeros into
+                // dout, weight and pre_gelu there).
+                {
+                    wgmma_fence();
 #pragma unroll
-            for (int h = 0; h < 2; h++) wgmma_column_sums_64_rows(acc[h], tile_buf, 64 * h);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_accumulator(acc[0]);
-            fence_accumulator(acc[1]);
-            if (warp == 0 && lane < 4) {
+                    for (int h = 0; h < 2; h++) wgmma_column_sums_64_rows(acc[h], tile_buf, 64 * h);
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    fence_accumulator(acc[0]);
+                    fence_accumulator(acc[1]);
+                    if (warp == 0 && lane < 4) {
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float* partial = partials + (size_t)(2 * tm + h) * N + tn * Cfg::BN + 2 * lane;
+                        for (int h = 0; h < 2; h++) {
+                            float* partial = partials + (size_t)(2 * tm + h) * N + tn * Cfg::BN + 2 * lane;
 #pragma unroll
-                    for (int j = 0; j < Cfg::BN / 8; j++)
-                        if (tn * Cfg::BN + 8 * j + 2 * lane < N)
-                            *reinterpret_cast<float2*>(partial + 8 * j) =
-                                make_float2(acc[h][4 * j], acc[h][4 * j + 1]);
+                            for (int j = 0; j < Cfg::BN / 8; j++)
+                                if (tn * Cfg::BN + 8 * j + 2 * lane < N)
+                                    *reinterpret_cast<float2*>(partial + 8 * j) =
+                                        make_float2(acc[h][4 * j], acc[h][4 * j + 1]);
+                        }
+                    }
                 }
+                // the sums' wgmma reads (waited for) and the TMA store's (load_pre waits) come before the next load
+                named_barrier_sync(barrier_id, 128);
+                // the next pre_gelu lands during the wait for our turn
+                if (t == 0 && tile + tile_stride < num_tiles) load_pre(tile + tile_stride);
             }
-        }
-        // the sums' wgmma reads (waited for) and the TMA store's (load_pre waits) come before the next load
-        named_barrier_sync(barrier_id, 128);
-        // the next pre_gelu lands during the wait for our turn
-        if (t == 0 && tile + tile_stride < num_tiles) load_pre(tile + tile_stride);
-    }
-    if (t == 0) tma_store_wait<0>();  // the consumer's last stores are done before the block exits
+            if (t == 0) tma_store_wait<0>();  // the consumer's last stores are done before the block exits
+        });
 }
 
 inline void launch(bf16* dinp, float* partials, bf16* gelu_out, const bf16* dout, const bf16* weight,
