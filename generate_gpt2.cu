@@ -28,6 +28,7 @@
 
 #include "llmc/app/generate/generate_args.h"
 #include "llmc/app/generation/host_model.cuh"
+#include "llmc/inference/decode_traffic.h"
 #include "llmc/core/rand.h"
 #include "llmc/core/version.h"
 #include "llmc/inference/generate.cuh"
@@ -121,11 +122,19 @@ int run(const GenerateArgs& a, const char* program) {
         printf("=== prompt %d (%s)\n%s\n", b + 1, where(b).c_str(), out.c_str());
     }
     if (!a.ids_file.empty()) write_ids(a.ids_file, r.tokens);
+    // the decode steps' bytes over their time: with a KV cache, every weight and the cached K, V per step
+    std::string bandwidth;
+    if (engine.shape.cached) {
+        const DecodeTraffic t = decode_traffic(c, sizeof(floatX));
+        const double bytes =
+            r.decode_steps * t.weight_bytes + decode_positions(ids, r.decode_steps) * t.kv_bytes_per_position;
+        bandwidth = " | decode reads " + bandwidth_text(bytes, r.decode_ms, device_peak_memory_bandwidth());
+    }
     fprintf(stderr, "prefill %.2f ms (batch %d, to the first token) | decode %.3f ms/step over %d steps | %.0f "
-                    "tokens/s (batch %d, %lld tokens, %s)\n",
+                    "tokens/s (batch %d, %lld tokens, %s)%s\n",
             r.prefill_ms, B, r.decode_steps ? r.decode_ms / r.decode_steps : 0.0, r.decode_steps,
             r.generated / ((r.prefill_ms + r.decode_ms) / 1e3), B, r.generated,
-            engine.shape.cached ? "KV cache, CUDA Graph" : "full recompute per token");
+            engine.shape.cached ? "KV cache, CUDA Graph" : "full recompute per token", bandwidth.c_str());
     inference_engine_free(&engine);
     return 0;
 }

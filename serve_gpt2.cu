@@ -17,6 +17,7 @@
 #include "llmc/app/serve/serve_args.h"
 #include "llmc/app/serve/serve_main.h"
 #include "llmc/core/version.h"
+#include "llmc/inference/decode_traffic.h"
 #include "llmc/serving/gpu_engine.cuh"
 #include "llmc/tokenizer/bpe_encoder.h"
 
@@ -51,7 +52,15 @@ int run(const ServeArgs& a, const char* program, const ServeSignals& signals) {
     setup.token_bytes = &bpe.tokens();
     setup.eot = bpe.eot_token();
     setup.chat_template = std::move(chat);
-    return run_server(&engine, a, std::move(setup), signals, std::string("GPU, ") + PRECISION_NAME);
+    // at the stop: the decode steps' bytes (every weight per step, each row's K and V) over the engine's decode time
+    const DecodeTraffic traffic = decode_traffic(c, sizeof(floatX));
+    const double peak = device_peak_memory_bandwidth();
+    auto bandwidth = [traffic, peak](const SchedulerStats& st) {
+        const double bytes = (double)st.decode_steps * traffic.weight_bytes +
+                             (double)st.decode_positions * traffic.kv_bytes_per_position;
+        return "decode read " + bandwidth_text(bytes, st.decode_ms, peak) + " (over the engine's decode calls' time)";
+    };
+    return run_server(&engine, a, std::move(setup), signals, std::string("GPU, ") + PRECISION_NAME, bandwidth);
 }
 
 }  // namespace

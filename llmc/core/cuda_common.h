@@ -293,6 +293,14 @@ inline const DeviceInfo& device_info() {
     return info;
 }
 inline int device_sm_count() { return device_info().prop.multiProcessorCount; }
+// The device's peak memory bandwidth in bytes/s: its memory clock (HBM and GDDR move two words a clock) times its bus
+// width, as the driver reports them; 0 if it reports neither.
+inline double device_peak_memory_bandwidth() {
+    int clock_khz = 0, bus_bits = 0;
+    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device_info().device));
+    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_info().device));
+    return clock_khz > 0 && bus_bits > 0 ? 2.0 * clock_khz * 1e3 * bus_bits / 8.0 : 0.0;
+}
 
 // ---------------------------------------------------------------- programmatic dependent launch (PDL, sm_90+)
 // A kernel launched through PdlLaunch with pdl = true may start while the kernel before it in the stream still
