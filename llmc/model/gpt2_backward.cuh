@@ -53,7 +53,8 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
                       const floatX* inp, int in, int out_ch) {
-        if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s);
+        // fc's output gradient comes from the GELU backward, which takes its amax
+        if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s, k == kFp8Fc);
         matmul_backward(dinp, g(w, l), dbias, dout, inp, p(w, l), BT, in, out_ch, reduce, nullptr, false, 1.0f, s);
     };
 
@@ -89,7 +90,8 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
             fc_dbias = nullptr;
         } else if (fp8) {  // fcproj's two gradients, then the GELU's backward on dfch
             linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, fch_gelu, 4 * C, C);
-            gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s);
+            gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s,
+                                  gpt2_fp8_amax_slot(*fp8, l, kFp8Fc, kFp8Dout));
         } else {
             matmul_backward_input(dfch, dresidual, p(FCPROJW, l), BT, 4 * C, C, a.fch.at(l), m->fuse_gelu, 1.0f, s);
         }

@@ -69,8 +69,10 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
     auto linear = [&](int l, Fp8Linear k, floatX* out, const floatX* inp, ParamTensor w, ParamTensor b, int in,
                       int out_ch, floatX* pre_gelu) {
         if (!fp8) return matmul_forward(out, inp, p(w, l), p(b, l), BT, in, out_ch, pre_gelu, shape.fuse_gelu, s);
-        gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, inp, p(b, l), BT, s);
-        if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)BT * out_ch, s);  // the kernel the backward recomputes with
+        // fcproj's input is fc's GELU output, whose amax the GELU kernel takes (the kernel the backward recomputes with)
+        gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, inp, p(b, l), BT, s, k == kFp8FcProj);
+        if (pre_gelu)
+            gelu_forward(out, pre_gelu, (size_t)BT * out_ch, s, gpt2_fp8_amax_slot(*fp8, l, kFp8FcProj, kFp8Inp));
     };
     if (listener) listener->parameters_needed(-1);
     encoder_forward(a.encoded, inputs, p(WTE), p(WPE), B, T, C, s);

@@ -70,11 +70,12 @@ inline uint8_t* weight_yT(const Fp8Layers& f, int l, Fp8Linear k) {
     return weight_y(f, l, k) + (size_t)d.in * d.out;
 }
 
-// x (rows, cols) cast to F with current scaling into slot s: its amax, then y and/or yT with the scale from it.
+// x (rows, cols) cast to F with current scaling into slot s: its amax (unless its producer folded it in already:
+// amax_taken), then y and/or yT with the scale from it.
 template <Fp8Format F>
 inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
-                         cudaStream_t stream) {
-    fp8_amax(x, rows, cols, f.amax(s), stream);
+                         cudaStream_t stream, bool amax_taken = false) {
+    if (!amax_taken) fp8_amax(x, rows, cols, f.amax(s), stream);
     fp8_cast_transpose_current<F>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream);
 }
 
@@ -136,13 +137,19 @@ inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l
     }
 }
 
+// Where inp's (or dout's) amax goes when its producer takes it (gelu_forward's for fcproj's input,
+// gelu_backward_inplace's for fc's output gradient); then the calls below are told so (amax_taken).
+inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Operand o) {
+    return f.amax(f.slot(l, k, o));
+}
+
 // out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights).
 inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out, const floatX* inp,
-                             const floatX* bias, int N, cudaStream_t stream) {
+                             const floatX* bias, int N, cudaStream_t stream, bool inp_amax_taken = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
-    cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, f.work[0], nullptr, stream);
+    cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, f.work[0], nullptr, stream, inp_amax_taken);
     matmul_fp8(out, f.work[0], Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias,
                N, d.out, d.in, /*fast_accum=*/true, stream);
 }
@@ -150,12 +157,13 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
 // Linear k of layer l backward: dW += doutᵀ · inp, dbias += column sums of dout (if dbias), dinp = dout · W
 // (overwritten). inp is the forward's input, bit for bit (kept or recomputed); reduce: column_sum's scratch.
 inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* dinp, floatX* dweight, floatX* dbias,
-                              const floatX* dout, const floatX* inp, int N, float* reduce, cudaStream_t stream) {
+                              const floatX* dout, const floatX* inp, int N, float* reduce, cudaStream_t stream,
+                              bool dout_amax_taken = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
     uint8_t *dout_y = f.work[0], *dout_yT = f.work[1], *inp_yT = f.work[2];
-    cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream);
+    cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken);
     fp8_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
     if (dbias) column_sum_accumulate(dbias, dout, N, d.out, 1.0f, reduce, stream);
     matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), inp_yT, Fp8Format::E4M3, f.descale(si), nullptr,

@@ -2,8 +2,7 @@
 // cuBLASLt's TN): y = fp8(x * scale) in x's layout, yT = the same bytes transposed (cols, rows), either one optional,
 // and amax = max |x| folded into *amax, the statistic the next scale comes from (llmc/core/fp8.h). x * scale is exact
 // (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
-// equal llmc/core/fp8.h's fp8_encode. The max does not depend on the order it is taken in: amax is deterministic (at
-// most one atomicMax per block on the float's bits, which order non-negative floats as integers; a NaN wins).
+// equal llmc/core/fp8.h's fp8_encode. The amax: llmc/kernels/fp8/amax.cuh (deterministic).
 // Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose;
 // with neither y nor yT asked for, a reduction kernel of its own (amax_kernel).
 // rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
@@ -18,6 +17,7 @@
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/fp8.h"
+#include "llmc/kernels/fp8/amax.cuh"
 
 namespace fp8_cast_detail {
 
@@ -27,13 +27,6 @@ template <Fp8Format F>
 __device__ inline uint16_t to_fp8x2(float a, float b) {
     constexpr __nv_fp8_interpretation_t kind = F == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
     return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);  // a in the low byte
-}
-
-// A 256-thread block's max |x| bits (m: each thread's) folded into *amax: one atomic per block at most, and none where
-// the running max already covers the block's (atomics on one address serialize: one per warp was most of a cast's
-// time). Every thread of the block calls it (it syncs); warp_max: 8 words of the kernel's shared memory.
-__device__ __forceinline__ void fold_block_amax(unsigned int m, float* amax, unsigned int* warp_max) {
-    fold_block_amax(m, amax, warp_max);
 }
 
 // Where a cast's scale comes from: *scale (delayed scaling; null: 1), or, when from_amax is set, the tensor's own

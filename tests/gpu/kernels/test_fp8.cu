@@ -2,6 +2,7 @@
 // tests/unit/test_fp8.cpp and equal to cuda_fp8.h's host conversion): every byte of y and of its transpose yT equal
 // to fp8_encode(x * scale), in both formats, at tile-sized and ragged shapes (multiples of 4, not of 64), with
 // saturating values and scales from the amax; amax exactly max |x|, a NaN in x making it NaN; each output optional.
+// Current scaling's two passes, and the GELU kernels' amax (max |output| exactly, the outputs' bits unchanged).
 // FP8 GEMMs (llmc/kernels/matmul/matmul_fp8.cuh, BF16 builds) against the fp64 product of the dequantized operands
 // (what the GEMM is given: decode(code) / scale), with bias, both accumulation modes, the three format pairs a
 // training step uses: rel-L2 <= 6e-3 with promoted accumulation (the bf16 output's rounding), <= 1e-2 with fast.
@@ -10,6 +11,7 @@
 //   ./tests/gpu/kernels/test_fp8 [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison, tolerances)
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/fp8/scaling.cuh"
+#include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
@@ -90,6 +92,31 @@ static void test_cast_current(int rows, int cols, float std) {
     if (bad) printf("  %zu bytes differ from the reference\n", bad);
     if (stats[1] != scale) printf("  scale %g, the host's %g (amax %g vs %g)\n", stats[1], scale, stats[0], amax_ref);
     cudaFree(d_x), cudaFree(d_stats), cudaFree(d_y), cudaFree(d_yT);
+}
+
+// The GELU kernels' amax (what -fp8 1 casts fcproj's input and fc's output gradient with): max |stored output| exactly,
+// and the outputs the same bits as without it.
+static void test_gelu_amax() {
+    const size_t n = (size_t)1000 * 3072 + 800;  // not a multiple of the blocks' span: a partial last block
+    const std::vector<float> pre = random_vec(n, 2.0f), grad = random_vec(n, 1e-3f);
+    floatX *d_pre = upload(pre), *d_a = poisoned(n), *d_b = poisoned(n), *d_ga = upload(grad), *d_gb = upload(grad);
+    float* d_amax = upload_fp32({0.f, 0.f});
+    gelu_forward(d_a, d_pre, n, 0, d_amax);
+    gelu_forward(d_b, d_pre, n, 0);
+    gelu_backward_inplace(d_ga, d_pre, n, 0, d_amax + 1);
+    gelu_backward_inplace(d_gb, d_pre, n, 0);
+    const std::vector<float> a = download(d_a, n), b = download(d_b, n), ga = download(d_ga, n), gb = download(d_gb, n);
+    float amax[2];
+    cudaCheck(cudaMemcpy(amax, d_amax, sizeof(amax), cudaMemcpyDeviceToHost));
+    float ref[2] = {0.f, 0.f};
+    bool same = true;
+    for (size_t i = 0; i < n; i++) {
+        ref[0] = std::max(ref[0], std::fabs(a[i])), ref[1] = std::max(ref[1], std::fabs(ga[i]));
+        same = same && a[i] == b[i] && ga[i] == gb[i];
+    }
+    check_exact("fp8 amax from gelu_forward and gelu_backward_inplace, outputs unchanged",
+                same && amax[0] == ref[0] && amax[1] == ref[1] && ref[0] > 0.f && ref[1] > 0.f);
+    cudaFree(d_pre), cudaFree(d_a), cudaFree(d_b), cudaFree(d_ga), cudaFree(d_gb), cudaFree(d_amax);
 }
 
 // rows x K random values (std) quantized to format F with the scale their amax gives: the codes, the dequantized
@@ -235,6 +262,7 @@ int main(int argc, char** argv) {
     test_cast_current<Fp8Format::E4M3>(256, 768, 1.0f);
     test_cast_current<Fp8Format::E4M3>(128, 3072, 0.02f);  // weights' size: the scale far above 1
     test_cast_current<Fp8Format::E5M2>(512, 256, 1e-5f);   // gradients': E5M2 would underflow unscaled
+    test_gelu_amax();
     test_scaling();
     test_gemms();  // last: a GEMM cuBLASLt refuses ends the program
     return kernel_tests_end();
