@@ -3,7 +3,8 @@
 //   ./generate_gpt2cu -e MODEL -pf prompts.txt      (one prompt per line, all in one batch)
 // MODEL: our or llm.c's model file, a Hugging Face GPT-2 directory or .safetensors. Prompts are encoded by our
 // GPT-2 BPE (--vocab-dir, default data/cache/gpt2 from `make data`). One prompt streams its text as it is made;
-// several print one block each at the end. Then: prefill time, decode ms/token and tokens/s.
+// several print one block each at the end. Then: prefill time, decode ms/token, tokens/s and the decode's bandwidth
+// (llmc/inference/decode_traffic.h).
 //
 // The model's parameters are uploaded as bf16 (fp32 in FP32 builds) into generation's own memory plan
 // (llmc/inference/engine.cuh: parameters, KV cache, one layer of prefill scratch, the decode step's; printed to

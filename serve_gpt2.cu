@@ -52,13 +52,16 @@ int run(const ServeArgs& a, const char* program, const ServeSignals& signals) {
     setup.token_bytes = &bpe.tokens();
     setup.eot = bpe.eot_token();
     setup.chat_template = std::move(chat);
-    // at the stop: the decode steps' bytes (every weight per step, each row's K and V) over the engine's decode time
+    // at the stop: the decode steps' bytes (every weight per step, the batch's rows' K and V) over the host's time in
+    // the engine's decode calls. With steps in flight that time is not the GPU's (a step may run while the host is
+    // elsewhere), so no share of the peak is claimed; rows outside the batch (a free slot's kept prefix, a chunk in
+    // prefill) are not counted either.
     const DecodeTraffic traffic = decode_traffic(c, sizeof(floatX));
-    const double peak = device_peak_memory_bandwidth();
-    auto bandwidth = [traffic, peak](const SchedulerStats& st) {
+    auto bandwidth = [traffic](const SchedulerStats& st) {
         const double bytes = (double)st.decode_steps * traffic.weight_bytes +
                              (double)st.decode_positions * traffic.kv_bytes_per_position;
-        return "decode read " + bandwidth_text(bytes, st.decode_ms, peak) + " (over the engine's decode calls' time)";
+        return "decode read " + bandwidth_text(bytes, st.decode_ms, 0) +
+               " (an estimate: over the host's time in the decode calls)";
     };
     return run_server(&engine, a, std::move(setup), signals, std::string("GPU, ") + PRECISION_NAME, bandwidth);
 }

@@ -294,11 +294,14 @@ inline const DeviceInfo& device_info() {
 }
 inline int device_sm_count() { return device_info().prop.multiProcessorCount; }
 // The device's peak memory bandwidth in bytes/s: its memory clock (HBM and GDDR move two words a clock) times its bus
-// width, as the driver reports them; 0 if it reports neither.
+// width, as the driver reports them; 0 if it does not (a number for reports: no error).
 inline double device_peak_memory_bandwidth() {
     int clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device_info().device));
-    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_info().device));
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device_info().device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_info().device) != cudaSuccess) {
+        cudaGetLastError();  // clear it
+        return 0.0;
+    }
     return clock_khz > 0 && bus_bits > 0 ? 2.0 * clock_khz * 1e3 * bus_bits / 8.0 : 0.0;
 }
 

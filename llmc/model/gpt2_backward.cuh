@@ -51,10 +51,10 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     const Fp8Layers* fp8 = m->fp8_layers.on() && BT % 16 == 0 && BT <= m->fp8_layers.max_rows ? &m->fp8_layers
                                                                                                 : nullptr;
     // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
+    // dout_amax_taken: dout's producer has folded its amax into the slot (the FP8 GELU backward, for fc's)
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
-                      const floatX* inp, int in, int out_ch) {
-        // fc's output gradient comes from the GELU backward, which takes its amax
-        if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s, k == kFp8Fc);
+                      const floatX* inp, int in, int out_ch, bool dout_amax_taken = false) {
+        if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s, dout_amax_taken);
         matmul_backward(dinp, g(w, l), dbias, dout, inp, p(w, l), BT, in, out_ch, reduce, nullptr, false, 1.0f, s);
     };
 
@@ -81,6 +81,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
         // MLP: dresidual is d(residual3) here.
         floatX* dfch = scratch4;
         floatX* fc_dbias = g(FCB, l);
+        bool dfch_amax_taken = false;
         if (m->hopper_dgelu) {
             // dfch, fc's bias gradient summed in the same kernel (so none in fc's GEMM) and, under recompute, the
             // GELU output fcproj's weight gradient reads (so no pass of its own over fch)
@@ -92,12 +93,13 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
             linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, fch_gelu, 4 * C, C);
             gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s,
                                   gpt2_fp8_amax_slot(*fp8, l, kFp8Fc, kFp8Dout));
+            dfch_amax_taken = true;
         } else {
             matmul_backward_input(dfch, dresidual, p(FCPROJW, l), BT, 4 * C, C, a.fch.at(l), m->fuse_gelu, 1.0f, s);
         }
         // after dfch: the Hopper kernel may have written fch_gelu (dfch has a buffer of its own, scratch4)
         if (!fp8) matmul_backward_weight(g(FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
-        linear(l, kFp8Fc, scratch, FCW, fc_dbias, dfch, a.ln2.at(l), C, 4 * C);
+        linear(l, kFp8Fc, scratch, FCW, fc_dbias, dfch, a.ln2.at(l), C, 4 * C, dfch_amax_taken);
         layernorm_backward(dresidual, g(LN2W, l), g(LN2B, l), scratch, a.residual2.at(l), p(LN2W, l),
                            a.ln2_mean.at(l), a.ln2_rstd.at(l), BT, C, reduce, s, g(ATTPROJB, l));
         // Attention: dresidual is now d(residual2).

@@ -1,7 +1,8 @@
 // The four linear layers of every block (qkv, attproj, fc, fcproj) in FP8 on Hopper (`-fp8 1`, docs/FP8.md): the
 // forward, the input gradient and the weight gradient each one cuBLASLt FP8 GEMM (llmc/kernels/matmul/matmul_fp8.cuh)
 // on operands cast from the bf16 tensors the BF16 step already has, E4M3 for activations and weights, E5M2 for
-// output gradients. Per-tensor current scaling: each operand's amax first (one pass), then the cast with the scale that
+// output gradients. Per-tensor current scaling: each operand's amax first (a pass of its own, or folded in by the
+// kernel that writes it: the GELU's, for fcproj's input and fc's output gradient), then the cast with the scale that
 // amax gives (llmc/kernels/fp8/cast_transpose.cuh), so a scale never lags its tensor and there is no state across
 // steps (resume is bit-exact as in BF16 runs). What FP8 GEMMs on Hopper need, both operands K-major:
 //   forward           out (N, OC)  = inp (N, C)   · W (OC, C)ᵀ       K = C:  inp's y, W's y

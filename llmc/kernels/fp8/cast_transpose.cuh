@@ -22,6 +22,7 @@
 namespace fp8_cast_detail {
 
 constexpr int kTile = 64;
+static_assert(kAmaxBlockThreads == 256, "the cast kernels run 256-thread blocks and fold their amax as such");
 
 template <Fp8Format F>
 __device__ inline uint16_t to_fp8x2(float a, float b) {

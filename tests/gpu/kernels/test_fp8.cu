@@ -96,11 +96,21 @@ static void test_cast_current(int rows, int cols, float std) {
 
 // The GELU kernels' amax (what -fp8 1 casts fcproj's input and fc's output gradient with): max |stored output| exactly,
 // and the outputs the same bits as without it.
-static void test_gelu_amax() {
+// planted 0: the maxima where they fall; 1: planted where a fold that skips something would miss them (the partial
+// last block's last element; the last warp of a middle block, a negative value); 2: the same with the forward's amax
+// starting above its maximum (it must stay). The amax otherwise starts below the maximum: the fold must raise it.
+static void gelu_amax_case(int planted) {
     const size_t n = (size_t)1000 * 3072 + 800;  // not a multiple of the blocks' span: a partial last block
-    const std::vector<float> pre = random_vec(n, 2.0f), grad = random_vec(n, 1e-3f);
+    std::vector<float> pre = random_vec(n, 2.0f), grad = random_vec(n, 1e-3f);
+    const size_t middle_last_warp = (size_t)700 * 256 * x128::size + 255 * x128::size;  // block 700, its last thread
+    if (planted) {
+        pre[n - 1] = round_to_floatX(30.0f);                    // gelu(30) = 30: the largest output
+        pre[middle_last_warp] = round_to_floatX(1.0f);          // gelu'(1) ~ 1.08: the largest |gradient| below
+        grad[middle_last_warp] = round_to_floatX(-0.5f);
+    }
+    const float start = planted == 2 ? 100.f : 0.25f;  // the forward's; the backward's starts at start / 1000
     floatX *d_pre = upload(pre), *d_a = poisoned(n), *d_b = poisoned(n), *d_ga = upload(grad), *d_gb = upload(grad);
-    float* d_amax = upload_fp32({0.f, 0.f});
+    float* d_amax = upload_fp32({start, start / 1000});
     gelu_forward(d_a, d_pre, n, 0, d_amax);
     gelu_forward(d_b, d_pre, n, 0);
     gelu_backward_inplace(d_ga, d_pre, n, 0, d_amax + 1);
@@ -108,15 +118,21 @@ static void test_gelu_amax() {
     const std::vector<float> a = download(d_a, n), b = download(d_b, n), ga = download(d_ga, n), gb = download(d_gb, n);
     float amax[2];
     cudaCheck(cudaMemcpy(amax, d_amax, sizeof(amax), cudaMemcpyDeviceToHost));
-    float ref[2] = {0.f, 0.f};
+    float ref[2] = {start, start / 1000};
     bool same = true;
     for (size_t i = 0; i < n; i++) {
         ref[0] = std::max(ref[0], std::fabs(a[i])), ref[1] = std::max(ref[1], std::fabs(ga[i]));
         same = same && a[i] == b[i] && ga[i] == gb[i];
     }
-    check_exact("fp8 amax from gelu_forward and gelu_backward_inplace, outputs unchanged",
-                same && amax[0] == ref[0] && amax[1] == ref[1] && ref[0] > 0.f && ref[1] > 0.f);
+    const bool where = !planted || (ref[0] == std::fabs(a[n - 1]) && ref[1] == std::fabs(ga[middle_last_warp]));
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 amax from the GELU kernels (%s, from %g), outputs unchanged",
+             planted == 0 ? "random" : planted == 1 ? "planted" : "planted, start above", start);
+    check_exact(tag, same && amax[0] == ref[0] && amax[1] == ref[1] && (planted == 2 || where));
     cudaFree(d_pre), cudaFree(d_a), cudaFree(d_b), cudaFree(d_ga), cudaFree(d_gb), cudaFree(d_amax);
+}
+static void test_gelu_amax() {
+    for (int planted = 0; planted < 3; planted++) gelu_amax_case(planted);
 }
 
 // rows x K random values (std) quantized to format F with the scale their amax gives: the codes, the dequantized
