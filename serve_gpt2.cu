@@ -17,7 +17,6 @@
 #include "llmc/app/serve/serve_args.h"
 #include "llmc/app/serve/serve_main.h"
 #include "llmc/core/version.h"
-#include "llmc/inference/decode_traffic.h"
 #include "llmc/serving/gpu_engine.cuh"
 #include "llmc/tokenizer/bpe_encoder.h"
 
@@ -52,18 +51,7 @@ int run(const ServeArgs& a, const char* program, const ServeSignals& signals) {
     setup.token_bytes = &bpe.tokens();
     setup.eot = bpe.eot_token();
     setup.chat_template = std::move(chat);
-    // at the stop: the decode steps' bytes (every weight per step, the batch's rows' K and V) over the host's time in
-    // the engine's decode calls. With steps in flight that time is not the GPU's (a step may run while the host is
-    // elsewhere), so no share of the peak is claimed; rows outside the batch (a free slot's kept prefix, a chunk in
-    // prefill) are not counted either.
-    const DecodeTraffic traffic = decode_traffic(c, sizeof(floatX));
-    auto bandwidth = [traffic](const SchedulerStats& st) {
-        const double bytes = (double)st.decode_steps * traffic.weight_bytes +
-                             (double)st.decode_positions * traffic.kv_bytes_per_position;
-        return "decode read " + bandwidth_text(bytes, st.decode_ms, 0) +
-               " (an estimate: over the host's time in the decode calls)";
-    };
-    return run_server(&engine, a, std::move(setup), signals, std::string("GPU, ") + PRECISION_NAME, bandwidth);
+    return run_server(&engine, a, std::move(setup), signals, std::string("GPU, ") + PRECISION_NAME);
 }
 
 }  // namespace

@@ -17,12 +17,15 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "llmc/core/cuda_common.h"
+#include "llmc/inference/decode_traffic.h"
 #include "llmc/inference/slots.cuh"
 #include "llmc/kernels/sampling/sampling.cuh"
 #include "llmc/serving/host_pick.h"
@@ -53,7 +56,8 @@ public:
         const size_t logits = serve_step_stride((size_t)B_ * Vp * sizeof(floatX));
         for (int p = 0; p < 2; p++) {
             StepBuffers& sb = step_[p];
-            cudaCheck(cudaEventCreateWithFlags(&sb.done, cudaEventDisableTiming));
+            cudaCheck(cudaEventCreate(&sb.begin));  // timing events: the report's GPU time per step
+            cudaCheck(cudaEventCreate(&sb.done));
             sb.stage_d = e_.at<char>(ServeUploads) + p * upload;
             sb.stage_h = e_.at<char>(ServeUploadsHost) + p * upload;
             sb.result_h = (int*)(e_.at<char>(ServeResultsHost) + p * results);
@@ -86,6 +90,7 @@ public:
     ~GpuServeEngine() override {
         cudaCheck(cudaStreamSynchronize(e_.stream));
         for (StepBuffers& sb : step_) {
+            cudaCheck(cudaEventDestroy(sb.begin));
             cudaCheck(cudaEventDestroy(sb.done));
             for (CapturedGraph& g : sb.graphs) captured_graph_free(&g);
         }
@@ -161,7 +166,12 @@ public:
             stage_coins(p)[d.slot] = d.pick.coin;
         }
         for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
+        double positions = 0;  // what the step's attention reads: every row below R, over its length
+        for (int b = 0; b < R; b++) positions += len[b];
         StepBuffers& sb = step_[p];
+        // begin completes when the stream reaches it (after the step before, if one is in flight): begin..done is
+        // this step's own GPU time
+        cudaCheck(cudaEventRecord(sb.begin, e_.stream));
         run_step((size_t)(std::find(e_.row_buckets.begin(), e_.row_buckets.end(), R) - e_.row_buckets.begin()), p);
         // rows that report logprobs: their logits to the host now, before the next step overwrites them
         const size_t Vp = e_.config.padded_vocab_size;
@@ -170,7 +180,7 @@ public:
                 cudaCheck(cudaMemcpyAsync(sb.logits_h + (size_t)d.slot * Vp, e_.step.s.logits + (size_t)d.slot * Vp,
                                           Vp * sizeof(floatX), cudaMemcpyDeviceToHost, e_.stream));
         cudaCheck(cudaEventRecord(sb.done, e_.stream));
-        flights_.push_back(Flight{batch, R, p});
+        flights_.push_back(Flight{batch, R, p, positions});
     }
 
     void decode_end(std::vector<PickedToken>* out) override {
@@ -179,6 +189,9 @@ public:
         flights_.pop_front();
         const StepBuffers& sb = step_[f.parity];
         cudaCheck(cudaEventSynchronize(sb.done));
+        float step_ms = 0.f;
+        cudaCheck(cudaEventElapsedTime(&step_ms, sb.begin, sb.done));
+        decode_gpu_ms_ += step_ms, decode_positions_ += f.positions, decode_steps_++;
         const int V = e_.config.vocab_size;
         const size_t Vp = e_.config.padded_vocab_size;
         out->assign(f.batch.size(), PickedToken{});
@@ -191,6 +204,18 @@ public:
                 fill_logprobs(logits_.data(), V, d.pick.top_logprobs, &(*out)[i]);
             }
         }
+    }
+
+    // The decode steps' GPU time (begin..done of each) and what they read: every weight once a step and each of the
+    // R rows' K and V over its length, free slots' throwaway rows included (llmc/inference/decode_traffic.h).
+    std::string decode_report() const override {
+        if (decode_steps_ == 0) return "";
+        const DecodeTraffic t = decode_traffic(e_.config, sizeof(floatX));
+        const double bytes = decode_steps_ * t.weight_bytes + decode_positions_ * t.kv_bytes_per_position;
+        char head[96];
+        snprintf(head, sizeof(head), "decode steps on the GPU: %.3f ms each over %llu; read ",
+                 decode_gpu_ms_ / decode_steps_, (unsigned long long)decode_steps_);
+        return head + bandwidth_text(bytes, decode_gpu_ms_, device_peak_memory_bandwidth());
     }
 
     // a free slot's throwaway decode rows (below R) write at position known_: past the prefix it keeps, and cheap
@@ -295,7 +320,7 @@ private:
         int* result_h = nullptr;     // pinned and mapped: tokens (B), then non-finite flags (B)
         int* result_mapped = nullptr;  // its device address
         floatX* logits_h = nullptr;  // pinned (B, Vp): the rows that report logprobs
-        cudaEvent_t done = nullptr;  // the step's results are on the host
+        cudaEvent_t begin = nullptr, done = nullptr;  // the step starts on the GPU; its results are on the host
         KVCache cache;  // the engine's, but for its lengths: the stage's
         std::vector<CapturedGraph> graphs;  // per row bucket: the upload, the step and its picks
     };
@@ -303,7 +328,10 @@ private:
     struct Flight {
         std::vector<DecodeSlot> batch;  // the step's rows
         int R, parity;
+        double positions;  // attended by its R rows (decode_report)
     };
     std::deque<Flight> flights_;  // steps in flight, oldest first
+    double decode_gpu_ms_ = 0, decode_positions_ = 0;  // over the steps ended (decode_report)
+    uint64_t decode_steps_ = 0;
     int depth_ = 2, next_parity_ = 0;
 };

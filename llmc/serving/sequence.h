@@ -59,7 +59,6 @@ struct SchedulerOptions {
 
 struct SchedulerStats {
     uint64_t steps = 0, decode_steps = 0, decode_rows = 0;  // rows: sequences decoded, summed over decode steps
-    uint64_t decode_positions = 0;  // positions the decoded rows attended to (each row's length), summed over steps
     uint64_t prefill_calls = 0, prefill_tokens = 0, tokens = 0;
     double decode_ms = 0, deliver_ms = 0;  // in the engine's decode calls (begin, and end's wait); delivering tokens
     uint64_t accepted = 0, finished = 0, cancelled = 0, errors = 0, refused_full = 0;

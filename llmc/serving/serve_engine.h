@@ -8,6 +8,8 @@
 // the CPU. Host-only.
 #pragma once
 
+#include <string>
+
 #include <utility>
 #include <vector>
 
@@ -85,4 +87,7 @@ public:
     // and prefill continues it from position n.
     virtual bool copies_prefix() const { return false; }
     virtual void copy_prefix(int from, int to, int n) {}
+    // What the engine says of its decode steps when the server stops (the GPU engine: their time on the GPU and the
+    // bandwidth it comes to); empty: nothing. After the last decode_end.
+    virtual std::string decode_report() const { return ""; }
 };

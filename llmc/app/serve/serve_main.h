@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -102,10 +101,8 @@ inline ChatTemplate serve_chat_template(const ServeArgs& a) {
     }
 }
 
-// stop_note: a line the engine adds to the stop line's report (the GPU server: its decode bandwidth); may be null.
 inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup, const ServeSignals& signals,
-                      const std::string& what,
-                      const std::function<std::string(const SchedulerStats&)>& stop_note = nullptr) {
+                      const std::string& what) {
     SchedulerOptions so;
     so.max_queue = a.max_queue;
     so.prefill_budget = a.prefill_budget;
@@ -158,6 +155,7 @@ inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup,
     if (scheduler.prefix_caching())
         fprintf(stderr, "prefix cache: %llu of %llu prompt tokens reused\n", (unsigned long long)st.prefix_hit_tokens,
                 (unsigned long long)st.prefix_queried_tokens);
-    if (stop_note) fprintf(stderr, "%s\n", stop_note(st).c_str());
+    const std::string report = engine->decode_report();
+    if (!report.empty()) fprintf(stderr, "%s\n", report.c_str());
     return 0;
 }
