@@ -111,9 +111,7 @@ public:
         deliver_collected(collected);
         worked |= admit();
         worked |= prefill_phase();
-        int64_t positions = 0;
-        for (const auto& s : slots_)
-            if (s) positions += s->prefilled + s->generated;
+        const int64_t positions = positions_held();
         std::lock_guard<std::mutex> lock(m_);
         st_.steps++;
         st_.positions = positions;
@@ -436,6 +434,14 @@ private:
     }
 
     // The sequence leaves its slot: the engine forgets it, the request hears why.
+    // Prompt positions prefilled + tokens generated over the running sequences (the scheduler's thread).
+    int64_t positions_held() const {
+        int64_t positions = 0;
+        for (const auto& s : slots_)
+            if (s) positions += s->prefilled + s->generated;
+        return positions;
+    }
+
     void end(int slot, FinishReason why, const std::string& error = "") {
         std::unique_ptr<Sequence> s = std::move(slots_[slot]);
         if (!s) return;
@@ -445,9 +451,12 @@ private:
             } catch (const std::exception&) {  // the engine's complaint ends nothing else
             }
         }
+        // the gauges move before the response goes out (finish): a client that reads them after it sees them moved
+        const int64_t positions = positions_held();
         {
             std::lock_guard<std::mutex> lock(m_);
             active_--;
+            st_.positions = positions;
         }
         finish(s.get(), why, error);
         cv_.notify_all();
