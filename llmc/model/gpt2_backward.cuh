@@ -47,9 +47,8 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     void* attn_ws = dqkv + (size_t)BT * 3 * C;
     float* reduce = (float*)(buf<char>(m, mem::Logits) + gpt2_backward_partials_offset(c, m->B, m->T, m->backend));
     const bool qkv_bias_in_attention = attention_backward_sums_qkv_bias(m->backend, C / NH);
-    // the forward's FP8 choice (llmc/model/gpt2_forward.cuh): the blocks' linear layers' gradients in FP8 too
-    const Fp8Layers* fp8 = m->fp8_layers.on() && BT % 16 == 0 && BT <= m->fp8_layers.max_rows ? &m->fp8_layers
-                                                                                                : nullptr;
+    // the forward's FP8 choice: the blocks' linear layers' gradients in FP8 too
+    const Fp8Layers* fp8 = gpt2_fp8_for_rows(&m->fp8_layers, BT);
     // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
     // dout_amax_taken: dout's producer has folded its amax into the slot (the FP8 GELU backward, for fc's)
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,

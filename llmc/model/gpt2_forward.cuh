@@ -61,9 +61,7 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
                                 const int* inputs, const ForwardShape& shape, cudaStream_t s,
                                 ForwardListener* listener = nullptr) {
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, B = shape.B, T = shape.T, BT = B * T;
-    // FP8 GEMMs take K in multiples of 16: a forward over another row count (an evaluation's) runs in floatX
-    const Fp8Layers* fp8 = shape.fp8 && shape.fp8->on() && BT % 16 == 0 && BT <= shape.fp8->max_rows ? shape.fp8
-                                                                                                     : nullptr;
+    const Fp8Layers* fp8 = gpt2_fp8_for_rows(shape.fp8, BT);
     if (fp8) gpt2_fp8_begin_forward(*fp8, s);
     // a linear layer's forward, in FP8 or in floatX (fc's with its GELU: fch the input, fch_gelu the output)
     auto linear = [&](int l, Fp8Linear k, floatX* out, const floatX* inp, ParamTensor w, ParamTensor b, int in,

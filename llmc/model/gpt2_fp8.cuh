@@ -123,6 +123,12 @@ inline void gpt2_fp8_free(Fp8Layers* f) {
     *f = Fp8Layers{};
 }
 
+// The FP8 state a pass over BT rows runs with, or null (floatX): FP8 GEMMs take K in multiples of 16, so a pass over
+// another row count (an evaluation's) runs in floatX. The forward and the backward after it ask with the same BT.
+inline const Fp8Layers* gpt2_fp8_for_rows(const Fp8Layers* f, int BT) {
+    return f && f->on() && BT % 16 == 0 && BT <= f->max_rows ? f : nullptr;
+}
+
 // At a forward's start: every amax back to zero (each pass folds its tensor's into its slot).
 inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
     cudaCheck(cudaMemsetAsync(f.stats, 0, f.slots() * sizeof(float), stream));
