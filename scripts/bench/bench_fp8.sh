@@ -20,15 +20,7 @@ mkdir -p "$LOGDIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
-median_ms() {  # log, first step, last step: the median ms/step of those step lines
-    python3 - "$@" <<'PARSE'
-import re, statistics, sys
-path, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ms = [float(m.group(2)) for m in (re.match(r"step\s+(\d+)/\d+ \|.*\|\s*([\d.]+) ms \|", l) for l in open(path))
-      if m and lo <= int(m.group(1)) <= hi]
-print(f"{statistics.median(ms):.2f}" if ms else "nan")
-PARSE
-}
+source "$(dirname "$0")/step_times.sh"  # median_ms: the median ms/step of a log's step lines from a step on
 
 if [[ " $PARTS " == *" speed "* ]]; then
     SHARD="$LOGDIR/random_tokens_train_000000.bin"
@@ -40,7 +32,7 @@ if [[ " $PARTS " == *" speed "* ]]; then
                 log="$LOGDIR/speed_d${D}_B${B}_fp8${mode}_r$r.log"
                 ms=nan  # a failed run keeps its place, so the rounds stay paired
                 if ./train_gpt2cu -e "d$D" -b "$B" -t 1024 -x "$STEPS" -v 0 -s 0 -i "$SHARD" -l 3e-4 -fp8 $mode \
-                        $TRAIN_FLAGS >"$log" 2>&1; then ms=$(median_ms "$log" 10 "$STEPS")
+                        $TRAIN_FLAGS >"$log" 2>&1; then ms=$(median_ms "$log" 10); ms=${ms:-nan}
                 else tail -n 5 "$log"; echo "fp8 speed d$D B$B: the -fp8 $mode run failed ($log)"; fi
                 [ $mode = 0 ] && bf+=("$ms") || f8+=("$ms")
                 echo "fp8 speed d$D B$B round $r -fp8 $mode: $ms ms/step, memory $(sed -n 's/^device memory in use at the end: //p' "$log")"

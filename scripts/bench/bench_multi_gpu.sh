@@ -85,16 +85,7 @@ run() {  # log, n, flags...
     return $rc
 }
 
-# the median of the numbers on stdin, one per line, printed with printf format $1; nothing for none
-median() {
-    sort -g | awk -v f="$1" '{v[NR] = $1} END {if (NR) printf f, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
-
-# median ms/step over steps FIRST (or $2)..end of a log ("step    11/12 | loss ... |  52.10 ms | ..."), or empty
-median_ms() {
-    sed -n 's/^step *\([0-9]*\)\/[0-9]* |.*| *\([0-9.]*\) ms |.*/\1 \2/p' "$1" | awk -v f="${2:-$FIRST}" '$1 >= f {print $2}' |
-        median %.2f
-}
+source "$(dirname "$0")/step_times.sh"  # median, median_ms
 
 # The SM clock while a run computes: nvidia-smi samples GPU 0 (rank 0's) every 100 ms; the median clock over the
 # samples at >= 90% utilisation and how many of them the driver flags as held down by the power cap. Under the cap,

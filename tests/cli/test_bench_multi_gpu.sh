@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 begin_checks
 tmp=$TMP
 mkdir -p "$tmp/scripts/bench" "$tmp/bin" "$tmp/data/tinyshakespeare"
-cp scripts/bench/bench_multi_gpu.sh "$tmp/scripts/bench/"
+cp scripts/bench/bench_multi_gpu.sh scripts/bench/step_times.sh "$tmp/scripts/bench/"
 : >"$tmp/data/tinyshakespeare/tiny_shakespeare_train.bin"
 printf 'train_gpt2cu: ;\ndata: ;\n' >"$tmp/Makefile"
 
