@@ -356,19 +356,21 @@ static bool variant_available(int id) {
 static const char* missing_reason(int id) { return id == 7 ? kFp8Missing : kHopperMissing; }
 
 // Variant 7's operands: A and B cast to E4M3 once per (A, B, shape), with the scales their amax gives (margin 0);
-// the GEMM is then timed alone. scales: a_scale, b_scale, 1 / a_scale, 1 / b_scale.
+// the GEMM is then timed alone. scales: a_scale, b_scale, then 1 / a_scale and 1 / b_scale at kDescale[0] and
+// kDescale[1] (16 bytes apart: the GEMM's scale pointers, llmc/core/fp8.h's kFp8DescaleStride).
 struct Fp8Operands {
     const bf16 *A = nullptr, *B = nullptr;
     int M = 0, N = 0, K = 0;
     DeviceBuffer<uint8_t> a8, b8;
     DeviceBuffer<float> scales, amax;
-    float host_scales[4] = {1, 1, 1, 1};
+    static constexpr int kDescale[2] = {kFp8DescaleStride, 2 * kFp8DescaleStride};
+    float host_scales[3 * kFp8DescaleStride] = {1, 1};
 };
 static Fp8Operands& fp8_operands(const bf16* A, const bf16* B, int M, int N, int K) {
     static Fp8Operands o;
     if (o.A == A && o.B == B && o.M == M && o.N == N && o.K == K) return o;
     o.A = A, o.B = B, o.M = M, o.N = N, o.K = K;
-    o.a8.resize((size_t)M * K), o.b8.resize((size_t)N * K), o.scales.resize(4), o.amax.resize(2);
+    o.a8.resize((size_t)M * K), o.b8.resize((size_t)N * K), o.scales.resize(3 * kFp8DescaleStride), o.amax.resize(2);
     cudaCheck(cudaMemset(o.amax.ptr, 0, 2 * sizeof(float)));
     fp8_cast_transpose<Fp8Format::E4M3>(A, M, K, nullptr, nullptr, nullptr, o.amax.ptr, 0);
     fp8_cast_transpose<Fp8Format::E4M3>(B, N, K, nullptr, nullptr, nullptr, o.amax.ptr + 1, 0);
@@ -376,7 +378,7 @@ static Fp8Operands& fp8_operands(const bf16* A, const bf16* B, int M, int N, int
     cudaCheck(cudaMemcpy(amax, o.amax.ptr, sizeof(amax), cudaMemcpyDeviceToHost));
     for (int i = 0; i < 2; i++) {
         o.host_scales[i] = fp8_scale_from_amax(amax[i], Fp8Format::E4M3, 0, 1.f);
-        o.host_scales[2 + i] = 1.f / o.host_scales[i];
+        o.host_scales[Fp8Operands::kDescale[i]] = 1.f / o.host_scales[i];
     }
     cudaCheck(cudaMemcpy(o.scales.ptr, o.host_scales, sizeof(o.host_scales), cudaMemcpyHostToDevice));
     fp8_cast_transpose<Fp8Format::E4M3>(A, M, K, o.scales.ptr, o.a8.ptr, nullptr, nullptr, 0);
@@ -431,8 +433,8 @@ static void run_variant(int id, bf16* out, const bf16* A, const bf16* B, const b
             break;
         case 7: {
             const Fp8Operands& o = fp8_operands(A, B, M, N, K);
-            matmul_fp8(out, o.a8.ptr, Fp8Format::E4M3, o.scales.ptr + 2, o.b8.ptr, Fp8Format::E4M3, o.scales.ptr + 3,
-                       bias, M, N, K, false, 0);
+            matmul_fp8(out, o.a8.ptr, Fp8Format::E4M3, o.scales.ptr + o.kDescale[0], o.b8.ptr, Fp8Format::E4M3,
+                       o.scales.ptr + o.kDescale[1], bias, M, N, K, false, 0);
             break;
         }
         default:

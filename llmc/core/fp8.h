@@ -23,6 +23,10 @@
 
 enum class Fp8Format { E4M3, E5M2 };
 
+// Floats between two descales an FP8 GEMM reads: cuBLASLt refuses (NOT_SUPPORTED, every algorithm) a scale pointer
+// that is not 16-byte aligned, so arrays of descales keep each in its own 16 bytes.
+constexpr int kFp8DescaleStride = 4;
+
 struct Fp8Traits {
     int exponent_bits, mantissa_bits, bias;
     double max_finite;  // the largest finite magnitude

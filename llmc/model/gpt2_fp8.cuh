@@ -33,7 +33,7 @@ enum Fp8Operand { kFp8Inp, kFp8Weight, kFp8Dout, kFp8Operands };  // a linear's 
 struct Fp8Layers {
     int L = 0, C = 0, max_rows = 0;
     uint8_t* weights = nullptr;    // per layer, per linear: W's y (OC x C) then yT (C x OC), E4M3
-    float* stats = nullptr;        // amax, scale, descale: 3 arrays of L x kFp8Linears x kFp8Operands
+    float* stats = nullptr;        // amax, scale, descale: arrays of L x kFp8Linears x kFp8Operands (descales strided)
     uint8_t* work[3] = {};         // max_rows x 4C bytes each: the current GEMM's activation operands
     size_t bytes = 0;              // all of the above
     bool on() const { return weights != nullptr; }
@@ -42,7 +42,10 @@ struct Fp8Layers {
     size_t slots() const { return (size_t)L * kFp8Linears * kFp8Operands; }
     float* amax(size_t s) const { return stats + s; }
     float* scale(size_t s) const { return stats + slots() + s; }
-    float* descale(size_t s) const { return stats + 2 * slots() + s; }
+    float* descale(size_t s) const { return stats + 2 * slots() + kFp8DescaleStride * s; }
+    size_t stats_floats() const { return (2 + kFp8DescaleStride) * slots(); }
+    // the descales start 16-byte aligned: 2 * slots() floats before them, for any L
+    static_assert(2 * kFp8Linears * kFp8Operands % kFp8DescaleStride == 0, "descales 16-byte aligned");
 };
 
 namespace gpt2_fp8_detail {
@@ -96,7 +99,7 @@ inline std::string gpt2_fp8_problem(int C, int BT, int compute_capability_major)
 // The device memory for L layers of width C and batches up to max_rows = B*T rows.
 inline size_t gpt2_fp8_bytes(int L, int C, int max_rows) {
     const size_t slots = (size_t)L * kFp8Linears * kFp8Operands;
-    return (size_t)L * gpt2_fp8_detail::layer_weight_bytes(C) + 3 * slots * sizeof(float) +
+    return (size_t)L * gpt2_fp8_detail::layer_weight_bytes(C) + (2 + kFp8DescaleStride) * slots * sizeof(float) +
            3 * (size_t)max_rows * 4 * C + 5 * 256;  // + each piece's alignment
 }
 
@@ -111,9 +114,9 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows) {
         return p;
     };
     f->weights = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_weight_bytes(C));
-    f->stats = (float*)take(3 * f->slots() * sizeof(float));
+    f->stats = (float*)take(f->stats_floats() * sizeof(float));
     for (auto& w : f->work) w = (uint8_t*)take((size_t)max_rows * 4 * C);
-    cudaCheck(cudaMemset(f->stats, 0, 3 * f->slots() * sizeof(float)));
+    cudaCheck(cudaMemset(f->stats, 0, f->stats_floats() * sizeof(float)));
     matmul_init();
     matmul_fp8_detail::unit_scale();  // allocated now, not inside a captured step
 }

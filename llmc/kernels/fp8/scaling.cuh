@@ -17,7 +17,8 @@
 // Every tensor's state, device arrays (tensors x history for the ring).
 struct Fp8Scaling {
     int tensors = 0, history = 0, margin = 0;
-    float *amax_history = nullptr, *amax = nullptr, *scale = nullptr, *descale = nullptr;
+    float *amax_history = nullptr, *amax = nullptr, *scale = nullptr;
+    float* descale = nullptr;  // tensor t's at descale[t * kFp8DescaleStride] (a GEMM's scale pointer)
     const uint8_t* formats = nullptr;  // Fp8Format of each tensor
 };
 
@@ -25,7 +26,7 @@ __global__ void fp8_update_scales_kernel(Fp8Scaling s, int step) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= s.tensors) return;
     fp8_update_one(s.amax_history + (size_t)t * s.history, s.history, step, s.amax + t, (Fp8Format)s.formats[t],
-                   s.margin, s.scale + t, s.descale + t);
+                   s.margin, s.scale + t, s.descale + (size_t)t * kFp8DescaleStride);
 }
 
 // After step `step` (0-based) has cast every tensor.

@@ -7,8 +7,10 @@
 // E4M3 x E4M3, E4M3 x E5M2 and E5M2 x E4M3 (no E5M2 x E5M2 on Hopper). fast_accum: cuBLASLt's
 // CUBLASLT_MATMUL_DESC_FAST_ACCUM (the tensor cores' own accumulation throughout, fewer bits over long K) or off
 // (partial sums promoted to fp32). No amax of C: cuBLASLt computes AMAX_D only for FP8 outputs; a consumer that casts
-// C to FP8 takes it from the cast (fp8_cast_transpose's amax). Plans (descriptors, layouts, the heuristic's
-// algorithm) cached per problem, as matmul.cuh's, and the heuristic told the operands' real alignment. BF16 builds
+// C to FP8 takes it from the cast (fp8_cast_transpose's amax). a_descale and b_descale 16-byte aligned: cuBLASLt
+// refuses every algorithm for a scale pointer that is not (llmc/core/fp8.h's kFp8DescaleStride). Plans
+// (descriptors, layouts, the heuristic's algorithm) cached per problem, as matmul.cuh's, and the heuristic told the
+// operands' real alignment. BF16 builds
 // (C and the bias bf16: the FP8 GEMMs' supported combination); N a multiple of 8 (C's rows of 16-byte multiples).
 // The heuristic is asked with the scale pointers already set (to a unit scale of our own): asked without them it may
 // answer with a kernel that takes no scales, which cublasLtMatmul then refuses once they are set. Its first few
@@ -127,6 +129,10 @@ inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const fl
         exit(EXIT_FAILURE);
     }
     const int align = matmul_detail::check_alignment(A, B, C, bias, nullptr);  // 16-byte aligned, or an error
+    if (((uintptr_t)a_descale | (uintptr_t)b_descale) % 16 != 0) {
+        fprintf(stderr, "error: matmul_fp8: the descale pointers must be 16-byte aligned\n");
+        exit(EXIT_FAILURE);
+    }
     Plan* p = find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias != nullptr, align, accumulate});
     if (!p) {
         fprintf(stderr, "error: matmul_fp8: cuBLASLt has no FP8 GEMM for %s x %s at M %d, N %d, K %d on this device\n",

@@ -177,7 +177,7 @@ static void test_gemm(int M, int N, int K, bool with_bias, bool fast, int offset
     cudaCheck(cudaMalloc(&d_b, b.size() + offset));
     cudaCheck(cudaMemcpy(d_a + offset, a.data(), a.size(), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d_b + offset, b.data(), b.size(), cudaMemcpyHostToDevice));
-    float* d_descale = upload_fp32({a_descale, b_descale});
+    float* d_descale = upload_fp32({a_descale, 0.f, 0.f, 0.f, b_descale});  // each in its own 16 bytes
     floatX* d_bias = upload(bias);
     const int c_off = offset / (int)sizeof(floatX);
     floatX* d_c = poisoned((size_t)M * N + c_off);
@@ -186,7 +186,7 @@ static void test_gemm(int M, int N, int K, bool with_bias, bool fast, int offset
         cudaCheck(cudaMemcpy(d_c + c_off, d_c0, c0.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
         cudaFree(d_c0);
     }
-    matmul_fp8(d_c + c_off, d_a + offset, FA, d_descale, d_b + offset, FB, d_descale + 1, with_bias ? d_bias : nullptr,
+    matmul_fp8(d_c + c_off, d_a + offset, FA, d_descale, d_b + offset, FB, d_descale + kFp8DescaleStride, with_bias ? d_bias : nullptr,
                M, N, K, fast, 0, accumulate);
     char tag[128];
     snprintf(tag, sizeof(tag), "fp8 GEMM %s x %s M%d N%d K%d%s%s%s%s", fp8_name(FA), fp8_name(FB), M, N, K,
@@ -231,7 +231,8 @@ static void test_gemms() {
 
 static void test_scaling() {
     const int tensors = 37, H = 16, steps = 40;
-    std::vector<float> hist((size_t)tensors * H, 0.f), scale(tensors, 1.f), descale(tensors, 1.f), amax(tensors);
+    std::vector<float> hist((size_t)tensors * H, 0.f), scale(tensors, 1.f), amax(tensors);
+    std::vector<float> descale((size_t)tensors * kFp8DescaleStride, 1.f);  // strided; the padding stays as it is
     std::vector<uint8_t> formats(tensors);
     for (int t = 0; t < tensors; t++) formats[t] = (uint8_t)(t % 3 == 0 ? Fp8Format::E5M2 : Fp8Format::E4M3);
     Fp8Scaling s;
@@ -250,7 +251,8 @@ static void test_scaling() {
         cudaCheck(cudaMemcpy(s.amax, amax.data(), tensors * 4, cudaMemcpyHostToDevice));
         fp8_update_scales(s, step, 0);
         for (int t = 0; t < tensors; t++)
-            fp8_update_one(hist.data() + (size_t)t * H, H, step, &amax[t], (Fp8Format)formats[t], 1, &scale[t], &descale[t]);
+            fp8_update_one(hist.data() + (size_t)t * H, H, step, &amax[t], (Fp8Format)formats[t], 1, &scale[t],
+                           &descale[(size_t)t * kFp8DescaleStride]);
     }
     cudaCheck(cudaDeviceSynchronize());
     auto same = [](const std::vector<float>& host, const float* dev) {
