@@ -4,8 +4,11 @@
 // this device): reads 2 bytes an element, writes 1 per output.
 //   variant 1: y and yT (both layouts: an activation both the forward and the weight gradient read)
 //   variant 2: y only (a weight's forward copy)        variant 3: yT only        variant 4: amax only
+//   variant 5: y, yT and the column sums per tile of 64 rows (an output gradient's cast, which takes the bias
+//              gradient too)
 // Every shape is validated first against llmc/core/fp8.h's reference (itself exhaustively tested and equal to
-// cuda_fp8.h's conversion): every byte of every output exact, amax exact, outputs poisoned.
+// cuda_fp8.h's conversion): every byte of every output exact, amax exact, outputs poisoned; column sums within
+// 1e-5 of the column's sum of magnitudes of the fp64 sums.
 // Build: make -C dev/cuda fp8_cast      Run: ./fp8_cast [-r repeats] [-s "rows,cols;..."] [-c]  (-c: validation only)
 #include "common.h"
 #include "llmc/kernels/fp8/cast_transpose.cuh"
@@ -20,12 +23,13 @@ struct Shape {
 struct Variant {
     int id;
     const char* name;
-    bool y, yT, amax;
+    bool y, yT, amax, colsum;
 };
-static const Variant kVariants[] = {{1, "y+yT+amax", true, true, true},
-                                    {2, "y+amax", true, false, true},
-                                    {3, "yT+amax", false, true, true},
-                                    {4, "amax", false, false, true}};
+static const Variant kVariants[] = {{1, "y+yT+amax", true, true, true, false},
+                                    {2, "y+amax", true, false, true, false},
+                                    {3, "yT+amax", false, true, true, false},
+                                    {4, "amax", false, false, true, false},
+                                    {5, "y+yT+sums", true, true, true, true}};
 
 template <Fp8Format F>
 static bool run_shape(const Shape& s, const Variant& v, bool time_it, int repeats) {
@@ -35,7 +39,7 @@ static bool run_shape(const Shape& s, const Variant& v, bool time_it, int repeat
     std::vector<__nv_bfloat16> xb = round_to_bf16(xf);
     DeviceBuffer<__nv_bfloat16> x(n);
     DeviceBuffer<uint8_t> y(n), yT(n);
-    DeviceBuffer<float> scale(1), amax(1);
+    DeviceBuffer<float> scale(1), amax(1), sums((size_t)fp8_cast_colsum_chunks(s.rows) * s.cols);
     cudaCheck(cudaMemcpy(x.ptr, xb.data(), n * 2, cudaMemcpyHostToDevice));
     double amax_ref = 0;
     for (float f : xf) amax_ref = std::max(amax_ref, (double)std::fabs(f));
@@ -44,9 +48,10 @@ static bool run_shape(const Shape& s, const Variant& v, bool time_it, int repeat
     cudaCheck(cudaMemset(y.ptr, 0xAA, n));
     cudaCheck(cudaMemset(yT.ptr, 0xAA, n));
     cudaCheck(cudaMemset(amax.ptr, 0, 4));
+    cudaCheck(cudaMemset(sums.ptr, 0xFF, sums.count * 4));  // NaN
     auto call = [&] {
         fp8_cast_transpose<F>(x.ptr, s.rows, s.cols, scale.ptr, v.y ? y.ptr : nullptr, v.yT ? yT.ptr : nullptr,
-                              amax.ptr, 0);
+                              amax.ptr, 0, v.colsum ? sums.ptr : nullptr);
     };
     call();
     std::vector<uint8_t> hy(n), hyT(n);
@@ -61,12 +66,26 @@ static bool run_shape(const Shape& s, const Variant& v, bool time_it, int repeat
             bad += v.y && hy[(size_t)r * s.cols + c] != want;
             bad += v.yT && hyT[(size_t)c * s.rows + r] != want;
         }
-    const bool ok = bad == 0 && (double)ha == amax_ref;
-    printf("  %s v%d %-10s %5d x %-5d  %zu bytes off, amax %s  %s\n", fp8_name(F), v.id, v.name, s.rows, s.cols, bad,
-           (double)ha == amax_ref ? "exact" : "WRONG", ok ? "ok" : "FAIL");
+    size_t sums_off = 0;
+    if (v.colsum) {
+        std::vector<float> hs(sums.count);
+        cudaCheck(cudaMemcpy(hs.data(), sums.ptr, hs.size() * 4, cudaMemcpyDeviceToHost));
+        for (int c = 0; c < s.cols; c++) {
+            double got = 0, want = 0, mag = 0;
+            for (size_t k = 0; k < hs.size() / s.cols; k++) got += hs[k * s.cols + c];
+            for (int r = 0; r < s.rows; r++) {
+                const double e = (double)xf[(size_t)r * s.cols + c];
+                want += e, mag += std::fabs(e);
+            }
+            sums_off += !(std::fabs(got - want) <= 1e-5 * mag);
+        }
+    }
+    const bool ok = bad == 0 && (double)ha == amax_ref && sums_off == 0;
+    printf("  %s v%d %-10s %5d x %-5d  %zu bytes off, amax %s, %zu column sums off  %s\n", fp8_name(F), v.id, v.name,
+           s.rows, s.cols, bad, (double)ha == amax_ref ? "exact" : "WRONG", sums_off, ok ? "ok" : "FAIL");
     if (!ok || !time_it) return ok;
     const Timing t = benchmark(call, repeats);
-    const double bytes = n * (2.0 + v.y + v.yT);
+    const double bytes = n * (2.0 + v.y + v.yT) + (v.colsum ? sums.count * 4.0 : 0.0);
     DeviceBuffer<char> copy_src((size_t)bytes / 2), copy_dst((size_t)bytes / 2);  // the same bytes read and written
     const Timing c = benchmark([&] { cudaCheck(cudaMemcpyAsync(copy_dst.ptr, copy_src.ptr, (size_t)bytes / 2,
                                                                cudaMemcpyDeviceToDevice)); }, repeats);

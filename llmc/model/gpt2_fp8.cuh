@@ -11,7 +11,8 @@
 // The weights are cast (y and yT) at each forward, as their layer begins; inp is cast again in the backward (yT, with
 // the scale its forward cast took: the tensor is the same, kept or recomputed bit for bit). Accumulation: fast in the
 // forward, promoted to fp32 in both gradients (TransformerEngine's choice; K = N is long in the weight gradient).
-// The bias gradients are column sums of the bf16 output gradients, as in BF16 runs; the lm_head stays bf16.
+// The bias gradients are column sums of the bf16 output gradients (fp32 sums), taken by their cast; the lm_head
+// stays bf16.
 #pragma once
 
 #include <cstdint>
@@ -75,12 +76,12 @@ inline uint8_t* weight_yT(const Fp8Layers& f, int l, Fp8Linear k) {
 }
 
 // x (rows, cols) cast to F with current scaling into slot s: its amax (unless its producer folded it in already:
-// amax_taken), then y and/or yT with the scale from it.
+// amax_taken), then y and/or yT with the scale from it (and x's column sums per tile into colsum, if given).
 template <Fp8Format F>
 inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
-                         cudaStream_t stream, bool amax_taken = false) {
+                         cudaStream_t stream, bool amax_taken = false, float* colsum = nullptr) {
     if (!amax_taken) fp8_amax(x, rows, cols, f.amax(s), stream);
-    fp8_cast_transpose_current<F>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream);
+    fp8_cast_transpose_current<F>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream, colsum);
 }
 
 }  // namespace gpt2_fp8_detail
@@ -173,9 +174,11 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
     uint8_t *dout_y = f.work[0], *dout_yT = f.work[1], *inp_yT = f.work[2];
-    cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken);
+    // dbias from the cast's column sums (its read of dout), added in order by column_sum_finish
+    cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken,
+                                  dbias ? reduce : nullptr);
+    if (dbias) column_sum_finish(dbias, reduce, fp8_cast_colsum_chunks(N), d.out, 1.0f, stream);
     fp8_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
-    if (dbias) column_sum_accumulate(dbias, dout, N, d.out, 1.0f, reduce, stream);
     matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), inp_yT, Fp8Format::E4M3, f.descale(si), nullptr,
                d.out, d.in, N, /*fast_accum=*/false, stream, /*accumulate=*/true);
     matmul_fp8(dinp, dout_y, Fp8Format::E5M2, f.descale(sd), weight_yT(f, l, k), Fp8Format::E4M3, f.descale(sw),

@@ -3,6 +3,8 @@
 // and amax = max |x| folded into *amax, the statistic the next scale comes from (llmc/core/fp8.h). x * scale is exact
 // (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
 // equal llmc/core/fp8.h's fp8_encode. The amax: llmc/kernels/fp8/amax.cuh (deterministic).
+// Optionally the column sums of x too (a linear layer's bias gradient, from the output gradient the cast reads
+// anyway): each tile's, fp32, into colsum[tile row][col], for column_sum_finish to add in order (deterministic).
 // Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose;
 // with neither y nor yT asked for, a reduction kernel of its own (amax_kernel).
 // rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
@@ -22,6 +24,7 @@
 namespace fp8_cast_detail {
 
 constexpr int kTile = 64;
+constexpr int kTileRowsPerPass = 16;  // 256 threads: 16 rows of 16 groups of 4 columns at a time
 static_assert(kAmaxBlockThreads == 256, "the cast kernels run 256-thread blocks and fold their amax as such");
 
 template <Fp8Format F>
@@ -44,8 +47,10 @@ struct ScaleSource {
 template <Fp8Format F>
 __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols,
                                                             ScaleSource src, uint8_t* __restrict__ y,
-                                                            uint8_t* __restrict__ yT, float* __restrict__ amax) {
+                                                            uint8_t* __restrict__ yT, float* __restrict__ amax,
+                                                            float* __restrict__ colsum) {
     __shared__ uint32_t tile[kTile][kTile / 4 + 1];  // [row][4 columns' bytes], padded
+    __shared__ float column_part[kTileRowsPerPass][kTile];  // each thread row's sums of its 4 columns
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of 4 columns x 16 rows
     const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
     struct alignas(4 * sizeof(floatX)) Quad { floatX v[4]; };
@@ -60,6 +65,7 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
         }
     }
     unsigned int m = 0;  // max |x| as bits: non-negative floats order as integers, and a NaN (|NaN|) above all
+    float sums[4] = {};  // this thread's 4 columns over its 4 rows
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int r = row0 + ty + 16 * k, c = col0 + 4 * tx;
@@ -71,11 +77,23 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
             for (int j = 0; j < 4; j++) {
                 v[j] = (float)q.v[j];
                 m = max(m, __float_as_uint(fabsf(v[j])));
+                sums[j] += v[j];
             }
             packed = (uint32_t)to_fp8x2<F>(v[0] * s, v[1] * s) | ((uint32_t)to_fp8x2<F>(v[2] * s, v[3] * s) << 16);
             if (y) *reinterpret_cast<uint32_t*>(y + (size_t)r * cols + c) = packed;
         }
         tile[ty + 16 * k][tx] = packed;
+    }
+    if (colsum) {  // the same for the whole block
+#pragma unroll
+        for (int j = 0; j < 4; j++) column_part[ty][4 * tx + j] = sums[j];
+        __syncthreads();
+        const int c = threadIdx.x;
+        if (c < kTile && col0 + c < cols) {
+            float total = 0.f;
+            for (int t = 0; t < kTileRowsPerPass; t++) total += column_part[t][c];  // in order: repeatable
+            colsum[(size_t)blockIdx.y * cols + col0 + c] = total;
+        }
     }
     __shared__ unsigned int warp_max[8];
     if (amax) fold_block_amax(m, amax, warp_max);  // amax is the same for the whole block: every thread calls it
@@ -108,11 +126,12 @@ __global__ void __launch_bounds__(256) amax_kernel(const floatX* __restrict__ x,
 
 template <Fp8Format F>
 inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& src, uint8_t* y, uint8_t* yT,
-                        float* amax, cudaStream_t stream) {
+                        float* amax, float* colsum, cudaStream_t stream) {
     if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
-        (uintptr_t)x % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0) {
+        (uintptr_t)x % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0 ||
+        (colsum && !y && !yT)) {
         fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, x "
-                "aligned to 4 values, y and yT to 4 bytes)\n", rows, cols);
+                "aligned to 4 values, y and yT to 4 bytes, column sums only beside a cast)\n", rows, cols);
         exit(EXIT_FAILURE);
     }
     if (!y && !yT) {
@@ -124,20 +143,25 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
         return;
     }
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-    cast_transpose_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax);
+    cast_transpose_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum);
     cudaCheck(cudaGetLastError());
 }
 
 }  // namespace fp8_cast_detail
 
+// The partial rows of the column sums a cast leaves (colsum: that many rows of cols floats), for
+// column_sum_finish(out, colsum, fp8_cast_colsum_chunks(rows), cols, ...).
+inline int fp8_cast_colsum_chunks(int rows) { return (rows + fp8_cast_detail::kTile - 1) / fp8_cast_detail::kTile; }
+
 // y (rows, cols) and/or yT (cols, rows) in FP8 format F, scaled by *scale (null: 1); *amax (null: none) becomes
-// max(*amax, max |x|): zero it before a tensor's first cast. Queued on the stream.
+// max(*amax, max |x|): zero it before a tensor's first cast; colsum (null: none): x's column sums per tile of rows
+// (fp8_cast_colsum_chunks). Queued on the stream.
 template <Fp8Format F>
 inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float* scale, uint8_t* y, uint8_t* yT,
-                               float* amax, cudaStream_t stream) {
+                               float* amax, cudaStream_t stream, float* colsum = nullptr) {
     fp8_cast_detail::ScaleSource src;
     src.scale = scale;
-    fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, amax, stream);
+    fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, amax, colsum, stream);
 }
 
 // Current scaling's two passes: fp8_amax folds max |x| into *amax (zeroed before), then fp8_cast_transpose_current
@@ -145,14 +169,14 @@ inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float*
 // GEMM's descale) to scale_out and descale_out.
 inline void fp8_amax(const floatX* x, int rows, int cols, float* amax, cudaStream_t stream) {
     fp8_cast_detail::launch_cast<Fp8Format::E4M3>(x, rows, cols, fp8_cast_detail::ScaleSource{}, nullptr, nullptr,
-                                                   amax, stream);
+                                                   amax, nullptr, stream);
 }
 template <Fp8Format F>
 inline void fp8_cast_transpose_current(const floatX* x, int rows, int cols, const float* amax, int margin,
                                        float* scale_out, float* descale_out, uint8_t* y, uint8_t* yT,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, float* colsum = nullptr) {
     fp8_cast_detail::ScaleSource src;
     src.from_amax = amax, src.margin = margin, src.scale_out = scale_out, src.descale_out = descale_out;
-    fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, nullptr, stream);
+    fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, nullptr, colsum, stream);
 }
 

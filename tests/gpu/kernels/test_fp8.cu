@@ -1,7 +1,8 @@
 // FP8 casts (llmc/kernels/fp8/cast_transpose.cuh) against llmc/core/fp8.h's reference (itself checked exhaustively by
 // tests/unit/test_fp8.cpp and equal to cuda_fp8.h's host conversion): every byte of y and of its transpose yT equal
 // to fp8_encode(x * scale), in both formats, at tile-sized and ragged shapes (multiples of 4, not of 64), with
-// saturating values and scales from the amax; amax exactly max |x|, a NaN in x making it NaN; each output optional.
+// saturating values and scales from the amax; amax exactly max |x|, a NaN in x making it NaN; each output optional;
+// the column sums a cast takes beside it (the bias gradient) against the fp64 sums.
 // Current scaling's two passes, and the GELU kernels' amax (max |output| exactly, the outputs' bits unchanged).
 // FP8 GEMMs (llmc/kernels/matmul/matmul_fp8.cuh, BF16 builds) against the fp64 product of the dequantized operands
 // (what the GEMM is given: decode(code) / scale), with bias, both accumulation modes, the three format pairs a
@@ -9,14 +10,48 @@
 // Delayed scaling's update (llmc/kernels/fp8/scaling.cuh) over 40 steps of random amaxes (zeros and NaNs among
 // them) for 37 tensors of both formats: rings, scales and descales bit for bit those of the host's fp8_update_one.
 //   ./tests/gpu/kernels/test_fp8 [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison, tolerances)
+#include "llmc/kernels/column_sum.cuh"
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/fp8/scaling.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
+// The column sums a cast takes beside it (a linear layer's bias gradient): every tile's partial within fp32's
+// rounding of the fp64 sum of its rows (1e-5 of the sum of magnitudes), every entry written (poisoned before), and
+// column_sum_finish adding them in order to a bf16 output within its rounding (2^-8 relative).
+static void check_colsum(const std::vector<float>& x, int rows, int cols, const float* d_part, const char* what) {
+    const int chunks = fp8_cast_colsum_chunks(rows);
+    std::vector<float> part((size_t)chunks * cols);
+    cudaCheck(cudaMemcpy(part.data(), d_part, part.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<double> ref(cols, 0.0), mag(cols, 0.0);
+    size_t bad = 0;
+    for (int k = 0; k < chunks; k++)
+        for (int c = 0; c < cols; c++) {
+            double s = 0, a = 0;
+            for (int r = 64 * k; r < std::min(rows, 64 * k + 64); r++) {
+                s += x[(size_t)r * cols + c], a += std::fabs(x[(size_t)r * cols + c]);
+            }
+            ref[c] += s, mag[c] += a;
+            bad += !(std::fabs(part[(size_t)k * cols + c] - s) <= 1e-5 * a);
+        }
+    floatX* d_out = upload(std::vector<float>(cols, 0.25f));
+    column_sum_finish(d_out, d_part, chunks, cols, 1.0f, 0);
+    const std::vector<float> out = download(d_out, cols);
+    for (int c = 0; c < cols; c++) {
+        const double want = 0.25 + ref[c];
+        bad += !(std::fabs(out[c] - want) <= std::ldexp(std::fabs(want), -8) + 1e-5 * mag[c]);
+    }
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 %s: column sums %dx%d (%d tiles of rows), then finished into bf16", what, rows,
+             cols, chunks);
+    check_exact(tag, bad == 0);
+    if (bad) printf("  %zu sums off\n", bad);
+    cudaFree(d_out);
+}
+
 template <Fp8Format F>
-static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan) {
+static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan, bool colsum = false) {
     std::vector<float> x = random_vec((size_t)rows * cols, 1.0f);
     for (size_t i = 0; i < x.size(); i += 97) x[i] = round_to_floatX(x[i] * 3e4f);  // some over E4M3's range
     if (nan) x[x.size() / 2] = NAN;
@@ -29,8 +64,11 @@ static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan) {
     const size_t n = x.size();
     if (with_y) cudaCheck(cudaMalloc(&d_y, n)), cudaCheck(cudaMemset(d_y, 0xAA, n));
     if (with_yT) cudaCheck(cudaMalloc(&d_yT, n)), cudaCheck(cudaMemset(d_yT, 0xAA, n));
-    fp8_cast_transpose<F>(d_x, rows, cols, d_scale, d_y, d_yT, d_amax, 0);
+    float* d_part = colsum ? upload_fp32(std::vector<float>((size_t)fp8_cast_colsum_chunks(rows) * cols, NAN))
+                           : nullptr;
+    fp8_cast_transpose<F>(d_x, rows, cols, d_scale, d_y, d_yT, d_amax, 0, d_part);
     cudaCheck(cudaDeviceSynchronize());
+    if (colsum) check_colsum(x, rows, cols, d_part, fp8_name(F));
     std::vector<uint8_t> y(n), yT(n);
     if (with_y) cudaCheck(cudaMemcpy(y.data(), d_y, n, cudaMemcpyDeviceToHost));
     if (with_yT) cudaCheck(cudaMemcpy(yT.data(), d_yT, n, cudaMemcpyDeviceToHost));
@@ -54,7 +92,7 @@ static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan) {
     if (bad_y || bad_yT) printf("  %zu bytes of y and %zu of yT differ from the reference\n", bad_y, bad_yT);
     snprintf(tag, sizeof(tag), "fp8 %s amax %dx%d%s", fp8_name(F), rows, cols, nan ? " (NaN)" : "");
     check_exact(tag, nan ? std::isnan(amax) : (double)amax == amax_ref);
-    cudaFree(d_x), cudaFree(d_scale), cudaFree(d_amax), cudaFree(d_y), cudaFree(d_yT);
+    cudaFree(d_x), cudaFree(d_scale), cudaFree(d_amax), cudaFree(d_y), cudaFree(d_yT), cudaFree(d_part);
 }
 
 // Current scaling's two passes (fp8_amax, then fp8_cast_transpose_current): the scale the cast took from the amax,
@@ -271,8 +309,9 @@ int main(int argc, char** argv) {
     const int shapes[][2] = {{64, 64}, {4, 4}, {100, 36}, {1028, 772}, {512, 3072}, {2048, 768}};
     for (const auto& s : shapes) {
         test_cast<Fp8Format::E4M3>(s[0], s[1], true, true, false);
-        test_cast<Fp8Format::E5M2>(s[0], s[1], true, true, false);
+        test_cast<Fp8Format::E5M2>(s[0], s[1], true, true, false, /*colsum=*/true);  // as output gradients are
     }
+    test_cast<Fp8Format::E5M2>(1028, 772, true, false, false, true);
     test_cast<Fp8Format::E4M3>(192, 128, true, false, false);
     test_cast<Fp8Format::E4M3>(192, 128, false, true, false);
     test_cast<Fp8Format::E5M2>(192, 128, false, false, false);  // amax alone
