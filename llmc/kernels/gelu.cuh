@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kAmaxBlockThreads) gelu_forward_kernel(floatX*
         x128 in = load128cs(inp + i), res;
         for (int k = 0; k < x128::size; k++) {
             res[k] = from_float<floatX>(gelu_value(to_float(in[k])));
-            m = max(m, __float_as_uint(fabsf(to_float(res[k]))));
+            m = max(m, amax_bits(to_float(res[k])));
         }
         store128(out + i, res);
     }
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kAmaxBlockThreads) gelu_backward_inplace_kerne
         x128 d = load128(d_in_out + i), in = load128cs(inp + i);
         for (int k = 0; k < x128::size; k++) {
             d[k] = from_float<floatX>(to_float(d[k]) * gelu_derivative(to_float(in[k])));
-            m = max(m, __float_as_uint(fabsf(to_float(d[k]))));
+            m = max(m, amax_bits(to_float(d[k])));
         }
         store128(d_in_out + i, d);
     }

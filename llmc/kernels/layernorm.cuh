@@ -3,12 +3,16 @@
 // output leaves the residual add and goes straight into the next LayerNorm).
 // Backward: dinp accumulates (it is the residual stream's gradient); dweight/dbias are reduced over rows
 // deterministically: fixed chunks of rows into fp32 partials, then one ordered sum per channel. No atomics.
+// Both can fold max |output| (the stored values) into an FP8 amax (llmc/kernels/fp8/amax.cuh), so an FP8 GEMM that
+// reads the output needs no amax pass of its own: the forward's out (qkv's and fc's inputs), the backward's updated
+// dinp (the residual gradient, fcproj's and attproj's output gradient).
 #pragma once
 
 #include <type_traits>
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/gpt2/gpt2_config.h"
+#include "llmc/kernels/fp8/amax.cuh"
 
 // One warp per row, 128-bit packs (C is a multiple of x128::size), the row held in registers: every load of the
 // row is issued at once, so a row costs one memory latency, not one per pass. kPacks: packs per lane the kernel
@@ -16,14 +20,15 @@
 // are loaded with the row (generation's decode step runs a few rows, where latency is all there is, and a pass that
 // re-reads the row costs a latency); else they are read in the last pass, from L1/L2, where every
 // row finds them: the registers they would hold cost occupancy on a training batch (212 registers at 8 packs).
-// `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised.
+// `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised. out_amax non-null: max |out|
+// folded in, per warp (a warp is a row, and leaves early past the last row).
 constexpr int kLayerNormForwardThreads = 256;
 template <int kPacks, bool kWeightsEarly>
 __global__ void __launch_bounds__(kLayerNormForwardThreads)
     layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                              floatX* residual_out, const floatX* inp, const floatX* residual_a,
                              const floatX* residual_b, const floatX* __restrict__ weight,
-                             const floatX* __restrict__ bias, int N, int C) {
+                             const floatX* __restrict__ bias, int N, int C, float* out_amax) {
     pdl_trigger_and_wait();  // launched as a programmatic dependent (pdl): everything below reads its output
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -65,6 +70,7 @@ __global__ void __launch_bounds__(kLayerNormForwardThreads)
                 var += d * d;
             }
     const float s = rsqrtf(warp_reduce_sum(var) / C + (float)kLayerNormEps);
+    unsigned int mx = 0;
 #pragma unroll
     for (int i = 0; i < kPacks; i++) {
         if (lane + i * kWarpSize < packs) {
@@ -72,11 +78,14 @@ __global__ void __launch_bounds__(kLayerNormForwardThreads)
             const x128 wi = kWeightsEarly ? w[kWeightsEarly ? i : 0] : load128(weight + c);
             const x128 bi = kWeightsEarly ? b[kWeightsEarly ? i : 0] : load128(bias + c);
             x128 o;
-            for (int k = 0; k < x128::size; k++)
+            for (int k = 0; k < x128::size; k++) {
                 o[k] = from_float<floatX>((to_float(v[i][k]) - m) * s * to_float(wi[k]) + to_float(bi[k]));
+                mx = max(mx, amax_bits(to_float(o[k])));
+            }
             store128(out + base + c, o);
         }
     }
+    if (out_amax) fold_warp_amax(mx, out_amax);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -119,7 +128,7 @@ inline void layernorm_packs(int C, F&& f) {
 // make the launch the larger part). The weights come early when the rows fill at most one wave of blocks.
 inline void launch_layernorm_forward(floatX* out, float* mean, float* rstd, floatX* residual_out, const floatX* inp,
                                      const floatX* a, const floatX* b, const floatX* weight, const floatX* bias, int N,
-                                     int C, cudaStream_t stream, bool pdl) {
+                                     int C, cudaStream_t stream, bool pdl, float* out_amax) {
     const int rows_per_block = kLayerNormForwardThreads / kWarpSize, blocks = ceil_div(N, rows_per_block);
     const bool weights_early = blocks <= device_sm_count();
     PdlLaunch launch(dim3(blocks), dim3(kLayerNormForwardThreads), 0, stream, pdl);
@@ -127,23 +136,27 @@ inline void launch_layernorm_forward(floatX* out, float* mean, float* rstd, floa
         auto kernel = weights_early ? layernorm_forward_kernel<decltype(packs)::value, true>
                                     : layernorm_forward_kernel<decltype(packs)::value, false>;
         cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, out, mean, rstd, residual_out, inp, a, b, weight, bias,
-                                     N, C));
+                                     N, C, out_amax));
     });
 }
 
+// out_amax (null: none): *out_amax = max(*out_amax, max |out|).
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                              const floatX* bias, int N, int C, cudaStream_t stream = 0, bool pdl = false) {
+                              const floatX* bias, int N, int C, cudaStream_t stream = 0, bool pdl = false,
+                              float* out_amax = nullptr) {
     check_layernorm_channels(C);
-    launch_layernorm_forward(out, mean, rstd, nullptr, inp, nullptr, nullptr, weight, bias, N, C, stream, pdl);
+    launch_layernorm_forward(out, mean, rstd, nullptr, inp, nullptr, nullptr, weight, bias, N, C, stream, pdl,
+                             out_amax);
 }
 
 // residual_out = a + b; out = LayerNorm(residual_out).
 inline void fused_residual_layernorm_forward(floatX* residual_out, floatX* out, float* mean, float* rstd,
                                              const floatX* a, const floatX* b, const floatX* weight,
                                              const floatX* bias, int N, int C, cudaStream_t stream = 0,
-                                             bool pdl = false) {
+                                             bool pdl = false, float* out_amax = nullptr) {
     check_layernorm_channels(C);
-    launch_layernorm_forward(out, mean, rstd, residual_out, nullptr, a, b, weight, bias, N, C, stream, pdl);
+    launch_layernorm_forward(out, mean, rstd, residual_out, nullptr, a, b, weight, bias, N, C, stream, pdl,
+                             out_amax);
 }
 
 // ---------------------------------------------------------------- backward
@@ -183,7 +196,7 @@ __global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials, const floatX* __restrict__ dout,
                               const floatX* __restrict__ inp, const floatX* __restrict__ weight,
                               const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
-                              bool sum_dinp) {
+                              bool sum_dinp, float* dinp_amax) {
     constexpr int kSums = 2 * kRows;  // per row: Σ dnorm, Σ dnorm·norm
     static_assert(kTeams == 1 || kTeams == 2, "one team syncs with __syncthreads, two on barriers 1 and 2");
     static_assert(kStages * 3 * kRows * kTeams * sizeof(x128) >= (kTeams - 1) * 3 * x128::size * sizeof(float),
@@ -237,6 +250,7 @@ __global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
     }
     float sum_dw[x128::size], sum_db[x128::size], sum_dg[x128::size];
     for (int k = 0; k < x128::size; k++) sum_dw[k] = sum_db[k] = sum_dg[k] = 0.0f;
+    unsigned int dinp_max = 0;  // max |stored dinp| (amax_bits)
     __syncthreads();  // row_mean, row_rstd
 #pragma unroll 1
     for (int g = 0; g < groups; g++) {
@@ -290,11 +304,13 @@ __global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
                 sum_dw[k] += d[r][k] * norm[r][k];
                 sum_db[k] += d[r][k];
                 sum_dg[k] += to_float(gr[k]);
+                dinp_max = max(dinp_max, amax_bits(to_float(gr[k])));
             }
             store128(dinp + (size_t)row * C + c, gr);
         }
     }
     cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
+    if (dinp_amax) fold_warp_amax(dinp_max, dinp_amax);  // every warp is whole here
     if constexpr (kTeams > 1) {  // teams 1.. leave their sums in the ring; team 0 adds them in team order
         __syncthreads();  // every team is done with the ring
         float* spill = reinterpret_cast<float*>(ring);  // [team - 1][3][x128::size][width]
@@ -337,11 +353,11 @@ __global__ void __launch_bounds__(kWarpSize * kColumnSumSplit)
 template <int kRows, int kStages, int kTeams>
 inline void launch_layernorm_backward(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
                                       const floatX* weight, const float* mean, const float* rstd, int N, int C,
-                                      bool sum_dinp, cudaStream_t stream) {
+                                      bool sum_dinp, float* dinp_amax, cudaStream_t stream) {
     const int width = ceil_div(C / x128::size, kWarpSize) * kWarpSize;
     if (kTeams > 1 && kTeams * width > kLayerNormBackwardMaxThreads) {  // a wide row: one team
         launch_layernorm_backward<kRows, kStages, 1>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
-                                                     stream);
+                                                     dinp_amax, stream);
         return;
     }
     const int threads = kTeams * width;
@@ -353,19 +369,20 @@ inline void launch_layernorm_backward(floatX* dinp, float* scratch, const floatX
         smem_allowed = smem;
     }
     kernel<<<layernorm_num_chunks(N), threads, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C,
-                                                               sum_dinp);
+                                                               sum_dinp, dinp_amax);
     cudaCheckLaunch();
 }
 
-// dinp, dweight, dbias accumulate; so does dinp_sum (C entries: += Σ_rows of dinp after the update) when given.
-// scratch: layernorm_backward_scratch_floats(N, C) floats.
+// dinp, dweight, dbias accumulate; so does dinp_sum (C entries: += Σ_rows of dinp after the update) when given,
+// and dinp_amax (max |dinp| after the update). scratch: layernorm_backward_scratch_floats(N, C) floats.
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                const floatX* weight, const float* mean, const float* rstd, int N, int C,
-                               float* scratch, cudaStream_t stream = 0, floatX* dinp_sum = nullptr) {
+                               float* scratch, cudaStream_t stream = 0, floatX* dinp_sum = nullptr,
+                               float* dinp_amax = nullptr) {
     check_layernorm_channels(C);
     const bool sum_dinp = dinp_sum != nullptr;
     launch_layernorm_backward<kLayerNormBackwardRows, kLayerNormBackwardStages, kLayerNormBackwardTeams>(
-        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp, stream);
+        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp, dinp_amax, stream);
     const int used = sum_dinp ? 3 * C : 2 * C;
     layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, kColumnSumSplit), 0, stream>>>(
         dweight, dbias, dinp_sum, scratch, layernorm_num_chunks(N), C);

@@ -50,12 +50,15 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     // the forward's FP8 choice: the blocks' linear layers' gradients in FP8 too
     const Fp8Layers* fp8 = gpt2_fp8_for_rows(&m->fp8_layers, BT);
     // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
-    // dout_amax_taken: dout's producer has folded its amax into the slot (the FP8 GELU backward, for fc's)
+    // dout_amax_taken: dout's producer has folded its amax into the slot (the LayerNorm backwards for fcproj's and
+    // attproj's, the GELU backward for fc's)
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
                       const floatX* inp, int in, int out_ch, bool dout_amax_taken = false) {
         if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s, dout_amax_taken);
         matmul_backward(dinp, g(w, l), dbias, dout, inp, p(w, l), BT, in, out_ch, reduce, nullptr, false, 1.0f, s);
     };
+    // where a LayerNorm backward folds the amax of the residual gradient it leaves: linear k's output gradient
+    auto dout_amax = [&](int l, Fp8Linear k) { return fp8 ? gpt2_fp8_amax_slot(*fp8, l, k, kFp8Dout) : nullptr; };
 
     if (listener) listener->layer_begins(L);
     // Classifier (no bias: no partials, which would overwrite dlogits).
@@ -65,7 +68,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     // Each LayerNorm backward also sums its dinp over rows: the bias gradient of the projection (fcproj or
     // attproj) whose output gradient that residual stream is, so those two GEMMs need no bias pass.
     layernorm_backward(dresidual, g(LNFW), g(LNFB), scratch, a.residual3.at(L - 1), p(LNFW), a.lnf_mean, a.lnf_rstd,
-                       BT, C, reduce, s, g(FCPROJB, L - 1));
+                       BT, C, reduce, s, g(FCPROJB, L - 1), dout_amax(L - 1, kFp8FcProj));
     for (int l = L - 1; l >= 0; l--) {
         if (listener) listener->layer_begins(l);
         const floatX* residual = a.residual_in(l);
@@ -89,7 +92,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
             matmul_dgelu_bias_grad(fc_dbias, reduce, BT, 4 * C, 1.0f, s);
             fc_dbias = nullptr;
         } else if (fp8) {  // fcproj's two gradients, then the GELU's backward on dfch
-            linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, fch_gelu, 4 * C, C);
+            linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, fch_gelu, 4 * C, C, /*dout_amax_taken=*/true);
             gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s,
                                   gpt2_fp8_amax_slot(*fp8, l, kFp8Fc, kFp8Dout));
             dfch_amax_taken = true;
@@ -100,9 +103,10 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
         if (!fp8) matmul_backward_weight(g(FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
         linear(l, kFp8Fc, scratch, FCW, fc_dbias, dfch, a.ln2.at(l), C, 4 * C, dfch_amax_taken);
         layernorm_backward(dresidual, g(LN2W, l), g(LN2B, l), scratch, a.residual2.at(l), p(LN2W, l),
-                           a.ln2_mean.at(l), a.ln2_rstd.at(l), BT, C, reduce, s, g(ATTPROJB, l));
+                           a.ln2_mean.at(l), a.ln2_rstd.at(l), BT, C, reduce, s, g(ATTPROJB, l),
+                           dout_amax(l, kFp8AttProj));
         // Attention: dresidual is now d(residual2).
-        linear(l, kFp8AttProj, scratch, ATTPROJW, nullptr, dresidual, a.atty.at(l), C, C);
+        linear(l, kFp8AttProj, scratch, ATTPROJW, nullptr, dresidual, a.atty.at(l), C, C, /*dout_amax_taken=*/true);
         // on Hopper the attention backward also sums dqkv's columns (the qkv bias gradient), so its GEMM takes none
         attention_backward(m->backend, dqkv, scratch, a.qkv.at(l), a.atty.at(l), a.attention_saved.at(l), attn_ws, B,
                            T, C, NH, s, qkv_bias_in_attention ? reduce : nullptr);
@@ -110,7 +114,8 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
             column_sum_finish(g(QKVB, l), reduce, attention_qkv_bias_partial_rows(B, T), 3 * C, 1.0f, s);
         linear(l, kFp8Qkv, scratch, QKVW, qkv_bias_in_attention ? nullptr : g(QKVB, l), dqkv, a.ln1.at(l), C, 3 * C);
         layernorm_backward(dresidual, g(LN1W, l), g(LN1B, l), scratch, residual, p(LN1W, l), a.ln1_mean.at(l),
-                           a.ln1_rstd.at(l), BT, C, reduce, s, l > 0 ? g(FCPROJB, l - 1) : nullptr);
+                           a.ln1_rstd.at(l), BT, C, reduce, s, l > 0 ? g(FCPROJB, l - 1) : nullptr,
+                           l > 0 ? dout_amax(l - 1, kFp8FcProj) : nullptr);
         // layer l's gradients are final (its fcproj bias was written by the LayerNorm backward above it)
         if (listener) listener->gradients_ready(l);
     }

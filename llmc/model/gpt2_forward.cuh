@@ -63,19 +63,23 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
     const int L = c.num_layers, C = c.channels, NH = c.num_heads, B = shape.B, T = shape.T, BT = B * T;
     const Fp8Layers* fp8 = gpt2_fp8_for_rows(shape.fp8, BT);
     if (fp8) gpt2_fp8_begin_forward(*fp8, s);
+    // where the kernel writing linear k's input of layer l folds that input's amax (null: floatX runs)
+    auto inp_amax = [&](int l, Fp8Linear k) { return fp8 ? gpt2_fp8_amax_slot(*fp8, l, k, kFp8Inp) : nullptr; };
     // a linear layer's forward, in FP8 or in floatX (fc's with its GELU: fch the input, fch_gelu the output)
     auto linear = [&](int l, Fp8Linear k, floatX* out, const floatX* inp, ParamTensor w, ParamTensor b, int in,
                       int out_ch, floatX* pre_gelu) {
         if (!fp8) return matmul_forward(out, inp, p(w, l), p(b, l), BT, in, out_ch, pre_gelu, shape.fuse_gelu, s);
-        // fcproj's input is fc's GELU output, whose amax the GELU kernel takes (the kernel the backward recomputes with)
-        gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, inp, p(b, l), BT, s, k == kFp8FcProj);
+        // every input's amax is taken by the kernel that writes it but the attention output's: the LayerNorms' for
+        // qkv and fc, fc's GELU for fcproj (the kernel the backward recomputes with)
+        gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, inp, p(b, l), BT, s, k != kFp8AttProj);
         if (pre_gelu)
-            gelu_forward(out, pre_gelu, (size_t)BT * out_ch, s, gpt2_fp8_amax_slot(*fp8, l, kFp8FcProj, kFp8Inp));
+            gelu_forward(out, pre_gelu, (size_t)BT * out_ch, s, inp_amax(l, kFp8FcProj));
     };
     if (listener) listener->parameters_needed(-1);
     encoder_forward(a.encoded, inputs, p(WTE), p(WPE), B, T, C, s);
     if (listener) listener->parameters_needed(0);  // layer 0's ln1 weights: the LayerNorm ahead of the layer
-    layernorm_forward(a.ln1.at(0), a.ln1_mean.at(0), a.ln1_rstd.at(0), a.encoded, p(LN1W), p(LN1B), BT, C, s);
+    layernorm_forward(a.ln1.at(0), a.ln1_mean.at(0), a.ln1_rstd.at(0), a.encoded, p(LN1W), p(LN1B), BT, C, s, false,
+                      inp_amax(0, kFp8Qkv));
     for (int l = 0; l < L; l++) {
         if (fp8) gpt2_fp8_cast_weights(*fp8, p, l, s);  // after parameters_needed(l)
         floatX* qkv = a.qkv.at(l);
@@ -85,14 +89,15 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
                           NH, s);
         linear(l, kFp8AttProj, a.scratch, a.atty.at(l), ATTPROJW, ATTPROJB, C, C, nullptr);
         fused_residual_layernorm_forward(a.residual2.at(l), a.ln2.at(l), a.ln2_mean.at(l), a.ln2_rstd.at(l),
-                                         a.residual_in(l), a.scratch, p(LN2W, l), p(LN2B, l), BT, C, s);
+                                         a.residual_in(l), a.scratch, p(LN2W, l), p(LN2B, l), BT, C, s, false,
+                                         inp_amax(l, kFp8Fc));
         linear(l, kFp8Fc, a.fch_gelu.at(l), a.ln2.at(l), FCW, FCB, C, 4 * C, a.fch.at(l));
         linear(l, kFp8FcProj, a.scratch, a.fch_gelu.at(l), FCPROJW, FCPROJB, 4 * C, C, nullptr);
         if (l + 1 < L) {  // the residual add and the next layer's ln1 in one kernel
             if (listener) listener->parameters_needed(l + 1);
             fused_residual_layernorm_forward(a.residual3.at(l), a.ln1.at(l + 1), a.ln1_mean.at(l + 1),
                                              a.ln1_rstd.at(l + 1), a.residual2.at(l), a.scratch, p(LN1W, l + 1),
-                                             p(LN1B, l + 1), BT, C, s);
+                                             p(LN1B, l + 1), BT, C, s, false, inp_amax(l + 1, kFp8Qkv));
         } else {
             fused_residual_layernorm_forward(a.residual3.at(l), a.lnf, a.lnf_mean, a.lnf_rstd, a.residual2.at(l),
                                              a.scratch, p(LNFW), p(LNFB), BT, C, s);

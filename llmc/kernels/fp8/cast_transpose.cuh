@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 v[j] = (float)q.v[j];
-                m = max(m, __float_as_uint(fabsf(v[j])));
+                m = max(m, amax_bits(v[j]));
                 sums[j] += v[j];
             }
             packed = (uint32_t)to_fp8x2<F>(v[0] * s, v[1] * s) | ((uint32_t)to_fp8x2<F>(v[2] * s, v[3] * s) << 16);
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(256) amax_kernel(const floatX* __restrict__ x,
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
         const Quad q = reinterpret_cast<const Quad*>(x)[i];
 #pragma unroll
-        for (int j = 0; j < 4; j++) m = max(m, __float_as_uint(fabsf((float)q.v[j])));
+        for (int j = 0; j < 4; j++) m = max(m, amax_bits((float)q.v[j]));
     }
     fold_block_amax(m, amax, warp_max);
 }
