@@ -275,7 +275,7 @@ int train(const TrainArgs& a, RunPlan plan, int* argc, char*** argv) {
         cudaCheck(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, mg.local_device));
         const std::string why = gpt2_fp8_problem(c.channels, a.B * a.T, cc_major);
         if (!why.empty()) trainer_fail("flag -fp8: " + why);
-        model.fp8 = true;
+        model.fp8 = a.fp8;
     }
     // A GEMM tuning run (LLMC_GEMM_TUNE) times each call as queued, which a replayed graph would not do; SMs left to
     // NCCL (LLMC_COMM_SMS) change the persistent kernels' grids while a collective runs, which a graph would freeze.

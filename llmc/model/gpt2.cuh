@@ -40,9 +40,9 @@ struct GPT2 {
     // keeps only wte's, wpe's and lnf's, and grads.slices point at the optimizer's slots for the layers' (both set by
     // model_and_optimizer_init, llmc/optimizer/model_and_optimizer.cuh).
     GradLayout grad_layout;
-    // Set before gpt2_allocate (-fp8 1, after gpt2_fp8_problem): the blocks' linear layers in FP8
-    // (llmc/model/gpt2_fp8.cuh), whose state gpt2_allocate allocates beside the memory table.
-    bool fp8 = false;
+    // Set before gpt2_allocate (-fp8, after gpt2_fp8_problem): 1 the blocks' linear layers in FP8, 2 the lm_head's
+    // forward too (llmc/model/gpt2_fp8.cuh), whose state gpt2_allocate allocates beside the memory table.
+    int fp8 = 0;
     Fp8Layers fp8_layers;
 
     // Set by gpt2_build_*: the parameters in fp32 as built or read. gpt2_allocate uploads them and keeps them for
@@ -147,8 +147,10 @@ inline std::string gpt2_matmuls_description(const GPT2& m) {
                                  (m.recompute >= 1 ? " + GELU recompute" : "") + " by the Hopper kernel"
                            : "") +
            (qkv_bias ? "; qkv bias gradient by the attention backward" : "") +
-           (m.fp8_layers.on() ? "; the blocks' linear layers in FP8 (E4M3 x E4M3 forward, E5M2 gradients, current "
-                                "scaling; " + std::to_string(m.fp8_layers.bytes >> 20) + " MiB)"
+           (m.fp8_layers.on() ? std::string("; the blocks' linear layers") +
+                                    (m.fp8_layers.lm_head() ? " and the lm_head's forward" : "") +
+                                    " in FP8 (E4M3 x E4M3 forward, E5M2 gradients, current scaling; " +
+                                    std::to_string(m.fp8_layers.bytes >> 20) + " MiB)"
                               : "");
 }
 
@@ -183,7 +185,8 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->hopper_dgelu = engine_options().hopper_dgelu && kFloatXIsBF16 && m->fuse_gelu && matmul_hopper_available() &&
                       c.channels % 8 == 0 && !m->fp8;  // FP8 runs: the input gradient is an FP8 GEMM
     const size_t reserve_without_fp8 = reserve_bytes;  // the FP8 state grows with B (the "fits" search below)
-    auto fp8_bytes = [&](int b) { return m->fp8 ? gpt2_fp8_bytes(c.num_layers, c.channels, b * T) : 0; };
+    const int fp8_Vp = m->fp8 >= 2 ? c.padded_vocab_size : 0;  // the lm_head's FP8 weight
+    auto fp8_bytes = [&](int b) { return m->fp8 ? gpt2_fp8_bytes(c.num_layers, c.channels, b * T, fp8_Vp) : 0; };
     reserve_bytes += fp8_bytes(B);
     m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->grad_layout);
     m->plan = gpt2_memory_plan(m->memory_table);
@@ -214,7 +217,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         exit(EXIT_FAILURE);
     }
     m->memory = memory_table_carve(m->memory_table, m->device_block);
-    if (m->fp8) gpt2_fp8_allocate(&m->fp8_layers, c.num_layers, c.channels, B * T);
+    if (m->fp8) gpt2_fp8_allocate(&m->fp8_layers, c.num_layers, c.channels, B * T, fp8_Vp);
     if (engine_options().print_memory_map) {  // to read sanitizer reports' addresses
         for (int i = 0; i < mem::Count; i++)
             printf("memory map: %p .. %p  %s\n", m->memory[i], (char*)m->memory[i] + m->memory_table[i].bytes(),

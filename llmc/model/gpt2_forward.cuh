@@ -100,7 +100,8 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
                                              p(LN1B, l + 1), BT, C, s, false, inp_amax(l + 1, kFp8Qkv));
         } else {
             fused_residual_layernorm_forward(a.residual3.at(l), a.lnf, a.lnf_mean, a.lnf_rstd, a.residual2.at(l),
-                                             a.scratch, p(LNFW), p(LNFB), BT, C, s);
+                                             a.scratch, p(LNFW), p(LNFB), BT, C, s, false,
+                                             fp8 ? gpt2_fp8_lm_head_amax(*fp8) : nullptr);
         }
     }
 }

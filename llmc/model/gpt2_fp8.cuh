@@ -33,20 +33,27 @@ enum Fp8Operand { kFp8Inp, kFp8Weight, kFp8Dout, kFp8Operands };  // a linear's 
 
 struct Fp8Layers {
     int L = 0, C = 0, max_rows = 0;
+    int Vp = 0;                    // the lm_head's rows when its forward runs in FP8 too (-fp8 2), else 0
     uint8_t* weights = nullptr;    // per layer, per linear: W's y (OC x C) then yT (C x OC), E4M3
-    float* stats = nullptr;        // amax, scale, descale: arrays of L x kFp8Linears x kFp8Operands (descales strided)
+    uint8_t* wte = nullptr;        // the lm_head's weight (Vp x C), E4M3, when Vp > 0
+    float* stats = nullptr;        // amax, scale, descale of every slot (descales strided)
     uint8_t* work[3] = {};         // max_rows x 4C bytes each: the current GEMM's activation operands
     size_t bytes = 0;              // all of the above
     bool on() const { return weights != nullptr; }
+    bool lm_head() const { return wte != nullptr; }
 
+    // the slots: L x kFp8Linears x kFp8Operands for the blocks, then the lm_head's (its Inp and Weight used)
     size_t slot(int l, Fp8Linear k, Fp8Operand o) const { return ((size_t)l * kFp8Linears + k) * kFp8Operands + o; }
-    size_t slots() const { return (size_t)L * kFp8Linears * kFp8Operands; }
+    size_t lm_head_slot(Fp8Operand o) const { return slot(L, kFp8Qkv, o); }
+    size_t slots() const { return ((size_t)L * kFp8Linears + 1) * kFp8Operands; }
     float* amax(size_t s) const { return stats + s; }
     float* scale(size_t s) const { return stats + slots() + s; }
-    float* descale(size_t s) const { return stats + 2 * slots() + kFp8DescaleStride * s; }
-    size_t stats_floats() const { return (2 + kFp8DescaleStride) * slots(); }
-    // the descales start 16-byte aligned: 2 * slots() floats before them, for any L
-    static_assert(2 * kFp8Linears * kFp8Operands % kFp8DescaleStride == 0, "descales 16-byte aligned");
+    // the descales start 16-byte aligned (stats is): after 2 * slots() floats rounded up to the stride
+    size_t descale_base() const {
+        return (2 * slots() + kFp8DescaleStride - 1) / kFp8DescaleStride * kFp8DescaleStride;
+    }
+    float* descale(size_t s) const { return stats + descale_base() + kFp8DescaleStride * s; }
+    size_t stats_floats() const { return descale_base() + kFp8DescaleStride * slots(); }
 };
 
 namespace gpt2_fp8_detail {
@@ -97,16 +104,18 @@ inline std::string gpt2_fp8_problem(int C, int BT, int compute_capability_major)
     return "";
 }
 
-// The device memory for L layers of width C and batches up to max_rows = B*T rows.
-inline size_t gpt2_fp8_bytes(int L, int C, int max_rows) {
-    const size_t slots = (size_t)L * kFp8Linears * kFp8Operands;
-    return (size_t)L * gpt2_fp8_detail::layer_weight_bytes(C) + (2 + kFp8DescaleStride) * slots * sizeof(float) +
-           3 * (size_t)max_rows * 4 * C + 5 * 256;  // + each piece's alignment
+// The device memory for L layers of width C and batches up to max_rows = B*T rows (and the lm_head's Vp x C weight
+// when Vp > 0).
+inline size_t gpt2_fp8_bytes(int L, int C, int max_rows, int Vp = 0) {
+    Fp8Layers shape;
+    shape.L = L;
+    return (size_t)L * gpt2_fp8_detail::layer_weight_bytes(C) + (size_t)Vp * C + shape.stats_floats() * sizeof(float) +
+           3 * (size_t)max_rows * 4 * C + 6 * 256;  // + each piece's alignment
 }
 
-inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows) {
-    f->L = L, f->C = C, f->max_rows = max_rows;
-    f->bytes = gpt2_fp8_bytes(L, C, max_rows);
+inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp = 0) {
+    f->L = L, f->C = C, f->max_rows = max_rows, f->Vp = Vp;
+    f->bytes = gpt2_fp8_bytes(L, C, max_rows, Vp);
     char* block;
     cudaCheck(cudaMalloc(&block, f->bytes));
     auto take = [&block](size_t n) {
@@ -117,6 +126,7 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows) {
     f->weights = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_weight_bytes(C));
     f->stats = (float*)take(f->stats_floats() * sizeof(float));
     for (auto& w : f->work) w = (uint8_t*)take((size_t)max_rows * 4 * C);
+    if (Vp > 0) f->wte = (uint8_t*)take((size_t)Vp * C);
     cudaCheck(cudaMemset(f->stats, 0, f->stats_floats() * sizeof(float)));
     matmul_init();
     matmul_fp8_detail::unit_scale();  // allocated now, not inside a captured step
@@ -164,6 +174,23 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
     cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, f.work[0], nullptr, stream, inp_amax_taken);
     matmul_fp8(out, f.work[0], Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias,
                N, d.out, d.in, /*fast_accum=*/true, stream);
+}
+
+// The lm_head's forward in FP8 (-fp8 2): logits (N, Vp) = lnf (N, C) · wteᵀ, both E4M3 with current scaling, fast
+// accumulation as the blocks' forwards; wte cast at each forward (its amax, then y), lnf's amax taken by the final
+// LayerNorm (gpt2_fp8_lm_head_amax) unless told otherwise. Its backward stays bf16 (the dlogits' transpose for the
+// weight gradient would be a cast of B·T·V values).
+inline float* gpt2_fp8_lm_head_amax(const Fp8Layers& f) {
+    return f.lm_head() ? f.amax(f.lm_head_slot(kFp8Inp)) : nullptr;
+}
+inline void gpt2_fp8_lm_head_forward(const Fp8Layers& f, floatX* logits, const floatX* lnf, const floatX* wte, int N,
+                                     cudaStream_t stream, bool lnf_amax_taken = true) {
+    using namespace gpt2_fp8_detail;
+    const size_t si = f.lm_head_slot(kFp8Inp), sw = f.lm_head_slot(kFp8Weight);
+    cast_current<Fp8Format::E4M3>(f, sw, wte, f.Vp, f.C, f.wte, nullptr, stream);
+    cast_current<Fp8Format::E4M3>(f, si, lnf, N, f.C, f.work[0], nullptr, stream, lnf_amax_taken);
+    matmul_fp8(logits, f.work[0], Fp8Format::E4M3, f.descale(si), f.wte, Fp8Format::E4M3, f.descale(sw), nullptr, N,
+               f.Vp, f.C, /*fast_accum=*/true, stream);
 }
 
 // Linear k of layer l backward: dW += doutᵀ · inp, dbias += column sums of dout (if dbias), dinp = dout · W

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# FP8 (-fp8 1) against BF16 (-fp8 0) in one call on one GPU: speed, then loss (docs/FP8.md, issue 64's acceptance).
+# FP8 (-fp8 $FP8: 1, or 2 with the lm_head's forward) against BF16 (-fp8 0) in one call on one GPU: speed, then loss
+# (docs/FP8.md, issue 64's acceptance).
 #   speed    for each DEPTH:B of SHAPES (default "12:16 48:8"), T 1024, random tokens: ROUNDS rounds of BF16 then FP8,
 #            the median ms/step of steps 10..STEPS of each run, the device memory; "fp8 speed" lines with the ratio
 #            BF16 ms / FP8 ms per round and over the rounds' medians.
@@ -9,11 +10,12 @@
 #            the largest seed-to-seed difference, the best validation losses, and whether FP8 stays within
 #            max(0.02, the spread) at every validation after step 100.
 #   scripts/bench/bench_fp8.sh [speed] [quality]     (both by default)
-# Env: SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs).
+# Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra flags for
+#      all runs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PARTS=${*:-speed quality}
-SHAPES=${SHAPES:-"12:16 48:8"}; ROUNDS=${ROUNDS:-2}; STEPS=${STEPS:-40}; QSTEPS=${QSTEPS:-1000}
+FP8=${FP8:-1}; SHAPES=${SHAPES:-"12:16 48:8"}; ROUNDS=${ROUNDS:-2}; STEPS=${STEPS:-40}; QSTEPS=${QSTEPS:-1000}
 LOGDIR=${LOGDIR:-bench_logs/fp8}; TRAIN_FLAGS=${TRAIN_FLAGS:-}
 mkdir -p "$LOGDIR"
 [ -x ./train_gpt2cu ] || { echo "error: ./train_gpt2cu not built (make train_gpt2cu)" >&2; exit 1; }
@@ -28,7 +30,7 @@ if [[ " $PARTS " == *" speed "* ]]; then
     for shape in $SHAPES; do
         D=${shape%%:*}; B=${shape#*:}; bf=(); f8=()
         for r in $(seq "$ROUNDS"); do
-            for mode in 0 1; do
+            for mode in 0 "$FP8"; do
                 log="$LOGDIR/speed_d${D}_B${B}_fp8${mode}_r$r.log"
                 ms=nan  # a failed run keeps its place, so the rounds stay paired
                 if ./train_gpt2cu -e "d$D" -b "$B" -t 1024 -x "$STEPS" -v 0 -s 0 -i "$SHARD" -l 3e-4 -fp8 $mode \
@@ -54,7 +56,7 @@ if [[ " $PARTS " == *" quality "* ]]; then
     make -s data >/dev/null
     DATA=(-i "data/tinyshakespeare/tiny_shakespeare_train.bin" -j "data/tinyshakespeare/tiny_shakespeare_val.bin")
     FLAGS=(-e d12 -b 8 -t 512 -l 6e-4 -u 20 -v 25 -m -1 -k cosine -q 0.1 -c 0.1 -s 0 -x "$QSTEPS")
-    for run in bf16_42:0:42 bf16_43:0:43 fp8_42:1:42; do
+    for run in bf16_42:0:42 bf16_43:0:43 "fp8_42:$FP8:42"; do
         IFS=: read -r name mode seed <<<"$run"
         rm -rf "$LOGDIR/q_$name"
         ./train_gpt2cu "${FLAGS[@]}" "${DATA[@]}" -fp8 "$mode" -seed "$seed" -o "$LOGDIR/q_$name" $TRAIN_FLAGS \

@@ -54,7 +54,7 @@ TEST(TrainArgs, EveryFlagIsParsed) {
                       "-t", "512", "-d", "524288", "-x", "100", "-k", "wsd", "-l", "6e-4", "-u", "10", "-q", "0.1",
                       "-c", "0.1", "-gc", "0.5", "-v", "25", "-m", "-1", "-s", "50", "-g", "32", "-st", "0.8", "-sk",
                       "40", "-n", "10", "-nk", "2", "-y", "1", "-ow", "1", "-sh", "0", "-r", "2", "-f", "0", "-w", "0", "-ab", "flash", "-seed", "7", "-pn",
-                      "2", "-pr", "1", "-pg", "4", "-pi", "fs", "-pf", "/shared"});
+                      "2", "-pr", "1", "-pg", "4", "-pi", "fs", "-pf", "/shared", "-fp8", "2"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     const TrainArgs& a = p.args;
     EXPECT_EQ(a.train_pattern, "tr_*.bin");
@@ -93,6 +93,7 @@ TEST(TrainArgs, EveryFlagIsParsed) {
     EXPECT_EQ(a.gpus_per_node, 4);
     EXPECT_EQ(a.init_method, "fs");
     EXPECT_EQ(a.rendezvous_dir, "/shared");
+    EXPECT_EQ(a.fp8, 2);
 }
 
 TEST(TrainArgs, EachScheduleName) {
@@ -188,6 +189,7 @@ TEST(TrainArgs, EnumsAndBooleansAreStrict) {
     expect_rejected({"-f", "true"}, "flag -f");
     expect_rejected({"-w", "-1"}, "flag -w");
     expect_rejected({"-r", "3"}, "flag -r: expected 0, 1 or 2");
+    expect_rejected({"-fp8", "3"}, "flag -fp8: expected 0, 1 or 2");
     expect_rejected({"-pi", "tcp"}, "mpi or fs");
     expect_rejected({"-ab", "cudnn"}, "auto, materialized, flash or flash-nondet");
 }

@@ -58,7 +58,8 @@ struct TrainArgs {
     bool tf32 = true;                    // -f TF32 tensor cores for fp32 matmuls (FP32 builds)
     bool master_weights = true;          // -w keep fp32 master weights (BF16 builds)
     bool cuda_graph = true;              // -cg replay each forward+backward from CUDA Graphs
-    bool fp8 = false;                    // -fp8 the blocks' linear layers in FP8 (BF16 builds, Hopper)
+    int fp8 = 0;                         // -fp8 1: the blocks' linear layers in FP8 (BF16 builds, Hopper); 2: the
+                                         // lm_head's forward too
     std::string attention = "auto";  // -ab auto (flash where the build and head size allow it) | flash | flash-nondet | materialized
     uint64_t seed = 42;                  // -seed weight init, data shuffling, sampling, stochastic rounding
     // multi-GPU (one process per GPU)
@@ -145,9 +146,10 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
         text("  -cg <0|1>    replay forward+backward from CUDA Graphs from the second micro-step on (several GPUs:");
         text("               graphs between the exchange's calls); same kernels and bits, without the gaps of");
         line("               queuing them one by one (default %d)", d.cuda_graph ? 1 : 0);
-        text("  -fp8 <0|1>   the four linear layers of every block in FP8 (E4M3 weights and activations, E5M2");
-        text("               gradients, per-tensor current scaling; docs/FP8.md): BF16 builds on H100/H200,");
-        line("               B*T and C multiples of 16; experimental (default %d)", d.fp8 ? 1 : 0);
+        text("  -fp8 <0|1|2> 1: the four linear layers of every block in FP8 (E4M3 weights and activations,");
+        text("               E5M2 gradients, per-tensor current scaling; docs/FP8.md); 2: the lm_head's forward");
+        text("               too. BF16 builds on H100/H200, B*T and C multiples of 16; experimental");
+        line("               (default %d)", d.fp8);
         text("  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16");
         line("               builds with head size 64 or 128, else materialized (default %s). flash runs the",
              d.attention.c_str());
@@ -264,7 +266,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-f") { if (!get_bool(&a->tf32)) return fail("0 or 1"); }
         else if (flag == "-w") { if (!get_bool(&a->master_weights)) return fail("0 or 1"); }
         else if (flag == "-cg") { if (!get_bool(&a->cuda_graph)) return fail("0 or 1"); }
-        else if (flag == "-fp8") { if (!get_bool(&a->fp8)) return fail("0 or 1"); }
+        else if (flag == "-fp8") { if (!get_int(&a->fp8, 0, 2)) return fail("0, 1 or 2"); }
         else if (flag == "-ab") {
             if (v != "auto" && v != "materialized" && v != "flash" && v != "flash-nondet")
                 return fail("auto, materialized, flash or flash-nondet");

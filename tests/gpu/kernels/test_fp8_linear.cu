@@ -5,7 +5,7 @@
 // and the bias sums are all checked, and the only differences left are the GEMMs' accumulation order and the bf16
 // outputs' rounding. Tolerances as test_fp8.cu's GEMMs: rel-L2 <= 1e-2 for the forward (fast accumulation), 6e-3 for
 // both gradients (promoted), 6e-3 for the bias sums; dW and dbias start from random values (they accumulate), dinp is
-// poisoned. BF16 builds on FP8 tensor cores; elsewhere (FP32 builds, older GPUs) it checks instead that -fp8 1 is
+// poisoned. The lm_head's forward (-fp8 2) likewise. BF16 builds on FP8 tensor cores; elsewhere (FP32 builds, older GPUs) it checks instead that -fp8 1 is
 // refused there, with the reason.
 #include <algorithm>
 #include <cmath>
@@ -111,6 +111,36 @@ void free_case(Case& t) {
     for (floatX* d : {t.d_inp, t.d_bias, t.d_dout, t.d_out, t.d_dinp, t.d_dW, t.d_db}) cudaFree(d);
 }
 
+// The lm_head's forward in FP8 (-fp8 2): logits = q(lnf) · q(wte)ᵀ, rel-L2 <= 1e-2 (fast accumulation), and the
+// scales the two casts took the host's.
+void check_lm_head(const Fp8Layers& f, const GPT2Params& p, int N) {
+    const int C = f.C, Vp = f.Vp;
+    const std::vector<float> lnf = random_vec((size_t)N * C, 1.0f), wte = download(p(WTE), (size_t)Vp * C);
+    const std::vector<double> ql = dequantized(lnf, Fp8Format::E4M3), qw = dequantized(wte, Fp8Format::E4M3);
+    std::vector<double> ref((size_t)N * Vp);
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < Vp; v++) {
+            double acc = 0;
+            for (int c = 0; c < C; c++) acc += ql[(size_t)n * C + c] * qw[(size_t)v * C + c];
+            ref[(size_t)n * Vp + v] = acc;
+        }
+    floatX *d_lnf = upload(lnf), *d_logits = poisoned((size_t)N * Vp);
+    gpt2_fp8_lm_head_forward(f, d_logits, d_lnf, p(WTE), N, 0, /*lnf_amax_taken=*/false);
+    char tag[96];
+    snprintf(tag, sizeof(tag), "fp8 lm_head N%d Vp%d C%d logits (fast accum)", N, Vp, C);
+    check(tag, download(d_logits, ref.size()), ref, 1e-2);
+    float got[2];
+    cudaCheck(cudaMemcpy(&got[0], f.scale(f.lm_head_slot(kFp8Inp)), 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&got[1], f.scale(f.lm_head_slot(kFp8Weight)), 4, cudaMemcpyDeviceToHost));
+    float amax_l = 0, amax_w = 0;
+    for (float v : lnf) amax_l = std::max(amax_l, std::fabs(v));
+    for (float v : wte) amax_w = std::max(amax_w, std::fabs(v));
+    check_exact("fp8 lm_head: scales of lnf and wte", got[0] == fp8_scale_from_amax(amax_l, Fp8Format::E4M3, 0, 1.f) &&
+                                                         got[1] == fp8_scale_from_amax(amax_w, Fp8Format::E4M3, 0, 1.f));
+    cudaFree(d_lnf), cudaFree(d_logits);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,7 +161,7 @@ int main(int argc, char** argv) {
     const GPT2Params p(c, d_params);
     const int N = 208;  // B*T: a multiple of 16, not of the GEMMs' tiles
     Fp8Layers f;
-    gpt2_fp8_allocate(&f, c.num_layers, c.channels, N);
+    gpt2_fp8_allocate(&f, c.num_layers, c.channels, N, c.padded_vocab_size);  // the lm_head's too (-fp8 2)
     // as a step runs them: every layer's forwards (weights cast as each layer begins), then the backwards from the
     // last layer to the first, so one layer's casts must not touch another's weights, slots or scales
     std::vector<Case> cases;
@@ -147,6 +177,7 @@ int main(int argc, char** argv) {
     for (auto t = cases.rbegin(); t != cases.rend(); ++t)
         gpt2_fp8_backward(f, t->l, t->k, t->d_dinp, t->d_dW, t->d_db, t->d_dout, t->d_inp, N, reduce, 0);
     for (Case& t : cases) check_case(f, t), free_case(t);
+    check_lm_head(f, p, N);
     cudaFree(reduce);
     gpt2_fp8_free(&f);
     cudaFree(d_params);
