@@ -50,6 +50,33 @@ struct Accumulator {
     // After the wgmma_wait that makes the values valid (fence_accumulator's reason).
     __device__ __forceinline__ void fence() { fence_accumulator(d); }
 
+    // Every element in register order as f(value, r, j, e), value = at(r, j, e): the elementwise math the methods
+    // below do not cover (the attention backward's transposed tiles, whose statistics run along the columns, and
+    // stores in layouts of their own). with: a second accumulator of the same shape, visited alongside.
+    // (One loop over a block's 4 registers, r and e taken from its index, as the kernels wrote it by hand: the same
+    // code to the last instruction.)
+    template <typename F>
+    __device__ __forceinline__ void for_each(F&& f) {
+#pragma unroll
+        for (int j = 0; j < kBlocks; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) f(d[4 * j + i], i >> 1, j, i & 1);
+    }
+    template <typename F>
+    __device__ __forceinline__ void for_each(F&& f) const {
+#pragma unroll
+        for (int j = 0; j < kBlocks; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) f(d[4 * j + i], i >> 1, j, i & 1);
+    }
+    template <typename F>
+    __device__ __forceinline__ void for_each_with(Accumulator& with, F&& f) {
+#pragma unroll
+        for (int j = 0; j < kBlocks; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) f(d[4 * j + i], with.d[4 * j + i], i >> 1, j, i & 1);
+    }
+
     // Elements left of the causal diagonal stay; those with column + delta > row become −inf (delta = the tile's first
     // key − its first query).
     __device__ __forceinline__ void mask_above_diagonal(int delta, const AccumulatorLane& at_lane) {

@@ -168,15 +168,13 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
 
                 // zeroed where no product is in flight (see the dK/dV kernel; dQᵀ's too, here or before its product)
                 // dQᵀ: 64 head dims x kDqN queries
-                float st[kParts][kPq / 2], dpt[kParts][kPq / 2], dqt[Cfg::kDqN / 2];
+                Accumulator<kPq> st[kParts], dpt[kParts];
+                Accumulator<Cfg::kDqN> dqt;
 #pragma unroll
                 for (int part = 0; part < kParts; part++)
 #pragma unroll
-                    for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
-                if constexpr (!Cfg::kDqZeroLate) {
-#pragma unroll
-                    for (int x = 0; x < Cfg::kDqN / 2; x++) dqt[x] = 0.f;
-                }
+                    for (int x = 0; x < kPq / 2; x++) st[part].d[x] = 0.f, dpt[part].d[x] = 0.f;
+                if constexpr (!Cfg::kDqZeroLate) dqt.zero();
                 issue_st_dpt<Cfg, kParts, kPq>(st, dpt, k_frag, v_frag, sK, sV, kv_row, sQ, sdO);
 
 #pragma unroll
@@ -185,49 +183,39 @@ __global__ void __launch_bounds__(BackwardFusedConfig<kHS>::kThreads, 1)
                                                          i * Cfg::kBq, kc0, row_in, lane, scale_log2);
                     // dSᵀ also goes to shared memory as bf16 [query][key] for dQ (this consumer's 64 keys: box
                     // `consumer`)
-#pragma unroll
-                    for (int jj = 0; jj < kPq / 8; jj++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int q_local = part * kPq + 8 * jj + 2 * (lane % 4) + (e & 1);
-                            const int key_local = row_in + 8 * (e >> 1);
-                            *reinterpret_cast<bf16*>(sdS.box(consumer) + q_local * 128 +
-                                                     sw128_chunk_offset(q_local, key_local / 8) + (key_local % 8) * 2) =
-                                __float2bfloat16_rn(dpt[part][4 * jj + e]);
-                        }
+                    dpt[part].for_each([&](float ds, int r, int j, int e) {
+                        const int q_local = part * kPq + 8 * j + 2 * (lane % 4) + e, key_local = row_in + 8 * r;
+                        *reinterpret_cast<bf16*>(sdS.box(consumer) + q_local * 128 +
+                                                 sw128_chunk_offset(q_local, key_local / 8) + (key_local % 8) * 2) =
+                            __float2bfloat16_rn(ds);
+                    });
                     issue_dv_dk<kPq, kHS>(dv, dk, st[part], dpt[part], sdO, sQ, part);
                 }
                 fence_proxy_async();
                 named_barrier_sync(kBarrierDs, 256);  // the dQ product reads both consumers' dSᵀ
 
-                if constexpr (Cfg::kDqZeroLate) {
-#pragma unroll
-                    for (int x = 0; x < Cfg::kDqN / 2; x++) dqt[x] = 0.f;
-                }
+                if constexpr (Cfg::kDqZeroLate) dqt.zero();
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < Cfg::kBk / 16; kk++)  // over the block's 128 keys
-                    wgmma_ss<0, 1>(dqt, mn_major_descriptor(sK, kk, dq_sub),
+                    wgmma_ss<0, 1>(dqt.d, mn_major_descriptor(sK, kk, dq_sub),
                                    descriptor_plus(smem_descriptor_sw128(sdS.bytes),
                                                    (kk / 4) * sdS.kBoxBytes + q_off * 128 + (kk % 4) * 32),
                                    kk > 0 ? 1 : 0);
                 wgmma_commit();
                 wgmma_wait<0>();
-                fence_accumulator(dqt);
+                dqt.fence();
                 if (lane == 0) ring.release();
 
                 // dQᵀ element (head dim d, query q) -> fp32 piece [d / 32][q][32], 128-byte swizzle (conflict-free), in
                 // the buffer the writer has finished with
                 auto& piece = L.dq[consumer][pieces.stage()];
                 pieces.wait_empty();
-#pragma unroll
-                for (int jj = 0; jj < Cfg::kDqN / 8; jj++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int q = 8 * jj + 2 * (lane % 4) + (e & 1), d = row_in + 8 * (e >> 1);
-                        *reinterpret_cast<float*>(piece.box(d / 32) + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
-                                                  (d % 4) * 4) = dqt[4 * jj + e];
-                    }
+                dqt.for_each([&](float v, int r, int j, int e) {
+                    const int q = 8 * j + 2 * (lane % 4) + e, d = row_in + 8 * r;
+                    *reinterpret_cast<float*>(piece.box(d / 32) + q * 128 + sw128_chunk_offset(q, (d % 32) / 4) +
+                                              (d % 4) * 4) = v;
+                });
                 fence_proxy_async();
                 __syncwarp();
                 if (lane == 0) pieces.arrive_full();

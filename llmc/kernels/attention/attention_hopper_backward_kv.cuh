@@ -91,11 +91,11 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
                 // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys x kPq queries per part, over HS)
                 // zeroed although the first product overwrites them (scale-d 0): left undefined, the compiler copies
                 // registers into them between the fence and the wgmmas, and ptxas then serialises the products (C7519)
-                float st[kParts][kPq / 2], dpt[kParts][kPq / 2];
+                Accumulator<kPq> st[kParts], dpt[kParts];
 #pragma unroll
                 for (int part = 0; part < kParts; part++)
 #pragma unroll
-                    for (int x = 0; x < kPq / 2; x++) st[part][x] = 0.f, dpt[part][x] = 0.f;
+                    for (int x = 0; x < kPq / 2; x++) st[part].d[x] = 0.f, dpt[part].d[x] = 0.f;
                 issue_st_dpt<Cfg, kParts, kPq>(st, dpt, k_frag, v_frag, sK, sV, kv_row, sQ, sdO);
 
 #pragma unroll

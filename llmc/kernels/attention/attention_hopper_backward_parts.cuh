@@ -125,17 +125,16 @@ __device__ __forceinline__ void read_lse_d(const float (&lse_d)[2][kBq], int q_l
 // branch between a masked and an unmasked copy of this loop: CUDA 13's ptxas then reused the registers of
 // loop-invariant wgmma A fragments inside the loop, docs/PERFORMANCE.md).
 template <int kPq>
-__device__ __forceinline__ void p_and_ds(float (&st)[kPq / 2], float (&dpt)[kPq / 2], const float (&lse2)[kPq / 8][2],
-                                         const float (&d)[kPq / 8][2], float scale_log2, int delta) {
-#pragma unroll
-    for (int jj = 0; jj < kPq / 8; jj++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float p = exp2f(st[4 * jj + e] * scale_log2 - lse2[jj][e & 1]);
-            if (delta + 8 * (e >> 1) > 8 * jj + (e & 1)) p = 0.f;
-            st[4 * jj + e] = p;
-            dpt[4 * jj + e] = p * (dpt[4 * jj + e] - d[jj][e & 1]);
-        }
+__device__ __forceinline__ void p_and_ds(hopper::Accumulator<kPq>& st, hopper::Accumulator<kPq>& dpt,
+                                         const float (&lse2)[kPq / 8][2], const float (&d)[kPq / 8][2],
+                                         float scale_log2, int delta) {
+    // rows are keys (row half r), columns queries (block j, element e): the statistics are the columns'
+    st.for_each_with(dpt, [&](float& s, float& dp, int r, int j, int e) {
+        float p = exp2f(s * scale_log2 - lse2[j][e]);
+        if (delta + 8 * r > 8 * j + e) p = 0.f;
+        s = p;
+        dp = p * (dp - d[j][e]);
+    });
 }
 
 // One query part's elementwise step in the dK/dV and fused kernels: its LSE and D from the staged stage (read before
@@ -143,14 +142,14 @@ __device__ __forceinline__ void p_and_ds(float (&st)[kPq / 2], float (&dpt)[kPq 
 // products and earlier dV/dK may still run), then Pᵀ and dSᵀ in place, masked only where the part's first query
 // is below the consumer's last key (kc0 + 63).
 template <int kBq, int kPq, int kParts>
-__device__ __forceinline__ void part_p_and_ds(float (&st)[kPq / 2], float (&dpt)[kPq / 2],
+__device__ __forceinline__ void part_p_and_ds(hopper::Accumulator<kPq>& st, hopper::Accumulator<kPq>& dpt,
                                               const float (&lse_d)[2][kBq], int part, int q_tile_first, int kc0,
                                               int row_in, int lane, float scale_log2) {
     float lse2[kPq / 8][2], d_q[kPq / 8][2];
     read_lse_d<kBq, kPq>(lse_d, part * kPq, lane, lse2, d_q);
     hopper::wgmma_wait<kParts - 1>();
-    hopper::fence_accumulator(st);
-    hopper::fence_accumulator(dpt);
+    st.fence();
+    dpt.fence();
     const int q_first = q_tile_first + part * kPq;
     const int delta = q_first < kc0 + 63 ? kc0 + row_in - (q_first + 2 * (lane % 4)) : kNoMask;
     p_and_ds<kPq>(st, dpt, lse2, d_q, scale_log2, delta);
@@ -160,7 +159,7 @@ __device__ __forceinline__ void part_p_and_ds(float (&st)[kPq / 2], float (&dpt)
 // dK/dV and fused kernels: a wgmma group per part, K and V as register A operands where Cfg::kKRegs, Cfg::kVRegs,
 // else from sK, sV. Issued only; st and dpt zeroed by the caller where no product is in flight.
 template <typename Cfg, int kParts, int kPq, int kKF, int kVF, typename KVTile, typename QTile>
-__device__ __forceinline__ void issue_st_dpt(float (&st)[kParts][kPq / 2], float (&dpt)[kParts][kPq / 2],
+__device__ __forceinline__ void issue_st_dpt(hopper::Accumulator<kPq> (&st)[kParts], hopper::Accumulator<kPq> (&dpt)[kParts],
                                              const uint32_t (&k_frag)[kKF][4], const uint32_t (&v_frag)[kVF][4],
                                              const KVTile& sK, const KVTile& sV, int kv_row, const QTile& sQ,
                                              const QTile& sdO) {
@@ -168,10 +167,10 @@ __device__ __forceinline__ void issue_st_dpt(float (&st)[kParts][kPq / 2], float
     wgmma_fence();
 #pragma unroll
     for (int part = 0; part < kParts; part++) {
-        if constexpr (Cfg::kKRegs) wgmma_rs_over_head_dim(st[part], k_frag, sQ, part * kPq);
-        else wgmma_ss_over_head_dim(st[part], sK, kv_row, sQ, part * kPq);
-        if constexpr (Cfg::kVRegs) wgmma_rs_over_head_dim(dpt[part], v_frag, sdO, part * kPq);
-        else wgmma_ss_over_head_dim(dpt[part], sV, kv_row, sdO, part * kPq);
+        if constexpr (Cfg::kKRegs) wgmma_rs_over_head_dim(st[part].d, k_frag, sQ, part * kPq);
+        else wgmma_ss_over_head_dim(st[part].d, sK, kv_row, sQ, part * kPq);
+        if constexpr (Cfg::kVRegs) wgmma_rs_over_head_dim(dpt[part].d, v_frag, sdO, part * kPq);
+        else wgmma_ss_over_head_dim(dpt[part].d, sV, kv_row, sdO, part * kPq);
         wgmma_commit();
     }
 }
@@ -180,12 +179,13 @@ __device__ __forceinline__ void issue_st_dpt(float (&st)[kParts][kPq / 2], float
 // register A operands (the accumulator layout is the A layout), dO and Q as MN-major B. One wgmma group, issued
 // only.
 template <int kPq, int kHS, typename QTile>
-__device__ __forceinline__ void issue_dv_dk(float (&dv)[kHS / 2], float (&dk)[kHS / 2], const float (&pt)[kPq / 2],
-                                            const float (&dst)[kPq / 2], const QTile& sdO, const QTile& sQ, int part) {
+__device__ __forceinline__ void issue_dv_dk(float (&dv)[kHS / 2], float (&dk)[kHS / 2],
+                                            const hopper::Accumulator<kPq>& pt, const hopper::Accumulator<kPq>& dst,
+                                            const QTile& sdO, const QTile& sQ, int part) {
     using namespace hopper;
     uint32_t p_frag[kPq / 16][4], ds_frag[kPq / 16][4];
-    pack_a_fragments<kPq>(pt, p_frag);
-    pack_a_fragments<kPq>(dst, ds_frag);
+    pt.to_a_fragments(p_frag);
+    dst.to_a_fragments(ds_frag);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kPq / 16; kk++)

@@ -10,17 +10,14 @@ namespace flash_hopper {
 // dS = P∘(dP − D) in place in dp, P = exp2(scale_log2·S − LSE), over kBk key columns of a 64-query accumulator
 // pair (rows: this thread's two queries), P = 0 where key > query; `delta` = first key − first query, or kNoMask.
 template <int kBk>
-__device__ __forceinline__ void ds_by_rows(const float (&s)[kBk / 2], float (&dp)[kBk / 2], const float (&lse_row)[2],
-                                           const float (&d_row)[2], float scale_log2, int delta) {
-#pragma unroll
-    for (int jj = 0; jj < kBk / 8; jj++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int r = e >> 1;
-            float p = exp2f(s[4 * jj + e] * scale_log2 - lse_row[r]);
-            if (delta + 8 * jj + (e & 1) > 8 * r) p = 0.f;
-            dp[4 * jj + e] = p * (dp[4 * jj + e] - d_row[r]);
-        }
+__device__ __forceinline__ void ds_by_rows(hopper::Accumulator<kBk>& s, hopper::Accumulator<kBk>& dp,
+                                           const float (&lse_row)[2], const float (&d_row)[2], float scale_log2,
+                                           int delta) {
+    s.for_each_with(dp, [&](float& x, float& g, int r, int j, int e) {
+        float p = exp2f(x * scale_log2 - lse_row[r]);
+        if (delta + 8 * j + e > 8 * r) p = 0.f;
+        g = p * (g - d_row[r]);
+    });
 }
 
 template <int kHS>
@@ -108,23 +105,23 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
                 const auto& kv = L.kv[ring.stage()];
 
                 // S = Q·Kᵀ and dP = dO·Vᵀ (64 queries x 64 keys, over HS)
-                float s[Cfg::kBk / 2], dp[Cfg::kBk / 2];  // zeroed for the same reason as the dK/dV kernel's st, dpt
+                Accumulator<Cfg::kBk> s, dp;  // zeroed for the same reason as the dK/dV kernel's st, dpt
 #pragma unroll
-                for (int x = 0; x < Cfg::kBk / 2; x++) s[x] = 0.f, dp[x] = 0.f;
+                for (int x = 0; x < Cfg::kBk / 2; x++) s.d[x] = 0.f, dp.d[x] = 0.f;
                 wgmma_fence();
-                wgmma_rs_over_head_dim(s, q_frag, kv.k, 0);
-                wgmma_rs_over_head_dim(dp, do_frag, kv.v, 0);
+                wgmma_rs_over_head_dim(s.d, q_frag, kv.k, 0);
+                wgmma_rs_over_head_dim(dp.d, do_frag, kv.v, 0);
                 wgmma_commit();
                 wgmma_wait<0>();
-                fence_accumulator(s);
-                fence_accumulator(dp);
+                s.fence();
+                dp.fence();
 
                 // dS = P∘(dP − D), P = exp(scale·S − LSE), 0 above the diagonal (tested in the tile that crosses it)
                 const int delta =
                     j * Cfg::kBk + Cfg::kBk - 1 > qc0 ? j * Cfg::kBk + 2 * (lane % 4) - (qc0 + row_in) : kNoMask;
                 ds_by_rows<Cfg::kBk>(s, dp, lse_row, d_row, scale_log2, delta);
                 uint32_t ds_frag[Cfg::kBk / 16][4];
-                pack_a_fragments<Cfg::kBk>(dp, ds_frag);
+                dp.to_a_fragments(ds_frag);
 
                 // dQ += dS·K (over the 64 keys; K as MN-major B)
                 wgmma_fence();
