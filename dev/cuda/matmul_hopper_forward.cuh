@@ -19,6 +19,7 @@
 
 #include <algorithm>
 
+#include "llmc/hopper/accumulator.cuh"
 #include "llmc/hopper/arch.cuh"
 #include "llmc/hopper/gemm_schedule.cuh"
 #include "llmc/hopper/pipeline.cuh"
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
             // rows 64·consumer .. of the tile
             const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
             const bool warp_leader = lane == 0;
-            float acc[Cfg::kAccum];
+            Accumulator<kBN> acc;  // m64 x BN, Cfg::kAccum registers
             for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
                 int tm, tn;
                 tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
                     // 32 bytes along K per k16 step, inside the swizzle row
 #pragma unroll
                     for (int kk = 0; kk < Cfg::BK / 16; kk++) {
-                        wgmma_ss<0>(acc, smem_descriptor_sw128(a + 32 * kk), smem_descriptor_sw128(b + 32 * kk),
+                        wgmma_ss<0>(acc.d, smem_descriptor_sw128(a + 32 * kk), smem_descriptor_sw128(b + 32 * kk),
                                     (k > 0 || kk > 0) ? 1 : 0);
                     }
                     wgmma_commit();
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
                     ring.advance();
                 }
                 wgmma_wait<0>();
-                fence_accumulator(acc);
+                acc.fence();
                 if (warp_leader) ring.release(previous);
 
                 // epilogue: + bias, bf16 (bias loads first, all in flight together, then the adds)
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
                         const int col = tn * kBN + 8 * j + col_in;
                         const float b0 = col < N ? __bfloat162float(__ldg(bias + col)) : 0.f;
                         const float b1 = col + 1 < N ? __bfloat162float(__ldg(bias + col + 1)) : 0.f;
-                        acc[4 * j] += b0, acc[4 * j + 1] += b1, acc[4 * j + 2] += b0, acc[4 * j + 3] += b1;
+                        acc.at(0, j, 0) += b0, acc.at(0, j, 1) += b1, acc.at(1, j, 0) += b0, acc.at(1, j, 1) += b1;
                     }
                 }
                 if constexpr (kTmaStore) {
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
                         for (int half = 0; half < 2; half++) {
                             const int r = row_in + 8 * half;
                             const __nv_bfloat162 v =
-                                __floats2bfloat162_rn(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                                __floats2bfloat162_rn(acc.at(half, j, 0), acc.at(half, j, 1));
                             uint8_t* at = box + r * 128 + sw128_chunk_offset(r, chunk) + col_in * 2;
                             *reinterpret_cast<__nv_bfloat162*>(at) = v;
                         }
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(Config<kBN>::kThreads, 1)
                         for (int half = 0; half < 2; half++) {
                             const int row = row0 + 8 * half;
                             if (row >= M) continue;
-                            const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
+                            const float v0 = acc.at(half, j, 0), v1 = acc.at(half, j, 1);
                             bf16* dst = out + (size_t)row * N + col;
                             if (pairs) {
                                 *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);

@@ -216,18 +216,17 @@ template <typename Tile>
 __device__ __forceinline__ void staged_column_sums(const Tile& t, int first_row, float* partial, int warp, int lane) {
     using namespace hopper;
     constexpr int kHS = Tile::kCols;
-    float cs[kHS / 2];  // zeroed for the same reason as the dK/dV kernel's st, dpt
-#pragma unroll
-    for (int i = 0; i < kHS / 2; i++) cs[i] = 0.f;
+    Accumulator<kHS> cs;  // zeroed for the same reason as the dK/dV kernel's st, dpt
+    cs.zero();
     wgmma_fence();
-    wgmma_column_sums_64_rows(cs, t, first_row);
+    wgmma_column_sums_64_rows(cs.d, t, first_row);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_accumulator(cs);
-    if (warp == 0 && lane < 4) {  // row 0 of the result: columns 8·jj + 2·lane, + 1
+    cs.fence();
+    if (warp == 0 && lane < 4) {  // row 0 of the result: columns 8·j + 2·lane, + 1
 #pragma unroll
-        for (int jj = 0; jj < kHS / 8; jj++)
-            *reinterpret_cast<float2*>(partial + 8 * jj + 2 * lane) = make_float2(cs[4 * jj], cs[4 * jj + 1]);
+        for (int j = 0; j < kHS / 8; j++)
+            *reinterpret_cast<float2*>(partial + 8 * j + 2 * lane) = make_float2(cs.at(0, j, 0), cs.at(0, j, 1));
     }
 }
 

@@ -25,6 +25,7 @@
 // Rules: K % 8 == 0 and N % 8 == 0 (TMA row strides of 16 bytes), every pointer 16-byte aligned; any M >= 1.
 #pragma once
 
+#include "llmc/hopper/accumulator.cuh"
 #include "llmc/hopper/arch.cuh"
 #include "llmc/hopper/gemm_schedule.cuh"
 #include "llmc/hopper/pipeline.cuh"
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
             if (t == 0 && first_tile < num_tiles) load_pre(first_tile);
             if (consumer == 1) ring.advance(k_steps);  // the block's first tile is consumer 0's
             uint32_t pre_phase = 0;
-            float acc[2][64];  // rows 0..63 and 64..127 of the tile, m64n128 accumulator layout (hopper.cuh)
+            Accumulator<128> acc[2];  // rows 0..63 and 64..127 of the tile (m64n128 each)
             for (int tile = first_tile; tile < num_tiles; tile += tile_stride) {
                 int tm, tn;
                 matmul_hopper::tile_coords(tile, tiles_m, tiles_n, &tm, &tn);
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                         const uint64_t desc_b = smem_descriptor_sw128(b + kk * 16 * 128, L.b[0].kBoxBytes, 1024);
 #pragma unroll
                         for (int h = 0; h < 2; h++)
-                            wgmma_ss<1>(acc[h], smem_descriptor_sw128(a + h * 64 * 128 + 32 * kk), desc_b,
+                            wgmma_ss<1>(acc[h].d, smem_descriptor_sw128(a + h * 64 * 128 + 32 * kk), desc_b,
                                         (k > 0 || kk > 0) ? 1 : 0);
                     }
                     wgmma_commit();
@@ -151,8 +152,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                 // the block's next tile is theirs
                 if (tile + gridDim.x < num_tiles) named_barrier_arrive(their_turn, 256);
                 wgmma_wait<0>();
-                fence_accumulator(acc[0]);
-                fence_accumulator(acc[1]);
+                acc[0].fence();
+                acc[1].fence();
                 if (warp_leader) ring.release(previous);
                 ring.advance(k_steps);  // the other consumer's tile
 
@@ -184,8 +185,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                                 chunk_base[j % 8] + (j / 8) * tile_buf.kBoxBytes + dr * 128);
                             const float2 pre = __bfloat1622float2(*p);
                             const GeluAndSlope g0 = gelu_and_slope_fast(pre.x), g1 = gelu_and_slope_fast(pre.y);
-                            const float* a = &acc[h][4 * j + 2 * half];
-                            *p = __floats2bfloat162_rn(alpha * a[0] * g0.slope, alpha * a[1] * g1.slope);
+                            *p = __floats2bfloat162_rn(alpha * acc[h].at(half, j, 0) * g0.slope,
+                                                       alpha * acc[h].at(half, j, 1) * g1.slope);
                             if (gelu_out && (whole_tile || (row_ok && col0 + 8 * j < N)))
                                 *reinterpret_cast<__nv_bfloat162*>(g + 8 * j) =
                                     __floats2bfloat162_rn(g0.value, g1.value);
@@ -204,11 +205,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                 {
                     wgmma_fence();
 #pragma unroll
-                    for (int h = 0; h < 2; h++) wgmma_column_sums_64_rows(acc[h], tile_buf, 64 * h);
+                    for (int h = 0; h < 2; h++) wgmma_column_sums_64_rows(acc[h].d, tile_buf, 64 * h);
                     wgmma_commit();
                     wgmma_wait<0>();
-                    fence_accumulator(acc[0]);
-                    fence_accumulator(acc[1]);
+                    acc[0].fence();
+                    acc[1].fence();
                     if (warp == 0 && lane < 4) {
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                             for (int j = 0; j < Cfg::BN / 8; j++)
                                 if (tn * Cfg::BN + 8 * j + 2 * lane < N)
                                     *reinterpret_cast<float2*>(partial + 8 * j) =
-                                        make_float2(acc[h][4 * j], acc[h][4 * j + 1]);
+                                        make_float2(acc[h].at(0, j, 0), acc[h].at(0, j, 1));
                         }
                     }
                 }
