@@ -51,7 +51,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     const Fp8Layers* fp8 = gpt2_fp8_for_rows(&m->fp8_layers, BT);
     // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
     // dout_amax_taken: dout's producer has folded its amax into the slot (the LayerNorm backwards for fcproj's and
-    // attproj's, the GELU backward for fc's)
+    // attproj's, the GELU backward for fc's, the attention backward for qkv's)
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
                       const floatX* inp, int in, int out_ch, bool dout_amax_taken = false) {
         if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s, dout_amax_taken);
@@ -109,10 +109,11 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
         linear(l, kFp8AttProj, scratch, ATTPROJW, nullptr, dresidual, a.atty.at(l), C, C, /*dout_amax_taken=*/true);
         // on Hopper the attention backward also sums dqkv's columns (the qkv bias gradient), so its GEMM takes none
         attention_backward(m->backend, dqkv, scratch, a.qkv.at(l), a.atty.at(l), a.attention_saved.at(l), attn_ws, B,
-                           T, C, NH, s, qkv_bias_in_attention ? reduce : nullptr);
+                           T, C, NH, s, qkv_bias_in_attention ? reduce : nullptr, dout_amax(l, kFp8Qkv));
         if (qkv_bias_in_attention)
             column_sum_finish(g(QKVB, l), reduce, attention_qkv_bias_partial_rows(B, T), 3 * C, 1.0f, s);
-        linear(l, kFp8Qkv, scratch, QKVW, qkv_bias_in_attention ? nullptr : g(QKVB, l), dqkv, a.ln1.at(l), C, 3 * C);
+        linear(l, kFp8Qkv, scratch, QKVW, qkv_bias_in_attention ? nullptr : g(QKVB, l), dqkv, a.ln1.at(l), C, 3 * C,
+               /*dout_amax_taken=*/true);
         layernorm_backward(dresidual, g(LN1W, l), g(LN1B, l), scratch, residual, p(LN1W, l), a.ln1_mean.at(l),
                            a.ln1_rstd.at(l), BT, C, reduce, s, l > 0 ? g(FCPROJB, l - 1) : nullptr,
                            l > 0 ? dout_amax(l - 1, kFp8FcProj) : nullptr);

@@ -69,9 +69,9 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
     auto linear = [&](int l, Fp8Linear k, floatX* out, const floatX* inp, ParamTensor w, ParamTensor b, int in,
                       int out_ch, floatX* pre_gelu) {
         if (!fp8) return matmul_forward(out, inp, p(w, l), p(b, l), BT, in, out_ch, pre_gelu, shape.fuse_gelu, s);
-        // every input's amax is taken by the kernel that writes it but the attention output's: the LayerNorms' for
-        // qkv and fc, fc's GELU for fcproj (the kernel the backward recomputes with)
-        gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, inp, p(b, l), BT, s, k != kFp8AttProj);
+        // every input's amax is taken by the kernel that writes it: the LayerNorms' for qkv and fc, the attention
+        // forward's for attproj, fc's GELU for fcproj (the kernel the backward recomputes with)
+        gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, inp, p(b, l), BT, s, /*inp_amax_taken=*/true);
         if (pre_gelu)
             gelu_forward(out, pre_gelu, (size_t)BT * out_ch, s, inp_amax(l, kFp8FcProj));
     };
@@ -86,7 +86,7 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
         linear(l, kFp8Qkv, qkv, a.ln1.at(l), QKVW, QKVB, C, 3 * C, nullptr);
         if (listener) listener->qkv_ready(l, qkv);
         attention_forward(shape.backend, a.atty.at(l), a.attention_saved.at(l), qkv, a.attention_workspace, B, T, C,
-                          NH, s);
+                          NH, s, inp_amax(l, kFp8AttProj));
         linear(l, kFp8AttProj, a.scratch, a.atty.at(l), ATTPROJW, ATTPROJB, C, C, nullptr);
         fused_residual_layernorm_forward(a.residual2.at(l), a.ln2.at(l), a.ln2_mean.at(l), a.ln2_rstd.at(l),
                                          a.residual_in(l), a.scratch, p(LN2W, l), p(LN2B, l), BT, C, s, false,

@@ -11,6 +11,7 @@
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/kernels/attention/attention_materialized.cuh"
+#include "llmc/kernels/fp8/cast_transpose.cuh"
 #if !defined(ENABLE_FP32)
 #include "llmc/kernels/attention/attention_flash.cuh"  // bf16 tensor-core kernels, BF16 builds only
 #endif
@@ -90,14 +91,17 @@ inline size_t attention_forward_workspace_bytes(AttentionBackend b, int B, int T
     return is_flash(b) ? 0 : attention_materialized_workspace_bytes(B, T, C, NH);
 }
 
+// out_amax (null: none): max |out| folded into it, for the FP8 cast of attproj's input (the flash backend on Hopper
+// takes it as it stores; elsewhere a pass of its own).
 inline void attention_forward(AttentionBackend b, floatX* out, void* saved, const floatX* qkv, void* workspace, int B,
-                              int T, int C, int NH, cudaStream_t stream = 0) {
+                              int T, int C, int NH, cudaStream_t stream = 0, float* out_amax = nullptr) {
     if (b == AttentionBackend::Materialized) {
         attention_materialized_forward(out, (floatX*)saved, qkv, workspace, B, T, C, NH, stream);
+        if (out_amax) fp8_amax(out, B * T, C, out_amax, stream);
         return;
     }
 #if !defined(ENABLE_FP32)
-    cudaCheck(attention_flash_forward(out, (float*)saved, qkv, B, T, NH, C / NH, stream));
+    cudaCheck(attention_flash_forward(out, (float*)saved, qkv, B, T, NH, C / NH, stream, out_amax));
 #else
     fprintf(stderr, "error: the flash attention backend needs a BF16 build\n");
     exit(EXIT_FAILURE);
@@ -126,26 +130,30 @@ inline int attention_qkv_bias_partial_rows(int B, int T) {
 #endif
 }
 
-// qkv_bias_partials: only where attention_backward_sums_qkv_bias (else nullptr).
+// qkv_bias_partials: only where attention_backward_sums_qkv_bias (else nullptr). dqkv_amax (null: none): max |dqkv|
+// folded into it, for the FP8 cast of qkv's output gradient (the Hopper two-kernel backward takes it as it stores;
+// elsewhere a pass of its own).
 inline void attention_backward(AttentionBackend b, floatX* dqkv, const floatX* dout, const floatX* qkv,
                                const floatX* out, const void* saved, void* workspace, int B, int T, int C, int NH,
-                               cudaStream_t stream = 0, float* qkv_bias_partials = nullptr) {
+                               cudaStream_t stream = 0, float* qkv_bias_partials = nullptr,
+                               float* dqkv_amax = nullptr) {
     if (qkv_bias_partials && !attention_backward_sums_qkv_bias(b, C / NH)) {
         fprintf(stderr, "error: attention_backward: this backend does not sum the qkv bias gradient\n");
         exit(EXIT_FAILURE);
     }
     if (b == AttentionBackend::Materialized) {
         attention_materialized_backward(dqkv, dout, qkv, (const floatX*)saved, workspace, B, T, C, NH, stream);
+        if (dqkv_amax) fp8_amax(dqkv, B * T, 3 * C, dqkv_amax, stream);
         return;
     }
 #if !defined(ENABLE_FP32)
     if (b == AttentionBackend::FlashNondeterministic) {
         cudaCheck(attention_flash_backward_nondet(dqkv, dout, out, (const float*)saved, qkv, B, T, NH, C / NH,
-                                                  (float*)workspace, stream, qkv_bias_partials));
+                                                  (float*)workspace, stream, qkv_bias_partials, dqkv_amax));
         return;
     }
     cudaCheck(attention_flash_backward(dqkv, dout, out, (const float*)saved, qkv, B, T, NH, C / NH, (float*)workspace,
-                                       stream, qkv_bias_partials));
+                                       stream, qkv_bias_partials, dqkv_amax));
 #else
     fprintf(stderr, "error: the flash attention backend needs a BF16 build\n");
     exit(EXIT_FAILURE);

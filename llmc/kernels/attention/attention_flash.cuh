@@ -25,6 +25,7 @@
 
 #include "llmc/kernels/attention/attention_flash_backward.cuh"
 #include "llmc/kernels/attention/attention_flash_forward.cuh"
+#include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/attention/attention_hopper_backward.cuh"
 #include "llmc/kernels/attention/attention_hopper_forward.cuh"
 
@@ -58,14 +59,19 @@ inline bool head_size_supported(int HS, const char* who) {
 
 }  // namespace flash
 
+// out_amax (null: none): max |out| folded into it, for an FP8 cast of out: by the Hopper kernel as it stores, by a
+// pass of its own after the mma.sync kernel.
 inline cudaError_t attention_flash_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                                           int NH, int HS, cudaStream_t stream) {
+                                           int NH, int HS, cudaStream_t stream, float* out_amax = nullptr) {
     if (!flash::head_size_supported(HS, "attention_flash_forward")) return cudaErrorInvalidValue;
     // Hopper (TMA + wgmma) where the build and the GPU have it; same outputs and LSE convention, so the backward
     // below takes either forward's
-    if (hopper::hopper_available()) return attention_hopper_forward(out, lse, qkv, B, T, NH, HS, stream);
-    if (HS == 64) return flash::launch_forward<flash::DefaultConfigs<64>::Forward>(out, lse, qkv, B, T, NH, stream);
-    return flash::launch_forward<flash::DefaultConfigs<128>::Forward>(out, lse, qkv, B, T, NH, stream);
+    if (hopper::hopper_available()) return attention_hopper_forward(out, lse, qkv, B, T, NH, HS, stream, out_amax);
+    const cudaError_t status =
+        HS == 64 ? flash::launch_forward<flash::DefaultConfigs<64>::Forward>(out, lse, qkv, B, T, NH, stream)
+                 : flash::launch_forward<flash::DefaultConfigs<128>::Forward>(out, lse, qkv, B, T, NH, stream);
+    if (status == cudaSuccess && out_amax) fp8_amax(out, B * T, NH * HS, out_amax, stream);
+    return status;
 }
 
 // Bytes of scratch the backward needs: the mma.sync kernels' D = rowsum(dO∘O), one float per (b, h, t), or the Hopper
@@ -93,16 +99,21 @@ inline cudaError_t attention_flash_backward_mma(__nv_bfloat16* dqkv, const __nv_
 // the fused kernel with ordered dQ additions, docs/PERFORMANCE.md), else the mma.sync kernels. Same workspace.
 // bias_partials: only where attention_flash_backward_sums_bias() (else nullptr); see attention_hopper_backward.
 inline bool attention_flash_backward_sums_bias() { return hopper::hopper_available(); }
+// dqkv_amax (null: none): max |dqkv| folded into it, for an FP8 cast of dqkv: by the Hopper kernels as they store, by
+// a pass of its own after the mma.sync kernels.
 inline cudaError_t attention_flash_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                             const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                                            float* workspace, cudaStream_t stream, float* bias_partials = nullptr) {
+                                            float* workspace, cudaStream_t stream, float* bias_partials = nullptr,
+                                            float* dqkv_amax = nullptr) {
     if (!flash::head_size_supported(HS, "attention_flash_backward")) return cudaErrorInvalidValue;
     if (hopper::hopper_available()) {
         return attention_hopper_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream,
-                                         flash_hopper::DqMode::TwoKernels, bias_partials);
+                                         flash_hopper::DqMode::TwoKernels, bias_partials, dqkv_amax);
     }
     if (bias_partials) return cudaErrorInvalidValue;
-    return attention_flash_backward_mma(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
+    const cudaError_t status = attention_flash_backward_mma(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream);
+    if (status == cudaSuccess && dqkv_amax) fp8_amax(dqkv, B * T, 3 * NH * HS, dqkv_amax, stream);
+    return status;
 }
 
 // The non-deterministic option (-ab flash-nondet): on Hopper the fused backward with unordered dQ reduce-adds
@@ -117,11 +128,14 @@ inline cudaError_t attention_flash_backward_nondet(__nv_bfloat16* dqkv, const __
                                                    const __nv_bfloat16* out, const float* lse,
                                                    const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                                                    float* workspace, cudaStream_t stream,
-                                                   float* bias_partials = nullptr) {
+                                                   float* bias_partials = nullptr, float* dqkv_amax = nullptr) {
     if (flash_nondet_uses_fused(HS)) {
         if (bias_partials) return cudaErrorInvalidValue;
-        return attention_hopper_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream,
-                                         flash_hopper::DqMode::Unordered);
+        const cudaError_t status = attention_hopper_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace,
+                                                             stream, flash_hopper::DqMode::Unordered);
+        if (status == cudaSuccess && dqkv_amax) fp8_amax(dqkv, B * T, 3 * NH * HS, dqkv_amax, stream);
+        return status;
     }
-    return attention_flash_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream, bias_partials);
+    return attention_flash_backward(dqkv, dout, out, lse, qkv, B, T, NH, HS, workspace, stream, bias_partials,
+                                    dqkv_amax);
 }

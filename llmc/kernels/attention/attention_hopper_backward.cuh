@@ -77,7 +77,7 @@ inline void launch_backward_fused(bf16* dqkv, const BackwardWorkspace& w, const 
 template <int kHS>
 inline void launch_backward(bf16* dqkv, const BackwardWorkspace& w, const bf16* dout, const bf16* out,
                             const float* lse, const bf16* qkv, int B, int T, int NH, float* bias_partials,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, float* dqkv_amax) {
     static_assert(BackwardKVConfig<kHS>::kBk == 128 && BackwardQConfig<kHS>::kBq == 128, "backward_bias_partial_rows");
     static_assert(128 % BackwardKVConfig<kHS>::kBq == 0 && 128 % BackwardQConfig<kHS>::kBk == 0,
                   "padded_T's rows end where the tiles end");
@@ -96,10 +96,10 @@ inline void launch_backward(bf16* dqkv, const BackwardWorkspace& w, const bf16* 
     const CUtensorMap dqkv_64 = head_slice_store_map(dqkv, B, T, 3 * C, 64, stream);
     const CUtensorMap lse_d_kv = lse_d_map(w.lse_d, B, T, NH, KV::kBq);
     backward_kv_kernel<kHS><<<dim3((T + KV::kBk - 1) / KV::kBk, B * NH), KV::kThreads, KV::kSmemBytes, stream>>>(
-        qkv_128, q_kv, dout_kv, dqkv_64, lse_d_kv, bias_partials, T, NH);
+        qkv_128, q_kv, dout_kv, dqkv_64, lse_d_kv, bias_partials, T, NH, dqkv_amax);
     cudaCheckLaunch();
     backward_q_kernel<kHS><<<dim3((T + Q::kBq - 1) / Q::kBq, B * NH), Q::kThreads, Q::kSmemBytes, stream>>>(
-        qkv_128, dout_128, qkv_64, dqkv_64, w.lse_d, bias_partials, T, NH);
+        qkv_128, dout_128, qkv_64, dqkv_64, w.lse_d, bias_partials, T, NH, dqkv_amax);
     cudaCheckLaunch();
 }
 
@@ -118,18 +118,19 @@ inline size_t attention_hopper_backward_two_kernel_workspace_bytes(int B, int T,
 // (deterministic, dQ recomputed) or Unordered (the fused kernel: faster at long T, not bit-reproducible).
 // bias_partials (TwoKernels only; else nullptr): flash_hopper::backward_bias_partial_rows(B, T) rows of 3C floats,
 // overwritten with partial column sums of dqkv; column_sum_finish over them gives the qkv bias gradient.
+// dqkv_amax (TwoKernels only; else nullptr): max |dqkv| folded in as the tiles are stored (an FP8 cast's scale).
 inline cudaError_t attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                              const float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                                              float* workspace, cudaStream_t stream = 0,
                                              flash_hopper::DqMode mode = flash_hopper::DqMode::TwoKernels,
-                                             float* bias_partials = nullptr) {
+                                             float* bias_partials = nullptr, float* dqkv_amax = nullptr) {
     using namespace flash_hopper;
     if (HS != 64 && HS != 128) return cudaErrorInvalidValue;
-    if (bias_partials && mode != DqMode::TwoKernels) return cudaErrorInvalidValue;
+    if ((bias_partials || dqkv_amax) && mode != DqMode::TwoKernels) return cudaErrorInvalidValue;
     const BackwardWorkspace w = carve_workspace(workspace, B, T, NH, HS, mode != DqMode::TwoKernels);
     if (mode == DqMode::TwoKernels) {
-        if (HS == 64) launch_backward<64>(dqkv, w, dout, out, lse, qkv, B, T, NH, bias_partials, stream);
-        else launch_backward<128>(dqkv, w, dout, out, lse, qkv, B, T, NH, bias_partials, stream);
+        if (HS == 64) launch_backward<64>(dqkv, w, dout, out, lse, qkv, B, T, NH, bias_partials, stream, dqkv_amax);
+        else launch_backward<128>(dqkv, w, dout, out, lse, qkv, B, T, NH, bias_partials, stream, dqkv_amax);
     } else {
         cudaCheck(cudaMemsetAsync(w.dqacc, 0, (size_t)B * T * NH * HS * sizeof(float), stream));
         if (HS == 64) launch_backward_fused<64, UnorderedDq>(dqkv, w, dout, out, lse, qkv, B, T, NH, stream);

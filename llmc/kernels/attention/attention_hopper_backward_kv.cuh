@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
     backward_kv_kernel(const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_dout, const __grid_constant__ CUtensorMap map_dqkv,
                        const __grid_constant__ CUtensorMap map_lse_d, float* __restrict__ bias_partials, int T,
-                       int NH) {
+                       int NH, float* dqkv_amax) {
     using Cfg = BackwardKVConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -114,6 +114,7 @@ __global__ void __launch_bounds__(BackwardKVConfig<kHS>::kThreads, 1)
             fence_accumulator(dv);
             stage_tile(sK, kv_row, dk, scale, row_in, lane);
             stage_tile(sV, kv_row, dv, 1.f, row_in, lane);
+            if (dqkv_amax) fold_staged_amax(dk, scale, dqkv_amax), fold_staged_amax(dv, 1.f, dqkv_amax);
             fence_proxy_async();
             named_barrier_sync(1 + consumer, 128);
             if (t == 0) {

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include "llmc/kernels/attention/attention_hopper_common.cuh"
+#include "llmc/kernels/fp8/amax.cuh"
 
 namespace flash_hopper {
 
@@ -203,6 +204,17 @@ __device__ __forceinline__ void stage_tile(Tile& t, int first_row, const float (
                                            int row_in, int lane) {
     const float row_scale[2] = {scale, scale};
     hopper::store_accumulator(t, first_row, acc, row_scale, row_in, lane);
+}
+
+// max |acc·scale| as stage_tile stores it (bf16) folded into *amax, per warp (llmc/kernels/fp8/amax.cuh): dqkv's, for
+// the FP8 cast of qkv's output gradient. Rows past T hold zeros (as the bias sums below rely on), so they add
+// nothing. Every lane of the consumer's warps calls it.
+template <int kN>
+__device__ __forceinline__ void fold_staged_amax(const float (&acc)[kN], float scale, float* amax) {
+    unsigned int m = 0;
+#pragma unroll
+    for (int i = 0; i < kN; i++) m = max(m, amax_bits(__bfloat162float(__float2bfloat16_rn(acc[i] * scale))));
+    fold_warp_amax(m, amax);
 }
 
 // The bias gradient of q, k or v is the column sum of dq, dk or dv over all (b, t). The two-kernel scheme sums the

@@ -46,7 +46,8 @@ template <int kHS>
 __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
     backward_q_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_dout,
                       const __grid_constant__ CUtensorMap map_kv, const __grid_constant__ CUtensorMap map_dqkv,
-                      const float* __restrict__ lse_d, float* __restrict__ bias_partials, int T, int NH) {
+                      const float* __restrict__ lse_d, float* __restrict__ bias_partials, int T, int NH,
+                      float* dqkv_amax) {
     using Cfg = BackwardQConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -136,6 +137,7 @@ __global__ void __launch_bounds__(BackwardQConfig<kHS>::kThreads, 1)
             // ---- epilogue: dQ·scale into this consumer's rows of sQ, then a TMA store into dqkv
             fence_accumulator(dq);
             stage_tile(sQ, q_row, dq, scale, row_in, lane);
+            if (dqkv_amax) fold_staged_amax(dq, scale, dqkv_amax);
             fence_proxy_async();
             named_barrier_sync(1 + consumer, 128);
             if (t == 0) {

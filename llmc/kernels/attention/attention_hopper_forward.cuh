@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "llmc/kernels/attention/attention_hopper_common.cuh"
+#include "llmc/kernels/fp8/amax.cuh"
 
 namespace flash_hopper {
 
@@ -80,7 +81,7 @@ __device__ __forceinline__ void issue_pv(hopper::Accumulator<kHS>& o, const uint
 template <int kHS>
 __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
     forward_kernel(const __grid_constant__ CUtensorMap map_qkv, const __grid_constant__ CUtensorMap map_out,
-                   float* __restrict__ lse, int T, int NH) {
+                   float* __restrict__ lse, int T, int NH, float* out_amax) {
     using Cfg = ForwardConfig<kHS>;
     using namespace hopper;
     extern __shared__ uint8_t smem_raw[];
@@ -172,6 +173,13 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
             l[0] = quad_sum(l[0]), l[1] = quad_sum(l[1]);
             const float inv[2] = {1.f / l[0], 1.f / l[1]};
             o.store(sQ, q_row, inv, at);
+            if (out_amax) {  // max |O| as stored (bf16), rows past T left out: an FP8 cast's scale
+                unsigned int mx = 0;
+                o.for_each([&](float v, int r, int, int) {
+                    if (q_first + at.row(r) < T) mx = max(mx, amax_bits(__bfloat162float(__float2bfloat16_rn(v * inv[r]))));
+                });
+                fold_warp_amax(mx, out_amax);
+            }
             fence_proxy_async();
             named_barrier_sync(1 + consumer, 128);
             if (t == 0) {
@@ -191,7 +199,8 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
 }
 
 template <int kHS>
-inline void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
+inline void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream,
+                           float* out_amax) {
     using Cfg = ForwardConfig<kHS>;
     static const bool smem_ready = (hopper::allow_dynamic_smem(forward_kernel<kHS>, Cfg::kSmemBytes), true);
     (void)smem_ready;
@@ -199,17 +208,18 @@ inline void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
     const CUtensorMap map_qkv = head_slice_map(qkv, B, T, 3 * C, Cfg::kBr);  // Q, K, V boxes of 128 rows
     const CUtensorMap map_out = head_slice_store_map(out, B, T, C, 64, stream);  // a consumer's O
     dim3 grid((T + Cfg::kBr - 1) / Cfg::kBr, B * NH);
-    forward_kernel<kHS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_out, lse, T, NH);
+    forward_kernel<kHS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_qkv, map_out, lse, T, NH, out_amax);
     cudaCheckLaunch();
 }
 
 }  // namespace flash_hopper
 
-// The Hopper forward (sm_90a builds on compute capability 9.0; see hopper_available()). HS 64 or 128.
+// The Hopper forward (sm_90a builds on compute capability 9.0; see hopper_available()). HS 64 or 128. out_amax (null:
+// none): max |out| folded in (llmc/kernels/fp8/amax.cuh), for an FP8 cast of out.
 inline cudaError_t attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                                            int NH, int HS, cudaStream_t stream = 0) {
-    if (HS == 64) flash_hopper::launch_forward<64>(out, lse, qkv, B, T, NH, stream);
-    else if (HS == 128) flash_hopper::launch_forward<128>(out, lse, qkv, B, T, NH, stream);
+                                            int NH, int HS, cudaStream_t stream = 0, float* out_amax = nullptr) {
+    if (HS == 64) flash_hopper::launch_forward<64>(out, lse, qkv, B, T, NH, stream, out_amax);
+    else if (HS == 128) flash_hopper::launch_forward<128>(out, lse, qkv, B, T, NH, stream, out_amax);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
