@@ -53,8 +53,12 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     // dout_amax_taken: dout's producer has folded its amax into the slot (the LayerNorm backwards for fcproj's and
     // attproj's, the GELU backward for fc's, the attention backward for qkv's)
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
-                      const floatX* inp, int in, int out_ch, bool dout_amax_taken = false) {
-        if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s, dout_amax_taken);
+                      const floatX* inp, int in, int out_ch, bool dout_amax_taken = false,
+                      bool inp_is_pre_gelu = false) {
+        if (fp8) {
+            return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s, dout_amax_taken,
+                                     inp_is_pre_gelu);
+        }
         matmul_backward(dinp, g(w, l), dbias, dout, inp, p(w, l), BT, in, out_ch, reduce, nullptr, false, 1.0f, s);
     };
     // where a LayerNorm backward folds the amax of the residual gradient it leaves: linear k's output gradient
@@ -73,7 +77,8 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
         if (listener) listener->layer_begins(l);
         const floatX* residual = a.residual_in(l);
         floatX* fch_gelu = a.fch_gelu.at(l);
-        if (m->recompute >= 1 && !m->hopper_dgelu) gelu_forward(fch_gelu, a.fch.at(l), (size_t)BT * 4 * C, s);
+        // (FP8 runs cast fcproj's input from fch, taking the GELU as they read it: nothing to recompute)
+        if (m->recompute >= 1 && !m->hopper_dgelu && !fp8) gelu_forward(fch_gelu, a.fch.at(l), (size_t)BT * 4 * C, s);
         if (m->recompute >= 2) {  // same kernel, same inputs: bit-identical to the forward's outputs
             layernorm_forward(a.ln1.at(l), a.ln1_mean.at(l), a.ln1_rstd.at(l), residual, p(LN1W, l), p(LN1B, l), BT,
                               C, s);
@@ -92,7 +97,8 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
             matmul_dgelu_bias_grad(fc_dbias, reduce, BT, 4 * C, 1.0f, s);
             fc_dbias = nullptr;
         } else if (fp8) {  // fcproj's two gradients, then the GELU's backward on dfch
-            linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, fch_gelu, 4 * C, C, /*dout_amax_taken=*/true);
+            linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, a.fch.at(l), 4 * C, C, /*dout_amax_taken=*/true,
+                   /*inp_is_pre_gelu=*/true);
             gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s,
                                   gpt2_fp8_amax_slot(*fp8, l, kFp8Fc, kFp8Dout));
             dfch_amax_taken = true;

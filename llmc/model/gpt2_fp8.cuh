@@ -195,10 +195,12 @@ inline void gpt2_fp8_lm_head_forward(const Fp8Layers& f, floatX* logits, const f
 }
 
 // Linear k of layer l backward: dW += doutᵀ · inp, dbias += column sums of dout (if dbias), dinp = dout · W
-// (overwritten). inp is the forward's input, bit for bit (kept or recomputed); reduce: column_sum's scratch.
+// (overwritten). inp is the forward's input, bit for bit (kept or recomputed), or, with inp_is_pre_gelu (fcproj),
+// the GELU's input, whose output the cast computes as it reads (no bf16 GELU output recomputed for it); reduce:
+// column_sum's scratch.
 inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* dinp, floatX* dweight, floatX* dbias,
                               const floatX* dout, const floatX* inp, int N, float* reduce, cudaStream_t stream,
-                              bool dout_amax_taken = false) {
+                              bool dout_amax_taken = false, bool inp_is_pre_gelu = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
@@ -207,7 +209,10 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
     cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken,
                                   dbias ? reduce : nullptr);
     if (dbias) column_sum_finish(dbias, reduce, fp8_cast_colsum_chunks(N), d.out, 1.0f, stream);
-    fp8_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
+    if (inp_is_pre_gelu)
+        fp8_gelu_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
+    else
+        fp8_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
     matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), inp_yT, Fp8Format::E4M3, f.descale(si), nullptr,
                d.out, d.in, N, /*fast_accum=*/false, stream, /*accumulate=*/true);
     matmul_fp8(dinp, dout_y, Fp8Format::E5M2, f.descale(sd), weight_yT(f, l, k), Fp8Format::E4M3, f.descale(sw),

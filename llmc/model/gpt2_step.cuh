@@ -40,10 +40,11 @@ inline void forward_enqueue(GPT2* m, int B, int T, bool with_targets, ForwardLis
     const ForwardShape shape{B, T, m->backend, m->fuse_gelu, m->fp8_layers.on() ? &m->fp8_layers : nullptr};
     gpt2_forward_layers(c, m->params, m->acts, buf<int>(m, mem::Inputs), shape, s, listener);
     const Fp8Layers* fp8 = gpt2_fp8_for_rows(shape.fp8, BT);
-    if (fp8 && fp8->lm_head()) gpt2_fp8_lm_head_forward(*fp8, buf<floatX>(m, mem::Logits), m->acts.lnf, m->params(WTE), BT, s);
-    else matmul_forward(buf<floatX>(m, mem::Logits), m->acts.lnf, m->params(WTE), nullptr, BT, C, Vp, nullptr, false, s);
+    floatX* logits = buf<floatX>(m, mem::Logits);
+    if (fp8 && fp8->lm_head()) gpt2_fp8_lm_head_forward(*fp8, logits, m->acts.lnf, m->params(WTE), BT, s);
+    else matmul_forward(logits, m->acts.lnf, m->params(WTE), nullptr, BT, C, Vp, nullptr, false, s);
     if (with_targets) {
-        fused_classifier(buf<floatX>(m, mem::Logits), buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
+        fused_classifier(logits, buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
                          1.0f / (float)BT, s);
     }
 }

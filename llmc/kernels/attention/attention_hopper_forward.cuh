@@ -176,7 +176,8 @@ __global__ void __launch_bounds__(ForwardConfig<kHS>::kThreads, 1)
             if (out_amax) {  // max |O| as stored (bf16), rows past T left out: an FP8 cast's scale
                 unsigned int mx = 0;
                 o.for_each([&](float v, int r, int, int) {
-                    if (q_first + at.row(r) < T) mx = max(mx, amax_bits(__bfloat162float(__float2bfloat16_rn(v * inv[r]))));
+                    const float stored = __bfloat162float(__float2bfloat16_rn(v * inv[r]));
+                    if (q_first + at.row(r) < T) mx = max(mx, amax_bits(stored));
                 });
                 fold_warp_amax(mx, out_amax);
             }

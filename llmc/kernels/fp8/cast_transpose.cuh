@@ -3,6 +3,8 @@
 // and amax = max |x| folded into *amax, the statistic the next scale comes from (llmc/core/fp8.h). x * scale is exact
 // (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
 // equal llmc/core/fp8.h's fp8_encode. The amax: llmc/kernels/fp8/amax.cuh (deterministic).
+// The same of gelu(x) (kGelu: x is a GELU's input, each value taken through gelu_forward's GELU and rounded to floatX
+// as it stores them), so a backward that needs the transpose of a GELU's output casts it without recomputing it.
 // Optionally the column sums of x too (a linear layer's bias gradient, from the output gradient the cast reads
 // anyway): each tile's, fp32, into colsum[tile row][col], for column_sum_finish to add in order (deterministic).
 // Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose;
@@ -20,6 +22,7 @@
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/fp8.h"
 #include "llmc/kernels/fp8/amax.cuh"
+#include "llmc/kernels/gelu.cuh"
 
 namespace fp8_cast_detail {
 
@@ -44,7 +47,7 @@ struct ScaleSource {
     float* descale_out = nullptr;
 };
 
-template <Fp8Format F>
+template <Fp8Format F, bool kGelu = false>
 __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols,
                                                             ScaleSource src, uint8_t* __restrict__ y,
                                                             uint8_t* __restrict__ yT, float* __restrict__ amax,
@@ -76,6 +79,7 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 v[j] = (float)q.v[j];
+                if constexpr (kGelu) v[j] = to_float(from_float<floatX>(gelu_value(v[j])));
                 m = max(m, amax_bits(v[j]));
                 sums[j] += v[j];
             }
@@ -124,14 +128,14 @@ __global__ void __launch_bounds__(256) amax_kernel(const floatX* __restrict__ x,
     fold_block_amax(m, amax, warp_max);
 }
 
-template <Fp8Format F>
+template <Fp8Format F, bool kGelu = false>
 inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& src, uint8_t* y, uint8_t* yT,
                         float* amax, float* colsum, cudaStream_t stream) {
     if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
         (uintptr_t)x % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0 ||
-        (colsum && !y && !yT)) {
+        ((colsum || kGelu) && !y && !yT)) {
         fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, x "
-                "aligned to 4 values, y and yT to 4 bytes, column sums only beside a cast)\n", rows, cols);
+                "aligned to 4 values, y and yT to 4 bytes, column sums and the GELU only beside a cast)\n", rows, cols);
         exit(EXIT_FAILURE);
     }
     if (!y && !yT) {
@@ -143,7 +147,7 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
         return;
     }
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-    cast_transpose_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum);
+    cast_transpose_kernel<F, kGelu><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum);
     cudaCheck(cudaGetLastError());
 }
 
@@ -162,6 +166,15 @@ inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float*
     fp8_cast_detail::ScaleSource src;
     src.scale = scale;
     fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, amax, colsum, stream);
+}
+
+// fp8_cast_transpose of gelu(pre) as gelu_forward would store it (the same bytes), without the bf16 GELU output.
+template <Fp8Format F>
+inline void fp8_gelu_cast_transpose(const floatX* pre, int rows, int cols, const float* scale, uint8_t* y,
+                                    uint8_t* yT, float* amax, cudaStream_t stream) {
+    fp8_cast_detail::ScaleSource src;
+    src.scale = scale;
+    fp8_cast_detail::launch_cast<F, true>(pre, rows, cols, src, y, yT, amax, nullptr, stream);
 }
 
 // Current scaling's two passes: fp8_amax folds max |x| into *amax (zeroed before), then fp8_cast_transpose_current

@@ -3,8 +3,7 @@
 // to fp8_encode(x * scale), in both formats, at tile-sized and ragged shapes (multiples of 4, not of 64), with
 // saturating values and scales from the amax; amax exactly max |x|, a NaN in x making it NaN; each output optional;
 // the column sums a cast takes beside it (the bias gradient) against the fp64 sums.
-// Current scaling's two passes, and the GELU and LayerNorm kernels' amax (max |output| exactly, the outputs' bits
-// unchanged).
+// Current scaling's two passes (the kernels that fold an amax as they write: test_fp8_producers.cu).
 // FP8 GEMMs (llmc/kernels/matmul/matmul_fp8.cuh, BF16 builds) against the fp64 product of the dequantized operands
 // (what the GEMM is given: decode(code) / scale), with bias, both accumulation modes, the three format pairs a
 // training step uses: rel-L2 <= 6e-3 with promoted accumulation (the bf16 output's rounding), <= 1e-2 with fast.
@@ -14,8 +13,6 @@
 #include "llmc/kernels/column_sum.cuh"
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/fp8/scaling.cuh"
-#include "llmc/kernels/gelu.cuh"
-#include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
@@ -132,93 +129,6 @@ static void test_cast_current(int rows, int cols, float std) {
     if (bad) printf("  %zu bytes differ from the reference\n", bad);
     if (stats[1] != scale) printf("  scale %g, the host's %g (amax %g vs %g)\n", stats[1], scale, stats[0], amax_ref);
     cudaFree(d_x), cudaFree(d_stats), cudaFree(d_y), cudaFree(d_yT);
-}
-
-// The GELU kernels' amax (what -fp8 1 casts fcproj's input and fc's output gradient with): max |stored output| exactly,
-// and the outputs the same bits as without it.
-// planted 0: the maxima where they fall; 1: planted where a fold that skips something would miss them (the partial
-// last block's last element; the last warp of a middle block, a negative value); 2: the same with the forward's amax
-// starting above its maximum (it must stay). The amax otherwise starts below the maximum: the fold must raise it.
-static void gelu_amax_case(int planted) {
-    const size_t n = (size_t)1000 * 3072 + 800;  // not a multiple of the blocks' span: a partial last block
-    std::vector<float> pre = random_vec(n, 2.0f), grad = random_vec(n, 1e-3f);
-    const size_t middle_last_warp = (size_t)700 * 256 * x128::size + 255 * x128::size;  // block 700, its last thread
-    if (planted) {
-        pre[n - 1] = round_to_floatX(30.0f);                    // gelu(30) = 30: the largest output
-        pre[middle_last_warp] = round_to_floatX(1.0f);          // gelu'(1) ~ 1.08: the largest |gradient| below
-        grad[middle_last_warp] = round_to_floatX(-0.5f);
-    }
-    const float start = planted == 2 ? 100.f : 0.25f;  // the forward's; the backward's starts at start / 1000
-    floatX *d_pre = upload(pre), *d_a = poisoned(n), *d_b = poisoned(n), *d_ga = upload(grad), *d_gb = upload(grad);
-    float* d_amax = upload_fp32({start, start / 1000});
-    gelu_forward(d_a, d_pre, n, 0, d_amax);
-    gelu_forward(d_b, d_pre, n, 0);
-    gelu_backward_inplace(d_ga, d_pre, n, 0, d_amax + 1);
-    gelu_backward_inplace(d_gb, d_pre, n, 0);
-    const std::vector<float> a = download(d_a, n), b = download(d_b, n), ga = download(d_ga, n), gb = download(d_gb, n);
-    float amax[2];
-    cudaCheck(cudaMemcpy(amax, d_amax, sizeof(amax), cudaMemcpyDeviceToHost));
-    float ref[2] = {start, start / 1000};
-    bool same = true;
-    for (size_t i = 0; i < n; i++) {
-        ref[0] = std::max(ref[0], std::fabs(a[i])), ref[1] = std::max(ref[1], std::fabs(ga[i]));
-        same = same && a[i] == b[i] && ga[i] == gb[i];
-    }
-    const bool where = !planted || (ref[0] == std::fabs(a[n - 1]) && ref[1] == std::fabs(ga[middle_last_warp]));
-    char tag[128];
-    snprintf(tag, sizeof(tag), "fp8 amax from the GELU kernels (%s, from %g), outputs unchanged",
-             planted == 0 ? "random" : planted == 1 ? "planted" : "planted, start above", start);
-    check_exact(tag, same && amax[0] == ref[0] && amax[1] == ref[1] && (planted == 2 || where));
-    cudaFree(d_pre), cudaFree(d_a), cudaFree(d_b), cudaFree(d_ga), cudaFree(d_gb), cudaFree(d_amax);
-}
-static void test_gelu_amax() {
-    for (int planted = 0; planted < 3; planted++) gelu_amax_case(planted);
-}
-
-// The LayerNorm kernels' amax (what -fp8 1 casts qkv's and fc's inputs with, and fcproj's and attproj's output
-// gradients: the residual gradient the backward leaves): max |stored output| exactly, the outputs the same bits as
-// without it; rows not a multiple of a block's (8 forward, 64 backward); the amax starting below the maximum (the
-// fold must raise it) or above it (it must stay). The last channel's weight is 8: the largest outputs lie in every
-// row's last pack (a fold that skipped the last lanes would miss them).
-static void layernorm_amax_case(int N, int C, float start) {
-    const size_t n = (size_t)N * C;
-    std::vector<float> a = random_vec(n, 1.0f), b = random_vec(n, 1.0f), w = random_vec(C, 0.5f, 1.0f),
-                       bias = random_vec(C, 0.1f), dout = random_vec(n, 1e-2f), dinp0 = random_vec(n, 1e-2f);
-    w[C - 1] = round_to_floatX(8.0f);
-    floatX *d_a = upload(a), *d_b = upload(b), *d_w = upload(w), *d_bias = upload(bias), *d_res = poisoned(n),
-           *d_res2 = poisoned(n), *d_out = poisoned(n), *d_out2 = poisoned(n), *d_dout = upload(dout),
-           *d_dinp = upload(dinp0), *d_dinp2 = upload(dinp0), *d_dw = upload(std::vector<float>(C, 0.f)),
-           *d_db = upload(std::vector<float>(C, 0.f));
-    float *d_mean, *d_rstd, *d_scratch, *d_amax = upload_fp32({start, start / 1000});
-    cudaCheck(cudaMalloc(&d_mean, N * 4)), cudaCheck(cudaMalloc(&d_rstd, N * 4));
-    cudaCheck(cudaMalloc(&d_scratch, layernorm_backward_scratch_floats(N, C) * 4));
-    fused_residual_layernorm_forward(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0, false, d_amax);
-    fused_residual_layernorm_forward(d_res2, d_out2, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0);
-    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_res, d_w, d_mean, d_rstd, N, C, d_scratch, 0, nullptr,
-                       d_amax + 1);
-    layernorm_backward(d_dinp2, d_dw, d_db, d_dout, d_res, d_w, d_mean, d_rstd, N, C, d_scratch, 0);
-    const std::vector<float> out = download(d_out, n), out2 = download(d_out2, n), dinp = download(d_dinp, n),
-                             dinp2 = download(d_dinp2, n);
-    float amax[2];
-    cudaCheck(cudaMemcpy(amax, d_amax, sizeof(amax), cudaMemcpyDeviceToHost));
-    float ref[2] = {start, start / 1000};
-    bool same = true;
-    for (size_t i = 0; i < n; i++) {
-        ref[0] = std::max(ref[0], std::fabs(out[i])), ref[1] = std::max(ref[1], std::fabs(dinp[i]));
-        same = same && out[i] == out2[i] && dinp[i] == dinp2[i];
-    }
-    char tag[160];
-    snprintf(tag, sizeof(tag), "fp8 amax from the LayerNorm kernels, %d x %d, from %g: forward %g, backward %g, "
-             "outputs unchanged", N, C, start, ref[0], ref[1]);
-    check_exact(tag, same && amax[0] == ref[0] && amax[1] == ref[1]);
-    cudaFree(d_a), cudaFree(d_b), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_res), cudaFree(d_res2), cudaFree(d_out);
-    cudaFree(d_out2), cudaFree(d_dout), cudaFree(d_dinp), cudaFree(d_dinp2), cudaFree(d_dw), cudaFree(d_db);
-    cudaFree(d_mean), cudaFree(d_rstd), cudaFree(d_scratch), cudaFree(d_amax);
-}
-static void test_layernorm_amax() {
-    layernorm_amax_case(1003, 768, 0.25f);
-    layernorm_amax_case(200, 1600, 0.25f);
-    layernorm_amax_case(130, 768, 1000.f);  // above both maxima: it stays
 }
 
 // rows x K random values (std) quantized to format F with the scale their amax gives: the codes, the dequantized
@@ -367,8 +277,6 @@ int main(int argc, char** argv) {
     test_cast_current<Fp8Format::E4M3>(256, 768, 1.0f);
     test_cast_current<Fp8Format::E4M3>(128, 3072, 0.02f);  // weights' size: the scale far above 1
     test_cast_current<Fp8Format::E5M2>(512, 256, 1e-5f);   // gradients': E5M2 would underflow unscaled
-    test_gelu_amax();
-    test_layernorm_amax();
     test_scaling();
     test_gemms();  // last: a GEMM cuBLASLt refuses ends the program
     return kernel_tests_end();
