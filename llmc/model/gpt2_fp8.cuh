@@ -84,11 +84,13 @@ inline uint8_t* weight_yT(const Fp8Layers& f, int l, Fp8Linear k) {
 
 // x (rows, cols) cast to F with current scaling into slot s: its amax (unless its producer folded it in already:
 // amax_taken), then y and/or yT with the scale from it (and x's column sums per tile into colsum, if given).
-template <Fp8Format F>
+// kGelu: x is a GELU's input and gelu(x) is what is cast (fp8_cast_transpose's kGelu).
+template <Fp8Format F, bool kGelu = false>
 inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
                          cudaStream_t stream, bool amax_taken = false, float* colsum = nullptr) {
-    if (!amax_taken) fp8_amax(x, rows, cols, f.amax(s), stream);
-    fp8_cast_transpose_current<F>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream, colsum);
+    if (!amax_taken) fp8_amax<kGelu>(x, rows, cols, f.amax(s), stream);
+    fp8_cast_transpose_current<F, kGelu>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream,
+                                         colsum);
 }
 
 }  // namespace gpt2_fp8_detail
@@ -167,14 +169,19 @@ inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Oper
 }
 
 // out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights).
+// inp_is_pre_gelu (fcproj): inp is the GELU's input, and gelu(inp) the linear's input (never written in bf16).
 inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out, const floatX* inp,
-                             const floatX* bias, int N, cudaStream_t stream, bool inp_amax_taken = false) {
+                             const floatX* bias, int N, cudaStream_t stream, bool inp_amax_taken = false,
+                             bool inp_is_pre_gelu = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
-    cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, f.work[0], nullptr, stream, inp_amax_taken);
-    matmul_fp8(out, f.work[0], Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias,
-               N, d.out, d.in, /*fast_accum=*/true, stream);
+    uint8_t* inp_y = f.work[0];
+    const bool taken = inp_amax_taken;
+    if (inp_is_pre_gelu) cast_current<Fp8Format::E4M3, true>(f, si, inp, N, d.in, inp_y, nullptr, stream, taken);
+    else cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, inp_y, nullptr, stream, taken);
+    matmul_fp8(out, inp_y, Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias, N,
+               d.out, d.in, /*fast_accum=*/true, stream);
 }
 
 // The lm_head's forward in FP8 (-fp8 2): logits (N, Vp) = lnf (N, C) · wteᵀ, both E4M3 with current scaling, fast
@@ -210,7 +217,7 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
                                   dbias ? reduce : nullptr);
     if (dbias) column_sum_finish(dbias, reduce, fp8_cast_colsum_chunks(N), d.out, 1.0f, stream);
     if (inp_is_pre_gelu)
-        fp8_gelu_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
+        fp8_cast_transpose<Fp8Format::E4M3, true>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
     else
         fp8_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
     matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), inp_yT, Fp8Format::E4M3, f.descale(si), nullptr,

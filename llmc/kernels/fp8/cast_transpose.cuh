@@ -4,7 +4,7 @@
 // (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
 // equal llmc/core/fp8.h's fp8_encode. The amax: llmc/kernels/fp8/amax.cuh (deterministic).
 // The same of gelu(x) (kGelu: x is a GELU's input, each value taken through gelu_forward's GELU and rounded to floatX
-// as it stores them), so a backward that needs the transpose of a GELU's output casts it without recomputing it.
+// as it stores them), so a GELU's output is cast (and its amax taken) without being written in bf16.
 // Optionally the column sums of x too (a linear layer's bias gradient, from the output gradient the cast reads
 // anyway): each tile's, fp32, into colsum[tile row][col], for column_sum_finish to add in order (deterministic).
 // Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose;
@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
 }
 
 // max |x| alone (no cast asked for): a grid-stride read at the memory's pace, 4 values a load.
+template <bool kGelu>
 __global__ void __launch_bounds__(256) amax_kernel(const floatX* __restrict__ x, size_t quads, float* amax) {
     struct alignas(4 * sizeof(floatX)) Quad { floatX v[4]; };
     __shared__ unsigned int warp_max[8];
@@ -123,7 +124,11 @@ __global__ void __launch_bounds__(256) amax_kernel(const floatX* __restrict__ x,
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
         const Quad q = reinterpret_cast<const Quad*>(x)[i];
 #pragma unroll
-        for (int j = 0; j < 4; j++) m = max(m, amax_bits((float)q.v[j]));
+        for (int j = 0; j < 4; j++) {
+            float v = (float)q.v[j];
+            if constexpr (kGelu) v = to_float(from_float<floatX>(gelu_value(v)));
+            m = max(m, amax_bits(v));
+        }
     }
     fold_block_amax(m, amax, warp_max);
 }
@@ -133,16 +138,16 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
                         float* amax, float* colsum, cudaStream_t stream) {
     if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
         (uintptr_t)x % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0 ||
-        ((colsum || kGelu) && !y && !yT)) {
+        (colsum && !y && !yT)) {
         fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, x "
-                "aligned to 4 values, y and yT to 4 bytes, column sums and the GELU only beside a cast)\n", rows, cols);
+                "aligned to 4 values, y and yT to 4 bytes, column sums only beside a cast)\n", rows, cols);
         exit(EXIT_FAILURE);
     }
     if (!y && !yT) {
         if (!amax) return;
         const size_t quads = (size_t)rows * cols / 4;
         const int blocks = (int)std::min<size_t>((quads + 255) / 256, (size_t)device_sm_count() * 8);
-        amax_kernel<<<blocks, 256, 0, stream>>>(x, quads, amax);
+        amax_kernel<kGelu><<<blocks, 256, 0, stream>>>(x, quads, amax);
         cudaCheck(cudaGetLastError());
         return;
     }
@@ -159,37 +164,30 @@ inline int fp8_cast_colsum_chunks(int rows) { return (rows + fp8_cast_detail::kT
 
 // y (rows, cols) and/or yT (cols, rows) in FP8 format F, scaled by *scale (null: 1); *amax (null: none) becomes
 // max(*amax, max |x|): zero it before a tensor's first cast; colsum (null: none): x's column sums per tile of rows
-// (fp8_cast_colsum_chunks). Queued on the stream.
-template <Fp8Format F>
+// (fp8_cast_colsum_chunks). kGelu (here and below): x is a GELU's input, and what is cast (and measured) is gelu(x)
+// as gelu_forward stores it, the same bytes, without the bf16 GELU output. Queued on the stream.
+template <Fp8Format F, bool kGelu = false>
 inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float* scale, uint8_t* y, uint8_t* yT,
                                float* amax, cudaStream_t stream, float* colsum = nullptr) {
     fp8_cast_detail::ScaleSource src;
     src.scale = scale;
-    fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, amax, colsum, stream);
-}
-
-// fp8_cast_transpose of gelu(pre) as gelu_forward would store it (the same bytes), without the bf16 GELU output.
-template <Fp8Format F>
-inline void fp8_gelu_cast_transpose(const floatX* pre, int rows, int cols, const float* scale, uint8_t* y,
-                                    uint8_t* yT, float* amax, cudaStream_t stream) {
-    fp8_cast_detail::ScaleSource src;
-    src.scale = scale;
-    fp8_cast_detail::launch_cast<F, true>(pre, rows, cols, src, y, yT, amax, nullptr, stream);
+    fp8_cast_detail::launch_cast<F, kGelu>(x, rows, cols, src, y, yT, amax, colsum, stream);
 }
 
 // Current scaling's two passes: fp8_amax folds max |x| into *amax (zeroed before), then fp8_cast_transpose_current
 // casts with the scale that amax gives (fp8_scale_from_amax with `margin`), writing that scale and its inverse (the
 // GEMM's descale) to scale_out and descale_out.
+template <bool kGelu = false>
 inline void fp8_amax(const floatX* x, int rows, int cols, float* amax, cudaStream_t stream) {
-    fp8_cast_detail::launch_cast<Fp8Format::E4M3>(x, rows, cols, fp8_cast_detail::ScaleSource{}, nullptr, nullptr,
-                                                   amax, nullptr, stream);
+    fp8_cast_detail::launch_cast<Fp8Format::E4M3, kGelu>(x, rows, cols, fp8_cast_detail::ScaleSource{}, nullptr,
+                                                          nullptr, amax, nullptr, stream);
 }
-template <Fp8Format F>
+template <Fp8Format F, bool kGelu = false>
 inline void fp8_cast_transpose_current(const floatX* x, int rows, int cols, const float* amax, int margin,
                                        float* scale_out, float* descale_out, uint8_t* y, uint8_t* yT,
                                        cudaStream_t stream, float* colsum = nullptr) {
     fp8_cast_detail::ScaleSource src;
     src.from_amax = amax, src.margin = margin, src.scale_out = scale_out, src.descale_out = descale_out;
-    fp8_cast_detail::launch_cast<F>(x, rows, cols, src, y, yT, nullptr, colsum, stream);
+    fp8_cast_detail::launch_cast<F, kGelu>(x, rows, cols, src, y, yT, nullptr, colsum, stream);
 }
 

@@ -1,7 +1,8 @@
 // The kernels that write an FP8 GEMM's operand and fold its amax as they do (what -fp8 1 casts with, so no pass of its
 // own finds it): the GELU forward and backward, the LayerNorm forward and backward: max |stored output| exactly and
-// the outputs the same bits as without it; and the cast that takes the GELU as it reads (the backward's fcproj input,
-// from fch), byte for byte the cast of gelu_forward's output. (The attention kernels': test_attention.cu.)
+// the outputs the same bits as without it; and the cast and the amax that take the GELU as they read (fcproj's input
+// from fch, in the forward and the backward), byte for byte those of gelu_forward's output. (The attention
+// kernels': test_attention.cu.)
 //   ./tests/gpu/kernels/test_fp8_producers [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison)
 #include <cstring>
 
@@ -58,19 +59,21 @@ static void test_gelu_cast(int rows, int cols) {
     floatX *d_pre = upload(random_vec(n, 2.0f)), *d_gelu = poisoned(n);
     uint8_t* d_bytes;
     cudaCheck(cudaMalloc(&d_bytes, 4 * n)), cudaCheck(cudaMemset(d_bytes, 0xAA, 4 * n));
-    float* d_stats = upload_fp32({64.f, 0.f, 0.f});  // scale, the two amaxes
-    gelu_forward(d_gelu, d_pre, n, 0);
+    float* d_stats = upload_fp32({64.f, 0.f, 0.f, 0.f, 0.f});  // scale, four amaxes
+    gelu_forward(d_gelu, d_pre, n, 0, d_stats + 3);
     fp8_cast_transpose<Fp8Format::E4M3>(d_gelu, rows, cols, d_stats, d_bytes, d_bytes + n, d_stats + 1, 0);
-    fp8_gelu_cast_transpose<Fp8Format::E4M3>(d_pre, rows, cols, d_stats, d_bytes + 2 * n, d_bytes + 3 * n, d_stats + 2,
-                                              0);
+    fp8_cast_transpose<Fp8Format::E4M3, true>(d_pre, rows, cols, d_stats, d_bytes + 2 * n, d_bytes + 3 * n,
+                                              d_stats + 2, 0);
+    fp8_amax<true>(d_pre, rows, cols, d_stats + 4, 0);
     std::vector<uint8_t> bytes(4 * n);
     cudaCheck(cudaMemcpy(bytes.data(), d_bytes, 4 * n, cudaMemcpyDeviceToHost));
-    float stats[3];
+    float stats[5];
     cudaCheck(cudaMemcpy(stats, d_stats, sizeof(stats), cudaMemcpyDeviceToHost));
-    char tag[96];
-    snprintf(tag, sizeof(tag), "fp8 cast taking the GELU %dx%d: y, yT, amax those of gelu_forward's output", rows,
-             cols);
-    check_exact(tag, memcmp(bytes.data(), bytes.data() + 2 * n, 2 * n) == 0 && stats[1] == stats[2] && stats[1] > 0);
+    char tag[112];
+    snprintf(tag, sizeof(tag), "fp8 cast and amax taking the GELU %dx%d: y, yT, amax those of gelu_forward's output",
+             rows, cols);
+    check_exact(tag, memcmp(bytes.data(), bytes.data() + 2 * n, 2 * n) == 0 && stats[1] > 0 && stats[2] == stats[1] &&
+                         stats[3] == stats[1] && stats[4] == stats[1]);
     cudaFree(d_pre), cudaFree(d_gelu), cudaFree(d_bytes), cudaFree(d_stats);
 }
 
