@@ -7,7 +7,8 @@
 #     shows there first: AdamW would hide it in the losses);
 #   - -fp8 1 twice: main.log byte-identical (deterministic); and with -r 0 and -r 2 (the inputs the backward re-casts
 #     kept, or recomputed bit for bit) byte-identical to -r 1's;
-#   - -fp8 2 (the lm_head's forward in FP8 too) within TOL of BF16 likewise, and twice byte-identical;
+#   - -fp8 2 (the lm_head's forward in FP8 too) within TOL of BF16 likewise, and twice byte-identical; -fp8 1 with
+#     two micro-steps a step (against BF16's with the same) and with the materialized attention backend likewise;
 #   - -fp8 1 resumed from a checkpoint: bit-exact as tests/gpu/check_resume.sh checks it;
 #   - B*T not a multiple of 16 refused in one line before any work.
 # Elsewhere (FP32 builds, older GPUs): -fp8 1 refused in one line, naming the flag.
@@ -36,30 +37,37 @@ if [ "$precision" != bf16 ] || [ "${cc:-0}" -lt 9 ]; then
     echo "FP8 TRAINING: FAIL"; exit 1
 fi
 refused "-fp8 1 with B*T = 24" -e "$MODEL" -b 1 -t 24 -x 2 -v 0 -s 0 -fp8 1
-for run in bf16:0:1 fp8:1:1 fp8b:1:1 fp8r0:1:0 fp8r2:1:2 fp8h:2:1 fp8hb:2:1; do
-    IFS=: read -r name mode r <<<"$run"
-    ./train_gpt2cu "${FLAGS[@]}" -fp8 "$mode" -r "$r" -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
+# name:fp8:recompute:extra flags (two micro-steps a step: -d twice B*T; the materialized backend: its amax passes)
+for run in bf16:0:1 fp8:1:1 fp8b:1:1 fp8r0:1:0 fp8r2:1:2 fp8h:2:1 fp8hb:2:1 "bf16acc:0:1:-d 2048" \
+           "fp8acc:1:1:-d 2048" "fp8mat:1:1:-ab materialized"; do
+    IFS=: read -r name mode r extra <<<"$run"
+    # shellcheck disable=SC2086  # extra: flags, split
+    ./train_gpt2cu "${FLAGS[@]}" -fp8 "$mode" -r "$r" $extra -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
         { echo "FAIL: the $name run:"; tail -n 20 "$WORK/$name.log"; exit 1; }
 done
 grep -q 'linear layers in FP8' "$WORK/fp8.log" || { echo "FAIL: the -fp8 1 run's start-up does not name FP8"; fail=1; }
 grep -q "lm_head's forward in FP8" "$WORK/fp8h.log" ||
     { echo "FAIL: the -fp8 2 run's start-up does not name the lm_head"; fail=1; }
 last() { grep -E "^s:[0-9]+ $2:" "$WORK/$1/main.log" | tail -n 1 | sed 's/.*://' || true; }
-for run in fp8 fp8h; do
+for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc; do
+    IFS=: read -r run ref <<<"$pair"
     for kind in trl tel; do
-        b=$(last bf16 $kind); f=$(last $run $kind)
+        b=$(last $ref $kind); f=$(last $run $kind)
         if python3 -c "import math,sys; b,f=float('$b' or 'nan'),float('$f' or 'nan'); sys.exit(0 if math.isfinite(f) and abs(f-b)<=$TOL else 1)"; then
-            echo "ok   last $kind: bf16 $b, $run $f (within $TOL)"
-        else echo "FAIL: last $kind: bf16 $b, $run $f (tolerance $TOL)"; fail=1; fi
+            echo "ok   last $kind: $ref $b, $run $f (within $TOL)"
+        else echo "FAIL: last $kind: $ref $b, $run $f (tolerance $TOL)"; fail=1; fi
     done
     if grep -q -i -E 'nan|inf' <(sed 's/^s:[0-9]* [a-z]*://' "$WORK/$run/main.log"); then
         echo "FAIL: a non-finite loss in the $run run"; fail=1; fi
 done
 norm1() { LC_ALL=C grep -a -m 1 -E '^step +1/' "$WORK/$1.log" | sed -E 's/.*\| norm +([^ ]+) .*/\1/' || true; }
-nb=$(norm1 bf16); nf=$(norm1 fp8)
-if python3 -c "import math,sys; b,f=float('$nb' or 'nan'),float('$nf' or 'nan'); sys.exit(0 if math.isfinite(f) and abs(f-b)<=0.1*b else 1)"; then
-    echo "ok   step 1's gradient norm: bf16 $nb, fp8 $nf (within 10%)"
-else echo "FAIL: step 1's gradient norm: bf16 '$nb', fp8 '$nf' (tolerance 10%)"; fail=1; fi
+for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc; do
+    IFS=: read -r run ref <<<"$pair"
+    nb=$(norm1 $ref); nf=$(norm1 $run)
+    if python3 -c "import math,sys; b,f=float('$nb' or 'nan'),float('$nf' or 'nan'); sys.exit(0 if math.isfinite(f) and abs(f-b)<=0.1*b else 1)"; then
+        echo "ok   step 1's gradient norm: $ref $nb, $run $nf (within 10%)"
+    else echo "FAIL: step 1's gradient norm: $ref '$nb', $run '$nf' (tolerance 10%)"; fail=1; fi
+done
 for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb; do
     IFS=: read -r first other <<<"$pair"
     if cmp -s "$WORK/$first/main.log" "$WORK/$other/main.log"; then

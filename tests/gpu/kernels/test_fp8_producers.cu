@@ -74,6 +74,23 @@ static void test_gelu_cast(int rows, int cols) {
              rows, cols);
     check_exact(tag, memcmp(bytes.data(), bytes.data() + 2 * n, 2 * n) == 0 && stats[1] > 0 && stats[2] == stats[1] &&
                          stats[3] == stats[1] && stats[4] == stats[1]);
+    // current scaling, as the FP8 forward casts fcproj's input: the scale, descale and bytes of both ways the same
+    float* d_cur = upload_fp32({0.f, 0.f, 0.f, 0.f, 0.f, 0.f});  // amax, scale, descale of each
+    cudaCheck(cudaMemset(d_bytes, 0xAA, 2 * n));
+    fp8_amax(d_gelu, rows, cols, d_cur, 0);
+    fp8_cast_transpose_current<Fp8Format::E4M3>(d_gelu, rows, cols, d_cur, 0, d_cur + 1, d_cur + 2, d_bytes, nullptr,
+                                                0);
+    fp8_amax<true>(d_pre, rows, cols, d_cur + 3, 0);
+    fp8_cast_transpose_current<Fp8Format::E4M3, true>(d_pre, rows, cols, d_cur + 3, 0, d_cur + 4, d_cur + 5,
+                                                      d_bytes + n, nullptr, 0);
+    cudaCheck(cudaMemcpy(bytes.data(), d_bytes, 2 * n, cudaMemcpyDeviceToHost));
+    float cur[6];
+    cudaCheck(cudaMemcpy(cur, d_cur, sizeof(cur), cudaMemcpyDeviceToHost));
+    snprintf(tag, sizeof(tag), "fp8 current scaling taking the GELU %dx%d: amax, scale, descale, y the same", rows,
+             cols);
+    check_exact(tag, memcmp(bytes.data(), bytes.data() + n, n) == 0 && cur[0] > 0 && cur[3] == cur[0] &&
+                         cur[4] == cur[1] && cur[5] == cur[2]);
+    cudaFree(d_cur);
     cudaFree(d_pre), cudaFree(d_gelu), cudaFree(d_bytes), cudaFree(d_stats);
 }
 
