@@ -3,7 +3,8 @@
 # 2-layer model, C 128, 2 heads of 64, so the flash kernels run: made by scripts/reference/train_gpt2.py; Tiny Shakespeare):
 #   train      train_gpt2cu, B 4, 2 steps with validation, HellaSwag (-h 1, the committed fixture) and samples
 #   train-z1   ZeRO-1's optimizer on one GPU (-z 1), B 4        train-z2   ZeRO-2's (-z 2), B 4
-#   train-mat  the materialized attention backend, B 4           train-fp8  the blocks' linear layers in FP8 (-fp8 1), B 4
+#   train-mat  the materialized attention backend, B 4           train-fp8  the blocks' linear layers and the lm_head's
+#                                                                           forward in FP8 (-fp8 2), B 4
 #   gen-1      generate_gpt2cu, one prompt, greedy (decode_matvec, the greedy pick folded into the classifier)
 #   gen-20     twenty prompts at once, sampled (cuBLASLt's decode products, the GPU picker)
 #   serve      serve_gpt2cu: completions together, a chunked prompt, a stream, a bad request, then SIGTERM to the
@@ -11,7 +12,7 @@
 #   decode     tests/gpu/test_decode --small (prefill, decode steps, a server's slots, chunks, against the full forward);
 #              under racecheck one run per test (decode-cached, -slots, -chunks, -recompute), side by side
 #   fwd, bwd   dev/cuda/attention_forward -cs, attention_backward -cs (every variant at the three small check shapes)
-#   fp8-cast   dev/cuda/fp8_cast -c (the FP8 casts, transposes and amax at every validation shape)
+#   fp8-cast   dev/cuda/fp8_cast -c (the FP8 casts, transposes, amax and column sums at every validation shape)
 # and, for initcheck, the report of issue 63 (train_gpt2cu -e d6 -b 2|4 -t 128 -x 1 -v 1 -m 1 -s 0, the default
 # attention path and -ab materialized). Runs go in parallel (JOBS at once; one GPU is enough); each prints one line
 # with its tool's summary. Exit 1 on any error in our kernels or any run that does not finish.
@@ -126,7 +127,7 @@ for tool in $TOOLS; do
     launch "$tool" train-z1 "${train[@]}" -b 4 -s 0 -z 1
     launch "$tool" train-z2 "${train[@]}" -b 4 -s 0 -z 2
     launch "$tool" train-mat "${train[@]}" -b 4 -s 0 -ab materialized
-    [ "$fp8" = 1 ] && launch "$tool" train-fp8 "${train[@]}" -b 4 -s 0 -fp8 1
+    [ "$fp8" = 1 ] && launch "$tool" train-fp8 "${train[@]}" -b 4 -s 0 -fp8 2
     launch "$tool" gen-1 "${generate[@]}" -p "The meaning of life is"
     launch "$tool" gen-20 "${generate[@]}" -pf "$prompts" -st 0.9 -sk 40 -seed 7
     launch "$tool" serve
