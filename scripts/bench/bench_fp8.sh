@@ -9,9 +9,12 @@
 #            FP8 with seed 42. Prints every validation's three losses, then the largest |FP8 - BF16| after step 100,
 #            the largest seed-to-seed difference, the best validation losses, and whether FP8 stays within
 #            max(0.02, the spread) at every validation after step 100.
-#   scripts/bench/bench_fp8.sh [speed] [quality]     (both by default)
-# Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra flags for
-#      all runs).
+#   profile  for each DEPTH:B of SHAPES, one traced step (LLMC_TRACE, step 6 of 8) with -fp8 0 and -fp8 $FP8: the
+#            step's summary line and its kernels by time ("fp8 profile" lines, the TOP longest of each), so where the
+#            casts' time goes is measured, not estimated
+#   scripts/bench/bench_fp8.sh [speed] [quality] [profile]     (speed and quality by default)
+# Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), TOP (30), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra
+#      flags for all runs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PARTS=${*:-speed quality}
@@ -49,6 +52,25 @@ if pairs:
     print(f"fp8 speed d{d} B{b}: bf16 {mb:.2f} ms, fp8 {mf:.2f} ms, speed-up {mb / mf:.3f}x (rounds: "
           + ", ".join(f"{x / y:.3f}" for x, y in pairs) + ")")
 RATIO
+    done
+fi
+
+if [[ " $PARTS " == *" profile "* ]]; then
+    SHARD="$LOGDIR/random_tokens_train_000000.bin"
+    [ -f "$SHARD" ] || python3 scripts/reference/make_random_shard.py "$SHARD"
+    for shape in $SHAPES; do
+        D=${shape%%:*}; B=${shape#*:}
+        for mode in 0 "$FP8"; do
+            log="$LOGDIR/profile_d${D}_B${B}_fp8${mode}.log"
+            if ! LLMC_TRACE="$LOGDIR/trace_d${D}_fp8${mode}" ./train_gpt2cu -e "d$D" -b "$B" -t 1024 -x 8 -v 0 -s 0 \
+                    -i "$SHARD" -l 3e-4 -fp8 "$mode" $TRAIN_FLAGS >"$log" 2>&1; then
+                tail -n 5 "$log"; echo "fp8 profile d$D B$B: the -fp8 $mode run failed ($log)"; continue
+            fi
+            grep -a -E '^trace step [0-9]+ rank 0: [0-9.]+ ms: compute' "$log" | head -n 1 |
+                sed "s/^trace step [0-9]* rank 0:/fp8 profile d$D B$B -fp8 $mode: step/"
+            grep -a -E '^trace step [0-9]+ rank 0: +[0-9.]+ ms +[0-9]+ x ' "$log" | sort -t: -k2 -g -r |
+                head -n "${TOP:-30}" | sed "s/^trace step [0-9]* rank 0:/fp8 profile d$D B$B -fp8 $mode:/"
+        done
     done
 fi
 
