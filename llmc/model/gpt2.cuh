@@ -44,6 +44,9 @@ struct GPT2 {
     // forward too (llmc/model/gpt2_fp8.cuh), whose state gpt2_allocate allocates beside the memory table.
     int fp8 = 0;
     Fp8Layers fp8_layers;
+    // The FP8 weight copies are the parameters' (cast by a forward since they last changed): set by that forward,
+    // cleared where the parameters change (their upload here, the optimizer's update).
+    bool fp8_weights_current = false;
 
     // Set by gpt2_build_*: the parameters in fp32 as built or read. gpt2_allocate uploads them and keeps them for
     // the optimizer's master copy (exact fp32, not the rounded floatX); gpt2_release_host_params frees them.
@@ -228,6 +231,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     m->grads = GPT2Params(c, buf<floatX>(m, mem::Grads), m->grad_layout);
     m->acts = training_activations(m);
     host_floats_to_device(m->params.base, m->host_params.data(), m->num_parameters);  // fp32 -> floatX, to nearest
+    m->fp8_weights_current = false;
     cudaCheck(cudaMemset(m->grads.base, 0, m->memory_table[mem::Grads].elems * sizeof(floatX)));
 }
 

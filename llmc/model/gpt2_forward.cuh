@@ -54,6 +54,7 @@ struct ForwardShape {
     AttentionBackend backend = AttentionBackend::Materialized;
     bool fuse_gelu = kFloatXIsBF16;  // GELU in the fc GEMM's epilogue (FP32 builds use the exact kernel)
     const Fp8Layers* fp8 = nullptr;  // the blocks' linear layers in FP8 (llmc/model/gpt2_fp8.cuh); null: floatX
+    bool cast_fp8_weights = true;    // cast the weights' FP8 copies (else they are the parameters' already)
 };
 
 // inputs: B·T token ids on the device. Leaves lnf (and residual3 of the last layer) for the classifier.
@@ -83,7 +84,7 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
     layernorm_forward(a.ln1.at(0), a.ln1_mean.at(0), a.ln1_rstd.at(0), a.encoded, p(LN1W), p(LN1B), BT, C, s, false,
                       inp_amax(0, kFp8Qkv));
     for (int l = 0; l < L; l++) {
-        if (fp8) gpt2_fp8_cast_weights(*fp8, p, l, s);  // after parameters_needed(l)
+        if (fp8 && shape.cast_fp8_weights) gpt2_fp8_cast_weights(*fp8, p, l, s);  // after parameters_needed(l)
         floatX* qkv = a.qkv.at(l);
         linear(l, kFp8Qkv, qkv, a.ln1.at(l), QKVW, QKVB, C, 3 * C, nullptr);
         if (listener) listener->qkv_ready(l, qkv);

@@ -8,11 +8,13 @@
 //   forward           out (N, OC)  = inp (N, C)   · W (OC, C)ᵀ       K = C:  inp's y, W's y
 //   input gradient    dinp (N, C)  = dout (N, OC) · Wᵀ (C, OC)ᵀ      K = OC: dout's y, W's yT
 //   weight gradient   dW (OC, C)  += doutᵀ (OC, N) · inpᵀ (C, N)ᵀ    K = N:  dout's yT, inp's yT
-// The weights are cast (y and yT) at each forward, as their layer begins; inp is cast again in the backward (yT, with
-// the scale its forward cast took: the tensor is the same, kept or recomputed bit for bit). Accumulation: fast in the
-// forward, promoted to fp32 in both gradients (TransformerEngine's choice; K = N is long in the weight gradient).
-// The bias gradients are column sums of the bf16 output gradients (fp32): fc's taken by its output gradient's cast,
-// the others by the LayerNorm and attention backwards as in BF16 runs; the lm_head stays bf16.
+// The weights are cast (y and yT) as their layer begins in the first forward after the parameters change (once per
+// optimizer step: the other micro-steps reuse the copies; GPT2::fp8_weights_current); inp is cast again in the
+// backward (yT, with the scale its forward cast took: the tensor is the same, kept or recomputed bit for bit).
+// Accumulation: fast in the forward, promoted to fp32 in both gradients (TransformerEngine's choice; K = N is long in
+// the weight gradient). The bias gradients are column sums of the bf16 output gradients (fp32): fc's taken by its
+// output gradient's cast, the others by the LayerNorm and attention backwards as in BF16 runs. The lm_head stays
+// bf16 but for its forward under -fp8 2.
 #pragma once
 
 #include <cstdint>
@@ -185,17 +187,17 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
 }
 
 // The lm_head's forward in FP8 (-fp8 2): logits (N, Vp) = lnf (N, C) · wteᵀ, both E4M3 with current scaling, fast
-// accumulation as the blocks' forwards; wte cast at each forward (its amax, then y), lnf's amax taken by the final
-// LayerNorm (gpt2_fp8_lm_head_amax) unless told otherwise. Its backward stays bf16 (the dlogits' transpose for the
-// weight gradient would be a cast of B·T·V values).
+// accumulation as the blocks' forwards; wte cast (its amax, then y) unless its copy is current (cast_wte), lnf's amax
+// taken by the final LayerNorm (gpt2_fp8_lm_head_amax) unless told otherwise. Its backward stays bf16 (the dlogits'
+// transpose for the weight gradient would be a cast of B·T·V values).
 inline float* gpt2_fp8_lm_head_amax(const Fp8Layers& f) {
     return f.lm_head() ? f.amax(f.lm_head_slot(kFp8Inp)) : nullptr;
 }
 inline void gpt2_fp8_lm_head_forward(const Fp8Layers& f, floatX* logits, const floatX* lnf, const floatX* wte, int N,
-                                     cudaStream_t stream, bool lnf_amax_taken = true) {
+                                     cudaStream_t stream, bool lnf_amax_taken = true, bool cast_wte = true) {
     using namespace gpt2_fp8_detail;
     const size_t si = f.lm_head_slot(kFp8Inp), sw = f.lm_head_slot(kFp8Weight);
-    cast_current<Fp8Format::E4M3>(f, sw, wte, f.Vp, f.C, f.wte, nullptr, stream);
+    if (cast_wte) cast_current<Fp8Format::E4M3>(f, sw, wte, f.Vp, f.C, f.wte, nullptr, stream);
     cast_current<Fp8Format::E4M3>(f, si, lnf, N, f.C, f.work[0], nullptr, stream, lnf_amax_taken);
     matmul_fp8(logits, f.work[0], Fp8Format::E4M3, f.descale(si), f.wte, Fp8Format::E4M3, f.descale(sw), nullptr, N,
                f.Vp, f.C, /*fast_accum=*/true, stream);

@@ -31,17 +31,26 @@ inline void upload_tokens(GPT2* m, mem::Id id, const int* host, int B, int T, co
     cudaCheck(cudaMemcpyAsync(m->memory[id], host, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice, m->stream));
 }
 
+// Whether a forward over BT rows casts the FP8 weight copies: an FP8 pass, and the parameters changed since the
+// last cast (the upload, the optimizer's update); every micro-step of a step but the first reuses them.
+inline bool casts_fp8_weights(const GPT2* m, int BT) {
+    return gpt2_fp8_for_rows(&m->fp8_layers, BT) && !m->fp8_weights_current;
+}
+
 // The forward's kernels on m->stream (tokens already on the device), through the classifier when with_targets
 // (the logits become dlogits, the losses land in mem::Losses). Queues only: no host synchronisation.
 inline void forward_enqueue(GPT2* m, int B, int T, bool with_targets, ForwardListener* listener) {
     const GPT2Config& c = m->config;
     const int C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size, BT = B * T;
     cudaStream_t s = m->stream;
-    const ForwardShape shape{B, T, m->backend, m->fuse_gelu, m->fp8_layers.on() ? &m->fp8_layers : nullptr};
+    ForwardShape shape{B, T, m->backend, m->fuse_gelu, m->fp8_layers.on() ? &m->fp8_layers : nullptr};
+    shape.cast_fp8_weights = casts_fp8_weights(m, BT);
     gpt2_forward_layers(c, m->params, m->acts, buf<int>(m, mem::Inputs), shape, s, listener);
     const Fp8Layers* fp8 = gpt2_fp8_for_rows(shape.fp8, BT);
     floatX* logits = buf<floatX>(m, mem::Logits);
-    if (fp8 && fp8->lm_head()) gpt2_fp8_lm_head_forward(*fp8, logits, m->acts.lnf, m->params(WTE), BT, s);
+    if (fp8 && fp8->lm_head())
+        gpt2_fp8_lm_head_forward(*fp8, logits, m->acts.lnf, m->params(WTE), BT, s, true, shape.cast_fp8_weights);
+    if (fp8) m->fp8_weights_current = true;
     else matmul_forward(logits, m->acts.lnf, m->params(WTE), nullptr, BT, C, Vp, nullptr, false, s);
     if (with_targets) {
         fused_classifier(logits, buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
@@ -166,15 +175,16 @@ struct StepRecorder : ForwardListener, BackwardListener {
 };
 
 // The graph for this key: found, or a new one (the oldest keys dropped when kMaxStepGraphs are kept).
-inline StepGraph& step_graph_for(GPT2* m, int B, int T, float loss_scale, bool fwd, bool bwd) {
+inline StepGraph& step_graph_for(GPT2* m, int B, int T, float loss_scale, bool fwd, bool bwd, bool casts) {
     for (StepGraph& g : m->graphs)
-        if (g.same_key(B, T, loss_scale, fwd, bwd)) return g;
+        if (g.same_key(B, T, loss_scale, fwd, bwd, casts)) return g;
     if (m->graphs.size() >= kMaxStepGraphs) {
         for (StepGraph& g : m->graphs) step_graph_free(&g);
         m->graphs.clear();
     }
     StepGraph g;
     g.B = B, g.T = T, g.loss_scale = loss_scale, g.forward_listens = fwd, g.backward_listens = bwd;
+    g.casts_fp8_weights = casts;
     m->graphs.push_back(g);
     return m->graphs.back();
 }
@@ -200,7 +210,8 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
     upload_tokens(m, mem::Targets, targets, B, T, "target");
     StepGraph* g = nullptr;
     if (m->use_graphs && m->stream != 0)
-        g = &step_graph_for(m, B, T, loss_scale, forward_listener != nullptr, backward_listener != nullptr);
+        g = &step_graph_for(m, B, T, loss_scale, forward_listener != nullptr, backward_listener != nullptr,
+                            casts_fp8_weights(m, B * T));
     if (g && g->captured) {
         for (const StepGraphCall& c : g->calls) {
             const bool queues = call_queues_work(c.hook, c.layer, forward_listener, backward_listener);
@@ -229,6 +240,7 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
         backward_enqueue(m, B, T, loss_scale, backward_listener);
         if (g) g->seen = true;
     }
+    if (gpt2_fp8_for_rows(&m->fp8_layers, B * T)) m->fp8_weights_current = true;  // the replayed graph cast them too
     m->last_B = B;
     m->last_T = T;
     m->logits_valid = false;

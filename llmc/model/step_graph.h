@@ -27,18 +27,22 @@ struct StepGraph {
     int B = 0, T = 0;
     float loss_scale = 0.0f;
     bool forward_listens = false, backward_listens = false;
+    bool casts_fp8_weights = false;           // the forward casts the FP8 weight copies (the first after an update)
     bool seen = false;                        // an eager run with this key has set up every plan and lazy state
     bool captured = false;
     std::vector<cudaGraphExec_t> segments;    // null where a segment captured nothing
     std::vector<StepGraphCall> calls;
     int replays = 0;                          // one per micro-step from the third with this key
 
-    bool same_key(int b, int t, float scale, bool fwd, bool bwd) const {
-        return B == b && T == t && loss_scale == scale && forward_listens == fwd && backward_listens == bwd;
+    bool same_key(int b, int t, float scale, bool fwd, bool bwd, bool casts) const {
+        return B == b && T == t && loss_scale == scale && forward_listens == fwd && backward_listens == bwd &&
+               casts_fp8_weights == casts;
     }
 };
 
-constexpr size_t kMaxStepGraphs = 4;  // keys kept at once (a step with accumulation has two: backward listens or not)
+// keys kept at once: a step with accumulation has two (the backward listens or not), three in FP8 runs (the first
+// micro-step casts the weights)
+constexpr size_t kMaxStepGraphs = 6;
 
 inline void step_graph_free(StepGraph* g) {
     for (cudaGraphExec_t e : g->segments)

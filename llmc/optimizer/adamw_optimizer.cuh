@@ -204,6 +204,7 @@ struct AdamW {
             global_norm_queue(model->grads.base, model->num_parameters, scratch, s);
             clip_scale(scratch, /*squared=*/false, grad_clip, clip, s);
         }
+        model->fp8_weights_current = false;  // the update below changes the parameters the FP8 copies came from
         AdamWTensorTable table;
         const auto specs = gpt2_parameter_table(model->config);
         for (int i = 0; i < kNumParameterTensors; i++) {
