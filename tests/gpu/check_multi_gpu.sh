@@ -10,6 +10,7 @@
 # The layers' buckets go by copy engines by default: -z 0, -z 1 and -z 2 also run with LLMC_PEER_COPY=0 (NCCL only),
 # and with one micro-step -z 2's step lines must equal -z 1's on either path. Five runs again with -cg 0 (the kernels
 # queued one by one, not replayed from CUDA Graphs between the exchange's calls) must print the same step lines.
+# FP8 (-fp8 1, where it runs): N ranks under -z 1 and -z 2 against 1 GPU with N micro-steps, the same bounds.
 # ZeRO-2 (-z 2): N ranks against the same single-GPU run, and N ranks with 2 micro-steps each (-d twice as large:
 # -z 2 reduce-scatters on every micro-step) against 1 GPU with 2N micro-steps of the same tokens, a -z 1 run of that
 # layout beside it; these runs have their own yardstick (below) and learning rate (1e-4: at 3e-4 they spike).
@@ -36,7 +37,7 @@ export NCCL_NVLS_ENABLE=0  # NVLink hosts without multicast support (README); mp
 [[ $NGPU =~ ^[0-9]+$ ]] && [ "$NGPU" -ge 2 ] || { echo "error: NGPU=$NGPU: expected a GPU count of 2 or more" >&2; exit 1; }
 mkdir -p "$LOGS"
 # a log of an earlier run must never stand in for this one's
-rm -f "$LOGS"/peer_copy*.log "$LOGS"/{single,mpi,single_z1,single_accum,yard_big,yard_small,yard_accum_big,yard_accum_small}.log "$LOGS"/{fs,resume_on_,lost_}*.log "$LOGS"/lost_*.err
+rm -f "$LOGS"/peer_copy*.log "$LOGS"/{single,mpi,single_z1,single_accum,single_fp8,yard_big,yard_small,yard_accum_big,yard_accum_small}.log "$LOGS"/{fs,resume_on_,lost_}*.log "$LOGS"/lost_*.err
 n=$(nvidia-smi -L | grep -c GPU); [ "$n" -ge "$NGPU" ] || { echo "error: needs $NGPU GPUs, found $n" >&2; exit 1; }
 [ -f data/tinyshakespeare/tiny_shakespeare_train.bin ] || make -s data || exit 1
 make -s -j16 train_gpt2cu || exit 1
@@ -105,6 +106,15 @@ run_fs fs_z1_cg0 "${common[@]}" -z 1 -cg 0 || rc=1
 LLMC_PEER_COPY=0 run_fs fs_z1_nccl_cg0 "${common[@]}" -z 1 -cg 0 || rc=1
 run_fs fs_z1_accum_cg0 "${accum[@]}" -z 1 -cg 0 || rc=1
 run_fs fs_z2_accum_cg0 "${accum[@]}" -z 2 -cg 0 || rc=1
+# FP8 (-fp8 1; BF16 builds on compute capability 9+): N ranks under -z 1 and -z 2 against 1 GPU with N micro-steps.
+# Rank r's micro-batch is the single GPU's micro-step r, so every cast takes the same amax and scale on both sides
+# (current scaling): only the gradient sums' order differs, and the BF16 runs' bounds apply.
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | cut -d. -f1)
+if [[ "$cc" =~ ^[0-9]+$ ]] && [ "$cc" -ge 9 ] && ./train_gpt2cu --version | grep -q bf16; then
+    ./train_gpt2cu "${common[@]}" -fp8 1 >"$LOGS/single_fp8.log" 2>&1 || { tail -n 5 "$LOGS/single_fp8.log"; rc=1; }
+    run_fs fs_z1_fp8 "${common[@]}" -z 1 -fp8 1 || rc=1
+    run_fs fs_z2_fp8 "${common[@]}" -z 2 -fp8 1 || rc=1
+fi
 # resume each run's step-$half checkpoint on the other GPU count (the final checkpoints removed first)
 printf -v last_ck '%08d' "$STEPS"
 rm -f "$ck1"/*_"$last_ck".bin "$ckn"/*_"$last_ck".bin
@@ -194,12 +204,14 @@ echo "step | loss: 1 GPU B x $((2 * NGPU)), yardstick B*2N x 1, B/2 x 4N, $NGPU 
 paste -d' ' <(losses "$LOGS/single_accum.log") <(losses "$LOGS/yard_accum_big.log" | cut -d' ' -f2) \
     <(losses "$LOGS/yard_accum_small.log" | cut -d' ' -f2) <(losses "$LOGS/fs_z1_accum.log" | cut -d' ' -f2) \
     <(losses "$LOGS/fs_z2_accum.log" | cut -d' ' -f2) | sed 's/^/  /'
-for run in mpi fs fs_nccl single_z1 fs_z1 fs_z1_nccl resume_on_1 resume_on_n fs_z2 fs_z2_nccl fs_z1_accum fs_z2_accum fs_z2_accum_nccl; do
+for run in mpi fs fs_nccl single_z1 fs_z1 fs_z1_nccl resume_on_1 resume_on_n fs_z2 fs_z2_nccl fs_z1_accum fs_z2_accum \
+           fs_z2_accum_nccl fs_z1_fp8 fs_z2_fp8; do
     [ -f "$LOGS/$run.log" ] || continue
     ref=single; want=$STEPS
     case $run in
         resume_on_1) ref=fs_z1; want=$((STEPS - half)) ;; resume_on_n) want=$((STEPS - half)) ;;
         fs_z1_accum | fs_z2_accum | fs_z2_accum_nccl) ref=single_accum ;;
+        fs_z1_fp8 | fs_z2_fp8) ref=single_fp8 ;;
     esac
     b=$bound; [[ $run == *_accum* ]] && b=$abound
     read -r steps first fdiff worst <<<"$(compare $ref $run)"
@@ -217,6 +229,8 @@ for run in mpi fs fs_nccl single_z1 fs_z1 fs_z1_nccl resume_on_1 resume_on_n fs_
         fs_z2_accum) what="$NGPU GPUs -z 2 (fs), 2 micro-steps each, vs 1 GPU with $((2 * NGPU)) micro-steps" ;;
         fs_z2_nccl) what="$NGPU GPUs -z 2 (fs, NCCL only) vs 1 GPU with $NGPU micro-steps" ;;
         fs_z2_accum_nccl) what="$NGPU GPUs -z 2 (fs, NCCL only), 2 micro-steps each, vs 1 GPU with $((2 * NGPU)) micro-steps" ;;
+        fs_z1_fp8) what="$NGPU GPUs -z 1 -fp8 1 (fs) vs 1 GPU -fp8 1 with $NGPU micro-steps" ;;
+        fs_z2_fp8) what="$NGPU GPUs -z 2 -fp8 1 (fs) vs 1 GPU -fp8 1 with $NGPU micro-steps" ;;
         *) what="$NGPU GPUs ($run) vs 1 GPU with $NGPU micro-steps" ;;
     esac
     echo "$what: $steps steps; step $first |diff| $fdiff (tol 1e-4), later max $worst (bound $b) $verdict"
