@@ -7,6 +7,8 @@
 //   LLMC_GEMM_TUNE=FILE       time cuBLASLt's candidate algorithms inside the real step and record the fastest
 //   LLMC_GEMM_ALGOS=FILE      replay the recorded algorithms (bit-reproducible runs)
 //   LLMC_PRINT_MEMORY_MAP=1   print every model buffer's device address range (to read sanitizer reports)
+//   LLMC_FP8_CHECK_AMAX=1     -fp8: every amax a producer folded in is taken again by a pass of its own and the two
+//                             compared, bit for bit, after each micro-step (the wiring's check; slower)
 //   LLMC_DECODE_ATTENTION=split|head   decode attention's kernel, forced (comparisons)
 //   LLMC_DECODE_CUBLAS=1      a decode step's products by cuBLASLt, forced (comparisons)
 //   LLMC_TRACE=PREFIX         the trainer records every kernel, copy and collective of one step (and the step
@@ -35,6 +37,7 @@ struct EngineOptions {
     bool hopper_dgelu = true;
     std::string gemm_tune, gemm_algos;
     bool print_memory_map = false;
+    bool fp8_check_amax = false;
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
     std::string trace;
@@ -52,6 +55,7 @@ struct EngineOptions {
         if (!gemm_tune.empty()) out.push_back({"LLMC_GEMM_TUNE", gemm_tune});
         if (!gemm_algos.empty()) out.push_back({"LLMC_GEMM_ALGOS", gemm_algos});
         if (print_memory_map) out.push_back({"LLMC_PRINT_MEMORY_MAP", "1"});
+        if (fp8_check_amax) out.push_back({"LLMC_FP8_CHECK_AMAX", "1"});
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
@@ -116,6 +120,7 @@ inline EngineOptions read() {
         exit(EXIT_FAILURE);
     }
     o.print_memory_map = flag("LLMC_PRINT_MEMORY_MAP", false);
+    o.fp8_check_amax = flag("LLMC_FP8_CHECK_AMAX", false);
     o.decode_attention = text("LLMC_DECODE_ATTENTION");
     if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");

@@ -24,6 +24,7 @@
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/fp8.h"
+#include "llmc/core/options.h"
 #include "llmc/kernels/column_sum.cuh"
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/gelu.cuh"
@@ -39,6 +40,7 @@ struct Fp8Layers {
     uint8_t* weights = nullptr;    // per layer, per linear: W's y (OC x C) then yT (C x OC), E4M3
     uint8_t* wte = nullptr;        // the lm_head's weight (Vp x C), E4M3, when Vp > 0
     float* stats = nullptr;        // amax, scale, descale of every slot (descales strided)
+    float* check = nullptr;        // LLMC_FP8_CHECK_AMAX: every slot's amax again by a pass, then a mismatch (int)
     uint8_t* work[3] = {};         // max_rows x 4C bytes each: the current GEMM's activation operands
     size_t bytes = 0;              // all of the above
     bool on() const { return weights != nullptr; }
@@ -91,6 +93,11 @@ template <Fp8Format F, bool kGelu = false>
 inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
                          cudaStream_t stream, bool amax_taken = false, float* colsum = nullptr) {
     if (!amax_taken) fp8_amax<kGelu>(x, rows, cols, f.amax(s), stream);
+    if (amax_taken && f.check) {  // the producer's fold against a pass of its own
+        fp8_amax<kGelu>(x, rows, cols, f.check + s, stream);
+        amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()));
+        cudaCheck(cudaGetLastError());
+    }
     fp8_cast_transpose_current<F, kGelu>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream,
                                          colsum);
 }
@@ -132,13 +139,42 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp =
     for (auto& w : f->work) w = (uint8_t*)take((size_t)max_rows * 4 * C);
     if (Vp > 0) f->wte = (uint8_t*)take((size_t)Vp * C);
     cudaCheck(cudaMemset(f->stats, 0, f->stats_floats() * sizeof(float)));
+    if (engine_options().fp8_check_amax) {
+        cudaCheck(cudaMalloc(&f->check, (f->slots() + 1) * sizeof(float)));
+        cudaCheck(cudaMemset(f->check, 0, (f->slots() + 1) * sizeof(float)));
+    }
     matmul_init();
     matmul_fp8_detail::unit_scale();  // allocated now, not inside a captured step
 }
 
 inline void gpt2_fp8_free(Fp8Layers* f) {
     if (f->weights) cudaCheck(cudaFree(f->weights));  // the block's start
+    if (f->check) cudaCheck(cudaFree(f->check));
     *f = Fp8Layers{};
+}
+
+// LLMC_FP8_CHECK_AMAX's verdict on the passes since the last forward began (waits for the stream): "" when every
+// fold equals its pass, else which slot and the two values.
+inline std::string gpt2_fp8_check_result(const Fp8Layers& f, cudaStream_t stream) {
+    if (!f.check) return "";
+    int bad = 0;
+    cudaCheck(cudaMemcpyAsync(&bad, f.check + f.slots(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    if (bad == 0) return "";
+    const size_t s = (size_t)bad - 1;
+    float got = 0.f, want = 0.f;
+    cudaCheck(cudaMemcpy(&got, f.amax(s), sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&want, f.check + s, sizeof(float), cudaMemcpyDeviceToHost));
+    static const char* const kLinear[] = {"qkv", "attproj", "fc", "fcproj"};
+    static const char* const kOperand[] = {"input", "weight", "output gradient"};
+    const int l = (int)(s / (kFp8Linears * kFp8Operands)), k = (int)(s / kFp8Operands % kFp8Linears);
+    const int o = (int)(s % kFp8Operands);
+    const std::string where = l == f.L ? std::string("the lm_head's")
+                                       : "layer " + std::to_string(l) + " " + kLinear[k] + "'s";
+    char text[200];
+    snprintf(text, sizeof(text), "%s %s: the amax its producer folded in is %.9g, a pass of its own finds %.9g",
+             where.c_str(), kOperand[o], got, want);
+    return text;
 }
 
 // The FP8 state a pass over BT rows runs with, or null (floatX): FP8 GEMMs take K in multiples of 16, so a pass over
@@ -150,6 +186,7 @@ inline const Fp8Layers* gpt2_fp8_for_rows(const Fp8Layers* f, int BT) {
 // At a forward's start: every amax back to zero (each pass folds its tensor's into its slot).
 inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
     cudaCheck(cudaMemsetAsync(f.stats, 0, f.slots() * sizeof(float), stream));
+    if (f.check) cudaCheck(cudaMemsetAsync(f.check, 0, (f.slots() + 1) * sizeof(float), stream));
 }
 
 // Layer l's four weights to E4M3, y and yT, once its parameters are there (before its first GEMM).

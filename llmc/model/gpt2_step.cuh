@@ -246,6 +246,11 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
     m->logits_valid = false;
     m->dlogits_ready = false;
     m->last_loss = read_mean_loss(m, B * T);
+    const std::string amax_check = gpt2_fp8_check_result(m->fp8_layers, m->stream);
+    if (!amax_check.empty()) {
+        fprintf(stderr, "error: LLMC_FP8_CHECK_AMAX: %s\n", amax_check.c_str());
+        exit(EXIT_FAILURE);
+    }
     return m->last_loss;
 }
 

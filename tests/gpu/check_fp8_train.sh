@@ -7,6 +7,7 @@
 #     shows there first: AdamW would hide it in the losses);
 #   - -fp8 1 twice: main.log byte-identical (deterministic); and with -r 0 and -r 2 (the inputs the backward re-casts
 #     kept, or recomputed bit for bit) byte-identical to -r 1's;
+#   - LLMC_FP8_CHECK_AMAX=1: every amax a producer folds in equal to a pass's, bit for bit, and main.log unchanged;
 #   - -fp8 2 (the lm_head's forward in FP8 too) within TOL of BF16 likewise, and twice byte-identical; -fp8 1 with
 #     two micro-steps a step (against BF16's with the same) and with the materialized attention backend likewise;
 #   - -fp8 1 resumed from a checkpoint: bit-exact as tests/gpu/check_resume.sh checks it;
@@ -45,6 +46,10 @@ for run in bf16:0:1 fp8:1:1 fp8b:1:1 fp8r0:1:0 fp8r2:1:2 fp8h:2:1 fp8hb:2:1 "bf1
     ./train_gpt2cu "${FLAGS[@]}" -fp8 "$mode" -r "$r" $extra -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
         { echo "FAIL: the $name run:"; tail -n 20 "$WORK/$name.log"; exit 1; }
 done
+# every amax a producer folds in (LayerNorms, attention, GELUs) against a pass of its own, bit for bit, each micro-step
+if LLMC_FP8_CHECK_AMAX=1 ./train_gpt2cu "${FLAGS[@]}" -fp8 2 -r 1 -o "$WORK/fp8chk" >"$WORK/fp8chk.log" 2>&1; then
+    echo "ok   -fp8 2 with LLMC_FP8_CHECK_AMAX=1: every folded amax equal to its pass's"
+else echo "FAIL: -fp8 2 with LLMC_FP8_CHECK_AMAX=1:"; grep -a -m 3 'error' "$WORK/fp8chk.log"; fail=1; fi
 grep -q 'linear layers in FP8' "$WORK/fp8.log" || { echo "FAIL: the -fp8 1 run's start-up does not name FP8"; fail=1; }
 grep -q "lm_head's forward in FP8" "$WORK/fp8h.log" ||
     { echo "FAIL: the -fp8 2 run's start-up does not name the lm_head"; fail=1; }
@@ -68,7 +73,7 @@ for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc; do
         echo "ok   step 1's gradient norm: $ref $nb, $run $nf (within 10%)"
     else echo "FAIL: step 1's gradient norm: $ref '$nb', $run '$nf' (tolerance 10%)"; fail=1; fi
 done
-for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb; do
+for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk; do
     IFS=: read -r first other <<<"$pair"
     if cmp -s "$WORK/$first/main.log" "$WORK/$other/main.log"; then
         echo "ok   $other main.log identical to $first's ($(wc -l <"$WORK/$first/main.log") lines)"

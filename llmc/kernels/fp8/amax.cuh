@@ -41,3 +41,9 @@ __device__ __forceinline__ void fold_warp_amax(unsigned int m, float* amax) {
 
 // A value's contribution: |v| as bits.
 __device__ __forceinline__ unsigned int amax_bits(float v) { return __float_as_uint(fabsf(v)); }
+
+// A check of the folds (LLMC_FP8_CHECK_AMAX): *mismatch (0 before) becomes id + 1 unless *got and *want are the same
+// bits, the first such id staying.
+__global__ void amax_compare_kernel(const float* got, const float* want, int id, int* mismatch) {
+    if (__float_as_uint(*got) != __float_as_uint(*want)) atomicCAS(mismatch, 0, id + 1);
+}
