@@ -15,8 +15,13 @@ static void test_attention(AttentionBackend backend, int B, int T, int NH, int H
     cudaCheck(cudaMemset(saved, 0xFF, attention_saved_bytes(backend, B, T, NH)));
     cudaCheck(cudaMemset(ws, 0xFF, attention_workspace_bytes(backend, B, T, C, NH)));
     float* d_amax = upload_fp32({0.f, 0.f});
+    // the qkv bias gradient's partial sums beside the amax where the backend takes them (the FP8 step's case)
+    float* d_bias_partials = nullptr;
+    if (attention_backward_sums_qkv_bias(backend, HS))
+        cudaCheck(cudaMalloc(&d_bias_partials, (size_t)attention_qkv_bias_partial_rows(B, T) * 3 * C * sizeof(float)));
     attention_forward(backend, d_out, saved, d_qkv, ws, B, T, C, NH, 0, d_amax);
-    attention_backward(backend, d_dqkv, d_dout, d_qkv, d_out, saved, ws, B, T, C, NH, 0, nullptr, d_amax + 1);
+    attention_backward(backend, d_dqkv, d_dout, d_qkv, d_out, saved, ws, B, T, C, NH, 0, d_bias_partials,
+                       d_amax + 1);
     std::vector<double> qkv_d = dbl(qkv), dout_d = dbl(dout), out((size_t)B * T * C), dqkv(qkv.size(), 0.0);
     std::vector<double> lse((size_t)B * NH * T);
     reference::attention_forward(out.data(), lse.data(), qkv_d.data(), B, T, C, NH);
@@ -35,7 +40,8 @@ static void test_attention(AttentionBackend backend, int B, int T, int NH, int H
         check(std::string(tag) + " lse", download((const float*)saved, lse.size()), lse, kTolSimple);
     }
     check(std::string(tag) + " dqkv", got_dqkv, dqkv, kTolAttnBwd);
-    cudaFree(d_qkv); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dqkv); cudaFree(saved); cudaFree(ws); cudaFree(d_amax);
+    cudaFree(d_qkv); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dqkv); cudaFree(saved); cudaFree(ws);
+    cudaFree(d_amax); cudaFree(d_bias_partials);
 }
 
 int main(int argc, char** argv) {
