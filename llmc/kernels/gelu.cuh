@@ -1,7 +1,8 @@
 // GELU, tanh form as in GPT-2: gelu(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-// Used when the GELU is not fused into the matmul epilogue (FP32 builds, recompute, FP8 runs). Both kernels can also
+// Used when the GELU is not fused into the matmul epilogue (FP32 builds, recompute, FP8 runs). The backward can also
 // fold max |output| into an FP8 tensor's amax (llmc/kernels/fp8/amax.cuh), so its cast needs no pass of its own to
-// find it; the outputs are the same bits either way.
+// find it; the outputs are the same bits either way. (FP8 runs never write the forward's output: their casts take
+// the GELU as they read, llmc/kernels/fp8/cast_transpose.cuh.)
 #pragma once
 
 #include "llmc/core/cuda_common.h"
@@ -47,21 +48,13 @@ __device__ __forceinline__ GeluAndSlope gelu_and_slope_fast(float x) {
     return {x * a, fmaf(a * fmaf(-x, t, x), fmaf(k3, u, k0), a)};
 }
 
-// n must be a multiple of x128::size (the model's B*T*4C always is). amax: null, or max |out| folded into it.
-__global__ void __launch_bounds__(kAmaxBlockThreads) gelu_forward_kernel(floatX* out, const floatX* inp, size_t n,
-                                                                         float* amax) {
-    __shared__ unsigned int warp_max[kAmaxBlockThreads / 32];
+// n must be a multiple of x128::size (the model's B*T*4C always is).
+__global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
-    unsigned int m = 0;
-    if (i < n) {
-        x128 in = load128cs(inp + i), res;
-        for (int k = 0; k < x128::size; k++) {
-            res[k] = from_float<floatX>(gelu_value(to_float(in[k])));
-            m = max(m, amax_bits(to_float(res[k])));
-        }
-        store128(out + i, res);
-    }
-    if (amax) fold_block_amax(m, amax, warp_max);  // the same for the whole block
+    if (i >= n) return;
+    x128 in = load128cs(inp + i), res;
+    for (int k = 0; k < x128::size; k++) res[k] = from_float<floatX>(gelu_value(to_float(in[k])));
+    store128(out + i, res);
 }
 
 // d_in_out holds dL/d(gelu output) on entry and dL/d(gelu input) on exit. amax: null, or max |dinp| folded into it.
@@ -88,10 +81,10 @@ inline void check_packed_size(size_t n, const char* who) {
     }
 }
 
-inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream = 0, float* amax = nullptr) {
+inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream = 0) {
     check_packed_size(n, "gelu_forward");
-    const int threads = kAmaxBlockThreads;
-    gelu_forward_kernel<<<ceil_div(n / x128::size, threads), threads, 0, stream>>>(out, inp, n, amax);
+    const int threads = 256;
+    gelu_forward_kernel<<<ceil_div(n / x128::size, threads), threads, 0, stream>>>(out, inp, n);
     cudaCheckLaunch();
 }
 inline void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t n, cudaStream_t stream = 0,

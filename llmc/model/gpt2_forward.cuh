@@ -70,13 +70,12 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
     auto linear = [&](int l, Fp8Linear k, floatX* out, const floatX* inp, ParamTensor w, ParamTensor b, int in,
                       int out_ch, floatX* pre_gelu) {
         if (!fp8) return matmul_forward(out, inp, p(w, l), p(b, l), BT, in, out_ch, pre_gelu, shape.fuse_gelu, s);
-        // every input's amax is taken by the kernel that writes it: the LayerNorms' for qkv and fc, the attention
-        // forward's for attproj; fcproj's input is gelu(fch), never written in bf16: its amax is a pass over fch
-        // (taking the GELU as it reads) and its cast takes the GELU too
+        // every input's amax is taken by the kernel that writes it (the LayerNorms' for qkv and fc, the attention
+        // forward's for attproj) but fcproj's: gelu(fch), never written in bf16, whose amax pass and cast take the
+        // GELU as they read fch
         const bool fcproj = k == kFp8FcProj;
         gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, fcproj ? a.fch.at(l) : inp, p(b, l), BT, s,
-                         /*inp_amax_taken=*/true, /*inp_is_pre_gelu=*/fcproj);
-        if (pre_gelu) fp8_amax</*kGelu=*/true>(pre_gelu, BT, out_ch, inp_amax(l, kFp8FcProj), s);
+                         /*inp_amax_taken=*/!fcproj, /*inp_is_pre_gelu=*/fcproj);
     };
     if (listener) listener->parameters_needed(-1);
     encoder_forward(a.encoded, inputs, p(WTE), p(WPE), B, T, C, s);

@@ -2,9 +2,9 @@
 // forward, the input gradient and the weight gradient each one cuBLASLt FP8 GEMM (llmc/kernels/matmul/matmul_fp8.cuh)
 // on operands cast from the bf16 tensors the BF16 step already has, E4M3 for activations and weights, E5M2 for
 // output gradients. Per-tensor current scaling: each operand's amax first (folded in by the kernel that writes it:
-// the LayerNorms', GELUs' and attention's; the weights' by a pass of their own), then the cast with the scale that
-// amax gives (llmc/kernels/fp8/cast_transpose.cuh), so a scale never lags its tensor and there is no state across
-// steps (resume is bit-exact as in BF16 runs). What FP8 GEMMs on Hopper need, both operands K-major:
+// the LayerNorms', the GELU backward's and attention's; fcproj's input's and the weights' by a pass of their own),
+// then the cast with the scale that amax gives (llmc/kernels/fp8/cast_transpose.cuh), so a scale never lags its
+// tensor and there is no state across steps (resume is bit-exact as in BF16 runs). What FP8 GEMMs on Hopper need, both operands K-major:
 //   forward           out (N, OC)  = inp (N, C)   · W (OC, C)ᵀ       K = C:  inp's y, W's y
 //   input gradient    dinp (N, C)  = dout (N, OC) · Wᵀ (C, OC)ᵀ      K = OC: dout's y, W's yT
 //   weight gradient   dW (OC, C)  += doutᵀ (OC, N) · inpᵀ (C, N)ᵀ    K = N:  dout's yT, inp's yT
@@ -200,7 +200,7 @@ inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l
 }
 
 // Where inp's (or dout's) amax goes when its producer takes it (the LayerNorm forwards' for qkv's and fc's inputs,
-// the attention forward's for attproj's, gelu_forward's for fcproj's; the LayerNorm backwards' for fcproj's and
+// the attention forward's for attproj's; the LayerNorm backwards' for fcproj's and
 // attproj's output gradients, gelu_backward_inplace's for fc's, the attention backward's for qkv's); then the calls
 // below are told so (amax_taken).
 inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Operand o) {
