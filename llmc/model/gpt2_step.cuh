@@ -50,8 +50,9 @@ inline void forward_enqueue(GPT2* m, int B, int T, bool with_targets, ForwardLis
     floatX* logits = buf<floatX>(m, mem::Logits);
     if (fp8 && fp8->lm_head())
         gpt2_fp8_lm_head_forward(*fp8, logits, m->acts.lnf, m->params(WTE), BT, s, true, shape.cast_fp8_weights);
+    else
+        matmul_forward(logits, m->acts.lnf, m->params(WTE), nullptr, BT, C, Vp, nullptr, false, s);
     if (fp8) m->fp8_weights_current = true;
-    else matmul_forward(logits, m->acts.lnf, m->params(WTE), nullptr, BT, C, Vp, nullptr, false, s);
     if (with_targets) {
         fused_classifier(logits, buf<float>(m, mem::Losses), buf<int>(m, mem::Targets), BT, V, Vp,
                          1.0f / (float)BT, s);

@@ -115,10 +115,11 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
     }
 }
 
-// max |x| alone (no cast asked for): a grid-stride read at the memory's pace, 4 values a load.
-template <bool kGelu>
-__global__ void __launch_bounds__(256) amax_kernel(const floatX* __restrict__ x, size_t quads, float* amax) {
-    struct alignas(4 * sizeof(floatX)) Quad { floatX v[4]; };
+// max |x| alone (no cast asked for): a grid-stride read at the memory's pace, 4 values a load. Any element type T
+// (the flash attention backends' outputs are bf16 in every build).
+template <bool kGelu, typename T>
+__global__ void __launch_bounds__(256) amax_kernel(const T* __restrict__ x, size_t quads, float* amax) {
+    struct alignas(4 * sizeof(T)) Quad { T v[4]; };
     __shared__ unsigned int warp_max[8];
     unsigned int m = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
@@ -126,30 +127,37 @@ __global__ void __launch_bounds__(256) amax_kernel(const floatX* __restrict__ x,
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float v = (float)q.v[j];
-            if constexpr (kGelu) v = to_float(from_float<floatX>(gelu_value(v)));
+            if constexpr (kGelu) v = to_float(from_float<T>(gelu_value(v)));
             m = max(m, amax_bits(v));
         }
     }
     fold_block_amax(m, amax, warp_max);
 }
 
+template <bool kGelu, typename T>
+inline void launch_amax(const T* x, int rows, int cols, float* amax, cudaStream_t stream) {
+    const size_t count = (size_t)rows * cols;
+    if (rows < 1 || cols < 1 || count % 4 != 0 || (uintptr_t)x % (4 * sizeof(T)) != 0) {
+        fprintf(stderr, "error: fp8_amax: %d x %d (rows x cols a multiple of 4, x aligned to 4 values)\n", rows, cols);
+        exit(EXIT_FAILURE);
+    }
+    if (!amax) return;
+    const size_t quads = count / 4;
+    const int blocks = (int)std::min<size_t>((quads + 255) / 256, (size_t)device_sm_count() * 8);
+    amax_kernel<kGelu, T><<<blocks, 256, 0, stream>>>(x, quads, amax);
+    cudaCheck(cudaGetLastError());
+}
+
 template <Fp8Format F, bool kGelu = false>
 inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& src, uint8_t* y, uint8_t* yT,
                         float* amax, float* colsum, cudaStream_t stream) {
+    if (!y && !yT && !colsum) return launch_amax<kGelu>(x, rows, cols, amax, stream);
     if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
         (uintptr_t)x % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0 ||
         (colsum && !y && !yT)) {
         fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, x "
                 "aligned to 4 values, y and yT to 4 bytes, column sums only beside a cast)\n", rows, cols);
         exit(EXIT_FAILURE);
-    }
-    if (!y && !yT) {
-        if (!amax) return;
-        const size_t quads = (size_t)rows * cols / 4;
-        const int blocks = (int)std::min<size_t>((quads + 255) / 256, (size_t)device_sm_count() * 8);
-        amax_kernel<kGelu><<<blocks, 256, 0, stream>>>(x, quads, amax);
-        cudaCheck(cudaGetLastError());
-        return;
     }
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
     cast_transpose_kernel<F, kGelu><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum);
@@ -177,10 +185,9 @@ inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float*
 // Current scaling's two passes: fp8_amax folds max |x| into *amax (zeroed before), then fp8_cast_transpose_current
 // casts with the scale that amax gives (fp8_scale_from_amax with `margin`), writing that scale and its inverse (the
 // GEMM's descale) to scale_out and descale_out.
-template <bool kGelu = false>
-inline void fp8_amax(const floatX* x, int rows, int cols, float* amax, cudaStream_t stream) {
-    fp8_cast_detail::launch_cast<Fp8Format::E4M3, kGelu>(x, rows, cols, fp8_cast_detail::ScaleSource{}, nullptr,
-                                                          nullptr, amax, nullptr, stream);
+template <bool kGelu = false, typename T>
+inline void fp8_amax(const T* x, int rows, int cols, float* amax, cudaStream_t stream) {
+    fp8_cast_detail::launch_amax<kGelu>(x, rows, cols, amax, stream);
 }
 template <Fp8Format F, bool kGelu = false>
 inline void fp8_cast_transpose_current(const floatX* x, int rows, int cols, const float* amax, int margin,
