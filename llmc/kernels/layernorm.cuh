@@ -20,10 +20,11 @@
 // are loaded with the row (generation's decode step runs a few rows, where latency is all there is, and a pass that
 // re-reads the row costs a latency); else they are read in the last pass, from L1/L2, where every
 // row finds them: the registers they would hold cost occupancy on a training batch (212 registers at 8 packs).
-// `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised. out_amax non-null: max |out|
-// folded in, per warp (a warp is a row, and leaves early past the last row).
+// `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised. kAmax: max |out| folded into
+// out_amax, per warp (a warp is a row, and leaves early past the last row); a compile-time choice, so that runs
+// without FP8 run the kernel they ran before it could.
 constexpr int kLayerNormForwardThreads = 256;
-template <int kPacks, bool kWeightsEarly>
+template <int kPacks, bool kWeightsEarly, bool kAmax>
 __global__ void __launch_bounds__(kLayerNormForwardThreads)
     layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                              floatX* residual_out, const floatX* inp, const floatX* residual_a,
@@ -80,12 +81,12 @@ __global__ void __launch_bounds__(kLayerNormForwardThreads)
             x128 o;
             for (int k = 0; k < x128::size; k++) {
                 o[k] = from_float<floatX>((to_float(v[i][k]) - m) * s * to_float(wi[k]) + to_float(bi[k]));
-                mx = max(mx, amax_bits(to_float(o[k])));
+                if constexpr (kAmax) mx = max(mx, amax_bits(to_float(o[k])));
             }
             store128(out + base + c, o);
         }
     }
-    if (out_amax) fold_warp_amax(mx, out_amax);
+    if constexpr (kAmax) fold_warp_amax(mx, out_amax);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -132,12 +133,18 @@ inline void launch_layernorm_forward(floatX* out, float* mean, float* rstd, floa
     const int rows_per_block = kLayerNormForwardThreads / kWarpSize, blocks = ceil_div(N, rows_per_block);
     const bool weights_early = blocks <= device_sm_count();
     PdlLaunch launch(dim3(blocks), dim3(kLayerNormForwardThreads), 0, stream, pdl);
-    layernorm_packs(C, [&](auto packs) {
-        auto kernel = weights_early ? layernorm_forward_kernel<decltype(packs)::value, true>
-                                    : layernorm_forward_kernel<decltype(packs)::value, false>;
-        cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, out, mean, rstd, residual_out, inp, a, b, weight, bias,
-                                     N, C, out_amax));
-    });
+    auto launch_with = [&](auto amax) {
+        layernorm_packs(C, [&](auto packs) {
+            constexpr int kPacks = decltype(packs)::value;
+            constexpr bool kAmax = decltype(amax)::value;
+            auto kernel = weights_early ? layernorm_forward_kernel<kPacks, true, kAmax>
+                                        : layernorm_forward_kernel<kPacks, false, kAmax>;
+            cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, out, mean, rstd, residual_out, inp, a, b, weight,
+                                         bias, N, C, out_amax));
+        });
+    };
+    if (out_amax) launch_with(std::true_type());
+    else launch_with(std::false_type());
 }
 
 // out_amax (null: none): *out_amax = max(*out_amax, max |out|).
@@ -191,7 +198,7 @@ inline size_t layernorm_backward_smem_bytes(int threads) {
 // partials[block][0][c] = Σ dout·norm, [1][c] = Σ dout, [2][c] = Σ dinp (after the update; only if sum_dinp).
 // kTeams teams of one row's width each take every kTeams-th row of the block (more warps per block without more
 // partial rows); each team syncs on its own named barrier, and the teams' column sums are added in team order.
-template <int kRows, int kStages, int kTeams>
+template <int kRows, int kStages, int kTeams, bool kAmax>
 __global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials, const floatX* __restrict__ dout,
                               const floatX* __restrict__ inp, const floatX* __restrict__ weight,
@@ -304,13 +311,13 @@ __global__ void __launch_bounds__(kLayerNormBackwardMaxThreads)
                 sum_dw[k] += d[r][k] * norm[r][k];
                 sum_db[k] += d[r][k];
                 sum_dg[k] += to_float(gr[k]);
-                dinp_max = max(dinp_max, amax_bits(to_float(gr[k])));
+                if constexpr (kAmax) dinp_max = max(dinp_max, amax_bits(to_float(gr[k])));
             }
             store128(dinp + (size_t)row * C + c, gr);
         }
     }
     cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
-    if (dinp_amax) fold_warp_amax(dinp_max, dinp_amax);  // every warp is whole here
+    if constexpr (kAmax) fold_warp_amax(dinp_max, dinp_amax);  // every warp is whole here
     if constexpr (kTeams > 1) {  // teams 1.. leave their sums in the ring; team 0 adds them in team order
         __syncthreads();  // every team is done with the ring
         float* spill = reinterpret_cast<float*>(ring);  // [team - 1][3][x128::size][width]
@@ -350,19 +357,19 @@ __global__ void __launch_bounds__(kWarpSize * kColumnSumSplit)
 }
 
 // The teams fall back to one where a block of them would exceed kLayerNormBackwardMaxThreads (rows above 2048 bf16).
-template <int kRows, int kStages, int kTeams>
+template <int kRows, int kStages, int kTeams, bool kAmax>
 inline void launch_layernorm_backward(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
                                       const floatX* weight, const float* mean, const float* rstd, int N, int C,
                                       bool sum_dinp, float* dinp_amax, cudaStream_t stream) {
     const int width = ceil_div(C / x128::size, kWarpSize) * kWarpSize;
     if (kTeams > 1 && kTeams * width > kLayerNormBackwardMaxThreads) {  // a wide row: one team
-        launch_layernorm_backward<kRows, kStages, 1>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
+        launch_layernorm_backward<kRows, kStages, 1, kAmax>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
                                                      dinp_amax, stream);
         return;
     }
     const int threads = kTeams * width;
     const size_t smem = layernorm_backward_smem_bytes<kRows, kStages>(threads);
-    auto kernel = layernorm_backward_kernel<kRows, kStages, kTeams>;
+    auto kernel = layernorm_backward_kernel<kRows, kStages, kTeams, kAmax>;
     static size_t smem_allowed = 48 * 1024;  // the default; raised once when a wider model needs more
     if (smem > smem_allowed) {
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -381,8 +388,13 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, con
                                float* dinp_amax = nullptr) {
     check_layernorm_channels(C);
     const bool sum_dinp = dinp_sum != nullptr;
-    launch_layernorm_backward<kLayerNormBackwardRows, kLayerNormBackwardStages, kLayerNormBackwardTeams>(
-        dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp, dinp_amax, stream);
+    constexpr int kR = kLayerNormBackwardRows, kS = kLayerNormBackwardStages, kT = kLayerNormBackwardTeams;
+    if (dinp_amax)
+        launch_layernorm_backward<kR, kS, kT, true>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
+                                                    dinp_amax, stream);
+    else
+        launch_layernorm_backward<kR, kS, kT, false>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
+                                                     nullptr, stream);
     const int used = sum_dinp ? 3 * C : 2 * C;
     layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, kColumnSumSplit), 0, stream>>>(
         dweight, dbias, dinp_sum, scratch, layernorm_num_chunks(N), C);
