@@ -88,10 +88,13 @@ namespace gpt2_detail {
 template <typename T> inline T* buf(GPT2* m, mem::Id id) { return (T*)m->memory[id]; }
 
 // The forward's buffers in the memory table: every layer's slice (the backward reads them), except what recompute
-// makes again in the backward (ln1, ln2 at 2; the GELU output at 1 and 2), which is one buffer for every layer.
+// makes again in the backward (ln1, ln2 at 2; the GELU output at 1 and 2) or an FP8 backward does not read (ln1,
+// ln2, the GELU output), which is one buffer for every layer.
 inline ForwardActivations training_activations(GPT2* m) {
     const size_t ld = (size_t)m->B * m->T, C = m->config.channels;  // per-layer strides use the allocated size
-    const size_t ln_stride = m->recompute >= 2 ? 0 : ld * C, gelu_stride = m->recompute >= 1 ? 0 : ld * 4 * C;
+    const bool fp8 = m->fp8 != 0;
+    const size_t ln_stride = m->recompute >= 2 || fp8 ? 0 : ld * C;
+    const size_t gelu_stride = m->recompute >= 1 || fp8 ? 0 : ld * 4 * C;
     ForwardActivations a;
     a.encoded = buf<floatX>(m, mem::Encoded);
     a.ln1 = {buf<floatX>(m, mem::Ln1), ln_stride};
@@ -191,7 +194,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     const int fp8_Vp = m->fp8 >= 2 ? c.padded_vocab_size : 0;  // the lm_head's FP8 weight
     auto fp8_bytes = [&](int b) { return m->fp8 ? gpt2_fp8_bytes(c.num_layers, c.channels, b * T, fp8_Vp) : 0; };
     reserve_bytes += fp8_bytes(B);
-    m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->grad_layout);
+    m->memory_table = gpt2_memory_table(c, B, T, recompute, backend, m->grad_layout, m->fp8 != 0);
     m->plan = gpt2_memory_plan(m->memory_table);
     const size_t bytes = memory_table_bytes(m->memory_table);  // cuBLASLt's workspace is already allocated
     size_t free_bytes = 0, total_bytes = 0;
@@ -202,7 +205,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
         cudaGetLastError();  // clear the failed allocation's error state
         int fits = 0;
         for (int b = B - 1; b >= 1; b--) {
-            if (memory_table_bytes(gpt2_memory_table(c, b, T, recompute, backend, m->grad_layout)) +
+            if (memory_table_bytes(gpt2_memory_table(c, b, T, recompute, backend, m->grad_layout, m->fp8 != 0)) +
                     reserve_without_fp8 + fp8_bytes(b) <= free_bytes) {
                 fits = b;
                 break;

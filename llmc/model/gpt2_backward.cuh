@@ -49,16 +49,17 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     const bool qkv_bias_in_attention = attention_backward_sums_qkv_bias(m->backend, C / NH);
     // the forward's FP8 choice: the blocks' linear layers' gradients in FP8 too
     const Fp8Layers* fp8 = gpt2_fp8_for_rows(&m->fp8_layers, BT);
+    if (m->fp8 && !fp8) {  // an FP8 run keeps one ln1, ln2 and GELU output for every layer (gpt2_memory.cuh)
+        fprintf(stderr, "error: backward: an FP8 run's backward over %d rows, which its FP8 state cannot take\n", BT);
+        exit(EXIT_FAILURE);
+    }
     // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
     // dout_amax_taken: dout's producer has folded its amax into the slot (the LayerNorm backwards for fcproj's and
     // attproj's, the GELU backward for fc's, the attention backward for qkv's)
+    // (FP8: inp's transpose is the one its forward cast kept, so inp itself is not read)
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
-                      const floatX* inp, int in, int out_ch, bool dout_amax_taken = false,
-                      bool inp_is_pre_gelu = false) {
-        if (fp8) {
-            return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, inp, BT, reduce, s, dout_amax_taken,
-                                     inp_is_pre_gelu);
-        }
+                      const floatX* inp, int in, int out_ch, bool dout_amax_taken = false) {
+        if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, BT, reduce, s, dout_amax_taken);
         matmul_backward(dinp, g(w, l), dbias, dout, inp, p(w, l), BT, in, out_ch, reduce, nullptr, false, 1.0f, s);
     };
     // where a LayerNorm backward folds the amax of the residual gradient it leaves: linear k's output gradient
@@ -79,7 +80,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
         floatX* fch_gelu = a.fch_gelu.at(l);
         // (FP8 runs cast fcproj's input from fch, taking the GELU as they read it: nothing to recompute)
         if (m->recompute >= 1 && !m->hopper_dgelu && !fp8) gelu_forward(fch_gelu, a.fch.at(l), (size_t)BT * 4 * C, s);
-        if (m->recompute >= 2) {  // same kernel, same inputs: bit-identical to the forward's outputs
+        if (m->recompute >= 2 && !fp8) {  // same kernel, same inputs: bit-identical to the forward's outputs
             layernorm_forward(a.ln1.at(l), a.ln1_mean.at(l), a.ln1_rstd.at(l), residual, p(LN1W, l), p(LN1B, l), BT,
                               C, s);
             layernorm_forward(a.ln2.at(l), a.ln2_mean.at(l), a.ln2_rstd.at(l), a.residual2.at(l), p(LN2W, l),
@@ -97,8 +98,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
             matmul_dgelu_bias_grad(fc_dbias, reduce, BT, 4 * C, 1.0f, s);
             fc_dbias = nullptr;
         } else if (fp8) {  // fcproj's two gradients, then the GELU's backward on dfch
-            linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, a.fch.at(l), 4 * C, C, /*dout_amax_taken=*/true,
-                   /*inp_is_pre_gelu=*/true);
+            linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, nullptr, 4 * C, C, /*dout_amax_taken=*/true);
             gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s,
                                   gpt2_fp8_amax_slot(*fp8, l, kFp8Fc, kFp8Dout));
             dfch_amax_taken = true;

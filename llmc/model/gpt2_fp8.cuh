@@ -9,8 +9,9 @@
 //   input gradient    dinp (N, C)  = dout (N, OC) · Wᵀ (C, OC)ᵀ      K = OC: dout's y, W's yT
 //   weight gradient   dW (OC, C)  += doutᵀ (OC, N) · inpᵀ (C, N)ᵀ    K = N:  dout's yT, inp's yT
 // The weights are cast (y and yT) as their layer begins in the first forward after the parameters change (once per
-// optimizer step: the other micro-steps reuse the copies; GPT2::fp8_weights_current); inp is cast again in the
-// backward (yT, with the scale its forward cast took: the tensor is the same, kept or recomputed bit for bit).
+// optimizer step: the other micro-steps reuse the copies; GPT2::fp8_weights_current); inp's forward cast writes its
+// yT too, kept per layer for the weight gradient (cheaper than reading the bf16 input again in the backward, and the
+// bf16 ln1, ln2 and GELU outputs then need no per-layer copies: llmc/model/gpt2_memory.cuh).
 // Accumulation: fast in the forward, promoted to fp32 in both gradients (TransformerEngine's choice; K = N is long in
 // the weight gradient). The bias gradients are column sums of the bf16 output gradients (fp32): fc's taken by its
 // output gradient's cast, the others by the LayerNorm and attention backwards as in BF16 runs. The lm_head stays
@@ -39,9 +40,10 @@ struct Fp8Layers {
     int Vp = 0;                    // the lm_head's rows when its forward runs in FP8 too (-fp8 2), else 0
     uint8_t* weights = nullptr;    // per layer, per linear: W's y (OC x C) then yT (C x OC), E4M3
     uint8_t* wte = nullptr;        // the lm_head's weight (Vp x C), E4M3, when Vp > 0
+    uint8_t* inputs_T = nullptr;   // per layer, per linear: inp's yT (in x rows), E4M3, from its forward cast
     float* stats = nullptr;        // amax, scale, descale of every slot (descales strided)
     float* check = nullptr;        // LLMC_FP8_CHECK_AMAX: every slot's amax again by a pass, then a mismatch (int)
-    uint8_t* work[3] = {};         // max_rows x 4C bytes each: the current GEMM's activation operands
+    uint8_t* work[2] = {};         // max_rows x 4C bytes each: the current GEMM's y operand, dout's yT
     size_t bytes = 0;              // all of the above
     bool on() const { return weights != nullptr; }
     bool lm_head() const { return wte != nullptr; }
@@ -73,6 +75,11 @@ inline Dims dims(int C, Fp8Linear k) {
 }
 // Bytes of one layer's FP8 weights (every linear's y and yT: 2 x 12 C^2) and where linear k's start.
 inline size_t layer_weight_bytes(int C) { return (size_t)24 * C * C; }
+// Bytes of one layer's kept input transposes (C + C + C + 4C columns of max_rows) and where linear k's starts.
+inline size_t layer_input_bytes(int C, int max_rows) { return (size_t)7 * C * max_rows; }
+inline size_t input_offset(int C, int max_rows, Fp8Linear k) {
+    return (size_t)(k == kFp8FcProj ? 3 : k) * C * max_rows;
+}
 inline size_t weight_offset(int C, Fp8Linear k) {
     size_t off = 0;
     for (int i = 0; i < k; i++) off += (size_t)2 * dims(C, (Fp8Linear)i).in * dims(C, (Fp8Linear)i).out;
@@ -84,6 +91,9 @@ inline uint8_t* weight_y(const Fp8Layers& f, int l, Fp8Linear k) {
 inline uint8_t* weight_yT(const Fp8Layers& f, int l, Fp8Linear k) {
     const Dims d = dims(f.C, k);
     return weight_y(f, l, k) + (size_t)d.in * d.out;
+}
+inline uint8_t* input_yT(const Fp8Layers& f, int l, Fp8Linear k) {
+    return f.inputs_T + (size_t)l * layer_input_bytes(f.C, f.max_rows) + input_offset(f.C, f.max_rows, k);
 }
 
 // x (rows, cols) cast to F with current scaling into slot s: its amax (unless its producer folded it in already:
@@ -120,8 +130,9 @@ inline std::string gpt2_fp8_problem(int C, int BT, int compute_capability_major)
 inline size_t gpt2_fp8_bytes(int L, int C, int max_rows, int Vp = 0) {
     Fp8Layers shape;
     shape.L = L;
-    return (size_t)L * gpt2_fp8_detail::layer_weight_bytes(C) + (size_t)Vp * C + shape.stats_floats() * sizeof(float) +
-           3 * (size_t)max_rows * 4 * C + 6 * 256;  // + each piece's alignment
+    using namespace gpt2_fp8_detail;
+    return (size_t)L * (layer_weight_bytes(C) + layer_input_bytes(C, max_rows)) + (size_t)Vp * C +
+           shape.stats_floats() * sizeof(float) + 2 * (size_t)max_rows * 4 * C + 6 * 256;  // + each piece's alignment
 }
 
 inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp = 0) {
@@ -135,6 +146,7 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp =
         return p;
     };
     f->weights = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_weight_bytes(C));
+    f->inputs_T = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_input_bytes(C, max_rows));
     f->stats = (float*)take(f->stats_floats() * sizeof(float));
     for (auto& w : f->work) w = (uint8_t*)take((size_t)max_rows * 4 * C);
     if (Vp > 0) f->wte = (uint8_t*)take((size_t)Vp * C);
@@ -207,18 +219,19 @@ inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Oper
     return f.amax(f.slot(l, k, o));
 }
 
-// out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights).
-// inp_is_pre_gelu (fcproj): inp is the GELU's input, and gelu(inp) the linear's input (never written in bf16).
+// out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights); inp's yT
+// kept for the backward. inp_is_pre_gelu (fcproj): inp is the GELU's input, and gelu(inp) the linear's input (never
+// written in bf16).
 inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out, const floatX* inp,
                              const floatX* bias, int N, cudaStream_t stream, bool inp_amax_taken = false,
                              bool inp_is_pre_gelu = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
-    uint8_t* inp_y = f.work[0];
+    uint8_t *inp_y = f.work[0], *inp_yT = input_yT(f, l, k);
     const bool taken = inp_amax_taken;
-    if (inp_is_pre_gelu) cast_current<Fp8Format::E4M3, true>(f, si, inp, N, d.in, inp_y, nullptr, stream, taken);
-    else cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, inp_y, nullptr, stream, taken);
+    if (inp_is_pre_gelu) cast_current<Fp8Format::E4M3, true>(f, si, inp, N, d.in, inp_y, inp_yT, stream, taken);
+    else cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, inp_y, inp_yT, stream, taken);
     matmul_fp8(out, inp_y, Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias, N,
                d.out, d.in, /*fast_accum=*/true, stream);
 }
@@ -241,26 +254,20 @@ inline void gpt2_fp8_lm_head_forward(const Fp8Layers& f, floatX* logits, const f
 }
 
 // Linear k of layer l backward: dW += doutᵀ · inp, dbias += column sums of dout (if dbias), dinp = dout · W
-// (overwritten). inp is the forward's input, bit for bit (kept or recomputed), or, with inp_is_pre_gelu (fcproj),
-// the GELU's input, whose output the cast computes as it reads (no bf16 GELU output recomputed for it); reduce:
-// column_sum's scratch.
+// (overwritten); inp is the yT its forward over the same N rows kept. reduce: column_sum's scratch.
 inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* dinp, floatX* dweight, floatX* dbias,
-                              const floatX* dout, const floatX* inp, int N, float* reduce, cudaStream_t stream,
-                              bool dout_amax_taken = false, bool inp_is_pre_gelu = false) {
+                              const floatX* dout, int N, float* reduce, cudaStream_t stream,
+                              bool dout_amax_taken = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
-    uint8_t *dout_y = f.work[0], *dout_yT = f.work[1], *inp_yT = f.work[2];
+    uint8_t *dout_y = f.work[0], *dout_yT = f.work[1];
     // dbias from the cast's column sums (its read of dout), added in order by column_sum_finish
     cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken,
                                   dbias ? reduce : nullptr);
     if (dbias) column_sum_finish(dbias, reduce, fp8_cast_colsum_chunks(N), d.out, 1.0f, stream);
-    if (inp_is_pre_gelu)
-        fp8_cast_transpose<Fp8Format::E4M3, true>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
-    else
-        fp8_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, inp_yT, nullptr, stream);
-    matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), inp_yT, Fp8Format::E4M3, f.descale(si), nullptr,
-               d.out, d.in, N, /*fast_accum=*/false, stream, /*accumulate=*/true);
+    matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), input_yT(f, l, k), Fp8Format::E4M3, f.descale(si),
+               nullptr, d.out, d.in, N, /*fast_accum=*/false, stream, /*accumulate=*/true);
     matmul_fp8(dinp, dout_y, Fp8Format::E5M2, f.descale(sd), weight_yT(f, l, k), Fp8Format::E4M3, f.descale(sw),
                nullptr, N, d.in, d.out, /*fast_accum=*/false, stream);
 }

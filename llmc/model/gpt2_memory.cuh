@@ -55,14 +55,17 @@ inline size_t gpt2_backward_partials_offset(const GPT2Config& c, int B, int T, A
     return round_up(dqkv_bytes + attention_workspace_bytes(backend, B, T, c.channels, c.num_heads), 256);
 }
 
+// fp8: the blocks' linears run in FP8 (llmc/model/gpt2_fp8.cuh), whose backward reads the transposes their forward
+// casts kept, so ln1, ln2 and the GELU output are one buffer for every layer, as under recompute.
 inline std::vector<MemoryTensor> gpt2_memory_table(const GPT2Config& c, int B, int T, int recompute,
-                                                   AttentionBackend backend, const GradLayout& grads = GradLayout{}) {
+                                                   AttentionBackend backend, const GradLayout& grads = GradLayout{},
+                                                   bool fp8 = false) {
     const size_t N = gpt2_num_parameters(c), L = c.num_layers, C = c.channels, NH = c.num_heads,
                  Vp = c.padded_vocab_size, BT = (size_t)B * T;
     const size_t X = sizeof(floatX), F = sizeof(float);
     using G = MemoryGroup;
-    const size_t ln_layers = recompute >= 2 ? 1 : L;    // ln1/ln2 outputs kept per layer unless recomputed
-    const size_t gelu_layers = recompute >= 1 ? 1 : L;  // GELU outputs kept per layer unless recomputed
+    const size_t ln_layers = recompute >= 2 || fp8 ? 1 : L;    // ln1/ln2 outputs kept per layer unless recomputed
+    const size_t gelu_layers = recompute >= 1 || fp8 ? 1 : L;  // GELU outputs kept per layer unless recomputed
     const size_t scratch_bytes =
         gpt2_backward_partials_offset(c, B, T, backend) + gpt2_backward_partials_floats(c, B, T) * F;
     const size_t logits_elems = std::max(BT * Vp, (scratch_bytes + X - 1) / X);

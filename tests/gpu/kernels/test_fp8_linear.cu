@@ -5,7 +5,8 @@
 // and the bias sums are all checked, and the only differences left are the GEMMs' accumulation order and the bf16
 // outputs' rounding. Tolerances as test_fp8.cu's GEMMs: rel-L2 <= 1e-2 for the forward (fast accumulation), 6e-3 for
 // both gradients (promoted), 6e-3 for the bias sums; dW and dbias start from random values (they accumulate), dinp is
-// poisoned. The lm_head's forward (-fp8 2) likewise. BF16 builds on FP8 tensor cores; elsewhere (FP32 builds, older GPUs) it checks instead that -fp8 1 is
+// poisoned, and so are the inputs once the forwards ran (the backward reads the transposes they kept). The lm_head's
+// forward (-fp8 2) likewise. BF16 builds on FP8 tensor cores; elsewhere (FP32 builds, older GPUs) it checks instead that -fp8 1 is
 // refused there, with the reason.
 #include <algorithm>
 #include <cmath>
@@ -174,8 +175,10 @@ int main(int argc, char** argv) {
         if (t.k == kFp8Qkv) gpt2_fp8_cast_weights(f, p, t.l, 0);
         gpt2_fp8_forward(f, t.l, t.k, t.d_out, t.d_inp, t.d_bias, N, 0);
     }
+    // the backward reads the transposes the forwards kept, never inp: poisoned here, the gradients must not see it
+    for (Case& t : cases) cudaCheck(cudaMemset(t.d_inp, 0xFF, (size_t)t.N * t.in * sizeof(floatX)));
     for (auto t = cases.rbegin(); t != cases.rend(); ++t)
-        gpt2_fp8_backward(f, t->l, t->k, t->d_dinp, t->d_dW, t->d_db, t->d_dout, t->d_inp, N, reduce, 0);
+        gpt2_fp8_backward(f, t->l, t->k, t->d_dinp, t->d_dW, t->d_db, t->d_dout, N, reduce, 0);
     for (Case& t : cases) check_case(f, t), free_case(t);
     check_lm_head(f, p, N);
     cudaFree(reduce);
