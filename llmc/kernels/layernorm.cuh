@@ -363,8 +363,8 @@ inline void launch_layernorm_backward(floatX* dinp, float* scratch, const floatX
                                       bool sum_dinp, float* dinp_amax, cudaStream_t stream) {
     const int width = ceil_div(C / x128::size, kWarpSize) * kWarpSize;
     if (kTeams > 1 && kTeams * width > kLayerNormBackwardMaxThreads) {  // a wide row: one team
-        launch_layernorm_backward<kRows, kStages, 1, kAmax>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
-                                                     dinp_amax, stream);
+        launch_layernorm_backward<kRows, kStages, 1, kAmax>(dinp, scratch, dout, inp, weight, mean, rstd, N, C,
+                                                            sum_dinp, dinp_amax, stream);
         return;
     }
     const int threads = kTeams * width;
@@ -389,12 +389,9 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, con
     check_layernorm_channels(C);
     const bool sum_dinp = dinp_sum != nullptr;
     constexpr int kR = kLayerNormBackwardRows, kS = kLayerNormBackwardStages, kT = kLayerNormBackwardTeams;
-    if (dinp_amax)
-        launch_layernorm_backward<kR, kS, kT, true>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
-                                                    dinp_amax, stream);
-    else
-        launch_layernorm_backward<kR, kS, kT, false>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp,
-                                                     nullptr, stream);
+    auto launch = dinp_amax ? launch_layernorm_backward<kR, kS, kT, true>
+                            : launch_layernorm_backward<kR, kS, kT, false>;
+    launch(dinp, scratch, dout, inp, weight, mean, rstd, N, C, sum_dinp, dinp_amax, stream);
     const int used = sum_dinp ? 3 * C : 2 * C;
     layernorm_backward_finish_kernel<<<ceil_div(used, kWarpSize), dim3(kWarpSize, kColumnSumSplit), 0, stream>>>(
         dweight, dbias, dinp_sum, scratch, layernorm_num_chunks(N), C);
