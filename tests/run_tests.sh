@@ -60,6 +60,8 @@ run_suite gpt2-convert bash tests/cli/test_gpt2_convert.sh
 run_suite bench-multi-gpu-table bash tests/cli/test_bench_multi_gpu.sh
 # scripts/tools/trace_report.py's figures on two hand-made traces (the step's split against one GPU, gaps, kernels)
 run_suite trace-report bash tests/cli/test_trace_report.sh
+# scripts/bench/fp8_quality.py's verdict (issue 64's quality points) on hand-made logs: each failure with its reason
+run_suite fp8-quality-verdict bash tests/cli/test_fp8_quality.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)
 run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2
 # the server's host side (requests, scheduler, HTTP) on a fake engine, and the GPU session's scripts against the server

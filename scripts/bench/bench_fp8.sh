@@ -4,17 +4,20 @@
 #   speed    for each DEPTH:B of SHAPES (default "12:16 48:8"), T 1024, random tokens: ROUNDS rounds of BF16 then FP8,
 #            the median ms/step of steps 10..STEPS of each run, the device memory; "fp8 speed" lines with the ratio
 #            BF16 ms / FP8 ms per round and over the rounds' medians.
-#   quality  d12 from scratch on Tiny Shakespeare with the main job's settings (scripts/runs/run_tinyshakespeare.sh)
-#            for QSTEPS steps (1000), validating every 25: BF16 with seed 42, BF16 with seed 43 (BF16's own spread),
-#            FP8 with seed 42. Prints every validation's three losses, then the largest |FP8 - BF16| after step 100,
-#            the largest seed-to-seed difference, the best validation losses, and whether FP8 stays within
-#            max(0.02, the spread) at every validation after step 100.
+#   quality  d12 from scratch on Tiny Shakespeare + Alice with the main job's settings
+#            (scripts/runs/run_tinyshakespeare.sh) for QSTEPS steps (1000), validating and evaluating an eval file in
+#            HellaSwag's format (HELLASWAG, else QEXAMPLES (1024) made from Tiny Shakespeare's held-out start) every
+#            25: BF16 with seed 42, BF16 with seed 43 (BF16's own spread), FP8 with seed 42. Prints every
+#            validation's losses and one verdict (scripts/bench/fp8_quality.py): FP8 within max(0.02, the spread) at
+#            every validation after step 100 and at its best, finite, every step; eval accuracy within 1 point.
+#   quality48  d48 likewise for Q48STEPS (300), BF16 and FP8 with seed 42: within 0.03 at every validation, FP8's
+#            train loss never 0.1 above BF16's (10-step means).
 #   profile  for each DEPTH:B of SHAPES, one traced step (LLMC_TRACE, step 6 of 8) with -fp8 0 and -fp8 $FP8: the
 #            step's summary line and its kernels by time ("fp8 profile" lines, the TOP longest of each), so where the
 #            casts' time goes is measured, not estimated
-#   scripts/bench/bench_fp8.sh [speed] [quality] [profile]     (speed and quality by default)
-# Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), TOP (30), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra
-#      flags for all runs).
+#   scripts/bench/bench_fp8.sh [speed] [quality] [quality48] [profile]     (speed and quality by default)
+# Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), Q48STEPS (300), QEXAMPLES, HELLASWAG, TOP (30), LOGDIR
+#      (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PARTS=${*:-speed quality}
@@ -74,39 +77,50 @@ if [[ " $PARTS " == *" profile "* ]]; then
     done
 fi
 
-if [[ " $PARTS " == *" quality "* ]]; then
-    make -s data >/dev/null
-    DATA=(-i "data/tinyshakespeare/tiny_shakespeare_train.bin" -j "data/tinyshakespeare/tiny_shakespeare_val.bin")
-    FLAGS=(-e d12 -b 8 -t 512 -l 6e-4 -u 20 -v 25 -m -1 -k cosine -q 0.1 -c 0.1 -s 0 -x "$QSTEPS")
-    for run in bf16_42:0:42 bf16_43:0:43 "fp8_42:$FP8:42"; do
+# the quality runs' data: Tiny Shakespeare + Alice (val: the stream's first 32,768 tokens, Tiny Shakespeare's start),
+# and an eval file in HellaSwag's format (HELLASWAG, e.g. llm.c's hellaswag_val.bin where it exists; else made from
+# Tiny Shakespeare's held-out start by scripts/tools/hellaswag_from_text.py)
+quality_data() {
+    make -s data tokenizer data/prepro data/hellaswag >/dev/null
+    QDATA="$LOGDIR/ts_alice/ts_alice"
+    ./data/prepro --vocab-dir data/cache/gpt2 --split-blank-lines --val-tokens 32768 -o "$QDATA" \
+        data/cache/tinyshakespeare/input.txt data/cache/alice/pg11_lf.txt >"$LOGDIR/prepro.log" 2>&1 ||
+        { cat "$LOGDIR/prepro.log"; exit 1; }
+    EVAL=${HELLASWAG:-$LOGDIR/eval_ts_heldout.bin}
+    if [ -z "${HELLASWAG:-}" ]; then
+        head -c 90000 data/cache/tinyshakespeare/input.txt >"$LOGDIR/ts_heldout.txt"  # inside the val tokens
+        python3 scripts/tools/hellaswag_from_text.py "$LOGDIR/ts_heldout.txt" "${QEXAMPLES:-1024}" 1 \
+            "$LOGDIR/eval.jsonl" &&
+            ./data/hellaswag --vocab-dir data/cache/gpt2 -o "$EVAL" "$LOGDIR/eval.jsonl" >/dev/null ||
+            { echo "fp8 quality: cannot make the eval file"; exit 1; }
+    fi
+}
+# name:fp8 mode:seed ... -- flags: each run into $LOGDIR/q_<name>
+quality_runs() {
+    local runs=()
+    while [ "$1" != -- ]; do runs+=("$1"); shift; done
+    shift
+    for run in "${runs[@]}"; do
         IFS=: read -r name mode seed <<<"$run"
         rm -rf "$LOGDIR/q_$name"
-        ./train_gpt2cu "${FLAGS[@]}" "${DATA[@]}" -fp8 "$mode" -seed "$seed" -o "$LOGDIR/q_$name" $TRAIN_FLAGS \
-            >"$LOGDIR/q_$name.log" 2>&1 || { tail -n 5 "$LOGDIR/q_$name.log"; echo "fp8 quality: the $name run failed"; exit 1; }
+        ./train_gpt2cu "$@" -i "${QDATA}_train_000000.bin" -j "${QDATA}_val_000000.bin" -fp8 "$mode" -seed "$seed" \
+            -o "$LOGDIR/q_$name" $TRAIN_FLAGS >"$LOGDIR/q_$name.log" 2>&1 ||
+            { tail -n 5 "$LOGDIR/q_$name.log"; echo "fp8 quality: the $name run failed"; }
     done
-    python3 - "$LOGDIR" <<'QUALITY'
-import math, re, sys
-d = sys.argv[1]
-def val(name):
-    out = {}
-    for line in open(f"{d}/q_{name}/main.log"):
-        m = re.match(r"s:(\d+) tel:(\S+)", line)
-        if m: out[int(m.group(1))] = float(m.group(2))
-    return out
-a, b, f = val("bf16_42"), val("bf16_43"), val("fp8_42")
-steps = sorted(set(a) & set(b) & set(f))
-print("fp8 quality: step | bf16 seed 42 | bf16 seed 43 | fp8 seed 42")
-for s in steps: print(f"fp8 quality: {s} | {a[s]:.4f} | {b[s]:.4f} | {f[s]:.4f}")
-late = [s for s in steps if s > 100]
-if not late: sys.exit("fp8 quality: no validation after step 100")
-gap = max(abs(f[s] - a[s]) for s in late)
-spread = max(abs(b[s] - a[s]) for s in late)
-finite = all(math.isfinite(f[s]) for s in steps)
-tol = max(0.02, spread)
-best = (min(a.values()), min(b.values()), min(f.values()))
-ok = finite and gap <= tol and abs(best[2] - best[0]) <= tol
-print(f"fp8 quality: after step 100 the largest |fp8 - bf16| {gap:.4f}, bf16's seed-to-seed {spread:.4f}; best "
-      f"validation bf16 {best[0]:.4f} / {best[1]:.4f}, fp8 {best[2]:.4f}; within max(0.02, spread) = {tol:.4f}: "
-      f"{'yes' if ok else 'NO'}")
-QUALITY
+}
+
+if [[ " $PARTS " == *" quality "* ]]; then  # d12, the main job's settings (scripts/runs/run_tinyshakespeare.sh)
+    quality_data
+    quality_runs bf16_42:0:42 bf16_43:0:43 "fp8_42:$FP8:42" -- -e d12 -b 8 -t 512 -l 6e-4 -u 20 -v 25 -m -1 \
+        -k cosine -q 0.1 -c 0.1 -s 0 -x "$QSTEPS" -h 1 -hf "$EVAL"
+    python3 scripts/bench/fp8_quality.py --label d12 --bf16 "$LOGDIR/q_bf16_42" --bf16-seed2 "$LOGDIR/q_bf16_43" \
+        --fp8 "$LOGDIR/q_fp8_42" --after 100 --tol 0.02 --steps "$QSTEPS" || true
+fi
+
+if [[ " $PARTS " == *" quality48 "* ]]; then  # d48 (1.5B), Q48STEPS (300), lr 3e-4: within 0.03, no spike
+    quality_data
+    quality_runs bf16_d48_42:0:42 "fp8_d48_42:$FP8:42" -- -e d48 -b 8 -t 1024 -l 3e-4 -u 50 -v 25 -m 8 \
+        -k cosine -q 0.1 -c 0.1 -s 0 -x "${Q48STEPS:-300}"
+    python3 scripts/bench/fp8_quality.py --label d48 --bf16 "$LOGDIR/q_bf16_d48_42" --fp8 "$LOGDIR/q_fp8_d48_42" \
+        --after 0 --tol 0.03 --spike 0.1 --steps "${Q48STEPS:-300}" || true
 fi

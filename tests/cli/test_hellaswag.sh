@@ -63,5 +63,23 @@ expect_error "empty file" "empty.jsonl: no examples (the file is empty)" "$HELLA
 cp "$FIXTURE" "$TMP/plain.jsonl.gz"
 expect_error "a .gz name over plain JSONL" "plain.jsonl.gz: is named .gz but is not gzip data" "$HELLASWAG" --vocab-dir "$VOCAB" "$TMP/plain.jsonl.gz"
 
+# scripts/tools/hellaswag_from_text.py (the GPU checks' and the FP8 quality runs' eval file): 40 examples from a made-up
+# text, the same for the same seed, each with four endings of which the labelled one follows its context; converted
+for i in $(seq 1 60); do echo "line number $i of the made-up text"; done >"$TMP/text.txt"
+python3 scripts/tools/hellaswag_from_text.py "$TMP/text.txt" 40 7 "$TMP/made.jsonl" &&
+    python3 scripts/tools/hellaswag_from_text.py "$TMP/text.txt" 40 7 "$TMP/made2.jsonl"
+if python3 - "$TMP/made.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 40
+for r in rows:
+    last = int(r["ctx"].split()[-5])  # "line number N of the made-up text": N of its last line
+    assert len(r["endings"]) == 4 and r["endings"][r["label"]] == f"line number {last + 1} of the made-up text", r
+PY
+then ok "made examples: 40, four endings, the labelled one the next line"; else bad "made examples"; fi
+cmp -s "$TMP/made.jsonl" "$TMP/made2.jsonl" && ok "made examples: the same for the same seed" || bad "made examples differ"
+"$HELLASWAG" --vocab-dir "$VOCAB" -o "$TMP/made.bin" "$TMP/made.jsonl" >"$TMP/made.log" 2>&1 &&
+    grep -q '(40 examples' "$TMP/made.log" && ok "made examples convert" || { bad "made examples convert"; cat "$TMP/made.log"; }
+
 self_check "HELLASWAG"
 end_checks "hellaswag converter"

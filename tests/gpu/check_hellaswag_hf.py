@@ -20,9 +20,7 @@ One line per check, a summary line, exit status 1 if any failed.
                                           [--examples 512] [--out hellaswag_check]
 """
 import argparse
-import json
 import os
-import random
 import struct
 import subprocess
 import sys
@@ -31,31 +29,14 @@ import torch
 from transformers import GPT2LMHeadModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "tools"))
+from hellaswag_from_text import make_jsonl  # noqa: E402
 RESULTS = []
 
 
 def result(name, ok, detail=""):
     RESULTS.append(ok)
     print(f"{'PASS' if ok else 'FAIL'}: {name}{(': ' + detail) if detail else ''}", flush=True)
-
-
-def make_jsonl(text_path, n, seed, out_path):
-    lines = [l.strip() for l in open(text_path, encoding="utf-8") if len(l.strip().split()) >= 3]
-    rng = random.Random(seed)
-    with open(out_path, "w") as f:
-        for i in range(n):
-            k = rng.choice([2, 3])
-            at = rng.randrange(0, len(lines) - k - 1)
-            ctx = " ".join(lines[at:at + k])
-            true = lines[at + k]
-            others = []
-            while len(others) < 3:
-                j = rng.randrange(len(lines))
-                if abs(j - (at + k)) > 5 and lines[j] != true:
-                    others.append(lines[j])
-            label = rng.randrange(4)
-            endings = others[:label] + [true] + others[label:]
-            f.write(json.dumps({"ind": i, "ctx": ctx, "endings": endings, "label": label}) + "\n")
 
 
 def read_eval_file(path):

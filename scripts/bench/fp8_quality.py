@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""FP8 against BF16 from the main.log files of runs with the same seed, data and settings (issue 64's quality points).
+
+Prints every validation's losses, then one verdict line:
+  - every validation after step --after within the tolerance of BF16's: max(--tol, BF16's seed-to-seed difference)
+    when a second BF16 seed is given, else --tol; the best validation losses likewise;
+  - every logged loss finite and every step logged (the trainer never skips an update: it stops on a NaN);
+  - with --spike S: FP8's train loss, averaged over 10 steps, never more than S above BF16's at the same steps;
+  - where the runs evaluated HellaSwag (-h 1): FP8's last accuracy within --eval-points of BF16's.
+Exit status 1 when a point fails.
+    scripts/bench/fp8_quality.py --label d12 --bf16 DIR [--bf16-seed2 DIR] --fp8 DIR [--after 100] [--tol 0.02]
+                                 [--spike S] [--eval-points 1.0] [--steps N]
+"""
+import argparse
+import math
+import re
+import sys
+
+
+def read_log(path):
+    """{'trl': {step: loss}, 'tel': {...}, 'eval': {...}} from llm.c's main.log lines (s:<step> <key>:<value>)."""
+    out = {"trl": {}, "tel": {}, "eval": {}}
+    for line in open(path):
+        m = re.match(r"s:(\d+) (trl|tel|eval):(\S+)", line)
+        if m:
+            out[m.group(2)][int(m.group(1))] = float(m.group(3))
+    return out
+
+
+def smoothed(series, width=10):
+    steps = sorted(series)
+    return {s: sum(series[t] for t in steps[max(0, i - width + 1):i + 1]) / min(width, i + 1)
+            for i, s in enumerate(steps)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--label", default="d12")
+    p.add_argument("--bf16", required=True, help="the BF16 run's -o directory")
+    p.add_argument("--bf16-seed2", default="", help="a BF16 run with another seed: BF16's own spread")
+    p.add_argument("--fp8", required=True, help="the FP8 run's -o directory")
+    p.add_argument("--after", type=int, default=100)
+    p.add_argument("--tol", type=float, default=0.02)
+    p.add_argument("--spike", type=float, default=None)
+    p.add_argument("--eval-points", type=float, default=1.0, help="HellaSwag: percentage points")
+    p.add_argument("--steps", type=int, default=0, help="the steps each run was asked for (0: not checked)")
+    a = p.parse_args()
+    bf, f8 = read_log(f"{a.bf16}/main.log"), read_log(f"{a.fp8}/main.log")
+    b2 = read_log(f"{a.bf16_seed2}/main.log") if a.bf16_seed2 else None
+    tag = f"fp8 quality {a.label}:"
+    steps = sorted(set(bf["tel"]) & set(f8["tel"]) & (set(b2["tel"]) if b2 else set(bf["tel"])))
+    print(f"{tag} step | bf16 | " + ("bf16 seed 2 | " if b2 else "") + "fp8")
+    for s in steps:
+        print(f"{tag} {s} | {bf['tel'][s]:.4f} | " + (f"{b2['tel'][s]:.4f} | " if b2 else "") + f"{f8['tel'][s]:.4f}")
+    late = [s for s in steps if s > a.after]
+    problems = []
+    if not late:
+        problems.append(f"no validation after step {a.after}")
+    spread = max((abs(b2["tel"][s] - bf["tel"][s]) for s in late), default=0.0) if b2 else 0.0
+    tol = max(a.tol, spread)
+    gap = max((abs(f8["tel"][s] - bf["tel"][s]) for s in late), default=float("nan"))
+    if not gap <= tol:
+        problems.append(f"validation gap {gap:.4f} > {tol:.4f}")
+    best_bf, best_f8 = min(bf["tel"].values(), default=math.nan), min(f8["tel"].values(), default=math.nan)
+    if not abs(best_f8 - best_bf) <= tol:
+        problems.append(f"best validation {best_f8:.4f} against {best_bf:.4f}")
+    for name, log in (("bf16", bf), ("fp8", f8)):
+        values = [v for series in log.values() for v in series.values()]
+        if not all(math.isfinite(v) for v in values):
+            problems.append(f"a non-finite loss in the {name} run")
+        if a.steps and len(log["trl"]) != a.steps:
+            problems.append(f"the {name} run logged {len(log['trl'])} of {a.steps} steps")
+    detail = (f"after step {a.after} the largest |fp8 - bf16| {gap:.4f}" + (f", bf16's seed-to-seed {spread:.4f}" if b2
+              else "") + f"; best validation bf16 {best_bf:.4f}, fp8 {best_f8:.4f}; tolerance {tol:.4f}")
+    if a.spike is not None:
+        sb, sf = smoothed(bf["trl"]), smoothed(f8["trl"])
+        excess = max((sf[s] - sb[s] for s in set(sb) & set(sf)), default=float("nan"))
+        detail += f"; fp8's train loss at most {excess:.4f} above bf16's (10-step means)"
+        if not excess <= a.spike:
+            problems.append(f"a spike: {excess:.4f} > {a.spike}")
+    if bf["eval"] and f8["eval"]:
+        acc_bf, acc_f8 = bf["eval"][max(bf["eval"])], f8["eval"][max(f8["eval"])]
+        detail += f"; HellaSwag-format eval bf16 {100 * acc_bf:.2f}%, fp8 {100 * acc_f8:.2f}%"
+        if not abs(acc_f8 - acc_bf) * 100 <= a.eval_points:
+            problems.append(f"eval accuracy {100 * acc_f8:.2f}% against {100 * acc_bf:.2f}%")
+    print(f"{tag} {detail}: {'yes' if not problems else 'NO (' + '; '.join(problems) + ')'}")
+    sys.exit(0 if not problems else 1)
+
+
+if __name__ == "__main__":
+    main()

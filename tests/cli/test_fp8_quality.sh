@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# scripts/bench/fp8_quality.py (issue 64's quality verdict) on hand-made main.log files whose figures are known:
+# BF16 seed 42, BF16 seed 43 (0.010 above it everywhere), FP8 0.005 above; then FP8 off by 0.03 after step 100, a
+# NaN, a missing step, a 0.2 spike in the train loss, and an eval accuracy 2 points lower, each of which must fail
+# with its reason, and nothing else.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib/lib.sh
+begin_checks
+python3 - "$TMP" <<'PY'
+import math, os, sys
+d = sys.argv[1]
+def write(name, val_off=0.0, train=lambda s: 0.0, acc=0.30, nan_at=None, skip=None):
+    os.makedirs(f"{d}/{name}", exist_ok=True)
+    with open(f"{d}/{name}/main.log", "w") as f:
+        for s in range(1, 301):
+            if s == skip:
+                continue
+            trl = 5 + 3 * math.exp(-s / 50) + train(s)
+            f.write(f"s:{s} trl:{'nan' if s == nan_at else f'{trl:.6f}'}\n")
+            if s % 25 == 0:
+                off = val_off(s) if callable(val_off) else val_off
+                f.write(f"s:{s} tel:{5.2 + 3 * math.exp(-s / 50) + off:.6f}\n")
+                f.write(f"s:{s} eval:{acc:.4f}\n")
+write("bf16")
+write("bf16_43", 0.010)
+write("fp8", 0.005)
+write("fp8_gap", lambda s: 0.03 if s > 100 else 0.0)
+write("fp8_early", lambda s: 0.5 if s <= 100 else 0.0)
+write("fp8_nan", 0.005, nan_at=200)
+write("fp8_skip", 0.005, skip=150)
+write("fp8_spike", 0.005, train=lambda s: 0.2 if 200 <= s < 230 else 0.0)
+write("fp8_eval", 0.005, acc=0.28)
+PY
+verdict() {  # fp8 run, extra flags: the verdict line and the exit status
+    out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --bf16-seed2 "$TMP/bf16_43" --fp8 "$TMP/$1" \
+        --steps 300 "${@:2}" 2>&1)
+    rc=$?
+    out=$(printf '%s\n' "$out" | tail -n 1)
+}
+verdict fp8
+expect_line "within BF16's spread: yes" 'largest \|fp8 - bf16\| 0\.0050, bf16.s seed-to-seed 0\.0100; .*tolerance 0\.0200.*: yes$' "$out"
+[ $rc = 0 ] && ok "exit 0 when every point holds" || bad "exit $rc when every point holds"
+verdict fp8_gap
+expect_line "a gap after step 100 fails" ": NO \\(validation gap 0\\.0300 > 0\\.0200; best validation 5\\.2374 against 5\\.2074\\)$" "$out"
+[ $rc = 1 ] && ok "exit 1 on a failed point" || bad "exit $rc on a failed point"
+verdict fp8_early
+expect_line "a gap up to step 100 does not count" ': yes$' "$out"
+verdict fp8_nan
+expect_line "a NaN fails" ': NO \(a non-finite loss in the fp8 run\)$' "$out"
+verdict fp8_skip
+expect_line "a missing step fails" ': NO \(the fp8 run logged 299 of 300 steps\)$' "$out"
+verdict fp8_spike --spike 0.1
+expect_line "a spike in the train loss fails" ': NO \(a spike: 0\.2000 > 0\.1\)$' "$out"
+verdict fp8_spike
+expect_line "no spike check without --spike" ': yes$' "$out"
+verdict fp8_eval
+expect_line "an eval 2 points lower fails" 'eval bf16 30\.00%, fp8 28\.00%: NO \(eval accuracy 28\.00% against 30\.00%\)$' "$out"
+end_checks "fp8 quality verdict"
