@@ -10,12 +10,14 @@
 #            25: BF16 with seed 42, BF16 with seed 43 (BF16's own spread), FP8 with seed 42. Prints every
 #            validation's losses and one verdict (scripts/bench/fp8_quality.py): FP8 within max(0.02, the spread) at
 #            every validation after step 100 and at its best, finite, every step; eval accuracy within 1 point.
+#   trajectory  300 steps from TRAJ_MODEL (ref/d12_model.bin, which make test writes), BF16 and FP8: the mean train
+#            loss over steps 151-300 within 0.02.
 #   quality48  d48 likewise for Q48STEPS (300), BF16 and FP8 with seed 42: within 0.03 at every validation, FP8's
 #            train loss never 0.1 above BF16's (10-step means).
 #   profile  for each DEPTH:B of SHAPES, one traced step (LLMC_TRACE, step 6 of 8) with -fp8 0 and -fp8 $FP8: the
 #            step's summary line and its kernels by time ("fp8 profile" lines, the TOP longest of each), so where the
 #            casts' time goes is measured, not estimated
-#   scripts/bench/bench_fp8.sh [speed] [quality] [quality48] [profile]     (speed and quality by default)
+#   scripts/bench/bench_fp8.sh [speed] [quality] [trajectory] [quality48] [profile]     (speed and quality by default)
 # Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), Q48STEPS (300), QEXAMPLES, HELLASWAG, TOP (30), LOGDIR
 #      (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs).
 set -euo pipefail
@@ -115,6 +117,14 @@ if [[ " $PARTS " == *" quality "* ]]; then  # d12, the main job's settings (scri
         -k cosine -q 0.1 -c 0.1 -s 0 -x "$QSTEPS" -h 1 -hf "$EVAL"
     python3 scripts/bench/fp8_quality.py --label d12 --bf16 "$LOGDIR/q_bf16_42" --bf16-seed2 "$LOGDIR/q_bf16_43" \
         --fp8 "$LOGDIR/q_fp8_42" --after 100 --tol 0.02 --steps "$QSTEPS" || true
+fi
+
+if [[ " $PARTS " == *" trajectory "* ]]; then  # 300 steps from one trained init (TRAJ_MODEL: make test's d12 reference)
+    quality_data
+    quality_runs traj_bf16:0:42 "traj_fp8:$FP8:42" -- -e "${TRAJ_MODEL:-ref/d12_model.bin}" -b 8 -t 512 -l 6e-4 -u 20 \
+        -v 0 -s 0 -x 300
+    python3 scripts/bench/fp8_quality.py --label trajectory --bf16 "$LOGDIR/q_traj_bf16" --fp8 "$LOGDIR/q_traj_fp8" \
+        --train-mean 151 300 --tol 0.02 --steps 300 || true
 fi
 
 if [[ " $PARTS " == *" quality48 "* ]]; then  # d48 (1.5B), Q48STEPS (300), lr 3e-4: within 0.03, no spike

@@ -6,10 +6,11 @@ Prints every validation's losses, then one verdict line:
     when a second BF16 seed is given, else --tol; the best validation losses likewise;
   - every logged loss finite and every step logged (the trainer never skips an update: it stops on a NaN);
   - with --spike S: FP8's train loss, averaged over 10 steps, never more than S above BF16's at the same steps;
-  - where the runs evaluated HellaSwag (-h 1): FP8's last accuracy within --eval-points of BF16's.
+  - where the runs evaluated HellaSwag (-h 1): FP8's last accuracy within --eval-points of BF16's;
+  - with --train-mean A B: FP8's mean train loss over steps A..B within --tol of BF16's (the runs need not validate).
 Exit status 1 when a point fails.
     scripts/bench/fp8_quality.py --label d12 --bf16 DIR [--bf16-seed2 DIR] --fp8 DIR [--after 100] [--tol 0.02]
-                                 [--spike S] [--eval-points 1.0] [--steps N]
+                                 [--spike S] [--eval-points 1.0] [--steps N] [--train-mean A B]
 """
 import argparse
 import math
@@ -44,6 +45,7 @@ def main():
     p.add_argument("--spike", type=float, default=None)
     p.add_argument("--eval-points", type=float, default=1.0, help="HellaSwag: percentage points")
     p.add_argument("--steps", type=int, default=0, help="the steps each run was asked for (0: not checked)")
+    p.add_argument("--train-mean", type=int, nargs=2, default=None, metavar=("A", "B"))
     a = p.parse_args()
     bf, f8 = read_log(f"{a.bf16}/main.log"), read_log(f"{a.fp8}/main.log")
     b2 = read_log(f"{a.bf16_seed2}/main.log") if a.bf16_seed2 else None
@@ -54,15 +56,15 @@ def main():
         print(f"{tag} {s} | {bf['tel'][s]:.4f} | " + (f"{b2['tel'][s]:.4f} | " if b2 else "") + f"{f8['tel'][s]:.4f}")
     late = [s for s in steps if s > a.after]
     problems = []
-    if not late:
+    if not late and not a.train_mean:
         problems.append(f"no validation after step {a.after}")
     spread = max((abs(b2["tel"][s] - bf["tel"][s]) for s in late), default=0.0) if b2 else 0.0
     tol = max(a.tol, spread)
     gap = max((abs(f8["tel"][s] - bf["tel"][s]) for s in late), default=float("nan"))
-    if not gap <= tol:
-        problems.append(f"validation gap {gap:.4f} > {tol:.4f}")
     best_bf, best_f8 = min(bf["tel"].values(), default=math.nan), min(f8["tel"].values(), default=math.nan)
-    if not abs(best_f8 - best_bf) <= tol:
+    if late and not gap <= tol:
+        problems.append(f"validation gap {gap:.4f} > {tol:.4f}")
+    if late and not abs(best_f8 - best_bf) <= tol:
         problems.append(f"best validation {best_f8:.4f} against {best_bf:.4f}")
     for name, log in (("bf16", bf), ("fp8", f8)):
         values = [v for series in log.values() for v in series.values()]
@@ -72,6 +74,15 @@ def main():
             problems.append(f"the {name} run logged {len(log['trl'])} of {a.steps} steps")
     detail = (f"after step {a.after} the largest |fp8 - bf16| {gap:.4f}" + (f", bf16's seed-to-seed {spread:.4f}" if b2
               else "") + f"; best validation bf16 {best_bf:.4f}, fp8 {best_f8:.4f}; tolerance {tol:.4f}")
+    if a.train_mean:
+        lo, hi = a.train_mean
+        means = []
+        for log in (bf, f8):
+            window = [v for s, v in log["trl"].items() if lo <= s <= hi]
+            means.append(sum(window) / len(window) if window else float("nan"))
+        detail += f"; mean train loss over steps {lo}-{hi} bf16 {means[0]:.4f}, fp8 {means[1]:.4f}"
+        if not abs(means[1] - means[0]) <= a.tol:
+            problems.append(f"mean train loss {means[1]:.4f} against {means[0]:.4f}")
     if a.spike is not None:
         sb, sf = smoothed(bf["trl"]), smoothed(f8["trl"])
         excess = max((sf[s] - sb[s] for s in set(sb) & set(sf)), default=float("nan"))

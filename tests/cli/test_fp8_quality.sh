@@ -2,7 +2,7 @@
 # scripts/bench/fp8_quality.py (issue 64's quality verdict) on hand-made main.log files whose figures are known:
 # BF16 seed 42, BF16 seed 43 (0.010 above it everywhere), FP8 0.005 above; then FP8 off by 0.03 after step 100, a
 # NaN, a missing step, a 0.2 spike in the train loss, and an eval accuracy 2 points lower, each of which must fail
-# with its reason, and nothing else.
+# with its reason, and nothing else; a 300-step trajectory without validations 0.01 and 0.05 above BF16's.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/lib.sh
@@ -10,7 +10,7 @@ begin_checks
 python3 - "$TMP" <<'PY'
 import math, os, sys
 d = sys.argv[1]
-def write(name, val_off=0.0, train=lambda s: 0.0, acc=0.30, nan_at=None, skip=None):
+def write(name, val_off=0.0, train=lambda s: 0.0, acc=0.30, nan_at=None, skip=None, val=True):
     os.makedirs(f"{d}/{name}", exist_ok=True)
     with open(f"{d}/{name}/main.log", "w") as f:
         for s in range(1, 301):
@@ -18,7 +18,7 @@ def write(name, val_off=0.0, train=lambda s: 0.0, acc=0.30, nan_at=None, skip=No
                 continue
             trl = 5 + 3 * math.exp(-s / 50) + train(s)
             f.write(f"s:{s} trl:{'nan' if s == nan_at else f'{trl:.6f}'}\n")
-            if s % 25 == 0:
+            if val and s % 25 == 0:
                 off = val_off(s) if callable(val_off) else val_off
                 f.write(f"s:{s} tel:{5.2 + 3 * math.exp(-s / 50) + off:.6f}\n")
                 f.write(f"s:{s} eval:{acc:.4f}\n")
@@ -31,6 +31,8 @@ write("fp8_nan", 0.005, nan_at=200)
 write("fp8_skip", 0.005, skip=150)
 write("fp8_spike", 0.005, train=lambda s: 0.2 if 200 <= s < 230 else 0.0)
 write("fp8_eval", 0.005, acc=0.28)
+write("traj_fp8", train=lambda s: 0.01, val=False)
+write("traj_fp8_off", train=lambda s: 0.05 if s > 150 else 0.0, val=False)
 PY
 verdict() {  # fp8 run, extra flags: the verdict line and the exit status
     out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --bf16-seed2 "$TMP/bf16_43" --fp8 "$TMP/$1" \
@@ -56,4 +58,8 @@ verdict fp8_spike
 expect_line "no spike check without --spike" ': yes$' "$out"
 verdict fp8_eval
 expect_line "an eval 2 points lower fails" 'eval bf16 30\.00%, fp8 28\.00%: NO \(eval accuracy 28\.00% against 30\.00%\)$' "$out"
+verdict traj_fp8 --train-mean 151 300
+expect_line "a trajectory 0.01 above over steps 151-300: yes" 'mean train loss over steps 151-300 bf16 5\.0[0-9]{3}, fp8 5\.0[0-9]{3}: yes$' "$out"
+verdict traj_fp8_off --train-mean 151 300
+expect_line "a trajectory 0.05 above fails" ': NO \(mean train loss 5\.[0-9]{4} against 5\.[0-9]{4}\)$' "$out"
 end_checks "fp8 quality verdict"
