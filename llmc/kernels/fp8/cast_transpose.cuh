@@ -4,7 +4,9 @@
 // (scale is a power of two) and the conversion rounds to nearest even, saturating (cvt.rn.satfinite), so the bytes
 // equal llmc/core/fp8.h's fp8_encode. The amax: llmc/kernels/fp8/amax.cuh (deterministic).
 // The same of gelu(x) (kGelu: x is a GELU's input, each value taken through gelu_forward's GELU and rounded to floatX
-// as it stores them), so a GELU's output is cast (and its amax taken) without being written in bf16.
+// as it stores them), so a GELU's output is cast (and its amax taken) without being written in bf16. And of the GELU's
+// backward (kDGelu: x is dL/d(GELU output), aux the GELU's input, each value x·gelu'(aux) rounded to floatX as
+// gelu_backward_inplace stores it), so the input gradient of the GELU is cast without being written in bf16.
 // Optionally the column sums of x too (a linear layer's bias gradient, from the output gradient the cast reads
 // anyway): each tile's, fp32, into colsum[tile row][col], for column_sum_finish to add in order (deterministic).
 // Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose;
@@ -47,11 +49,12 @@ struct ScaleSource {
     float* descale_out = nullptr;
 };
 
-template <Fp8Format F, bool kGelu = false>
+template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
 __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols,
                                                             ScaleSource src, uint8_t* __restrict__ y,
                                                             uint8_t* __restrict__ yT, float* __restrict__ amax,
-                                                            float* __restrict__ colsum) {
+                                                            float* __restrict__ colsum,
+                                                            const floatX* __restrict__ aux) {
     __shared__ uint32_t tile[kTile][kTile / 4 + 1];  // [row][4 columns' bytes], padded
     __shared__ float column_part[kTileRowsPerPass][kTile];  // each thread row's sums of its 4 columns
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of 4 columns x 16 rows
@@ -75,11 +78,14 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
         uint32_t packed = 0;
         if (r < rows && c < cols) {
             const Quad q = *reinterpret_cast<const Quad*>(x + (size_t)r * cols + c);
+            Quad g;
+            if constexpr (kDGelu) g = *reinterpret_cast<const Quad*>(aux + (size_t)r * cols + c);
             float v[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 v[j] = (float)q.v[j];
                 if constexpr (kGelu) v[j] = to_float(from_float<floatX>(gelu_value(v[j])));
+                if constexpr (kDGelu) v[j] = to_float(from_float<floatX>(v[j] * gelu_derivative((float)g.v[j])));
                 m = max(m, amax_bits(v[j]));
                 sums[j] += v[j];
             }
@@ -117,50 +123,54 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
 
 // max |x| alone (no cast asked for): a grid-stride read at the memory's pace, 4 values a load. Any element type T
 // (the flash attention backends' outputs are bf16 in every build).
-template <bool kGelu, typename T>
-__global__ void __launch_bounds__(256) amax_kernel(const T* __restrict__ x, size_t quads, float* amax) {
+template <bool kGelu, typename T, bool kDGelu = false>
+__global__ void __launch_bounds__(256) amax_kernel(const T* __restrict__ x, size_t quads, float* amax,
+                                                  const T* __restrict__ aux) {
     struct alignas(4 * sizeof(T)) Quad { T v[4]; };
     __shared__ unsigned int warp_max[8];
     unsigned int m = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
         const Quad q = reinterpret_cast<const Quad*>(x)[i];
+        Quad g;
+        if constexpr (kDGelu) g = reinterpret_cast<const Quad*>(aux)[i];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float v = (float)q.v[j];
             if constexpr (kGelu) v = to_float(from_float<T>(gelu_value(v)));
+            if constexpr (kDGelu) v = to_float(from_float<T>(v * gelu_derivative((float)g.v[j])));
             m = max(m, amax_bits(v));
         }
     }
     fold_block_amax(m, amax, warp_max);
 }
 
-template <bool kGelu, typename T>
-inline void launch_amax(const T* x, int rows, int cols, float* amax, cudaStream_t stream) {
+template <bool kGelu, typename T, bool kDGelu = false>
+inline void launch_amax(const T* x, int rows, int cols, float* amax, cudaStream_t stream, const T* aux = nullptr) {
     const size_t count = (size_t)rows * cols;
-    if (rows < 1 || cols < 1 || count % 4 != 0 || (uintptr_t)x % (4 * sizeof(T)) != 0) {
+    if (rows < 1 || cols < 1 || count % 4 != 0 || ((uintptr_t)x | (uintptr_t)aux) % (4 * sizeof(T)) != 0) {
         fprintf(stderr, "error: fp8_amax: %d x %d (rows x cols a multiple of 4, x aligned to 4 values)\n", rows, cols);
         exit(EXIT_FAILURE);
     }
     if (!amax) return;
     const size_t quads = count / 4;
     const int blocks = (int)std::min<size_t>((quads + 255) / 256, (size_t)device_sm_count() * 8);
-    amax_kernel<kGelu, T><<<blocks, 256, 0, stream>>>(x, quads, amax);
+    amax_kernel<kGelu, T, kDGelu><<<blocks, 256, 0, stream>>>(x, quads, amax, aux);
     cudaCheck(cudaGetLastError());
 }
 
-template <Fp8Format F, bool kGelu = false>
+template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
 inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& src, uint8_t* y, uint8_t* yT,
-                        float* amax, float* colsum, cudaStream_t stream) {
-    if (!y && !yT && !colsum) return launch_amax<kGelu>(x, rows, cols, amax, stream);
+                        float* amax, float* colsum, cudaStream_t stream, const floatX* aux = nullptr) {
+    if (!y && !yT && !colsum) return launch_amax<kGelu, floatX, kDGelu>(x, rows, cols, amax, stream, aux);
     if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
-        (uintptr_t)x % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0 ||
+        ((uintptr_t)x | (uintptr_t)aux) % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0 ||
         (colsum && !y && !yT)) {
         fprintf(stderr, "error: fp8_cast_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, x "
                 "aligned to 4 values, y and yT to 4 bytes, column sums only beside a cast)\n", rows, cols);
         exit(EXIT_FAILURE);
     }
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-    cast_transpose_kernel<F, kGelu><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum);
+    cast_transpose_kernel<F, kGelu, kDGelu><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux);
     cudaCheck(cudaGetLastError());
 }
 
@@ -188,6 +198,21 @@ inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float*
 template <bool kGelu = false, typename T>
 inline void fp8_amax(const T* x, int rows, int cols, float* amax, cudaStream_t stream) {
     fp8_cast_detail::launch_amax<kGelu>(x, rows, cols, amax, stream);
+}
+// The GELU backward's output cast as it is computed (kDGelu above), for a cast whose scale is known before its tensor
+// (delayed scaling): dgelu_out holds dL/d(GELU output), gelu_in the GELU's input; the bytes, amax and column sums
+// those of casting what gelu_backward_inplace(dgelu_out, gelu_in) leaves. fp8_amax_dgelu: its amax alone.
+template <Fp8Format F>
+inline void fp8_cast_transpose_dgelu(const floatX* dgelu_out, const floatX* gelu_in, int rows, int cols,
+                                     const float* scale, uint8_t* y, uint8_t* yT, float* amax, cudaStream_t stream,
+                                     float* colsum = nullptr) {
+    fp8_cast_detail::ScaleSource src;
+    src.scale = scale;
+    fp8_cast_detail::launch_cast<F, false, true>(dgelu_out, rows, cols, src, y, yT, amax, colsum, stream, gelu_in);
+}
+inline void fp8_amax_dgelu(const floatX* dgelu_out, const floatX* gelu_in, int rows, int cols, float* amax,
+                           cudaStream_t stream) {
+    fp8_cast_detail::launch_amax<false, floatX, true>(dgelu_out, rows, cols, amax, stream, gelu_in);
 }
 template <Fp8Format F, bool kGelu = false>
 inline void fp8_cast_transpose_current(const floatX* x, int rows, int cols, const float* amax, int margin,

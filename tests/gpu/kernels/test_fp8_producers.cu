@@ -1,8 +1,9 @@
 // The kernels that write an FP8 GEMM's operand and fold its amax as they do (what -fp8 1 casts with, so no pass of its
 // own finds it): the GELU forward and backward, the LayerNorm forward and backward: max |stored output| exactly and
 // the outputs the same bits as without it; and the cast and the amax that take the GELU as they read (fcproj's input
-// from fch, in the forward and the backward), byte for byte those of gelu_forward's output. (The attention
-// kernels': test_attention.cu.)
+// from fch, in the forward and the backward), byte for byte those of gelu_forward's output; the cast that takes the
+// GELU backward as it reads (fc's output gradient under delayed scaling), byte for byte that of
+// gelu_backward_inplace's output. (The attention kernels': test_attention.cu.)
 //   ./tests/gpu/kernels/test_fp8_producers [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison)
 #include <cstring>
 
@@ -98,6 +99,39 @@ static void test_gelu_cast(int rows, int cols) {
     cudaFree(d_pre), cudaFree(d_gelu), cudaFree(d_bytes), cudaFree(d_stats);
 }
 
+// The cast that computes the GELU backward as it reads: y, yT, the amax (also by fp8_amax_dgelu) and the column sums
+// those of casting gelu_backward_inplace's stored output with the same scale, E5M2 as an output gradient is cast.
+static void test_dgelu_cast(int rows, int cols) {
+    const size_t n = (size_t)rows * cols;
+    const std::vector<float> grad = random_vec(n, 1e-2f);
+    floatX *d_pre = upload(random_vec(n, 2.0f)), *d_grad = upload(grad), *d_dpre = upload(grad);
+    uint8_t* d_bytes;
+    cudaCheck(cudaMalloc(&d_bytes, 4 * n)), cudaCheck(cudaMemset(d_bytes, 0xAA, 4 * n));
+    float* d_stats = upload_fp32({4096.f, 0.f, 0.f, 0.f});  // scale, three amaxes
+    const int chunks = fp8_cast_colsum_chunks(rows);
+    float* d_sums;
+    cudaCheck(cudaMalloc(&d_sums, 2 * (size_t)chunks * cols * sizeof(float)));
+    cudaCheck(cudaMemset(d_sums, 0xFF, 2 * (size_t)chunks * cols * sizeof(float)));
+    gelu_backward_inplace(d_dpre, d_pre, n, 0);  // the reference: the bf16 gradient the current path casts
+    fp8_cast_transpose<Fp8Format::E5M2>(d_dpre, rows, cols, d_stats, d_bytes, d_bytes + n, d_stats + 1, 0, d_sums);
+    fp8_cast_transpose_dgelu<Fp8Format::E5M2>(d_grad, d_pre, rows, cols, d_stats, d_bytes + 2 * n, d_bytes + 3 * n,
+                                              d_stats + 2, 0, d_sums + (size_t)chunks * cols);
+    fp8_amax_dgelu(d_grad, d_pre, rows, cols, d_stats + 3, 0);
+    std::vector<uint8_t> bytes(4 * n);
+    cudaCheck(cudaMemcpy(bytes.data(), d_bytes, 4 * n, cudaMemcpyDeviceToHost));
+    std::vector<float> sums(2 * (size_t)chunks * cols);
+    cudaCheck(cudaMemcpy(sums.data(), d_sums, sums.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    float stats[4];
+    cudaCheck(cudaMemcpy(stats, d_stats, sizeof(stats), cudaMemcpyDeviceToHost));
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 cast taking the GELU backward %dx%d: y, yT, amax, column sums those of "
+             "gelu_backward_inplace's output", rows, cols);
+    check_exact(tag, memcmp(bytes.data(), bytes.data() + 2 * n, 2 * n) == 0 && stats[1] > 0 &&
+                         stats[2] == stats[1] && stats[3] == stats[1] &&
+                         memcmp(sums.data(), sums.data() + (size_t)chunks * cols, (size_t)chunks * cols * 4) == 0);
+    cudaFree(d_pre), cudaFree(d_grad), cudaFree(d_dpre), cudaFree(d_bytes), cudaFree(d_stats), cudaFree(d_sums);
+}
+
 // The LayerNorm kernels' amax (what -fp8 1 casts qkv's and fc's inputs with, and fcproj's and attproj's output
 // gradients: the residual gradient the backward leaves): max |stored output| exactly, the outputs the same bits as
 // without it; rows not a multiple of a block's (8 forward, 64 backward); the amax starting below the maximum (the
@@ -150,5 +184,7 @@ int main(int argc, char** argv) {
     test_layernorm_amax();
     test_gelu_cast(1028, 772);
     test_gelu_cast(2048, 3072);
+    test_dgelu_cast(1028, 776);
+    test_dgelu_cast(2048, 3072);
     return kernel_tests_end();
 }
