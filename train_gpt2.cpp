@@ -78,6 +78,7 @@ std::string openmp_wait_policy() {
 void check_cpu_flags(const TrainArgs& a) {
     if (a.num_processes > 1) trainer_fail("flag -pn: the CPU trainer runs one process (-pn 1); -pn is for GPUs");
     if (a.fp8) trainer_fail("flag -fp8: the CPU trainer has no FP8 training (it is for Hopper GPUs; -fp8 0 here)");
+    if (a.fp8_history) trainer_fail("flag -fp8h: the CPU trainer has no FP8 training (it is for Hopper GPUs)");
     std::vector<std::string> seen;
     std::string ignored;
     for (const std::string& f : a.flags_given) {

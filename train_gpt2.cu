@@ -276,6 +276,8 @@ int train(const TrainArgs& a, RunPlan plan, int* argc, char*** argv) {
         const std::string why = gpt2_fp8_problem(c.channels, a.B * a.T, cc_major);
         if (!why.empty()) trainer_fail("flag -fp8: " + why);
         model.fp8 = a.fp8;
+        if (a.fp8_history > 0 && mg.world > 1) trainer_fail("flag -fp8h: " + fp8_history_multi_gpu_problem());
+        model.fp8_history = a.fp8_history;
     }
     // A GEMM tuning run (LLMC_GEMM_TUNE) times each call as queued, which a replayed graph would not do; SMs left to
     // NCCL (LLMC_COMM_SMS) change the persistent kernels' grids while a collective runs, which a graph would freeze.
@@ -302,7 +304,9 @@ int train(const TrainArgs& a, RunPlan plan, int* argc, char*** argv) {
     // ---- resume: optimizer state, data position, sampler
     const RunShape shape{a.B, a.T, mg.world, layout.grad_accum_steps};
     const int start_step =
-        resume_step >= 0 ? checkpoint_restore(ckpt, &opt, resume_step, shape, &sampler_rng, train_loader, mg.rank) : 0;
+        resume_step >= 0
+            ? checkpoint_restore(ckpt, &model, &opt, resume_step, shape, &sampler_rng, train_loader, mg.rank)
+            : 0;
     MainLog log;
     if (main_rank) log.open(a.output_dir, resume_step >= 0 ? start_step : -1);
 
@@ -416,6 +420,9 @@ int main(int argc, char** argv) {
         RunPlan plan = preflight(args, expected_processes(args), gpt2_shape_problem);
         if (args.fp8 && !gpt2_fp8_problem(plan.config.channels, args.B * args.T, -1).empty())
             trainer_fail("flag -fp8: " + gpt2_fp8_problem(plan.config.channels, args.B * args.T, -1));
+        if (args.fp8_history > 0 && !args.fp8) trainer_fail("flag -fp8h: delayed scaling needs -fp8 1 or 2");
+        if (args.fp8_history > 0 && expected_processes(args) > 1)
+            trainer_fail("flag -fp8h: " + fp8_history_multi_gpu_problem());
         if (args.check) {
             print_preflight(args, plan, {{"precision", PRECISION_NAME}, {"LLMC_* switches", engine_options().description()}});
             return 0;

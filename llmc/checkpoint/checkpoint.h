@@ -60,7 +60,8 @@ struct Checkpointer {
     // optimizer_state (with ZeRO-1 a collective); rank 0 writes (the state holds rank 0's positions).
     template <typename WriteModel>
     void save(WriteModel&& write_model, std::vector<uint8_t> optimizer_state, int step, const RunShape& shape,
-              const Rng& sampler_rng, const DataLoader& train, const DataLoader* val, int rank) const {
+              const Rng& sampler_rng, const DataLoader& train, const DataLoader* val, int rank,
+              std::vector<uint8_t> fp8_state = {}) const {
         if (rank != 0) return;
         write_model(model_path(step));
         RunState s;
@@ -75,6 +76,7 @@ struct Checkpointer {
         s.train_loader = train.get_state();
         if (val) s.val_loader = val->get_state();
         s.optimizer_state = std::move(optimizer_state);
+        s.fp8_state = std::move(fp8_state);
         write_run_state(state_path(step), s);
         remove_old_checkpoints(dir, keep, run_id);
         printf("saved checkpoint %s (+ state)\n", model_path(step).c_str());
@@ -82,12 +84,16 @@ struct Checkpointer {
 
     // Restores everything but the weights (already loaded from model_path(step)): load_optimizer(bytes, path) puts
     // the optimizer's state back; then the sampler and this rank's train loader. Returns the step to continue
-    // from. The shape must match the run's (T and the tokens per step).
+    // from. The shape must match the run's (T and the tokens per step). fp8_state: the FP8 section (a trainer
+    // without FP8 passes none, and a file with one is refused in one line).
     template <typename LoadOptimizer>
     int restore(LoadOptimizer&& load_optimizer, int step, const RunShape& shape, Rng* sampler_rng, DataLoader* train,
-                int rank) {
+                int rank, std::vector<uint8_t>* fp8_state = nullptr) {
         const std::string path = state_path(step);
         RunState s = read_run_state(path);
+        if (!fp8_state && !s.fp8_state.empty())
+            file_error(path, "holds FP8 amax histories (a train_gpt2cu run with -fp8h), which this trainer cannot use");
+        if (fp8_state) *fp8_state = s.fp8_state;
         const RunShape saved = check_resume_shape(path, s, shape);
         const bool reshaped = saved.B != shape.B || saved.num_processes != shape.num_processes ||
                               saved.grad_accum_steps != shape.grad_accum_steps;

@@ -19,6 +19,7 @@
 #include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
 #include "llmc/model/gpt2_forward.cuh"
 #include "llmc/model/gpt2_fp8.cuh"
+#include "llmc/model/gpt2_fp8_delayed.cuh"
 #include "llmc/model/gpt2_memory.cuh"
 #include "llmc/model/gpt2_params.cuh"
 #include "llmc/model/step_graph.h"
@@ -43,6 +44,7 @@ struct GPT2 {
     // Set before gpt2_allocate (-fp8, after gpt2_fp8_problem): 1 the blocks' linear layers in FP8, 2 the lm_head's
     // forward too (llmc/model/gpt2_fp8.cuh), whose state gpt2_allocate allocates beside the memory table.
     int fp8 = 0;
+    int fp8_history = 0;  // -fp8h: delayed scaling over that many micro-steps where it fuses (0: current scaling)
     Fp8Layers fp8_layers;
     // The FP8 weight copies are the parameters' (cast by a forward since they last changed): set by that forward,
     // cleared where the parameters change (their upload here, the optimizer's update).
@@ -155,7 +157,11 @@ inline std::string gpt2_matmuls_description(const GPT2& m) {
            (qkv_bias ? "; qkv bias gradient by the attention backward" : "") +
            (m.fp8_layers.on() ? std::string("; the blocks' linear layers") +
                                     (m.fp8_layers.lm_head() ? " and the lm_head's forward" : "") +
-                                    " in FP8 (E4M3 x E4M3 forward, E5M2 gradients, current scaling; " +
+                                    " in FP8 (E4M3 x E4M3 forward, E5M2 gradients, current scaling" +
+                                    (m.fp8_layers.delayed.on()
+                                         ? ", delayed over " + std::to_string(m.fp8_layers.delayed.H) +
+                                               " micro-steps for fcproj's input and fc's output gradient"
+                                         : std::string()) + "; " +
                                     std::to_string(m.fp8_layers.bytes >> 20) + " MiB)"
                               : "");
 }
@@ -224,6 +230,7 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     }
     m->memory = memory_table_carve(m->memory_table, m->device_block);
     if (m->fp8) gpt2_fp8_allocate(&m->fp8_layers, c.num_layers, c.channels, B * T, fp8_Vp);
+    if (m->fp8 && m->fp8_history > 0) gpt2_fp8_delayed_allocate(&m->fp8_layers, m->fp8_history);
     if (engine_options().print_memory_map) {  // to read sanitizer reports' addresses
         for (int i = 0; i < mem::Count; i++)
             printf("memory map: %p .. %p  %s\n", m->memory[i], (char*)m->memory[i] + m->memory_table[i].bytes(),

@@ -56,14 +56,21 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
     // dout_amax_taken: dout's producer has folded its amax into the slot (the LayerNorm backwards for fcproj's and
     // attproj's, the GELU backward for fc's, the attention backward for qkv's)
-    // (FP8: inp's transpose is the one its forward cast kept, so inp itself is not read)
+    // (FP8: inp's transpose is the one its forward cast kept, so inp itself is not read; dout_gelu_in: see
+    // gpt2_fp8_backward)
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
-                      const floatX* inp, int in, int out_ch, bool dout_amax_taken = false) {
-        if (fp8) return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, BT, reduce, s, dout_amax_taken);
+                      const floatX* inp, int in, int out_ch, bool dout_amax_taken = false,
+                      const floatX* dout_gelu_in = nullptr) {
+        if (fp8) {
+            return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, BT, reduce, s, dout_amax_taken,
+                                     dout_gelu_in);
+        }
         matmul_backward(dinp, g(w, l), dbias, dout, inp, p(w, l), BT, in, out_ch, reduce, nullptr, false, 1.0f, s);
     };
     // where a LayerNorm backward folds the amax of the residual gradient it leaves: linear k's output gradient
     auto dout_amax = [&](int l, Fp8Linear k) { return fp8 ? gpt2_fp8_amax_slot(*fp8, l, k, kFp8Dout) : nullptr; };
+    // delayed scaling on and calibrated: fc's output gradient is cast as the GELU backward computes it (no bf16 dfch)
+    const bool fp8_delayed = fp8 && fp8->delayed.calibrated();
 
     if (listener) listener->layer_begins(L);
     // Classifier (no bias: no partials, which would overwrite dlogits).
@@ -99,15 +106,18 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
             fc_dbias = nullptr;
         } else if (fp8) {  // fcproj's two gradients, then the GELU's backward on dfch
             linear(l, kFp8FcProj, dfch, FCPROJW, nullptr, dresidual, nullptr, 4 * C, C, /*dout_amax_taken=*/true);
-            gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s,
-                                  gpt2_fp8_amax_slot(*fp8, l, kFp8Fc, kFp8Dout));
-            dfch_amax_taken = true;
+            if (!fp8_delayed) {
+                gelu_backward_inplace(dfch, a.fch.at(l), (size_t)BT * 4 * C, s,
+                                      gpt2_fp8_amax_slot(*fp8, l, kFp8Fc, kFp8Dout));
+                dfch_amax_taken = true;
+            }
         } else {
             matmul_backward_input(dfch, dresidual, p(FCPROJW, l), BT, 4 * C, C, a.fch.at(l), m->fuse_gelu, 1.0f, s);
         }
         // after dfch: the Hopper kernel may have written fch_gelu (dfch has a buffer of its own, scratch4)
         if (!fp8) matmul_backward_weight(g(FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
-        linear(l, kFp8Fc, scratch, FCW, fc_dbias, dfch, a.ln2.at(l), C, 4 * C, dfch_amax_taken);
+        linear(l, kFp8Fc, scratch, FCW, fc_dbias, dfch, a.ln2.at(l), C, 4 * C, dfch_amax_taken,
+               fp8_delayed ? a.fch.at(l) : nullptr);
         layernorm_backward(dresidual, g(LN2W, l), g(LN2B, l), scratch, a.residual2.at(l), p(LN2W, l),
                            a.ln2_mean.at(l), a.ln2_rstd.at(l), BT, C, reduce, s, g(ATTPROJB, l),
                            dout_amax(l, kFp8AttProj));
@@ -126,6 +136,7 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
         // layer l's gradients are final (its fcproj bias was written by the LayerNorm backward above it)
         if (listener) listener->gradients_ready(l);
     }
+    if (fp8 && fp8->delayed.on()) gpt2_fp8_delayed_update(*fp8, s);  // this micro-step's amaxes into the histories
     encoder_backward(g(WTE), g(WPE), dresidual, buf<int>(m, mem::Inputs), B, T, C, c.vocab_size, m->encoder_scratch,
                      s);
     if (listener) listener->gradients_ready(-1);

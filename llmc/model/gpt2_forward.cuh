@@ -75,7 +75,8 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
         // GELU as they read fch
         const bool fcproj = k == kFp8FcProj;
         gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, fcproj ? a.fch.at(l) : inp, p(b, l), BT, s,
-                         /*inp_amax_taken=*/!fcproj, /*inp_is_pre_gelu=*/fcproj);
+                         /*inp_amax_taken=*/!fcproj, /*inp_is_pre_gelu=*/fcproj,
+                         /*delayed=*/fcproj && fp8->delayed.calibrated());
     };
     if (listener) listener->parameters_needed(-1);
     encoder_forward(a.encoded, inputs, p(WTE), p(WPE), B, T, C, s);

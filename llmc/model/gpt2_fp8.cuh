@@ -35,6 +35,17 @@
 enum Fp8Linear { kFp8Qkv, kFp8AttProj, kFp8Fc, kFp8FcProj, kFp8Linears };
 enum Fp8Operand { kFp8Inp, kFp8Weight, kFp8Dout, kFp8Operands };  // a linear's three cast tensors
 
+// Delayed scaling's state for the operands whose producers cast them when it is on (llmc/model/gpt2_fp8_delayed.cuh):
+// per layer fcproj's input (delayed index 2l) and fc's output gradient (2l + 1).
+struct Fp8Delayed {
+    int H = 0;                      // micro-steps of amax history; 0: off (current scaling everywhere)
+    float* history = nullptr;       // (2L, H)
+    long long* counter = nullptr;   // micro-steps folded into the histories (device: a replayed graph advances it)
+    long long updates = 0;          // the same on the host, which picks the path
+    bool on() const { return H > 0; }
+    bool calibrated() const { return updates > 0; }  // else those operands run current scaling, filling the histories
+};
+
 struct Fp8Layers {
     int L = 0, C = 0, max_rows = 0;
     int Vp = 0;                    // the lm_head's rows when its forward runs in FP8 too (-fp8 2), else 0
@@ -43,6 +54,7 @@ struct Fp8Layers {
     uint8_t* inputs_T = nullptr;   // per layer, per linear: inp's yT (in x rows), E4M3, from its forward cast
     float* stats = nullptr;        // amax, scale, descale of every slot (descales strided)
     float* check = nullptr;        // LLMC_FP8_CHECK_AMAX: every slot's amax again by a pass, then a mismatch (int)
+    Fp8Delayed delayed;
     uint8_t* work[2] = {};         // max_rows x 4C bytes each: the current GEMM's y operand, dout's yT
     size_t bytes = 0;              // all of the above
     bool on() const { return weights != nullptr; }
@@ -112,6 +124,23 @@ inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows
                                          colsum);
 }
 
+// The cast with slot s's delayed scale (its scale and descale set by gpt2_fp8_delayed_update), its amax folded in
+// for the next update; dgelu_in: x is a GELU output's gradient cast through the GELU backward
+// (fp8_cast_transpose_dgelu), kGelu: x a GELU's input cast through the GELU. With LLMC_FP8_CHECK_AMAX the fold
+// against a pass of its own.
+template <Fp8Format F, bool kGelu = false>
+inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
+                         cudaStream_t stream, const floatX* dgelu_in = nullptr, float* colsum = nullptr) {
+    if (dgelu_in) fp8_cast_transpose_dgelu<F>(x, dgelu_in, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum);
+    else fp8_cast_transpose<F, kGelu>(x, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum);
+    if (f.check) {
+        if (dgelu_in) fp8_amax_dgelu(x, dgelu_in, rows, cols, f.check + s, stream);
+        else fp8_amax<kGelu>(x, rows, cols, f.check + s, stream);
+        amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()));
+        cudaCheck(cudaGetLastError());
+    }
+}
+
 }  // namespace gpt2_fp8_detail
 
 // Why -fp8 1 cannot run here ("" when it can): BF16 builds, C a multiple of 16 (K of the forward) and B*T of 16 (K of
@@ -162,6 +191,7 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp =
 inline void gpt2_fp8_free(Fp8Layers* f) {
     if (f->weights) cudaCheck(cudaFree(f->weights));  // the block's start
     if (f->check) cudaCheck(cudaFree(f->check));
+    if (f->delayed.history) cudaCheck(cudaFree(f->delayed.history));  // llmc/model/gpt2_fp8_delayed.cuh's block
     *f = Fp8Layers{};
 }
 
@@ -221,16 +251,18 @@ inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Oper
 
 // out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights); inp's yT
 // kept for the backward. inp_is_pre_gelu (fcproj): inp is the GELU's input, and gelu(inp) the linear's input (never
-// written in bf16).
+// written in bf16). delayed: inp cast with its slot's delayed scale (no amax pass first).
 inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out, const floatX* inp,
                              const floatX* bias, int N, cudaStream_t stream, bool inp_amax_taken = false,
-                             bool inp_is_pre_gelu = false) {
+                             bool inp_is_pre_gelu = false, bool delayed = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
     uint8_t *inp_y = f.work[0], *inp_yT = input_yT(f, l, k);
     const bool taken = inp_amax_taken;
-    if (inp_is_pre_gelu) cast_current<Fp8Format::E4M3, true>(f, si, inp, N, d.in, inp_y, inp_yT, stream, taken);
+    if (delayed && inp_is_pre_gelu) cast_delayed<Fp8Format::E4M3, true>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
+    else if (delayed) cast_delayed<Fp8Format::E4M3>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
+    else if (inp_is_pre_gelu) cast_current<Fp8Format::E4M3, true>(f, si, inp, N, d.in, inp_y, inp_yT, stream, taken);
     else cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, inp_y, inp_yT, stream, taken);
     matmul_fp8(out, inp_y, Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias, N,
                d.out, d.in, /*fast_accum=*/true, stream);
@@ -254,17 +286,23 @@ inline void gpt2_fp8_lm_head_forward(const Fp8Layers& f, floatX* logits, const f
 }
 
 // Linear k of layer l backward: dW += doutᵀ · inp, dbias += column sums of dout (if dbias), dinp = dout · W
-// (overwritten); inp is the yT its forward over the same N rows kept. reduce: column_sum's scratch.
+// (overwritten); inp is the yT its forward over the same N rows kept. reduce: column_sum's scratch. dout_gelu_in
+// (fc under delayed scaling): dout holds the gradient of the GELU's output and this the GELU's input; the output
+// gradient, their GELU backward, is cast as it is computed, with its slot's delayed scale.
 inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* dinp, floatX* dweight, floatX* dbias,
                               const floatX* dout, int N, float* reduce, cudaStream_t stream,
-                              bool dout_amax_taken = false) {
+                              bool dout_amax_taken = false, const floatX* dout_gelu_in = nullptr) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
     uint8_t *dout_y = f.work[0], *dout_yT = f.work[1];
     // dbias from the cast's column sums (its read of dout), added in order by column_sum_finish
-    cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken,
-                                  dbias ? reduce : nullptr);
+    if (dout_gelu_in)
+        cast_delayed<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_gelu_in,
+                                      dbias ? reduce : nullptr);
+    else
+        cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken,
+                                      dbias ? reduce : nullptr);
     if (dbias) column_sum_finish(dbias, reduce, fp8_cast_colsum_chunks(N), d.out, 1.0f, stream);
     matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), input_yT(f, l, k), Fp8Format::E4M3, f.descale(si),
                nullptr, d.out, d.in, N, /*fast_accum=*/false, stream, /*accumulate=*/true);

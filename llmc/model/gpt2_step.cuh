@@ -126,6 +126,8 @@ inline void gpt2_backward(GPT2* m, float loss_scale, BackwardListener* listener 
     }
     m->dlogits_ready = false;
     gpt2_detail::backward_enqueue(m, m->last_B, m->last_T, loss_scale, listener);
+    if (gpt2_fp8_for_rows(&m->fp8_layers, m->last_B * m->last_T) && m->fp8_layers.delayed.on())
+        m->fp8_layers.delayed.updates++;  // the backward updated the amax histories
     cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
@@ -176,16 +178,17 @@ struct StepRecorder : ForwardListener, BackwardListener {
 };
 
 // The graph for this key: found, or a new one (the oldest keys dropped when kMaxStepGraphs are kept).
-inline StepGraph& step_graph_for(GPT2* m, int B, int T, float loss_scale, bool fwd, bool bwd, bool casts) {
+inline StepGraph& step_graph_for(GPT2* m, int B, int T, float loss_scale, bool fwd, bool bwd, bool casts,
+                                 bool calibrated) {
     for (StepGraph& g : m->graphs)
-        if (g.same_key(B, T, loss_scale, fwd, bwd, casts)) return g;
+        if (g.same_key(B, T, loss_scale, fwd, bwd, casts, calibrated)) return g;
     if (m->graphs.size() >= kMaxStepGraphs) {
         for (StepGraph& g : m->graphs) step_graph_free(&g);
         m->graphs.clear();
     }
     StepGraph g;
     g.B = B, g.T = T, g.loss_scale = loss_scale, g.forward_listens = fwd, g.backward_listens = bwd;
-    g.casts_fp8_weights = casts;
+    g.casts_fp8_weights = casts, g.fp8_calibrated = calibrated;
     m->graphs.push_back(g);
     return m->graphs.back();
 }
@@ -212,7 +215,7 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
     StepGraph* g = nullptr;
     if (m->use_graphs && m->stream != 0)
         g = &step_graph_for(m, B, T, loss_scale, forward_listener != nullptr, backward_listener != nullptr,
-                            casts_fp8_weights(m, B * T));
+                            casts_fp8_weights(m, B * T), m->fp8_layers.delayed.calibrated());
     if (g && g->captured) {
         for (const StepGraphCall& c : g->calls) {
             const bool queues = call_queues_work(c.hook, c.layer, forward_listener, backward_listener);
@@ -241,7 +244,10 @@ inline float gpt2_forward_backward(GPT2* m, const int* inputs, const int* target
         backward_enqueue(m, B, T, loss_scale, backward_listener);
         if (g) g->seen = true;
     }
-    if (gpt2_fp8_for_rows(&m->fp8_layers, B * T)) m->fp8_weights_current = true;  // the replayed graph cast them too
+    if (gpt2_fp8_for_rows(&m->fp8_layers, B * T)) {
+        m->fp8_weights_current = true;  // the replayed graph cast them too
+        if (m->fp8_layers.delayed.on()) m->fp8_layers.delayed.updates++;  // and updated the amax histories
+    }
     m->last_B = B;
     m->last_T = T;
     m->logits_valid = false;

@@ -28,20 +28,21 @@ struct StepGraph {
     float loss_scale = 0.0f;
     bool forward_listens = false, backward_listens = false;
     bool casts_fp8_weights = false;           // the forward casts the FP8 weight copies (the first after an update)
+    bool fp8_calibrated = false;              // FP8 delayed scaling has its histories (else its first micro-step)
     bool seen = false;                        // an eager run with this key has set up every plan and lazy state
     bool captured = false;
     std::vector<cudaGraphExec_t> segments;    // null where a segment captured nothing
     std::vector<StepGraphCall> calls;
     int replays = 0;                          // one per micro-step from the third with this key
 
-    bool same_key(int b, int t, float scale, bool fwd, bool bwd, bool casts) const {
+    bool same_key(int b, int t, float scale, bool fwd, bool bwd, bool casts, bool calibrated) const {
         return B == b && T == t && loss_scale == scale && forward_listens == fwd && backward_listens == bwd &&
-               casts_fp8_weights == casts;
+               casts_fp8_weights == casts && fp8_calibrated == calibrated;
     }
 };
 
 // keys kept at once: a step with accumulation has two (the backward listens or not), three in FP8 runs (the first
-// micro-step casts the weights)
+// micro-step casts the weights), one more with delayed scaling (the run's first micro-step, current scaling)
 constexpr size_t kMaxStepGraphs = 6;
 
 inline void step_graph_free(StepGraph* g) {

@@ -19,12 +19,13 @@
 #            casts' time goes is measured, not estimated
 #   scripts/bench/bench_fp8.sh [speed] [quality] [trajectory] [quality48] [profile]     (speed and quality by default)
 # Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), Q48STEPS (300), QEXAMPLES, HELLASWAG, TOP (30), LOGDIR
-#      (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs).
+#      (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs), FP8_FLAGS (for the FP8 runs only, e.g. -fp8h 16).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PARTS=${*:-speed quality}
 FP8=${FP8:-1}; SHAPES=${SHAPES:-"12:16 48:8"}; ROUNDS=${ROUNDS:-2}; STEPS=${STEPS:-40}; QSTEPS=${QSTEPS:-1000}
-LOGDIR=${LOGDIR:-bench_logs/fp8}; TRAIN_FLAGS=${TRAIN_FLAGS:-}
+LOGDIR=${LOGDIR:-bench_logs/fp8}; TRAIN_FLAGS=${TRAIN_FLAGS:-}; FP8_FLAGS=${FP8_FLAGS:-}
+fp8_flags() { [ "$1" != 0 ] && echo "$FP8_FLAGS"; true; }  # mode: FP8_FLAGS for an FP8 run
 mkdir -p "$LOGDIR"
 [ -x ./train_gpt2cu ] || { echo "error: ./train_gpt2cu not built (make train_gpt2cu)" >&2; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -42,7 +43,7 @@ if [[ " $PARTS " == *" speed "* ]]; then
                 log="$LOGDIR/speed_d${D}_B${B}_fp8${mode}_r$r.log"
                 ms=nan  # a failed run keeps its place, so the rounds stay paired
                 if ./train_gpt2cu -e "d$D" -b "$B" -t 1024 -x "$STEPS" -v 0 -s 0 -i "$SHARD" -l 3e-4 -fp8 $mode \
-                        $TRAIN_FLAGS >"$log" 2>&1; then ms=$(median_ms "$log" 10); ms=${ms:-nan}
+                        $TRAIN_FLAGS $(fp8_flags "$mode") >"$log" 2>&1; then ms=$(median_ms "$log" 10); ms=${ms:-nan}
                 else tail -n 5 "$log"; echo "fp8 speed d$D B$B: the -fp8 $mode run failed ($log)"; fi
                 [ $mode = 0 ] && bf+=("$ms") || f8+=("$ms")
                 echo "fp8 speed d$D B$B round $r -fp8 $mode: $ms ms/step, memory $(sed -n 's/^device memory in use at the end: //p' "$log")"
@@ -68,7 +69,7 @@ if [[ " $PARTS " == *" profile "* ]]; then
         for mode in 0 "$FP8"; do
             log="$LOGDIR/profile_d${D}_B${B}_fp8${mode}.log"
             if ! LLMC_TRACE="$LOGDIR/trace_d${D}_fp8${mode}" ./train_gpt2cu -e "d$D" -b "$B" -t 1024 -x 8 -v 0 -s 0 \
-                    -i "$SHARD" -l 3e-4 -fp8 "$mode" $TRAIN_FLAGS >"$log" 2>&1; then
+                    -i "$SHARD" -l 3e-4 -fp8 "$mode" $TRAIN_FLAGS $(fp8_flags "$mode") >"$log" 2>&1; then
                 tail -n 5 "$log"; echo "fp8 profile d$D B$B: the -fp8 $mode run failed ($log)"; continue
             fi
             grep -a -E '^trace step [0-9]+ rank 0: [0-9.]+ ms: compute' "$log" | head -n 1 |
@@ -106,7 +107,7 @@ quality_runs() {
         IFS=: read -r name mode seed <<<"$run"
         rm -rf "$LOGDIR/q_$name"
         ./train_gpt2cu "$@" -i "${QDATA}_train_000000.bin" -j "${QDATA}_val_000000.bin" -fp8 "$mode" -seed "$seed" \
-            -o "$LOGDIR/q_$name" $TRAIN_FLAGS >"$LOGDIR/q_$name.log" 2>&1 ||
+            -o "$LOGDIR/q_$name" $TRAIN_FLAGS $(fp8_flags "$mode") >"$LOGDIR/q_$name.log" 2>&1 ||
             { tail -n 5 "$LOGDIR/q_$name.log"; echo "fp8 quality: the $name run failed"; }
     done
 }

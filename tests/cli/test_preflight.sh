@@ -121,6 +121,8 @@ if [ -x ./train_gpt2cu ]; then
     else
         expect_one_line ./train_gpt2cu "-fp8 1 in an FP32 build" "flag -fp8: FP8 training needs a BF16 build" -fp8 1
     fi
+    expect_one_line ./train_gpt2cu "-fp8h without -fp8" "flag -fp8h: delayed scaling needs -fp8 1 or 2" -fp8h 16
+    expect_one_line ./train_gpt2cu "-fp8h out of range" "-fp8h" -fp8 1 -fp8h 2000
 fi
 
 # without a GPU, train_gpt2cu with good inputs gets as far as the GPU, and says it is missing in one line

@@ -37,6 +37,7 @@ expect_error "T beyond the model" "flag -t: T = 128 exceeds the model's max sequ
 expect_error "tokens outside the vocabulary" "is >= vocab_size 1000" "${RUN[@]}" -e tests/fixtures/tiny_model.bin -s 0 -x 1
 expect_error "several processes" "flag -pn: the CPU trainer runs one process" "${RUN[@]}" -pn 2
 expect_error "-fp8 1 on the CPU" "flag -fp8: the CPU trainer has no FP8 training" "${RUN[@]}" -fp8 1
+expect_error "-fp8h 16 on the CPU" "flag -fp8h: the CPU trainer has no FP8 training" "${RUN[@]}" -fp8h 16
 expect_error "sample longer than T" "flag -g: 32 tokens do not fit in T = 32" "${RUN[@]}" -g 32
 expect_error "-d not a multiple of B*T" "flag -d: 100 tokens per step is not a multiple of B*T*processes = 2*32*1 = 64" "${RUN[@]}" -d 100
 expect_error "-y 1 without -o" "flag -y 1 needs -o" "${RUN[@]}" -y 1

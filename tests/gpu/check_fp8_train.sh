@@ -11,7 +11,10 @@
 #   - -fp8 2 (the lm_head's forward in FP8 too) within TOL of BF16 likewise, and twice byte-identical; -fp8 1 with
 #     two micro-steps a step (against BF16's with the same) and with the materialized attention backend likewise;
 #   - -fp8 1 resumed from a checkpoint: bit-exact as tests/gpu/check_resume.sh checks it;
-#   - B*T not a multiple of 16 refused in one line before any work.
+#   - -fp8 2 -fp8h 16 (delayed scaling where it fuses: fcproj's input, fc's output gradient) within TOL of BF16, with
+#     accumulation too, twice and with -r 2 byte-identical, its casts' amaxes checked against passes, and -fp8h 4
+#     resumed bit-exactly (the histories and scales are run state);
+#   - B*T not a multiple of 16, and -fp8h without -fp8, refused in one line before any work.
 # Elsewhere (FP32 builds, older GPUs): -fp8 1 refused in one line, naming the flag.
 #   tests/gpu/check_fp8_train.sh        env: MODEL (d6), STEPS (60), TOL (0.1), WORK (fp8_check)
 set -euo pipefail
@@ -25,10 +28,10 @@ cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head
 [[ "$cc" =~ ^[0-9]+$ ]] || { echo "error: nvidia-smi reports no compute capability ('$cc')" >&2; exit 1; }
 precision=$(./train_gpt2cu --version | grep -o -E 'bf16|fp32' | head -n 1)
 fail=0
-refused() {  # $1: what; the rest: flags. One "error: flag -fp8: ..." line, exit status 1, nothing trained.
+refused() {  # $1: what; the rest: flags. One "error: flag -fp8...: ..." line, exit status 1, nothing trained.
     local what=$1; shift
     if ./train_gpt2cu "$@" >"$WORK/refused.log" 2>&1; then echo "FAIL: $what: ran"; fail=1; return; fi
-    if [ "$(grep -c '^error: flag -fp8: ' "$WORK/refused.log")" = 1 ] && ! grep -q '^step' "$WORK/refused.log"; then
+    if [ "$(grep -c -E '^error: flag -fp8h?: ' "$WORK/refused.log")" = 1 ] && ! grep -q '^step' "$WORK/refused.log"; then
         echo "ok   $what: $(grep '^error:' "$WORK/refused.log")"
     else echo "FAIL: $what:"; cat "$WORK/refused.log"; fail=1; fi
 }
@@ -38,9 +41,12 @@ if [ "$precision" != bf16 ] || [ "${cc:-0}" -lt 9 ]; then
     echo "FP8 TRAINING: FAIL"; exit 1
 fi
 refused "-fp8 1 with B*T = 24" -e "$MODEL" -b 1 -t 24 -x 2 -v 0 -s 0 -fp8 1
-# name:fp8:recompute:extra flags (two micro-steps a step: -d twice B*T; the materialized backend: its amax passes)
+refused "-fp8h 16 without -fp8" -e "$MODEL" -b 4 -t 64 -x 2 -v 0 -s 0 -fp8h 16
+# name:fp8:recompute:extra flags (two micro-steps a step: -d twice B*T; the materialized backend: its amax passes;
+# -fp8h: delayed scaling where it fuses, with accumulation too)
 for run in bf16:0:1 fp8:1:1 fp8b:1:1 fp8r0:1:0 fp8r2:1:2 fp8h:2:1 fp8hb:2:1 "bf16acc:0:1:-d 2048" \
-           "fp8acc:1:1:-d 2048" "fp8mat:1:1:-ab materialized"; do
+           "fp8acc:1:1:-d 2048" "fp8mat:1:1:-ab materialized" "fp8d:2:1:-fp8h 16" "fp8db:2:1:-fp8h 16" \
+           "fp8dr2:2:2:-fp8h 16" "fp8dacc:2:1:-fp8h 16 -d 2048"; do
     IFS=: read -r name mode r extra <<<"$run"
     # shellcheck disable=SC2086  # extra: flags, split
     ./train_gpt2cu "${FLAGS[@]}" -fp8 "$mode" -r "$r" $extra -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
@@ -50,11 +56,16 @@ done
 if LLMC_FP8_CHECK_AMAX=1 ./train_gpt2cu "${FLAGS[@]}" -fp8 2 -r 1 -o "$WORK/fp8chk" >"$WORK/fp8chk.log" 2>&1; then
     echo "ok   -fp8 2 with LLMC_FP8_CHECK_AMAX=1: every folded amax equal to its pass's"
 else echo "FAIL: -fp8 2 with LLMC_FP8_CHECK_AMAX=1:"; grep -a -m 3 'error' "$WORK/fp8chk.log"; fail=1; fi
+if LLMC_FP8_CHECK_AMAX=1 ./train_gpt2cu "${FLAGS[@]}" -fp8 2 -fp8h 16 -r 1 -o "$WORK/fp8dchk" >"$WORK/fp8dchk.log" 2>&1
+then echo "ok   -fp8 2 -fp8h 16 with LLMC_FP8_CHECK_AMAX=1: every folded amax (the delayed casts' too) equal to its pass's"
+else echo "FAIL: -fp8 2 -fp8h 16 with LLMC_FP8_CHECK_AMAX=1:"; grep -a -m 3 'error' "$WORK/fp8dchk.log"; fail=1; fi
+grep -q 'delayed over 16 micro-steps' "$WORK/fp8d.log" ||
+    { echo "FAIL: the -fp8h 16 run's start-up does not name delayed scaling"; fail=1; }
 grep -q 'linear layers in FP8' "$WORK/fp8.log" || { echo "FAIL: the -fp8 1 run's start-up does not name FP8"; fail=1; }
 grep -q "lm_head's forward in FP8" "$WORK/fp8h.log" ||
     { echo "FAIL: the -fp8 2 run's start-up does not name the lm_head"; fail=1; }
 last() { grep -E "^s:[0-9]+ $2:" "$WORK/$1/main.log" | tail -n 1 | sed 's/.*://' || true; }
-for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc; do
+for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc fp8d:bf16 fp8dacc:bf16acc; do
     IFS=: read -r run ref <<<"$pair"
     for kind in trl tel; do
         b=$(last $ref $kind); f=$(last $run $kind)
@@ -73,7 +84,7 @@ for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc; do
         echo "ok   step 1's gradient norm: $ref $nb, $run $nf (within 10%)"
     else echo "FAIL: step 1's gradient norm: $ref '$nb', $run '$nf' (tolerance 10%)"; fail=1; fi
 done
-for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk; do
+for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk fp8d:fp8db fp8d:fp8dr2 fp8d:fp8dchk; do
     IFS=: read -r first other <<<"$pair"
     if cmp -s "$WORK/$first/main.log" "$WORK/$other/main.log"; then
         echo "ok   $other main.log identical to $first's ($(wc -l <"$WORK/$first/main.log") lines)"
@@ -82,4 +93,8 @@ done
 MODEL=$MODEL STEPS=20 WORK="$WORK/resume" bash tests/gpu/check_resume.sh -fp8 1 >"$WORK/resume.log" 2>&1 &&
     echo "ok   -fp8 1 resumed: $(tail -n 1 "$WORK/resume.log")" ||
     { echo "FAIL: -fp8 1 resumed:"; tail -n 15 "$WORK/resume.log"; fail=1; }
+# delayed scaling's histories and scales are run state: a resumed run casts with the same scales
+MODEL=$MODEL STEPS=20 WORK="$WORK/resume_delayed" bash tests/gpu/check_resume.sh -fp8 2 -fp8h 4 \
+    >"$WORK/resume_delayed.log" 2>&1 && echo "ok   -fp8 2 -fp8h 4 resumed: $(tail -n 1 "$WORK/resume_delayed.log")" ||
+    { echo "FAIL: -fp8 2 -fp8h 4 resumed:"; tail -n 15 "$WORK/resume_delayed.log"; fail=1; }
 if [ $fail = 0 ]; then echo "FP8 TRAINING: PASS"; else echo "FP8 TRAINING: FAIL"; exit 1; fi

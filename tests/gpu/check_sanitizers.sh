@@ -4,7 +4,8 @@
 #   train      train_gpt2cu, B 4, 2 steps with validation, HellaSwag (-h 1, the committed fixture) and samples
 #   train-z1   ZeRO-1's optimizer on one GPU (-z 1), B 4        train-z2   ZeRO-2's (-z 2), B 4
 #   train-mat  the materialized attention backend, B 4           train-fp8  the blocks' linear layers and the lm_head's
-#                                                                           forward in FP8 (-fp8 2), B 4
+#                                                                           forward in FP8 (-fp8 2), B 4; delayed
+#                                                                           scaling (-fp8h 4) from its second step
 #   gen-1      generate_gpt2cu, one prompt, greedy (decode_matvec, the greedy pick folded into the classifier)
 #   gen-20     twenty prompts at once, sampled (cuBLASLt's decode products, the GPU picker)
 #   serve      serve_gpt2cu: completions together, a chunked prompt, a stream, a bad request, then SIGTERM to the
@@ -127,7 +128,7 @@ for tool in $TOOLS; do
     launch "$tool" train-z1 "${train[@]}" -b 4 -s 0 -z 1
     launch "$tool" train-z2 "${train[@]}" -b 4 -s 0 -z 2
     launch "$tool" train-mat "${train[@]}" -b 4 -s 0 -ab materialized
-    [ "$fp8" = 1 ] && launch "$tool" train-fp8 "${train[@]}" -b 4 -s 0 -fp8 2
+    [ "$fp8" = 1 ] && launch "$tool" train-fp8 "${train[@]}" -b 4 -s 0 -fp8 2 -fp8h 4
     launch "$tool" gen-1 "${generate[@]}" -p "The meaning of life is"
     launch "$tool" gen-20 "${generate[@]}" -pf "$prompts" -st 0.9 -sk 40 -seed 7
     launch "$tool" serve

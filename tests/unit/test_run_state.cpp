@@ -82,6 +82,28 @@ TEST(RunState, RoundTrip) {
     }
 }
 
+// The FP8 section (train_gpt2cu -fp8h): after the optimizer's blob, its size in header field 15; a run without one
+// writes what it wrote before the section existed (field 15 zero, nothing after the optimizer's bytes).
+TEST(RunState, Fp8SectionRoundTripAndAbsentByDefault) {
+    const std::string plain = scratch_path("plain.bin"), fp8 = scratch_path("fp8.bin");
+    RunState s = sample_state(100);
+    write_run_state(plain, s);
+    const std::vector<unsigned char> p = read_bytes(plain);
+    EXPECT_EQ((int64_t)p.size(), run_state_file_bytes(100));
+    int32_t field15 = -1;
+    memcpy(&field15, &p[15 * 4], 4);
+    EXPECT_EQ(field15, 0);
+    EXPECT_TRUE(read_run_state(plain).fp8_state.empty());
+    s.fp8_state = {1, 2, 3, 4, 5, 6, 7};
+    write_run_state(fp8, s);
+    const std::vector<unsigned char> f = read_bytes(fp8);
+    EXPECT_EQ((int64_t)f.size(), run_state_file_bytes(100, kRunStateVersion, 7));
+    EXPECT_TRUE(same_bytes(f.data() + 1024, p.data() + 1024, p.size() - 1024));  // the rest as before, then the section
+    const RunState r = read_run_state(fp8);
+    EXPECT_EQ(r.fp8_state, s.fp8_state);
+    EXPECT_EQ(r.optimizer_state, s.optimizer_state);
+}
+
 TEST(RunState, RestoredRngContinuesTheSameStream) {
     Rng a(5);
     for (int i = 0; i < 10; i++) a.next_u64();
@@ -163,7 +185,9 @@ TEST(RunState, EveryHeaderFieldCorrupted) {
         {8, 7, "record sizes"},
         {9, 999, "implies"},          // optimizer size no longer matches the file length
         {10, 1, "implies"},
-        {15, 5, "reserved field 15 is 5"},
+        {15, 5, "5 FP8) implies"},    // an FP8 section the file does not hold
+        {15, (uint32_t)-1, "FP8 section of -1 bytes"},
+        {16, 5, "reserved field 16 is 5"},
         {255, 1, "reserved field 255 is 1"},
     };
     for (const Case& c : cases) {

@@ -60,6 +60,7 @@ struct TrainArgs {
     bool cuda_graph = true;              // -cg replay each forward+backward from CUDA Graphs
     int fp8 = 0;                         // -fp8 1: the blocks' linear layers in FP8 (BF16 builds, Hopper); 2: the
                                          // lm_head's forward too
+    int fp8_history = 0;                 // -fp8h H: delayed scaling over H micro-steps where it fuses; 0: none
     std::string attention = "auto";  // -ab auto (flash where the build and head size allow it) | flash | flash-nondet | materialized
     uint64_t seed = 42;                  // -seed weight init, data shuffling, sampling, stochastic rounding
     // multi-GPU (one process per GPU)
@@ -80,7 +81,8 @@ struct TrainArgs {
 enum class Trainer { Gpu, Cpu };
 
 inline bool gpu_only_flag(const std::string& flag) {
-    for (const char* f : {"-r", "-f", "-w", "-cg", "-fp8", "-ab", "-pn", "-pr", "-pg", "-pi", "-pf", "-z", "-zb"})
+    for (const char* f : {"-r", "-f", "-w", "-cg", "-fp8", "-fp8h", "-ab", "-pn", "-pr", "-pg", "-pi", "-pf", "-z",
+                          "-zb"})
         if (flag == f) return true;
     return false;
 }
@@ -150,6 +152,10 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
         text("               E5M2 gradients, per-tensor current scaling; docs/FP8.md); 2: the lm_head's forward");
         text("               too. BF16 builds on H100/H200, B*T and C multiples of 16; experimental");
         line("               (default %d)", d.fp8);
+        text("  -fp8h <H>    with -fp8: delayed scaling from an amax history of H micro-steps for fcproj's input");
+        text("               and fc's output gradient, which their producers then cast as they write them (no amax");
+        text("               pass, no bf16 copy); the first micro-step measures them. One process; 0 = current");
+        line("               scaling everywhere (default %d)", d.fp8_history);
         text("  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16");
         line("               builds with head size 64 or 128, else materialized (default %s). flash runs the",
              d.attention.c_str());
@@ -267,6 +273,7 @@ inline ParseStatus parse_train_args(int argc, const char* const* argv, TrainArgs
         else if (flag == "-w") { if (!get_bool(&a->master_weights)) return fail("0 or 1"); }
         else if (flag == "-cg") { if (!get_bool(&a->cuda_graph)) return fail("0 or 1"); }
         else if (flag == "-fp8") { if (!get_int(&a->fp8, 0, 2)) return fail("0, 1 or 2"); }
+        else if (flag == "-fp8h") { if (!get_int(&a->fp8_history, 0, 1024)) return fail("0 to 1024"); }
         else if (flag == "-ab") {
             if (v != "auto" && v != "materialized" && v != "flash" && v != "flash-nondet")
                 return fail("auto, materialized, flash or flash-nondet");

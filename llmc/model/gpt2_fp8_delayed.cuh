@@ -1,0 +1,118 @@
+// Delayed scaling where it lets a producer cast an FP8 operand as it writes it (docs/FP8.md): fcproj's input gelu(fch),
+// cast (y, yT) as fch is read once, and fc's output gradient, cast as the GELU backward computes it
+// (fp8_cast_transpose_dgelu) instead of being written in bf16 first. Every other operand keeps current scaling.
+// Each of those two per layer has an amax history of H micro-steps. After each micro-step's backward,
+// gpt2_fp8_delayed_update writes the amaxes their casts folded into the histories, at the device's micro-step
+// counter (so a replayed CUDA graph advances it), and sets those slots' scales and descales from the largest amax of
+// each window (fp8_update_one: powers of two, exact, deterministic). Until the first update (Fp8Delayed::calibrated)
+// the two run current scaling, which fills the histories: no cast uses a scale its tensor was not measured for. The
+// histories, the counter and the scales are run state (gpt2_fp8_delayed_state / _restore): a resumed run casts with
+// the same scales, bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmc/model/gpt2_fp8.cuh"
+
+// Why -fp8h cannot run with several processes (yet).
+inline std::string fp8_history_multi_gpu_problem() {
+    return "one process only for now: each rank's amaxes would fill histories of its own (they are not reduced "
+           "across ranks), and a checkpoint keeps rank 0's";
+}
+
+// The slot of delayed operand t (2l: fcproj's input, 2l + 1: fc's output gradient), as Fp8Layers::slot numbers them.
+__host__ __device__ inline size_t gpt2_fp8_delayed_slot(int t) {
+    const int l = t / 2;
+    return t % 2 == 0 ? ((size_t)l * kFp8Linears + kFp8FcProj) * kFp8Operands + kFp8Inp
+                      : ((size_t)l * kFp8Linears + kFp8Fc) * kFp8Operands + kFp8Dout;
+}
+
+inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H) {
+    f->delayed.H = H;
+    const size_t floats = (size_t)2 * f->L * H;
+    char* block;
+    cudaCheck(cudaMalloc(&block, floats * sizeof(float) + sizeof(long long)));
+    cudaCheck(cudaMemset(block, 0, floats * sizeof(float) + sizeof(long long)));
+    f->delayed.history = (float*)block;
+    f->delayed.counter = (long long*)(block + floats * sizeof(float));  // 8-byte aligned: floats is even
+    f->delayed.updates = 0;
+}
+
+__global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float* descale, float* history,
+                                               long long* counter, int operands, int H) {
+    const long long step = *counter;
+    for (int t = threadIdx.x; t < operands; t += blockDim.x) {
+        const size_t s = gpt2_fp8_delayed_slot(t);
+        fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, t % 2 ? Fp8Format::E5M2 : Fp8Format::E4M3,
+                       0, scale + s, descale + kFp8DescaleStride * s);
+    }
+    __syncthreads();  // every thread has read the counter
+    if (threadIdx.x == 0) *counter = step + 1;
+}
+
+// After a micro-step's backward (queued on its stream; the caller counts it on the host: Fp8Delayed::updates).
+inline void gpt2_fp8_delayed_update(const Fp8Layers& f, cudaStream_t stream) {
+    gpt2_fp8_delayed_update_kernel<<<1, 128, 0, stream>>>(f.stats, f.scale(0), f.descale(0), f.delayed.history,
+                                                         f.delayed.counter, 2 * f.L, f.delayed.H);
+    cudaCheck(cudaGetLastError());
+}
+
+// The run state's bytes (llmc/formats/run_state.h's FP8 section): int32 "FP8D", H, operands, 0; int64 the counter;
+// then the operands' histories, scales and descales (fp32). Empty when delayed scaling is off. Waits for the stream.
+constexpr int32_t kFp8DelayedMagic = 0x44385046;  // "FP8D"
+inline std::vector<uint8_t> gpt2_fp8_delayed_state(const Fp8Layers& f, cudaStream_t stream) {
+    if (!f.delayed.on()) return {};
+    const int ops = 2 * f.L, H = f.delayed.H;
+    std::vector<float> floats((size_t)ops * (H + 2));  // histories, then scales, then descales
+    int64_t counter = 0;
+    cudaCheck(cudaStreamSynchronize(stream));
+    cudaCheck(cudaMemcpy(floats.data(), f.delayed.history, (size_t)ops * H * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&counter, f.delayed.counter, sizeof(counter), cudaMemcpyDeviceToHost));
+    for (int t = 0; t < ops; t++) {
+        const size_t s = gpt2_fp8_delayed_slot(t);
+        cudaCheck(cudaMemcpy(&floats[(size_t)ops * H + t], f.scale(s), sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(&floats[(size_t)ops * (H + 1) + t], f.descale(s), sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    const int32_t head[4] = {kFp8DelayedMagic, H, ops, 0};
+    std::vector<uint8_t> out(sizeof(head) + sizeof(counter) + floats.size() * sizeof(float));
+    memcpy(out.data(), head, sizeof(head));
+    memcpy(out.data() + sizeof(head), &counter, sizeof(counter));
+    memcpy(out.data() + sizeof(head) + sizeof(counter), floats.data(), floats.size() * sizeof(float));
+    return out;
+}
+
+// Puts a checkpoint's state back (before the first step); "" or why it cannot (a run with another -fp8h, or none).
+inline std::string gpt2_fp8_delayed_restore(Fp8Layers* f, const std::vector<uint8_t>& bytes) {
+    const int H = f->delayed.H, ops = 2 * f->L;
+    if (bytes.empty()) {
+        if (!f->delayed.on()) return "";
+        return "the checkpoint has no FP8 amax histories (written without -fp8h): resume it without -fp8h";
+    }
+    int32_t head[4] = {};
+    if (bytes.size() >= sizeof(head)) memcpy(head, bytes.data(), sizeof(head));
+    if (head[0] != kFp8DelayedMagic) return "its FP8 section is not an amax-history record";
+    if (!f->delayed.on()) {
+        return "the checkpoint holds FP8 amax histories of " + std::to_string(head[1]) +
+               " micro-steps (written with -fp8h " + std::to_string(head[1]) + "): resume it with the same -fp8h";
+    }
+    const size_t want = sizeof(head) + sizeof(int64_t) + (size_t)ops * (H + 2) * sizeof(float);
+    if (head[1] != H || head[2] != ops || bytes.size() != want) {
+        return "its FP8 amax histories are " + std::to_string(head[1]) + " micro-steps of " + std::to_string(head[2]) +
+               " operands; this run has -fp8h " + std::to_string(H) + " and " + std::to_string(ops);
+    }
+    int64_t counter = 0;
+    memcpy(&counter, bytes.data() + sizeof(head), sizeof(counter));
+    const float* floats = reinterpret_cast<const float*>(bytes.data() + sizeof(head) + sizeof(counter));
+    cudaCheck(cudaMemcpy(f->delayed.history, floats, (size_t)ops * H * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(f->delayed.counter, &counter, sizeof(counter), cudaMemcpyHostToDevice));
+    for (int t = 0; t < ops; t++) {
+        const size_t s = gpt2_fp8_delayed_slot(t);
+        cudaCheck(cudaMemcpy(f->scale(s), &floats[(size_t)ops * H + t], sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(f->descale(s), &floats[(size_t)ops * (H + 1) + t], sizeof(float), cudaMemcpyHostToDevice));
+    }
+    f->delayed.updates = counter;
+    return "";
+}
