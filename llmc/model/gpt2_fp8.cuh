@@ -53,7 +53,7 @@ struct Fp8Layers {
     uint8_t* wte = nullptr;        // the lm_head's weight (Vp x C), E4M3, when Vp > 0
     uint8_t* inputs_T = nullptr;   // per layer, per linear: inp's yT (in x rows), E4M3, from its forward cast
     float* stats = nullptr;        // amax, scale, descale of every slot (descales strided)
-    float* check = nullptr;        // LLMC_FP8_CHECK_AMAX: every slot's amax again by a pass, then a mismatch (int)
+    float* check = nullptr;        // LLMC_FP8_CHECK_AMAX: every slot's amax by a pass, a mismatch (int), its fold
     Fp8Delayed delayed;
     uint8_t* work[2] = {};         // max_rows x 4C bytes each: the current GEMM's y operand, dout's yT
     size_t bytes = 0;              // all of the above
@@ -117,7 +117,8 @@ inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows
     if (!amax_taken) fp8_amax<kGelu>(x, rows, cols, f.amax(s), stream);
     if (amax_taken && f.check) {  // the producer's fold against a pass of its own
         fp8_amax<kGelu>(x, rows, cols, f.check + s, stream);
-        amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()));
+        amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()),
+                                                 f.check + f.slots() + 1);
         cudaCheck(cudaGetLastError());
     }
     fp8_cast_transpose_current<F, kGelu>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream,
@@ -136,7 +137,8 @@ inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows
     if (f.check) {
         if (dgelu_in) fp8_amax_dgelu(x, dgelu_in, rows, cols, f.check + s, stream);
         else fp8_amax<kGelu>(x, rows, cols, f.check + s, stream);
-        amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()));
+        amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()),
+                                                 f.check + f.slots() + 1);
         cudaCheck(cudaGetLastError());
     }
 }
@@ -181,8 +183,8 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp =
     if (Vp > 0) f->wte = (uint8_t*)take((size_t)Vp * C);
     cudaCheck(cudaMemset(f->stats, 0, f->stats_floats() * sizeof(float)));
     if (engine_options().fp8_check_amax) {
-        cudaCheck(cudaMalloc(&f->check, (f->slots() + 1) * sizeof(float)));
-        cudaCheck(cudaMemset(f->check, 0, (f->slots() + 1) * sizeof(float)));
+        cudaCheck(cudaMalloc(&f->check, (f->slots() + 2) * sizeof(float)));
+        cudaCheck(cudaMemset(f->check, 0, (f->slots() + 2) * sizeof(float)));
     }
     matmul_init();
     matmul_fp8_detail::unit_scale();  // allocated now, not inside a captured step
@@ -205,7 +207,7 @@ inline std::string gpt2_fp8_check_result(const Fp8Layers& f, cudaStream_t stream
     if (bad == 0) return "";
     const size_t s = (size_t)bad - 1;
     float got = 0.f, want = 0.f;
-    cudaCheck(cudaMemcpy(&got, f.amax(s), sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&got, f.check + f.slots() + 1, sizeof(float), cudaMemcpyDeviceToHost));
     cudaCheck(cudaMemcpy(&want, f.check + s, sizeof(float), cudaMemcpyDeviceToHost));
     static const char* const kLinear[] = {"qkv", "attproj", "fc", "fcproj"};
     static const char* const kOperand[] = {"input", "weight", "output gradient"};
@@ -228,7 +230,7 @@ inline const Fp8Layers* gpt2_fp8_for_rows(const Fp8Layers* f, int BT) {
 // At a forward's start: every amax back to zero (each pass folds its tensor's into its slot).
 inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
     cudaCheck(cudaMemsetAsync(f.stats, 0, f.slots() * sizeof(float), stream));
-    if (f.check) cudaCheck(cudaMemsetAsync(f.check, 0, (f.slots() + 1) * sizeof(float), stream));
+    if (f.check) cudaCheck(cudaMemsetAsync(f.check, 0, (f.slots() + 2) * sizeof(float), stream));
 }
 
 // Layer l's four weights to E4M3, y and yT, once its parameters are there (before its first GEMM).

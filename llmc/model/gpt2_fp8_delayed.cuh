@@ -10,6 +10,7 @@
 // the same scales, bit for bit.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -46,8 +47,12 @@ __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float*
     const long long step = *counter;
     for (int t = threadIdx.x; t < operands; t += blockDim.x) {
         const size_t s = gpt2_fp8_delayed_slot(t);
+        const float seen = amax[s];
         fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, t % 2 ? Fp8Format::E5M2 : Fp8Format::E4M3,
                        0, scale + s, descale + kFp8DescaleStride * s);
+        // an overflow (the cast saturated it): a NaN descale, so the next GEMMs and the loss say so, as with current
+        // scaling, instead of a finite value from a window that kept the old scale
+        if (!isfinite(seen)) descale[kFp8DescaleStride * s] = NAN;
     }
     __syncthreads();  // every thread has read the counter
     if (threadIdx.x == 0) *counter = step + 1;
@@ -84,34 +89,61 @@ inline std::vector<uint8_t> gpt2_fp8_delayed_state(const Fp8Layers& f, cudaStrea
     return out;
 }
 
-// Puts a checkpoint's state back (before the first step); "" or why it cannot (a run with another -fp8h, or none).
-inline std::string gpt2_fp8_delayed_restore(Fp8Layers* f, const std::vector<uint8_t>& bytes) {
-    const int H = f->delayed.H, ops = 2 * f->L;
+// Puts a checkpoint's FP8 section back (before the first step). Returns why the section is malformed ("" if not);
+// a well-formed section this run cannot continue from (another -fp8h, none, the batch laid out otherwise: its
+// histories were measured at another loss scale) leaves the histories to start over from this run's first
+// micro-step, and *note says so.
+inline std::string gpt2_fp8_delayed_restore(Fp8Layers* f, const std::vector<uint8_t>& bytes, bool reshaped,
+                                            std::string* note) {
+    note->clear();
     if (bytes.empty()) {
-        if (!f->delayed.on()) return "";
-        return "the checkpoint has no FP8 amax histories (written without -fp8h): resume it without -fp8h";
+        if (f->delayed.on())
+            *note = "the checkpoint has no FP8 amax histories (written without -fp8h): -fp8h " +
+                    std::to_string(f->delayed.H) + " starts them from this run's first micro-step";
+        return "";
     }
     int32_t head[4] = {};
-    if (bytes.size() >= sizeof(head)) memcpy(head, bytes.data(), sizeof(head));
-    if (head[0] != kFp8DelayedMagic) return "its FP8 section is not an amax-history record";
+    int64_t counter = -1;
+    if (bytes.size() >= sizeof(head) + sizeof(counter)) {
+        memcpy(head, bytes.data(), sizeof(head));
+        memcpy(&counter, bytes.data() + sizeof(head), sizeof(counter));
+    }
+    const int fH = head[1], fops = head[2];
+    if (head[0] != kFp8DelayedMagic || head[3] != 0 || fH < 1 || fH > 1024 || fops < 2 || fops > 1 << 14 ||
+        counter < 0) {
+        return "its FP8 section is not an amax-history record";
+    }
+    if (bytes.size() != sizeof(head) + sizeof(counter) + (size_t)fops * (fH + 2) * sizeof(float))
+        return "its FP8 section's size does not match its " + std::to_string(fops) + " operands";
+    std::vector<float> floats((size_t)fops * (fH + 2));
+    memcpy(floats.data(), bytes.data() + sizeof(head) + sizeof(counter), floats.size() * sizeof(float));
+    for (int t = 0; t < fops; t++) {  // powers of two within 2^-126..2^126 and their exact inverses, or it is damaged
+        const float scale = floats[(size_t)fops * fH + t], descale = floats[(size_t)fops * (fH + 1) + t];
+        int e = 0;
+        const bool power =
+            std::isfinite(scale) && scale > 0.f && std::frexp(scale, &e) == 0.5f && e >= -125 && e <= 127;
+        if (!power || descale != (float)(1.0 / (double)scale)) return "its FP8 section holds a scale that is not one";
+    }
+    const std::string held = "the checkpoint's FP8 amax histories (-fp8h " + std::to_string(fH) + ")";
     if (!f->delayed.on()) {
-        return "the checkpoint holds FP8 amax histories of " + std::to_string(head[1]) +
-               " micro-steps (written with -fp8h " + std::to_string(head[1]) + "): resume it with the same -fp8h";
+        *note = held + " are not used: this run casts every FP8 operand with current scaling";
+        return "";
     }
-    const size_t want = sizeof(head) + sizeof(int64_t) + (size_t)ops * (H + 2) * sizeof(float);
-    if (head[1] != H || head[2] != ops || bytes.size() != want) {
-        return "its FP8 amax histories are " + std::to_string(head[1]) + " micro-steps of " + std::to_string(head[2]) +
-               " operands; this run has -fp8h " + std::to_string(H) + " and " + std::to_string(ops);
+    if (fH != f->delayed.H || fops != 2 * f->L) {
+        *note = held + " do not fit this run's -fp8h " + std::to_string(f->delayed.H) + ": they start over";
+        return "";
     }
-    int64_t counter = 0;
-    memcpy(&counter, bytes.data() + sizeof(head), sizeof(counter));
-    const float* floats = reinterpret_cast<const float*>(bytes.data() + sizeof(head) + sizeof(counter));
-    cudaCheck(cudaMemcpy(f->delayed.history, floats, (size_t)ops * H * sizeof(float), cudaMemcpyHostToDevice));
+    if (reshaped) {
+        *note = held + " were measured with the batch laid out otherwise (another loss scale): they start over";
+        return "";
+    }
+    cudaCheck(cudaMemcpy(f->delayed.history, floats.data(), (size_t)fops * fH * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(f->delayed.counter, &counter, sizeof(counter), cudaMemcpyHostToDevice));
-    for (int t = 0; t < ops; t++) {
-        const size_t s = gpt2_fp8_delayed_slot(t);
-        cudaCheck(cudaMemcpy(f->scale(s), &floats[(size_t)ops * H + t], sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(f->descale(s), &floats[(size_t)ops * (H + 1) + t], sizeof(float), cudaMemcpyHostToDevice));
+    for (int t = 0; t < fops; t++) {
+        const size_t slot = gpt2_fp8_delayed_slot(t);
+        cudaCheck(cudaMemcpy(f->scale(slot), &floats[(size_t)fops * fH + t], sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(f->descale(slot), &floats[(size_t)fops * (fH + 1) + t], sizeof(float),
+                             cudaMemcpyHostToDevice));
     }
     f->delayed.updates = counter;
     return "";

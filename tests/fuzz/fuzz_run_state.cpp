@@ -1,7 +1,7 @@
 // Fuzzes the run-state reader (llmc/formats/run_state.h): read_run_state_header and read_run_state on the input as
-// a checkpoint's run-state file (versions 1 and 2). Expected: FileError.
+// a checkpoint's run-state file (versions 1 to 3, with or without the FP8 section). Expected: FileError.
 // Findings: a crash or sanitizer report, another exception, a leak, an allocation past -malloc_limit_mb
-// (the optimizer blob is sized from the header), the two readers disagreeing, or an accepted file that does
+// (the optimizer blob and the FP8 section are sized from the header), the two readers disagreeing, or an accepted file that does
 // not survive write_run_state + read_run_state (what the reader accepts, the writer must write so that the
 // reader accepts it again; a version 2 file must come back byte for byte). A version 1 file has run id and
 // model hash 0, which the writer refuses (a FileError): Checkpointer::restore gives such a run a new id and
@@ -16,7 +16,8 @@ static bool same_state(const RunState& a, const RunState& b) {
            a.grad_accum_steps == b.grad_accum_steps && a.run_id == b.run_id && a.model_hash == b.model_hash &&
            memcmp(&a.sampler_rng, &b.sampler_rng, sizeof(RngState)) == 0 &&
            memcmp(&a.train_loader, &b.train_loader, sizeof(DataLoaderState)) == 0 &&
-           memcmp(&a.val_loader, &b.val_loader, sizeof(DataLoaderState)) == 0 && a.optimizer_state == b.optimizer_state;
+           memcmp(&a.val_loader, &b.val_loader, sizeof(DataLoaderState)) == 0 && a.optimizer_state == b.optimizer_state &&
+           a.fp8_state == b.fp8_state;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

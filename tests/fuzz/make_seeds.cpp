@@ -170,6 +170,8 @@ static void run_state_seeds() {
     memcpy(&v1[4], &one, 4);
     memset(&v1[11 * 4], 0, 4 * 4);
     put("run_state", "v1.bin", v1);
+    s.fp8_state = std::vector<uint8_t>(40, 0x3c);  // an FP8 section (train_gpt2cu -fp8h): header field 15
+    put("run_state", "v3_fp8.bin", written([&](const std::string& p) { write_run_state(p, s); }));
 }
 
 static void debug_state_seeds() {

@@ -12,7 +12,7 @@
 #     two micro-steps a step (against BF16's with the same) and with the materialized attention backend likewise;
 #   - -fp8 1 resumed from a checkpoint: bit-exact as tests/gpu/check_resume.sh checks it;
 #   - -fp8 2 -fp8h 16 (delayed scaling where it fuses: fcproj's input, fc's output gradient) within TOL of BF16, with
-#     accumulation too, twice and with -r 2 byte-identical, its casts' amaxes checked against passes, and -fp8h 4
+#     accumulation too, twice and with -r 0 and -r 2 byte-identical, its casts' amaxes checked against passes, and -fp8h 4
 #     resumed bit-exactly (the histories and scales are run state);
 #   - B*T not a multiple of 16, and -fp8h without -fp8, refused in one line before any work.
 # Elsewhere (FP32 builds, older GPUs): -fp8 1 refused in one line, naming the flag.
@@ -46,7 +46,7 @@ refused "-fp8h 16 without -fp8" -e "$MODEL" -b 4 -t 64 -x 2 -v 0 -s 0 -fp8h 16
 # -fp8h: delayed scaling where it fuses, with accumulation too)
 for run in bf16:0:1 fp8:1:1 fp8b:1:1 fp8r0:1:0 fp8r2:1:2 fp8h:2:1 fp8hb:2:1 "bf16acc:0:1:-d 2048" \
            "fp8acc:1:1:-d 2048" "fp8mat:1:1:-ab materialized" "fp8d:2:1:-fp8h 16" "fp8db:2:1:-fp8h 16" \
-           "fp8dr2:2:2:-fp8h 16" "fp8dacc:2:1:-fp8h 16 -d 2048"; do
+           "fp8dr0:2:0:-fp8h 16" "fp8dr2:2:2:-fp8h 16" "fp8dacc:2:1:-fp8h 16 -d 2048"; do
     IFS=: read -r name mode r extra <<<"$run"
     # shellcheck disable=SC2086  # extra: flags, split
     ./train_gpt2cu "${FLAGS[@]}" -fp8 "$mode" -r "$r" $extra -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
@@ -84,7 +84,7 @@ for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc; do
         echo "ok   step 1's gradient norm: $ref $nb, $run $nf (within 10%)"
     else echo "FAIL: step 1's gradient norm: $ref '$nb', $run '$nf' (tolerance 10%)"; fail=1; fi
 done
-for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk fp8d:fp8db fp8d:fp8dr2 fp8d:fp8dchk; do
+for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk fp8d:fp8db fp8d:fp8dr0 fp8d:fp8dr2 fp8d:fp8dchk; do
     IFS=: read -r first other <<<"$pair"
     if cmp -s "$WORK/$first/main.log" "$WORK/$other/main.log"; then
         echo "ok   $other main.log identical to $first's ($(wc -l <"$WORK/$first/main.log") lines)"

@@ -43,7 +43,7 @@ __device__ __forceinline__ void fold_warp_amax(unsigned int m, float* amax) {
 __device__ __forceinline__ unsigned int amax_bits(float v) { return __float_as_uint(fabsf(v)); }
 
 // A check of the folds (LLMC_FP8_CHECK_AMAX): *mismatch (0 before) becomes id + 1 unless *got and *want are the same
-// bits, the first such id staying.
-__global__ void amax_compare_kernel(const float* got, const float* want, int id, int* mismatch) {
-    if (__float_as_uint(*got) != __float_as_uint(*want)) atomicCAS(mismatch, 0, id + 1);
+// bits, the first such id staying, and *got_seen the value it saw (a later kernel may change *got).
+__global__ void amax_compare_kernel(const float* got, const float* want, int id, int* mismatch, float* got_seen) {
+    if (__float_as_uint(*got) != __float_as_uint(*want) && atomicCAS(mismatch, 0, id + 1) == 0) *got_seen = *got;
 }
