@@ -49,6 +49,16 @@ struct ScaleSource {
     float* descale_out = nullptr;
 };
 
+// The value a cast reads at one element x (with aux, the GELU's input, under kDGelu): x; gelu(x) as gelu_forward
+// stores it (kGelu); x·gelu'(aux) as gelu_backward_inplace stores it (kDGelu). Both kernels below read through it.
+template <bool kGelu, bool kDGelu, typename T>
+__device__ __forceinline__ float operand_value(T x, T aux) {
+    float v = (float)x;
+    if constexpr (kGelu) v = to_float(from_float<T>(gelu_value(v)));
+    if constexpr (kDGelu) v = to_float(from_float<T>(v * gelu_derivative((float)aux)));
+    return v;
+}
+
 template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
 __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols,
                                                             ScaleSource src, uint8_t* __restrict__ y,
@@ -78,14 +88,12 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
         uint32_t packed = 0;
         if (r < rows && c < cols) {
             const Quad q = *reinterpret_cast<const Quad*>(x + (size_t)r * cols + c);
-            Quad g;
+            Quad g = q;  // unread unless kDGelu
             if constexpr (kDGelu) g = *reinterpret_cast<const Quad*>(aux + (size_t)r * cols + c);
             float v[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                v[j] = (float)q.v[j];
-                if constexpr (kGelu) v[j] = to_float(from_float<floatX>(gelu_value(v[j])));
-                if constexpr (kDGelu) v[j] = to_float(from_float<floatX>(v[j] * gelu_derivative((float)g.v[j])));
+                v[j] = operand_value<kGelu, kDGelu>(q.v[j], g.v[j]);
                 m = max(m, amax_bits(v[j]));
                 sums[j] += v[j];
             }
@@ -131,15 +139,10 @@ __global__ void __launch_bounds__(256) amax_kernel(const T* __restrict__ x, size
     unsigned int m = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
         const Quad q = reinterpret_cast<const Quad*>(x)[i];
-        Quad g;
+        Quad g = q;  // unread unless kDGelu
         if constexpr (kDGelu) g = reinterpret_cast<const Quad*>(aux)[i];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float v = (float)q.v[j];
-            if constexpr (kGelu) v = to_float(from_float<T>(gelu_value(v)));
-            if constexpr (kDGelu) v = to_float(from_float<T>(v * gelu_derivative((float)g.v[j])));
-            m = max(m, amax_bits(v));
-        }
+        for (int j = 0; j < 4; j++) m = max(m, amax_bits(operand_value<kGelu, kDGelu>(q.v[j], g.v[j])));
     }
     fold_block_amax(m, amax, warp_max);
 }
