@@ -28,12 +28,10 @@ inline void checkpoint_save(const Checkpointer& ckpt, GPT2& model, AdamW& opt, i
 inline int checkpoint_restore(Checkpointer& ckpt, GPT2* model, AdamW* opt, int step, const RunShape& shape,
                               Rng* sampler_rng, DataLoader* train, int rank) {
     std::vector<uint8_t> fp8_state;
-    const RunState saved = read_run_state_header(ckpt.state_path(step));
-    const bool reshaped = saved.B != shape.B || saved.num_processes != shape.num_processes ||
-                          saved.grad_accum_steps != shape.grad_accum_steps;
+    bool reshaped = false;
     const int resumed = ckpt.restore([&](const std::vector<uint8_t>& bytes, const std::string& path) {
         opt->state_from_host(bytes, path);
-    }, step, shape, sampler_rng, train, rank, &fp8_state);
+    }, step, shape, sampler_rng, train, rank, &fp8_state, &reshaped);
     std::string note;
     const std::string why = gpt2_fp8_delayed_restore(&model->fp8_layers, fp8_state, reshaped, &note);
     if (!why.empty()) file_error(ckpt.state_path(step), "%s", why.c_str());

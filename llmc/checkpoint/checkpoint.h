@@ -85,10 +85,11 @@ struct Checkpointer {
     // Restores everything but the weights (already loaded from model_path(step)): load_optimizer(bytes, path) puts
     // the optimizer's state back; then the sampler and this rank's train loader. Returns the step to continue
     // from. The shape must match the run's (T and the tokens per step). fp8_state: the FP8 section (a trainer
-    // without FP8 passes none, and a file with one is refused in one line).
+    // without FP8 passes none, and a file with one is refused in one line); reshaped: whether the run lays the batch
+    // out otherwise than the checkpoint's (B, processes, accumulation).
     template <typename LoadOptimizer>
     int restore(LoadOptimizer&& load_optimizer, int step, const RunShape& shape, Rng* sampler_rng, DataLoader* train,
-                int rank, std::vector<uint8_t>* fp8_state = nullptr) {
+                int rank, std::vector<uint8_t>* fp8_state = nullptr, bool* reshaped_out = nullptr) {
         const std::string path = state_path(step);
         RunState s = read_run_state(path);
         if (!fp8_state && !s.fp8_state.empty())
@@ -97,6 +98,7 @@ struct Checkpointer {
         const RunShape saved = check_resume_shape(path, s, shape);
         const bool reshaped = saved.B != shape.B || saved.num_processes != shape.num_processes ||
                               saved.grad_accum_steps != shape.grad_accum_steps;
+        if (reshaped_out) *reshaped_out = reshaped;
         if (s.version < 3 && s.grad_accum_steps > 1) {
             file_error(path, "run-state version %d with gradient accumulation (%d) counts its data windows per "
                        "micro-step, this build per step: resume it with the build that wrote it, or start a new run "

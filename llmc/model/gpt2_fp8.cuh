@@ -4,7 +4,8 @@
 // output gradients. Per-tensor current scaling: each operand's amax first (folded in by the kernel that writes it:
 // the LayerNorms', the GELU backward's and attention's; fcproj's input's and the weights' by a pass of their own),
 // then the cast with the scale that amax gives (llmc/kernels/fp8/cast_transpose.cuh), so a scale never lags its
-// tensor and there is no state across steps (resume is bit-exact as in BF16 runs). What FP8 GEMMs on Hopper need, both operands K-major:
+// tensor and there is no state across steps (but for -fp8h's delayed operands, llmc/model/gpt2_fp8_delayed.cuh, whose
+// state the checkpoints keep). What FP8 GEMMs on Hopper need, both operands K-major:
 //   forward           out (N, OC)  = inp (N, C)   · W (OC, C)ᵀ       K = C:  inp's y, W's y
 //   input gradient    dinp (N, C)  = dout (N, OC) · Wᵀ (C, OC)ᵀ      K = OC: dout's y, W's yT
 //   weight gradient   dW (OC, C)  += doutᵀ (OC, N) · inpᵀ (C, N)ᵀ    K = N:  dout's yT, inp's yT
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/fp8.h"
@@ -108,6 +110,13 @@ inline uint8_t* input_yT(const Fp8Layers& f, int l, Fp8Linear k) {
     return f.inputs_T + (size_t)l * layer_input_bytes(f.C, f.max_rows) + input_offset(f.C, f.max_rows, k);
 }
 
+// LLMC_FP8_CHECK_AMAX: slot s's folded amax against the pass just taken into f.check + s (the first mismatch kept).
+inline void compare_fold(const Fp8Layers& f, size_t s, cudaStream_t stream) {
+    amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()),
+                                             f.check + f.slots() + 1);
+    cudaCheck(cudaGetLastError());
+}
+
 // x (rows, cols) cast to F with current scaling into slot s: its amax (unless its producer folded it in already:
 // amax_taken), then y and/or yT with the scale from it (and x's column sums per tile into colsum, if given).
 // kGelu: x is a GELU's input and gelu(x) is what is cast (fp8_cast_transpose's kGelu).
@@ -117,9 +126,7 @@ inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows
     if (!amax_taken) fp8_amax<kGelu>(x, rows, cols, f.amax(s), stream);
     if (amax_taken && f.check) {  // the producer's fold against a pass of its own
         fp8_amax<kGelu>(x, rows, cols, f.check + s, stream);
-        amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()),
-                                                 f.check + f.slots() + 1);
-        cudaCheck(cudaGetLastError());
+        compare_fold(f, s, stream);
     }
     fp8_cast_transpose_current<F, kGelu>(x, rows, cols, f.amax(s), 0, f.scale(s), f.descale(s), y, yT, stream,
                                          colsum);
@@ -137,9 +144,7 @@ inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows
     if (f.check) {
         if (dgelu_in) fp8_amax_dgelu(x, dgelu_in, rows, cols, f.check + s, stream);
         else fp8_amax<kGelu>(x, rows, cols, f.check + s, stream);
-        amax_compare_kernel<<<1, 1, 0, stream>>>(f.amax(s), f.check + s, (int)s, (int*)(f.check + f.slots()),
-                                                 f.check + f.slots() + 1);
-        cudaCheck(cudaGetLastError());
+        compare_fold(f, s, stream);
     }
 }
 
@@ -261,11 +266,13 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
     uint8_t *inp_y = f.work[0], *inp_yT = input_yT(f, l, k);
-    const bool taken = inp_amax_taken;
-    if (delayed && inp_is_pre_gelu) cast_delayed<Fp8Format::E4M3, true>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
-    else if (delayed) cast_delayed<Fp8Format::E4M3>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
-    else if (inp_is_pre_gelu) cast_current<Fp8Format::E4M3, true>(f, si, inp, N, d.in, inp_y, inp_yT, stream, taken);
-    else cast_current<Fp8Format::E4M3>(f, si, inp, N, d.in, inp_y, inp_yT, stream, taken);
+    auto cast = [&](auto gelu) {
+        constexpr bool kGelu = decltype(gelu)::value;
+        if (delayed) cast_delayed<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
+        else cast_current<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream, inp_amax_taken);
+    };
+    if (inp_is_pre_gelu) cast(std::true_type());
+    else cast(std::false_type());
     matmul_fp8(out, inp_y, Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias, N,
                d.out, d.in, /*fast_accum=*/true, stream);
 }

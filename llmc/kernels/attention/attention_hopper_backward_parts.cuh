@@ -160,7 +160,8 @@ __device__ __forceinline__ void part_p_and_ds(hopper::Accumulator<kPq>& st, hopp
 // dK/dV and fused kernels: a wgmma group per part, K and V as register A operands where Cfg::kKRegs, Cfg::kVRegs,
 // else from sK, sV. Issued only; st and dpt zeroed by the caller where no product is in flight.
 template <typename Cfg, int kParts, int kPq, int kKF, int kVF, typename KVTile, typename QTile>
-__device__ __forceinline__ void issue_st_dpt(hopper::Accumulator<kPq> (&st)[kParts], hopper::Accumulator<kPq> (&dpt)[kParts],
+__device__ __forceinline__ void issue_st_dpt(hopper::Accumulator<kPq> (&st)[kParts],
+                                             hopper::Accumulator<kPq> (&dpt)[kParts],
                                              const uint32_t (&k_frag)[kKF][4], const uint32_t (&v_frag)[kVF][4],
                                              const KVTile& sK, const KVTile& sV, int kv_row, const QTile& sQ,
                                              const QTile& sdO) {
