@@ -86,7 +86,8 @@ if true; then
     [ "${PRECISION:-BF16}" = BF16 ] && backends="materialized flash flash-nondet"   # flash attention is bf16-only
     # what the selected suites need (TEST_ONLY): the d12 reference, the Tiny Shakespeare shards
     needs_d12=0; needs_data=0
-    for name in $(printf 'gpu-reference-d12-%s ' $backends) gpu-reference-d12-flash-cublas-dgelu generate-vs-transformers hellaswag-vs-transformers; do
+    for name in $(printf 'gpu-reference-d12-%s ' $backends) gpu-reference-d12-flash-cublas-dgelu generate-vs-transformers hellaswag-vs-transformers \
+                serve-vs-generate serve-vs-generate-chunks page-vs-server; do
         selected "$name" && needs_d12=1 && needs_data=1
     done
     for name in gpu-data resume-bit-exact cuda-graph-bit-exact fp8-training checkpoint-directory cpu-vs-gpu-fp32; do selected "$name" && needs_data=1; done
