@@ -11,7 +11,8 @@
 #   serve      serve_gpt2cu: completions together, a chunked prompt, a stream, a bad request, then SIGTERM to the
 #              server, which drains and exits so that the tool prints its summary (tests/gpu/sanitize_serve.py)
 #   decode     tests/gpu/test_decode --small (prefill, decode steps, a server's slots, chunks, against the full forward);
-#              under racecheck one run per test (decode-cached, -slots, -chunks, -recompute), side by side
+#              under racecheck one run per test (decode-cached, -slots, -chunks, -recompute), side by side as far as
+#              the host's memory allows (DECODE_GIB per part, below)
 #   fwd, bwd   dev/cuda/attention_forward -cs, attention_backward -cs (every variant at the three small check shapes)
 #   fp8-cast   dev/cuda/fp8_cast -c (the FP8 casts, transposes, amax and column sums at every validation shape)
 # and, for initcheck, the report of issue 63 (train_gpt2cu -e d6 -b 2|4 -t 128 -x 1 -v 1 -m 1 -s 0, the default
@@ -19,7 +20,8 @@
 # with its tool's summary. Exit 1 on any error in our kernels or any run that does not finish.
 #   tests/gpu/check_sanitizers.sh [tool...]   env: LOGDIR (sanitizer_logs), LIMIT (seconds per run, 480; racecheck over
 #                                           test_decode twice that), JOBS (nproc),
-#                                           ONLY (an extended regex of run names), DATA_MIRROR (../shared/data)
+#                                           ONLY (an extended regex of run names), DATA_MIRROR (../shared/data),
+#                                           DECODE_GIB (36: host memory per racecheck part of test_decode)
 # What initcheck cannot see written is marked initialized by the engine, so it still checks every read: cuBLASLt's
 # outputs (llmc/kernels/matmul/matmul.cuh; its workspace is zeroed once) and what our kernels write by TMA
 # (hopper::make_store_map_2d/3d). racecheck's hazards inside cuBLASLt's own kernels are counted apart (the filter
@@ -119,9 +121,21 @@ rm -f "$LOGDIR/results.txt"
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | cut -d. -f1)
 fp8=0; [[ "$cc" =~ ^[0-9]+$ ]] && [ "$cc" -ge 9 ] && ./train_gpt2cu --version | grep -q bf16 && fp8=1
 # the longest runs first: racecheck over test_decode, one run per test (together they outlast a run's limit), so
-# they do not start last and set the whole script's time
+# they do not start last and set the whole script's time. Each part holds about 27 GB of host memory under racecheck
+# (measured on an H200 host): four side by side with the other runs got one killed on a 128 GiB machine, so the parts
+# run in lanes, one lane per DECODE_GIB (36) of the memory available now, the parts of a lane one after another.
 if [[ " $TOOLS " == *" racecheck "* ]]; then
-    for t in cached slots chunks recompute; do launch racecheck decode-$t ./tests/gpu/test_decode --small --only $t; done
+    parts=()
+    for t in cached slots chunks recompute; do [ -z "${ONLY:-}" ] || [[ "decode-$t" =~ $ONLY ]] && parts+=("$t"); done
+    avail=$(awk '/^MemAvailable:/ { print int($2 / 1048576) }' /proc/meminfo 2>/dev/null)
+    lanes=$(( ${avail:-0} / ${DECODE_GIB:-36} )); [ $lanes -lt 1 ] && lanes=1; [ $lanes -gt ${#parts[@]} ] && lanes=${#parts[@]}
+    [ ${#parts[@]} -gt 0 ] && echo "racecheck over test_decode: ${#parts[@]} parts in $lanes lane(s) (${avail:-?} GiB available)"
+    for ((lane = 0; lane < lanes; lane++)); do
+        while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+        ( for ((i = lane; i < ${#parts[@]}; i += lanes)); do
+              check racecheck "decode-${parts[i]}" ./tests/gpu/test_decode --small --only "${parts[i]}"
+          done ) &
+    done
 fi
 for tool in $TOOLS; do
     launch "$tool" train "${train[@]}" -b 4 -s 2 -g 8 -h 1 -hf tests/fixtures/hellaswag_fixture.bin
