@@ -1,15 +1,21 @@
 // LayerNorm forward (with the residual add the engine fuses into it) and backward (dinp accumulated, dweight, dbias
-// and the row sum of dinp), exactly the engine's kernels (llmc/kernels/layernorm.cuh): both are memory-bound, so next to
-// the time this prints the bytes they must move and the rate that makes (the H200's DRAM peak is 4.8 TB/s).
+// and the row sum of dinp), exactly the engine's kernels (llmc/kernels/layernorm.cuh, layernorm_backward.cuh): both
+// are memory-bound, so next to the time this prints the bytes they must move and the rate that makes (the H200's
+// DRAM peak is 4.8 TB/s).
 //   forward:  reads a and b, writes residual = a + b and out (4 rows of C per row, + mean and rstd)
 //   backward: reads dout and inp, reads and writes dinp (4 rows of C per row), then a small ordered reduction
 // Every shape is validated against the fp64 CPU reference (reference/gpt2.h), written outputs poisoned,
 // before anything is timed: rel-L2 <= 5e-3 and the element-wise bound of bf16_tolerance.
 // The digest line (FNV-1a over the bytes of the outputs at the first timed shape) lets two builds be compared bit
 // for bit: same inputs, same digest.
+// Then the forward as FP8 training writes qkv's and fc's inputs (E4M3 y and its transpose yT for the weight gradient):
+// current scaling (bf16 out with its amax, then fp8_cast_transpose_current) against delayed scaling (y written by
+// the LayerNorm with the scale known before, then fp8_transpose); given current scaling's scale, the delayed path's
+// y and yT must be the same bytes (checked at every timed shape before it is timed).
 // Build: make -C dev/cuda layernorm      Run: ./layernorm [-r repeats] [-s "N,C;N,C"] [-c]  (-c: validation only)
 #include "common.h"
-#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/fp8/cast_transpose.cuh"
+#include "llmc/kernels/layernorm_backward.cuh"
 #include "reference/gpt2.h"
 
 struct Shape {
@@ -112,6 +118,48 @@ static uint64_t digest(std::initializer_list<const DeviceBuffer<floatX>*> tensor
     return h;
 }
 
+// qkv's (fc's) FP8 input both ways, for the training shapes (C a multiple of 16; rows of 4).
+static void fp8_operand_table(const std::vector<Shape>& timed, int repeats) {
+    printf("\n%-16s %6s %5s | %10s %8s | %10s %8s | %s\n", "FP8 input", "N", "C", "current", "GB/s", "delayed", "GB/s",
+           "same bytes");
+    for (const Shape& sh : timed) {
+        const int N = sh.N, C = sh.C;
+        if (N % 16 != 0 || C % 16 != 0) continue;
+        const size_t n = (size_t)N * C;
+        LayerNormBuffers buf(N, C);
+        fill(buf, N, C);
+        DeviceBuffer<uint8_t> y(n), yT(n), y2(n), yT2(n);
+        DeviceBuffer<float> stats(8);  // amax, scale, descale (current); amax, scale, descale (delayed)
+        cudaCheck(cudaMemset(stats.ptr, 0, stats.bytes()));
+        auto current = [&] {
+            cudaCheck(cudaMemsetAsync(stats.ptr, 0, 4));
+            fused_residual_layernorm_forward(buf.residual.ptr, buf.out.ptr, buf.mean.ptr, buf.rstd.ptr, buf.a.ptr,
+                                             buf.b.ptr, buf.w.ptr, buf.bias.ptr, N, C, 0, false, stats.ptr);
+            fp8_cast_transpose_current<Fp8Format::E4M3>(buf.out.ptr, N, C, stats.ptr, 0, stats.ptr + 1, stats.ptr + 2,
+                                                        y.ptr, yT.ptr, 0);
+        };
+        auto delayed = [&] {
+            cudaCheck(cudaMemsetAsync(stats.ptr + 4, 0, 4));
+            fused_residual_layernorm_forward(buf.residual.ptr, nullptr, buf.mean.ptr, buf.rstd.ptr, buf.a.ptr,
+                                             buf.b.ptr, buf.w.ptr, buf.bias.ptr, N, C, 0, false, stats.ptr + 4,
+                                             {y2.ptr, stats.ptr + 5, stats.ptr + 6});
+            fp8_transpose(y2.ptr, N, C, yT2.ptr, 0);
+        };
+        y.poison(), yT.poison(), y2.poison(), yT2.poison();
+        current();
+        cudaCheck(cudaMemcpy(stats.ptr + 5, stats.ptr + 1, 8, cudaMemcpyDeviceToDevice));  // its scale, descale
+        delayed();
+        const bool same = y.download() == y2.download() && yT.download() == yT2.download();
+        const Timing a = benchmark(current, repeats), b = benchmark(delayed, repeats);
+        // bytes: a, b read, residual written; current: out written and read, y and yT; delayed: y, read and yT
+        const double io = 3.0 * n * sizeof(floatX), bytes_a = io + 2.0 * n * sizeof(floatX) + 2.0 * n,
+                     bytes_b = io + 3.0 * n;
+        printf("%-16s %6d %5d | %8.2fus %8.0f | %8.2fus %8.0f | %s\n", sh.name, N, C, 1e3 * a.cold_ms,
+               bytes_a / (a.cold_ms * 1e6), 1e3 * b.cold_ms, bytes_b / (b.cold_ms * 1e6), same ? "yes" : "NO");
+        if (!same) exit(EXIT_FAILURE);
+    }
+}
+
 int main(int argc, char** argv) {
     std::vector<Shape> timed = {{16384, 768, "d12 B16"},  {32768, 768, "d12 B32"}, {16384, 1024, "d24 B16"},
                                 {16384, 1280, "d36 B16"}, {8192, 1600, "d48 B8"},   {64, 768, "d12 decode B64"}};
@@ -157,5 +205,6 @@ int main(int argc, char** argv) {
                1e3 * fwd.cold_ms, 1e3 * fwd.warm_ms, bytes / (fwd.cold_ms * 1e6), 1e3 * bwd.cold_ms,
                1e3 * bwd.warm_ms, bytes / (bwd.cold_ms * 1e6));
     }
+    fp8_operand_table(timed, repeats);
     return 0;
 }

@@ -7,7 +7,7 @@
 #include "llmc/kernels/attention/attention.cuh"
 #include "llmc/kernels/encoder.cuh"
 #include "llmc/kernels/gelu.cuh"
-#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/layernorm_backward.cuh"
 #include "llmc/kernels/matmul/matmul.cuh"
 #include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
 #include "llmc/model/gpt2.cuh"

@@ -66,6 +66,9 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
     if (fp8) gpt2_fp8_begin_forward(*fp8, s);
     // where the kernel writing linear k's input of layer l folds that input's amax (null: floatX runs)
     auto inp_amax = [&](int l, Fp8Linear k) { return fp8 ? gpt2_fp8_amax_slot(*fp8, l, k, kFp8Inp) : nullptr; };
+    // delayed scaling with its histories: the LayerNorms write qkv's and fc's inputs in E4M3 (not ln1, ln2)
+    const bool delayed = fp8 && fp8->delayed.calibrated();
+    auto ln_fp8 = [&](int l, Fp8Linear k) { return delayed ? gpt2_fp8_layernorm_out(*fp8, l, k) : LayerNormFp8Out{}; };
     // a linear layer's forward, in FP8 or in floatX (fc's with its GELU: fch the input, fch_gelu the output)
     auto linear = [&](int l, Fp8Linear k, floatX* out, const floatX* inp, ParamTensor w, ParamTensor b, int in,
                       int out_ch, floatX* pre_gelu) {
@@ -73,16 +76,16 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
         // every input's amax is taken by the kernel that writes it (the LayerNorms' for qkv and fc, the attention
         // forward's for attproj) but fcproj's: gelu(fch), never written in bf16, whose amax pass and cast take the
         // GELU as they read fch
-        const bool fcproj = k == kFp8FcProj;
+        const bool fcproj = k == kFp8FcProj, from_layernorm = k == kFp8Qkv || k == kFp8Fc;
         gpt2_fp8_forward(*fp8, l, k, pre_gelu ? pre_gelu : out, fcproj ? a.fch.at(l) : inp, p(b, l), BT, s,
-                         /*inp_amax_taken=*/!fcproj, /*inp_is_pre_gelu=*/fcproj,
-                         /*delayed=*/fcproj && fp8->delayed.calibrated());
+                         /*inp_amax_taken=*/!fcproj, /*inp_is_pre_gelu=*/fcproj, /*delayed=*/fcproj && delayed,
+                         /*inp_y_written=*/from_layernorm && delayed);
     };
     if (listener) listener->parameters_needed(-1);
     encoder_forward(a.encoded, inputs, p(WTE), p(WPE), B, T, C, s);
     if (listener) listener->parameters_needed(0);  // layer 0's ln1 weights: the LayerNorm ahead of the layer
     layernorm_forward(a.ln1.at(0), a.ln1_mean.at(0), a.ln1_rstd.at(0), a.encoded, p(LN1W), p(LN1B), BT, C, s, false,
-                      inp_amax(0, kFp8Qkv));
+                      inp_amax(0, kFp8Qkv), ln_fp8(0, kFp8Qkv));
     for (int l = 0; l < L; l++) {
         if (fp8 && shape.cast_fp8_weights) gpt2_fp8_cast_weights(*fp8, p, l, s);  // after parameters_needed(l)
         floatX* qkv = a.qkv.at(l);
@@ -93,14 +96,15 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
         linear(l, kFp8AttProj, a.scratch, a.atty.at(l), ATTPROJW, ATTPROJB, C, C, nullptr);
         fused_residual_layernorm_forward(a.residual2.at(l), a.ln2.at(l), a.ln2_mean.at(l), a.ln2_rstd.at(l),
                                          a.residual_in(l), a.scratch, p(LN2W, l), p(LN2B, l), BT, C, s, false,
-                                         inp_amax(l, kFp8Fc));
+                                         inp_amax(l, kFp8Fc), ln_fp8(l, kFp8Fc));
         linear(l, kFp8Fc, a.fch_gelu.at(l), a.ln2.at(l), FCW, FCB, C, 4 * C, a.fch.at(l));
         linear(l, kFp8FcProj, a.scratch, a.fch_gelu.at(l), FCPROJW, FCPROJB, 4 * C, C, nullptr);
         if (l + 1 < L) {  // the residual add and the next layer's ln1 in one kernel
             if (listener) listener->parameters_needed(l + 1);
             fused_residual_layernorm_forward(a.residual3.at(l), a.ln1.at(l + 1), a.ln1_mean.at(l + 1),
                                              a.ln1_rstd.at(l + 1), a.residual2.at(l), a.scratch, p(LN1W, l + 1),
-                                             p(LN1B, l + 1), BT, C, s, false, inp_amax(l + 1, kFp8Qkv));
+                                             p(LN1B, l + 1), BT, C, s, false, inp_amax(l + 1, kFp8Qkv),
+                                             ln_fp8(l + 1, kFp8Qkv));
         } else {
             fused_residual_layernorm_forward(a.residual3.at(l), a.lnf, a.lnf_mean, a.lnf_rstd, a.residual2.at(l),
                                              a.scratch, p(LNFW), p(LNFB), BT, C, s, false,

@@ -31,6 +31,7 @@
 #include "llmc/kernels/column_sum.cuh"
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/gelu.cuh"
+#include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
 #include "llmc/model/gpt2_params.cuh"
 
@@ -38,10 +39,11 @@ enum Fp8Linear { kFp8Qkv, kFp8AttProj, kFp8Fc, kFp8FcProj, kFp8Linears };
 enum Fp8Operand { kFp8Inp, kFp8Weight, kFp8Dout, kFp8Operands };  // a linear's three cast tensors
 
 // Delayed scaling's state for the operands whose producers cast them when it is on (llmc/model/gpt2_fp8_delayed.cuh):
-// per layer fcproj's input (delayed index 2l) and fc's output gradient (2l + 1).
+// per layer, delayed index 4l + j: fcproj's input (j = 0), fc's output gradient (1), qkv's input (2), fc's input (3).
+constexpr int kFp8DelayedPerLayer = 4;
 struct Fp8Delayed {
     int H = 0;                      // micro-steps of amax history; 0: off (current scaling everywhere)
-    float* history = nullptr;       // (2L, H)
+    float* history = nullptr;       // (kFp8DelayedPerLayer L, H)
     long long* counter = nullptr;   // micro-steps folded into the histories (device: a replayed graph advances it)
     long long updates = 0;          // the same on the host, which picks the path
     bool on() const { return H > 0; }
@@ -133,14 +135,16 @@ inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows
 }
 
 // The cast with slot s's delayed scale (its scale and descale set by gpt2_fp8_delayed_update), its amax folded in
-// for the next update; dgelu_in: x is a GELU output's gradient cast through the GELU backward
-// (fp8_cast_transpose_dgelu), kGelu: x a GELU's input cast through the GELU. With LLMC_FP8_CHECK_AMAX the fold
-// against a pass of its own.
+// for the next update, a value that is not finite making the descale NaN at once (this step's GEMMs); dgelu_in: x
+// is a GELU output's gradient cast through the GELU backward (fp8_cast_transpose_dgelu), kGelu: x a GELU's input
+// cast through the GELU. With LLMC_FP8_CHECK_AMAX the fold against a pass of its own.
 template <Fp8Format F, bool kGelu = false>
 inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
                          cudaStream_t stream, const floatX* dgelu_in = nullptr, float* colsum = nullptr) {
-    if (dgelu_in) fp8_cast_transpose_dgelu<F>(x, dgelu_in, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum);
-    else fp8_cast_transpose<F, kGelu>(x, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum);
+    float* const descale = f.descale(s);
+    if (dgelu_in)
+        fp8_cast_transpose_dgelu<F>(x, dgelu_in, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum, descale);
+    else fp8_cast_transpose<F, kGelu>(x, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum, descale);
     if (f.check) {
         if (dgelu_in) fp8_amax_dgelu(x, dgelu_in, rows, cols, f.check + s, stream);
         else fp8_amax<kGelu>(x, rows, cols, f.check + s, stream);
@@ -256,12 +260,21 @@ inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Oper
     return f.amax(f.slot(l, k, o));
 }
 
+// Where linear k of layer l wants its input written in E4M3 by the LayerNorm ahead of it (qkv, fc) under delayed
+// scaling: the y its forward reads (f.work[0]), with the slot's delayed scale; then gpt2_fp8_forward is told so
+// (inp_y_written) and only transposes it.
+inline LayerNormFp8Out gpt2_fp8_layernorm_out(const Fp8Layers& f, int l, Fp8Linear k) {
+    const size_t si = f.slot(l, k, kFp8Inp);
+    return {f.work[0], f.scale(si), f.descale(si)};
+}
+
 // out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights); inp's yT
 // kept for the backward. inp_is_pre_gelu (fcproj): inp is the GELU's input, and gelu(inp) the linear's input (never
-// written in bf16). delayed: inp cast with its slot's delayed scale (no amax pass first).
+// written in bf16). delayed: inp cast with its slot's delayed scale (no amax pass first). inp_y_written: its
+// producer wrote inp's y already (gpt2_fp8_layernorm_out; inp unused): its yT by a transpose of those bytes.
 inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out, const floatX* inp,
                              const floatX* bias, int N, cudaStream_t stream, bool inp_amax_taken = false,
-                             bool inp_is_pre_gelu = false, bool delayed = false) {
+                             bool inp_is_pre_gelu = false, bool delayed = false, bool inp_y_written = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
@@ -271,7 +284,8 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
         if (delayed) cast_delayed<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
         else cast_current<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream, inp_amax_taken);
     };
-    if (inp_is_pre_gelu) cast(std::true_type());
+    if (inp_y_written) fp8_transpose(inp_y, N, d.in, inp_yT, stream);
+    else if (inp_is_pre_gelu) cast(std::true_type());
     else cast(std::false_type());
     matmul_fp8(out, inp_y, Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias, N,
                d.out, d.in, /*fast_accum=*/true, stream);

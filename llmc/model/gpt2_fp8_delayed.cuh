@@ -1,11 +1,12 @@
 // Delayed scaling where it lets a producer cast an FP8 operand as it writes it (docs/FP8.md): fcproj's input gelu(fch),
-// cast (y, yT) as fch is read once, and fc's output gradient, cast as the GELU backward computes it
-// (fp8_cast_transpose_dgelu) instead of being written in bf16 first. Every other operand keeps current scaling.
-// Each of those two per layer has an amax history of H micro-steps. After each micro-step's backward,
+// cast (y, yT) as fch is read once; fc's output gradient, cast as the GELU backward computes it
+// (fp8_cast_transpose_dgelu) instead of being written in bf16 first; qkv's and fc's inputs, written in E4M3 by the
+// LayerNorms ahead of them (LayerNormFp8Out), their yT a transpose of those bytes. Every other operand keeps current
+// scaling. Each of those four per layer has an amax history of H micro-steps. After each micro-step's backward,
 // gpt2_fp8_delayed_update writes the amaxes their casts folded into the histories, at the device's micro-step
 // counter (so a replayed CUDA graph advances it), and sets those slots' scales and descales from the largest amax of
 // each window (fp8_update_one: powers of two, exact, deterministic). Until the first update (Fp8Delayed::calibrated)
-// the two run current scaling, which fills the histories: no cast uses a scale its tensor was not measured for. The
+// the four run current scaling, which fills the histories: no cast uses a scale its tensor was not measured for. The
 // histories, the counter and the scales are run state (gpt2_fp8_delayed_state / _restore): a resumed run casts with
 // the same scales, bit for bit.
 #pragma once
@@ -24,21 +25,31 @@ inline std::string fp8_history_multi_gpu_problem() {
            "across ranks), and a checkpoint keeps rank 0's";
 }
 
-// The slot of delayed operand t (2l: fcproj's input, 2l + 1: fc's output gradient), as Fp8Layers::slot numbers them.
+// The slot of delayed operand t (Fp8Delayed's order: 4l fcproj's input, 4l + 1 fc's output gradient, 4l + 2 qkv's
+// input, 4l + 3 fc's input), as Fp8Layers::slot numbers them, and its format.
 __host__ __device__ inline size_t gpt2_fp8_delayed_slot(int t) {
-    const int l = t / 2;
-    return t % 2 == 0 ? ((size_t)l * kFp8Linears + kFp8FcProj) * kFp8Operands + kFp8Inp
-                      : ((size_t)l * kFp8Linears + kFp8Fc) * kFp8Operands + kFp8Dout;
+    const int l = t / kFp8DelayedPerLayer;
+    const size_t layer = (size_t)l * kFp8Linears;
+    switch (t % kFp8DelayedPerLayer) {
+        case 0: return (layer + kFp8FcProj) * kFp8Operands + kFp8Inp;
+        case 1: return (layer + kFp8Fc) * kFp8Operands + kFp8Dout;
+        case 2: return (layer + kFp8Qkv) * kFp8Operands + kFp8Inp;
+        default: return (layer + kFp8Fc) * kFp8Operands + kFp8Inp;
+    }
+}
+__host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t) {
+    return t % kFp8DelayedPerLayer == 1 ? Fp8Format::E5M2 : Fp8Format::E4M3;
 }
 
 inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H) {
     f->delayed.H = H;
-    const size_t floats = (size_t)2 * f->L * H;
+    const size_t floats = (size_t)kFp8DelayedPerLayer * f->L * H;
     char* block;
     cudaCheck(cudaMalloc(&block, floats * sizeof(float) + sizeof(long long)));
     cudaCheck(cudaMemset(block, 0, floats * sizeof(float) + sizeof(long long)));
     f->delayed.history = (float*)block;
     f->delayed.counter = (long long*)(block + floats * sizeof(float));  // 8-byte aligned: floats is even
+    static_assert(kFp8DelayedPerLayer % 2 == 0, "the counter after the histories, 8-byte aligned");
     f->delayed.updates = 0;
 }
 
@@ -48,10 +59,10 @@ __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float*
     for (int t = threadIdx.x; t < operands; t += blockDim.x) {
         const size_t s = gpt2_fp8_delayed_slot(t);
         const float seen = amax[s];
-        fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, t % 2 ? Fp8Format::E5M2 : Fp8Format::E4M3,
-                       0, scale + s, descale + kFp8DescaleStride * s);
-        // an overflow (the cast saturated it): a NaN descale, so the next GEMMs and the loss say so, as with current
-        // scaling, instead of a finite value from a window that kept the old scale
+        fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, gpt2_fp8_delayed_format(t), 0, scale + s,
+                       descale + kFp8DescaleStride * s);
+        // an overflow: the cast made this step's descale NaN already (ScaleSource::overflow_descale); it stays NaN
+        // rather than a finite value from a window that kept the old scale
         if (!isfinite(seen)) descale[kFp8DescaleStride * s] = NAN;
     }
     __syncthreads();  // every thread has read the counter
@@ -61,7 +72,7 @@ __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float*
 // After a micro-step's backward (queued on its stream; the caller counts it on the host: Fp8Delayed::updates).
 inline void gpt2_fp8_delayed_update(const Fp8Layers& f, cudaStream_t stream) {
     gpt2_fp8_delayed_update_kernel<<<1, 128, 0, stream>>>(f.stats, f.scale(0), f.descale(0), f.delayed.history,
-                                                         f.delayed.counter, 2 * f.L, f.delayed.H);
+                                                         f.delayed.counter, kFp8DelayedPerLayer * f.L, f.delayed.H);
     cudaCheck(cudaGetLastError());
 }
 
@@ -70,7 +81,7 @@ inline void gpt2_fp8_delayed_update(const Fp8Layers& f, cudaStream_t stream) {
 constexpr int32_t kFp8DelayedMagic = 0x44385046;  // "FP8D"
 inline std::vector<uint8_t> gpt2_fp8_delayed_state(const Fp8Layers& f, cudaStream_t stream) {
     if (!f.delayed.on()) return {};
-    const int ops = 2 * f.L, H = f.delayed.H;
+    const int ops = kFp8DelayedPerLayer * f.L, H = f.delayed.H;
     std::vector<float> floats((size_t)ops * (H + 2));  // histories, then scales, then descales
     int64_t counter = 0;
     cudaCheck(cudaStreamSynchronize(stream));
@@ -129,8 +140,10 @@ inline std::string gpt2_fp8_delayed_restore(Fp8Layers* f, const std::vector<uint
         *note = held + " are not used: this run casts every FP8 operand with current scaling";
         return "";
     }
-    if (fH != f->delayed.H || fops != 2 * f->L) {
-        *note = held + " do not fit this run's -fp8h " + std::to_string(f->delayed.H) + ": they start over";
+    if (fH != f->delayed.H || fops != kFp8DelayedPerLayer * f->L) {
+        *note = held + " for " + std::to_string(fops) + " operands do not fit this run's (-fp8h " +
+                std::to_string(f->delayed.H) + ", " + std::to_string(kFp8DelayedPerLayer * f->L) +
+                " operands): they start over";
         return "";
     }
     if (reshaped) {

@@ -22,7 +22,7 @@
 #include "llmc/gpt2/gpt2_config.h"
 #include "llmc/kernels/attention/attention.cuh"
 #include "llmc/kernels/encoder.cuh"
-#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/layernorm_backward.cuh"
 #include "llmc/kernels/matmul/matmul.cuh"
 #include "llmc/kernels/matmul/matmul_hopper_dgelu.cuh"
 #include "llmc/model/gpt2_params.cuh"

@@ -11,9 +11,9 @@
 #   - -fp8 2 (the lm_head's forward in FP8 too) within TOL of BF16 likewise, and twice byte-identical; -fp8 1 with
 #     two micro-steps a step (against BF16's with the same) and with the materialized attention backend likewise;
 #   - -fp8 1 resumed from a checkpoint: bit-exact as tests/gpu/check_resume.sh checks it;
-#   - -fp8 2 -fp8h 16 (delayed scaling where it fuses: fcproj's input, fc's output gradient) within TOL of BF16, with
-#     accumulation too, twice and with -r 0 and -r 2 byte-identical, its casts' amaxes checked against passes, and -fp8h 4
-#     resumed bit-exactly (the histories and scales are run state);
+#   - -fp8 2 -fp8h 16 (delayed scaling where it fuses: qkv's, fc's and fcproj's inputs, fc's output gradient) within
+#     TOL of BF16, with accumulation too, twice and with -r 0 and -r 2 byte-identical, its casts' amaxes checked
+#     against passes, and -fp8h 4 resumed bit-exactly (the histories and scales are run state);
 #   - B*T not a multiple of 16, and -fp8h without -fp8, refused in one line before any work.
 # Elsewhere (FP32 builds, older GPUs): -fp8 1 refused in one line, naming the flag.
 #   tests/gpu/check_fp8_train.sh        env: MODEL (d6), STEPS (60), TOL (0.1), WORK (fp8_check)

@@ -14,8 +14,6 @@
 // rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
 #pragma once
 
-#include <cuda_fp8.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +22,7 @@
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/fp8.h"
 #include "llmc/kernels/fp8/amax.cuh"
+#include "llmc/kernels/fp8/pack.cuh"
 #include "llmc/kernels/gelu.cuh"
 
 namespace fp8_cast_detail {
@@ -32,21 +31,18 @@ constexpr int kTile = 64;
 constexpr int kTileRowsPerPass = 16;  // 256 threads: 16 rows of 16 groups of 4 columns at a time
 static_assert(kAmaxBlockThreads == 256, "the cast kernels run 256-thread blocks and fold their amax as such");
 
-template <Fp8Format F>
-__device__ inline uint16_t to_fp8x2(float a, float b) {
-    constexpr __nv_fp8_interpretation_t kind = F == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
-    return (uint16_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kind);  // a in the low byte
-}
-
 // Where a cast's scale comes from: *scale (delayed scaling; null: 1), or, when from_amax is set, the tensor's own
 // amax taken by an earlier pass (current scaling), in which case block (0, 0) also writes it and its inverse to
-// scale_out and descale_out (every block computes the same power of two).
+// scale_out and descale_out (every block computes the same power of two). overflow_descale (delayed scaling): the
+// descale the tensor's GEMMs read, set to NaN by any block that meets a value that is not finite (the cast saturates
+// it), so this step's GEMMs, loss or norm say so, as with current scaling, not the next step's.
 struct ScaleSource {
     const float* scale = nullptr;
     const float* from_amax = nullptr;
     int margin = 0;
     float* scale_out = nullptr;
     float* descale_out = nullptr;
+    float* overflow_descale = nullptr;
 };
 
 // The value a cast reads at one element x (with aux, the GELU's input, under kDGelu): x; gelu(x) as gelu_forward
@@ -57,6 +53,22 @@ __device__ __forceinline__ float operand_value(T x, T aux) {
     if constexpr (kGelu) v = to_float(from_float<T>(gelu_value(v)));
     if constexpr (kDGelu) v = to_float(from_float<T>(v * gelu_derivative((float)aux)));
     return v;
+}
+
+// A 64 x 64 tile of bytes (tile[row][4 columns' bytes], as the kernels below stage it) into yT: thread (tx, ty)
+// writes yT's rows ty + 16 k (x's columns col0 + ...), the 4 bytes of x's rows row0 + 4 tx .. + 3.
+__device__ __forceinline__ void store_transposed_tile(const uint32_t (*tile)[kTile / 4 + 1], int rows, int cols,
+                                                      int row0, int col0, uint8_t* __restrict__ yT) {
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int c = ty + 16 * k, r = 4 * tx;
+        if (col0 + c >= cols || row0 + r >= rows) continue;
+        uint32_t out = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) out |= ((tile[r + j][c / 4] >> (8 * (c % 4))) & 0xFFu) << (8 * j);
+        *reinterpret_cast<uint32_t*>(yT + (size_t)(col0 + c) * rows + row0 + r) = out;
+    }
 }
 
 template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
@@ -97,11 +109,12 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
                 m = max(m, amax_bits(v[j]));
                 sums[j] += v[j];
             }
-            packed = (uint32_t)to_fp8x2<F>(v[0] * s, v[1] * s) | ((uint32_t)to_fp8x2<F>(v[2] * s, v[3] * s) << 16);
+            packed = fp8x4<F>(v[0] * s, v[1] * s, v[2] * s, v[3] * s);
             if (y) *reinterpret_cast<uint32_t*>(y + (size_t)r * cols + c) = packed;
         }
         tile[ty + 16 * k][tx] = packed;
     }
+    if (src.overflow_descale && m >= 0x7f800000u) *src.overflow_descale = NAN;  // m: |x|'s bits; inf and NaN above
     if (colsum) {  // the same for the whole block
 #pragma unroll
         for (int j = 0; j < 4; j++) column_part[ty][4 * tx + j] = sums[j];
@@ -117,16 +130,24 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
     if (amax) fold_block_amax(m, amax, warp_max);  // amax is the same for the whole block: every thread calls it
     if (!yT) return;
     __syncthreads();
-    // yT's row c (x's column col0 + c), bytes of x's rows row0 + 4 tx .. + 3
+    store_transposed_tile(tile, rows, cols, row0, col0, yT);
+}
+
+// yT (cols, rows) = y (rows, cols) transposed, FP8 bytes as they are: the kept transpose of an operand whose producer
+// wrote it in FP8 (the LayerNorm forward under delayed scaling). The cast's tiles, without the cast.
+__global__ void __launch_bounds__(256) transpose_kernel(const uint8_t* __restrict__ y, int rows, int cols,
+                                                        uint8_t* __restrict__ yT) {
+    __shared__ uint32_t tile[kTile][kTile / 4 + 1];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const int c = ty + 16 * k, r = 4 * tx;
-        if (col0 + c >= cols || row0 + r >= rows) continue;
-        uint32_t out = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) out |= ((tile[r + j][c / 4] >> (8 * (c % 4))) & 0xFFu) << (8 * j);
-        *reinterpret_cast<uint32_t*>(yT + (size_t)(col0 + c) * rows + row0 + r) = out;
+        const int r = row0 + ty + 16 * k, c = col0 + 4 * tx;
+        tile[ty + 16 * k][tx] =
+            r < rows && c < cols ? *reinterpret_cast<const uint32_t*>(y + (size_t)r * cols + c) : 0u;
     }
+    __syncthreads();
+    store_transposed_tile(tile, rows, cols, row0, col0, yT);
 }
 
 // max |x| alone (no cast asked for): a grid-stride read at the memory's pace, 4 values a load. Any element type T
@@ -179,6 +200,20 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
 
 }  // namespace fp8_cast_detail
 
+// yT (cols, rows) = y (rows, cols) transposed, FP8 bytes (rows and cols multiples of 4, y and yT aligned to 4 bytes).
+inline void fp8_transpose(const uint8_t* y, int rows, int cols, uint8_t* yT, cudaStream_t stream) {
+    using fp8_cast_detail::kTile;
+    if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
+        ((uintptr_t)y | (uintptr_t)yT) % 4 != 0) {
+        fprintf(stderr, "error: fp8_transpose: %d x %d (rows and cols multiples of 4, rows at most 4194240, y and "
+                "yT aligned to 4 bytes)\n", rows, cols);
+        exit(EXIT_FAILURE);
+    }
+    const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+    fp8_cast_detail::transpose_kernel<<<grid, 256, 0, stream>>>(y, rows, cols, yT);
+    cudaCheck(cudaGetLastError());
+}
+
 // The partial rows of the column sums a cast leaves (colsum: that many rows of cols floats), for
 // column_sum_finish(out, colsum, fp8_cast_colsum_chunks(rows), cols, ...).
 inline int fp8_cast_colsum_chunks(int rows) { return (rows + fp8_cast_detail::kTile - 1) / fp8_cast_detail::kTile; }
@@ -186,12 +221,14 @@ inline int fp8_cast_colsum_chunks(int rows) { return (rows + fp8_cast_detail::kT
 // y (rows, cols) and/or yT (cols, rows) in FP8 format F, scaled by *scale (null: 1); *amax (null: none) becomes
 // max(*amax, max |x|): zero it before a tensor's first cast; colsum (null: none): x's column sums per tile of rows
 // (fp8_cast_colsum_chunks). kGelu (here and below): x is a GELU's input, and what is cast (and measured) is gelu(x)
-// as gelu_forward stores it, the same bytes, without the bf16 GELU output. Queued on the stream.
+// as gelu_forward stores it, the same bytes, without the bf16 GELU output. overflow_descale (null: none): set to NaN
+// if any value of x is not finite (ScaleSource). Queued on the stream.
 template <Fp8Format F, bool kGelu = false>
 inline void fp8_cast_transpose(const floatX* x, int rows, int cols, const float* scale, uint8_t* y, uint8_t* yT,
-                               float* amax, cudaStream_t stream, float* colsum = nullptr) {
+                               float* amax, cudaStream_t stream, float* colsum = nullptr,
+                               float* overflow_descale = nullptr) {
     fp8_cast_detail::ScaleSource src;
-    src.scale = scale;
+    src.scale = scale, src.overflow_descale = overflow_descale;
     fp8_cast_detail::launch_cast<F, kGelu>(x, rows, cols, src, y, yT, amax, colsum, stream);
 }
 
@@ -208,9 +245,9 @@ inline void fp8_amax(const T* x, int rows, int cols, float* amax, cudaStream_t s
 template <Fp8Format F>
 inline void fp8_cast_transpose_dgelu(const floatX* dgelu_out, const floatX* gelu_in, int rows, int cols,
                                      const float* scale, uint8_t* y, uint8_t* yT, float* amax, cudaStream_t stream,
-                                     float* colsum = nullptr) {
+                                     float* colsum = nullptr, float* overflow_descale = nullptr) {
     fp8_cast_detail::ScaleSource src;
-    src.scale = scale;
+    src.scale = scale, src.overflow_descale = overflow_descale;
     fp8_cast_detail::launch_cast<F, false, true>(dgelu_out, rows, cols, src, y, yT, amax, colsum, stream, gelu_in);
 }
 inline void fp8_amax_dgelu(const floatX* dgelu_out, const floatX* gelu_in, int rows, int cols, float* amax,

@@ -2,7 +2,8 @@
 // tests/unit/test_fp8.cpp and equal to cuda_fp8.h's host conversion): every byte of y and of its transpose yT equal
 // to fp8_encode(x * scale), in both formats, at tile-sized and ragged shapes (multiples of 4, not of 64), with
 // saturating values and scales from the amax; amax exactly max |x|, a NaN in x making it NaN; each output optional;
-// the column sums a cast takes beside it (the bias gradient) against the fp64 sums.
+// the column sums a cast takes beside it (the bias gradient) against the fp64 sums; a value that is not finite making
+// the overflow descale NaN (delayed scaling's casts), else untouched. fp8_transpose: every byte moved.
 // Current scaling's two passes (the kernels that fold an amax as they write: test_fp8_producers.cu).
 // FP8 GEMMs (llmc/kernels/matmul/matmul_fp8.cuh, BF16 builds) against the fp64 product of the dequantized operands
 // (what the GEMM is given: decode(code) / scale), with bias, both accumulation modes, the three format pairs a
@@ -50,29 +51,34 @@ static void check_colsum(const std::vector<float>& x, int rows, int cols, const 
 }
 
 template <Fp8Format F>
-static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan, bool colsum = false) {
+// inf: one value infinite (saturated). The overflow descale (0.5 before) must turn NaN exactly when a value is not
+// finite (a NaN or inf), as delayed scaling's casts report an overflow in their own step.
+static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan, bool colsum = false, bool inf = false) {
     std::vector<float> x = random_vec((size_t)rows * cols, 1.0f);
     for (size_t i = 0; i < x.size(); i += 97) x[i] = round_to_floatX(x[i] * 3e4f);  // some over E4M3's range
     if (nan) x[x.size() / 2] = NAN;
+    if (inf) x[x.size() / 3 + 1] = -INFINITY;
     double amax_ref = 0;
     for (float v : x) amax_ref = std::max(amax_ref, (double)std::fabs(v));
-    const float scale = nan ? 1.f : fp8_scale_from_amax((float)amax_ref, F, 1, 1.f) * 64.f;  // 64: some saturate
+    const bool finite = !nan && !inf;
+    const float scale = finite ? fp8_scale_from_amax((float)amax_ref, F, 1, 1.f) * 64.f : 1.f;  // 64: some saturate
     floatX* d_x = upload(x);
-    float *d_scale = upload_fp32({scale}), *d_amax = upload_fp32({0.f});
+    float *d_scale = upload_fp32({scale}), *d_amax = upload_fp32({0.f}), *d_descale = upload_fp32({0.5f});
     uint8_t *d_y = nullptr, *d_yT = nullptr;
     const size_t n = x.size();
     if (with_y) cudaCheck(cudaMalloc(&d_y, n)), cudaCheck(cudaMemset(d_y, 0xAA, n));
     if (with_yT) cudaCheck(cudaMalloc(&d_yT, n)), cudaCheck(cudaMemset(d_yT, 0xAA, n));
     float* d_part = colsum ? upload_fp32(std::vector<float>((size_t)fp8_cast_colsum_chunks(rows) * cols, NAN))
                            : nullptr;
-    fp8_cast_transpose<F>(d_x, rows, cols, d_scale, d_y, d_yT, d_amax, 0, d_part);
+    fp8_cast_transpose<F>(d_x, rows, cols, d_scale, d_y, d_yT, d_amax, 0, d_part, d_descale);
     cudaCheck(cudaDeviceSynchronize());
     if (colsum) check_colsum(x, rows, cols, d_part, fp8_name(F));
     std::vector<uint8_t> y(n), yT(n);
     if (with_y) cudaCheck(cudaMemcpy(y.data(), d_y, n, cudaMemcpyDeviceToHost));
     if (with_yT) cudaCheck(cudaMemcpy(yT.data(), d_yT, n, cudaMemcpyDeviceToHost));
-    float amax = 0;
+    float amax = 0, descale = 0;
     cudaCheck(cudaMemcpy(&amax, d_amax, 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&descale, d_descale, 4, cudaMemcpyDeviceToHost));
     size_t bad_y = 0, bad_yT = 0, saturated = 0;
     const uint8_t max_code = F == Fp8Format::E4M3 ? 0x7E : 0x7B;
     for (int r = 0; r < rows; r++)
@@ -85,13 +91,37 @@ static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan, b
             bad_yT += with_yT && !same(yT[(size_t)c * rows + r]);
         }
     char tag[128];
-    snprintf(tag, sizeof(tag), "fp8 %s cast %dx%d%s%s%s (%zu saturated)", fp8_name(F), rows, cols, with_y ? " y" : "",
-             with_yT ? " yT" : "", nan ? " with a NaN" : "", saturated);
+    snprintf(tag, sizeof(tag), "fp8 %s cast %dx%d%s%s%s%s (%zu saturated)", fp8_name(F), rows, cols,
+             with_y ? " y" : "", with_yT ? " yT" : "", nan ? " with a NaN" : "", inf ? " with an inf" : "", saturated);
     check_exact(tag, bad_y == 0 && bad_yT == 0 && (nan || saturated > 0));
     if (bad_y || bad_yT) printf("  %zu bytes of y and %zu of yT differ from the reference\n", bad_y, bad_yT);
     snprintf(tag, sizeof(tag), "fp8 %s amax %dx%d%s", fp8_name(F), rows, cols, nan ? " (NaN)" : "");
     check_exact(tag, nan ? std::isnan(amax) : (double)amax == amax_ref);
+    snprintf(tag, sizeof(tag), "fp8 %s cast %dx%d: overflow descale %s", fp8_name(F), rows, cols,
+             finite ? "untouched" : "NaN");
+    check_exact(tag, finite ? descale == 0.5f : std::isnan(descale));
+    cudaFree(d_descale);
     cudaFree(d_x), cudaFree(d_scale), cudaFree(d_amax), cudaFree(d_y), cudaFree(d_yT), cudaFree(d_part);
+}
+
+// fp8_transpose: yT every byte of y transposed (random bytes, NaN codes among them: bytes are moved, not read).
+static void test_transpose(int rows, int cols) {
+    const size_t n = (size_t)rows * cols;
+    std::vector<uint8_t> y(n), yT(n);
+    for (auto& v : y) v = (uint8_t)(rng.next_u32() & 0xFF);
+    uint8_t *d_y, *d_yT;
+    cudaCheck(cudaMalloc(&d_y, n)), cudaCheck(cudaMalloc(&d_yT, n)), cudaCheck(cudaMemset(d_yT, 0xAA, n));
+    cudaCheck(cudaMemcpy(d_y, y.data(), n, cudaMemcpyHostToDevice));
+    fp8_transpose(d_y, rows, cols, d_yT, 0);
+    cudaCheck(cudaMemcpy(yT.data(), d_yT, n, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) bad += yT[(size_t)c * rows + r] != y[(size_t)r * cols + c];
+    char tag[96];
+    snprintf(tag, sizeof(tag), "fp8 transpose %dx%d", rows, cols);
+    check_exact(tag, bad == 0);
+    if (bad) printf("  %zu bytes of yT differ\n", bad);
+    cudaFree(d_y), cudaFree(d_yT);
 }
 
 // Current scaling's two passes (fp8_amax, then fp8_cast_transpose_current): the scale the cast took from the amax,
@@ -274,6 +304,9 @@ int main(int argc, char** argv) {
     test_cast<Fp8Format::E4M3>(192, 128, false, true, false);
     test_cast<Fp8Format::E5M2>(192, 128, false, false, false);  // amax alone
     test_cast<Fp8Format::E4M3>(64, 128, true, true, true);
+    test_cast<Fp8Format::E5M2>(256, 192, true, true, false, false, /*inf=*/true);
+    test_cast<Fp8Format::E4M3>(128, 64, false, true, false, false, /*inf=*/true);
+    for (const auto& s : shapes) test_transpose(s[0], s[1]);
     test_cast_current<Fp8Format::E4M3>(256, 768, 1.0f);
     test_cast_current<Fp8Format::E4M3>(128, 3072, 0.02f);  // weights' size: the scale far above 1
     test_cast_current<Fp8Format::E5M2>(512, 256, 1e-5f);   // gradients': E5M2 would underflow unscaled

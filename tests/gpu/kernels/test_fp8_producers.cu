@@ -3,13 +3,15 @@
 // the outputs the same bits as without it; and the cast and the amax that take the GELU as they read (fcproj's input
 // from fch, in the forward and the backward), byte for byte those of gelu_forward's output; the cast that takes the
 // GELU backward as it reads (fc's output gradient under delayed scaling), byte for byte that of
-// gelu_backward_inplace's output. (The attention kernels': test_attention.cu.)
+// gelu_backward_inplace's output; the LayerNorm forward writing its output in E4M3 (qkv's and fc's inputs under
+// delayed scaling), byte for byte the cast of the bf16 output it writes otherwise. (The attention kernels':
+// test_attention.cu.)
 //   ./tests/gpu/kernels/test_fp8_producers [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison)
 #include <cstring>
 
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/gelu.cuh"
-#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/layernorm_backward.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
 // The GELU's amax both ways -fp8 1 takes it: fcproj's input by a pass over fch that takes the GELU as it reads
@@ -178,10 +180,69 @@ static void test_layernorm_amax() {
     layernorm_amax_case(130, 768, 1000.f);  // above both maxima: it stays
 }
 
+// The LayerNorm forward writing E4M3 y instead of out (LayerNormFp8Out): every byte equal to fp8_encode(stored out ·
+// scale) of a run that writes out, the amax, mean, rstd (and residual) the same bits, out never written (null), the
+// overflow descale untouched; the scale a power of two that saturates some values. plant_inf: one input infinite,
+// its row NaN: the descale NaN. (fp8_encode's NaN is 0x7F; the device may write the sign: any NaN code passes.)
+static void layernorm_fp8_case(int N, int C, bool residual, bool plant_inf) {
+    const size_t n = (size_t)N * C;
+    std::vector<float> a = random_vec(n, 1.0f), b = random_vec(n, 1.0f), w = random_vec(C, 0.5f, 1.0f),
+                       bias = random_vec(C, 0.1f);
+    if (plant_inf) a[n / 2 + 3] = INFINITY;
+    floatX *d_a = upload(a), *d_b = upload(b), *d_w = upload(w), *d_bias = upload(bias), *d_res = poisoned(n),
+           *d_res2 = poisoned(n), *d_out = poisoned(n);
+    float *d_ms, *d_stats = upload_fp32({0.f, 0.f, 1.f, 0.5f});  // amax (bf16 run), amax (fp8 run), scale, descale
+    cudaCheck(cudaMalloc(&d_ms, (size_t)4 * N * sizeof(float)));   // mean, rstd of each run
+    uint8_t* d_y;
+    cudaCheck(cudaMalloc(&d_y, n)), cudaCheck(cudaMemset(d_y, 0xAA, n));
+    auto run = [&](floatX* res, floatX* out, float* ms, float* amax, LayerNormFp8Out fp8) {
+        if (residual)
+            fused_residual_layernorm_forward(res, out, ms, ms + N, d_a, d_b, d_w, d_bias, N, C, 0, false, amax, fp8);
+        else layernorm_forward(out, ms, ms + N, d_a, d_w, d_bias, N, C, 0, false, amax, fp8);
+    };
+    run(d_res, d_out, d_ms, d_stats, {});
+    const std::vector<float> out = download(d_out, n);
+    float amax = 0;
+    cudaCheck(cudaMemcpy(&amax, d_stats, 4, cudaMemcpyDeviceToHost));
+    const float scale = plant_inf ? 1.f : fp8_scale_from_amax(amax, Fp8Format::E4M3, 0, 1.f) * 4.f;  // 4: saturate
+    cudaCheck(cudaMemcpy(d_stats + 2, &scale, 4, cudaMemcpyHostToDevice));
+    run(d_res2, nullptr, d_ms + 2 * N, d_stats + 1, {d_y, d_stats + 2, d_stats + 3});
+    std::vector<uint8_t> y(n);
+    cudaCheck(cudaMemcpy(y.data(), d_y, n, cudaMemcpyDeviceToHost));
+    float stats[4];
+    std::vector<float> ms(4 * (size_t)N);
+    cudaCheck(cudaMemcpy(stats, d_stats, sizeof(stats), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(ms.data(), d_ms, ms.size() * 4, cudaMemcpyDeviceToHost));
+    size_t bad = 0, saturated = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double v = (double)out[i] * scale;
+        const uint8_t want = fp8_encode(v, Fp8Format::E4M3);
+        saturated += (want & 0x7F) == 0x7E;
+        bad += std::isnan(v) ? !std::isnan(fp8_decode(y[i], Fp8Format::E4M3)) : y[i] != want;
+    }
+    const bool same_res = !residual || download(d_res, n) == download(d_res2, n);
+    const bool same_stats = memcmp(&stats[0], &stats[1], 4) == 0 && memcmp(ms.data(), ms.data() + 2 * N, 8 * N) == 0;
+    const bool descale_ok = plant_inf ? std::isnan(stats[3]) : stats[3] == 0.5f;
+    char tag[200];
+    snprintf(tag, sizeof(tag), "LayerNorm forward%s %d x %d in E4M3 (scale 2^%d, %zu saturated%s): bytes, amax, mean, "
+             "rstd, descale %s", residual ? " (fused residual)" : "", N, C, (int)std::lround(std::log2(scale)),
+             saturated, plant_inf ? ", an inf" : "", plant_inf ? "NaN" : "untouched");
+    check_exact(tag, bad == 0 && same_res && same_stats && descale_ok && (plant_inf || saturated > 0));
+    if (bad) printf("  %zu of %zu bytes differ from the cast of the bf16 output\n", bad, n);
+    cudaFree(d_a), cudaFree(d_b), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_res), cudaFree(d_res2), cudaFree(d_out);
+    cudaFree(d_ms), cudaFree(d_stats), cudaFree(d_y);
+}
+static void test_layernorm_fp8() {
+    layernorm_fp8_case(1003, 768, true, false);
+    layernorm_fp8_case(200, 1600, false, false);
+    layernorm_fp8_case(64, 768, true, true);
+}
+
 int main(int argc, char** argv) {
     kernel_tests_begin(argc, argv);
     test_gelu_amax();
     test_layernorm_amax();
+    test_layernorm_fp8();
     test_gelu_cast(1028, 772);
     test_gelu_cast(2048, 3072);
     test_dgelu_cast(1028, 776);

@@ -2,7 +2,7 @@
 //   ./tests/gpu/kernels/test_layers [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison, tolerances)
 #include "llmc/kernels/encoder.cuh"
 #include "llmc/kernels/fused_classifier.cuh"
-#include "llmc/kernels/layernorm.cuh"
+#include "llmc/kernels/layernorm_backward.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
 // ---------------------------------------------------------------- tests
