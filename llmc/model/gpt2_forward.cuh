@@ -87,7 +87,7 @@ inline void gpt2_forward_layers(const GPT2Config& c, const GPT2Params& p, const 
     layernorm_forward(a.ln1.at(0), a.ln1_mean.at(0), a.ln1_rstd.at(0), a.encoded, p(LN1W), p(LN1B), BT, C, s, false,
                       inp_amax(0, kFp8Qkv), ln_fp8(0, kFp8Qkv));
     for (int l = 0; l < L; l++) {
-        if (fp8 && shape.cast_fp8_weights) gpt2_fp8_cast_weights(*fp8, p, l, s);  // after parameters_needed(l)
+        if (fp8 && shape.cast_fp8_weights) gpt2_fp8_cast_weights(*fp8, p, l, s, delayed);  // after parameters_needed(l)
         floatX* qkv = a.qkv.at(l);
         linear(l, kFp8Qkv, qkv, a.ln1.at(l), QKVW, QKVB, C, 3 * C, nullptr);
         if (listener) listener->qkv_ready(l, qkv);

@@ -39,11 +39,13 @@ enum Fp8Linear { kFp8Qkv, kFp8AttProj, kFp8Fc, kFp8FcProj, kFp8Linears };
 enum Fp8Operand { kFp8Inp, kFp8Weight, kFp8Dout, kFp8Operands };  // a linear's three cast tensors
 
 // Delayed scaling's state for the operands whose producers cast them when it is on (llmc/model/gpt2_fp8_delayed.cuh):
-// per layer, delayed index 4l + j: fcproj's input (j = 0), fc's output gradient (1), qkv's input (2), fc's input (3).
-constexpr int kFp8DelayedPerLayer = 4;
+// per layer, delayed index 8l + j: fcproj's input (j = 0), fc's output gradient (1), qkv's input (2), fc's input (3),
+// the weights of qkv, attproj, fc and fcproj (4 to 7: cast without an amax pass first).
+constexpr int kFp8DelayedPerLayer = 8;
 struct Fp8Delayed {
     int H = 0;                      // micro-steps of amax history; 0: off (current scaling everywhere)
     float* history = nullptr;       // (kFp8DelayedPerLayer L, H)
+    float* window = nullptr;        // (kFp8DelayedPerLayer L): a weight's window max, its next cast's amax
     long long* counter = nullptr;   // micro-steps folded into the histories (device: a replayed graph advances it)
     long long updates = 0;          // the same on the host, which picks the path
     bool on() const { return H > 0; }
@@ -152,6 +154,21 @@ inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows
     }
 }
 
+// Linear k's weight of layer l under delayed scaling: the scale from its history's window (Fp8Delayed::window, kept
+// by gpt2_fp8_delayed_update), written with its descale as it casts, so the micro-steps that reuse the copy read
+// the descale it was cast with; its amax folded in for the history (no amax pass first).
+inline void cast_weight_delayed(const Fp8Layers& f, int l, Fp8Linear k, const floatX* w, int rows, int cols,
+                                uint8_t* y, uint8_t* yT, cudaStream_t stream) {
+    const size_t s = f.slot(l, k, kFp8Weight);
+    const float* window = f.delayed.window + (size_t)l * kFp8DelayedPerLayer + 4 + k;  // gpt2_fp8_delayed_slot's order
+    fp8_cast_transpose_current<Fp8Format::E4M3>(w, rows, cols, window, 0, f.scale(s), f.descale(s), y, yT, stream,
+                                                nullptr, f.amax(s));
+    if (f.check) {
+        fp8_amax(w, rows, cols, f.check + s, stream);
+        compare_fold(f, s, stream);
+    }
+}
+
 }  // namespace gpt2_fp8_detail
 
 // Why -fp8 1 cannot run here ("" when it can): BF16 builds, C a multiple of 16 (K of the forward) and B*T of 16 (K of
@@ -242,13 +259,17 @@ inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
     if (f.check) cudaCheck(cudaMemsetAsync(f.check, 0, (f.slots() + 2) * sizeof(float), stream));
 }
 
-// Layer l's four weights to E4M3, y and yT, once its parameters are there (before its first GEMM).
-inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l, cudaStream_t stream) {
+// Layer l's four weights to E4M3, y and yT, once its parameters are there (before its first GEMM); delayed: with
+// their slots' delayed scales (one pass each, no amax pass first).
+inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l, cudaStream_t stream,
+                                  bool delayed = false) {
     using namespace gpt2_fp8_detail;
     for (int k = 0; k < kFp8Linears; k++) {
         const Dims d = dims(f.C, (Fp8Linear)k);
-        cast_current<Fp8Format::E4M3>(f, f.slot(l, (Fp8Linear)k, kFp8Weight), p(d.weight, l), d.out, d.in,
-                                      weight_y(f, l, (Fp8Linear)k), weight_yT(f, l, (Fp8Linear)k), stream);
+        const size_t s = f.slot(l, (Fp8Linear)k, kFp8Weight);
+        uint8_t *y = weight_y(f, l, (Fp8Linear)k), *yT = weight_yT(f, l, (Fp8Linear)k);
+        if (delayed) cast_weight_delayed(f, l, (Fp8Linear)k, p(d.weight, l), d.out, d.in, y, yT, stream);
+        else cast_current<Fp8Format::E4M3>(f, s, p(d.weight, l), d.out, d.in, y, yT, stream);
     }
 }
 

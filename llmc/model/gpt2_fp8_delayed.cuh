@@ -1,12 +1,15 @@
 // Delayed scaling where it lets a producer cast an FP8 operand as it writes it (docs/FP8.md): fcproj's input gelu(fch),
 // cast (y, yT) as fch is read once; fc's output gradient, cast as the GELU backward computes it
 // (fp8_cast_transpose_dgelu) instead of being written in bf16 first; qkv's and fc's inputs, written in E4M3 by the
-// LayerNorms ahead of them (LayerNormFp8Out), their yT a transpose of those bytes. Every other operand keeps current
-// scaling. Each of those four per layer has an amax history of H micro-steps. After each micro-step's backward,
+// LayerNorms ahead of them (LayerNormFp8Out), their yT a transpose of those bytes; and the four weights, cast once
+// per optimizer step without an amax pass: a weight's history takes its amax only in a micro-step that cast it, and
+// its scale is set as it is cast, from the window's max (Fp8Delayed::window), so the micro-steps that reuse the copy
+// keep the descale it was cast with. Every other operand keeps current scaling. Each of those eight per layer has an
+// amax history of H micro-steps. After each micro-step's backward,
 // gpt2_fp8_delayed_update writes the amaxes their casts folded into the histories, at the device's micro-step
 // counter (so a replayed CUDA graph advances it), and sets those slots' scales and descales from the largest amax of
 // each window (fp8_update_one: powers of two, exact, deterministic). Until the first update (Fp8Delayed::calibrated)
-// the four run current scaling, which fills the histories: no cast uses a scale its tensor was not measured for. The
+// the eight run current scaling, which fills the histories: no cast uses a scale its tensor was not measured for. The
 // histories, the counter and the scales are run state (gpt2_fp8_delayed_state / _restore): a resumed run casts with
 // the same scales, bit for bit.
 #pragma once
@@ -25,16 +28,17 @@ inline std::string fp8_history_multi_gpu_problem() {
            "across ranks), and a checkpoint keeps rank 0's";
 }
 
-// The slot of delayed operand t (Fp8Delayed's order: 4l fcproj's input, 4l + 1 fc's output gradient, 4l + 2 qkv's
-// input, 4l + 3 fc's input), as Fp8Layers::slot numbers them, and its format.
+// The slot of delayed operand t (Fp8Delayed's order: 8l fcproj's input, 8l + 1 fc's output gradient, 8l + 2 qkv's
+// input, 8l + 3 fc's input, 8l + 4 + k linear k's weight), as Fp8Layers::slot numbers them, and its format.
 __host__ __device__ inline size_t gpt2_fp8_delayed_slot(int t) {
-    const int l = t / kFp8DelayedPerLayer;
+    const int l = t / kFp8DelayedPerLayer, j = t % kFp8DelayedPerLayer;
     const size_t layer = (size_t)l * kFp8Linears;
-    switch (t % kFp8DelayedPerLayer) {
+    switch (j) {
         case 0: return (layer + kFp8FcProj) * kFp8Operands + kFp8Inp;
         case 1: return (layer + kFp8Fc) * kFp8Operands + kFp8Dout;
         case 2: return (layer + kFp8Qkv) * kFp8Operands + kFp8Inp;
-        default: return (layer + kFp8Fc) * kFp8Operands + kFp8Inp;
+        case 3: return (layer + kFp8Fc) * kFp8Operands + kFp8Inp;
+        default: return (layer + (j - 4)) * kFp8Operands + kFp8Weight;
     }
 }
 __host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t) {
@@ -43,22 +47,36 @@ __host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t) {
 
 inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H) {
     f->delayed.H = H;
-    const size_t floats = (size_t)kFp8DelayedPerLayer * f->L * H;
+    const size_t ops = (size_t)kFp8DelayedPerLayer * f->L, floats = ops * (H + 1);  // histories, windows
     char* block;
     cudaCheck(cudaMalloc(&block, floats * sizeof(float) + sizeof(long long)));
     cudaCheck(cudaMemset(block, 0, floats * sizeof(float) + sizeof(long long)));
     f->delayed.history = (float*)block;
-    f->delayed.counter = (long long*)(block + floats * sizeof(float));  // 8-byte aligned: floats is even
+    f->delayed.window = f->delayed.history + ops * H;
+    f->delayed.counter = (long long*)(block + floats * sizeof(float));  // 8-byte aligned: ops is even
     static_assert(kFp8DelayedPerLayer % 2 == 0, "the counter after the histories, 8-byte aligned");
     f->delayed.updates = 0;
 }
 
+// A weight's window: the max of its history as fp8_update_one takes it (fmaxf: a NaN entry does not win).
+__host__ __device__ inline float gpt2_fp8_delayed_window(const float* history, int H) {
+    float window = 0.f;
+    for (int i = 0; i < H; i++) window = fmaxf(window, history[i]);
+    return window;
+}
+
 __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float* descale, float* history,
-                                               long long* counter, int operands, int H) {
+                                               float* window, long long* counter, int operands, int H) {
     const long long step = *counter;
     for (int t = threadIdx.x; t < operands; t += blockDim.x) {
         const size_t s = gpt2_fp8_delayed_slot(t);
         const float seen = amax[s];
+        if (t % kFp8DelayedPerLayer >= 4) {  // a weight: 0 unless this micro-step cast it (the forward zeroes amaxes)
+            if (seen != 0.f) history[(size_t)t * H + step % H] = seen;
+            amax[s] = 0.f;
+            window[t] = gpt2_fp8_delayed_window(history + (size_t)t * H, H);  // its next cast's amax
+            continue;
+        }
         fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, gpt2_fp8_delayed_format(t), 0, scale + s,
                        descale + kFp8DescaleStride * s);
         // an overflow: the cast made this step's descale NaN already (ScaleSource::overflow_descale); it stays NaN
@@ -72,7 +90,8 @@ __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float*
 // After a micro-step's backward (queued on its stream; the caller counts it on the host: Fp8Delayed::updates).
 inline void gpt2_fp8_delayed_update(const Fp8Layers& f, cudaStream_t stream) {
     gpt2_fp8_delayed_update_kernel<<<1, 128, 0, stream>>>(f.stats, f.scale(0), f.descale(0), f.delayed.history,
-                                                         f.delayed.counter, kFp8DelayedPerLayer * f.L, f.delayed.H);
+                                                         f.delayed.window, f.delayed.counter,
+                                                         kFp8DelayedPerLayer * f.L, f.delayed.H);
     cudaCheck(cudaGetLastError());
 }
 
@@ -151,6 +170,10 @@ inline std::string gpt2_fp8_delayed_restore(Fp8Layers* f, const std::vector<uint
         return "";
     }
     cudaCheck(cudaMemcpy(f->delayed.history, floats.data(), (size_t)fops * fH * sizeof(float), cudaMemcpyHostToDevice));
+    std::vector<float> window(fops, 0.f);  // what the last update left: the weights' windows of these histories
+    for (int t = 0; t < fops; t++)
+        if (t % kFp8DelayedPerLayer >= 4) window[t] = gpt2_fp8_delayed_window(&floats[(size_t)t * fH], fH);
+    cudaCheck(cudaMemcpy(f->delayed.window, window.data(), fops * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(f->delayed.counter, &counter, sizeof(counter), cudaMemcpyHostToDevice));
     for (int t = 0; t < fops; t++) {
         const size_t slot = gpt2_fp8_delayed_slot(t);

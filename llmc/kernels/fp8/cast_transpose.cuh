@@ -254,12 +254,14 @@ inline void fp8_amax_dgelu(const floatX* dgelu_out, const floatX* gelu_in, int r
                            cudaStream_t stream) {
     fp8_cast_detail::launch_amax<false, floatX, true>(dgelu_out, rows, cols, amax, stream, gelu_in);
 }
+// fold_amax (null: none): x's own max |x| folded in too (delayed scaling's weights: the scale from their history's
+// window given as `amax`, their amax for the history).
 template <Fp8Format F, bool kGelu = false>
 inline void fp8_cast_transpose_current(const floatX* x, int rows, int cols, const float* amax, int margin,
                                        float* scale_out, float* descale_out, uint8_t* y, uint8_t* yT,
-                                       cudaStream_t stream, float* colsum = nullptr) {
+                                       cudaStream_t stream, float* colsum = nullptr, float* fold_amax = nullptr) {
     fp8_cast_detail::ScaleSource src;
     src.from_amax = amax, src.margin = margin, src.scale_out = scale_out, src.descale_out = descale_out;
-    fp8_cast_detail::launch_cast<F, kGelu>(x, rows, cols, src, y, yT, nullptr, colsum, stream);
+    fp8_cast_detail::launch_cast<F, kGelu>(x, rows, cols, src, y, yT, fold_amax, colsum, stream);
 }
 
