@@ -52,6 +52,23 @@ struct Fp8Delayed {
     bool calibrated() const { return updates > 0; }  // else those operands run current scaling, filling the histories
 };
 
+// The slot of delayed operand t (Fp8Delayed's order: 8l fcproj's input, 8l + 1 fc's output gradient, 8l + 2 qkv's
+// input, 8l + 3 fc's input, 8l + 4 + k linear k's weight), as Fp8Layers::slot numbers them, and its format.
+__host__ __device__ inline size_t gpt2_fp8_delayed_slot(int t) {
+    const int l = t / kFp8DelayedPerLayer, j = t % kFp8DelayedPerLayer;
+    const size_t layer = (size_t)l * kFp8Linears;
+    switch (j) {
+        case 0: return (layer + kFp8FcProj) * kFp8Operands + kFp8Inp;
+        case 1: return (layer + kFp8Fc) * kFp8Operands + kFp8Dout;
+        case 2: return (layer + kFp8Qkv) * kFp8Operands + kFp8Inp;
+        case 3: return (layer + kFp8Fc) * kFp8Operands + kFp8Inp;
+        default: return (layer + (j - 4)) * kFp8Operands + kFp8Weight;
+    }
+}
+__host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t) {
+    return t % kFp8DelayedPerLayer == 1 ? Fp8Format::E5M2 : Fp8Format::E4M3;
+}
+
 struct Fp8Layers {
     int L = 0, C = 0, max_rows = 0;
     int Vp = 0;                    // the lm_head's rows when its forward runs in FP8 too (-fp8 2), else 0
@@ -253,9 +270,34 @@ inline const Fp8Layers* gpt2_fp8_for_rows(const Fp8Layers* f, int BT) {
     return f && f->on() && BT % 16 == 0 && BT <= f->max_rows ? f : nullptr;
 }
 
-// At a forward's start: every amax back to zero (each pass folds its tensor's into its slot).
+// Under delayed scaling, at a forward's start: every amax but the blocks' weights' back to zero (a weight's stays
+// until the update after the next backward takes it into the history and zeroes it: a cast made in an evaluation's
+// forward counts too), and the delayed activations' and gradient's descales back to 1 / scale (an overflow an
+// evaluation met, marked NaN, must not reach the next training step; a training step's has ended the run).
+__global__ void gpt2_fp8_delayed_begin_forward_kernel(float* amax, int slots, int block_slots, const float* scale,
+                                                      float* descale, int delayed_operands) {
+    for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < slots; s += gridDim.x * blockDim.x)
+        if (s >= block_slots || s % kFp8Operands != kFp8Weight) amax[s] = 0.f;
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < delayed_operands; t += gridDim.x * blockDim.x) {
+        if (t % kFp8DelayedPerLayer >= 4) continue;  // a weight's descale is its copy's, set by its cast
+        const size_t s = gpt2_fp8_delayed_slot(t);
+        // as fp8_update_one writes it; no scale yet (0): the first micro-step's current scaling writes both
+        if (scale[s] > 0.f) descale[kFp8DescaleStride * s] = (float)(1.0 / (double)scale[s]);
+    }
+}
+
+// At a forward's start: every amax back to zero (each pass folds its tensor's into its slot); under delayed scaling
+// as the kernel above says.
 inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
-    cudaCheck(cudaMemsetAsync(f.stats, 0, f.slots() * sizeof(float), stream));
+    if (f.delayed.on()) {
+        const int block_slots = f.L * kFp8Linears * kFp8Operands;
+        gpt2_fp8_delayed_begin_forward_kernel<<<1, 256, 0, stream>>>(f.stats, (int)f.slots(), block_slots,
+                                                                    f.scale(0), f.descale(0),
+                                                                    kFp8DelayedPerLayer * f.L);
+        cudaCheck(cudaGetLastError());
+    } else {
+        cudaCheck(cudaMemsetAsync(f.stats, 0, f.slots() * sizeof(float), stream));
+    }
     if (f.check) cudaCheck(cudaMemsetAsync(f.check, 0, (f.slots() + 2) * sizeof(float), stream));
 }
 

@@ -2,14 +2,15 @@
 // cast (y, yT) as fch is read once; fc's output gradient, cast as the GELU backward computes it
 // (fp8_cast_transpose_dgelu) instead of being written in bf16 first; qkv's and fc's inputs, written in E4M3 by the
 // LayerNorms ahead of them (LayerNormFp8Out), their yT a transpose of those bytes; and the four weights, cast once
-// per optimizer step without an amax pass: a weight's history takes its amax only in a micro-step that cast it, and
-// its scale is set as it is cast, from the window's max (Fp8Delayed::window), so the micro-steps that reuse the copy
-// keep the descale it was cast with. Every other operand keeps current scaling. Each of those eight per layer has an
-// amax history of H micro-steps. After each micro-step's backward,
-// gpt2_fp8_delayed_update writes the amaxes their casts folded into the histories, at the device's micro-step
-// counter (so a replayed CUDA graph advances it), and sets those slots' scales and descales from the largest amax of
-// each window (fp8_update_one: powers of two, exact, deterministic). Until the first update (Fp8Delayed::calibrated)
-// the eight run current scaling, which fills the histories: no cast uses a scale its tensor was not measured for. The
+// per optimizer step without an amax pass. Every other operand keeps current scaling. Each of those eight per layer
+// has an amax history of H micro-steps. After each micro-step's backward, gpt2_fp8_delayed_update writes the amaxes
+// their casts folded into the histories, at the device's micro-step counter (so a replayed CUDA graph advances it),
+// and sets the activations' and gradient's scales and descales from the largest amax of each window
+// (fp8_update_one: powers of two, exact, deterministic). A weight's history takes its amax at the update after it
+// was cast (with G micro-steps a step, the window holds its last H / gcd(G, H) casts: the last alone when G is a
+// multiple of H), and its scale is set as it is cast, from the window's max (Fp8Delayed::window), so the micro-steps
+// that reuse the copy keep the descale it was cast with. Until the first update (Fp8Delayed::calibrated) the eight
+// run current scaling, which fills the histories: no cast uses a scale its tensor was not measured for. The
 // histories, the counter and the scales are run state (gpt2_fp8_delayed_state / _restore): a resumed run casts with
 // the same scales, bit for bit.
 #pragma once
@@ -26,23 +27,6 @@
 inline std::string fp8_history_multi_gpu_problem() {
     return "one process only for now: each rank's amaxes would fill histories of its own (they are not reduced "
            "across ranks), and a checkpoint keeps rank 0's";
-}
-
-// The slot of delayed operand t (Fp8Delayed's order: 8l fcproj's input, 8l + 1 fc's output gradient, 8l + 2 qkv's
-// input, 8l + 3 fc's input, 8l + 4 + k linear k's weight), as Fp8Layers::slot numbers them, and its format.
-__host__ __device__ inline size_t gpt2_fp8_delayed_slot(int t) {
-    const int l = t / kFp8DelayedPerLayer, j = t % kFp8DelayedPerLayer;
-    const size_t layer = (size_t)l * kFp8Linears;
-    switch (j) {
-        case 0: return (layer + kFp8FcProj) * kFp8Operands + kFp8Inp;
-        case 1: return (layer + kFp8Fc) * kFp8Operands + kFp8Dout;
-        case 2: return (layer + kFp8Qkv) * kFp8Operands + kFp8Inp;
-        case 3: return (layer + kFp8Fc) * kFp8Operands + kFp8Inp;
-        default: return (layer + (j - 4)) * kFp8Operands + kFp8Weight;
-    }
-}
-__host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t) {
-    return t % kFp8DelayedPerLayer == 1 ? Fp8Format::E5M2 : Fp8Format::E4M3;
 }
 
 inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H) {
@@ -71,10 +55,11 @@ __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float*
     for (int t = threadIdx.x; t < operands; t += blockDim.x) {
         const size_t s = gpt2_fp8_delayed_slot(t);
         const float seen = amax[s];
-        if (t % kFp8DelayedPerLayer >= 4) {  // a weight: 0 unless this micro-step cast it (the forward zeroes amaxes)
+        if (t % kFp8DelayedPerLayer >= 4) {  // a weight: 0 unless it was cast since the last update
             if (seen != 0.f) history[(size_t)t * H + step % H] = seen;
             amax[s] = 0.f;
             window[t] = gpt2_fp8_delayed_window(history + (size_t)t * H, H);  // its next cast's amax
+            if (!isfinite(seen)) descale[kFp8DescaleStride * s] = NAN;  // the copy saturated it: the next GEMMs say so
             continue;
         }
         fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, gpt2_fp8_delayed_format(t), 0, scale + s,

@@ -185,7 +185,13 @@ inline void launch_amax(const T* x, int rows, int cols, float* amax, cudaStream_
 template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
 inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& src, uint8_t* y, uint8_t* yT,
                         float* amax, float* colsum, cudaStream_t stream, const floatX* aux = nullptr) {
-    if (!y && !yT && !colsum) return launch_amax<kGelu, floatX, kDGelu>(x, rows, cols, amax, stream, aux);
+    if (!y && !yT && !colsum) {
+        if (src.overflow_descale) {
+            fprintf(stderr, "error: fp8_cast_transpose: an overflow descale belongs to a cast (y or yT)\n");
+            exit(EXIT_FAILURE);
+        }
+        return launch_amax<kGelu, floatX, kDGelu>(x, rows, cols, amax, stream, aux);
+    }
     if (rows < 1 || cols < 1 || rows % 4 != 0 || cols % 4 != 0 || (rows + kTile - 1) / kTile > 65535 ||
         ((uintptr_t)x | (uintptr_t)aux) % (4 * sizeof(floatX)) != 0 || ((uintptr_t)y | (uintptr_t)yT) % 4 != 0 ||
         (colsum && !y && !yT)) {

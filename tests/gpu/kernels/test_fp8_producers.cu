@@ -182,13 +182,15 @@ static void test_layernorm_amax() {
 
 // The LayerNorm forward writing E4M3 y instead of out (LayerNormFp8Out): every byte equal to fp8_encode(stored out ·
 // scale) of a run that writes out, the amax, mean, rstd (and residual) the same bits, out never written (null), the
-// overflow descale untouched; the scale a power of two that saturates some values. plant_inf: one input infinite,
-// its row NaN: the descale NaN. (fp8_encode's NaN is 0x7F; the device may write the sign: any NaN code passes.)
-static void layernorm_fp8_case(int N, int C, bool residual, bool plant_inf) {
+// overflow descale untouched; the scale a power of two that saturates some values. plant_inf 1: one input infinite,
+// its row NaN; 2: the last channel's weight infinite, every row's last output infinite (finite inputs): either way
+// the descale NaN. (fp8_encode's NaN is 0x7F; the device may write the sign: any NaN code passes.)
+static void layernorm_fp8_case(int N, int C, bool residual, int plant_inf) {
     const size_t n = (size_t)N * C;
     std::vector<float> a = random_vec(n, 1.0f), b = random_vec(n, 1.0f), w = random_vec(C, 0.5f, 1.0f),
                        bias = random_vec(C, 0.1f);
-    if (plant_inf) a[n / 2 + 3] = INFINITY;
+    if (plant_inf == 1) a[n / 2 + 3] = INFINITY;
+    if (plant_inf == 2) w[C - 1] = INFINITY;
     floatX *d_a = upload(a), *d_b = upload(b), *d_w = upload(w), *d_bias = upload(bias), *d_res = poisoned(n),
            *d_res2 = poisoned(n), *d_out = poisoned(n);
     float *d_ms, *d_stats = upload_fp32({0.f, 0.f, 1.f, 0.5f});  // amax (bf16 run), amax (fp8 run), scale, descale
@@ -226,16 +228,18 @@ static void layernorm_fp8_case(int N, int C, bool residual, bool plant_inf) {
     char tag[200];
     snprintf(tag, sizeof(tag), "LayerNorm forward%s %d x %d in E4M3 (scale 2^%d, %zu saturated%s): bytes, amax, mean, "
              "rstd, descale %s", residual ? " (fused residual)" : "", N, C, (int)std::lround(std::log2(scale)),
-             saturated, plant_inf ? ", an inf" : "", plant_inf ? "NaN" : "untouched");
+             saturated, plant_inf == 1 ? ", an inf input" : plant_inf == 2 ? ", an inf weight" : "",
+             plant_inf ? "NaN" : "untouched");
     check_exact(tag, bad == 0 && same_res && same_stats && descale_ok && (plant_inf || saturated > 0));
     if (bad) printf("  %zu of %zu bytes differ from the cast of the bf16 output\n", bad, n);
     cudaFree(d_a), cudaFree(d_b), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_res), cudaFree(d_res2), cudaFree(d_out);
     cudaFree(d_ms), cudaFree(d_stats), cudaFree(d_y);
 }
 static void test_layernorm_fp8() {
-    layernorm_fp8_case(1003, 768, true, false);
-    layernorm_fp8_case(200, 1600, false, false);
-    layernorm_fp8_case(64, 768, true, true);
+    layernorm_fp8_case(1003, 768, true, 0);
+    layernorm_fp8_case(200, 1600, false, 0);
+    layernorm_fp8_case(64, 768, true, 1);
+    layernorm_fp8_case(64, 768, false, 2);
 }
 
 int main(int argc, char** argv) {
