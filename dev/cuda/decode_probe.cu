@@ -1,0 +1,291 @@
+// What a decode step made of one persistent kernel could cost on this GPU, before that kernel is written
+// (docs/DECODE.md, "First measurements"):
+//   edge    one dependency edge between two SMs: a block stores a payload, releases a counter; a block on another SM
+//           acquires it and reads the payload (ping-pong: the one-way time); and one block to all the others and
+//           back (fan-out + fan-in, a round)
+//   stream  a model's blocks' weight matrices (per layer 3C x C, C x C, 4C x C, C x 4C; bf16, row-major, one output
+//           row a dot over C or 4C) times a vector, y = W x in fp32, all of them in order:
+//             graph      one kernel per matrix, replayed as a CUDA Graph (today's step's shape)
+//             stream     one persistent kernel, each block its rows of every matrix, never waiting (the bound)
+//             counters   the same, each matrix waiting until every block has finished the one before (a counter per
+//                        matrix: release by the last thread of a block, acquire by one thread of each block)
+//             prefetch   counters, each warp's first row of the next matrix loaded into registers before the wait
+// Every mode's y is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the edges carried counted
+// before anything is timed; times are medians of CUDA-event timings with L2 flushed (dev/cuda/common.h).
+//   make -C dev/cuda decode_probe && ./dev/cuda/decode_probe [-e 12|24|36|48] [-r repeats]
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned sm_id() {
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+// One thread of the block waits until *count reaches target; the barrier then extends the acquire to the block.
+__device__ __forceinline__ void block_wait(const unsigned* count, unsigned target) {
+    if (threadIdx.x == 0)
+        while (ld_acquire(count) < target) __nanosleep(20);
+    __syncthreads();
+}
+// Every thread's stores of the block before the barrier, then one release.
+__device__ __forceinline__ void block_signal(unsigned* count) {
+    __syncthreads();
+    if (threadIdx.x == 0) red_release_add(count, 1u);
+}
+
+// ------------------------------------------------------------------------------------------ edge
+// Round i's payload: 32 words, i * 32 + lane; a reader counts the words that differ into out[2].
+__device__ __forceinline__ void write_payload(unsigned* payload, int i) {
+    if (threadIdx.x < 32) payload[threadIdx.x] = i * 32u + threadIdx.x;
+}
+__device__ __forceinline__ void check_payload(const unsigned* payload, int i, unsigned long long* out) {
+    if (threadIdx.x < 32 && __ldcg(payload + threadIdx.x) != i * 32u + threadIdx.x) atomicAdd(&out[2], 1ull);
+}
+// flags[0]: ping, flags[1]: pong, flags[2]: the fan-in count; payload: 32 words. out: [0] ping-pong ns, [1] fan
+// round ns, [2] payload words that arrived wrong, [3] and [4] the SMs the ping and the pong block ran on.
+__global__ void edge_kernel(unsigned* flags, unsigned* payload, unsigned long long* out, int rounds) {
+    const int partner = gridDim.x / 2;
+    if (blockIdx.x == 0 || blockIdx.x == partner) {
+        const bool ping = blockIdx.x == 0;
+        if (threadIdx.x == 0) out[ping ? 3 : 4] = sm_id();
+        const unsigned long long t0 = global_ns();
+        for (int i = 1; i <= rounds; i++) {
+            if (ping) {
+                write_payload(payload, i);
+                block_signal(&flags[0]);
+                block_wait(&flags[1], i);
+            } else {
+                block_wait(&flags[0], i);
+                check_payload(payload, i, out);
+                block_signal(&flags[1]);
+            }
+        }
+        if (ping && threadIdx.x == 0) out[0] = (global_ns() - t0) / (2ull * rounds);
+    }
+}
+__global__ void fan_kernel(unsigned* flags, unsigned* payload, unsigned long long* out, int rounds) {
+    const unsigned long long t0 = global_ns();
+    for (int i = 1; i <= rounds; i++) {
+        if (blockIdx.x == 0) {
+            write_payload(payload, i);
+            block_signal(&flags[0]);
+            block_wait(&flags[2], (unsigned)i * (gridDim.x - 1));
+        } else {
+            block_wait(&flags[0], i);
+            check_payload(payload, i, out);
+            block_signal(&flags[2]);
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) out[1] = (global_ns() - t0) / rounds;
+}
+
+// ------------------------------------------------------------------------------------------ stream
+struct Matrices {
+    const __nv_bfloat16* const* w;  // per matrix, rows x cols
+    const int* rows;
+    const int* cols;
+    int count;
+};
+
+// Row r of one matrix times x (cols a multiple of 256): each lane 16-byte loads, a warp sum.
+template <int kMaxChunks>
+__device__ __forceinline__ void load_row(const __nv_bfloat16* w, int cols, int r, uint4 (&v)[kMaxChunks]) {
+    const uint4* row = reinterpret_cast<const uint4*>(w + (size_t)r * cols);
+#pragma unroll
+    for (int j = 0; j < kMaxChunks; j++)
+        if ((j * 32 + (int)threadIdx.x % 32) * 8 < cols) v[j] = __ldcs(row + j * 32 + threadIdx.x % 32);
+}
+template <int kMaxChunks>
+__device__ __forceinline__ float row_dot(const uint4 (&v)[kMaxChunks], const float* x, int cols) {
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxChunks; j++) {
+        const int c = (j * 32 + (int)threadIdx.x % 32) * 8;
+        if (c < cols) {
+            const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v[j]);
+            for (int k = 0; k < 8; k++) s += __bfloat162float(h[k]) * x[c + k];
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+constexpr int kMaxChunks = 6400 / 256;  // cols up to 4 x 1600
+// The rows of matrix m this block takes (contiguous), its warps round-robin over them.
+__device__ __forceinline__ void rows_of(int n, int block, int blocks, int* begin, int* end) {
+    *begin = (int)((long long)n * block / blocks), *end = (int)((long long)n * (block + 1) / blocks);
+}
+__device__ void matrix_part(const Matrices& M, int m, const float* x, float* y, int block, int blocks,
+                            bool preloaded, uint4 (&v)[kMaxChunks]) {
+    int begin, end;
+    rows_of(M.rows[m], block, blocks, &begin, &end);
+    const int warp = threadIdx.x / 32;
+    bool first = true;
+    for (int r = begin + warp; r < end; r += kWarps) {
+        if (!(first && preloaded)) load_row(M.w[m], M.cols[m], r, v);
+        first = false;
+        const float s = row_dot(v, x, M.cols[m]);
+        if (threadIdx.x % 32 == 0) y[r] = s;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) matrix_kernel(Matrices M, int m, const float* x, float* const* y) {
+    uint4 v[kMaxChunks];
+    matrix_part(M, m, x, y[m], blockIdx.x, gridDim.x, false, v);
+}
+// mode 0: never waits; 1: waits for the matrix before; 2: waits, its first rows loaded before. Every mode signals, and
+// epoch is this launch's number (from 1), so the counters need no reset: matrix m is done at epoch * gridDim.x.
+__global__ void __launch_bounds__(kThreads) persistent_kernel(Matrices M, const float* x, float* const* y,
+                                                              unsigned* done, unsigned epoch, int mode) {
+    uint4 v[kMaxChunks];
+    for (int m = 0; m < M.count; m++) {
+        bool preloaded = false;
+        if (mode > 0 && m > 0) {
+            if (mode == 2) {
+                int begin, end;
+                rows_of(M.rows[m], blockIdx.x, gridDim.x, &begin, &end);
+                const int r = begin + (int)threadIdx.x / 32;
+                if (r < end) load_row(M.w[m], M.cols[m], r, v), preloaded = true;
+            }
+            block_wait(&done[m - 1], epoch * gridDim.x);
+        }
+        matrix_part(M, m, x, y[m], blockIdx.x, gridDim.x, preloaded, v);
+        block_signal(&done[m]);
+    }
+}
+
+int main(int argc, char** argv) {
+    int depth = 12, repeats = 20;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if ((a == "-e" || a == "-r") && i + 1 < argc) {
+            const int v = positive_int(argv[++i]);
+            if (v == 0 || (a == "-e" && v != 12 && v != 24 && v != 36 && v != 48)) {
+                fprintf(stderr, "error: %s %s: -e takes 12, 24, 36 or 48, -r a positive count\n", a.c_str(), argv[i]);
+                return 1;
+            }
+            (a == "-e" ? depth : repeats) = v;
+        } else {
+            fprintf(stderr, "usage: %s [-e 12|24|36|48] [-r repeats]\n", argv[0]);
+            return 1;
+        }
+    }
+    print_device();
+    int dev, sms;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int C = depth == 12 ? 768 : depth == 24 ? 1024 : depth == 36 ? 1280 : 1600;
+
+    // ---- edge
+    DeviceBuffer<unsigned> flags(3), payload(32);
+    DeviceBuffer<unsigned long long> out(5);
+    cudaCheck(cudaMemset(flags.ptr, 0, flags.bytes())), cudaCheck(cudaMemset(out.ptr, 0, out.bytes()));
+    const int rounds = 20000;
+    edge_kernel<<<sms, kThreads>>>(flags.ptr, payload.ptr, out.ptr, rounds);
+    cudaCheckLaunch();
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemset(flags.ptr, 0, flags.bytes()));
+    fan_kernel<<<sms, kThreads>>>(flags.ptr, payload.ptr, out.ptr, rounds / 10);
+    cudaCheckLaunch();
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<unsigned long long> e = out.download();
+    printf("edge: %llu payload words wrong (must be 0); ping-pong one way %.2f us (SMs %llu and %llu); one block to %d "
+           "and back %.2f us a round\n", e[2], e[0] / 1e3, e[3], e[4], sms - 1, e[1] / 1e3);
+    if (e[2] != 0) return 1;
+
+    // ---- stream: the layers' matrices (uniform in +-0.05), x uniform in +-1; the fp64 products kept for the checks
+    std::vector<int> rows, cols;
+    for (int l = 0; l < depth; l++) {
+        const int r[4] = {3 * C, C, 4 * C, C}, k[4] = {C, C, C, 4 * C};
+        for (int j = 0; j < 4; j++) rows.push_back(r[j]), cols.push_back(k[j]);
+    }
+    const int count = (int)rows.size();
+    Rng rng(7);
+    std::vector<float> x((size_t)4 * C);
+    for (float& v : x) v = 2.f * rng.uniform() - 1.f;
+    std::vector<DeviceBuffer<__nv_bfloat16>> w(count);
+    std::vector<DeviceBuffer<float>> y(count);
+    std::vector<std::vector<double>> ref(count);
+    std::vector<const __nv_bfloat16*> w_ptrs;
+    std::vector<float*> y_ptrs;
+    double bytes = 0;
+    for (int m = 0; m < count; m++) {
+        std::vector<__nv_bfloat16> h((size_t)rows[m] * cols[m]);
+        for (auto& v : h) v = __float2bfloat16(0.1f * rng.uniform() - 0.05f);
+        ref[m].assign(rows[m], 0.0);
+        for (int r = 0; r < rows[m]; r++)
+            for (int k = 0; k < cols[m]; k++) ref[m][r] += (double)__bfloat162float(h[(size_t)r * cols[m] + k]) * x[k];
+        w[m].resize(h.size()), w[m].upload(h), y[m].resize(rows[m]);
+        w_ptrs.push_back(w[m].ptr), y_ptrs.push_back(y[m].ptr);
+        bytes += 2.0 * h.size();
+    }
+    DeviceBuffer<const __nv_bfloat16*> d_w(count);
+    DeviceBuffer<float*> d_y(count);
+    DeviceBuffer<int> d_rows(count), d_cols(count);
+    DeviceBuffer<float> d_x(x.size());
+    DeviceBuffer<unsigned> done(count);
+    d_w.upload(w_ptrs), d_y.upload(y_ptrs), d_rows.upload(rows), d_cols.upload(cols), d_x.upload(x);
+    cudaCheck(cudaMemset(done.ptr, 0, done.bytes()));
+    const Matrices M{d_w.ptr, d_rows.ptr, d_cols.ptr, count};
+    unsigned epoch = 0;
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int m = 0; m < count; m++) matrix_kernel<<<sms, kThreads, 0, stream>>>(M, m, d_x.ptr, d_y.ptr);
+    cudaCheck(cudaStreamEndCapture(stream, &graph));
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    const char* names[4] = {"graph", "stream", "counters", "prefetch"};
+    auto run = [&](int mode) {  // on the legacy default stream, as benchmark() times it (the graph captured apart)
+        if (mode == 0) {
+            cudaCheck(cudaGraphLaunch(exec, 0));
+        } else {
+            persistent_kernel<<<sms, kThreads>>>(M, d_x.ptr, d_y.ptr, done.ptr, ++epoch, mode - 1);
+            cudaCheckLaunch();
+        }
+    };
+    for (int mode = 0; mode < 4; mode++) {  // validation: every y of every mode, outputs poisoned first
+        for (auto& b : y) b.poison();
+        run(mode);
+        cudaCheck(cudaDeviceSynchronize());
+        double err = 0, norm = 0;
+        for (int m = 0; m < count; m++) {
+            const std::vector<float> got = y[m].download();
+            for (int r = 0; r < rows[m]; r++) {
+                const double d = got[r] - ref[m][r];
+                err += d * d, norm += ref[m][r] * ref[m][r];
+            }
+        }
+        const double rel = std::sqrt(err / norm);
+        printf("stream %-9s: y of %d matrices against fp64, rel-L2 %.2e (<= 1e-5)\n", names[mode], count, rel);
+        if (!(rel <= 1e-5)) return 1;
+    }
+    printf("\n%s, C %d: %d matrices, %.1f MB of weights; cold L2, median of %d\n", depth == 12 ? "d12" : "model", C,
+           count, bytes / 1e6, repeats);
+    for (int mode = 0; mode < 4; mode++) {
+        const Timing t = benchmark([&] { run(mode); }, repeats);
+        printf("  %-9s %8.1f us  %7.0f GB/s  %6.2f us a matrix\n", names[mode], 1e3 * t.cold_ms,
+               bytes / (t.cold_ms * 1e6), 1e3 * t.cold_ms / count);
+    }
+    cudaCheck(cudaGraphExecDestroy(exec)), cudaCheck(cudaGraphDestroy(graph)), cudaCheck(cudaStreamDestroy(stream));
+    return 0;
+}
