@@ -144,8 +144,33 @@ void check_lm_head(const Fp8Layers& f, const GPT2Params& p, int N) {
 
 }  // namespace
 
+// Delayed scaling's operand table (llmc/model/gpt2_fp8.cuh): over 3 layers, each delayed operand a slot of its own,
+// in its layer, the one its name says (fcproj's input, fc's output gradient, qkv's and fc's inputs, the four
+// weights), E5M2 only for the gradient.
+static void test_delayed_table() {
+    const int L = 3;
+    Fp8Layers shape;
+    shape.L = L;
+    std::vector<size_t> seen;
+    bool ok = true;
+    for (int t = 0; t < kFp8DelayedPerLayer * L; t++) {
+        const int l = t / kFp8DelayedPerLayer, j = t % kFp8DelayedPerLayer;
+        const size_t want = j == 0   ? shape.slot(l, kFp8FcProj, kFp8Inp)
+                            : j == 1 ? shape.slot(l, kFp8Fc, kFp8Dout)
+                            : j == 2 ? shape.slot(l, kFp8Qkv, kFp8Inp)
+                            : j == 3 ? shape.slot(l, kFp8Fc, kFp8Inp)
+                                     : shape.slot(l, (Fp8Linear)(j - 4), kFp8Weight);
+        ok = ok && gpt2_fp8_delayed_slot(t) == want &&
+             gpt2_fp8_delayed_format(t) == (j == 1 ? Fp8Format::E5M2 : Fp8Format::E4M3) &&
+             std::find(seen.begin(), seen.end(), want) == seen.end();
+        seen.push_back(want);
+    }
+    check_exact("fp8 delayed scaling's operands: 8 a layer, each its own slot and format", ok);
+}
+
 int main(int argc, char** argv) {
     kernel_tests_begin(argc, argv);
+    test_delayed_table();
     const std::string why = gpt2_fp8_problem(64, 16, device_info().prop.major);
     if (!kFloatXIsBF16 || device_info().prop.major < 9) {
         check_exact("fp8 linear layers refused here: " + why, !why.empty());
