@@ -286,8 +286,8 @@ __global__ void gpt2_fp8_delayed_begin_forward_kernel(float* amax, int slots, in
     }
 }
 
-// At a forward's start: every amax back to zero (each pass folds its tensor's into its slot); under delayed scaling
-// as the kernel above says.
+// At a forward's start: every amax back to zero (each pass folds its tensor's into its slot), but under delayed
+// scaling the weights' (the kernel above: their casts happen once between two updates, the trainer's order).
 inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
     if (f.delayed.on()) {
         const int block_slots = f.L * kFp8Linears * kFp8Operands;
