@@ -11,9 +11,10 @@
 #   - -fp8 2 (the lm_head's forward in FP8 too) within TOL of BF16 likewise, and twice byte-identical; -fp8 1 with
 #     two micro-steps a step (against BF16's with the same) and with the materialized attention backend likewise;
 #   - -fp8 1 resumed from a checkpoint: bit-exact as tests/gpu/check_resume.sh checks it;
-#   - -fp8 2 -fp8h 16 (delayed scaling where it fuses: qkv's, fc's and fcproj's inputs, fc's output gradient) within
-#     TOL of BF16, with accumulation too, twice and with -r 0 and -r 2 byte-identical, its casts' amaxes checked
-#     against passes, and -fp8h 4 resumed bit-exactly (the histories and scales are run state);
+#   - -fp8 2 -fp8h 16 (delayed scaling where it fuses: qkv's, fc's and fcproj's inputs, fc's output gradient; the
+#     weights) within TOL of BF16, with accumulation too, twice and with -r 0 and -r 2 byte-identical, its training
+#     losses the same with validation never and every step, its casts' amaxes checked against passes, and -fp8h 4
+#     resumed bit-exactly (the histories and scales are run state);
 #   - B*T not a multiple of 16, and -fp8h without -fp8, refused in one line before any work.
 # Elsewhere (FP32 builds, older GPUs): -fp8 1 refused in one line, naming the flag.
 #   tests/gpu/check_fp8_train.sh        env: MODEL (d6), STEPS (60), TOL (0.1), WORK (fp8_check)
@@ -46,7 +47,8 @@ refused "-fp8h 16 without -fp8" -e "$MODEL" -b 4 -t 64 -x 2 -v 0 -s 0 -fp8h 16
 # -fp8h: delayed scaling where it fuses, with accumulation too)
 for run in bf16:0:1 fp8:1:1 fp8b:1:1 fp8r0:1:0 fp8r2:1:2 fp8h:2:1 fp8hb:2:1 "bf16acc:0:1:-d 2048" \
            "fp8acc:1:1:-d 2048" "fp8mat:1:1:-ab materialized" "fp8d:2:1:-fp8h 16" "fp8db:2:1:-fp8h 16" \
-           "fp8dr0:2:0:-fp8h 16" "fp8dr2:2:2:-fp8h 16" "fp8dacc:2:1:-fp8h 16 -d 2048"; do
+           "fp8dr0:2:0:-fp8h 16" "fp8dr2:2:2:-fp8h 16" "fp8dacc:2:1:-fp8h 16 -d 2048" "fp8dv0:2:1:-fp8h 16 -v 0" \
+           "fp8dv1:2:1:-fp8h 16 -v 1"; do
     IFS=: read -r name mode r extra <<<"$run"
     # shellcheck disable=SC2086  # extra: flags, split
     ./train_gpt2cu "${FLAGS[@]}" -fp8 "$mode" -r "$r" $extra -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
@@ -89,6 +91,17 @@ for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk fp8d:fp8db fp8d:
     if cmp -s "$WORK/$first/main.log" "$WORK/$other/main.log"; then
         echo "ok   $other main.log identical to $first's ($(wc -l <"$WORK/$first/main.log") lines)"
     else echo "FAIL: $other: main.log differs from $first's"; diff "$WORK/$first/main.log" "$WORK/$other/main.log" | head -n 6; fail=1; fi
+done
+# evaluation does not change training: the weights an evaluation's forward casts (and whose amax it leaves for the
+# history) are the bytes training would have cast, so the training losses are the same with validation never, every
+# 20 steps or every step
+trl() { grep -E '^s:[0-9]+ trl:' "$WORK/$1/main.log"; }
+for other in fp8dv0 fp8dv1; do
+    if cmp -s <(trl fp8d) <(trl $other) && [ -n "$(trl fp8d)" ]; then
+        echo "ok   $other's training losses identical to fp8d's ($(trl fp8d | wc -l) steps; -v ${other#fp8dv} vs 20)"
+    else
+        echo "FAIL: $other's training losses differ from fp8d's"; diff <(trl fp8d) <(trl $other) | head -n 6; fail=1
+    fi
 done
 MODEL=$MODEL STEPS=20 WORK="$WORK/resume" bash tests/gpu/check_resume.sh -fp8 1 >"$WORK/resume.log" 2>&1 &&
     echo "ok   -fp8 1 resumed: $(tail -n 1 "$WORK/resume.log")" ||
