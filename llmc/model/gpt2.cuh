@@ -160,7 +160,8 @@ inline std::string gpt2_matmuls_description(const GPT2& m) {
                                     " in FP8 (E4M3 x E4M3 forward, E5M2 gradients, current scaling" +
                                     (m.fp8_layers.delayed.on()
                                          ? ", delayed over " + std::to_string(m.fp8_layers.delayed.H) +
-                                               " micro-steps for fcproj's input and fc's output gradient"
+                                               " micro-steps for the weights, qkv's, fc's and fcproj's inputs and "
+                                               "fc's output gradient"
                                          : std::string()) + "; " +
                                     std::to_string(m.fp8_layers.bytes >> 20) + " MiB)"
                               : "");
