@@ -103,14 +103,19 @@ LLMC_FP8_HD inline float fp8_scale_from_amax(float amax, Fp8Format f, int margin
     return (float)std::ldexp(1.0, exponent);
 }
 
+// The largest amax of a ring of H (fmaxf: a NaN entry does not win; an empty ring gives 0).
+LLMC_FP8_HD inline float fp8_window_max(const float* history, int H) {
+    float window = 0.f;
+    for (int i = 0; i < H; i++) window = fmaxf(window, history[i]);
+    return window;
+}
+
 // Delayed scaling (llmc/kernels/fp8/scaling.cuh), one tensor after step `step`: its amax into the ring `history` (H
 // floats) at step % H and zeroed for the next step; the scale from the ring's largest amax (else kept), its descale.
 LLMC_FP8_HD inline void fp8_update_one(float* history, int H, int step, float* amax, Fp8Format format, int margin,
                                        float* scale, float* descale) {
     history[step % H] = *amax;
     *amax = 0.f;
-    float window = 0.f;
-    for (int i = 0; i < H; i++) window = fmaxf(window, history[i]);  // fmaxf: a NaN entry does not win
-    *scale = fp8_scale_from_amax(window, format, margin, *scale);
+    *scale = fp8_scale_from_amax(fp8_window_max(history, H), format, margin, *scale);
     *descale = (float)(1.0 / (double)*scale);  // in double: exact, and untouched by --use_fast_math
 }

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kLayerNormForwardThreads)
             }
         }
     }
-    if constexpr (kFp8) if (mx >= 0x7f800000u) *fp8.overflow_descale = NAN;  // |x|'s bits: inf and NaN above
+    if constexpr (kFp8) if (amax_bits_nonfinite(mx)) *fp8.overflow_descale = NAN;
     if constexpr (kAmax) fold_warp_amax(mx, out_amax);
     if (lane == 0) {
         mean[row] = m;

@@ -41,7 +41,10 @@ enum Fp8Operand { kFp8Inp, kFp8Weight, kFp8Dout, kFp8Operands };  // a linear's 
 // Delayed scaling's state for the operands whose producers cast them when it is on (llmc/model/gpt2_fp8_delayed.cuh):
 // per layer, delayed index 8l + j: fcproj's input (j = 0), fc's output gradient (1), qkv's input (2), fc's input (3),
 // the weights of qkv, attproj, fc and fcproj (4 to 7: cast without an amax pass first).
-constexpr int kFp8DelayedPerLayer = 8;
+constexpr int kFp8DelayedPerLayer = 8, kFp8DelayedFirstWeight = 4;
+__host__ __device__ inline bool gpt2_fp8_delayed_is_weight(int t) {
+    return t % kFp8DelayedPerLayer >= kFp8DelayedFirstWeight;
+}
 struct Fp8Delayed {
     int H = 0;                      // micro-steps of amax history; 0: off (current scaling everywhere)
     float* history = nullptr;       // (kFp8DelayedPerLayer L, H)
@@ -62,7 +65,7 @@ __host__ __device__ inline size_t gpt2_fp8_delayed_slot(int t) {
         case 1: return (layer + kFp8Fc) * kFp8Operands + kFp8Dout;
         case 2: return (layer + kFp8Qkv) * kFp8Operands + kFp8Inp;
         case 3: return (layer + kFp8Fc) * kFp8Operands + kFp8Inp;
-        default: return (layer + (j - 4)) * kFp8Operands + kFp8Weight;
+        default: return (layer + (j - kFp8DelayedFirstWeight)) * kFp8Operands + kFp8Weight;
     }
 }
 __host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t) {
@@ -177,7 +180,7 @@ inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows
 inline void cast_weight_delayed(const Fp8Layers& f, int l, Fp8Linear k, const floatX* w, int rows, int cols,
                                 uint8_t* y, uint8_t* yT, cudaStream_t stream) {
     const size_t s = f.slot(l, k, kFp8Weight);
-    const float* window = f.delayed.window + (size_t)l * kFp8DelayedPerLayer + 4 + k;  // gpt2_fp8_delayed_slot's order
+    const float* window = f.delayed.window + (size_t)l * kFp8DelayedPerLayer + kFp8DelayedFirstWeight + k;
     fp8_cast_transpose_current<Fp8Format::E4M3>(w, rows, cols, window, 0, f.scale(s), f.descale(s), y, yT, stream,
                                                 nullptr, f.amax(s));
     if (f.check) {
@@ -279,7 +282,7 @@ __global__ void gpt2_fp8_delayed_begin_forward_kernel(float* amax, int slots, in
     for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < slots; s += gridDim.x * blockDim.x)
         if (s >= block_slots || s % kFp8Operands != kFp8Weight) amax[s] = 0.f;
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < delayed_operands; t += gridDim.x * blockDim.x) {
-        if (t % kFp8DelayedPerLayer >= 4) continue;  // a weight's descale is its copy's, set by its cast
+        if (gpt2_fp8_delayed_is_weight(t)) continue;  // a weight's descale is its copy's, set by its cast
         const size_t s = gpt2_fp8_delayed_slot(t);
         // as fp8_update_one writes it; no scale yet (0): the first micro-step's current scaling writes both
         if (scale[s] > 0.f) descale[kFp8DescaleStride * s] = (float)(1.0 / (double)scale[s]);

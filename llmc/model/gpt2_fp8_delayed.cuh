@@ -42,31 +42,23 @@ inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H) {
     f->delayed.updates = 0;
 }
 
-// A weight's window: the max of its history as fp8_update_one takes it (fmaxf: a NaN entry does not win).
-__host__ __device__ inline float gpt2_fp8_delayed_window(const float* history, int H) {
-    float window = 0.f;
-    for (int i = 0; i < H; i++) window = fmaxf(window, history[i]);
-    return window;
-}
-
 __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float* descale, float* history,
                                                float* window, long long* counter, int operands, int H) {
     const long long step = *counter;
     for (int t = threadIdx.x; t < operands; t += blockDim.x) {
         const size_t s = gpt2_fp8_delayed_slot(t);
         const float seen = amax[s];
-        if (t % kFp8DelayedPerLayer >= 4) {  // a weight: 0 unless it was cast since the last update
+        if (gpt2_fp8_delayed_is_weight(t)) {  // 0 unless it was cast since the last update
             if (seen != 0.f) history[(size_t)t * H + step % H] = seen;
             amax[s] = 0.f;
-            window[t] = gpt2_fp8_delayed_window(history + (size_t)t * H, H);  // its next cast's amax
+            window[t] = fp8_window_max(history + (size_t)t * H, H);  // its next cast's amax
             if (!isfinite(seen)) descale[kFp8DescaleStride * s] = NAN;  // the copy saturated it: the next GEMMs say so
             continue;
         }
+        // (an overflow made this step's descale NaN in the cast itself, ScaleSource::overflow_descale; the next
+        // forward starts from 1 / scale again, gpt2_fp8_begin_forward)
         fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, gpt2_fp8_delayed_format(t), 0, scale + s,
                        descale + kFp8DescaleStride * s);
-        // an overflow: the cast made this step's descale NaN already (ScaleSource::overflow_descale); it stays NaN
-        // rather than a finite value from a window that kept the old scale
-        if (!isfinite(seen)) descale[kFp8DescaleStride * s] = NAN;
     }
     __syncthreads();  // every thread has read the counter
     if (threadIdx.x == 0) *counter = step + 1;
@@ -157,7 +149,7 @@ inline std::string gpt2_fp8_delayed_restore(Fp8Layers* f, const std::vector<uint
     cudaCheck(cudaMemcpy(f->delayed.history, floats.data(), (size_t)fops * fH * sizeof(float), cudaMemcpyHostToDevice));
     std::vector<float> window(fops, 0.f);  // what the last update left: the weights' windows of these histories
     for (int t = 0; t < fops; t++)
-        if (t % kFp8DelayedPerLayer >= 4) window[t] = gpt2_fp8_delayed_window(&floats[(size_t)t * fH], fH);
+        if (gpt2_fp8_delayed_is_weight(t)) window[t] = fp8_window_max(&floats[(size_t)t * fH], fH);
     cudaCheck(cudaMemcpy(f->delayed.window, window.data(), fops * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(f->delayed.counter, &counter, sizeof(counter), cudaMemcpyHostToDevice));
     for (int t = 0; t < fops; t++) {

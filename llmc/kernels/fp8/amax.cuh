@@ -41,6 +41,8 @@ __device__ __forceinline__ void fold_warp_amax(unsigned int m, float* amax) {
 
 // A value's contribution: |v| as bits.
 __device__ __forceinline__ unsigned int amax_bits(float v) { return __float_as_uint(fabsf(v)); }
+// Whether such a max stands for a value that is not finite (inf's bits and NaN's above them).
+__device__ __forceinline__ bool amax_bits_nonfinite(unsigned int m) { return m >= 0x7f800000u; }
 
 // A check of the folds (LLMC_FP8_CHECK_AMAX): *mismatch (0 before) becomes id + 1 unless *got and *want are the same
 // bits, the first such id staying, and *got_seen the value it saw (a later kernel may change *got).

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
         }
         tile[ty + 16 * k][tx] = packed;
     }
-    if (src.overflow_descale && m >= 0x7f800000u) *src.overflow_descale = NAN;  // m: |x|'s bits; inf and NaN above
+    if (src.overflow_descale && amax_bits_nonfinite(m)) *src.overflow_descale = NAN;
     if (colsum) {  // the same for the whole block
 #pragma unroll
         for (int j = 0; j < 4; j++) column_part[ty][4 * tx + j] = sums[j];
