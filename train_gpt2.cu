@@ -278,6 +278,7 @@ int train(const TrainArgs& a, RunPlan plan, int* argc, char*** argv) {
         model.fp8 = a.fp8;
         if (a.fp8_history > 0 && mg.world > 1) trainer_fail("flag -fp8h: " + fp8_history_multi_gpu_problem());
         model.fp8_history = a.fp8_history;
+        model.fp8_micro_steps = layout.grad_accum_steps;
     }
     // A GEMM tuning run (LLMC_GEMM_TUNE) times each call as queued, which a replayed graph would not do; SMs left to
     // NCCL (LLMC_COMM_SMS) change the persistent kernels' grids while a collective runs, which a graph would freeze.

@@ -38,6 +38,7 @@ struct EngineOptions {
     std::string gemm_tune, gemm_algos;
     bool print_memory_map = false;
     bool fp8_check_amax = false;
+    bool fp8_fast_dgrad = false;
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
     std::string trace;
@@ -56,6 +57,7 @@ struct EngineOptions {
         if (!gemm_algos.empty()) out.push_back({"LLMC_GEMM_ALGOS", gemm_algos});
         if (print_memory_map) out.push_back({"LLMC_PRINT_MEMORY_MAP", "1"});
         if (fp8_check_amax) out.push_back({"LLMC_FP8_CHECK_AMAX", "1"});
+        if (fp8_fast_dgrad) out.push_back({"LLMC_FP8_FAST_DGRAD", "1"});
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
@@ -121,6 +123,7 @@ inline EngineOptions read() {
     }
     o.print_memory_map = flag("LLMC_PRINT_MEMORY_MAP", false);
     o.fp8_check_amax = flag("LLMC_FP8_CHECK_AMAX", false);
+    o.fp8_fast_dgrad = flag("LLMC_FP8_FAST_DGRAD", false);
     o.decode_attention = text("LLMC_DECODE_ATTENTION");
     if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");

@@ -45,6 +45,7 @@ struct GPT2 {
     // forward too (llmc/model/gpt2_fp8.cuh), whose state gpt2_allocate allocates beside the memory table.
     int fp8 = 0;
     int fp8_history = 0;  // -fp8h: delayed scaling over that many micro-steps where it fuses (0: current scaling)
+    int fp8_micro_steps = 1;  // micro-steps an optimizer step (gradient accumulation): -fp8h's weights cast once a step
     Fp8Layers fp8_layers;
     // The FP8 weight copies are the parameters' (cast by a forward since they last changed): set by that forward,
     // cleared where the parameters change (their upload here, the optimizer's update).
@@ -231,7 +232,8 @@ inline void gpt2_allocate(GPT2* m, int B, int T, int recompute, AttentionBackend
     }
     m->memory = memory_table_carve(m->memory_table, m->device_block);
     if (m->fp8) gpt2_fp8_allocate(&m->fp8_layers, c.num_layers, c.channels, B * T, fp8_Vp);
-    if (m->fp8 && m->fp8_history > 0) gpt2_fp8_delayed_allocate(&m->fp8_layers, m->fp8_history);
+    if (m->fp8 && m->fp8_history > 0)
+        gpt2_fp8_delayed_allocate(&m->fp8_layers, m->fp8_history, m->fp8_micro_steps);
     if (engine_options().print_memory_map) {  // to read sanitizer reports' addresses
         for (int i = 0; i < mem::Count; i++)
             printf("memory map: %p .. %p  %s\n", m->memory[i], (char*)m->memory[i] + m->memory_table[i].bytes(),

@@ -47,6 +47,7 @@ __host__ __device__ inline bool gpt2_fp8_delayed_is_weight(int t) {
 }
 struct Fp8Delayed {
     int H = 0;                      // micro-steps of amax history; 0: off (current scaling everywhere)
+    int G = 1;                      // micro-steps an optimizer step: a weight's history advances once a step
     float* history = nullptr;       // (kFp8DelayedPerLayer L, H)
     float* window = nullptr;        // (kFp8DelayedPerLayer L): a weight's window max, its next cast's amax
     long long* counter = nullptr;   // micro-steps folded into the histories (device: a replayed graph advances it)
@@ -202,8 +203,7 @@ inline std::string gpt2_fp8_problem(int C, int BT, int compute_capability_major)
     return "";
 }
 
-// The device memory for L layers of width C and batches up to max_rows = B*T rows (and the lm_head's Vp x C weight
-// when Vp > 0).
+// The device memory for L layers of width C, batches up to max_rows = B*T rows, the lm_head's Vp x C weight if Vp > 0.
 inline size_t gpt2_fp8_bytes(int L, int C, int max_rows, int Vp = 0) {
     Fp8Layers shape;
     shape.L = L;
@@ -319,9 +319,8 @@ inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l
 }
 
 // Where inp's (or dout's) amax goes when its producer takes it (the LayerNorm forwards' for qkv's and fc's inputs,
-// the attention forward's for attproj's; the LayerNorm backwards' for fcproj's and
-// attproj's output gradients, gelu_backward_inplace's for fc's, the attention backward's for qkv's); then the calls
-// below are told so (amax_taken).
+// the attention forward's for attproj's; the LayerNorm backwards' for fcproj's and attproj's output gradients,
+// gelu_backward_inplace's for fc's, the attention backward's for qkv's); then the calls below are told so (amax_taken).
 inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Operand o) {
     return f.amax(f.slot(l, k, o));
 }
@@ -395,6 +394,7 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
     if (dbias) column_sum_finish(dbias, reduce, fp8_cast_colsum_chunks(N), d.out, 1.0f, stream);
     matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), input_yT(f, l, k), Fp8Format::E4M3, f.descale(si),
                nullptr, d.out, d.in, N, /*fast_accum=*/false, stream, /*accumulate=*/true);
+    // K = OC here (C to 4C), short next to the weight gradient's B*T: LLMC_FP8_FAST_DGRAD measures fast accumulation
     matmul_fp8(dinp, dout_y, Fp8Format::E5M2, f.descale(sd), weight_yT(f, l, k), Fp8Format::E4M3, f.descale(sw),
-               nullptr, N, d.in, d.out, /*fast_accum=*/false, stream);
+               nullptr, N, d.in, d.out, /*fast_accum=*/engine_options().fp8_fast_dgrad, stream);
 }

@@ -1,18 +1,17 @@
 // Delayed scaling where it lets a producer cast an FP8 operand as it writes it (docs/FP8.md): fcproj's input gelu(fch),
 // cast (y, yT) as fch is read once; fc's output gradient, cast as the GELU backward computes it
 // (fp8_cast_transpose_dgelu) instead of being written in bf16 first; qkv's and fc's inputs, written in E4M3 by the
-// LayerNorms ahead of them (LayerNormFp8Out), their yT a transpose of those bytes; and the four weights, cast once
-// per optimizer step without an amax pass. Every other operand keeps current scaling. Each of those eight per layer
-// has an amax history of H micro-steps. After each micro-step's backward, gpt2_fp8_delayed_update writes the amaxes
-// their casts folded into the histories, at the device's micro-step counter (so a replayed CUDA graph advances it),
-// and sets the activations' and gradient's scales and descales from the largest amax of each window
-// (fp8_update_one: powers of two, exact, deterministic). A weight's history takes its amax at the update after it
-// was cast (with G micro-steps a step, the window holds its last H / gcd(G, H) casts: the last alone when G is a
-// multiple of H), and its scale is set as it is cast, from the window's max (Fp8Delayed::window), so the micro-steps
-// that reuse the copy keep the descale it was cast with. Until the first update (Fp8Delayed::calibrated) the eight
-// run current scaling, which fills the histories: no cast uses a scale its tensor was not measured for. The
-// histories, the counter and the scales are run state (gpt2_fp8_delayed_state / _restore): a resumed run casts with
-// the same scales, bit for bit.
+// LayerNorms ahead of them (LayerNormFp8Out), their yT a transpose of those bytes; and the four weights, cast once per
+// optimizer step without an amax pass. Every other operand keeps current scaling. Each of those eight per layer has an
+// amax history of H micro-steps. After each micro-step's backward, gpt2_fp8_delayed_update writes the amaxes their
+// casts folded into the histories, at the device's micro-step counter (so a replayed CUDA graph advances it), and sets
+// the activations' and gradient's scales and descales from the largest amax of each window (fp8_update_one: powers of
+// two, exact, deterministic). A weight's history takes its amax at the update after it was cast, at the step's position
+// (counter / G: it is cast at most once a step, so its window is its last H casts whatever G is), and its scale is set
+// as it is cast, from the window's max (Fp8Delayed::window), so the micro-steps that reuse the copy keep the descale it
+// was cast with. Until the first update (Fp8Delayed::calibrated) the eight run current scaling, which fills the
+// histories: no cast uses a scale its tensor was not measured for. The histories, the counter and the scales are run
+// state (gpt2_fp8_delayed_state / _restore): a resumed run casts with the same scales, bit for bit.
 #pragma once
 
 #include <cmath>
@@ -29,8 +28,8 @@ inline std::string fp8_history_multi_gpu_problem() {
            "across ranks), and a checkpoint keeps rank 0's";
 }
 
-inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H) {
-    f->delayed.H = H;
+inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H, int G) {
+    f->delayed.H = H, f->delayed.G = G;
     const size_t ops = (size_t)kFp8DelayedPerLayer * f->L, floats = ops * (H + 1);  // histories, windows
     char* block;
     cudaCheck(cudaMalloc(&block, floats * sizeof(float) + sizeof(long long)));
@@ -43,13 +42,13 @@ inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H) {
 }
 
 __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float* descale, float* history,
-                                               float* window, long long* counter, int operands, int H) {
-    const long long step = *counter;
+                                               float* window, long long* counter, int operands, int H, int G) {
+    const long long step = *counter;  // micro-steps; a run (or a resume) starts at a step's first
     for (int t = threadIdx.x; t < operands; t += blockDim.x) {
         const size_t s = gpt2_fp8_delayed_slot(t);
         const float seen = amax[s];
         if (gpt2_fp8_delayed_is_weight(t)) {  // 0 unless it was cast since the last update
-            if (seen != 0.f) history[(size_t)t * H + step % H] = seen;
+            if (seen != 0.f) history[(size_t)t * H + step / G % H] = seen;
             amax[s] = 0.f;
             window[t] = fp8_window_max(history + (size_t)t * H, H);  // its next cast's amax
             if (!isfinite(seen)) descale[kFp8DescaleStride * s] = NAN;  // the copy saturated it: the next GEMMs say so
@@ -68,7 +67,7 @@ __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float*
 inline void gpt2_fp8_delayed_update(const Fp8Layers& f, cudaStream_t stream) {
     gpt2_fp8_delayed_update_kernel<<<1, 128, 0, stream>>>(f.stats, f.scale(0), f.descale(0), f.delayed.history,
                                                          f.delayed.window, f.delayed.counter,
-                                                         kFp8DelayedPerLayer * f.L, f.delayed.H);
+                                                         kFp8DelayedPerLayer * f.L, f.delayed.H, f.delayed.G);
     cudaCheck(cudaGetLastError());
 }
 

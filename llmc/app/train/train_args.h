@@ -152,9 +152,10 @@ inline std::string train_usage(const std::string& program, Trainer trainer = Tra
         text("               E5M2 gradients, per-tensor current scaling; docs/FP8.md); 2: the lm_head's forward");
         text("               too. BF16 builds on H100/H200, B*T and C multiples of 16; experimental");
         line("               (default %d)", d.fp8);
-        text("  -fp8h <H>    with -fp8: delayed scaling from an amax history of H micro-steps for the weights,");
-        text("               qkv's, fc's and fcproj's inputs and fc's output gradient, which their producers then write");
-        text("               in FP8 (no amax pass, no bf16 copy); the first micro-step measures them. One process;");
+        text("  -fp8h <H>    with -fp8: delayed scaling from an amax history of H micro-steps (the weights': H");
+        text("               steps) for the weights, qkv's, fc's and fcproj's inputs and fc's output gradient, which");
+        text("               their producers then write in FP8 (no amax pass, no bf16 copy); the first micro-step");
+        text("               measures them. One process;");
         line("               0 = current scaling everywhere (default %d)", d.fp8_history);
         text("  -ab <s>      attention backend auto|flash|flash-nondet|materialized; auto = flash in BF16");
         line("               builds with head size 64 or 128, else materialized (default %s). flash runs the",

@@ -6,13 +6,15 @@
 // outputs' rounding. Tolerances as test_fp8.cu's GEMMs: rel-L2 <= 1e-2 for the forward (fast accumulation), 6e-3 for
 // both gradients (promoted), 6e-3 for the bias sums; dW and dbias start from random values (they accumulate), dinp is
 // poisoned, and so are the inputs once the forwards ran (the backward reads the transposes they kept). The lm_head's
-// forward (-fp8 2) likewise. BF16 builds on FP8 tensor cores; elsewhere (FP32 builds, older GPUs) it checks instead that -fp8 1 is
-// refused there, with the reason.
+// forward (-fp8 2) likewise. Delayed scaling's state machine (-fp8h) on the device, in any build: the update after a
+// micro-step and the reset at a forward's start, against the rings and scales kept here. BF16 builds on FP8 tensor
+// cores; elsewhere (FP32 builds, older GPUs) it checks instead that -fp8 1 is refused there, with the reason.
 #include <algorithm>
 #include <cmath>
 
 #include "llmc/core/fp8.h"
 #include "llmc/model/gpt2_fp8.cuh"
+#include "llmc/model/gpt2_fp8_delayed.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
 namespace {
@@ -168,9 +170,99 @@ static void test_delayed_table() {
     check_exact("fp8 delayed scaling's operands: 8 a layer, each its own slot and format", ok);
 }
 
+// Delayed scaling's update kernel and a forward's reset (llmc/model/gpt2_fp8_delayed.cuh) against rings kept here:
+// 2 layers, H 3, G 2 micro-steps a step, 9 updates. An activation's or gradient's amax goes in at micro-step % H and
+// sets its scale from the ring's max; a weight's, only when it was cast (its amax not 0: here at each step's first
+// micro-step but the third step's), at its step % H, setting its window; every amax zeroed, the counter advanced; a
+// weight amax that is not finite makes its copy's descale NaN, leaving every other descale as it was.
+static void test_delayed_update() {
+    const int L = 2, H = 3, G = 2, ops = kFp8DelayedPerLayer * L, updates = 9;
+    Fp8Layers f;
+    gpt2_fp8_allocate(&f, L, 64, 16);
+    gpt2_fp8_delayed_allocate(&f, H, G);
+    std::vector<float> ring((size_t)ops * H, 0.f), scale(ops, 0.f), descale(ops, 0.f), window(ops, 0.f);
+    auto put = [](float* d, float v) { cudaCheck(cudaMemcpy(d, &v, sizeof(v), cudaMemcpyHostToDevice)); };
+    auto get = [](const float* d) {
+        float v;
+        cudaCheck(cudaMemcpy(&v, d, sizeof(v), cudaMemcpyDeviceToHost));
+        return v;
+    };
+    bool rings = true, scales = true, zeroed = true;
+    for (int i = 0; i < updates; i++) {
+        const bool cast = i % G == 0 && i / G != 2;
+        for (int t = 0; t < ops; t++) {
+            const bool weight = gpt2_fp8_delayed_is_weight(t);
+            // amaxes that rise and fall, so entries leave the window as the ring turns
+            const float a = weight ? (cast ? 0.25f + 0.5f * (float)((i * 7 + t) % 5) : 0.f)
+                                   : std::ldexp(1.f + 0.125f * (float)(t % 8), (i * 3 + t) % 7 - 3);
+            put(f.amax(gpt2_fp8_delayed_slot(t)), a);
+            if (weight) {
+                if (a != 0.f) ring[(size_t)t * H + (i / G) % H] = a;
+            } else {
+                ring[(size_t)t * H + i % H] = a;
+            }
+            float m = 0.f;
+            for (int h = 0; h < H; h++) m = std::max(m, ring[(size_t)t * H + h]);
+            if (weight) window[t] = m;
+            else {
+                scale[t] = fp8_scale_from_amax(m, gpt2_fp8_delayed_format(t), 0, scale[t]);
+                descale[t] = (float)(1.0 / (double)scale[t]);
+            }
+        }
+        gpt2_fp8_delayed_update(f, 0);
+        std::vector<float> got_ring(ring.size()), got_window(ops);
+        cudaCheck(cudaMemcpy(got_ring.data(), f.delayed.history, ring.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(got_window.data(), f.delayed.window, ops * sizeof(float), cudaMemcpyDeviceToHost));
+        rings = rings && got_ring == ring;
+        for (int t = 0; t < ops; t++) {
+            const size_t s = gpt2_fp8_delayed_slot(t);
+            zeroed = zeroed && get(f.amax(s)) == 0.f;
+            if (gpt2_fp8_delayed_is_weight(t)) rings = rings && got_window[t] == window[t];
+            else scales = scales && get(f.scale(s)) == scale[t] && get(f.descale(s)) == descale[t];
+        }
+    }
+    long long counter = -1;
+    cudaCheck(cudaMemcpy(&counter, f.delayed.counter, sizeof(counter), cudaMemcpyDeviceToHost));
+    check_exact("fp8 delayed update: rings (weights' once a step, when cast) and weights' windows, 9 updates", rings);
+    check_exact("fp8 delayed update: activations' and gradients' scales and descales from their windows", scales);
+    check_exact("fp8 delayed update: every amax zeroed, the counter at 9", zeroed && counter == updates);
+    // an inf weight amax (its copy saturated): that descale NaN, the others as they were
+    const int inf_t = kFp8DelayedPerLayer + kFp8DelayedFirstWeight + 1;
+    for (int t = 0; t < ops; t++)
+        if (gpt2_fp8_delayed_is_weight(t)) put(f.descale(gpt2_fp8_delayed_slot(t)), 0.5f);
+    put(f.amax(gpt2_fp8_delayed_slot(inf_t)), INFINITY);
+    gpt2_fp8_delayed_update(f, 0);
+    bool marked = true;
+    for (int t = 0; t < ops; t++) {
+        if (!gpt2_fp8_delayed_is_weight(t)) continue;
+        const float d = get(f.descale(gpt2_fp8_delayed_slot(t)));
+        marked = marked && (t == inf_t ? std::isnan(d) : d == 0.5f);
+    }
+    check_exact("fp8 delayed update: an inf weight amax makes its descale NaN, and only its", marked);
+    // a forward's start: every amax zeroed but the blocks' weights' (cast between two updates), the delayed
+    // activations' descales back to 1 / scale (an evaluation's overflow must not reach training)
+    for (size_t s = 0; s < f.slots(); s++) put(f.amax(s), 3.f);
+    for (int t = 0; t < ops; t++)
+        if (!gpt2_fp8_delayed_is_weight(t)) put(f.descale(gpt2_fp8_delayed_slot(t)), NAN);
+    gpt2_fp8_begin_forward(f, 0);
+    bool reset = true;
+    for (size_t s = 0; s < f.slots(); s++) {
+        const bool block_weight = s < (size_t)L * kFp8Linears * kFp8Operands && s % kFp8Operands == kFp8Weight;
+        reset = reset && get(f.amax(s)) == (block_weight ? 3.f : 0.f);
+    }
+    for (int t = 0; t < ops; t++) {
+        if (gpt2_fp8_delayed_is_weight(t)) continue;
+        const float sc = get(f.scale(gpt2_fp8_delayed_slot(t)));
+        reset = reset && sc > 0.f && get(f.descale(gpt2_fp8_delayed_slot(t))) == (float)(1.0 / (double)sc);
+    }
+    check_exact("fp8 delayed forward start: amaxes zeroed but the weights', activations' descales 1 / scale", reset);
+    gpt2_fp8_free(&f);
+}
+
 int main(int argc, char** argv) {
     kernel_tests_begin(argc, argv);
     test_delayed_table();
+    test_delayed_update();
     const std::string why = gpt2_fp8_problem(64, 16, device_info().prop.major);
     if (!kFloatXIsBF16 || device_info().prop.major < 9) {
         check_exact("fp8 linear layers refused here: " + why, !why.empty());
