@@ -10,9 +10,12 @@
 //             counters   the same, each matrix waiting until every block has finished the one before (a counter per
 //                        matrix: release by the last thread of a block, acquire by one thread of each block)
 //             prefetch   counters, each warp's first row of the next matrix loaded into registers before the wait
+//             stream+L2, counters+L2   stream and counters, each block's rows of the matrices `ahead` in front
+//                        queued into L2 (cp.async.bulk.prefetch: no registers, no shared memory, nothing to wait
+//                        for) before it works on this one, so DRAM keeps streaming while blocks wait and compute
 // Every mode's y is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the edges carried counted
 // before anything is timed; times are medians of CUDA-event timings with L2 flushed (dev/cuda/common.h).
-//   make -C dev/cuda decode_probe && ./dev/cuda/decode_probe [-e 12|24|36|48] [-r repeats]
+//   make -C dev/cuda decode_probe && ./dev/cuda/decode_probe [-e 12|24|36|48] [-r repeats] [-a ahead (2)]
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -151,12 +154,27 @@ __global__ void __launch_bounds__(kThreads) matrix_kernel(Matrices M, int m, con
     uint4 v[kMaxChunks];
     matrix_part(M, m, x, y[m], blockIdx.x, gridDim.x, false, v);
 }
-// mode 0: never waits; 1: waits for the matrix before; 2: waits, its first rows loaded before. Every mode signals, and
-// epoch is this launch's number (from 1), so the counters need no reset: matrix m is done at epoch * gridDim.x.
+// This block's rows of matrix m into L2, queued by warp 0 in pieces of 64 KB (16-byte multiples: cols is of 256).
+__device__ __forceinline__ void prefetch_l2(const Matrices& M, int m) {
+    if (m >= M.count || threadIdx.x >= 32) return;
+    int begin, end;
+    rows_of(M.rows[m], blockIdx.x, gridDim.x, &begin, &end);
+    const char* base = reinterpret_cast<const char*>(M.w[m] + (size_t)begin * M.cols[m]);
+    const size_t bytes = (size_t)(end - begin) * M.cols[m] * sizeof(__nv_bfloat16), piece = 64 << 10;
+    for (size_t off = threadIdx.x * piece; off < bytes; off += 32 * piece) {
+        const unsigned n = (unsigned)(bytes - off < piece ? bytes - off : piece);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
+    }
+}
+// mode 0: never waits; 1: waits for the matrix before; 2: waits, its first rows loaded before. ahead > 0: the rows of
+// the matrices that far in front queued into L2 first. Every mode signals, and epoch is this launch's number (from
+// 1), so the counters need no reset: matrix m is done at epoch * gridDim.x.
 __global__ void __launch_bounds__(kThreads) persistent_kernel(Matrices M, const float* x, float* const* y,
-                                                              unsigned* done, unsigned epoch, int mode) {
+                                                              unsigned* done, unsigned epoch, int mode, int ahead) {
     uint4 v[kMaxChunks];
+    for (int m = 0; m < ahead; m++) prefetch_l2(M, m);
     for (int m = 0; m < M.count; m++) {
+        if (ahead > 0) prefetch_l2(M, m + ahead);
         bool preloaded = false;
         if (mode > 0 && m > 0) {
             if (mode == 2) {
@@ -173,18 +191,19 @@ __global__ void __launch_bounds__(kThreads) persistent_kernel(Matrices M, const 
 }
 
 int main(int argc, char** argv) {
-    int depth = 12, repeats = 20;
+    int depth = 12, repeats = 20, ahead = 2;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
-        if ((a == "-e" || a == "-r") && i + 1 < argc) {
+        if ((a == "-e" || a == "-r" || a == "-a") && i + 1 < argc) {
             const int v = positive_int(argv[++i]);
             if (v == 0 || (a == "-e" && v != 12 && v != 24 && v != 36 && v != 48)) {
-                fprintf(stderr, "error: %s %s: -e takes 12, 24, 36 or 48, -r a positive count\n", a.c_str(), argv[i]);
+                fprintf(stderr, "error: %s %s: -e takes 12, 24, 36 or 48, -r and -a a positive count\n", a.c_str(),
+                        argv[i]);
                 return 1;
             }
-            (a == "-e" ? depth : repeats) = v;
+            (a == "-e" ? depth : a == "-r" ? repeats : ahead) = v;
         } else {
-            fprintf(stderr, "usage: %s [-e 12|24|36|48] [-r repeats]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-e 12|24|36|48] [-r repeats] [-a matrices ahead into L2]\n", argv[0]);
             return 1;
         }
     }
@@ -254,16 +273,18 @@ int main(int argc, char** argv) {
     for (int m = 0; m < count; m++) matrix_kernel<<<sms, kThreads, 0, stream>>>(M, m, d_x.ptr, d_y.ptr);
     cudaCheck(cudaStreamEndCapture(stream, &graph));
     cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
-    const char* names[4] = {"graph", "stream", "counters", "prefetch"};
+    const int modes = 6;
+    const char* names[modes] = {"graph", "stream", "counters", "prefetch", "stream+L2", "counters+L2"};
     auto run = [&](int mode) {  // on the legacy default stream, as benchmark() times it (the graph captured apart)
         if (mode == 0) {
             cudaCheck(cudaGraphLaunch(exec, 0));
         } else {
-            persistent_kernel<<<sms, kThreads>>>(M, d_x.ptr, d_y.ptr, done.ptr, ++epoch, mode - 1);
+            const int wait = mode <= 3 ? mode - 1 : mode - 4;  // stream+L2: never waits, counters+L2: waits
+            persistent_kernel<<<sms, kThreads>>>(M, d_x.ptr, d_y.ptr, done.ptr, ++epoch, wait, mode <= 3 ? 0 : ahead);
             cudaCheckLaunch();
         }
     };
-    for (int mode = 0; mode < 4; mode++) {  // validation: every y of every mode, outputs poisoned first
+    for (int mode = 0; mode < modes; mode++) {  // validation: every y of every mode, outputs poisoned first
         for (auto& b : y) b.poison();
         run(mode);
         cudaCheck(cudaDeviceSynchronize());
@@ -276,14 +297,14 @@ int main(int argc, char** argv) {
             }
         }
         const double rel = std::sqrt(err / norm);
-        printf("stream %-9s: y of %d matrices against fp64, rel-L2 %.2e (<= 1e-5)\n", names[mode], count, rel);
+        printf("stream %-11s: y of %d matrices against fp64, rel-L2 %.2e (<= 1e-5)\n", names[mode], count, rel);
         if (!(rel <= 1e-5)) return 1;
     }
-    printf("\n%s, C %d: %d matrices, %.1f MB of weights; cold L2, median of %d\n", depth == 12 ? "d12" : "model", C,
-           count, bytes / 1e6, repeats);
-    for (int mode = 0; mode < 4; mode++) {
+    printf("\nd%d, C %d: %d matrices, %.1f MB of weights; cold L2, median of %d; +L2: %d matrices ahead\n", depth, C,
+           count, bytes / 1e6, repeats, ahead);
+    for (int mode = 0; mode < modes; mode++) {
         const Timing t = benchmark([&] { run(mode); }, repeats);
-        printf("  %-9s %8.1f us  %7.0f GB/s  %6.2f us a matrix\n", names[mode], 1e3 * t.cold_ms,
+        printf("  %-11s %8.1f us  %7.0f GB/s  %6.2f us a matrix\n", names[mode], 1e3 * t.cold_ms,
                bytes / (t.cold_ms * 1e6), 1e3 * t.cold_ms / count);
     }
     cudaCheck(cudaGraphExecDestroy(exec)), cudaCheck(cudaGraphDestroy(graph)), cudaCheck(cudaStreamDestroy(stream));
