@@ -326,17 +326,17 @@ inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Oper
 }
 
 // Where linear k of layer l wants its input written in E4M3 by the LayerNorm ahead of it (qkv, fc) under delayed
-// scaling: the y its forward reads (f.work[0]), with the slot's delayed scale; then gpt2_fp8_forward is told so
-// (inp_y_written) and only transposes it.
+// scaling: the y its forward reads (f.work[0]) and the yT its weight gradient keeps, with the slot's delayed scale;
+// then gpt2_fp8_forward is told so (inp_y_written) and casts nothing.
 inline LayerNormFp8Out gpt2_fp8_layernorm_out(const Fp8Layers& f, int l, Fp8Linear k) {
     const size_t si = f.slot(l, k, kFp8Inp);
-    return {f.work[0], f.scale(si), f.descale(si)};
+    return {f.work[0], f.scale(si), f.descale(si), gpt2_fp8_detail::input_yT(f, l, k)};
 }
 
 // out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights); inp's yT
 // kept for the backward. inp_is_pre_gelu (fcproj): inp is the GELU's input, and gelu(inp) the linear's input (never
 // written in bf16). delayed: inp cast with its slot's delayed scale (no amax pass first). inp_y_written: its
-// producer wrote inp's y already (gpt2_fp8_layernorm_out; inp unused): its yT by a transpose of those bytes.
+// producer wrote inp's y and yT already (gpt2_fp8_layernorm_out; inp unused).
 inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out, const floatX* inp,
                              const floatX* bias, int N, cudaStream_t stream, bool inp_amax_taken = false,
                              bool inp_is_pre_gelu = false, bool delayed = false, bool inp_y_written = false) {
@@ -349,9 +349,7 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
         if (delayed) cast_delayed<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
         else cast_current<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream, inp_amax_taken);
     };
-    if (inp_y_written) fp8_transpose(inp_y, N, d.in, inp_yT, stream);
-    else if (inp_is_pre_gelu) cast(std::true_type());
-    else cast(std::false_type());
+    if (!inp_y_written) inp_is_pre_gelu ? cast(std::true_type()) : cast(std::false_type());
     matmul_fp8(out, inp_y, Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias, N,
                d.out, d.in, /*fast_accum=*/true, stream);
 }

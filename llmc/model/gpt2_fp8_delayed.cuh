@@ -1,7 +1,7 @@
 // Delayed scaling where it lets a producer cast an FP8 operand as it writes it (docs/FP8.md): fcproj's input gelu(fch),
 // cast (y, yT) as fch is read once; fc's output gradient, cast as the GELU backward computes it
 // (fp8_cast_transpose_dgelu) instead of being written in bf16 first; qkv's and fc's inputs, written in E4M3 by the
-// LayerNorms ahead of them (LayerNormFp8Out), their yT a transpose of those bytes; and the four weights, cast once per
+// LayerNorms ahead of them (LayerNormFp8Out), y and yT; and the four weights, cast once per
 // optimizer step without an amax pass. Every other operand keeps current scaling. Each of those eight per layer has an
 // amax history of H micro-steps. After each micro-step's backward, gpt2_fp8_delayed_update writes the amaxes their
 // casts folded into the histories, at the device's micro-step counter (so a replayed CUDA graph advances it), and sets
