@@ -13,6 +13,10 @@
 //             stream+L2, counters+L2   stream and counters, each block's rows of the matrices `ahead` in front
 //                        queued into L2 (cp.async.bulk.prefetch: no registers, no shared memory, nothing to wait
 //                        for) before it works on this one, so DRAM keeps streaming while blocks wait and compute
+//             pages, pages+counters   a producer warp per block copies the block's rows of every matrix, in
+//                        order, into a ring of 4 shared-memory pages of 48 KB (cp.async.bulk on an mbarrier), never
+//                        waiting for x; 8 consumer warps multiply each page and release it; +counters: they wait
+//                        for the matrix before as counters does (sm_90a builds on H100/H200; skipped elsewhere)
 // Every mode's y is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the edges carried counted
 // before anything is timed; times are medians of CUDA-event timings with L2 flushed (dev/cuda/common.h).
 //   make -C dev/cuda decode_probe && ./dev/cuda/decode_probe [-e 12|24|36|48] [-r repeats] [-a ahead (2)]
@@ -21,6 +25,8 @@
 #include <vector>
 
 #include "common.h"
+#include "llmc/hopper/pipeline.cuh"
+#include "llmc/hopper/tma.cuh"
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
@@ -190,6 +196,75 @@ __global__ void __launch_bounds__(kThreads) persistent_kernel(Matrices M, const 
     }
 }
 
+// ------------------------------------------------------------------------------------------ pages
+constexpr int kPageStages = 4, kPageBytes = 48 << 10, kPageThreads = kThreads + kWarpSize;
+constexpr size_t kPageSmem = 128 + (size_t)kPageStages * kPageBytes;  // the ring's barriers, then the pages
+// The consumer warps' own barrier (the producer warp has left): named barrier 1 over kThreads.
+__device__ __forceinline__ void consumers_wait(const unsigned* count, unsigned target) {
+    if (threadIdx.x == 0)
+        while (ld_acquire(count) < target) __nanosleep(20);
+    hopper::named_barrier_sync(1, kThreads);
+}
+__device__ __forceinline__ void consumers_signal(unsigned* count) {
+    hopper::named_barrier_sync(1, kThreads);
+    if (threadIdx.x == 0) red_release_add(count, 1u);
+}
+// Whole rows a page holds (a block's share of a matrix is [begin, end), in pages of this many rows).
+__device__ __forceinline__ int rows_per_page(int cols) { return kPageBytes / (cols * (int)sizeof(__nv_bfloat16)); }
+
+__global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const float* x, float* const* y,
+                                                             unsigned* done, unsigned epoch, int wait) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    auto* bars = reinterpret_cast<hopper::RingBarriers<kPageStages>*>(smem);
+    uint8_t* pages = smem + 128;
+    static_assert(sizeof(hopper::RingBarriers<kPageStages>) <= 128, "the barriers fit before the pages");
+    if (threadIdx.x == 0) bars->init(1, kWarps), hopper::fence_barrier_init();
+    __syncthreads();
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    hopper::Ring<kPageStages> ring(*bars);
+    if (warp == kWarps) {  // the producer: every page of every matrix, as far ahead as the ring allows
+        if (lane == 0) {
+            for (int m = 0; m < M.count; m++) {
+                int begin, end;
+                rows_of(M.rows[m], blockIdx.x, gridDim.x, &begin, &end);
+                const int cols = M.cols[m], per_page = rows_per_page(cols);
+                for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
+                    const uint32_t bytes = (uint32_t)(min(per_page, end - r0) * cols * sizeof(__nv_bfloat16));
+                    uint64_t* bar = ring.acquire(bytes);
+                    hopper::bulk_load_1d(pages + (size_t)ring.stage() * kPageBytes, M.w[m] + (size_t)r0 * cols,
+                                         bytes, bar);
+                }
+            }
+        }
+        return;
+    }
+    for (int m = 0; m < M.count; m++) {
+        if (wait && m > 0) consumers_wait(&done[m - 1], epoch * gridDim.x);
+        int begin, end;
+        rows_of(M.rows[m], blockIdx.x, gridDim.x, &begin, &end);
+        const int cols = M.cols[m], per_page = rows_per_page(cols);
+        for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
+            const int n = min(per_page, end - r0);
+            ring.wait_full();
+            const __nv_bfloat16* page =
+                reinterpret_cast<const __nv_bfloat16*>(pages + (size_t)ring.stage() * kPageBytes);
+            for (int r = warp; r < n; r += kWarps) {
+                float s = 0.f;
+                for (int c = lane * 8; c < cols; c += kWarpSize * 8) {
+                    const uint4 v = *reinterpret_cast<const uint4*>(page + (size_t)r * cols + c);
+                    const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v);
+                    for (int k = 0; k < 8; k++) s += __bfloat162float(h[k]) * x[c + k];
+                }
+                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (lane == 0) y[m][r0 + r] = s;
+            }
+            __syncwarp();
+            if (lane == 0) ring.release();
+        }
+        consumers_signal(&done[m]);
+    }
+}
+
 int main(int argc, char** argv) {
     int depth = 12, repeats = 20, ahead = 2;
     for (int i = 1; i < argc; i++) {
@@ -273,11 +348,18 @@ int main(int argc, char** argv) {
     for (int m = 0; m < count; m++) matrix_kernel<<<sms, kThreads, 0, stream>>>(M, m, d_x.ptr, d_y.ptr);
     cudaCheck(cudaStreamEndCapture(stream, &graph));
     cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
-    const int modes = 6;
-    const char* names[modes] = {"graph", "stream", "counters", "prefetch", "stream+L2", "counters+L2"};
+    const bool hopper = hopper::hopper_available();
+    const int modes = hopper ? 8 : 6;
+    if (!hopper) printf("(pages, pages+counters: sm_90a builds on H100/H200 only, skipped here)\n");
+    else cudaCheck(cudaFuncSetAttribute(pages_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kPageSmem));
+    const char* names[8] = {"graph", "stream", "counters", "prefetch", "stream+L2", "counters+L2", "pages",
+                            "pages+counters"};
     auto run = [&](int mode) {  // on the legacy default stream, as benchmark() times it (the graph captured apart)
         if (mode == 0) {
             cudaCheck(cudaGraphLaunch(exec, 0));
+        } else if (mode >= 6) {
+            pages_kernel<<<sms, kPageThreads, kPageSmem>>>(M, d_x.ptr, d_y.ptr, done.ptr, ++epoch, mode - 6);
+            cudaCheckLaunch();
         } else {
             const int wait = mode <= 3 ? mode - 1 : mode - 4;  // stream+L2: never waits, counters+L2: waits
             persistent_kernel<<<sms, kThreads>>>(M, d_x.ptr, d_y.ptr, done.ptr, ++epoch, wait, mode <= 3 ? 0 : ahead);

@@ -111,6 +111,13 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
         "[%5];\n" ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(batch), "r"(smem_addr(bar))
         : "memory");
 }
+// global -> shared without a tensor map: `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned),
+// completing them on bar ("Bulk copy", cp.async.bulk: a decode step's weight rows, already contiguous).
+__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    LLMC_HOPPER_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                    ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                    : "memory");
+}
 // shared -> global (rows and columns past the matrix are not written); tracked as a bulk group of this thread.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int col, int row) {
     LLMC_HOPPER_ASM("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n"
