@@ -111,10 +111,11 @@ check() {  # tool, name, command... (run under the tool)
     fi
     return 0
 }
-declare -A commands  # "tool name" -> the command, for a run the host's memory killed (below)
+declare -A commands  # "tool name" -> check's arguments, quoted: each run is written once, run (and rerun) from here
+remember() { commands["$1 $2"]=$(printf '%q ' "$@"); }  # tool, name, command...
 launch() {  # tool, name, command...: check in the background once fewer than JOBS run
     [ -n "${ONLY:-}" ] && ! [[ "$2" =~ $ONLY ]] && return
-    commands["$1 $2"]=$(printf '%q ' "$@")
+    remember "$@"
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
     check "$@" &
 }
@@ -132,12 +133,10 @@ if [[ " $TOOLS " == *" racecheck "* ]]; then
     avail=$(awk '/^MemAvailable:/ { print int($2 / 1048576) }' /proc/meminfo 2>/dev/null)
     lanes=$(( ${avail:-0} / ${DECODE_GIB:-36} )); [ $lanes -lt 1 ] && lanes=1; [ $lanes -gt ${#parts[@]} ] && lanes=${#parts[@]}
     [ ${#parts[@]} -gt 0 ] && echo "racecheck over test_decode: ${#parts[@]} parts in $lanes lane(s) (${avail:-?} GiB available)"
-    for t in "${parts[@]}"; do commands["racecheck decode-$t"]=$(printf '%q ' racecheck "decode-$t" ./tests/gpu/test_decode --small --only "$t"); done
+    for t in "${parts[@]}"; do remember racecheck "decode-$t" ./tests/gpu/test_decode --small --only "$t"; done
     for ((lane = 0; lane < lanes; lane++)); do
         while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
-        ( for ((i = lane; i < ${#parts[@]}; i += lanes)); do
-              check racecheck "decode-${parts[i]}" ./tests/gpu/test_decode --small --only "${parts[i]}"
-          done ) &
+        ( for ((i = lane; i < ${#parts[@]}; i += lanes)); do eval "check ${commands[racecheck decode-${parts[i]}]}"; done ) &
     done
 fi
 for tool in $TOOLS; do
