@@ -9,6 +9,9 @@
 //   LLMC_PRINT_MEMORY_MAP=1   print every model buffer's device address range (to read sanitizer reports)
 //   LLMC_FP8_CHECK_AMAX=1     -fp8: every amax a producer folded in is taken again by a pass of its own and the two
 //                             compared, bit for bit, after each micro-step (the wiring's check; slower)
+//   LLMC_FP8_FAST_ACCUM=LIST  -fp8: the FP8 GEMMs that take cuBLASLt's fast accumulation, a comma list of fwd, dgrad,
+//                             wgrad, or none (default fwd: the forwards, the lm_head's included); the others promote
+//   LLMC_FP8_GRADS=e4m3       -fp8: the output gradients in E4M3 instead of E5M2 (comparisons of the recipe)
 //   LLMC_DECODE_ATTENTION=split|head   decode attention's kernel, forced (comparisons)
 //   LLMC_DECODE_CUBLAS=1      a decode step's products by cuBLASLt, forced (comparisons)
 //   LLMC_TRACE=PREFIX         the trainer records every kernel, copy and collective of one step (and the step
@@ -25,6 +28,7 @@
 //                             another host lost without NCCL noticing; llmc/distributed/rank_watchdog.h); 0: off
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -38,7 +42,8 @@ struct EngineOptions {
     std::string gemm_tune, gemm_algos;
     bool print_memory_map = false;
     bool fp8_check_amax = false;
-    bool fp8_fast_dgrad = false;
+    bool fp8_fast_fwd = true, fp8_fast_dgrad = false, fp8_fast_wgrad = false;
+    bool fp8_grads_e4m3 = false;
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
     std::string trace;
@@ -57,7 +62,12 @@ struct EngineOptions {
         if (!gemm_algos.empty()) out.push_back({"LLMC_GEMM_ALGOS", gemm_algos});
         if (print_memory_map) out.push_back({"LLMC_PRINT_MEMORY_MAP", "1"});
         if (fp8_check_amax) out.push_back({"LLMC_FP8_CHECK_AMAX", "1"});
-        if (fp8_fast_dgrad) out.push_back({"LLMC_FP8_FAST_DGRAD", "1"});
+        if (!fp8_fast_fwd || fp8_fast_dgrad || fp8_fast_wgrad) {
+            std::string list = std::string(fp8_fast_fwd ? ",fwd" : "") + (fp8_fast_dgrad ? ",dgrad" : "") +
+                               (fp8_fast_wgrad ? ",wgrad" : "");
+            out.push_back({"LLMC_FP8_FAST_ACCUM", list.empty() ? "none" : list.substr(1)});
+        }
+        if (fp8_grads_e4m3) out.push_back({"LLMC_FP8_GRADS", "e4m3"});
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
@@ -123,7 +133,25 @@ inline EngineOptions read() {
     }
     o.print_memory_map = flag("LLMC_PRINT_MEMORY_MAP", false);
     o.fp8_check_amax = flag("LLMC_FP8_CHECK_AMAX", false);
-    o.fp8_fast_dgrad = flag("LLMC_FP8_FAST_DGRAD", false);
+    const std::string fast = text("LLMC_FP8_FAST_ACCUM");
+    if (!fast.empty()) {
+        o.fp8_fast_fwd = false;
+        if (fast != "none") {
+            size_t at = 0;
+            while (at <= fast.size()) {
+                const size_t comma = std::min(fast.find(',', at), fast.size());
+                const std::string gemm = fast.substr(at, comma - at);
+                if (gemm == "fwd") o.fp8_fast_fwd = true;
+                else if (gemm == "dgrad") o.fp8_fast_dgrad = true;
+                else if (gemm == "wgrad") o.fp8_fast_wgrad = true;
+                else bad("LLMC_FP8_FAST_ACCUM", fast.c_str(), "none or a comma list of fwd, dgrad and wgrad");
+                at = comma + 1;
+            }
+        }
+    }
+    const std::string grads = text("LLMC_FP8_GRADS");
+    if (!grads.empty() && grads != "e4m3" && grads != "e5m2") bad("LLMC_FP8_GRADS", grads.c_str(), "e5m2 or e4m3");
+    o.fp8_grads_e4m3 = grads == "e4m3";
     o.decode_attention = text("LLMC_DECODE_ATTENTION");
     if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");

@@ -158,7 +158,9 @@ inline std::string gpt2_matmuls_description(const GPT2& m) {
            (qkv_bias ? "; qkv bias gradient by the attention backward" : "") +
            (m.fp8_layers.on() ? std::string("; the blocks' linear layers") +
                                     (m.fp8_layers.lm_head() ? " and the lm_head's forward" : "") +
-                                    " in FP8 (E4M3 x E4M3 forward, E5M2 gradients, current scaling" +
+                                    " in FP8 (E4M3 x E4M3 forward, " +
+                                    (m.fp8_layers.grads == Fp8Format::E4M3 ? "E4M3" : "E5M2") +
+                                    " gradients, current scaling" +
                                     (m.fp8_layers.delayed.on()
                                          ? ", delayed over " + std::to_string(m.fp8_layers.delayed.H) +
                                                " micro-steps for the weights, qkv's, fc's and fcproj's inputs and "

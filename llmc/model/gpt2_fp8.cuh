@@ -14,7 +14,7 @@
 // yT too, kept per layer for the weight gradient (cheaper than reading the bf16 input again in the backward, and the
 // bf16 ln1, ln2 and GELU outputs then need no per-layer copies: llmc/model/gpt2_memory.cuh).
 // Accumulation: fast in the forward, promoted to fp32 in both gradients (TransformerEngine's choice; K = N is long in
-// the weight gradient). The bias gradients are column sums of the bf16 output gradients (fp32): fc's taken by its
+// the weight gradient; LLMC_FP8_FAST_ACCUM changes it, LLMC_FP8_GRADS the gradients' format, for comparisons). The bias gradients are column sums of the bf16 output gradients (fp32): fc's taken by its
 // output gradient's cast, the others by the LayerNorm and attention backwards as in BF16 runs. The lm_head stays
 // bf16 but for its forward under -fp8 2.
 #pragma once
@@ -69,13 +69,14 @@ __host__ __device__ inline size_t gpt2_fp8_delayed_slot(int t) {
         default: return (layer + (j - kFp8DelayedFirstWeight)) * kFp8Operands + kFp8Weight;
     }
 }
-__host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t) {
-    return t % kFp8DelayedPerLayer == 1 ? Fp8Format::E5M2 : Fp8Format::E4M3;
+__host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t, Fp8Format grads = Fp8Format::E5M2) {
+    return t % kFp8DelayedPerLayer == 1 ? grads : Fp8Format::E4M3;
 }
 
 struct Fp8Layers {
     int L = 0, C = 0, max_rows = 0;
     int Vp = 0;                    // the lm_head's rows when its forward runs in FP8 too (-fp8 2), else 0
+    Fp8Format grads = Fp8Format::E5M2;  // the output gradients' (LLMC_FP8_GRADS)
     uint8_t* weights = nullptr;    // per layer, per linear: W's y (OC x C) then yT (C x OC), E4M3
     uint8_t* wte = nullptr;        // the lm_head's weight (Vp x C), E4M3, when Vp > 0
     uint8_t* inputs_T = nullptr;   // per layer, per linear: inp's yT (in x rows), E4M3, from its forward cast
@@ -214,6 +215,7 @@ inline size_t gpt2_fp8_bytes(int L, int C, int max_rows, int Vp = 0) {
 
 inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp = 0) {
     f->L = L, f->C = C, f->max_rows = max_rows, f->Vp = Vp;
+    f->grads = engine_options().fp8_grads_e4m3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
     f->bytes = gpt2_fp8_bytes(L, C, max_rows, Vp);
     char* block;
     cudaCheck(cudaMalloc(&block, f->bytes));
@@ -326,17 +328,17 @@ inline float* gpt2_fp8_amax_slot(const Fp8Layers& f, int l, Fp8Linear k, Fp8Oper
 }
 
 // Where linear k of layer l wants its input written in E4M3 by the LayerNorm ahead of it (qkv, fc) under delayed
-// scaling: the y its forward reads (f.work[0]) and the yT its weight gradient keeps, with the slot's delayed scale;
-// then gpt2_fp8_forward is told so (inp_y_written) and casts nothing.
+// scaling: the y its forward reads (f.work[0]), with the slot's delayed scale; then gpt2_fp8_forward is told so
+// (inp_y_written) and transposes those bytes (faster than the LayerNorm writing yT too: docs/FP8.md).
 inline LayerNormFp8Out gpt2_fp8_layernorm_out(const Fp8Layers& f, int l, Fp8Linear k) {
     const size_t si = f.slot(l, k, kFp8Inp);
-    return {f.work[0], f.scale(si), f.descale(si), gpt2_fp8_detail::input_yT(f, l, k)};
+    return {f.work[0], f.scale(si), f.descale(si)};
 }
 
 // out (N, OC) = inp (N, C) · Wᵀ + bias for linear k of layer l (weights cast by gpt2_fp8_cast_weights); inp's yT
 // kept for the backward. inp_is_pre_gelu (fcproj): inp is the GELU's input, and gelu(inp) the linear's input (never
 // written in bf16). delayed: inp cast with its slot's delayed scale (no amax pass first). inp_y_written: its
-// producer wrote inp's y and yT already (gpt2_fp8_layernorm_out; inp unused).
+// producer wrote inp's y already (gpt2_fp8_layernorm_out; inp unused): its yT by a transpose of those bytes.
 inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out, const floatX* inp,
                              const floatX* bias, int N, cudaStream_t stream, bool inp_amax_taken = false,
                              bool inp_is_pre_gelu = false, bool delayed = false, bool inp_y_written = false) {
@@ -349,15 +351,15 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
         if (delayed) cast_delayed<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
         else cast_current<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream, inp_amax_taken);
     };
-    if (!inp_y_written) inp_is_pre_gelu ? cast(std::true_type()) : cast(std::false_type());
+    if (inp_y_written) fp8_transpose(inp_y, N, d.in, inp_yT, stream);
+    else inp_is_pre_gelu ? cast(std::true_type()) : cast(std::false_type());
     matmul_fp8(out, inp_y, Fp8Format::E4M3, f.descale(si), weight_y(f, l, k), Fp8Format::E4M3, f.descale(sw), bias, N,
-               d.out, d.in, /*fast_accum=*/true, stream);
+               d.out, d.in, engine_options().fp8_fast_fwd, stream);
 }
 
-// The lm_head's forward in FP8 (-fp8 2): logits (N, Vp) = lnf (N, C) · wteᵀ, both E4M3 with current scaling, fast
-// accumulation as the blocks' forwards; wte cast (its amax, then y) unless its copy is current (cast_wte), lnf's amax
-// taken by the final LayerNorm (gpt2_fp8_lm_head_amax) unless told otherwise. Its backward stays bf16 (the dlogits'
-// transpose for the weight gradient would be a cast of B·T·V values).
+// The lm_head's forward in FP8 (-fp8 2): logits (N, Vp) = lnf (N, C) · wteᵀ, both E4M3, current scaling, accumulation
+// as the blocks' forwards; wte cast unless its copy is current (cast_wte), lnf's amax taken by the final LayerNorm
+// (gpt2_fp8_lm_head_amax) unless told otherwise. Its backward stays bf16 (the weight gradient would need B·T·V cast).
 inline float* gpt2_fp8_lm_head_amax(const Fp8Layers& f) {
     return f.lm_head() ? f.amax(f.lm_head_slot(kFp8Inp)) : nullptr;
 }
@@ -368,7 +370,7 @@ inline void gpt2_fp8_lm_head_forward(const Fp8Layers& f, floatX* logits, const f
     if (cast_wte) cast_current<Fp8Format::E4M3>(f, sw, wte, f.Vp, f.C, f.wte, nullptr, stream);
     cast_current<Fp8Format::E4M3>(f, si, lnf, N, f.C, f.work[0], nullptr, stream, lnf_amax_taken);
     matmul_fp8(logits, f.work[0], Fp8Format::E4M3, f.descale(si), f.wte, Fp8Format::E4M3, f.descale(sw), nullptr, N,
-               f.Vp, f.C, /*fast_accum=*/true, stream);
+               f.Vp, f.C, engine_options().fp8_fast_fwd, stream);
 }
 
 // Linear k of layer l backward: dW += doutᵀ · inp, dbias += column sums of dout (if dbias), dinp = dout · W
@@ -382,17 +384,17 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
     const Dims d = dims(f.C, k);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
     uint8_t *dout_y = f.work[0], *dout_yT = f.work[1];
-    // dbias from the cast's column sums (its read of dout), added in order by column_sum_finish
-    if (dout_gelu_in)
-        cast_delayed<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_gelu_in,
-                                      dbias ? reduce : nullptr);
-    else
-        cast_current<Fp8Format::E5M2>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken,
-                                      dbias ? reduce : nullptr);
+    float* const colsum = dbias ? reduce : nullptr;  // dbias from the cast's column sums, added in order below
+    auto cast = [&](auto grads) {
+        constexpr Fp8Format G = decltype(grads)::value;
+        if (dout_gelu_in) cast_delayed<G>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_gelu_in, colsum);
+        else cast_current<G>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken, colsum);
+    };
+    if (f.grads == Fp8Format::E4M3) cast(std::integral_constant<Fp8Format, Fp8Format::E4M3>());
+    else cast(std::integral_constant<Fp8Format, Fp8Format::E5M2>());
     if (dbias) column_sum_finish(dbias, reduce, fp8_cast_colsum_chunks(N), d.out, 1.0f, stream);
-    matmul_fp8(dweight, dout_yT, Fp8Format::E5M2, f.descale(sd), input_yT(f, l, k), Fp8Format::E4M3, f.descale(si),
-               nullptr, d.out, d.in, N, /*fast_accum=*/false, stream, /*accumulate=*/true);
-    // K = OC here (C to 4C), short next to the weight gradient's B*T: LLMC_FP8_FAST_DGRAD measures fast accumulation
-    matmul_fp8(dinp, dout_y, Fp8Format::E5M2, f.descale(sd), weight_yT(f, l, k), Fp8Format::E4M3, f.descale(sw),
-               nullptr, N, d.in, d.out, /*fast_accum=*/engine_options().fp8_fast_dgrad, stream);
+    matmul_fp8(dweight, dout_yT, f.grads, f.descale(sd), input_yT(f, l, k), Fp8Format::E4M3, f.descale(si), nullptr,
+               d.out, d.in, N, engine_options().fp8_fast_wgrad, stream, /*accumulate=*/true);
+    matmul_fp8(dinp, dout_y, f.grads, f.descale(sd), weight_yT(f, l, k), Fp8Format::E4M3, f.descale(sw), nullptr, N,
+               d.in, d.out, engine_options().fp8_fast_dgrad, stream);
 }

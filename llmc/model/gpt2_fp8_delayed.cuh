@@ -1,7 +1,7 @@
 // Delayed scaling where it lets a producer cast an FP8 operand as it writes it (docs/FP8.md): fcproj's input gelu(fch),
 // cast (y, yT) as fch is read once; fc's output gradient, cast as the GELU backward computes it
 // (fp8_cast_transpose_dgelu) instead of being written in bf16 first; qkv's and fc's inputs, written in E4M3 by the
-// LayerNorms ahead of them (LayerNormFp8Out), y and yT; and the four weights, cast once per
+// LayerNorms ahead of them (LayerNormFp8Out), their yT a transpose of those bytes; and the four weights, cast once per
 // optimizer step without an amax pass. Every other operand keeps current scaling. Each of those eight per layer has an
 // amax history of H micro-steps. After each micro-step's backward, gpt2_fp8_delayed_update writes the amaxes their
 // casts folded into the histories, at the device's micro-step counter (so a replayed CUDA graph advances it), and sets
@@ -42,7 +42,8 @@ inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H, int G) {
 }
 
 __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float* descale, float* history,
-                                               float* window, long long* counter, int operands, int H, int G) {
+                                               float* window, long long* counter, int operands, int H, int G,
+                                               Fp8Format grads) {
     const long long step = *counter;  // micro-steps; a run (or a resume) starts at a step's first
     for (int t = threadIdx.x; t < operands; t += blockDim.x) {
         const size_t s = gpt2_fp8_delayed_slot(t);
@@ -56,8 +57,8 @@ __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float*
         }
         // (an overflow made this step's descale NaN in the cast itself, ScaleSource::overflow_descale; the next
         // forward starts from 1 / scale again, gpt2_fp8_begin_forward)
-        fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, gpt2_fp8_delayed_format(t), 0, scale + s,
-                       descale + kFp8DescaleStride * s);
+        fp8_update_one(history + (size_t)t * H, H, (int)(step % H), amax + s, gpt2_fp8_delayed_format(t, grads), 0,
+                       scale + s, descale + kFp8DescaleStride * s);
     }
     __syncthreads();  // every thread has read the counter
     if (threadIdx.x == 0) *counter = step + 1;
@@ -67,7 +68,8 @@ __global__ void gpt2_fp8_delayed_update_kernel(float* amax, float* scale, float*
 inline void gpt2_fp8_delayed_update(const Fp8Layers& f, cudaStream_t stream) {
     gpt2_fp8_delayed_update_kernel<<<1, 128, 0, stream>>>(f.stats, f.scale(0), f.descale(0), f.delayed.history,
                                                          f.delayed.window, f.delayed.counter,
-                                                         kFp8DelayedPerLayer * f.L, f.delayed.H, f.delayed.G);
+                                                         kFp8DelayedPerLayer * f.L, f.delayed.H, f.delayed.G,
+                                                         f.grads);
     cudaCheck(cudaGetLastError());
 }
 

@@ -51,7 +51,8 @@ def main():
     b2 = read_log(f"{a.bf16_seed2}/main.log") if a.bf16_seed2 else None
     tag = f"fp8 quality {a.label}:"
     steps = sorted(set(bf["tel"]) & set(f8["tel"]) & (set(b2["tel"]) if b2 else set(bf["tel"])))
-    print(f"{tag} step | bf16 | " + ("bf16 seed 2 | " if b2 else "") + "fp8")
+    if steps:
+        print(f"{tag} step | bf16 | " + ("bf16 seed 2 | " if b2 else "") + "fp8")
     for s in steps:
         print(f"{tag} {s} | {bf['tel'][s]:.4f} | " + (f"{b2['tel'][s]:.4f} | " if b2 else "") + f"{f8['tel'][s]:.4f}")
     late = [s for s in steps if s > a.after]
@@ -72,8 +73,12 @@ def main():
             problems.append(f"a non-finite loss in the {name} run")
         if a.steps and len(log["trl"]) != a.steps:
             problems.append(f"the {name} run logged {len(log['trl'])} of {a.steps} steps")
-    detail = (f"after step {a.after} the largest |fp8 - bf16| {gap:.4f}" + (f", bf16's seed-to-seed {spread:.4f}" if b2
-              else "") + f"; best validation bf16 {best_bf:.4f}, fp8 {best_f8:.4f}; tolerance {tol:.4f}")
+    if late:
+        detail = (f"after step {a.after} the largest |fp8 - bf16| {gap:.4f}" +
+                  (f", bf16's seed-to-seed {spread:.4f}" if b2 else "") +
+                  f"; best validation bf16 {best_bf:.4f}, fp8 {best_f8:.4f}; tolerance {tol:.4f}")
+    else:
+        detail = "no validation (the runs were asked for none)"
     if a.train_mean:
         lo, hi = a.train_mean
         means = []

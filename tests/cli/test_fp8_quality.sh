@@ -2,7 +2,8 @@
 # scripts/bench/fp8_quality.py (issue 64's quality verdict) on hand-made main.log files whose figures are known:
 # BF16 seed 42, BF16 seed 43 (0.010 above it everywhere), FP8 0.005 above; then FP8 off by 0.03 after step 100, a
 # NaN, a missing step, a 0.2 spike in the train loss, and an eval accuracy 2 points lower, each of which must fail
-# with its reason, and nothing else; a 300-step trajectory without validations 0.01 and 0.05 above BF16's.
+# with its reason, and nothing else; a 300-step trajectory without validations 0.01 and 0.05 above BF16's (and both
+# runs without validations: the verdict says so instead of printing NaN).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/lib.sh
@@ -33,6 +34,7 @@ write("fp8_spike", 0.005, train=lambda s: 0.2 if 200 <= s < 230 else 0.0)
 write("fp8_eval", 0.005, acc=0.28)
 write("traj_fp8", train=lambda s: 0.01, val=False)
 write("traj_fp8_off", train=lambda s: 0.05 if s > 150 else 0.0, val=False)
+write("traj_bf16", val=False)
 PY
 verdict() {  # fp8 run, extra flags: the verdict line and the exit status
     out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --bf16-seed2 "$TMP/bf16_43" --fp8 "$TMP/$1" \
@@ -62,4 +64,8 @@ verdict traj_fp8 --train-mean 151 300
 expect_line "a trajectory 0.01 above over steps 151-300: yes" 'mean train loss over steps 151-300 bf16 5\.0[0-9]{3}, fp8 5\.0[0-9]{3}: yes$' "$out"
 verdict traj_fp8_off --train-mean 151 300
 expect_line "a trajectory 0.05 above fails" ': NO \(mean train loss 5\.[0-9]{4} against 5\.[0-9]{4}\)$' "$out"
+out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/traj_bf16" --fp8 "$TMP/traj_fp8" --steps 300 \
+    --train-mean 151 300 2>&1 | tail -n 1)
+expect_line "runs without validation: said so, no NaN" \
+    ': no validation \(the runs were asked for none\); mean train loss over steps 151-300 bf16 5\.[0-9]{4}, fp8 5\.[0-9]{4}: yes$' "$out"
 end_checks "fp8 quality verdict"
