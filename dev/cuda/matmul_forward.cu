@@ -18,6 +18,10 @@
 //      bf16 output (llmc/kernels/matmul/matmul_fp8.cuh); validated against the fp64 product of the dequantized
 //      operands (what it is given), with the same bounds; K a multiple of 16, FP8 tensor cores (compute capability
 //      8.9 or 9.0+). Its "vs v6" is what FP8 buys a GEMM
+//   8  FP8 with a scale per block (the quality candidate, docs/FP8.md): A cast in 1x128 blocks along K, B (the
+//      weight) in 128x128 blocks (llmc/kernels/fp8/block_cast.cuh, once per shape), cuBLASLt's VEC128_32F x
+//      BLK128x128_32F GEMM; validated like 7 against the fp64 product of its dequantized operands; Hopper only.
+//      Its "vs v6" beside 7's is what the finer scales cost
 // Variants 3 and 4 launch blocks in groups of 8 block rows, so the blocks running at once share their B (weight)
 // tiles through L2 (the d12 classifier's weight is 77 MB: more than L2).
 // Rule for every variant: M, N >= 1, K >= 8 and K % 8 == 0 (rows of 16 bytes, for the 16-byte loads, cp.async and
@@ -33,6 +37,7 @@
 // Build: make -C dev/cuda matmul_forward (built WITHOUT -DENABLE_FP32: floatX is bf16, so variant 6 is the engine's
 // bf16 cuBLASLt call)     Run: ./matmul_forward [-v 4] [-c] [-r repeats] [-s "M,N,K[,0];..."]
 #include "common.h"
+#include "llmc/kernels/fp8/block_cast.cuh"
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/matmul/matmul.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
@@ -338,22 +343,30 @@ struct Variant {
 static const std::vector<Variant> kVariants = {
     {1, "naive", true, 5},          {2, "smem-tiled", true, 5},    {3, "register-tiled", false, 20},
     {4, "mma-sync", false, 0},      {5, "hopper-wgmma", false, 0}, {6, "cublaslt", false, 0},
-    {7, "cublaslt-fp8", false, 0},
+    {7, "cublaslt-fp8", false, 0},  {8, "cublaslt-fp8-blk", false, 0},
 };
 constexpr double kSlowMaxFlops = 1e11;
 
 static const char* kHopperMissing = "needs a build for sm_90a running on a compute-capability 9.0 GPU";
 static const char* kFp8Missing = "needs FP8 tensor cores (compute capability 8.9, or 9.0 and up)";
 
+static bool fp8_blocks_supported(int M, int N, int K, bool bias);
 static bool variant_available(int id) {
     if (id == 5) return matmul_hopper_available();
     if (id == 7) {
         static const bool fp8 = matmul_fp8_supported(64, 64, 64, Fp8Format::E4M3, Fp8Format::E4M3, false);
         return fp8;
     }
+    if (id == 8) {
+        static const bool blocks = device_info().prop.major == 9 && fp8_blocks_supported(256, 256, 256, false);
+        return blocks;
+    }
     return true;
 }
-static const char* missing_reason(int id) { return id == 7 ? kFp8Missing : kHopperMissing; }
+static const char* missing_reason(int id) {
+    return id == 7 ? kFp8Missing : id == 8 ? "needs cuBLASLt's block-scaled FP8 GEMMs (Hopper, cuBLAS 12.9+)"
+                                           : kHopperMissing;
+}
 
 // Variant 7's operands: A and B cast to E4M3 once per (A, B, shape), with the scales their amax gives (margin 0);
 // the GEMM is then timed alone. scales: a_scale, b_scale, then 1 / a_scale and 1 / b_scale at kDescale[0] and
@@ -392,6 +405,48 @@ static std::vector<double> dequantized(const DeviceBuffer<uint8_t>& codes, float
     cudaCheck(cudaMemcpy(c.data(), codes.ptr, c.size(), cudaMemcpyDeviceToHost));
     std::vector<double> v(c.size());
     for (size_t i = 0; i < c.size(); i++) v[i] = fp8_decode(c[i], Fp8Format::E4M3) / scale;
+    return v;
+}
+
+// Variant 8's operands: A in 1x128 blocks, B in 128x128 (the weight's), E4M3, cast once per (A, B, shape).
+struct Fp8BlockOperands {
+    const bf16 *A = nullptr, *B = nullptr;
+    int M = 0, N = 0, K = 0;
+    DeviceBuffer<uint8_t> a8, b8;
+    DeviceBuffer<float> a_descales, b_descales;
+};
+static bool fp8_blocks_supported(int M, int N, int K, bool bias) {
+    return K % 16 == 0 && M % 4 == 0 && N % 8 == 0 &&
+           matmul_fp8_supported(M, N, K, Fp8Format::E4M3, Fp8Format::E4M3, false, bias, Fp8Scaling::k1x128,
+                                Fp8Scaling::k128x128);
+}
+static Fp8BlockOperands& fp8_block_operands(const bf16* A, const bf16* B, int M, int N, int K) {
+    static Fp8BlockOperands o;
+    if (o.A == A && o.B == B && o.M == M && o.N == N && o.K == K) return o;
+    o.A = A, o.B = B, o.M = M, o.N = N, o.K = K;
+    o.a8.resize((size_t)M * K), o.b8.resize((size_t)N * K);
+    o.a_descales.resize(fp8_block_descales(M, K, Fp8Scaling::k1x128));
+    o.b_descales.resize(fp8_block_descales(N, K, Fp8Scaling::k128x128));
+    cudaCheck(cudaMemset(o.a_descales.ptr, 0, o.a_descales.count * sizeof(float)));  // the grids' padding
+    cudaCheck(cudaMemset(o.b_descales.ptr, 0, o.b_descales.count * sizeof(float)));
+    fp8_block_cast<Fp8Format::E4M3>(A, M, K, Fp8Scaling::k1x128, o.a8.ptr, o.a_descales.ptr, 0);
+    fp8_block_cast<Fp8Format::E4M3>(B, N, K, Fp8Scaling::k128x128, o.b8.ptr, o.b_descales.ptr, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    return o;
+}
+// What variant 8 multiplies: each code decoded times its block's descale (fp64, row-major).
+static std::vector<double> dequantized_blocks(const DeviceBuffer<uint8_t>& codes, const DeviceBuffer<float>& descales,
+                                              int rows, int cols, Fp8Scaling b) {
+    std::vector<uint8_t> c(codes.count);
+    std::vector<float> d(descales.count);
+    cudaCheck(cudaMemcpy(c.data(), codes.ptr, c.size(), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(d.data(), descales.ptr, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    const size_t ld = fp8_block_ld(rows, cols, b);
+    std::vector<double> v(c.size());
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols; k++)
+            v[(size_t)r * cols + k] =
+                fp8_decode(c[(size_t)r * cols + k], Fp8Format::E4M3) * d[fp8_block_index(r, k, ld, b)];
     return v;
 }
 
@@ -435,6 +490,12 @@ static void run_variant(int id, bf16* out, const bf16* A, const bf16* B, const b
             const Fp8Operands& o = fp8_operands(A, B, M, N, K);
             matmul_fp8(out, o.a8.ptr, Fp8Format::E4M3, o.scales.ptr + o.kDescale[0], o.b8.ptr, Fp8Format::E4M3,
                        o.scales.ptr + o.kDescale[1], bias, M, N, K, false, 0);
+            break;
+        }
+        case 8: {
+            const Fp8BlockOperands& o = fp8_block_operands(A, B, M, N, K);
+            matmul_fp8(out, o.a8.ptr, Fp8Format::E4M3, o.a_descales.ptr, o.b8.ptr, Fp8Format::E4M3, o.b_descales.ptr,
+                       bias, M, N, K, false, 0, false, Fp8Scaling::k1x128, Fp8Scaling::k128x128);
             break;
         }
         default:
@@ -486,28 +547,38 @@ static int check_shape(const GemmShape& s, const std::vector<int>& ids, int* tot
     // variant 7 multiplies the FP8-rounded operands: its own reference
     const bool fp8 = std::find(ids.begin(), ids.end(), 7) != ids.end() && s.K % 16 == 0 && s.M % 4 == 0 &&
                      s.N % 4 == 0 && matmul_fp8_supported(s.M, s.N, s.K, Fp8Format::E4M3, Fp8Format::E4M3, false, true);
-    std::vector<double> ref8;
+    std::vector<double> ref8, ref8b;
     if (fp8) {
         const Fp8Operands& o = fp8_operands(dA.ptr, dB.ptr, s.M, s.N, s.K);
         const std::vector<double> a8 = dequantized(o.a8, o.host_scales[0]), b8 = dequantized(o.b8, o.host_scales[1]);
         ref8.resize(ref.size());
         reference::matmul_forward<double>(ref8.data(), a8.data(), b8.data(), nullptr, 1, s.M, s.K, s.N);
     }
+    // variant 8 likewise, its operands' blocks dequantized
+    const bool fp8b = std::find(ids.begin(), ids.end(), 8) != ids.end() && fp8_blocks_supported(s.M, s.N, s.K, true);
+    if (fp8b) {
+        const Fp8BlockOperands& o = fp8_block_operands(dA.ptr, dB.ptr, s.M, s.N, s.K);
+        const std::vector<double> a8 = dequantized_blocks(o.a8, o.a_descales, s.M, s.K, Fp8Scaling::k1x128),
+                                  b8 = dequantized_blocks(o.b8, o.b_descales, s.N, s.K, Fp8Scaling::k128x128);
+        ref8b.resize(ref.size());
+        reference::matmul_forward<double>(ref8b.data(), a8.data(), b8.data(), nullptr, 1, s.M, s.K, s.N);
+    }
     int failures = 0;
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         if (with_bias) {
             for (size_t i = 0; i < ref.size(); i++) ref[i] += bias[i % s.N];
             for (size_t i = 0; i < ref8.size(); i++) ref8[i] += bias[i % s.N];
+            for (size_t i = 0; i < ref8b.size(); i++) ref8b[i] += bias[i % s.N];
         }
         for (int id : ids) {
             printf("  v%d %-15s M%-5d N%-5d K%-5d %s\n", id, kVariants[id - 1].name, s.M, s.N, s.K,
                    with_bias ? "bias" : "no bias");
-            if (id == 7 && !fp8) {
+            if ((id == 7 && !fp8) || (id == 8 && !fp8b)) {
                 printf("    skipped: FP8 takes K in multiples of 16 and M, N of 4 here (or cuBLASLt has no FP8 GEMM "
                        "for the shape)\n");
                 continue;
             }
-            const std::vector<double>& want = id == 7 ? ref8 : ref;
+            const std::vector<double>& want = id == 7 ? ref8 : id == 8 ? ref8b : ref;
             dout.poison();
             run_variant(id, dout.ptr, dA.ptr, dB.ptr, with_bias ? dbias.ptr : nullptr, s.M, s.N, s.K);
             cudaCheck(cudaDeviceSynchronize());
@@ -557,7 +628,8 @@ struct Options {
 };
 
 static const char* kVariantsHelp =
-    "1 naive, 2 smem-tiled, 3 register-tiled, 4 mma-sync, 5 hopper-wgmma, 6 cublaslt, 7 cublaslt-fp8";
+    "1 naive, 2 smem-tiled, 3 register-tiled, 4 mma-sync, 5 hopper-wgmma, 6 cublaslt, 7 cublaslt-fp8, "
+    "8 cublaslt-fp8-blk";
 
 [[noreturn]] static void usage_and_exit(const char* prog, const char* problem) {
     if (problem) fprintf(stderr, "error: %s\n", problem);
@@ -679,8 +751,9 @@ int main(int argc, char** argv) {
                 results.push_back({id, Timing{-1, -1}});
                 continue;
             }
-            if (id == 7 && !(s.M % 4 == 0 && s.N % 4 == 0 &&
-                             matmul_fp8_supported(s.M, s.N, s.K, Fp8Format::E4M3, Fp8Format::E4M3, false, s.bias))) {
+            if ((id == 7 && !(s.M % 4 == 0 && s.N % 4 == 0 &&
+                              matmul_fp8_supported(s.M, s.N, s.K, Fp8Format::E4M3, Fp8Format::E4M3, false, s.bias))) ||
+                (id == 8 && !fp8_blocks_supported(s.M, s.N, s.K, s.bias))) {
                 results.push_back({id, Timing{-2, -2}});
                 continue;
             }
@@ -718,7 +791,7 @@ int main(int argc, char** argv) {
     }
     // v5 / v6 is the headline (the Hopper kernel against the engine's cuBLASLt); v3 and v4 for context
     bool first = true;
-    for (int id : {7, 5, 4, 3}) {
+    for (int id : {8, 7, 5, 4, 3}) {
         if (ratio_count[id] == 0) continue;
         printf("%sv%d / v6 throughput, geometric mean over %d engine shapes: %.3f (> 1: faster than cuBLASLt)\n",
                first ? "\n" : "", id, ratio_count[id], std::exp(log_ratio_sum[id] / ratio_count[id]));

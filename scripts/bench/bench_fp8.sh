@@ -13,13 +13,16 @@
 #   trajectory  300 steps from TRAJ_MODEL (ref/d12_model.bin, which make test writes), BF16 and FP8: the mean train
 #            loss over steps 151-300 within 0.02.
 #   quality48  d48 likewise for Q48STEPS (300), BF16 and FP8 with seed 42: within 0.03 at every validation, FP8's
-#            train loss never 0.1 above BF16's (10-step means).
+#            train loss never 0.1 above BF16's (10-step means); Q48SEED2=1 adds BF16 with seed 43, whose spread
+#            is printed beside the verdict (the issue's 0.03 stays the bound).
 #   profile  for each DEPTH:B of SHAPES, one traced step (LLMC_TRACE, step 6 of 8) with -fp8 0 and -fp8 $FP8: the
 #            step's summary line and its kernels by time ("fp8 profile" lines, the TOP longest of each), so where the
 #            casts' time goes is measured, not estimated
 #   scripts/bench/bench_fp8.sh [speed] [quality] [trajectory] [quality48] [profile]     (speed and quality by default)
 # Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), Q48STEPS (300), QEXAMPLES, HELLASWAG, TOP (30), LOGDIR
-#      (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs), FP8_FLAGS (for the FP8 runs only, e.g. -fp8h 16).
+#      (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs), FP8_FLAGS (for the FP8 runs only, e.g. -fp8h 16),
+#      QREUSE (a LOGDIR of an earlier call: each quality run found there, q_<name>/main.log, is taken from it instead of
+#      run again; the runs are deterministic, so only the FP8 side of a new recipe need run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PARTS=${*:-speed quality}
@@ -105,6 +108,12 @@ quality_runs() {
     shift
     for run in "${runs[@]}"; do
         IFS=: read -r name mode seed <<<"$run"
+        if [ -n "${QREUSE:-}" ] && [ -f "$QREUSE/q_$name/main.log" ] && [ "$QREUSE" != "$LOGDIR" ]; then
+            rm -rf "$LOGDIR/q_$name" && mkdir -p "$LOGDIR/q_$name"
+            cp "$QREUSE/q_$name/main.log" "$LOGDIR/q_$name/" && cp "$QREUSE/q_$name.log" "$LOGDIR/" 2>/dev/null || true
+            echo "fp8 quality: the $name run taken from $QREUSE"
+            continue
+        fi
         rm -rf "$LOGDIR/q_$name"
         ./train_gpt2cu "$@" -i "${QDATA}_train_000000.bin" -j "${QDATA}_val_000000.bin" -fp8 "$mode" -seed "$seed" \
             -o "$LOGDIR/q_$name" $TRAIN_FLAGS $(fp8_flags "$mode") >"$LOGDIR/q_$name.log" 2>&1 ||
@@ -130,8 +139,10 @@ fi
 
 if [[ " $PARTS " == *" quality48 "* ]]; then  # d48 (1.5B), Q48STEPS (300), lr 3e-4: within 0.03, no spike
     quality_data
-    quality_runs bf16_d48_42:0:42 "fp8_d48_42:$FP8:42" -- -e d48 -b 8 -t 1024 -l 3e-4 -u 50 -v 25 -m 8 \
+    seed2=(); [ "${Q48SEED2:-0}" = 1 ] && seed2=(bf16_d48_43:0:43)
+    quality_runs bf16_d48_42:0:42 "${seed2[@]}" "fp8_d48_42:$FP8:42" -- -e d48 -b 8 -t 1024 -l 3e-4 -u 50 -v 25 -m 8 \
         -k cosine -q 0.1 -c 0.1 -s 0 -x "${Q48STEPS:-300}"
+    spread=(); [ "${Q48SEED2:-0}" = 1 ] && spread=(--bf16-seed2 "$LOGDIR/q_bf16_d48_43" --fixed-tol)
     python3 scripts/bench/fp8_quality.py --label d48 --bf16 "$LOGDIR/q_bf16_d48_42" --fp8 "$LOGDIR/q_fp8_d48_42" \
-        --after 0 --tol 0.03 --spike 0.1 --steps "${Q48STEPS:-300}" || true
+        --after 0 --tol 0.03 --spike 0.1 --steps "${Q48STEPS:-300}" "${spread[@]}" || true
 fi

@@ -3,7 +3,8 @@
 
 Prints every validation's losses, then one verdict line:
   - every validation after step --after within the tolerance of BF16's: max(--tol, BF16's seed-to-seed difference)
-    when a second BF16 seed is given, else --tol; the best validation losses likewise;
+    when a second BF16 seed is given (with --fixed-tol, --tol all the same: the spread only printed), else --tol;
+    the best validation losses likewise;
   - every logged loss finite and every step logged (the trainer never skips an update: it stops on a NaN);
   - with --spike S: FP8's train loss, averaged over 10 steps, never more than S above BF16's at the same steps;
   - where the runs evaluated HellaSwag (-h 1): FP8's last accuracy within --eval-points of BF16's;
@@ -39,6 +40,7 @@ def main():
     p.add_argument("--label", default="d12")
     p.add_argument("--bf16", required=True, help="the BF16 run's -o directory")
     p.add_argument("--bf16-seed2", default="", help="a BF16 run with another seed: BF16's own spread")
+    p.add_argument("--fixed-tol", action="store_true", help="print the spread but keep --tol as the bound")
     p.add_argument("--fp8", required=True, help="the FP8 run's -o directory")
     p.add_argument("--after", type=int, default=100)
     p.add_argument("--tol", type=float, default=0.02)
@@ -60,7 +62,7 @@ def main():
     if not late and not a.train_mean:
         problems.append(f"no validation after step {a.after}")
     spread = max((abs(b2["tel"][s] - bf["tel"][s]) for s in late), default=0.0) if b2 else 0.0
-    tol = max(a.tol, spread)
+    tol = a.tol if a.fixed_tol else max(a.tol, spread)
     gap = max((abs(f8["tel"][s] - bf["tel"][s]) for s in late), default=float("nan"))
     best_bf, best_f8 = min(bf["tel"].values(), default=math.nan), min(f8["tel"].values(), default=math.nan)
     if late and not gap <= tol:

@@ -35,6 +35,7 @@ write("fp8_eval", 0.005, acc=0.28)
 write("traj_fp8", train=lambda s: 0.01, val=False)
 write("traj_fp8_off", train=lambda s: 0.05 if s > 150 else 0.0, val=False)
 write("traj_bf16", val=False)
+write("bf16_wide", 0.05)
 PY
 verdict() {  # fp8 run, extra flags: the verdict line and the exit status
     out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --bf16-seed2 "$TMP/bf16_43" --fp8 "$TMP/$1" \
@@ -68,4 +69,11 @@ out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/traj_bf16" --f
     --train-mean 151 300 2>&1 | tail -n 1)
 expect_line "runs without validation: said so, no NaN" \
     ': no validation \(the runs were asked for none\); mean train loss over steps 151-300 bf16 5\.[0-9]{4}, fp8 5\.[0-9]{4}: yes$' "$out"
+wide() {
+    python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --bf16-seed2 "$TMP/bf16_wide" --fp8 "$TMP/fp8_gap" \
+        --steps 300 "$@" 2>&1 | tail -n 1
+}
+expect_line "a 0.05 seed-to-seed spread covers a 0.03 gap" 'seed-to-seed 0\.0500; .*tolerance 0\.0500.*: yes$' "$(wide)"
+expect_line "--fixed-tol prints the spread and keeps --tol" \
+    'seed-to-seed 0\.0500; .*tolerance 0\.0200.*: NO \(validation gap 0\.0300 > 0\.0200' "$(wide --fixed-tol)"
 end_checks "fp8 quality verdict"

@@ -15,6 +15,7 @@
 #              the host's memory allows (DECODE_GIB per part, below)
 #   fwd, bwd   dev/cuda/attention_forward -cs, attention_backward -cs (every variant at the three small check shapes)
 #   fp8-cast   dev/cuda/fp8_cast -c (the FP8 casts, transposes, amax and column sums at every validation shape)
+#   fp8-blocks tests/gpu/kernels/test_fp8_blocks (the block-scaled casts and cuBLASLt's block-scaled GEMMs)
 # and, for initcheck, the report of issue 63 (train_gpt2cu -e d6 -b 2|4 -t 128 -x 1 -v 1 -m 1 -s 0, the default
 # attention path and -ab materialized). Runs go in parallel (JOBS at once; one GPU is enough); each prints one line
 # with its tool's summary. Exit 1 on any error in our kernels or any run that does not finish.
@@ -40,7 +41,8 @@ for tool in $TOOLS; do
 done
 mkdir -p "$LOGDIR"
 command -v compute-sanitizer >/dev/null || { echo "error: compute-sanitizer not found (it comes with the CUDA toolkit)" >&2; exit 1; }
-make -s -j"$JOBS" train_gpt2cu generate_gpt2cu serve_gpt2cu tests/gpu/test_decode >"$LOGDIR/build.log" 2>&1 &&
+make -s -j"$JOBS" train_gpt2cu generate_gpt2cu serve_gpt2cu tests/gpu/test_decode tests/gpu/kernels/test_fp8_blocks \
+    >"$LOGDIR/build.log" 2>&1 &&
     make -s -C dev/cuda -j"$JOBS" attention_forward attention_backward fp8_cast >>"$LOGDIR/build.log" 2>&1 &&
     make -s data DATA_MIRROR="$DATA_MIRROR" >>"$LOGDIR/build.log" 2>&1 \
     || { tail -n 20 "$LOGDIR/build.log"; exit 1; }
@@ -152,6 +154,7 @@ for tool in $TOOLS; do
     launch "$tool" fwd ./dev/cuda/attention_forward -cs
     launch "$tool" bwd ./dev/cuda/attention_backward -cs
     launch "$tool" fp8-cast ./dev/cuda/fp8_cast -c
+    launch "$tool" fp8-blocks ./tests/gpu/kernels/test_fp8_blocks
     if [ "$tool" = initcheck ]; then
         launch "$tool" report-b2 "${report[@]}" -b 2
         launch "$tool" report-b4 "${report[@]}" -b 4

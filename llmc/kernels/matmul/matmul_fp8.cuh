@@ -12,6 +12,9 @@
 // (descriptors, layouts, the heuristic's algorithm) cached per problem, as matmul.cuh's, and the heuristic told the
 // operands' real alignment. BF16 builds
 // (C and the bias bf16: the FP8 GEMMs' supported combination); N a multiple of 8 (C's rows of 16-byte multiples).
+// a_scaling / b_scaling: what each descale pointer holds (llmc/core/fp8.h's Fp8Scaling): one float, or a grid of
+// block descales (1x128 along K, or 128x128) in llmc/kernels/fp8/block_cast.cuh's order, cuBLASLt's VEC128_32F /
+// BLK128x128_32F modes (cuBLAS 12.9+ on Hopper; not both operands 128x128).
 // The heuristic is asked with the scale pointers already set (to a unit scale of our own): asked without them it may
 // answer with a kernel that takes no scales, which cublasLtMatmul then refuses once they are set. Its first few
 // answers are kept and the first that cublasLtMatmul takes is the plan's from then on (NVIDIA's advice for FP8).
@@ -29,10 +32,11 @@ namespace matmul_fp8_detail {
 
 struct Key {
     int M, N, K, a_format, b_format, fast_accum, has_bias, align;  // align: matmul_detail::check_alignment's
-    int accumulate;
+    int accumulate, a_scaling = 0, b_scaling = 0;
     bool operator<(const Key& o) const {
-        return std::tie(M, N, K, a_format, b_format, fast_accum, has_bias, align, accumulate) <
-               std::tie(o.M, o.N, o.K, o.a_format, o.b_format, o.fast_accum, o.has_bias, o.align, o.accumulate);
+        return std::tie(M, N, K, a_format, b_format, fast_accum, has_bias, align, accumulate, a_scaling, b_scaling) <
+               std::tie(o.M, o.N, o.K, o.a_format, o.b_format, o.fast_accum, o.has_bias, o.align, o.accumulate,
+                        o.a_scaling, o.b_scaling);
     }
 };
 constexpr int kCandidates = 8;  // the heuristic's answers kept, tried in order until cublasLtMatmul takes one
@@ -49,6 +53,13 @@ inline std::map<Key, Plan>& plans() {
     return p;
 }
 inline cudaDataType_t cuda_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+inline cublasLtMatmulMatrixScale_t scale_mode(int scaling) {
+    switch ((Fp8Scaling)scaling) {
+        case Fp8Scaling::k1x128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        case Fp8Scaling::k128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+        default: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    }
+}
 
 // A device float 1.0, the scale pointers the heuristic is asked with (each call sets the real ones).
 inline const float* unit_scale() {
@@ -89,6 +100,11 @@ inline Plan* find_plan(const Key& k) {
                                                    sizeof(bias_type)));
     }
     set_scales(p.desc, unit_scale(), unit_scale());
+    if (k.a_scaling || k.b_scaling) {  // cuBLASLt's A is our B
+        const cublasLtMatmulMatrixScale_t a_mode = scale_mode(k.b_scaling), b_mode = scale_mode(k.a_scaling);
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+    }
     using matmul_detail::make_layout;
     p.a = make_layout(cuda_type((Fp8Format)k.b_format), k.K, k.N, k.K, 1, 0);
     p.b = make_layout(cuda_type((Fp8Format)k.a_format), k.K, k.M, k.K, 1, 0);
@@ -113,15 +129,18 @@ inline Plan* find_plan(const Key& k) {
 // Whether cuBLASLt has an FP8 GEMM for these formats and this shape on this device (false off FP8 tensor cores, and
 // for shapes matmul_fp8 refuses), for 256-byte aligned operands.
 inline bool matmul_fp8_supported(int M, int N, int K, Fp8Format a_format, Fp8Format b_format, bool fast_accum,
-                                 bool bias = false) {
+                                 bool bias = false, Fp8Scaling a_scaling = Fp8Scaling::kTensor,
+                                 Fp8Scaling b_scaling = Fp8Scaling::kTensor) {
     matmul_init();
     if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) return false;
-    return matmul_fp8_detail::find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias, 0, 0}) != nullptr;
+    return matmul_fp8_detail::find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias, 0, 0,
+                                         (int)a_scaling, (int)b_scaling}) != nullptr;
 }
 
 inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const float* a_descale, const uint8_t* B,
                        Fp8Format b_format, const float* b_descale, const floatX* bias, int M, int N, int K,
-                       bool fast_accum, cudaStream_t stream, bool accumulate = false) {
+                       bool fast_accum, cudaStream_t stream, bool accumulate = false,
+                       Fp8Scaling a_scaling = Fp8Scaling::kTensor, Fp8Scaling b_scaling = Fp8Scaling::kTensor) {
     using namespace matmul_fp8_detail;
     matmul_init();
     if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) {
@@ -133,10 +152,12 @@ inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const fl
         fprintf(stderr, "error: matmul_fp8: the descale pointers must be 16-byte aligned\n");
         exit(EXIT_FAILURE);
     }
-    Plan* p = find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias != nullptr, align, accumulate});
+    Plan* p = find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias != nullptr, align, accumulate,
+                         (int)a_scaling, (int)b_scaling});
     if (!p) {
-        fprintf(stderr, "error: matmul_fp8: cuBLASLt has no FP8 GEMM for %s x %s at M %d, N %d, K %d on this device\n",
-                fp8_name(a_format), fp8_name(b_format), M, N, K);
+        fprintf(stderr, "error: matmul_fp8: cuBLASLt has no FP8 GEMM for %s x %s at M %d, N %d, K %d (scale modes %d, "
+                "%d) on this device\n", fp8_name(a_format), fp8_name(b_format), M, N, K, (int)a_scaling,
+                (int)b_scaling);
         exit(EXIT_FAILURE);
     }
     matmul_detail::State& s = matmul_detail::state();

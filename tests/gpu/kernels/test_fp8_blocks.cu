@@ -1,0 +1,243 @@
+// FP8 with a scale per block (llmc/kernels/fp8/block_cast.cuh; cuBLASLt's VEC128_32F / BLK128x128_32F through
+// llmc/kernels/matmul/matmul_fp8.cuh): the candidate recipe for d48's quality gap (docs/FP8.md).
+// The cast, 1x128 and 128x128 blocks, both formats: every byte equal to fp8_encode(x * scale) with the scale the
+// block's own amax gives (llmc/core/fp8.h, the same reference the per-tensor casts are held to), every descale
+// 1 / scale at its place in cuBLASLt's grid, the grid's padding untouched, an all-zero block with descale 1, a block
+// with a NaN or an infinity with a NaN descale; values spread over 2^±12 so that the blocks' scales differ; shapes
+// with partial blocks (cols % 128, rows % 128). The transposing cast (y and yT, each in 1x128 blocks of its own K)
+// against the same reference applied to x and to its transpose.
+// The GEMMs: operands quantized on the host by blocks (1x128 x 128x128 as a forward or an input gradient takes them,
+// 1x128 x 1x128 as a weight gradient does), against the fp64 product of the dequantized values, with bias and
+// accumulation into C: rel-L2 <= 6e-3 and element-wise a bf16 ulp + 1e-2 of the RMS, as test_fp8.cu's per-tensor
+// GEMMs. On a Hopper GPU a block-scaled GEMM cuBLASLt refuses is a failure (the recipe needs it).
+//   ./tests/gpu/kernels/test_fp8_blocks [seed]
+#include <cstring>
+
+#include "llmc/kernels/fp8/block_cast.cuh"
+#include "llmc/kernels/matmul/matmul_fp8.cuh"
+#include "tests/gpu/kernels/kernel_checks.cuh"
+
+// Host reference: x (rows, cols) quantized by blocks: the codes, the descale grid (padding = pad), and the
+// dequantized values (decode(code) * descale: what the GEMM multiplies).
+template <Fp8Format F>
+static void block_quantize(const std::vector<float>& x, int rows, int cols, Fp8Scaling b, float pad,
+                           std::vector<uint8_t>* codes, std::vector<float>* descales, std::vector<double>* deq) {
+    const size_t ld = fp8_block_ld(rows, cols, b);
+    descales->assign(fp8_block_descales(rows, cols, b), pad);
+    codes->resize(x.size());
+    if (deq) deq->resize(x.size());
+    const int band = b == Fp8Scaling::k1x128 ? 1 : kFp8Block;
+    for (int r0 = 0; r0 < rows; r0 += band)
+        for (int c0 = 0; c0 < cols; c0 += kFp8Block) {
+            const int r1 = std::min(rows, r0 + band), c1 = std::min(cols, c0 + kFp8Block);
+            float amax = 0.f;
+            bool finite = true;
+            for (int r = r0; r < r1; r++)
+                for (int c = c0; c < c1; c++) {
+                    const float v = x[(size_t)r * cols + c];
+                    amax = std::fmax(amax, std::fabs(v)), finite = finite && std::isfinite(v);
+                }
+            const float scale = fp8_scale_from_amax(amax, F, 0, 1.f);
+            (*descales)[fp8_block_index(r0, c0, ld, b)] = finite ? 1.f / scale : NAN;
+            for (int r = r0; r < r1; r++)
+                for (int c = c0; c < c1; c++) {
+                    const size_t i = (size_t)r * cols + c;
+                    (*codes)[i] = fp8_encode((double)x[i] * scale, F);
+                    if (deq) (*deq)[i] = fp8_decode((*codes)[i], F) / scale;
+                }
+        }
+}
+
+// Random values whose size changes from block to block (2^-12 .. 2^12 times N(0, 1)), so each block has its own scale.
+static std::vector<float> spread_values(int rows, int cols, float std) {
+    std::vector<float> x = random_vec((size_t)rows * cols, std);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            x[(size_t)r * cols + c] =
+                round_to_floatX(std::ldexp(x[(size_t)r * cols + c], (r / 8 * 7 + c / kFp8Block * 5) % 25 - 12));
+    return x;
+}
+
+template <Fp8Format F>
+static void test_cast(int rows, int cols, Fp8Scaling b, bool specials) {
+    std::vector<float> x = spread_values(rows, cols, 1.0f);
+    if (specials) {  // a zero block, a NaN in another, an infinity in a third (each the first block of its band)
+        const int band = b == Fp8Scaling::k1x128 ? 1 : kFp8Block;
+        for (int r = 0; r < std::min(rows, band); r++)
+            for (int c = 0; c < std::min(cols, kFp8Block); c++) x[(size_t)r * cols + c] = 0.f;
+        if (rows > band) x[(size_t)band * cols + 3] = NAN;
+        if (rows > 2 * band) x[(size_t)2 * band * cols + 5] = -INFINITY;
+    }
+    const float pad = -7.f;
+    std::vector<uint8_t> want;
+    std::vector<float> want_descales;
+    block_quantize<F>(x, rows, cols, b, pad, &want, &want_descales, nullptr);
+    floatX* d_x = upload(x);
+    uint8_t* d_y;
+    cudaCheck(cudaMalloc(&d_y, x.size()));
+    cudaCheck(cudaMemset(d_y, 0xA5, x.size()));
+    float* d_descales = upload_fp32(want_descales);  // then every real entry poisoned; the padding must stay pad
+    for (int r0 = 0; r0 < rows; r0 += (b == Fp8Scaling::k1x128 ? 1 : kFp8Block))
+        for (int c0 = 0; c0 < cols; c0 += kFp8Block) {
+            const float poison = 12345.f;
+            cudaCheck(cudaMemcpy(d_descales + fp8_block_index(r0, c0, fp8_block_ld(rows, cols, b), b), &poison,
+                                 sizeof(float), cudaMemcpyHostToDevice));
+        }
+    fp8_block_cast<F>(d_x, rows, cols, b, d_y, d_descales, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<uint8_t> got(x.size());
+    std::vector<float> got_descales(want_descales.size());
+    cudaCheck(cudaMemcpy(got.data(), d_y, got.size(), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(got_descales.data(), d_descales, got_descales.size() * 4, cudaMemcpyDeviceToHost));
+    size_t bad_bytes = 0, bad_descales = 0;
+    for (size_t i = 0; i < got.size(); i++) bad_bytes += got[i] != want[i];
+    for (size_t i = 0; i < got_descales.size(); i++)
+        bad_descales += !(got_descales[i] == want_descales[i] ||
+                          (std::isnan(got_descales[i]) && std::isnan(want_descales[i])));
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 block cast %s %s %dx%d%s", fp8_name(F),
+             b == Fp8Scaling::k1x128 ? "1x128" : "128x128", rows, cols, specials ? " (zero, NaN, inf blocks)" : "");
+    check_exact(tag, bad_bytes == 0 && bad_descales == 0);
+    if (bad_bytes || bad_descales) printf("  %zu bytes and %zu descales differ\n", bad_bytes, bad_descales);
+    cudaFree(d_x), cudaFree(d_y), cudaFree(d_descales);
+}
+
+// fp8_block_cast_transpose: y as fp8_block_cast's 1x128 (the same reference), yT against the reference of x's
+// transpose, both descale grids (padding untouched), at tile and partial shapes, with a NaN and an infinity.
+template <Fp8Format F>
+static void test_cast_transpose(int rows, int cols, bool specials) {
+    std::vector<float> x = spread_values(rows, cols, 1.0f);
+    if (specials) x[(size_t)(rows / 2) * cols + 1] = NAN, x[(size_t)(rows - 1) * cols + cols - 1] = INFINITY;
+    std::vector<float> xT((size_t)cols * rows);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) xT[(size_t)c * rows + r] = x[(size_t)r * cols + c];
+    const float pad = -7.f;
+    std::vector<uint8_t> want_y, want_yT;
+    std::vector<float> want_dy, want_dyT;
+    block_quantize<F>(x, rows, cols, Fp8Scaling::k1x128, pad, &want_y, &want_dy, nullptr);
+    block_quantize<F>(xT, cols, rows, Fp8Scaling::k1x128, pad, &want_yT, &want_dyT, nullptr);
+    floatX* d_x = upload(x);
+    uint8_t *d_y, *d_yT;
+    cudaCheck(cudaMalloc(&d_y, x.size()));
+    cudaCheck(cudaMalloc(&d_yT, x.size()));
+    cudaCheck(cudaMemset(d_y, 0xA5, x.size()));
+    cudaCheck(cudaMemset(d_yT, 0xA5, x.size()));
+    std::vector<float> poison_dy(want_dy.size(), pad), poison_dyT(want_dyT.size(), pad);
+    for (int r = 0; r < rows; r++)  // the real entries poisoned, the padding pad
+        for (int c = 0; c < cols; c += kFp8Block)
+            poison_dy[fp8_block_index(r, c, fp8_block_ld(rows, cols, Fp8Scaling::k1x128), Fp8Scaling::k1x128)] = 1e9f;
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r += kFp8Block)
+            poison_dyT[fp8_block_index(c, r, fp8_block_ld(cols, rows, Fp8Scaling::k1x128), Fp8Scaling::k1x128)] = 1e9f;
+    float *d_dy = upload_fp32(poison_dy), *d_dyT = upload_fp32(poison_dyT);
+    fp8_block_cast_transpose<F>(d_x, rows, cols, d_y, d_dy, d_yT, d_dyT, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        size_t bad = 0;
+        for (size_t i = 0; i < a.size(); i++) bad += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+        return bad;
+    };
+    std::vector<uint8_t> y(x.size()), yT(x.size());
+    std::vector<float> dy(want_dy.size()), dyT(want_dyT.size());
+    cudaCheck(cudaMemcpy(y.data(), d_y, y.size(), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(yT.data(), d_yT, yT.size(), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(dy.data(), d_dy, dy.size() * 4, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(dyT.data(), d_dyT, dyT.size() * 4, cudaMemcpyDeviceToHost));
+    size_t bad = same(dy, want_dy) + same(dyT, want_dyT);
+    for (size_t i = 0; i < y.size(); i++) bad += (y[i] != want_y[i]) + (yT[i] != want_yT[i]);
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 block cast+transpose %s 1x128 %dx%d%s", fp8_name(F), rows, cols,
+             specials ? " (NaN, inf)" : "");
+    check_exact(tag, bad == 0);
+    if (bad) printf("  %zu bytes or descales differ\n", bad);
+    cudaFree(d_x), cudaFree(d_y), cudaFree(d_yT), cudaFree(d_dy), cudaFree(d_dyT);
+}
+
+// C (M, N) = A (M, K) · B (N, K)ᵀ with block scales (+ bias) (+ C0), against fp64 of the dequantized operands.
+template <Fp8Format FA, Fp8Format FB>
+static void test_gemm(int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, bool with_bias, bool accumulate) {
+    char tag[160];
+    auto name = [](Fp8Scaling s) { return s == Fp8Scaling::k1x128 ? "1x128" : "128x128"; };
+    snprintf(tag, sizeof(tag), "fp8 GEMM %s %s x %s %s M%d N%d K%d%s%s", fp8_name(FA), name(sa), fp8_name(FB), name(sb),
+             M, N, K, with_bias ? " +bias" : "", accumulate ? " C +=" : "");
+    if (!matmul_fp8_supported(M, N, K, FA, FB, false, with_bias, sa, sb)) {
+        printf("%s: cuBLASLt has no GEMM for it here\n", tag);
+        check_exact(tag, false);
+        return;
+    }
+    const std::vector<float> a = spread_values(M, K, 1.0f), b = spread_values(N, K, 0.05f);
+    std::vector<uint8_t> qa, qb;
+    std::vector<float> da, db;
+    std::vector<double> xa, xb;
+    block_quantize<FA>(a, M, K, sa, 0.f, &qa, &da, &xa);
+    block_quantize<FB>(b, N, K, sb, 0.f, &qb, &db, &xb);
+    // the product's size varies with the blocks' (2^±12): the reference in fp64, the tolerance on its RMS per row
+    const std::vector<float> bias = random_vec(N, 0.5f);
+    std::vector<float> c0 = random_vec((size_t)M * N, 0.5f);
+    std::vector<double> ref((size_t)M * N);
+#pragma omp parallel for
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = (with_bias ? bias[n] : 0.0) + (accumulate ? c0[(size_t)m * N + n] : 0.0);
+            for (int k = 0; k < K; k++) acc += xa[(size_t)m * K + k] * xb[(size_t)n * K + k];
+            ref[(size_t)m * N + n] = acc;
+        }
+    uint8_t *d_a, *d_b;
+    cudaCheck(cudaMalloc(&d_a, qa.size()));
+    cudaCheck(cudaMalloc(&d_b, qb.size()));
+    cudaCheck(cudaMemcpy(d_a, qa.data(), qa.size(), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_b, qb.data(), qb.size(), cudaMemcpyHostToDevice));
+    float *d_da = upload_fp32(da), *d_db = upload_fp32(db);
+    floatX* d_bias = upload(bias);
+    floatX* d_c = accumulate ? upload(c0) : poisoned((size_t)M * N);
+    matmul_fp8(d_c, d_a, FA, d_da, d_b, FB, d_db, with_bias ? d_bias : nullptr, M, N, K, false, 0, accumulate, sa, sb);
+    const std::vector<float> got = download(d_c, (size_t)M * N);
+    check(tag, got, ref, 6e-3);
+    size_t off = 0;
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int n = 0; n < N; n++) ss += ref[(size_t)m * N + n] * ref[(size_t)m * N + n];
+        const double rms = std::sqrt(ss / N);
+        for (int n = 0; n < N; n++) {
+            const size_t i = (size_t)m * N + n;
+            off += !(std::fabs(got[i] - ref[i]) <= std::fabs(ref[i]) / 128 + 1e-2 * rms);
+        }
+    }
+    snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), ": element-wise");
+    check_exact(tag, off == 0);
+    if (off) printf("  %zu of %zu elements off by more than 2^-7 |ref| + 1e-2 of the row's RMS\n", off, ref.size());
+    cudaFree(d_a), cudaFree(d_b), cudaFree(d_da), cudaFree(d_db), cudaFree(d_bias), cudaFree(d_c);
+}
+
+int main(int argc, char** argv) {
+    kernel_tests_begin(argc, argv);
+    const int shapes[][2] = {{128, 128}, {8, 768}, {300, 1600}, {1000, 200}, {256, 3072}};
+    for (const auto& s : shapes)
+        for (Fp8Scaling b : {Fp8Scaling::k1x128, Fp8Scaling::k128x128}) {
+            test_cast<Fp8Format::E4M3>(s[0], s[1], b, false);
+            test_cast<Fp8Format::E5M2>(s[0], s[1], b, false);
+        }
+    test_cast<Fp8Format::E4M3>(300, 1600, Fp8Scaling::k1x128, true);
+    test_cast<Fp8Format::E4M3>(400, 520, Fp8Scaling::k128x128, true);
+    test_cast_transpose<Fp8Format::E4M3>(256, 768, false);
+    test_cast_transpose<Fp8Format::E5M2>(256, 768, false);
+    test_cast_transpose<Fp8Format::E4M3>(400, 1000, false);  // a partial band of rows and a partial tile of columns
+    test_cast_transpose<Fp8Format::E4M3>(16, 3072, true);
+    test_cast_transpose<Fp8Format::E5M2>(1040, 200, true);
+    if (!kFloatXIsBF16) {
+        printf("fp8 block-scaled GEMMs: BF16 builds only\n");
+        return kernel_tests_end();
+    }
+    if (device_info().prop.major != 9) {
+        printf("fp8 block-scaled GEMMs: cuBLASLt has them on Hopper (compute capability 9.x) only; skipped here\n");
+        return kernel_tests_end();
+    }
+    constexpr Fp8Scaling k1 = Fp8Scaling::k1x128, k2 = Fp8Scaling::k128x128;
+    test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(256, 768, 768, k1, k2, true, false);     // forward: inp x W
+    test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(256, 768, 3072, k1, k2, false, false);   // input gradient: dout x W^T
+    test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(768, 256, 1024, k1, k1, false, true);    // weight gradient, dW +=
+    test_gemm<Fp8Format::E5M2, Fp8Format::E4M3>(768, 256, 1024, k1, k1, false, false);   // E5M2 gradients
+    test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(200, 1600, 1600, k1, k2, true, false);   // d48's K: 12.5 blocks
+    test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(128, 2304, 768, k2, k1, false, false);   // 128x128 x 1x128
+    return kernel_tests_end();
+}
