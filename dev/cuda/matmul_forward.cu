@@ -416,7 +416,7 @@ struct Fp8BlockOperands {
     DeviceBuffer<float> a_descales, b_descales;
 };
 static bool fp8_blocks_supported(int M, int N, int K, bool bias) {
-    return K % 16 == 0 && M % 4 == 0 && N % 8 == 0 &&
+    return K % 16 == 0 && M % 8 == 0 && N % 8 == 0 &&
            matmul_fp8_supported(M, N, K, Fp8Format::E4M3, Fp8Format::E4M3, false, bias, Fp8Scaling::k1x128,
                                 Fp8Scaling::k128x128);
 }
@@ -574,8 +574,8 @@ static int check_shape(const GemmShape& s, const std::vector<int>& ids, int* tot
             printf("  v%d %-15s M%-5d N%-5d K%-5d %s\n", id, kVariants[id - 1].name, s.M, s.N, s.K,
                    with_bias ? "bias" : "no bias");
             if ((id == 7 && !fp8) || (id == 8 && !fp8b)) {
-                printf("    skipped: FP8 takes K in multiples of 16 and M, N of 4 here (or cuBLASLt has no FP8 GEMM "
-                       "for the shape)\n");
+                printf("    skipped: FP8 takes K in multiples of 16 and M, N of 4 here (block scales: M and N of 8), "
+                       "or cuBLASLt has no FP8 GEMM for the shape\n");
                 continue;
             }
             const std::vector<double>& want = id == 7 ? ref8 : id == 8 ? ref8b : ref;

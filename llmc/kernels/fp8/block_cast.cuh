@@ -2,7 +2,8 @@
 // VEC128_32F and BLK128x128_32F scale modes on Hopper, llmc/kernels/matmul/matmul_fp8.cuh): x (rows, cols) in floatX,
 // K-major as a GEMM operand is (cols = K contiguous), cut into 1x128 blocks along K (activations and gradients: an
 // outlier costs the precision of its own 128 values only, so E4M3 can serve gradients too) or 128x128 blocks
-// (weights: one scale grid serves W and its transpose). Each block's scale is the power of two its own amax gives
+// (weights: W's transpose has the same blocks, so its bytes and its grid are W's transposed, with the grid's own
+// padding). Each block's scale is the power of two its own amax gives
 // (fp8_scale_from_amax, margin 0; an all-zero block keeps scale 1), so scaling rounds nothing; the descale (1 /
 // scale) is written where cuBLASLt reads it:
 //   1x128    descales[(c / 128) * ld + r],  ld = rows rounded up to 4      (TransformerEngine's "GEMM-ready" order)
@@ -10,7 +11,8 @@
 // The last block of a row (cols % 128) and the last band of rows (rows % 128) may be partial. fp8_block_cast writes
 // y alone; fp8_block_cast_transpose writes y and yT, each in 1x128 blocks of its own K. A block holding a
 // value that is not finite gets a NaN descale, so the GEMM's output says so (as the per-tensor casts do). One pass:
-// each block is read once, its amax taken in registers, its bytes and its descale written.
+// each block is read once, its amax taken in registers, its bytes and its descale written. (--use_fast_math flushes
+// a denormal input to zero: a block of denormals gets descale 1 and zero codes.)
 #pragma once
 
 #include <cstdint>
@@ -111,11 +113,14 @@ __global__ void __launch_bounds__(256) cast_128x128_kernel(const floatX* x, int 
 // transposed, a weight gradient's operand): a block of 256 threads per 128 x 128 tile of x, staged in shared memory;
 // y's blocks are the tile's rows (16 threads a row, 8 values each), yT's its columns (2 threads a column, 64 rows
 // each, 16-byte stores).
+// BF16 builds only (FP8 training's; a float tile would be 64 KB of static shared memory): elsewhere it does nothing
+// and fp8_block_cast_transpose refuses.
 template <Fp8Format F>
 __global__ void __launch_bounds__(256) cast_transpose_1x128_kernel(const floatX* x, int rows, int cols, uint8_t* y,
                                                                    float* y_descales, uint8_t* yT,
                                                                    float* yT_descales) {
-    __shared__ floatX tile[kFp8Block][kFp8Block];
+    if constexpr (!kFloatXIsBF16) return;
+    __shared__ __nv_bfloat16 tile[kFp8Block][kFp8Block];
     const int r0 = blockIdx.y * kFp8Block, c0 = blockIdx.x * kFp8Block;
     const int tr = threadIdx.x / 16, tc = 8 * (threadIdx.x % 16);
     for (int p = 0; p < kFp8Block / 16; p++) {  // rows tr + 16p: load, then y's row block
@@ -123,7 +128,7 @@ __global__ void __launch_bounds__(256) cast_transpose_1x128_kernel(const floatX*
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (r < rows && c < cols)
             for (int i = 0; i < 8; i++) v[i] = (float)x[(size_t)r * cols + c + i];
-        for (int i = 0; i < 8; i++) tile[tr + 16 * p][tc + i] = (floatX)v[i];
+        for (int i = 0; i < 8; i++) tile[tr + 16 * p][tc + i] = __float2bfloat16(v[i]);  // exact: v came from bf16
         float amax = 0.f;
         bool finite = true;
         for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i])), finite = finite && isfinite(v[i]);
@@ -200,9 +205,10 @@ inline void fp8_block_cast(const floatX* x, int rows, int cols, Fp8Scaling block
 template <Fp8Format F>
 inline void fp8_block_cast_transpose(const floatX* x, int rows, int cols, uint8_t* y, float* y_descales, uint8_t* yT,
                                      float* yT_descales, cudaStream_t stream) {
-    if (rows < 16 || rows % 16 != 0 || cols < 8 || cols % 8 != 0 || ((uintptr_t)y | (uintptr_t)yT) % 16 != 0) {
-        fprintf(stderr, "error: fp8_block_cast_transpose: %d x %d (rows a multiple of 16, cols of 8, y and yT 16-byte "
-                "aligned)\n", rows, cols);
+    if (!kFloatXIsBF16 || rows < 16 || rows % 16 != 0 || cols < 8 || cols % 8 != 0 ||
+        ((uintptr_t)y | (uintptr_t)yT) % 16 != 0) {
+        fprintf(stderr, "error: fp8_block_cast_transpose: %d x %d (a BF16 build, rows a multiple of 16, cols of 8, y "
+                "and yT 16-byte aligned)\n", rows, cols);
         exit(EXIT_FAILURE);
     }
     const dim3 grid(fp8_blocks_of(cols), fp8_blocks_of(rows));

@@ -14,7 +14,8 @@
 // (C and the bias bf16: the FP8 GEMMs' supported combination); N a multiple of 8 (C's rows of 16-byte multiples).
 // a_scaling / b_scaling: what each descale pointer holds (llmc/core/fp8.h's Fp8Scaling): one float, or a grid of
 // block descales (1x128 along K, or 128x128) in llmc/kernels/fp8/block_cast.cuh's order, cuBLASLt's VEC128_32F /
-// BLK128x128_32F modes (cuBLAS 12.9+ on Hopper; not both operands 128x128).
+// BLK128x128_32F modes (cuBLAS 12.9+ on Hopper; not both operands 128x128; promoted accumulation only; M a multiple
+// of 8 when A is in 1x128 blocks: refused here in one line otherwise).
 // The heuristic is asked with the scale pointers already set (to a unit scale of our own): asked without them it may
 // answer with a kernel that takes no scales, which cublasLtMatmul then refuses once they are set. Its first few
 // answers are kept and the first that cublasLtMatmul takes is the plan's from then on (NVIDIA's advice for FP8).
@@ -100,10 +101,14 @@ inline Plan* find_plan(const Key& k) {
                                                    sizeof(bias_type)));
     }
     set_scales(p.desc, unit_scale(), unit_scale());
-    if (k.a_scaling || k.b_scaling) {  // cuBLASLt's A is our B
+    bool modes_taken = true;
+    if (k.a_scaling || k.b_scaling) {  // cuBLASLt's A is our B; a cuBLAS without the modes refuses them: no plan
         const cublasLtMatmulMatrixScale_t a_mode = scale_mode(k.b_scaling), b_mode = scale_mode(k.a_scaling);
-        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+        modes_taken =
+            cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)) ==
+                CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)) ==
+                CUBLAS_STATUS_SUCCESS;
     }
     using matmul_detail::make_layout;
     p.a = make_layout(cuda_type((Fp8Format)k.b_format), k.K, k.N, k.K, 1, 0);
@@ -113,7 +118,9 @@ inline Plan* find_plan(const Key& k) {
     cublasLtMatmulHeuristicResult_t results[kCandidates];
     // not cublasCheck: "no algorithm" (a format pair Hopper lacks, a shape it refuses) is an answer
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, kCandidates, results, &p.found);
+        modes_taken ? cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.c, pref, kCandidates, results,
+                                                     &p.found)
+                    : CUBLAS_STATUS_NOT_SUPPORTED;
     cublasLtMatmulPreferenceDestroy(pref);
     int usable = 0;
     for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < p.found; i++)
@@ -122,6 +129,15 @@ inline Plan* find_plan(const Key& k) {
     p.supported = usable > 0;
     Plan& stored = plans().emplace(k, p).first->second;
     return stored.supported ? &stored : nullptr;
+}
+
+// What block scales add to the shape rules ("" when none is broken).
+inline const char* block_rule(int M, bool fast_accum, Fp8Scaling a_scaling, Fp8Scaling b_scaling) {
+    if (a_scaling == Fp8Scaling::kTensor && b_scaling == Fp8Scaling::kTensor) return "";
+    if (fast_accum) return "block scales take promoted accumulation only";
+    if (a_scaling == Fp8Scaling::k128x128 && b_scaling == Fp8Scaling::k128x128) return "not both in 128x128 blocks";
+    if (a_scaling == Fp8Scaling::k1x128 && M % 8 != 0) return "A in 1x128 blocks needs M a multiple of 8";
+    return "";
 }
 
 }  // namespace matmul_fp8_detail
@@ -133,6 +149,7 @@ inline bool matmul_fp8_supported(int M, int N, int K, Fp8Format a_format, Fp8For
                                  Fp8Scaling b_scaling = Fp8Scaling::kTensor) {
     matmul_init();
     if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) return false;
+    if (*matmul_fp8_detail::block_rule(M, fast_accum, a_scaling, b_scaling)) return false;
     return matmul_fp8_detail::find_plan({M, N, K, (int)a_format, (int)b_format, fast_accum, bias, 0, 0,
                                          (int)a_scaling, (int)b_scaling}) != nullptr;
 }
@@ -145,6 +162,10 @@ inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const fl
     matmul_init();
     if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) {
         fprintf(stderr, "error: matmul_fp8: M %d, N %d, K %d (N a multiple of 8, K of 16)\n", M, N, K);
+        exit(EXIT_FAILURE);
+    }
+    if (const char* rule = block_rule(M, fast_accum, a_scaling, b_scaling); *rule) {
+        fprintf(stderr, "error: matmul_fp8: M %d, N %d, K %d: %s\n", M, N, K, rule);
         exit(EXIT_FAILURE);
     }
     const int align = matmul_detail::check_alignment(A, B, C, bias, nullptr);  // 16-byte aligned, or an error

@@ -48,13 +48,14 @@ static void block_quantize(const std::vector<float>& x, int rows, int cols, Fp8S
         }
 }
 
-// Random values whose size changes from block to block (2^-12 .. 2^12 times N(0, 1)), so each block has its own scale.
+// Random values whose size changes from row to row and from block to block (2^-12 .. 2^12 times N(0, 1)), so each
+// 1x128 block has its own scale and a descale read from a neighbouring row or block shows.
 static std::vector<float> spread_values(int rows, int cols, float std) {
     std::vector<float> x = random_vec((size_t)rows * cols, std);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
             x[(size_t)r * cols + c] =
-                round_to_floatX(std::ldexp(x[(size_t)r * cols + c], (r / 8 * 7 + c / kFp8Block * 5) % 25 - 12));
+                round_to_floatX(std::ldexp(x[(size_t)r * cols + c], (r * 7 + c / kFp8Block * 5) % 25 - 12));
     return x;
 }
 
@@ -154,12 +155,14 @@ static void test_cast_transpose(int rows, int cols, bool specials) {
 }
 
 // C (M, N) = A (M, K) · B (N, K)ᵀ with block scales (+ bias) (+ C0), against fp64 of the dequantized operands.
+// nan_block: A's first block (row 0, K 0..127) gets a NaN descale: row 0 of C must be all NaN, the rest as before.
 template <Fp8Format FA, Fp8Format FB>
-static void test_gemm(int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, bool with_bias, bool accumulate) {
+static void test_gemm(int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, bool with_bias, bool accumulate,
+                      bool nan_block = false) {
     char tag[160];
     auto name = [](Fp8Scaling s) { return s == Fp8Scaling::k1x128 ? "1x128" : "128x128"; };
-    snprintf(tag, sizeof(tag), "fp8 GEMM %s %s x %s %s M%d N%d K%d%s%s", fp8_name(FA), name(sa), fp8_name(FB), name(sb),
-             M, N, K, with_bias ? " +bias" : "", accumulate ? " C +=" : "");
+    snprintf(tag, sizeof(tag), "fp8 GEMM %s %s x %s %s M%d N%d K%d%s%s%s", fp8_name(FA), name(sa), fp8_name(FB),
+             name(sb), M, N, K, with_bias ? " +bias" : "", accumulate ? " C +=" : "", nan_block ? " NaN block" : "");
     if (!matmul_fp8_supported(M, N, K, FA, FB, false, with_bias, sa, sb)) {
         printf("%s: cuBLASLt has no GEMM for it here\n", tag);
         check_exact(tag, false);
@@ -171,6 +174,7 @@ static void test_gemm(int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, bool wi
     std::vector<double> xa, xb;
     block_quantize<FA>(a, M, K, sa, 0.f, &qa, &da, &xa);
     block_quantize<FB>(b, N, K, sb, 0.f, &qb, &db, &xb);
+    if (nan_block) da[0] = NAN;  // block (0, 0) of either grid: row 0's first K block (1x128) or rows 0..127's
     // the product's size varies with the blocks' (2^±12): the reference in fp64, the tolerance on its RMS per row
     const std::vector<float> bias = random_vec(N, 0.5f);
     std::vector<float> c0 = random_vec((size_t)M * N, 0.5f);
@@ -191,7 +195,17 @@ static void test_gemm(int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, bool wi
     floatX* d_bias = upload(bias);
     floatX* d_c = accumulate ? upload(c0) : poisoned((size_t)M * N);
     matmul_fp8(d_c, d_a, FA, d_da, d_b, FB, d_db, with_bias ? d_bias : nullptr, M, N, K, false, 0, accumulate, sa, sb);
-    const std::vector<float> got = download(d_c, (size_t)M * N);
+    std::vector<float> got = download(d_c, (size_t)M * N);
+    if (nan_block) {  // the rows the NaN block covers all NaN, every other value finite and as before
+        const int nan_rows = sa == Fp8Scaling::k1x128 ? 1 : std::min(M, kFp8Block);
+        size_t wrong = 0;
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) wrong += std::isnan(got[(size_t)m * N + n]) != (m < nan_rows);
+        check_exact(tag, wrong == 0);
+        if (wrong) printf("  %zu values NaN where they should not be or not NaN where they should\n", wrong);
+        for (int m = 0; m < nan_rows; m++)
+            for (int n = 0; n < N; n++) ref[(size_t)m * N + n] = 0.0, got[(size_t)m * N + n] = 0.f;
+    }
     check(tag, got, ref, 6e-3);
     size_t off = 0;
     for (int m = 0; m < M; m++) {
@@ -219,15 +233,15 @@ int main(int argc, char** argv) {
         }
     test_cast<Fp8Format::E4M3>(300, 1600, Fp8Scaling::k1x128, true);
     test_cast<Fp8Format::E4M3>(400, 520, Fp8Scaling::k128x128, true);
+    if (!kFloatXIsBF16) {
+        printf("fp8 block cast+transpose and block-scaled GEMMs: BF16 builds only (FP8 training's)\n");
+        return kernel_tests_end();
+    }
     test_cast_transpose<Fp8Format::E4M3>(256, 768, false);
     test_cast_transpose<Fp8Format::E5M2>(256, 768, false);
     test_cast_transpose<Fp8Format::E4M3>(400, 1000, false);  // a partial band of rows and a partial tile of columns
     test_cast_transpose<Fp8Format::E4M3>(16, 3072, true);
     test_cast_transpose<Fp8Format::E5M2>(1040, 200, true);
-    if (!kFloatXIsBF16) {
-        printf("fp8 block-scaled GEMMs: BF16 builds only\n");
-        return kernel_tests_end();
-    }
     if (device_info().prop.major != 9) {
         printf("fp8 block-scaled GEMMs: cuBLASLt has them on Hopper (compute capability 9.x) only; skipped here\n");
         return kernel_tests_end();
@@ -239,5 +253,12 @@ int main(int argc, char** argv) {
     test_gemm<Fp8Format::E5M2, Fp8Format::E4M3>(768, 256, 1024, k1, k1, false, false);   // E5M2 gradients
     test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(200, 1600, 1600, k1, k2, true, false);   // d48's K: 12.5 blocks
     test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(128, 2304, 768, k2, k1, false, false);   // 128x128 x 1x128
+    test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(64, 768, 768, k1, k2, false, false, true);  // a NaN descale shows
+    test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(256, 512, 512, k2, k1, false, false, true);
+    // refused in one line, not run: fast accumulation, both 128x128, M % 8 with A in 1x128 blocks
+    check_exact("fp8 block-scaled GEMMs: fast accumulation, 128x128 x 128x128 and M % 8 != 0 refused",
+                !matmul_fp8_supported(256, 256, 256, Fp8Format::E4M3, Fp8Format::E4M3, true, false, k1, k2) &&
+                    !matmul_fp8_supported(256, 256, 256, Fp8Format::E4M3, Fp8Format::E4M3, false, false, k2, k2) &&
+                    !matmul_fp8_supported(252, 256, 256, Fp8Format::E4M3, Fp8Format::E4M3, false, false, k1, k2));
     return kernel_tests_end();
 }
