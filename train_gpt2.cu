@@ -422,6 +422,8 @@ int main(int argc, char** argv) {
         if (args.fp8 && !gpt2_fp8_problem(plan.config.channels, args.B * args.T, -1).empty())
             trainer_fail("flag -fp8: " + gpt2_fp8_problem(plan.config.channels, args.B * args.T, -1));
         if (args.fp8_history > 0 && !args.fp8) trainer_fail("flag -fp8h: delayed scaling needs -fp8 1 or 2");
+        if (args.fp8_history > 0 && engine_options().fp8_blocks)
+            trainer_fail("flag -fp8h: LLMC_FP8_BLOCKS=1 scales each block by its own amax (no history): drop -fp8h");
         if (args.fp8_history > 0 && expected_processes(args) > 1)
             trainer_fail("flag -fp8h: " + fp8_history_multi_gpu_problem());
         if (args.check) {

@@ -12,6 +12,8 @@
 //   LLMC_FP8_FAST_ACCUM=LIST  -fp8: the FP8 GEMMs that take cuBLASLt's fast accumulation, a comma list of fwd, dgrad,
 //                             wgrad, or none (default fwd: the forwards, the lm_head's included); the others promote
 //   LLMC_FP8_GRADS=e4m3       -fp8: the output gradients in E4M3 instead of E5M2 (comparisons of the recipe)
+//   LLMC_FP8_BLOCKS=1         -fp8: the blocks' linears with a scale per block (1x128, weights 128x128; E4M3
+//                             gradients; promoted accumulation; not with -fp8h), llmc/model/gpt2_fp8_blocks.cuh
 //   LLMC_DECODE_ATTENTION=split|head   decode attention's kernel, forced (comparisons)
 //   LLMC_DECODE_CUBLAS=1      a decode step's products by cuBLASLt, forced (comparisons)
 //   LLMC_TRACE=PREFIX         the trainer records every kernel, copy and collective of one step (and the step
@@ -44,6 +46,7 @@ struct EngineOptions {
     bool fp8_check_amax = false;
     bool fp8_fast_fwd = true, fp8_fast_dgrad = false, fp8_fast_wgrad = false;
     bool fp8_grads_e4m3 = false;
+    bool fp8_blocks = false;
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
     std::string trace;
@@ -68,6 +71,7 @@ struct EngineOptions {
             out.push_back({"LLMC_FP8_FAST_ACCUM", list.empty() ? "none" : list.substr(1)});
         }
         if (fp8_grads_e4m3) out.push_back({"LLMC_FP8_GRADS", "e4m3"});
+        if (fp8_blocks) out.push_back({"LLMC_FP8_BLOCKS", "1"});
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
@@ -152,6 +156,7 @@ inline EngineOptions read() {
     const std::string grads = text("LLMC_FP8_GRADS");
     if (!grads.empty() && grads != "e4m3" && grads != "e5m2") bad("LLMC_FP8_GRADS", grads.c_str(), "e5m2 or e4m3");
     o.fp8_grads_e4m3 = grads == "e4m3";
+    o.fp8_blocks = flag("LLMC_FP8_BLOCKS", false);
     o.decode_attention = text("LLMC_DECODE_ATTENTION");
     if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");

@@ -160,7 +160,9 @@ inline std::string gpt2_matmuls_description(const GPT2& m) {
                                     (m.fp8_layers.lm_head() ? " and the lm_head's forward" : "") +
                                     " in FP8 (E4M3 x E4M3 forward, " +
                                     (m.fp8_layers.grads == Fp8Format::E4M3 ? "E4M3" : "E5M2") +
-                                    " gradients, current scaling" +
+                                    " gradients, " +
+                                    (m.fp8_layers.blocks() ? "a scale per block of 128 (weights 128x128)"
+                                                           : "current scaling") +
                                     (m.fp8_layers.delayed.on()
                                          ? ", delayed over " + std::to_string(m.fp8_layers.delayed.H) +
                                                " micro-steps for the weights, qkv's, fc's and fcproj's inputs and "

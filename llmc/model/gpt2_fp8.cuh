@@ -14,9 +14,11 @@
 // yT too, kept per layer for the weight gradient (cheaper than reading the bf16 input again in the backward, and the
 // bf16 ln1, ln2 and GELU outputs then need no per-layer copies: llmc/model/gpt2_memory.cuh).
 // Accumulation: fast in the forward, promoted to fp32 in both gradients (TransformerEngine's choice; K = N is long in
-// the weight gradient; LLMC_FP8_FAST_ACCUM changes it, LLMC_FP8_GRADS the gradients' format, for comparisons). The bias gradients are column sums of the bf16 output gradients (fp32): fc's taken by its
-// output gradient's cast, the others by the LayerNorm and attention backwards as in BF16 runs. The lm_head stays
-// bf16 but for its forward under -fp8 2.
+// the weight gradient; LLMC_FP8_FAST_ACCUM changes it, LLMC_FP8_GRADS the gradients' format, for comparisons). The
+// bias gradients are column sums of the bf16 output gradients (fp32): fc's taken by its output gradient's cast, the
+// others by the LayerNorm and attention backwards as in BF16 runs. The lm_head stays bf16 but for its forward under
+// -fp8 2. LLMC_FP8_BLOCKS=1: a scale per block instead, llmc/model/gpt2_fp8_blocks.cuh (the layout of the state:
+// llmc/model/gpt2_fp8_layout.cuh).
 #pragma once
 
 #include <cstdint>
@@ -33,108 +35,11 @@
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/layernorm.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
+#include "llmc/model/gpt2_fp8_blocks.cuh"
+#include "llmc/model/gpt2_fp8_layout.cuh"
 #include "llmc/model/gpt2_params.cuh"
 
-enum Fp8Linear { kFp8Qkv, kFp8AttProj, kFp8Fc, kFp8FcProj, kFp8Linears };
-enum Fp8Operand { kFp8Inp, kFp8Weight, kFp8Dout, kFp8Operands };  // a linear's three cast tensors
-
-// Delayed scaling's state for the operands whose producers cast them when it is on (llmc/model/gpt2_fp8_delayed.cuh):
-// per layer, delayed index 8l + j: fcproj's input (j = 0), fc's output gradient (1), qkv's input (2), fc's input (3),
-// the weights of qkv, attproj, fc and fcproj (4 to 7: cast without an amax pass first).
-constexpr int kFp8DelayedPerLayer = 8, kFp8DelayedFirstWeight = 4;
-__host__ __device__ inline bool gpt2_fp8_delayed_is_weight(int t) {
-    return t % kFp8DelayedPerLayer >= kFp8DelayedFirstWeight;
-}
-struct Fp8Delayed {
-    int H = 0;                      // micro-steps of amax history; 0: off (current scaling everywhere)
-    int G = 1;                      // micro-steps an optimizer step: a weight's history advances once a step
-    float* history = nullptr;       // (kFp8DelayedPerLayer L, H)
-    float* window = nullptr;        // (kFp8DelayedPerLayer L): a weight's window max, its next cast's amax
-    long long* counter = nullptr;   // micro-steps folded into the histories (device: a replayed graph advances it)
-    long long updates = 0;          // the same on the host, which picks the path
-    bool on() const { return H > 0; }
-    bool calibrated() const { return updates > 0; }  // else those operands run current scaling, filling the histories
-};
-
-// The slot of delayed operand t (Fp8Delayed's order: 8l fcproj's input, 8l + 1 fc's output gradient, 8l + 2 qkv's
-// input, 8l + 3 fc's input, 8l + 4 + k linear k's weight), as Fp8Layers::slot numbers them, and its format.
-__host__ __device__ inline size_t gpt2_fp8_delayed_slot(int t) {
-    const int l = t / kFp8DelayedPerLayer, j = t % kFp8DelayedPerLayer;
-    const size_t layer = (size_t)l * kFp8Linears;
-    switch (j) {
-        case 0: return (layer + kFp8FcProj) * kFp8Operands + kFp8Inp;
-        case 1: return (layer + kFp8Fc) * kFp8Operands + kFp8Dout;
-        case 2: return (layer + kFp8Qkv) * kFp8Operands + kFp8Inp;
-        case 3: return (layer + kFp8Fc) * kFp8Operands + kFp8Inp;
-        default: return (layer + (j - kFp8DelayedFirstWeight)) * kFp8Operands + kFp8Weight;
-    }
-}
-__host__ __device__ inline Fp8Format gpt2_fp8_delayed_format(int t, Fp8Format grads = Fp8Format::E5M2) {
-    return t % kFp8DelayedPerLayer == 1 ? grads : Fp8Format::E4M3;
-}
-
-struct Fp8Layers {
-    int L = 0, C = 0, max_rows = 0;
-    int Vp = 0;                    // the lm_head's rows when its forward runs in FP8 too (-fp8 2), else 0
-    Fp8Format grads = Fp8Format::E5M2;  // the output gradients' (LLMC_FP8_GRADS)
-    uint8_t* weights = nullptr;    // per layer, per linear: W's y (OC x C) then yT (C x OC), E4M3
-    uint8_t* wte = nullptr;        // the lm_head's weight (Vp x C), E4M3, when Vp > 0
-    uint8_t* inputs_T = nullptr;   // per layer, per linear: inp's yT (in x rows), E4M3, from its forward cast
-    float* stats = nullptr;        // amax, scale, descale of every slot (descales strided)
-    float* check = nullptr;        // LLMC_FP8_CHECK_AMAX: every slot's amax by a pass, a mismatch (int), its fold
-    Fp8Delayed delayed;
-    uint8_t* work[2] = {};         // max_rows x 4C bytes each: the current GEMM's y operand, dout's yT
-    size_t bytes = 0;              // all of the above
-    bool on() const { return weights != nullptr; }
-    bool lm_head() const { return wte != nullptr; }
-
-    // the slots: L x kFp8Linears x kFp8Operands for the blocks, then the lm_head's (its Inp and Weight used)
-    size_t slot(int l, Fp8Linear k, Fp8Operand o) const { return ((size_t)l * kFp8Linears + k) * kFp8Operands + o; }
-    size_t lm_head_slot(Fp8Operand o) const { return slot(L, kFp8Qkv, o); }
-    size_t slots() const { return ((size_t)L * kFp8Linears + 1) * kFp8Operands; }
-    float* amax(size_t s) const { return stats + s; }
-    float* scale(size_t s) const { return stats + slots() + s; }
-    // the descales start 16-byte aligned (stats is): after 2 * slots() floats rounded up to the stride
-    size_t descale_base() const {
-        return (2 * slots() + kFp8DescaleStride - 1) / kFp8DescaleStride * kFp8DescaleStride;
-    }
-    float* descale(size_t s) const { return stats + descale_base() + kFp8DescaleStride * s; }
-    size_t stats_floats() const { return descale_base() + kFp8DescaleStride * slots(); }
-};
-
 namespace gpt2_fp8_detail {
-
-struct Dims { int in, out; ParamTensor weight; };  // a linear's C (K of its forward) and OC
-inline Dims dims(int C, Fp8Linear k) {
-    switch (k) {
-        case kFp8Qkv: return {C, 3 * C, QKVW};
-        case kFp8AttProj: return {C, C, ATTPROJW};
-        case kFp8Fc: return {C, 4 * C, FCW};
-        default: return {4 * C, C, FCPROJW};
-    }
-}
-// Bytes of one layer's FP8 weights (every linear's y and yT: 2 x 12 C^2) and where linear k's start.
-inline size_t layer_weight_bytes(int C) { return (size_t)24 * C * C; }
-// Bytes of one layer's kept input transposes (C + C + C + 4C columns of max_rows) and where linear k's starts.
-inline size_t layer_input_bytes(int C, int max_rows) { return (size_t)7 * C * max_rows; }
-inline size_t input_offset(int C, int max_rows, Fp8Linear k) {
-    return (size_t)(k == kFp8FcProj ? 3 : k) * C * max_rows;
-}
-inline size_t weight_offset(int C, Fp8Linear k) {
-    size_t off = 0;
-    for (int i = 0; i < k; i++) off += (size_t)2 * dims(C, (Fp8Linear)i).in * dims(C, (Fp8Linear)i).out;
-    return off;
-}
-inline uint8_t* weight_y(const Fp8Layers& f, int l, Fp8Linear k) {
-    return f.weights + (size_t)l * layer_weight_bytes(f.C) + weight_offset(f.C, k);
-}
-inline uint8_t* weight_yT(const Fp8Layers& f, int l, Fp8Linear k) {
-    const Dims d = dims(f.C, k);
-    return weight_y(f, l, k) + (size_t)d.in * d.out;
-}
-inline uint8_t* input_yT(const Fp8Layers& f, int l, Fp8Linear k) {
-    return f.inputs_T + (size_t)l * layer_input_bytes(f.C, f.max_rows) + input_offset(f.C, f.max_rows, k);
-}
 
 // LLMC_FP8_CHECK_AMAX: slot s's folded amax against the pass just taken into f.check + s (the first mismatch kept).
 inline void compare_fold(const Fp8Layers& f, size_t s, cudaStream_t stream) {
@@ -209,13 +114,15 @@ inline size_t gpt2_fp8_bytes(int L, int C, int max_rows, int Vp = 0) {
     Fp8Layers shape;
     shape.L = L;
     using namespace gpt2_fp8_detail;
+    const size_t grids = engine_options().fp8_blocks ? gpt2_fp8_block_grid_floats(L, C, max_rows) * sizeof(float) : 0;
     return (size_t)L * (layer_weight_bytes(C) + layer_input_bytes(C, max_rows)) + (size_t)Vp * C +
-           shape.stats_floats() * sizeof(float) + 2 * (size_t)max_rows * 4 * C + 6 * 256;  // + each piece's alignment
+           shape.stats_floats() * sizeof(float) + 2 * (size_t)max_rows * 4 * C + 6 * 256 + grids;  // + alignments
 }
 
 inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp = 0) {
     f->L = L, f->C = C, f->max_rows = max_rows, f->Vp = Vp;
-    f->grads = engine_options().fp8_grads_e4m3 ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    const bool blocks = engine_options().fp8_blocks;
+    f->grads = engine_options().fp8_grads_e4m3 || blocks ? Fp8Format::E4M3 : Fp8Format::E5M2;
     f->bytes = gpt2_fp8_bytes(L, C, max_rows, Vp);
     char* block;
     cudaCheck(cudaMalloc(&block, f->bytes));
@@ -229,6 +136,11 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp =
     f->stats = (float*)take(f->stats_floats() * sizeof(float));
     for (auto& w : f->work) w = (uint8_t*)take((size_t)max_rows * 4 * C);
     if (Vp > 0) f->wte = (uint8_t*)take((size_t)Vp * C);
+    if (blocks) gpt2_fp8_block_grids_place(f, (float*)take(gpt2_fp8_block_grid_floats(L, C, max_rows) * sizeof(float)));
+    if (blocks && engine_options().fp8_check_amax) {  // the block linears take no per-tensor amax to check
+        fprintf(stderr, "error: LLMC_FP8_CHECK_AMAX=1 checks per-tensor amaxes; LLMC_FP8_BLOCKS=1 has none\n");
+        exit(EXIT_FAILURE);
+    }
     cudaCheck(cudaMemset(f->stats, 0, f->stats_floats() * sizeof(float)));
     if (engine_options().fp8_check_amax) {
         cudaCheck(cudaMalloc(&f->check, (f->slots() + 2) * sizeof(float)));
@@ -310,6 +222,7 @@ inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
 // their slots' delayed scales (one pass each, no amax pass first).
 inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l, cudaStream_t stream,
                                   bool delayed = false) {
+    if (f.blocks()) return gpt2_fp8_blocks_cast_weights(f, p, l, stream);  // LLMC_FP8_BLOCKS
     using namespace gpt2_fp8_detail;
     for (int k = 0; k < kFp8Linears; k++) {
         const Dims d = dims(f.C, (Fp8Linear)k);
@@ -344,6 +257,7 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
                              bool inp_is_pre_gelu = false, bool delayed = false, bool inp_y_written = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
+    if (f.blocks()) return gpt2_fp8_blocks_forward(f, l, k, out, inp, bias, N, stream, inp_is_pre_gelu);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
     uint8_t *inp_y = f.work[0], *inp_yT = input_yT(f, l, k);
     auto cast = [&](auto gelu) {
@@ -382,6 +296,7 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
                               bool dout_amax_taken = false, const floatX* dout_gelu_in = nullptr) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
+    if (f.blocks()) return gpt2_fp8_blocks_backward(f, l, k, dinp, dweight, dbias, dout, N, reduce, stream);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
     uint8_t *dout_y = f.work[0], *dout_yT = f.work[1];
     float* const colsum = dbias ? reduce : nullptr;  // dbias from the cast's column sums, added in order below

@@ -29,6 +29,10 @@ inline std::string fp8_history_multi_gpu_problem() {
 }
 
 inline void gpt2_fp8_delayed_allocate(Fp8Layers* f, int H, int G) {
+    if (f->blocks()) {  // the LayerNorms would write E4M3 only and the GELU backward go into the cast: not blocks'
+        fprintf(stderr, "error: delayed scaling (-fp8h) and LLMC_FP8_BLOCKS=1 do not go together\n");
+        exit(EXIT_FAILURE);
+    }
     f->delayed.H = H, f->delayed.G = G;
     const size_t ops = (size_t)kFp8DelayedPerLayer * f->L, floats = ops * (H + 1);  // histories, windows
     char* block;

@@ -1,5 +1,6 @@
-// The FP8 recipe's comparison switches (llmc/core/options.h): LLMC_FP8_FAST_ACCUM's list and LLMC_FP8_GRADS, their
-// defaults, the start-up table's line, and a value they do not take stopped in one line naming the variable.
+// The FP8 recipe's comparison switches (llmc/core/options.h): LLMC_FP8_FAST_ACCUM's list, LLMC_FP8_GRADS and
+// LLMC_FP8_BLOCKS, their defaults, the start-up table's line, and a value they do not take stopped in one line naming
+// the variable.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -59,5 +60,19 @@ TEST(EngineOptionsDeathTest, Fp8Grads) {
     setenv(name, "E4M3", 1);
     EXPECT_EXIT(options_detail::read(), testing::ExitedWithCode(EXIT_FAILURE),
                 "^error: environment variable LLMC_FP8_GRADS=E4M3: expected e5m2 or e4m3\n$");
+    unsetenv(name);
+}
+
+TEST(EngineOptionsDeathTest, Fp8Blocks) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    const char* name = "LLMC_FP8_BLOCKS";
+    unsetenv(name);
+    EXPECT_FALSE(options_detail::read().fp8_blocks);
+    setenv(name, "1", 1);
+    EXPECT_TRUE(options_detail::read().fp8_blocks);
+    EXPECT_EQ(options_detail::read().description(), "LLMC_FP8_BLOCKS=1");
+    setenv(name, "yes", 1);
+    EXPECT_EXIT(options_detail::read(), testing::ExitedWithCode(EXIT_FAILURE),
+                "^error: environment variable LLMC_FP8_BLOCKS=yes: expected 0 or 1\n$");
     unsetenv(name);
 }

@@ -21,6 +21,7 @@
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/fp8.h"
+#include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/fp8/pack.cuh"
 
 constexpr int kFp8Block = 128;
@@ -114,8 +115,8 @@ __global__ void __launch_bounds__(256) cast_128x128_kernel(const floatX* x, int 
 // y's blocks are the tile's rows (16 threads a row, 8 values each), yT's its columns (2 threads a column, 64 rows
 // each, 16-byte stores).
 // BF16 builds only (FP8 training's; a float tile would be 64 KB of static shared memory): elsewhere it does nothing
-// and fp8_block_cast_transpose refuses.
-template <Fp8Format F>
+// and fp8_block_cast_transpose refuses. kGelu: x is a GELU's input and gelu(x), as gelu_forward stores it, is cast.
+template <Fp8Format F, bool kGelu>
 __global__ void __launch_bounds__(256) cast_transpose_1x128_kernel(const floatX* x, int rows, int cols, uint8_t* y,
                                                                    float* y_descales, uint8_t* yT,
                                                                    float* yT_descales) {
@@ -127,8 +128,9 @@ __global__ void __launch_bounds__(256) cast_transpose_1x128_kernel(const floatX*
         const int r = r0 + tr + 16 * p, c = c0 + tc;
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (r < rows && c < cols)
-            for (int i = 0; i < 8; i++) v[i] = (float)x[(size_t)r * cols + c + i];
-        for (int i = 0; i < 8; i++) tile[tr + 16 * p][tc + i] = __float2bfloat16(v[i]);  // exact: v came from bf16
+            for (int i = 0; i < 8; i++)
+                v[i] = fp8_cast_detail::operand_value<kGelu, false>(x[(size_t)r * cols + c + i], x[0]);
+        for (int i = 0; i < 8; i++) tile[tr + 16 * p][tc + i] = __float2bfloat16(v[i]);  // exact: v is a bf16 value
         float amax = 0.f;
         bool finite = true;
         for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i])), finite = finite && isfinite(v[i]);
@@ -201,8 +203,8 @@ inline void fp8_block_cast(const floatX* x, int rows, int cols, Fp8Scaling block
 
 // x (rows, cols) to y (rows, cols) and yT (cols, rows), both in 1x128 blocks along their own rows (K), each with its
 // descale grid (y's: fp8_block_descales(rows, cols, k1x128); yT's: fp8_block_descales(cols, rows, k1x128)). rows a
-// multiple of 16 (yT's 16-byte stores), cols of 8.
-template <Fp8Format F>
+// multiple of 16 (yT's 16-byte stores), cols of 8. kGelu: gelu(x) is cast (fcproj's input from fc's output).
+template <Fp8Format F, bool kGelu = false>
 inline void fp8_block_cast_transpose(const floatX* x, int rows, int cols, uint8_t* y, float* y_descales, uint8_t* yT,
                                      float* yT_descales, cudaStream_t stream) {
     if (!kFloatXIsBF16 || rows < 16 || rows % 16 != 0 || cols < 8 || cols % 8 != 0 ||
@@ -212,7 +214,24 @@ inline void fp8_block_cast_transpose(const floatX* x, int rows, int cols, uint8_
         exit(EXIT_FAILURE);
     }
     const dim3 grid(fp8_blocks_of(cols), fp8_blocks_of(rows));
-    fp8_block_detail::cast_transpose_1x128_kernel<F><<<grid, 256, 0, stream>>>(x, rows, cols, y, y_descales, yT,
-                                                                                yT_descales);
+    fp8_block_detail::cast_transpose_1x128_kernel<F, kGelu><<<grid, 256, 0, stream>>>(x, rows, cols, y, y_descales, yT,
+                                                                                       yT_descales);
+    cudaCheck(cudaGetLastError());
+}
+
+// A 128x128 grid for x (rows, cols) as the grid of its transpose (cols, rows): a weight's Wᵀ (the input gradient's
+// operand) has W's blocks, so its bytes are W's transposed (fp8_transpose) and its grid is this.
+__global__ void fp8_block_grid_transpose_kernel(const float* grid, int row_blocks, int col_blocks, size_t ld,
+                                                float* gridT, size_t ldT) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= row_blocks * col_blocks) return;
+    const int rb = i / col_blocks, cb = i % col_blocks;
+    gridT[(size_t)cb * ldT + rb] = grid[(size_t)rb * ld + cb];
+}
+inline void fp8_block_grid_transpose(const float* grid, int rows, int cols, float* gridT, cudaStream_t stream) {
+    const int rb = fp8_blocks_of(rows), cb = fp8_blocks_of(cols);
+    fp8_block_grid_transpose_kernel<<<(rb * cb + 255) / 256, 256, 0, stream>>>(
+        grid, rb, cb, fp8_block_ld(rows, cols, Fp8Scaling::k128x128), gridT,
+        fp8_block_ld(cols, rows, Fp8Scaling::k128x128));
     cudaCheck(cudaGetLastError());
 }

@@ -9,6 +9,10 @@
 // forward (-fp8 2) likewise. Delayed scaling's state machine (-fp8h) on the device, in any build: the update after a
 // micro-step and the reset at a forward's start, against the rings and scales kept here. BF16 builds on FP8 tensor
 // cores; elsewhere (FP32 builds, older GPUs) it checks instead that -fp8 1 is refused there, with the reason.
+// With LLMC_FP8_BLOCKS=1 (make test runs it both ways) the same layers with a scale per block: the references quantize
+// by blocks on the host (W in 128x128, inp and dout in 1x128 along C / OC for the forward and the input gradient and
+// along the rows for the weight gradient; E4M3 gradients; fcproj given fc's output and casting its GELU), every GEMM
+// promoted (6e-3), at C 192 and B*T 208 (partial blocks along K both ways) with room for 256 rows.
 #include <algorithm>
 #include <cmath>
 
@@ -29,10 +33,33 @@ std::vector<double> dequantized(const std::vector<float>& x, Fp8Format F) {
     return d;
 }
 
+// x (rows, cols) quantized to F by blocks (llmc/kernels/fp8/block_cast.cuh's scales): 1x128 along the columns, or
+// along the rows (a column's 128-row blocks: as x's transpose is cast), or 128x128; the dequantized values, x's layout.
+enum class Along { kCols, kRows, kSquare };
+std::vector<double> block_dequantized(const std::vector<float>& x, int rows, int cols, Along along, Fp8Format F) {
+    const int br = along == Along::kCols ? 1 : kFp8Block, bc = along == Along::kRows ? 1 : kFp8Block;
+    std::vector<double> d(x.size());
+    for (int r0 = 0; r0 < rows; r0 += br)
+        for (int c0 = 0; c0 < cols; c0 += bc) {
+            const int r1 = std::min(rows, r0 + br), c1 = std::min(cols, c0 + bc);
+            float amax = 0;
+            for (int r = r0; r < r1; r++)
+                for (int c = c0; c < c1; c++) amax = std::max(amax, std::fabs(x[(size_t)r * cols + c]));
+            const float scale = fp8_scale_from_amax(amax, F, 0, 1.f);
+            for (int r = r0; r < r1; r++)
+                for (int c = c0; c < c1; c++) {
+                    const size_t i = (size_t)r * cols + c;
+                    d[i] = fp8_decode(fp8_encode((double)x[i] * scale, F), F) / scale;
+                }
+        }
+    return d;
+}
+
 // One linear of one layer: its inputs, the fp64 references, its device buffers.
 struct Case {
     int l = 0, N = 0, in = 0, out = 0;
     Fp8Linear k = kFp8Qkv;
+    bool pre_gelu = false;  // the forward is given the GELU's input (fcproj under LLMC_FP8_BLOCKS)
     std::vector<float> W, inp, bias, dout;
     std::vector<double> ref_out, ref_dinp, ref_dW, ref_db;
     floatX *d_inp = nullptr, *d_bias = nullptr, *d_dout = nullptr, *d_out = nullptr, *d_dinp = nullptr;
@@ -48,10 +75,29 @@ Case make_case(const GPT2Params& p, int C, int l, Fp8Linear k, int N) {
     // W as the model holds it (random parameters): read back to quantize it here
     t.W = download(p(d.weight, l), (size_t)out * in);
     t.inp = random_vec((size_t)N * in, 1.0f), t.bias = random_vec(out, 0.1f);
+    // LLMC_FP8_BLOCKS: fcproj's forward is given fc's output and casts gelu of it (its own block cast's GELU path),
+    // so the references multiply gelu(inp) as gelu_forward stores it (tanh in float here and there: a last-bit
+    // difference moves an FP8 rounding at most, well inside the tolerance)
+    t.pre_gelu = engine_options().fp8_blocks && k == kFp8FcProj;
+    std::vector<float> linear_in = t.inp;
+    if (t.pre_gelu)
+        for (float& v : linear_in)
+            v = round_to_floatX(0.5f * v * (1.f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))));
     t.dout = random_vec((size_t)N * out, 1e-4f);  // a gradient's size: E5M2 needs the scale
     const std::vector<float> dW0 = random_vec((size_t)out * in, 1e-3f), db0 = random_vec(out, 1e-3f);
-    const std::vector<double> qW = dequantized(t.W, Fp8Format::E4M3), qi = dequantized(t.inp, Fp8Format::E4M3),
-                              qd = dequantized(t.dout, Fp8Format::E5M2);
+    const bool blocks = engine_options().fp8_blocks;
+    const Fp8Format G = blocks ? Fp8Format::E4M3 : Fp8Format::E5M2;
+    std::vector<double> qW, qi, qd, qiT, qdT;  // qiT, qdT: the weight gradient's operands (the same under per tensor)
+    if (blocks) {
+        qW = block_dequantized(t.W, out, in, Along::kSquare, Fp8Format::E4M3);
+        qi = block_dequantized(linear_in, N, in, Along::kCols, Fp8Format::E4M3);
+        qiT = block_dequantized(linear_in, N, in, Along::kRows, Fp8Format::E4M3);
+        qd = block_dequantized(t.dout, N, out, Along::kCols, G);
+        qdT = block_dequantized(t.dout, N, out, Along::kRows, G);
+    } else {
+        qW = dequantized(t.W, Fp8Format::E4M3), qi = dequantized(t.inp, Fp8Format::E4M3), qd = dequantized(t.dout, G);
+        qiT = qi, qdT = qd;
+    }
     t.ref_out.resize((size_t)N * out), t.ref_dinp.resize((size_t)N * in), t.ref_dW.resize((size_t)out * in);
     t.ref_db.resize(out);
 #pragma omp parallel for
@@ -74,7 +120,7 @@ Case make_case(const GPT2Params& p, int C, int l, Fp8Linear k, int N) {
         t.ref_db[o] = db;
         for (int i = 0; i < in; i++) {
             double acc = dW0[(size_t)o * in + i];
-            for (int n = 0; n < N; n++) acc += qd[(size_t)n * out + o] * qi[(size_t)n * in + i];
+            for (int n = 0; n < N; n++) acc += qdT[(size_t)n * out + o] * qiT[(size_t)n * in + i];
             t.ref_dW[(size_t)o * in + i] = acc;
         }
     }
@@ -91,10 +137,13 @@ void check_case(const Fp8Layers& f, const Case& t) {
         snprintf(tag, sizeof(tag), "fp8 linear L%d %s N%d %s", t.l, kNames[t.k], t.N, what);
         return std::string(tag);
     };
-    check(name("out (fast accum)"), download(t.d_out, t.ref_out.size()), t.ref_out, 1e-2);
+    const bool blocks = f.blocks();  // every GEMM promoted; no per-tensor scales to check
+    check(name(blocks ? "out (blocks)" : "out (fast accum)"), download(t.d_out, t.ref_out.size()), t.ref_out,
+          blocks ? 6e-3 : 1e-2);
     check(name("dinp"), download(t.d_dinp, t.ref_dinp.size()), t.ref_dinp, 6e-3);
     check(name("dW (+=)"), download(t.d_dW, t.ref_dW.size()), t.ref_dW, 6e-3);
     check(name("dbias (+=)"), download(t.d_db, t.ref_db.size()), t.ref_db, 6e-3);
+    if (blocks) return;
     // the scales the casts took: current scaling, so each the host's for the same tensor
     auto host_scale = [](const std::vector<float>& x, Fp8Format F) {
         float amax = 0;
@@ -261,8 +310,10 @@ static void test_delayed_update() {
 
 int main(int argc, char** argv) {
     kernel_tests_begin(argc, argv);
-    test_delayed_table();
-    test_delayed_update();
+    if (!engine_options().fp8_blocks) {  // delayed scaling: refused with block scales
+        test_delayed_table();
+        test_delayed_update();
+    }
     const std::string why = gpt2_fp8_problem(64, 16, device_info().prop.major);
     if (!kFloatXIsBF16 || device_info().prop.major < 9) {
         check_exact("fp8 linear layers refused here: " + why, !why.empty());
@@ -273,13 +324,15 @@ int main(int argc, char** argv) {
     check_exact("fp8 linear layers: C 72 refused", !gpt2_fp8_problem(72, 16, 9).empty());
     GPT2Config c;
     c.max_seq_len = 64, c.vocab_size = 100, c.padded_vocab_size = padded_vocab(100);
-    c.num_layers = 2, c.num_heads = 4, c.channels = 64;
+    const bool blocks = engine_options().fp8_blocks;
+    c.num_layers = 2, c.num_heads = 4, c.channels = blocks ? 192 : 64;  // blocks: C 1.5 blocks, as d48's 12.5
     const std::vector<float> params = random_vec(gpt2_num_parameters(c), 0.02f);
     floatX* d_params = upload(params);
     const GPT2Params p(c, d_params);
-    const int N = 208;  // B*T: a multiple of 16, not of the GEMMs' tiles
+    const int N = 208;  // B*T: a multiple of 16, not of the GEMMs' tiles (blocks: 1.625 of 128 rows)
     Fp8Layers f;
-    gpt2_fp8_allocate(&f, c.num_layers, c.channels, N, c.padded_vocab_size);  // the lm_head's too (-fp8 2)
+    // the lm_head's too (-fp8 2); blocks: room for more rows than run (the kept grids' bands as at an evaluation)
+    gpt2_fp8_allocate(&f, c.num_layers, c.channels, blocks ? 256 : N, c.padded_vocab_size);
     // as a step runs them: every layer's forwards (weights cast as each layer begins), then the backwards from the
     // last layer to the first, so one layer's casts must not touch another's weights, slots or scales
     std::vector<Case> cases;
@@ -290,7 +343,7 @@ int main(int argc, char** argv) {
     gpt2_fp8_begin_forward(f, 0);
     for (Case& t : cases) {
         if (t.k == kFp8Qkv) gpt2_fp8_cast_weights(f, p, t.l, 0);
-        gpt2_fp8_forward(f, t.l, t.k, t.d_out, t.d_inp, t.d_bias, N, 0);
+        gpt2_fp8_forward(f, t.l, t.k, t.d_out, t.d_inp, t.d_bias, N, 0, false, t.pre_gelu);
     }
     // the backward reads the transposes the forwards kept, never inp: poisoned here, the gradients must not see it
     for (Case& t : cases) cudaCheck(cudaMemset(t.d_inp, 0xFF, (size_t)t.N * t.in * sizeof(floatX)));
