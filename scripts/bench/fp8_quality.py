@@ -15,6 +15,7 @@ Exit status 1 when a point fails.
 """
 import argparse
 import math
+import os
 import re
 import sys
 
@@ -49,9 +50,13 @@ def main():
     p.add_argument("--steps", type=int, default=0, help="the steps each run was asked for (0: not checked)")
     p.add_argument("--train-mean", type=int, nargs=2, default=None, metavar=("A", "B"))
     a = p.parse_args()
+    tag = f"fp8 quality {a.label}:"
+    missing = [d for d in (a.bf16, a.fp8, a.bf16_seed2) if d and not os.path.isfile(f"{d}/main.log")]
+    if missing:  # a run that did not start or finish: one line, not a traceback
+        print(f"{tag} NO (no main.log in {', '.join(missing)}: the run did not finish)")
+        sys.exit(1)
     bf, f8 = read_log(f"{a.bf16}/main.log"), read_log(f"{a.fp8}/main.log")
     b2 = read_log(f"{a.bf16_seed2}/main.log") if a.bf16_seed2 else None
-    tag = f"fp8 quality {a.label}:"
     steps = sorted(set(bf["tel"]) & set(f8["tel"]) & (set(b2["tel"]) if b2 else set(bf["tel"])))
     if steps:
         print(f"{tag} step | bf16 | " + ("bf16 seed 2 | " if b2 else "") + "fp8")

@@ -76,4 +76,8 @@ wide() {
 expect_line "a 0.05 seed-to-seed spread covers a 0.03 gap" 'seed-to-seed 0\.0500; .*tolerance 0\.0500.*: yes$' "$(wide)"
 expect_line "--fixed-tol prints the spread and keeps --tol" \
     'seed-to-seed 0\.0500; .*tolerance 0\.0200.*: NO \(validation gap 0\.0300 > 0\.0200' "$(wide --fixed-tol)"
+out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --fp8 "$TMP/never_ran" 2>&1); rc=$?
+expect_line "a run without a main.log: one line, exit 1" \
+    "^fp8 quality t: NO \\(no main.log in $TMP/never_ran: the run did not finish\\)$" "$out"
+[ $rc = 1 ] && ok "exit 1 without a log" || bad "exit $rc without a log"
 end_checks "fp8 quality verdict"
