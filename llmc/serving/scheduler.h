@@ -112,6 +112,7 @@ public:
         worked |= admit();
         worked |= prefill_phase();
         const int64_t positions = positions_held();
+        step_count_++;
         std::lock_guard<std::mutex> lock(m_);
         st_.steps++;
         st_.positions = positions;
@@ -176,6 +177,7 @@ private:
         int in_flight = 0;  // rows of steps begun and not yet waited for
         PickedToken token;
         uint64_t order = 0;  // submission order: also tells a slot's sequences apart
+        uint64_t admitted_step = 0;  // the scheduler's step when it took a slot (prefill_wait counts from it)
         int picked() const { return generated + collected; }
         Clock::time_point submitted, admitted, first;
     };
@@ -239,7 +241,7 @@ private:
         std::sort(waiting.begin(), waiting.end(), [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
         const int chunk = engine_->prefill_chunk();
         long long budget = opt_.prefill_budget;
-        if (chunk == 0) return prefill_whole(waiting, &budget, false);
+        if (chunk == 0) return !defer_whole(waiting) && prefill_whole(waiting, &budget, false);
         std::vector<Sequence*> whole;
         std::vector<std::pair<int, uint64_t>> chunked;  // (slot, order): a sequence may end (and be freed) meanwhile
         for (Sequence* s : waiting) {
@@ -250,6 +252,7 @@ private:
             Sequence* s = slots_[c.first].get();
             return s && s->order == c.second ? s : nullptr;
         };
+        if (defer_whole(whole)) whole.clear();
         const bool long_first = !chunked.empty() && (whole.empty() || chunked.front().second < whole.front()->order);
         bool any = false;
         if (long_first) any |= prefill_chunks(still(chunked.front()), chunk, &budget, 1, true);
@@ -259,6 +262,16 @@ private:
             if (Sequence* s = still(c)) any |= prefill_chunks(s, chunk, &budget, INT32_MAX, !any);
         }
         return any;
+    }
+
+    // prefill_wait: whole prompts (oldest first) wait for more to fill a prefill call while other sequences decode, up
+    // to prefill_wait steps from the oldest one's admission: each call stops the steps in flight to deliver its first
+    // tokens, so fewer, fuller calls keep the GPU decoding, for a few steps of time to first token.
+    bool defer_whole(const std::vector<Sequence*>& whole) const {
+        if (opt_.prefill_wait <= 0 || whole.empty() || (int)whole.size() >= engine_->prefill_rows()) return false;
+        bool decoding = false;
+        for (const auto& s : slots_) decoding = decoding || (s && s->prefilled == (int)s->r.prompt.size());
+        return decoding && step_count_ - whole.front()->admitted_step < (uint64_t)opt_.prefill_wait;
     }
 
     // Up to max_chunks chunks of the sequence's prompt while the budget lasts; its first token comes with the last.
@@ -507,6 +520,7 @@ private:
                 queue_.pop_front();
                 slots_[slot]->slot = slot;
                 slots_[slot]->admitted = Clock::now();
+                slots_[slot]->admitted_step = step_count_;
                 active_++;
                 if (cache_) {
                     // what the slot will hold once the copy is queued (the next request's lookup must see it)
@@ -574,5 +588,6 @@ private:
     int depth_ = 1;  // decode steps in flight at most: the engine's steps_in_flight(), 1 or 2
     bool draining_ = false, shut_ = false;
     uint64_t next_order_ = 0;
+    uint64_t step_count_ = 0;  // the scheduler thread's steps (Sequence::admitted_step)
     SchedulerStats st_;
 };

@@ -33,7 +33,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.vocab_dir, "data/cache/gpt2");
 
     p = parse({"-e", "hf/gpt2/", "--host", "0.0.0.0", "--port", "0", "--max-batch", "64", "--max-context", "512",
-               "--max-queue", "0", "--prefill-budget", "128", "--prefill-rows", "4", "--steps-in-flight", "1", "--prefill-chunk", "0", "--max-body", "4096", "--model-name", "gpt2-small",
+               "--max-queue", "0", "--prefill-budget", "128", "--prefill-rows", "4", "--prefill-wait", "6", "--steps-in-flight", "1", "--prefill-chunk", "0", "--max-body", "4096", "--model-name", "gpt2-small",
                "-g", "32", "-st", "0", "-sk", "40", "-sp", "0.9", "-seed", "7", "--vocab-dir", "v"});
     ASSERT_EQ(p.status, ParseStatus::Ok) << p.error;
     EXPECT_EQ(p.args.host, "0.0.0.0");
@@ -43,6 +43,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.max_queue, 0);
     EXPECT_EQ(p.args.prefill_budget, 128);
     EXPECT_EQ(p.args.prefill_rows, 4);
+    EXPECT_EQ(p.args.prefill_wait, 6);
     EXPECT_EQ(p.args.steps_in_flight, 1);
     EXPECT_EQ(p.args.prefill_chunk, 0);
     EXPECT_EQ(p.args.max_body, 4096);
@@ -72,6 +73,8 @@ TEST(ServeArgs, BadValuesOneLineNamingTheFlag) {
     expect_rejected({"-e", "m", "--max-queue", "-1"}, "flag --max-queue");
     expect_rejected({"-e", "m", "--prefill-budget", "0"}, "flag --prefill-budget");
     expect_rejected({"-e", "m", "--prefill-rows", "0"}, "flag --prefill-rows");
+    expect_rejected({"-e", "m", "--prefill-wait", "-1"}, "flag --prefill-wait");
+    expect_rejected({"-e", "m", "--prefill-wait", "1001"}, "flag --prefill-wait");
     expect_rejected({"-e", "m", "--steps-in-flight", "3"}, "flag --steps-in-flight");
     expect_rejected({"-e", "m", "--prefill-chunk", "-1"}, "flag --prefill-chunk");
     expect_rejected({"-e", "m", "--max-body", "10"}, "flag --max-body");

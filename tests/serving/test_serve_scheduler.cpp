@@ -448,6 +448,51 @@ TEST(ServeScheduler, WholePromptsTogetherPaddedToTheLongest) {
     EXPECT_TRUE(e.violations.empty()) << e.violations.front();
 }
 
+// prefill_wait: while a sequence decodes, short prompts wait up to that many steps from the oldest one's admission for
+// enough to fill a prefill call (prefill_rows), then go together; with nothing decoding they never wait; every
+// request's tokens as alone.
+TEST(ServeScheduler, PrefillWaitFillsTheCallWhileOthersDecode) {
+    for (int chunk : {0, 32}) {  // whole prompts only, and prompts up to a chunk whole beside chunked ones
+        FakeEngineOptions fo{8, 512, 1000, chunk, /*prefill_rows*/ 3};
+        FakeEngine e(fo);
+        SchedulerOptions o;
+        o.prefill_wait = 4;
+        Scheduler s(&e, o);
+        auto first = std::make_shared<Outcome>();
+        const std::vector<int> p0 = prompt_of(10, 100);
+        s.submit(make_request(p0, 40, first));
+        s.step();  // nothing decodes yet: prefilled at once
+        ASSERT_EQ(first->tokens.size(), 1u) << chunk;
+        const size_t calls0 = e.whole_calls.size();  // prefill_whole calls (every prompt here is whole)
+        std::vector<std::shared_ptr<Outcome>> outs;
+        std::vector<std::vector<int>> prompts;
+        auto submit = [&](int n) {
+            outs.push_back(std::make_shared<Outcome>());
+            prompts.push_back(prompt_of(n, (int)prompts.size()));
+            s.submit(make_request(prompts.back(), 5, outs.back()));
+        };
+        submit(12);
+        s.step();  // admitted at this step: waits (1 of 3 rows)
+        s.step();
+        EXPECT_EQ(e.whole_calls.size(), calls0) << chunk;
+        submit(8);
+        submit(9);
+        s.step();  // three wait: the call is full, all three go together
+        ASSERT_EQ(e.whole_calls.size(), calls0 + 1) << chunk;
+        EXPECT_EQ(e.whole_calls.back(), 3) << chunk;
+        submit(7);
+        for (int i = 0; i < 4; i++) s.step();  // alone: waits the 4 steps from its admission
+        EXPECT_EQ(e.whole_calls.size(), calls0 + 1) << chunk;
+        s.step();
+        ASSERT_EQ(e.whole_calls.size(), calls0 + 2) << chunk;
+        EXPECT_EQ(e.whole_calls.back(), 1) << chunk;
+        run_to_idle(s);
+        EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+        EXPECT_EQ(first->tokens, e.alone(p0, 40, {}, 0));
+        for (size_t i = 0; i < outs.size(); i++) EXPECT_EQ(outs[i]->tokens, e.alone(prompts[i], 5, {}, 0)) << i;
+    }
+}
+
 TEST(ServeScheduler, CancelRunningAndQueued) {
     FakeEngine e({1, 128});
     Scheduler s(&e, {});

@@ -24,6 +24,7 @@ struct ServeArgs : GenerationFlags {
     int max_queue = 64;                         // --max-queue
     int prefill_budget = 512;                   // --prefill-budget
     int prefill_rows = 8;                       // --prefill-rows
+    int prefill_wait = 0;                       // --prefill-wait
     int steps_in_flight = 2;                    // --steps-in-flight
     int prefill_chunk = 512;                    // --prefill-chunk
     int64_t max_body = 1 << 20;                 // --max-body
@@ -49,6 +50,8 @@ inline std::string serve_usage(const std::string& program) {
              "  --prefill-budget <int>  prompt tokens prefilled per step, between decode steps; prompts prefilled\n"
              "                       together count as rows of the longest (default %d)\n"
              "  --prefill-rows <int> prompts one prefill forward takes at most (default %d)\n"
+             "  --prefill-wait <int> steps a short prompt may wait, while others decode, for more to share its prefill\n"
+             "                       (each prefill stops the decode steps in flight; default %d: none)\n"
              "  --prefill-chunk <int> prompts longer than this come in chunks of it, interleaved with the decode\n"
              "                       steps (default %d; 0: every prompt whole)\n"
              "  --steps-in-flight <int>  decode steps queued on the GPU at once, 1 or 2 (default %d: the next step is\n"
@@ -67,7 +70,7 @@ inline std::string serve_usage(const std::string& program) {
              "  --vocab-dir <dir>    encoder.json + vocab.bpe (default %s; `make data` fills it)\n"
              "  -h, --help           print this and exit\n"
              "  --version            print the program, the commit it was built from and its precision, and exit\n",
-             program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget, d.prefill_rows,
+             program.c_str(), d.host.c_str(), d.port, d.max_batch, d.max_queue, d.prefill_budget, d.prefill_rows, d.prefill_wait,
              d.prefill_chunk, d.steps_in_flight,
              (long long)d.max_body, d.prefix_cache, d.new_tokens, (double)d.temperature, d.top_k, (double)d.top_p,
              d.vocab_dir.c_str());
@@ -102,6 +105,7 @@ inline ParseStatus parse_serve_args(int argc, const char* const* argv, ServeArgs
         else if (flag == "--max-queue") { if (!parse_int64(v, 0, 1 << 20, &n)) return bad("an integer in [0, 1048576]"); a->max_queue = (int)n; }
         else if (flag == "--prefill-budget") { if (!parse_int64(v, 1, kIntMax, &n)) return bad("an integer >= 1"); a->prefill_budget = (int)n; }
         else if (flag == "--prefill-rows") { if (!parse_int64(v, 1, 256, &n)) return bad("an integer in [1, 256]"); a->prefill_rows = (int)n; }
+        else if (flag == "--prefill-wait") { if (!parse_int64(v, 0, 1000, &n)) return bad("an integer in [0, 1000]"); a->prefill_wait = (int)n; }
         else if (flag == "--prefill-chunk") { if (!parse_int64(v, 0, 4096, &n)) return bad("an integer in [0, 4096]"); a->prefill_chunk = (int)n; }
         else if (flag == "--steps-in-flight") { if (!parse_int64(v, 1, 2, &n)) return bad("1 or 2"); a->steps_in_flight = (int)n; }
         else if (flag == "--max-body") { if (!parse_int64(v, 64, INT64_MAX, &n)) return bad("a number of bytes >= 64"); a->max_body = n; }

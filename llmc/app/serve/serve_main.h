@@ -106,6 +106,7 @@ inline int run_server(ServeEngine* engine, const ServeArgs& a, ServeSetup setup,
     SchedulerOptions so;
     so.max_queue = a.max_queue;
     so.prefill_budget = a.prefill_budget;
+    so.prefill_wait = a.prefill_wait;
     so.prefix_cache = a.prefix_cache != 0;
     Scheduler scheduler(engine, so);
     CompletionServer server(&scheduler, std::move(setup));
