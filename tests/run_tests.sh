@@ -98,6 +98,7 @@ if true; then
     done
     # the FP8 linear layers again with a scale per block (llmc/model/gpt2_fp8_blocks.cuh)
     run_suite gpu-kernels-fp8_linear-blocks env LLMC_FP8_BLOCKS=1 ./tests/gpu/kernels/test_fp8_linear
+    run_suite gpu-kernels-fp8_linear-recast env LLMC_FP8_RECAST=1 ./tests/gpu/kernels/test_fp8_linear
     # generation's KV cache and decode step (as a CUDA Graph) against the full forward
     run_suite gpu-decode ./tests/gpu/test_decode
     # the GPU token picker against the host sampler

@@ -56,14 +56,14 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
     // a linear layer's backward (dinp overwritten, dweight and dbias accumulated), in FP8 or in floatX
     // dout_amax_taken: dout's producer has folded its amax into the slot (the LayerNorm backwards for fcproj's and
     // attproj's, the GELU backward for fc's, the attention backward for qkv's)
-    // (FP8: inp's transpose is the one its forward cast kept, so inp itself is not read; dout_gelu_in: see
-    // gpt2_fp8_backward)
+    // (FP8: inp's transpose is the one its forward cast kept, so inp itself is not read, but by LLMC_FP8_RECAST's
+    // attproj and fcproj; dout_gelu_in: see gpt2_fp8_backward)
     auto linear = [&](int l, Fp8Linear k, floatX* dinp, ParamTensor w, floatX* dbias, const floatX* dout,
                       const floatX* inp, int in, int out_ch, bool dout_amax_taken = false,
                       const floatX* dout_gelu_in = nullptr) {
-        if (fp8) {
+        if (fp8) {  // fcproj's input is the GELU's: fch
             return gpt2_fp8_backward(*fp8, l, k, dinp, g(w, l), dbias, dout, BT, reduce, s, dout_amax_taken,
-                                     dout_gelu_in);
+                                     dout_gelu_in, k == kFp8FcProj ? a.fch.at(l) : inp, k == kFp8FcProj);
         }
         matmul_backward(dinp, g(w, l), dbias, dout, inp, p(w, l), BT, in, out_ch, reduce, nullptr, false, 1.0f, s);
     };

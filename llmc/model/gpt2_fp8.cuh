@@ -115,8 +115,10 @@ inline size_t gpt2_fp8_bytes(int L, int C, int max_rows, int Vp = 0) {
     shape.L = L;
     using namespace gpt2_fp8_detail;
     const size_t grids = engine_options().fp8_blocks ? gpt2_fp8_block_grid_floats(L, C, max_rows) * sizeof(float) : 0;
-    return (size_t)L * (layer_weight_bytes(C) + layer_input_bytes(C, max_rows)) + (size_t)Vp * C +
-           shape.stats_floats() * sizeof(float) + 2 * (size_t)max_rows * 4 * C + 6 * 256 + grids;  // + alignments
+    const bool recast = engine_options().fp8_recast;
+    return (size_t)L * (layer_weight_bytes(C) + layer_input_bytes(C, max_rows, recast)) + (size_t)Vp * C +
+           shape.stats_floats() * sizeof(float) + (recast ? 3 : 2) * (size_t)max_rows * 4 * C + 7 * 256 +
+           grids;  // + each piece's alignment
 }
 
 inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp = 0) {
@@ -132,7 +134,9 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp =
         return p;
     };
     f->weights = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_weight_bytes(C));
-    f->inputs_T = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_input_bytes(C, max_rows));
+    f->recast = engine_options().fp8_recast;
+    f->inputs_T = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_input_bytes(C, max_rows, f->recast));
+    if (f->recast) f->recast_T = (uint8_t*)take((size_t)max_rows * 4 * C);
     f->stats = (float*)take(f->stats_floats() * sizeof(float));
     for (auto& w : f->work) w = (uint8_t*)take((size_t)max_rows * 4 * C);
     if (Vp > 0) f->wte = (uint8_t*)take((size_t)Vp * C);
@@ -259,7 +263,8 @@ inline void gpt2_fp8_forward(const Fp8Layers& f, int l, Fp8Linear k, floatX* out
     const Dims d = dims(f.C, k);
     if (f.blocks()) return gpt2_fp8_blocks_forward(f, l, k, out, inp, bias, N, stream, inp_is_pre_gelu);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight);
-    uint8_t *inp_y = f.work[0], *inp_yT = input_yT(f, l, k);
+    // LLMC_FP8_RECAST: attproj's and fcproj's yT comes from the backward's own cast (the same scale, the same bytes)
+    uint8_t *inp_y = f.work[0], *inp_yT = f.recast && recast_input(k) ? nullptr : input_yT(f, l, k);
     auto cast = [&](auto gelu) {
         constexpr bool kGelu = decltype(gelu)::value;
         if (delayed) cast_delayed<Fp8Format::E4M3, kGelu>(f, si, inp, N, d.in, inp_y, inp_yT, stream);
@@ -293,11 +298,21 @@ inline void gpt2_fp8_lm_head_forward(const Fp8Layers& f, floatX* logits, const f
 // gradient, their GELU backward, is cast as it is computed, with its slot's delayed scale.
 inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* dinp, floatX* dweight, floatX* dbias,
                               const floatX* dout, int N, float* reduce, cudaStream_t stream,
-                              bool dout_amax_taken = false, const floatX* dout_gelu_in = nullptr) {
+                              bool dout_amax_taken = false, const floatX* dout_gelu_in = nullptr,
+                              const floatX* inp = nullptr, bool inp_is_pre_gelu = false) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     if (f.blocks()) return gpt2_fp8_blocks_backward(f, l, k, dinp, dweight, dbias, dout, N, reduce, stream);
     const size_t si = f.slot(l, k, kFp8Inp), sw = f.slot(l, k, kFp8Weight), sd = f.slot(l, k, kFp8Dout);
+    if (f.recast && recast_input(k)) {  // inp's yT again, with the scale its forward cast took (inp: the forward's)
+        if (!inp) {
+            fprintf(stderr, "error: gpt2_fp8_backward: LLMC_FP8_RECAST needs the layer's input\n");
+            exit(EXIT_FAILURE);
+        }
+        if (inp_is_pre_gelu) fp8_cast_transpose<Fp8Format::E4M3, true>(inp, N, d.in, f.scale(si), nullptr, f.recast_T,
+                                                                       nullptr, stream);
+        else fp8_cast_transpose<Fp8Format::E4M3>(inp, N, d.in, f.scale(si), nullptr, f.recast_T, nullptr, stream);
+    }
     uint8_t *dout_y = f.work[0], *dout_yT = f.work[1];
     float* const colsum = dbias ? reduce : nullptr;  // dbias from the cast's column sums, added in order below
     auto cast = [&](auto grads) {

@@ -62,6 +62,8 @@ struct Fp8Layers {
     uint8_t* weights = nullptr;    // per layer, per linear: W's y (OC x C) then yT (C x OC), E4M3
     uint8_t* wte = nullptr;        // the lm_head's weight (Vp x C), E4M3, when Vp > 0
     uint8_t* inputs_T = nullptr;   // per layer, per linear: inp's yT (in x rows), E4M3, from its forward cast
+    bool recast = false;           // LLMC_FP8_RECAST: attproj's and fcproj's yT cast again in the backward into
+    uint8_t* recast_T = nullptr;   // this one buffer (4C x rows), inputs_T keeping qkv's and fc's only
     float* stats = nullptr;        // amax, scale, descale of every slot (descales strided)
     float* check = nullptr;        // LLMC_FP8_CHECK_AMAX: every slot's amax by a pass, a mismatch (int), its fold
     Fp8Delayed delayed;
@@ -99,9 +101,14 @@ inline Dims dims(int C, Fp8Linear k) {
 }
 // Bytes of one layer's FP8 weights (every linear's y and yT: 2 x 12 C^2) and where linear k's start.
 inline size_t layer_weight_bytes(int C) { return (size_t)24 * C * C; }
-// Bytes of one layer's kept input transposes (C + C + C + 4C columns of max_rows) and where linear k's starts.
-inline size_t layer_input_bytes(int C, int max_rows) { return (size_t)7 * C * max_rows; }
-inline size_t input_offset(int C, int max_rows, Fp8Linear k) {
+// Bytes of one layer's kept input transposes (C + C + C + 4C columns of max_rows; recast: qkv's and fc's, C + C)
+// and where linear k's starts.
+inline size_t layer_input_bytes(int C, int max_rows, bool recast = false) {
+    return (size_t)(recast ? 2 : 7) * C * max_rows;
+}
+inline bool recast_input(Fp8Linear k) { return k == kFp8AttProj || k == kFp8FcProj; }
+inline size_t input_offset(int C, int max_rows, Fp8Linear k, bool recast = false) {
+    if (recast) return k == kFp8Fc ? (size_t)C * max_rows : 0;
     return (size_t)(k == kFp8FcProj ? 3 : k) * C * max_rows;
 }
 inline size_t weight_offset(int C, Fp8Linear k) {
@@ -117,7 +124,9 @@ inline uint8_t* weight_yT(const Fp8Layers& f, int l, Fp8Linear k) {
     return weight_y(f, l, k) + (size_t)d.in * d.out;
 }
 inline uint8_t* input_yT(const Fp8Layers& f, int l, Fp8Linear k) {
-    return f.inputs_T + (size_t)l * layer_input_bytes(f.C, f.max_rows) + input_offset(f.C, f.max_rows, k);
+    if (f.recast && recast_input(k)) return f.recast_T;
+    return f.inputs_T + (size_t)l * layer_input_bytes(f.C, f.max_rows, f.recast) +
+           input_offset(f.C, f.max_rows, k, f.recast);
 }
 
 }  // namespace gpt2_fp8_detail

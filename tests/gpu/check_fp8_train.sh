@@ -15,6 +15,9 @@
 #     weights) within TOL of BF16, with accumulation too, twice and with -r 0 and -r 2 byte-identical, its training
 #     losses the same with validation never and every step, its casts' amaxes checked against passes, and -fp8h 4
 #     resumed bit-exactly (the histories and scales are run state);
+#   - LLMC_FP8_RECAST=1 (attproj's and fcproj's input transposes cast again in the backward with the forward's
+#     scales) with -fp8 2 and with -fp8 2 -fp8h 16: main.log byte-identical to the kept transposes' runs;
+#   - LLMC_FP8_BLOCKS=1 -fp8 2 (a scale per block): within TOL of BF16, twice byte-identical;
 #   - B*T not a multiple of 16, and -fp8h without -fp8, refused in one line before any work.
 # Elsewhere (FP32 builds, older GPUs): -fp8 1 refused in one line, naming the flag.
 #   tests/gpu/check_fp8_train.sh        env: MODEL (d6), STEPS (60), TOL (0.1), WORK (fp8_check)
@@ -54,6 +57,15 @@ for run in bf16:0:1 fp8:1:1 fp8b:1:1 fp8r0:1:0 fp8r2:1:2 fp8h:2:1 fp8hb:2:1 "bf1
     ./train_gpt2cu "${FLAGS[@]}" -fp8 "$mode" -r "$r" $extra -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
         { echo "FAIL: the $name run:"; tail -n 20 "$WORK/$name.log"; exit 1; }
 done
+# the engine switches that change where bytes come from, not which: LLMC_FP8_RECAST (the same bytes, so the same
+# main.log) and LLMC_FP8_BLOCKS (other bytes: near BF16, deterministic)
+for run in "fp8hrc:LLMC_FP8_RECAST=1:" "fp8drc:LLMC_FP8_RECAST=1:-fp8h 16" "fp8blk:LLMC_FP8_BLOCKS=1:" \
+           "fp8blk2:LLMC_FP8_BLOCKS=1:"; do
+    IFS=: read -r name switch extra <<<"$run"
+    # shellcheck disable=SC2086  # extra: flags, split
+    env "$switch" ./train_gpt2cu "${FLAGS[@]}" -fp8 2 -r 1 $extra -o "$WORK/$name" >"$WORK/$name.log" 2>&1 ||
+        { echo "FAIL: the $name run ($switch):"; tail -n 20 "$WORK/$name.log"; exit 1; }
+done
 # every amax a producer folds in (LayerNorms, attention, GELUs) against a pass of its own, bit for bit, each micro-step
 if LLMC_FP8_CHECK_AMAX=1 ./train_gpt2cu "${FLAGS[@]}" -fp8 2 -r 1 -o "$WORK/fp8chk" >"$WORK/fp8chk.log" 2>&1; then
     echo "ok   -fp8 2 with LLMC_FP8_CHECK_AMAX=1: every folded amax equal to its pass's"
@@ -67,7 +79,7 @@ grep -q 'linear layers in FP8' "$WORK/fp8.log" || { echo "FAIL: the -fp8 1 run's
 grep -q "lm_head's forward in FP8" "$WORK/fp8h.log" ||
     { echo "FAIL: the -fp8 2 run's start-up does not name the lm_head"; fail=1; }
 last() { grep -E "^s:[0-9]+ $2:" "$WORK/$1/main.log" | tail -n 1 | sed 's/.*://' || true; }
-for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc fp8d:bf16 fp8dacc:bf16acc; do
+for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc fp8d:bf16 fp8dacc:bf16acc fp8blk:bf16; do
     IFS=: read -r run ref <<<"$pair"
     for kind in trl tel; do
         b=$(last $ref $kind); f=$(last $run $kind)
@@ -86,7 +98,8 @@ for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc; do
         echo "ok   step 1's gradient norm: $ref $nb, $run $nf (within 10%)"
     else echo "FAIL: step 1's gradient norm: $ref '$nb', $run '$nf' (tolerance 10%)"; fail=1; fi
 done
-for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk fp8d:fp8db fp8d:fp8dr0 fp8d:fp8dr2 fp8d:fp8dchk; do
+for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk fp8d:fp8db fp8d:fp8dr0 fp8d:fp8dr2 fp8d:fp8dchk \
+            fp8h:fp8hrc fp8d:fp8drc fp8blk:fp8blk2; do
     IFS=: read -r first other <<<"$pair"
     if cmp -s "$WORK/$first/main.log" "$WORK/$other/main.log"; then
         echo "ok   $other main.log identical to $first's ($(wc -l <"$WORK/$first/main.log") lines)"

@@ -1,4 +1,4 @@
-// The FP8 recipe's comparison switches (llmc/core/options.h): LLMC_FP8_FAST_ACCUM's list, LLMC_FP8_GRADS and
+// The FP8 switches (llmc/core/options.h): LLMC_FP8_FAST_ACCUM's list, LLMC_FP8_GRADS, LLMC_FP8_RECAST and
 // LLMC_FP8_BLOCKS, their defaults, the start-up table's line, and a value they do not take stopped in one line naming
 // the variable.
 #include <gtest/gtest.h>
@@ -75,4 +75,17 @@ TEST(EngineOptionsDeathTest, Fp8Blocks) {
     EXPECT_EXIT(options_detail::read(), testing::ExitedWithCode(EXIT_FAILURE),
                 "^error: environment variable LLMC_FP8_BLOCKS=yes: expected 0 or 1\n$");
     unsetenv(name);
+}
+
+TEST(EngineOptionsDeathTest, Fp8RecastNotWithBlocks) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    unsetenv("LLMC_FP8_BLOCKS");
+    setenv("LLMC_FP8_RECAST", "1", 1);
+    EXPECT_TRUE(options_detail::read().fp8_recast);
+    EXPECT_EQ(options_detail::read().description(), "LLMC_FP8_RECAST=1");
+    setenv("LLMC_FP8_BLOCKS", "1", 1);
+    EXPECT_EXIT(options_detail::read(), testing::ExitedWithCode(EXIT_FAILURE),
+                "^error: LLMC_FP8_RECAST=1 and LLMC_FP8_BLOCKS=1 do not go together");
+    unsetenv("LLMC_FP8_BLOCKS");
+    unsetenv("LLMC_FP8_RECAST");
 }

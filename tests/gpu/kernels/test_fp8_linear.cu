@@ -12,7 +12,9 @@
 // With LLMC_FP8_BLOCKS=1 (make test runs it both ways) the same layers with a scale per block: the references quantize
 // by blocks on the host (W in 128x128, inp and dout in 1x128 along C / OC for the forward and the input gradient and
 // along the rows for the weight gradient; E4M3 gradients; fcproj given fc's output and casting its GELU), every GEMM
-// promoted (6e-3), at C 192 and B*T 208 (partial blocks along K both ways) with room for 256 rows.
+// promoted (6e-3), at C 192 and B*T 208 (partial blocks along K both ways) with room for 256 rows. With
+// LLMC_FP8_RECAST=1 (make test runs that too) attproj's and fcproj's backwards cast their inputs again: the same
+// references, their inputs left unpoisoned.
 #include <algorithm>
 #include <cmath>
 
@@ -346,9 +348,13 @@ int main(int argc, char** argv) {
         gpt2_fp8_forward(f, t.l, t.k, t.d_out, t.d_inp, t.d_bias, N, 0, false, t.pre_gelu);
     }
     // the backward reads the transposes the forwards kept, never inp: poisoned here, the gradients must not see it
-    for (Case& t : cases) cudaCheck(cudaMemset(t.d_inp, 0xFF, (size_t)t.N * t.in * sizeof(floatX)));
+    // (but LLMC_FP8_RECAST's attproj and fcproj, which cast their inp again: given it, the same references hold)
+    for (Case& t : cases)
+        if (!(f.recast && gpt2_fp8_detail::recast_input(t.k)))
+            cudaCheck(cudaMemset(t.d_inp, 0xFF, (size_t)t.N * t.in * sizeof(floatX)));
     for (auto t = cases.rbegin(); t != cases.rend(); ++t)
-        gpt2_fp8_backward(f, t->l, t->k, t->d_dinp, t->d_dW, t->d_db, t->d_dout, N, reduce, 0);
+        gpt2_fp8_backward(f, t->l, t->k, t->d_dinp, t->d_dW, t->d_db, t->d_dout, N, reduce, 0, false, nullptr,
+                          t->d_inp, t->pre_gelu);
     for (Case& t : cases) check_case(f, t), free_case(t);
     check_lm_head(f, p, N);
     cudaFree(reduce);
