@@ -6,7 +6,8 @@
 #   train-mat  the materialized attention backend, B 4           train-fp8  the blocks' linear layers and the lm_head's
 #                                                                           forward in FP8 (-fp8 2), B 4; delayed
 #                                                                           scaling (-fp8h 4) from its second step
-#   train-fp8b the same with a scale per block (LLMC_FP8_BLOCKS=1, -fp8 2; compute-sanitizer follows env's exec)
+#   train-fp8b the same with a scale per block (LLMC_FP8_BLOCKS=1, -fp8 2: set for compute-sanitizer, as check() does
+#              for a command given as env VAR=value ...)
 #   gen-1      generate_gpt2cu, one prompt, greedy (decode_matvec, the greedy pick folded into the classifier)
 #   gen-20     twenty prompts at once, sampled (cuBLASLt's decode products, the GPU picker)
 #   serve      serve_gpt2cu: completions together, a chunked prompt, a stream, a bad request, then SIGTERM to the
@@ -64,8 +65,13 @@ prompts=$LOGDIR/prompts.txt
 for i in $(seq 1 20); do echo "Prompt number $i: once upon a time"; done >"$prompts"
 generate=(./generate_gpt2cu -e "$model" --vocab-dir "$vocab" -g 12)
 
-check() {  # tool, name, command... (run under the tool)
-    local tool=$1 name=$2; shift 2
+check() {  # tool, name, [env VAR=value...] command... (run under the tool; the variables set for the tool and so
+    local tool=$1 name=$2; shift 2  # for the program it starts, which then is the tool's own child, not env's exec)
+    local vars=()
+    if [ "${1:-}" = env ]; then
+        shift
+        while [[ "${1:-}" == *=* ]]; do vars+=("$1"); shift; done
+    fi
     local log="$LOGDIR/${tool}_${name}.log" t0=$SECONDS
     local sanitizer=(compute-sanitizer --tool "$tool" --print-limit 10000 --error-exitcode 99) limit=$LIMIT
     # racecheck over test_decode is the slowest run by far: each of its four parts gets twice the limit
@@ -74,7 +80,7 @@ check() {  # tool, name, command... (run under the tool)
         OMP_NUM_THREADS=2 timeout "$limit" python3 tests/gpu/sanitize_serve.py --sanitizer "${sanitizer[*]}" \
             --model "$model" --vocab-dir "$vocab" --log "$log" --start-timeout "$limit" 2>"${log%.log}.driver.log"
     else
-        OMP_NUM_THREADS=2 timeout "$limit" "${sanitizer[@]}" "$@" >"$log" 2>&1
+        env OMP_NUM_THREADS=2 "${vars[@]}" timeout "$limit" "${sanitizer[@]}" "$@" >"$log" 2>&1
     fi
     local rc=$? summary errors
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)  # racecheck: "(N errors, M warnings)"
