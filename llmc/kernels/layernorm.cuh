@@ -15,13 +15,11 @@
 
 // The output in E4M3 (delayed scaling): y = fp8(out · *scale) in out's layout, written instead of out, each value
 // rounded to floatX first (the bytes a cast of the stored out would write); a value that is not finite sets
-// *overflow_descale (the GEMM's) to NaN, as the casts do (llmc/kernels/fp8/cast_transpose.cuh's ScaleSource). yT
-// (optional): y's transpose (C x N) too, for the weight gradient, from the block's rows staged in shared memory.
+// *overflow_descale (the GEMM's) to NaN, as the casts do (llmc/kernels/fp8/cast_transpose.cuh's ScaleSource).
 struct LayerNormFp8Out {
     uint8_t* y = nullptr;
     const float* scale = nullptr;
     float* overflow_descale = nullptr;
-    uint8_t* yT = nullptr;
 };
 
 // One warp per row, 128-bit packs (C is a multiple of x128::size), the row held in registers: every load of the
@@ -32,10 +30,8 @@ struct LayerNormFp8Out {
 // row finds them: the registers they would hold cost occupancy on a training batch (212 registers at 8 packs).
 // `residual_a`/`residual_b` non-null: residual_out = a + b is written and normalised. kAmax: max |out| folded into
 // out_amax, per warp (a warp is a row, and leaves early past the last row); kFp8: fp8.y written instead of out
-// (with kAmax), and fp8.yT if set: each warp stages its row's bytes in shared memory (8 rows x C), then each thread
-// writes a channel's 8 bytes (one per row of the block) to yT. Compile-time choices, so that runs without FP8 run the
-// kernel they ran before it could.
-constexpr int kLayerNormForwardThreads = 256, kLayerNormForwardRows = kLayerNormForwardThreads / kWarpSize;
+// (with kAmax). Compile-time choices, so that runs without FP8 run the kernel they ran before it could.
+constexpr int kLayerNormForwardThreads = 256;
 template <int kPacks, bool kWeightsEarly, bool kAmax, bool kFp8 = false>
 __global__ void __launch_bounds__(kLayerNormForwardThreads)
     layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
@@ -85,12 +81,7 @@ __global__ void __launch_bounds__(kLayerNormForwardThreads)
             }
     const float s = rsqrtf(warp_reduce_sum(var) / C + (float)kLayerNormEps);
     float fp8_scale = 1.f;
-    // the block's rows of y (8 x C bytes) for yT: static, so the other kernels' dynamic shared memory is untouched
-    [[maybe_unused]] uint8_t* yT_tile = nullptr;
-    if constexpr (kFp8) {
-        __shared__ __align__(16) uint8_t tile[kLayerNormForwardRows * kPacks * kWarpSize * x128::size];
-        fp8_scale = *fp8.scale, yT_tile = tile;
-    }
+    if constexpr (kFp8) fp8_scale = *fp8.scale;
     unsigned int mx = 0;
 #pragma unroll
     for (int i = 0; i < kPacks; i++) {
@@ -112,32 +103,12 @@ __global__ void __launch_bounds__(kLayerNormForwardThreads)
                 uint8_t* dst = fp8.y + base + c;
                 if constexpr (x128::size == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(word[0], word[1]);
                 else *reinterpret_cast<uint32_t*>(dst) = word[0];
-                if (fp8.yT) {  // and into the block's tile, row (warp) by row
-                    uint8_t* t = yT_tile + (threadIdx.x / kWarpSize) * C + c;
-                    if constexpr (x128::size == 8) *reinterpret_cast<uint2*>(t) = make_uint2(word[0], word[1]);
-                    else *reinterpret_cast<uint32_t*>(t) = word[0];
-                }
             } else {
                 store128(out + base + c, o);
             }
         }
     }
-    if constexpr (kFp8) {
-        if (fp8.yT) {  // every row of the block is in the tile (N a multiple of 8: no warp left early)
-            static_assert(kLayerNormForwardRows == 8, "a channel's bytes of the block's rows are one 8-byte store");
-            __syncthreads();
-            for (int ch = threadIdx.x; ch < C; ch += blockDim.x) {
-                uint32_t lo = 0, hi = 0;
-                for (int r = 0; r < 4; r++) {
-                    lo |= (uint32_t)yT_tile[r * C + ch] << (8 * r);
-                    hi |= (uint32_t)yT_tile[(r + 4) * C + ch] << (8 * r);
-                }
-                *reinterpret_cast<uint2*>(fp8.yT + (size_t)ch * N + (size_t)blockIdx.x * kLayerNormForwardRows) =
-                    make_uint2(lo, hi);
-            }
-        }
-        if (amax_bits_nonfinite(mx)) *fp8.overflow_descale = NAN;
-    }
+    if constexpr (kFp8) if (amax_bits_nonfinite(mx)) *fp8.overflow_descale = NAN;
     if constexpr (kAmax) fold_warp_amax(mx, out_amax);
     if (lane == 0) {
         mean[row] = m;
@@ -187,12 +158,7 @@ inline void launch_layernorm_forward(floatX* out, float* mean, float* rstd, floa
                 "a pack's bytes\n");
         exit(EXIT_FAILURE);
     }
-    if (fp8.yT && (!fp8.y || N % kLayerNormForwardRows != 0 || (uintptr_t)fp8.yT % 8 != 0)) {
-        fprintf(stderr, "error: layernorm_forward: an FP8 yT needs y, N a multiple of %d (got %d) and yT 8-byte "
-                "aligned\n", kLayerNormForwardRows, N);
-        exit(EXIT_FAILURE);
-    }
-    const int blocks = ceil_div(N, kLayerNormForwardRows);
+    const int rows_per_block = kLayerNormForwardThreads / kWarpSize, blocks = ceil_div(N, rows_per_block);
     const bool weights_early = blocks <= device_sm_count();
     PdlLaunch launch(dim3(blocks), dim3(kLayerNormForwardThreads), 0, stream, pdl);
     auto launch_with = [&](auto amax, auto to_fp8) {
