@@ -184,7 +184,7 @@ serve_gpt2cu: serve_gpt2.cu $(ENGINE_HEADERS) $(BUILD_STAMP)
 	$(if $(SERVE_DEPS),,@echo "serve_gpt2cu needs $(SERVE_MISSING) (apt-get install libcpp-httplib-dev nlohmann-json3-dev pkg-config)"; exit 1)
 	$(NVCC) $(NVCCFLAGS) $(HTTPLIB_CFLAGS) $< -o $@ $(NVCC_LIBS) $(HTTPLIB_LIBS)
 
-$(KERNEL_TESTS): tests/gpu/kernels/%: tests/gpu/kernels/%.cu tests/gpu/kernels/kernel_checks.cuh $(ENGINE_HEADERS) \
+$(KERNEL_TESTS): tests/gpu/kernels/%: tests/gpu/kernels/%.cu $(wildcard tests/gpu/kernels/*.cuh) $(ENGINE_HEADERS) \
                  $(REFERENCE_HEADERS) $(BUILD_STAMP)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 

@@ -15,38 +15,8 @@
 
 #include "llmc/kernels/fp8/block_cast.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
+#include "tests/gpu/kernels/fp8_block_reference.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
-
-// Host reference: x (rows, cols) quantized by blocks: the codes, the descale grid (padding = pad), and the
-// dequantized values (decode(code) * descale: what the GEMM multiplies).
-template <Fp8Format F>
-static void block_quantize(const std::vector<float>& x, int rows, int cols, Fp8Scaling b, float pad,
-                           std::vector<uint8_t>* codes, std::vector<float>* descales, std::vector<double>* deq) {
-    const size_t ld = fp8_block_ld(rows, cols, b);
-    descales->assign(fp8_block_descales(rows, cols, b), pad);
-    codes->resize(x.size());
-    if (deq) deq->resize(x.size());
-    const int band = b == Fp8Scaling::k1x128 ? 1 : kFp8Block;
-    for (int r0 = 0; r0 < rows; r0 += band)
-        for (int c0 = 0; c0 < cols; c0 += kFp8Block) {
-            const int r1 = std::min(rows, r0 + band), c1 = std::min(cols, c0 + kFp8Block);
-            float amax = 0.f;
-            bool finite = true;
-            for (int r = r0; r < r1; r++)
-                for (int c = c0; c < c1; c++) {
-                    const float v = x[(size_t)r * cols + c];
-                    amax = std::fmax(amax, std::fabs(v)), finite = finite && std::isfinite(v);
-                }
-            const float scale = fp8_scale_from_amax(amax, F, 0, 1.f);
-            (*descales)[fp8_block_index(r0, c0, ld, b)] = finite ? 1.f / scale : NAN;
-            for (int r = r0; r < r1; r++)
-                for (int c = c0; c < c1; c++) {
-                    const size_t i = (size_t)r * cols + c;
-                    (*codes)[i] = fp8_encode((double)x[i] * scale, F);
-                    if (deq) (*deq)[i] = fp8_decode((*codes)[i], F) / scale;
-                }
-        }
-}
 
 // Random values whose size changes from row to row and from block to block (2^-12 .. 2^12 times N(0, 1)), so each
 // 1x128 block has its own scale and a descale read from a neighbouring row or block shows.
@@ -72,7 +42,7 @@ static void test_cast(int rows, int cols, Fp8Scaling b, bool specials) {
     const float pad = -7.f;
     std::vector<uint8_t> want;
     std::vector<float> want_descales;
-    block_quantize<F>(x, rows, cols, b, pad, &want, &want_descales, nullptr);
+    fp8_block_quantize_host(x, rows, cols, b, F, pad, &want, &want_descales, nullptr);
     floatX* d_x = upload(x);
     uint8_t* d_y;
     cudaCheck(cudaMalloc(&d_y, x.size()));
@@ -115,8 +85,8 @@ static void test_cast_transpose(int rows, int cols, bool specials) {
     const float pad = -7.f;
     std::vector<uint8_t> want_y, want_yT;
     std::vector<float> want_dy, want_dyT;
-    block_quantize<F>(x, rows, cols, Fp8Scaling::k1x128, pad, &want_y, &want_dy, nullptr);
-    block_quantize<F>(xT, cols, rows, Fp8Scaling::k1x128, pad, &want_yT, &want_dyT, nullptr);
+    fp8_block_quantize_host(x, rows, cols, Fp8Scaling::k1x128, F, pad, &want_y, &want_dy, nullptr);
+    fp8_block_quantize_host(xT, cols, rows, Fp8Scaling::k1x128, F, pad, &want_yT, &want_dyT, nullptr);
     floatX* d_x = upload(x);
     uint8_t *d_y, *d_yT;
     cudaCheck(cudaMalloc(&d_y, x.size()));
@@ -172,8 +142,8 @@ static void test_gemm(int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, bool wi
     std::vector<uint8_t> qa, qb;
     std::vector<float> da, db;
     std::vector<double> xa, xb;
-    block_quantize<FA>(a, M, K, sa, 0.f, &qa, &da, &xa);
-    block_quantize<FB>(b, N, K, sb, 0.f, &qb, &db, &xb);
+    fp8_block_quantize_host(a, M, K, sa, FA, 0.f, &qa, &da, &xa);
+    fp8_block_quantize_host(b, N, K, sb, FB, 0.f, &qb, &db, &xb);
     if (nan_block) da[0] = NAN;  // block (0, 0) of either grid: row 0's first K block (1x128) or rows 0..127's
     // the product's size varies with the blocks' (2^±12): the reference in fp64, the tolerance on its RMS per row
     const std::vector<float> bias = random_vec(N, 0.5f);

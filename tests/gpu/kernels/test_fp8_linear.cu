@@ -21,6 +21,7 @@
 #include "llmc/core/fp8.h"
 #include "llmc/model/gpt2_fp8.cuh"
 #include "llmc/model/gpt2_fp8_delayed.cuh"
+#include "tests/gpu/kernels/fp8_block_reference.cuh"
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
 namespace {
@@ -32,28 +33,6 @@ std::vector<double> dequantized(const std::vector<float>& x, Fp8Format F) {
     const float scale = fp8_scale_from_amax((float)amax, F, 0, 1.f);
     std::vector<double> d(x.size());
     for (size_t i = 0; i < x.size(); i++) d[i] = fp8_decode(fp8_encode((double)x[i] * scale, F), F) / scale;
-    return d;
-}
-
-// x (rows, cols) quantized to F by blocks (llmc/kernels/fp8/block_cast.cuh's scales): 1x128 along the columns, or
-// along the rows (a column's 128-row blocks: as x's transpose is cast), or 128x128; the dequantized values, x's layout.
-enum class Along { kCols, kRows, kSquare };
-std::vector<double> block_dequantized(const std::vector<float>& x, int rows, int cols, Along along, Fp8Format F) {
-    const int br = along == Along::kCols ? 1 : kFp8Block, bc = along == Along::kRows ? 1 : kFp8Block;
-    std::vector<double> d(x.size());
-    for (int r0 = 0; r0 < rows; r0 += br)
-        for (int c0 = 0; c0 < cols; c0 += bc) {
-            const int r1 = std::min(rows, r0 + br), c1 = std::min(cols, c0 + bc);
-            float amax = 0;
-            for (int r = r0; r < r1; r++)
-                for (int c = c0; c < c1; c++) amax = std::max(amax, std::fabs(x[(size_t)r * cols + c]));
-            const float scale = fp8_scale_from_amax(amax, F, 0, 1.f);
-            for (int r = r0; r < r1; r++)
-                for (int c = c0; c < c1; c++) {
-                    const size_t i = (size_t)r * cols + c;
-                    d[i] = fp8_decode(fp8_encode((double)x[i] * scale, F), F) / scale;
-                }
-        }
     return d;
 }
 
@@ -91,11 +70,11 @@ Case make_case(const GPT2Params& p, int C, int l, Fp8Linear k, int N) {
     const Fp8Format G = blocks ? Fp8Format::E4M3 : Fp8Format::E5M2;
     std::vector<double> qW, qi, qd, qiT, qdT;  // qiT, qdT: the weight gradient's operands (the same under per tensor)
     if (blocks) {
-        qW = block_dequantized(t.W, out, in, Along::kSquare, Fp8Format::E4M3);
-        qi = block_dequantized(linear_in, N, in, Along::kCols, Fp8Format::E4M3);
-        qiT = block_dequantized(linear_in, N, in, Along::kRows, Fp8Format::E4M3);
-        qd = block_dequantized(t.dout, N, out, Along::kCols, G);
-        qdT = block_dequantized(t.dout, N, out, Along::kRows, G);
+        qW = fp8_block_dequantized(t.W, out, in, Fp8Scaling::k128x128, Fp8Format::E4M3);
+        qi = fp8_block_dequantized(linear_in, N, in, Fp8Scaling::k1x128, Fp8Format::E4M3);
+        qiT = fp8_block_dequantized_transposed(linear_in, N, in, Fp8Format::E4M3);
+        qd = fp8_block_dequantized(t.dout, N, out, Fp8Scaling::k1x128, G);
+        qdT = fp8_block_dequantized_transposed(t.dout, N, out, G);
     } else {
         qW = dequantized(t.W, Fp8Format::E4M3), qi = dequantized(t.inp, Fp8Format::E4M3), qd = dequantized(t.dout, G);
         qiT = qi, qdT = qd;
