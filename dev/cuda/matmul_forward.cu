@@ -417,26 +417,26 @@ struct Fp8BlockOperands {
 };
 static bool fp8_blocks_supported(int M, int N, int K, bool bias) {
     return K % 16 == 0 && M % 8 == 0 && N % 8 == 0 &&
-           matmul_fp8_supported(M, N, K, Fp8Format::E4M3, Fp8Format::E4M3, false, bias, Fp8Scaling::k1x128,
-                                Fp8Scaling::k128x128);
+           matmul_fp8_supported(M, N, K, Fp8Format::E4M3, Fp8Format::E4M3, false, bias, Fp8Granularity::k1x128,
+                                Fp8Granularity::k128x128);
 }
 static Fp8BlockOperands& fp8_block_operands(const bf16* A, const bf16* B, int M, int N, int K) {
     static Fp8BlockOperands o;
     if (o.A == A && o.B == B && o.M == M && o.N == N && o.K == K) return o;
     o.A = A, o.B = B, o.M = M, o.N = N, o.K = K;
     o.a8.resize((size_t)M * K), o.b8.resize((size_t)N * K);
-    o.a_descales.resize(fp8_block_descales(M, K, Fp8Scaling::k1x128));
-    o.b_descales.resize(fp8_block_descales(N, K, Fp8Scaling::k128x128));
+    o.a_descales.resize(fp8_block_descales(M, K, Fp8Granularity::k1x128));
+    o.b_descales.resize(fp8_block_descales(N, K, Fp8Granularity::k128x128));
     cudaCheck(cudaMemset(o.a_descales.ptr, 0, o.a_descales.count * sizeof(float)));  // the grids' padding
     cudaCheck(cudaMemset(o.b_descales.ptr, 0, o.b_descales.count * sizeof(float)));
-    fp8_block_cast<Fp8Format::E4M3>(A, M, K, Fp8Scaling::k1x128, o.a8.ptr, o.a_descales.ptr, 0);
-    fp8_block_cast<Fp8Format::E4M3>(B, N, K, Fp8Scaling::k128x128, o.b8.ptr, o.b_descales.ptr, 0);
+    fp8_block_cast<Fp8Format::E4M3>(A, M, K, Fp8Granularity::k1x128, o.a8.ptr, o.a_descales.ptr, 0);
+    fp8_block_cast<Fp8Format::E4M3>(B, N, K, Fp8Granularity::k128x128, o.b8.ptr, o.b_descales.ptr, 0);
     cudaCheck(cudaDeviceSynchronize());
     return o;
 }
 // What variant 8 multiplies: each code decoded times its block's descale (fp64, row-major).
 static std::vector<double> dequantized_blocks(const DeviceBuffer<uint8_t>& codes, const DeviceBuffer<float>& descales,
-                                              int rows, int cols, Fp8Scaling b) {
+                                              int rows, int cols, Fp8Granularity b) {
     std::vector<uint8_t> c(codes.count);
     std::vector<float> d(descales.count);
     cudaCheck(cudaMemcpy(c.data(), codes.ptr, c.size(), cudaMemcpyDeviceToHost));
@@ -495,7 +495,7 @@ static void run_variant(int id, bf16* out, const bf16* A, const bf16* B, const b
         case 8: {
             const Fp8BlockOperands& o = fp8_block_operands(A, B, M, N, K);
             matmul_fp8(out, o.a8.ptr, Fp8Format::E4M3, o.a_descales.ptr, o.b8.ptr, Fp8Format::E4M3, o.b_descales.ptr,
-                       bias, M, N, K, false, 0, false, Fp8Scaling::k1x128, Fp8Scaling::k128x128);
+                       bias, M, N, K, false, 0, false, Fp8Granularity::k1x128, Fp8Granularity::k128x128);
             break;
         }
         default:
@@ -558,8 +558,8 @@ static int check_shape(const GemmShape& s, const std::vector<int>& ids, int* tot
     const bool fp8b = std::find(ids.begin(), ids.end(), 8) != ids.end() && fp8_blocks_supported(s.M, s.N, s.K, true);
     if (fp8b) {
         const Fp8BlockOperands& o = fp8_block_operands(dA.ptr, dB.ptr, s.M, s.N, s.K);
-        const std::vector<double> a8 = dequantized_blocks(o.a8, o.a_descales, s.M, s.K, Fp8Scaling::k1x128),
-                                  b8 = dequantized_blocks(o.b8, o.b_descales, s.N, s.K, Fp8Scaling::k128x128);
+        const std::vector<double> a8 = dequantized_blocks(o.a8, o.a_descales, s.M, s.K, Fp8Granularity::k1x128),
+                                  b8 = dequantized_blocks(o.b8, o.b_descales, s.N, s.K, Fp8Granularity::k128x128);
         ref8b.resize(ref.size());
         reference::matmul_forward<double>(ref8b.data(), a8.data(), b8.data(), nullptr, 1, s.M, s.K, s.N);
     }

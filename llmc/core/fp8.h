@@ -24,7 +24,7 @@
 enum class Fp8Format { E4M3, E5M2 };
 // What a descale covers: the whole tensor, or blocks of a K-major GEMM operand (llmc/kernels/fp8/block_cast.cuh): 1x128
 // along K (activations, gradients) or 128x128 (weights), as cuBLASLt's VEC128_32F and BLK128x128_32F scale modes.
-enum class Fp8Scaling { kTensor, k1x128, k128x128 };
+enum class Fp8Granularity { kTensor, k1x128, k128x128 };
 
 // Floats between two descales an FP8 GEMM reads: cuBLASLt refuses (NOT_SUPPORTED, every algorithm) a scale pointer
 // that is not 16-byte aligned, so arrays of descales keep each in its own 16 bytes.

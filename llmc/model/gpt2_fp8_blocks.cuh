@@ -19,7 +19,7 @@ namespace gpt2_fp8_blocks_detail {
 
 using gpt2_fp8_detail::Dims;
 using gpt2_fp8_detail::dims;
-constexpr Fp8Scaling k1x128 = Fp8Scaling::k1x128, k128x128 = Fp8Scaling::k128x128;
+constexpr Fp8Granularity k1x128 = Fp8Granularity::k1x128, k128x128 = Fp8Granularity::k128x128;
 constexpr Fp8Format kGrads = Fp8Format::E4M3;
 
 // Floats of linear k's weight grids (W's, then Wᵀ's) and of its input's yT grid over `rows` rows; every grid a

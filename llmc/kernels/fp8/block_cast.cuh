@@ -28,14 +28,14 @@ constexpr int kFp8Block = 128;
 LLMC_FP8_HD inline int fp8_blocks_of(int n) { return (n + kFp8Block - 1) / kFp8Block; }
 
 // The descale grid's leading dimension and size in floats (padding included), and where block (r, c)'s descale is.
-LLMC_FP8_HD inline size_t fp8_block_ld(int rows, int cols, Fp8Scaling b) {
-    return b == Fp8Scaling::k1x128 ? (size_t)(rows + 3) / 4 * 4 : (size_t)(fp8_blocks_of(cols) + 3) / 4 * 4;
+LLMC_FP8_HD inline size_t fp8_block_ld(int rows, int cols, Fp8Granularity b) {
+    return b == Fp8Granularity::k1x128 ? (size_t)(rows + 3) / 4 * 4 : (size_t)(fp8_blocks_of(cols) + 3) / 4 * 4;
 }
-inline size_t fp8_block_descales(int rows, int cols, Fp8Scaling b) {
-    return (size_t)(b == Fp8Scaling::k1x128 ? fp8_blocks_of(cols) : fp8_blocks_of(rows)) * fp8_block_ld(rows, cols, b);
+inline size_t fp8_block_descales(int rows, int cols, Fp8Granularity b) {
+    return (size_t)(b == Fp8Granularity::k1x128 ? fp8_blocks_of(cols) : fp8_blocks_of(rows)) * fp8_block_ld(rows, cols, b);
 }
-LLMC_FP8_HD inline size_t fp8_block_index(int r, int c, size_t ld, Fp8Scaling b) {
-    return b == Fp8Scaling::k1x128 ? (size_t)(c / kFp8Block) * ld + r : (size_t)(r / kFp8Block) * ld + c / kFp8Block;
+LLMC_FP8_HD inline size_t fp8_block_index(int r, int c, size_t ld, Fp8Granularity b) {
+    return b == Fp8Granularity::k1x128 ? (size_t)(c / kFp8Block) * ld + r : (size_t)(r / kFp8Block) * ld + c / kFp8Block;
 }
 
 namespace fp8_block_detail {
@@ -67,7 +67,7 @@ __global__ void cast_1x128_kernel(const floatX* x, int rows, int cols, uint8_t* 
     if (c < cols)
         *reinterpret_cast<uint32_t*>(y + (size_t)r * cols + c) = fp8x4<F>(v[0] * scale, v[1] * scale, v[2] * scale,
                                                                           v[3] * scale);
-    if (lane == 0) descales[fp8_block_index(r, c, ld, Fp8Scaling::k1x128)] = descale_of(amax, finite, F);
+    if (lane == 0) descales[fp8_block_index(r, c, ld, Fp8Granularity::k1x128)] = descale_of(amax, finite, F);
 }
 
 // 128x128: a block of 256 threads per tile; 16 threads a row, 8 values each (cols % 8 == 0), 16 rows a pass, 8 passes.
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(256) cast_128x128_kernel(const floatX* x, int 
         *reinterpret_cast<uint2*>(y + (size_t)r * cols + c) = make_uint2(lo, hi);
     }
     if (threadIdx.x == 0)
-        descales[fp8_block_index(blockIdx.y * kFp8Block, blockIdx.x * kFp8Block, ld, Fp8Scaling::k128x128)] =
+        descales[fp8_block_index(blockIdx.y * kFp8Block, blockIdx.x * kFp8Block, ld, Fp8Granularity::k128x128)] =
             descale_of(amax, finite, F);
 }
 
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(256) cast_transpose_1x128_kernel(const floatX*
             *reinterpret_cast<uint2*>(y + (size_t)r * cols + c) = make_uint2(lo, hi);
         }
         if (threadIdx.x % 16 == 0 && r < rows)
-            y_descales[fp8_block_index(r, c0, fp8_block_ld(rows, cols, Fp8Scaling::k1x128), Fp8Scaling::k1x128)] =
+            y_descales[fp8_block_index(r, c0, fp8_block_ld(rows, cols, Fp8Granularity::k1x128), Fp8Granularity::k1x128)] =
                 descale_of(amax, finite, F);
     }
     __syncthreads();
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(256) cast_transpose_1x128_kernel(const floatX*
         *reinterpret_cast<uint4*>(yT + (size_t)c * rows + r0 + rr) = make_uint4(w[0], w[1], w[2], w[3]);
     }
     if (half == 0)
-        yT_descales[fp8_block_index(c, r0, fp8_block_ld(cols, rows, Fp8Scaling::k1x128), Fp8Scaling::k1x128)] =
+        yT_descales[fp8_block_index(c, r0, fp8_block_ld(cols, rows, Fp8Granularity::k1x128), Fp8Granularity::k1x128)] =
             descale_of(amax, finite, F);
 }
 
@@ -181,9 +181,9 @@ __global__ void __launch_bounds__(256) cast_transpose_1x128_kernel(const floatX*
 // x (rows, cols) to F with a scale per block: y (rows, cols) bytes, descales as the header's grid (fp8_block_descales
 // floats; the padding is left as it is). cols a multiple of 8 (1x128: of 4 would do), y 8-byte aligned.
 template <Fp8Format F>
-inline void fp8_block_cast(const floatX* x, int rows, int cols, Fp8Scaling blocks, uint8_t* y, float* descales,
+inline void fp8_block_cast(const floatX* x, int rows, int cols, Fp8Granularity blocks, uint8_t* y, float* descales,
                            cudaStream_t stream) {
-    if (rows < 1 || cols < 8 || cols % 8 != 0 || (uintptr_t)y % 8 != 0 || blocks == Fp8Scaling::kTensor) {
+    if (rows < 1 || cols < 8 || cols % 8 != 0 || (uintptr_t)y % 8 != 0 || blocks == Fp8Granularity::kTensor) {
         fprintf(stderr, "error: fp8_block_cast: %d x %d (cols a multiple of 8, y 8-byte aligned, 1x128 or 128x128 "
                 "blocks)\n", rows, cols);
         exit(EXIT_FAILURE);
@@ -191,7 +191,7 @@ inline void fp8_block_cast(const floatX* x, int rows, int cols, Fp8Scaling block
     using namespace fp8_block_detail;
     const size_t ld = fp8_block_ld(rows, cols, blocks);
     const int col_blocks = fp8_blocks_of(cols);
-    if (blocks == Fp8Scaling::k1x128) {
+    if (blocks == Fp8Granularity::k1x128) {
         const long long warps = (long long)rows * col_blocks;
         cast_1x128_kernel<F><<<(unsigned)((warps + 7) / 8), 256, 0, stream>>>(x, rows, cols, y, descales, ld);
     } else {
@@ -231,7 +231,7 @@ __global__ void fp8_block_grid_transpose_kernel(const float* grid, int row_block
 inline void fp8_block_grid_transpose(const float* grid, int rows, int cols, float* gridT, cudaStream_t stream) {
     const int rb = fp8_blocks_of(rows), cb = fp8_blocks_of(cols);
     fp8_block_grid_transpose_kernel<<<(rb * cb + 255) / 256, 256, 0, stream>>>(
-        grid, rb, cb, fp8_block_ld(rows, cols, Fp8Scaling::k128x128), gridT,
-        fp8_block_ld(cols, rows, Fp8Scaling::k128x128));
+        grid, rb, cb, fp8_block_ld(rows, cols, Fp8Granularity::k128x128), gridT,
+        fp8_block_ld(cols, rows, Fp8Granularity::k128x128));
     cudaCheck(cudaGetLastError());
 }

@@ -12,7 +12,7 @@
 // (descriptors, layouts, the heuristic's algorithm) cached per problem, as matmul.cuh's, and the heuristic told the
 // operands' real alignment. BF16 builds
 // (C and the bias bf16: the FP8 GEMMs' supported combination); N a multiple of 8 (C's rows of 16-byte multiples).
-// a_scaling / b_scaling: what each descale pointer holds (llmc/core/fp8.h's Fp8Scaling): one float, or a grid of
+// a_scaling / b_scaling: what each descale pointer holds (llmc/core/fp8.h's Fp8Granularity): one float, or a grid of
 // block descales (1x128 along K, or 128x128) in llmc/kernels/fp8/block_cast.cuh's order, cuBLASLt's VEC128_32F /
 // BLK128x128_32F modes (cuBLAS 12.9+ on Hopper; not both operands 128x128; promoted accumulation only; M a multiple
 // of 8 when A is in 1x128 blocks: refused here in one line otherwise).
@@ -55,9 +55,9 @@ inline std::map<Key, Plan>& plans() {
 }
 inline cudaDataType_t cuda_type(Fp8Format f) { return f == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 inline cublasLtMatmulMatrixScale_t scale_mode(int scaling) {
-    switch ((Fp8Scaling)scaling) {
-        case Fp8Scaling::k1x128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-        case Fp8Scaling::k128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    switch ((Fp8Granularity)scaling) {
+        case Fp8Granularity::k1x128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        case Fp8Granularity::k128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
         default: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
     }
 }
@@ -132,11 +132,11 @@ inline Plan* find_plan(const Key& k) {
 }
 
 // What block scales add to the shape rules ("" when none is broken).
-inline const char* block_rule(int M, bool fast_accum, Fp8Scaling a_scaling, Fp8Scaling b_scaling) {
-    if (a_scaling == Fp8Scaling::kTensor && b_scaling == Fp8Scaling::kTensor) return "";
+inline const char* block_rule(int M, bool fast_accum, Fp8Granularity a_scaling, Fp8Granularity b_scaling) {
+    if (a_scaling == Fp8Granularity::kTensor && b_scaling == Fp8Granularity::kTensor) return "";
     if (fast_accum) return "block scales take promoted accumulation only";
-    if (a_scaling == Fp8Scaling::k128x128 && b_scaling == Fp8Scaling::k128x128) return "not both in 128x128 blocks";
-    if (a_scaling == Fp8Scaling::k1x128 && M % 8 != 0) return "A in 1x128 blocks needs M a multiple of 8";
+    if (a_scaling == Fp8Granularity::k128x128 && b_scaling == Fp8Granularity::k128x128) return "not both in 128x128 blocks";
+    if (a_scaling == Fp8Granularity::k1x128 && M % 8 != 0) return "A in 1x128 blocks needs M a multiple of 8";
     return "";
 }
 
@@ -145,8 +145,8 @@ inline const char* block_rule(int M, bool fast_accum, Fp8Scaling a_scaling, Fp8S
 // Whether cuBLASLt has an FP8 GEMM for these formats and this shape on this device (false off FP8 tensor cores, and
 // for shapes matmul_fp8 refuses), for 256-byte aligned operands.
 inline bool matmul_fp8_supported(int M, int N, int K, Fp8Format a_format, Fp8Format b_format, bool fast_accum,
-                                 bool bias = false, Fp8Scaling a_scaling = Fp8Scaling::kTensor,
-                                 Fp8Scaling b_scaling = Fp8Scaling::kTensor) {
+                                 bool bias = false, Fp8Granularity a_scaling = Fp8Granularity::kTensor,
+                                 Fp8Granularity b_scaling = Fp8Granularity::kTensor) {
     matmul_init();
     if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) return false;
     if (*matmul_fp8_detail::block_rule(M, fast_accum, a_scaling, b_scaling)) return false;
@@ -157,7 +157,7 @@ inline bool matmul_fp8_supported(int M, int N, int K, Fp8Format a_format, Fp8For
 inline void matmul_fp8(floatX* C, const uint8_t* A, Fp8Format a_format, const float* a_descale, const uint8_t* B,
                        Fp8Format b_format, const float* b_descale, const floatX* bias, int M, int N, int K,
                        bool fast_accum, cudaStream_t stream, bool accumulate = false,
-                       Fp8Scaling a_scaling = Fp8Scaling::kTensor, Fp8Scaling b_scaling = Fp8Scaling::kTensor) {
+                       Fp8Granularity a_scaling = Fp8Granularity::kTensor, Fp8Granularity b_scaling = Fp8Granularity::kTensor) {
     using namespace matmul_fp8_detail;
     matmul_init();
     if (M < 1 || N < 1 || N % 8 != 0 || K < 16 || K % 16 != 0) {

@@ -14,14 +14,14 @@
 
 // x (rows, cols) in blocks b (1x128 along the columns, or 128x128): the codes, the descale grid (padding = pad) and,
 // if deq, the dequantized values.
-inline void fp8_block_quantize_host(const std::vector<float>& x, int rows, int cols, Fp8Scaling b, Fp8Format F,
+inline void fp8_block_quantize_host(const std::vector<float>& x, int rows, int cols, Fp8Granularity b, Fp8Format F,
                                     float pad, std::vector<uint8_t>* codes, std::vector<float>* descales,
                                     std::vector<double>* deq) {
     const size_t ld = fp8_block_ld(rows, cols, b);
     descales->assign(fp8_block_descales(rows, cols, b), pad);
     codes->resize(x.size());
     if (deq) deq->resize(x.size());
-    const int band = b == Fp8Scaling::k1x128 ? 1 : kFp8Block;
+    const int band = b == Fp8Granularity::k1x128 ? 1 : kFp8Block;
     for (int r0 = 0; r0 < rows; r0 += band)
         for (int c0 = 0; c0 < cols; c0 += kFp8Block) {
             const int r1 = std::min(rows, r0 + band), c1 = std::min(cols, c0 + kFp8Block);
@@ -44,7 +44,7 @@ inline void fp8_block_quantize_host(const std::vector<float>& x, int rows, int c
 }
 
 // What a GEMM multiplies for x cast in blocks b, in x's layout.
-inline std::vector<double> fp8_block_dequantized(const std::vector<float>& x, int rows, int cols, Fp8Scaling b,
+inline std::vector<double> fp8_block_dequantized(const std::vector<float>& x, int rows, int cols, Fp8Granularity b,
                                                  Fp8Format F) {
     std::vector<uint8_t> codes;
     std::vector<float> descales;
@@ -59,7 +59,7 @@ inline std::vector<double> fp8_block_dequantized_transposed(const std::vector<fl
     std::vector<float> xT(x.size());
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) xT[(size_t)c * rows + r] = x[(size_t)r * cols + c];
-    const std::vector<double> dT = fp8_block_dequantized(xT, cols, rows, Fp8Scaling::k1x128, F);
+    const std::vector<double> dT = fp8_block_dequantized(xT, cols, rows, Fp8Granularity::k1x128, F);
     std::vector<double> d(x.size());
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) d[(size_t)r * cols + c] = dT[(size_t)c * rows + r];

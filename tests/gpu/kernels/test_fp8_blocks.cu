@@ -30,10 +30,10 @@ static std::vector<float> spread_values(int rows, int cols, float std) {
 }
 
 template <Fp8Format F>
-static void test_cast(int rows, int cols, Fp8Scaling b, bool specials) {
+static void test_cast(int rows, int cols, Fp8Granularity b, bool specials) {
     std::vector<float> x = spread_values(rows, cols, 1.0f);
     if (specials) {  // a zero block, a NaN in another, an infinity in a third (each the first block of its band)
-        const int band = b == Fp8Scaling::k1x128 ? 1 : kFp8Block;
+        const int band = b == Fp8Granularity::k1x128 ? 1 : kFp8Block;
         for (int r = 0; r < std::min(rows, band); r++)
             for (int c = 0; c < std::min(cols, kFp8Block); c++) x[(size_t)r * cols + c] = 0.f;
         if (rows > band) x[(size_t)band * cols + 3] = NAN;
@@ -48,7 +48,7 @@ static void test_cast(int rows, int cols, Fp8Scaling b, bool specials) {
     cudaCheck(cudaMalloc(&d_y, x.size()));
     cudaCheck(cudaMemset(d_y, 0xA5, x.size()));
     float* d_descales = upload_fp32(want_descales);  // then every real entry poisoned; the padding must stay pad
-    for (int r0 = 0; r0 < rows; r0 += (b == Fp8Scaling::k1x128 ? 1 : kFp8Block))
+    for (int r0 = 0; r0 < rows; r0 += (b == Fp8Granularity::k1x128 ? 1 : kFp8Block))
         for (int c0 = 0; c0 < cols; c0 += kFp8Block) {
             const float poison = 12345.f;
             cudaCheck(cudaMemcpy(d_descales + fp8_block_index(r0, c0, fp8_block_ld(rows, cols, b), b), &poison,
@@ -67,7 +67,7 @@ static void test_cast(int rows, int cols, Fp8Scaling b, bool specials) {
                           (std::isnan(got_descales[i]) && std::isnan(want_descales[i])));
     char tag[128];
     snprintf(tag, sizeof(tag), "fp8 block cast %s %s %dx%d%s", fp8_name(F),
-             b == Fp8Scaling::k1x128 ? "1x128" : "128x128", rows, cols, specials ? " (zero, NaN, inf blocks)" : "");
+             b == Fp8Granularity::k1x128 ? "1x128" : "128x128", rows, cols, specials ? " (zero, NaN, inf blocks)" : "");
     check_exact(tag, bad_bytes == 0 && bad_descales == 0);
     if (bad_bytes || bad_descales) printf("  %zu bytes and %zu descales differ\n", bad_bytes, bad_descales);
     cudaFree(d_x), cudaFree(d_y), cudaFree(d_descales);
@@ -85,8 +85,8 @@ static void test_cast_transpose(int rows, int cols, bool specials) {
     const float pad = -7.f;
     std::vector<uint8_t> want_y, want_yT;
     std::vector<float> want_dy, want_dyT;
-    fp8_block_quantize_host(x, rows, cols, Fp8Scaling::k1x128, F, pad, &want_y, &want_dy, nullptr);
-    fp8_block_quantize_host(xT, cols, rows, Fp8Scaling::k1x128, F, pad, &want_yT, &want_dyT, nullptr);
+    fp8_block_quantize_host(x, rows, cols, Fp8Granularity::k1x128, F, pad, &want_y, &want_dy, nullptr);
+    fp8_block_quantize_host(xT, cols, rows, Fp8Granularity::k1x128, F, pad, &want_yT, &want_dyT, nullptr);
     floatX* d_x = upload(x);
     uint8_t *d_y, *d_yT;
     cudaCheck(cudaMalloc(&d_y, x.size()));
@@ -96,10 +96,10 @@ static void test_cast_transpose(int rows, int cols, bool specials) {
     std::vector<float> poison_dy(want_dy.size(), pad), poison_dyT(want_dyT.size(), pad);
     for (int r = 0; r < rows; r++)  // the real entries poisoned, the padding pad
         for (int c = 0; c < cols; c += kFp8Block)
-            poison_dy[fp8_block_index(r, c, fp8_block_ld(rows, cols, Fp8Scaling::k1x128), Fp8Scaling::k1x128)] = 1e9f;
+            poison_dy[fp8_block_index(r, c, fp8_block_ld(rows, cols, Fp8Granularity::k1x128), Fp8Granularity::k1x128)] = 1e9f;
     for (int c = 0; c < cols; c++)
         for (int r = 0; r < rows; r += kFp8Block)
-            poison_dyT[fp8_block_index(c, r, fp8_block_ld(cols, rows, Fp8Scaling::k1x128), Fp8Scaling::k1x128)] = 1e9f;
+            poison_dyT[fp8_block_index(c, r, fp8_block_ld(cols, rows, Fp8Granularity::k1x128), Fp8Granularity::k1x128)] = 1e9f;
     float *d_dy = upload_fp32(poison_dy), *d_dyT = upload_fp32(poison_dyT);
     fp8_block_cast_transpose<F>(d_x, rows, cols, d_y, d_dy, d_yT, d_dyT, 0);
     cudaCheck(cudaDeviceSynchronize());
@@ -127,10 +127,10 @@ static void test_cast_transpose(int rows, int cols, bool specials) {
 // C (M, N) = A (M, K) · B (N, K)ᵀ with block scales (+ bias) (+ C0), against fp64 of the dequantized operands.
 // nan_block: A's first block (row 0, K 0..127) gets a NaN descale: row 0 of C must be all NaN, the rest as before.
 template <Fp8Format FA, Fp8Format FB>
-static void test_gemm(int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, bool with_bias, bool accumulate,
+static void test_gemm(int M, int N, int K, Fp8Granularity sa, Fp8Granularity sb, bool with_bias, bool accumulate,
                       bool nan_block = false) {
     char tag[160];
-    auto name = [](Fp8Scaling s) { return s == Fp8Scaling::k1x128 ? "1x128" : "128x128"; };
+    auto name = [](Fp8Granularity s) { return s == Fp8Granularity::k1x128 ? "1x128" : "128x128"; };
     snprintf(tag, sizeof(tag), "fp8 GEMM %s %s x %s %s M%d N%d K%d%s%s%s", fp8_name(FA), name(sa), fp8_name(FB),
              name(sb), M, N, K, with_bias ? " +bias" : "", accumulate ? " C +=" : "", nan_block ? " NaN block" : "");
     if (!matmul_fp8_supported(M, N, K, FA, FB, false, with_bias, sa, sb)) {
@@ -167,7 +167,7 @@ static void test_gemm(int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, bool wi
     matmul_fp8(d_c, d_a, FA, d_da, d_b, FB, d_db, with_bias ? d_bias : nullptr, M, N, K, false, 0, accumulate, sa, sb);
     std::vector<float> got = download(d_c, (size_t)M * N);
     if (nan_block) {  // the rows the NaN block covers all NaN, every other value finite and as before
-        const int nan_rows = sa == Fp8Scaling::k1x128 ? 1 : std::min(M, kFp8Block);
+        const int nan_rows = sa == Fp8Granularity::k1x128 ? 1 : std::min(M, kFp8Block);
         size_t wrong = 0;
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) wrong += std::isnan(got[(size_t)m * N + n]) != (m < nan_rows);
@@ -197,12 +197,12 @@ int main(int argc, char** argv) {
     kernel_tests_begin(argc, argv);
     const int shapes[][2] = {{128, 128}, {8, 768}, {300, 1600}, {1000, 200}, {256, 3072}};
     for (const auto& s : shapes)
-        for (Fp8Scaling b : {Fp8Scaling::k1x128, Fp8Scaling::k128x128}) {
+        for (Fp8Granularity b : {Fp8Granularity::k1x128, Fp8Granularity::k128x128}) {
             test_cast<Fp8Format::E4M3>(s[0], s[1], b, false);
             test_cast<Fp8Format::E5M2>(s[0], s[1], b, false);
         }
-    test_cast<Fp8Format::E4M3>(300, 1600, Fp8Scaling::k1x128, true);
-    test_cast<Fp8Format::E4M3>(400, 520, Fp8Scaling::k128x128, true);
+    test_cast<Fp8Format::E4M3>(300, 1600, Fp8Granularity::k1x128, true);
+    test_cast<Fp8Format::E4M3>(400, 520, Fp8Granularity::k128x128, true);
     if (!kFloatXIsBF16) {
         printf("fp8 block cast+transpose and block-scaled GEMMs: BF16 builds only (FP8 training's)\n");
         return kernel_tests_end();
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
         printf("fp8 block-scaled GEMMs: cuBLASLt has them on Hopper (compute capability 9.x) only; skipped here\n");
         return kernel_tests_end();
     }
-    constexpr Fp8Scaling k1 = Fp8Scaling::k1x128, k2 = Fp8Scaling::k128x128;
+    constexpr Fp8Granularity k1 = Fp8Granularity::k1x128, k2 = Fp8Granularity::k128x128;
     test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(256, 768, 768, k1, k2, true, false);     // forward: inp x W
     test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(256, 768, 3072, k1, k2, false, false);   // input gradient: dout x W^T
     test_gemm<Fp8Format::E4M3, Fp8Format::E4M3>(768, 256, 1024, k1, k1, false, true);    // weight gradient, dW +=

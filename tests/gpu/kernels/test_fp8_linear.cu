@@ -70,10 +70,10 @@ Case make_case(const GPT2Params& p, int C, int l, Fp8Linear k, int N) {
     const Fp8Format G = blocks ? Fp8Format::E4M3 : Fp8Format::E5M2;
     std::vector<double> qW, qi, qd, qiT, qdT;  // qiT, qdT: the weight gradient's operands (the same under per tensor)
     if (blocks) {
-        qW = fp8_block_dequantized(t.W, out, in, Fp8Scaling::k128x128, Fp8Format::E4M3);
-        qi = fp8_block_dequantized(linear_in, N, in, Fp8Scaling::k1x128, Fp8Format::E4M3);
+        qW = fp8_block_dequantized(t.W, out, in, Fp8Granularity::k128x128, Fp8Format::E4M3);
+        qi = fp8_block_dequantized(linear_in, N, in, Fp8Granularity::k1x128, Fp8Format::E4M3);
         qiT = fp8_block_dequantized_transposed(linear_in, N, in, Fp8Format::E4M3);
-        qd = fp8_block_dequantized(t.dout, N, out, Fp8Scaling::k1x128, G);
+        qd = fp8_block_dequantized(t.dout, N, out, Fp8Granularity::k1x128, G);
         qdT = fp8_block_dequantized_transposed(t.dout, N, out, G);
     } else {
         qW = dequantized(t.W, Fp8Format::E4M3), qi = dequantized(t.inp, Fp8Format::E4M3), qd = dequantized(t.dout, G);
