@@ -3,7 +3,9 @@
 # BF16 seed 42, BF16 seed 43 (0.010 above it everywhere), FP8 0.005 above; then FP8 off by 0.03 after step 100, a
 # NaN, a missing step, a 0.2 spike in the train loss, and an eval accuracy 2 points lower, each of which must fail
 # with its reason, and nothing else; a 300-step trajectory without validations 0.01 and 0.05 above BF16's (and both
-# runs without validations: the verdict says so instead of printing NaN).
+# runs without validations: the verdict says so instead of printing NaN). Over seeds: seed 42's FP8 0.03 above and seed
+# 43's 0.02 below (mean 0.005: yes, where seed 42 alone fails), or 0.02 above (mean 0.025: NO); a BF16 floor run 0.004
+# off seed 42's BF16.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/lib.sh
@@ -36,6 +38,9 @@ write("traj_fp8", train=lambda s: 0.01, val=False)
 write("traj_fp8_off", train=lambda s: 0.05 if s > 150 else 0.0, val=False)
 write("traj_bf16", val=False)
 write("bf16_wide", 0.05)
+write("fp8_43_below", -0.010)  # bf16_43 is 0.010 above bf16: 0.02 below seed 43's BF16
+write("fp8_43_above", 0.030)
+write("bf16_floor", 0.004)
 PY
 verdict() {  # fp8 run, extra flags: the verdict line and the exit status
     out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --bf16-seed2 "$TMP/bf16_43" --fp8 "$TMP/$1" \
@@ -76,6 +81,30 @@ wide() {
 expect_line "a 0.05 seed-to-seed spread covers a 0.03 gap" 'seed-to-seed 0\.0500; .*tolerance 0\.0500.*: yes$' "$(wide)"
 expect_line "--fixed-tol prints the spread and keeps --tol" \
     'seed-to-seed 0\.0500; .*tolerance 0\.0200.*: NO \(validation gap 0\.0300 > 0\.0200' "$(wide --fixed-tol)"
+seeds() {  # seed 43's fp8 run, extra flags: seeds 42 (FP8 0.03 above after step 100) and 43
+    out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" "$TMP/bf16_43" --fp8 "$TMP/fp8_gap" \
+        "$TMP/$1" --seeds 42 43 --steps 300 "${@:2}" 2>&1)
+    rc=$?
+}
+seeds fp8_43_below --bf16-floor "$TMP/bf16_floor"
+expect_line "over seeds: each step's signed gaps, their mean, the floor, the spread" \
+    '^fp8 quality t: 200 \| \+0\.0300 \| -0\.0200 \| 0\.0050 \| 0\.0040 \| 0\.0100$' "$out"
+want='^fp8 quality t over 2 seeds: mean gap \(fp8 - bf16, mean over seeds\) at most 0\.0050 after step 100, '
+want+='worst seed 0\.0300 \(seed 42, step [0-9]+\); bf16 floor \|floor - bf16\| at most 0\.0040 \(seed 42\)'
+want+='; bf16 seed spread \(max - min\) at most 0\.0100; mean gap within 0\.02 at every validation: yes$'
+expect_line "over seeds: a seed 0.03 above, one 0.02 below: yes" "$want" "$out"
+[ $rc = 0 ] && ok "over seeds: exit 0 when the mean holds" || bad "over seeds: exit $rc when the mean holds"
+seeds fp8_43_above
+expect_line "over seeds: 0.03 and 0.02 above: NO" \
+    'at most 0\.0250 after step 100, .*bf16 floor not run; .*: NO \(mean gap 0\.0250 > 0\.0200 at step [0-9]+\)$' "$out"
+[ $rc = 1 ] && ok "over seeds: exit 1 when the mean fails" || bad "over seeds: exit $rc when the mean fails"
+out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --fp8 "$TMP/fp8" --bf16-floor "$TMP/bf16_floor" \
+    2>&1 | tail -n 1)
+expect_line "one seed and a floor run" \
+    'over 1 seed: .* at most 0\.0050 .*floor - bf16\| at most 0\.0040 \(seed 1\); bf16 seed spread not measured .*: yes$' "$out"
+out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" "$TMP/bf16_43" --fp8 "$TMP/fp8" "$TMP/never_ran" \
+    2>&1)
+expect_line "over seeds, a run without a main.log: one line" "^fp8 quality t: NO \\(no main.log in $TMP/never_ran: " "$out"
 out=$(python3 scripts/bench/fp8_quality.py --label t --bf16 "$TMP/bf16" --fp8 "$TMP/never_ran" 2>&1); rc=$?
 expect_line "a run without a main.log: one line, exit 1" \
     "^fp8 quality t: NO \\(no main.log in $TMP/never_ran: the run did not finish\\)$" "$out"
