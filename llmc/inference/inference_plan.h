@@ -115,6 +115,9 @@ inline void layer_rows(std::vector<InferenceBuffer>& t, int first, InferenceGrou
 inline size_t serve_upload_bytes(int B) { return (size_t)B * (sizeof(int) + sizeof(PickParams) + sizeof(float)); }
 // A per-step row's stride: each step's part 256-byte aligned.
 inline size_t serve_step_stride(size_t bytes) { return round_up(bytes, 256); }
+// The prompts' picks' pinned rows come in sets: two for whole prefills in flight (begun, their first tokens not yet
+// read), one for the calls that wait for theirs (a chunk's, the warm-up's). Each set's part 256-byte aligned.
+constexpr int kServePickSets = 3;
 
 inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, const InferenceShape& s,
                                                            const InferenceKernelSizes& k) {
@@ -165,9 +168,10 @@ inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, 
     t[infer::ServeUploads] = {"steps' uploads", G::Server, steps * serve_step_stride(serve_upload_bytes((int)SB)), 1};
     t[infer::CublasLt] = {"cuBLASLt workspace", G::Workspace, k.cublaslt_workspace, 1};
     t[infer::NewTokens] = {"new tokens (max_new,B)", G::HostMapped, loop, I};
-    t[infer::ServeParamsHost] = {"server: prompts' pick settings", G::HostMapped, SP, PP};
-    t[infer::ServeCoinsHost] = {"server: prompts' coins", G::HostMapped, SP, F};
-    t[infer::ServePicksHost] = {"server: prompts' picks", G::HostMapped, 2 * SP, I};
+    const size_t sets = s.server_steps > 0 ? kServePickSets : 0;
+    t[infer::ServeParamsHost] = {"server: prompts' pick settings", G::HostMapped, sets * serve_step_stride(SP * PP), 1};
+    t[infer::ServeCoinsHost] = {"server: prompts' coins", G::HostMapped, sets * serve_step_stride(SP * F), 1};
+    t[infer::ServePicksHost] = {"server: prompts' picks", G::HostMapped, sets * serve_step_stride(2 * SP * I), 1};
     t[infer::ServeUploadsHost] = {"server: steps' uploads", G::HostMapped,
                                   steps * serve_step_stride(serve_upload_bytes((int)SB)), 1};
     t[infer::ServeResultsHost] = {"server: steps' picks", G::HostMapped, steps * serve_step_stride(2 * SB * I), 1};

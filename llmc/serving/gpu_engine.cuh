@@ -11,9 +11,10 @@
 // the upload (lengths, rules and coins, packed; the step reads its lengths there), the step and its picks, which
 // write the next step's inputs on the device and tokens and flags into mapped host memory: a token of a lone stream
 // costs the step's graph and little around it. Two steps may be in flight (steps_in_flight 2): the next is queued
-// before the host waits for the last, so the GPU does not wait for the host between steps (a prefill, whose first
-// tokens the host waits for, still drains the stream); each of the two has its own upload, results, logprob rows,
-// event and graphs (parity), so queuing one touches nothing the other still reads.
+// before the host waits for the last, so the GPU does not wait for the host between steps; each of the two has its
+// own upload, results, logprob rows, event and graphs (parity), so queuing one touches nothing the other still reads.
+// A call of whole prompts is begun and ended apart too (prefill_whole_begin / _end, llmc/serving/prompt_picks.cuh),
+// so it does not drain the stream either; a chunk's last pick still waits for its token.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "llmc/inference/slots.cuh"
 #include "llmc/kernels/sampling/sampling.cuh"
 #include "llmc/serving/host_pick.h"
+#include "llmc/serving/prompt_picks.cuh"
 #include "llmc/serving/serve_engine.h"
 
 class GpuServeEngine : public ServeEngine {
@@ -43,14 +45,12 @@ public:
         inference_engine_upload(&e_, c, std::move(host_params), slots_shape(slots, context, prefill_rows), options);
         B_ = slots, P_ = e_.shape.prefill_rows();
         chunk_ = std::max(0, std::min(prefill_chunk, inference_chunk_rows(&e_)));
-        // the prompts' picks (P rows); the decode step has its own (StepBuffers), the pickers' scratch is shared: all
-        // rows of the engine's plan (llmc/inference/inference_plan.h, the server's group and its host rows)
+        // the prompts' picks (prompt_picks.cuh); the decode step has its own (StepBuffers), the pickers' scratch is
+        // shared: all rows of the engine's plan (llmc/inference/inference_plan.h, the server's group and host rows)
         using namespace infer;
-        params_d_ = e_.at<PickParams>(ServeParams), coins_d_ = e_.at<float>(ServeCoins);
-        result_d_ = e_.at<int>(ServePicks), scratch_d_ = e_.at<int>(ServeScratch);
+        scratch_d_ = e_.at<int>(ServeScratch);
         cudaCheck(cudaMemset(scratch_d_, 0, std::max(B_, P_) * sizeof(int)));
-        params_h_ = e_.at<PickParams>(ServeParamsHost), coins_h_ = e_.at<float>(ServeCoinsHost);
-        result_h_ = e_.at<int>(ServePicksHost);
+        prompts_.init(&e_);
         const size_t Vp = (size_t)c.padded_vocab_size;
         const size_t upload = serve_step_stride(stage_bytes()), results = serve_step_stride(2 * (size_t)B_ * sizeof(int));
         const size_t logits = serve_step_stride((size_t)B_ * Vp * sizeof(floatX));
@@ -84,11 +84,12 @@ public:
             for (TokenPick& t : picks)
                 t.params = sampling ? PickParams{1.f, 0, 1.f} : PickParams{0.f, 0, 1.f}, t.coin = 0.5f;
             std::vector<PickedToken> out;
-            first_tokens(e_.step.s.logits, picks, nullptr, &out);
+            prompts_.waited(e_.step.s.logits, picks, nullptr, &out);
         }
     }
     ~GpuServeEngine() override {
         cudaCheck(cudaStreamSynchronize(e_.stream));
+        prompts_.destroy();
         for (StepBuffers& sb : step_) {
             cudaCheck(cudaEventDestroy(sb.begin));
             cudaCheck(cudaEventDestroy(sb.done));
@@ -103,6 +104,7 @@ public:
     int prefill_chunk() const override { return chunk_; }
     int prefill_rows() const override { return P_; }
     int steps_in_flight() const override { return depth_; }
+    int prefills_in_flight() const override { return PromptPicks::kInFlight; }
 
     // A chunk, queued behind the steps in flight; a prompt's last chunk waits for its first token.
     PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) override {
@@ -120,22 +122,25 @@ public:
         known_[slot] = start + n;
         if (!last) return PickedToken{};
         std::vector<PickedToken> out;
-        first_tokens(inference_prefill_logits(&e_), {*last}, slot_d, &out);
+        prompts_.waited(inference_prefill_logits(&e_), {*last}, slot_d, &out);
         return out[0];
     }
 
     // Queued behind the steps in flight, if any (the same stream): it waits for them too, which the next decode_end
     // then finds done.
     void prefill_whole(const std::vector<PrefillPrompt>& prompts, std::vector<PickedToken>* out) override {
-        const int n = (int)prompts.size();
-        if (n < 1 || n > P_) throw std::logic_error("prefill_whole: " + std::to_string(n) + " prompts");
-        std::vector<SlotPrompt> rows;
-        for (const PrefillPrompt& p : prompts) rows.push_back(SlotPrompt{p.slot, p.tokens, p.n});
-        inference_prefill_slots(&e_, rows);
-        std::vector<TokenPick> picks;
-        for (const PrefillPrompt& p : prompts) known_[p.slot] = p.n, picks.push_back(p.pick);
-        first_tokens(inference_prefill_logits(&e_), picks, inference_prefill_slots_device(&e_), out);
+        prompts_.waited(inference_prefill_logits(&e_), queue_prompts(prompts, "prefill_whole"),
+                        inference_prefill_slots_device(&e_), out);
     }
+    // The same not waited for: each first pick is its slot's next input on the device, so the next decode step may
+    // take the slot; the tokens come at prefill_whole_end.
+    void prefill_whole_begin(const std::vector<PrefillPrompt>& prompts) override {
+        if (prompts_.in_flight() >= PromptPicks::kInFlight)  // before any work is queued
+            throw std::logic_error("prefill_whole_begin: " + std::to_string(prompts_.in_flight()) + " calls in flight");
+        prompts_.begin(inference_prefill_logits(&e_), queue_prompts(prompts, "prefill_whole_begin"),
+                       inference_prefill_slots_device(&e_));
+    }
+    void prefill_whole_end(std::vector<PickedToken>* out) override { prompts_.end(out); }
 
     void decode_begin(const std::vector<DecodeSlot>& batch) override {
         if ((int)flights_.size() >= depth_)
@@ -270,49 +275,24 @@ private:
         else body();
     }
 
-    // The prompts' first tokens from rows [0, n) of `logits` (Vp apart; the prompts' logits, row i prompt i), picked
-    // on the GPU by picks[i] and written into the next decode step's inputs of their slots (slot_of: device array;
-    // null: row i is slot i); waits for them (and the stream before them). Logprobs from the same rows.
-    void first_tokens(const floatX* logits, const std::vector<TokenPick>& picks, const int* slot_of,
-                      std::vector<PickedToken>* out) {
-        const int n = (int)picks.size();
-        const size_t Vp = e_.config.padded_vocab_size;
-        bool sampling = false;  // some row samples: the kernel gets the shared memory for a row (greedy needs none)
-        for (int i = 0; i < n; i++) {
-            params_h_[i] = picks[i].params, coins_h_[i] = picks[i].coin;
-            sampling = sampling || !picks[i].params.greedy();
-        }
-        cudaCheck(cudaMemcpyAsync(params_d_, params_h_, n * sizeof(PickParams), cudaMemcpyHostToDevice, e_.stream));
-        cudaCheck(cudaMemcpyAsync(coins_d_, coins_h_, n * sizeof(float), cudaMemcpyHostToDevice, e_.stream));
-        pick_tokens_per_row(logits, Vp, n, e_.config.vocab_size, params_d_, sampling, coins_d_, result_d_,
-                            result_d_ + n, scratch_d_, e_.stream);
-        inference_commit_picks(&e_, result_d_, result_d_ + n, slot_of, n);
-        cudaCheck(cudaMemcpyAsync(result_h_, result_d_, 2 * n * sizeof(int), cudaMemcpyDeviceToHost, e_.stream));
-        cudaCheck(cudaStreamSynchronize(e_.stream));
-        out->assign(n, PickedToken{});
-        for (int i = 0; i < n; i++) {
-            if (result_h_[n + i]) continue;  // a non-finite logit: token -1
-            (*out)[i].token = result_h_[i];
-            if (picks[i].top_logprobs >= 0) {
-                slots_detail::logit_rows_to_host(&e_, logits, i, 1, logits_.data());
-                fill_logprobs(logits_.data(), e_.config.vocab_size, picks[i].top_logprobs, &(*out)[i]);
-            }
-        }
+    // Whole prompts' forward queued (1 .. P of them, distinct slots); their picks, in order.
+    std::vector<TokenPick> queue_prompts(const std::vector<PrefillPrompt>& prompts, const char* who) {
+        const int n = (int)prompts.size();
+        if (n < 1 || n > P_) throw std::logic_error(std::string(who) + ": " + std::to_string(n) + " prompts");
+        std::vector<SlotPrompt> rows;
+        for (const PrefillPrompt& p : prompts) rows.push_back(SlotPrompt{p.slot, p.tokens, p.n});
+        inference_prefill_slots(&e_, rows);
+        std::vector<TokenPick> picks;
+        for (const PrefillPrompt& p : prompts) known_[p.slot] = p.n, picks.push_back(p.pick);
+        return picks;
     }
 
     InferenceEngine e_;
     int B_ = 0, P_ = 0, chunk_ = 0;
     std::vector<int> known_;  // positions each slot's sequence holds in the cache (a free slot: its last sequence's)
     std::vector<float> logits_;  // one row, for logprobs
-    // the prompts' picks (P rows), on the device and pinned: rules, coins, results (tokens, then non-finite flags);
-    // the pickers' scratch (max(B, P) ints, shared with the decode step's: one stream)
-    PickParams* params_d_ = nullptr;
-    float* coins_d_ = nullptr;
-    int* result_d_ = nullptr;
-    int* scratch_d_ = nullptr;
-    PickParams* params_h_ = nullptr;
-    float* coins_h_ = nullptr;
-    int* result_h_ = nullptr;
+    PromptPicks prompts_;        // the prompts' first picks
+    int* scratch_d_ = nullptr;   // the pickers' scratch (max(B, P) ints), the decode steps' and the prompts'
     // A decode step's own buffers; steps alternate between two (parity) so that two may be in flight.
     struct StepBuffers {
         void* stage_d = nullptr;  // the packed upload (stage_bytes), on the device and in mapped host memory

@@ -9,11 +9,13 @@
 // gives free slots to the oldest waiting requests and (7) prefills prompts within a token budget, oldest first:
 // prompts up to the engine's chunk whole (several per call where the engine takes them), longer ones in chunks (an
 // engine of whole prompts only gets at most one over-budget prompt per step, alone, so none starves); a prompt's
-// first token comes from its prefill, and it joins the next step's decode. So each running stream gets a token every
-// step whatever joins, and the host's work hides under the GPU's (with two steps in flight the GPU does not wait for
-// the host between steps, except after a prefill, whose first tokens the host waits for). A sequence that ends on a
-// token the step before delivers (a stop) has a row in the step already begun, computed for nothing; one that
-// reaches max_tokens does not. Each request has its own random
+// first token comes from its prefill, and it joins the next step's decode. A call of whole prompts is begun and
+// ended apart, as a decode step is: the engine writes each first token as its slot's next input, so the next step
+// takes the slot at once, and the host reads the tokens once a decode step is queued behind the call (step (2)). So
+// each running stream gets a token every step whatever joins, and the host's work hides under the GPU's (with two
+// steps in flight the GPU does not wait for the host between steps; a chunked prompt's last chunk still waits for
+// its first token). A sequence that ends on a token the step before delivers (a stop, or its first token) has a row
+// in the step already begun, computed for nothing; one that reaches max_tokens does not. Each request has its own random
 // stream: token g is picked with the g-th uniform number of Rng(seed), as generate_gpt2cu draws its coins, so a seed
 // and a prompt give the same tokens whatever else is in the batch (the engine's pick depends on the sequence, its
 // rule and the coin only).
@@ -124,8 +126,9 @@ public:
         for (;;) {
             {
                 std::unique_lock<std::mutex> lock(m_);
-                cv_.wait(lock, [&] { return shut_ || draining_ || !queue_.empty() || active_ > 0 || !flights_.empty(); });
-                if (shut_ || (draining_ && queue_.empty() && active_ == 0 && flights_.empty())) break;
+                const auto idle = [&] { return queue_.empty() && active_ == 0 && flights_.empty() && prefills_.empty(); };
+                cv_.wait(lock, [&] { return shut_ || draining_ || !idle(); });
+                if (shut_ || (draining_ && idle())) break;
             }
             step();
         }
@@ -174,7 +177,7 @@ private:
         int prefilled = 0;  // prompt positions in the slot
         int generated = 0;  // tokens delivered
         bool collected = false;  // the decode step waited for picked `token`, not delivered yet
-        int in_flight = 0;  // rows of steps begun and not yet waited for
+        int in_flight = 0;  // picks begun and not yet waited for: rows of decode steps, its prefill's first token
         PickedToken token;
         uint64_t order = 0;  // submission order: also tells a slot's sequences apart
         uint64_t admitted_step = 0;  // the scheduler's step when it took a slot (prefill_wait counts from it)
@@ -342,10 +345,11 @@ private:
                 prompts.push_back(PrefillPrompt{s->slot, s->r.prompt.data(), (int)s->r.prompt.size(), pick_for(*s)});
                 tokens += s->r.prompt.size();
             }
-            std::vector<PickedToken> out;
+            // the engine's prompt picks are busy while its calls are in flight: the oldest ends first (a decode step
+            // queued behind it, if any, keeps the GPU busy meanwhile)
+            if ((int)prefills_.size() >= std::max(1, engine_->prefills_in_flight())) end_prefill();
             try {
-                engine_->prefill_whole(prompts, &out);
-                if (out.size() != prompts.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
+                engine_->prefill_whole_begin(prompts);
             } catch (const std::exception& e) {
                 for (Sequence* s : group) end(s->slot, FinishReason::Error, std::string("prefill: ") + e.what());
                 continue;
@@ -355,20 +359,50 @@ private:
                 st_.prefill_calls++;
                 st_.prefill_tokens += tokens;
             }
-            for (size_t k = 0; k < group.size(); k++) {
-                group[k]->prefilled = (int)group[k]->r.prompt.size();
-                deliver(*group[k], out[k]);  // may end it (max_tokens 1, a stop) and free the slot
+            PrefillFlight f{{}, decode_begun_};
+            for (Sequence* s : group) {
+                s->prefilled = (int)s->r.prompt.size();
+                s->in_flight++;  // its first token: the next decode step may take the slot before it is read
+                f.rows.push_back(Flight{s->slot, s->order});
             }
+            prefills_.push_back(std::move(f));
             if (budget <= 0) break;
         }
         return any;
     }
 
+    // Waits for the oldest prefill call in flight and delivers its first tokens (which may end sequences: max_tokens
+    // 1, a stop), but to a cancelled request.
+    void end_prefill() {
+        const PrefillFlight f = std::move(prefills_.front());
+        prefills_.pop_front();
+        std::vector<PickedToken> out;
+        std::string error;
+        try {
+            engine_->prefill_whole_end(&out);
+            if (out.size() != f.rows.size()) throw std::runtime_error("the engine returned a wrong number of tokens");
+        } catch (const std::exception& e) {
+            error = std::string("prefill: ") + e.what();
+        }
+        for (size_t k = 0; k < f.rows.size(); k++) {
+            Sequence* s = slots_[f.rows[k].slot].get();
+            if (!s || s->order != f.rows[k].order) continue;  // ended meanwhile
+            s->in_flight--;
+            if (!error.empty()) end(s->slot, FinishReason::Error, error);
+            else if (!cancelled(*s)) deliver(*s, out[k]);  // (a cancelled one ends at the step's cancel pass)
+        }
+    }
+
     // Waits for the oldest decode step in flight; each row whose sequence is still in its slot gets its token
-    // (collected, delivered by deliver_collected), and `slots` (if given) those slots in slot order. False when none
-    // was in flight.
+    // (collected, delivered by deliver_collected), and `slots` (if given) those slots in slot order. Prefill calls
+    // end here too, in the stream's order: those begun before that step first, then those a later step is queued
+    // behind (waiting for them leaves the GPU that step), and all of them when no step is in flight. False when
+    // nothing was in flight.
     bool collect(std::vector<int>* slots = nullptr) {
-        if (flights_.empty()) return false;
+        const uint64_t oldest = decode_begun_ - flights_.size();  // the oldest step's number
+        const bool any_prefill = !prefills_.empty();
+        while (!prefills_.empty() && (flights_.empty() || prefills_.front().before <= oldest)) end_prefill();
+        if (flights_.empty()) return any_prefill;
         const std::vector<Flight> flight = std::move(flights_.front());
         flights_.pop_front();
         std::vector<PickedToken> out;
@@ -391,6 +425,7 @@ private:
             if (!error.empty()) end(s->slot, FinishReason::Error, error);
             else if (!s->collected) s->token = out[i], s->collected = true;  // (a later row after a failed token: dropped)
         }
+        while (!prefills_.empty() && prefills_.front().before < decode_begun_) end_prefill();
         if (slots)
             for (size_t slot = 0; slot < slots_.size(); slot++)
                 if (slots_[slot] && slots_[slot]->collected) slots->push_back((int)slot);
@@ -406,7 +441,7 @@ private:
             std::vector<DecodeSlot> batch;
             std::vector<Flight> flight;
             for (auto& s : slots_) {
-                if (!s || s->prefilled < (int)s->r.prompt.size() || s->picked() == 0) continue;
+                if (!s || s->prefilled < (int)s->r.prompt.size() || s->picked() + s->in_flight == 0) continue;
                 if ((s->collected && s->token.token < 0) || s->picked() + s->in_flight >= s->r.max_tokens) continue;
                 batch.push_back(DecodeSlot{s->slot, (int)s->r.prompt.size() + s->picked() + s->in_flight - 1,
                                            pick_for(*s)});
@@ -424,6 +459,7 @@ private:
             if (ok) {
                 for (const Flight& f : flight) slots_[f.slot]->in_flight++;
                 flights_.push_back(std::move(flight));
+                decode_begun_++;
                 begun = true;
             }
             std::lock_guard<std::mutex> lock(m_);
@@ -584,7 +620,13 @@ private:
         int slot;
         uint64_t order;
     };
-    std::deque<std::vector<Flight>> flights_;  // the rows of the decode steps in flight, oldest first, and whose
+    std::deque<std::vector<Flight>> flights_;  // the rows of the decode steps in flight, oldest first
+    uint64_t decode_begun_ = 0;                // decode steps begun so far (the oldest in flight: this - flights_.size())
+    struct PrefillFlight {
+        std::vector<Flight> rows;  // the call's prompts, in its order
+        uint64_t before;           // decode steps begun before it: the stream runs it before step number `before`
+    };
+    std::deque<PrefillFlight> prefills_;  // whole-prompt calls begun, their first tokens not yet read, oldest first
     int depth_ = 1;  // decode steps in flight at most: the engine's steps_in_flight(), 1 or 2
     bool draining_ = false, shut_ = false;
     uint64_t next_order_ = 0;

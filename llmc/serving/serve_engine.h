@@ -8,8 +8,9 @@
 // the CPU. Host-only.
 #pragma once
 
+#include <deque>
+#include <stdexcept>
 #include <string>
-
 #include <utility>
 #include <vector>
 
@@ -70,6 +71,23 @@ public:
         out->clear();
         for (const PrefillPrompt& p : prompts) out->push_back(prefill(p.slot, p.tokens, 0, p.n, &p.pick));
     }
+    // Whole prompts begun and ended apart, as decode steps are: prefill_whole_begin queues the prompts' forward and
+    // their first picks, each written as its slot's next input, so a decode step may take the slots before the host
+    // has their first tokens (a row at position n, the prompt's length); prefill_whole_end waits for the oldest begun
+    // and gives its tokens as prefill_whole would. Up to prefills_in_flight() begun before the oldest is ended; other
+    // calls (decode steps, chunks, releases) may come between, and are ordered after it. The default runs
+    // prefill_whole at begin and keeps its tokens.
+    virtual int prefills_in_flight() const { return 1; }
+    virtual void prefill_whole_begin(const std::vector<PrefillPrompt>& prompts) {
+        std::vector<PickedToken> out;
+        prefill_whole(prompts, &out);
+        begun_.push_back(std::move(out));
+    }
+    virtual void prefill_whole_end(std::vector<PickedToken>* out) {
+        if (begun_.empty()) throw std::logic_error("prefill_whole_end: no prefill begun");
+        *out = std::move(begun_.front());
+        begun_.pop_front();
+    }
     // Queues one step over the given slots (any subset, any order) and returns, where the engine can, before it is
     // done; decode_end waits for it: out[i] is batch[i]'s next token. Between the two the scheduler may release slots
     // and prefill new sequences into them (the engine orders that work after the step; a released slot's row of the
@@ -90,4 +108,7 @@ public:
     // What the engine says of its decode steps when the server stops (the GPU engine: their time on the GPU and the
     // bandwidth it comes to); empty: nothing. After the last decode_end.
     virtual std::string decode_report() const { return ""; }
+
+private:
+    std::deque<std::vector<PickedToken>> begun_;  // the default prefill_whole_begin's tokens, oldest first
 };

@@ -10,7 +10,8 @@
 // nats in FP32 builds, 5e-2 in BF16. A cancelled request's tokens are a prefix of its tokens alone. Every greedy
 // token is the top-1 of the log-probabilities reported with it (they come from the very row that picked it, also
 // when the next step is already queued). Run with one and with two decode steps in flight, and with prompts longer
-// than 16 tokens prefilled in chunks of 16; then with the prefix cache (run_prefix).
+// than 16 tokens prefilled in chunks of 16; then with the prefix cache (run_prefix). First, whole-prompt calls begun
+// and ended apart against the same calls waited for (run_begun).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -261,13 +262,72 @@ bool run_prefix(const GPT2Config& c, const std::vector<float>& params, int depth
     return ok;
 }
 
+// Whole prompts begun and ended apart (prefill_whole_begin / _end) against the same calls waited for
+// (prefill_whole), engine against engine: two calls in flight (two prompts, then one, greedy and sampled), a decode
+// step over their slots queued before either is ended (so it reads the first picks from the device), then both ended
+// oldest first: the first tokens and the step's tokens bit-identical to the waited run's (the same calls, the same
+// shapes). Then a third call begun once the first has ended, on the first's set of pinned rows. true when it passes.
+bool run_begun(const GPT2Config& c, const std::vector<float>& params) {
+    const int slots = 4, context = 128, prefill_rows = 2;
+    std::vector<std::vector<int>> prompts(4);
+    Rng rng(5);
+    for (auto& p : prompts)
+        for (int k = 3 + (int)(rng.next_u32() % 40); k > 0; k--) p.push_back((int)(rng.next_u32() % c.vocab_size));
+    auto call = [&](std::initializer_list<int> which) {
+        std::vector<PrefillPrompt> v;
+        for (int i : which) {
+            TokenPick pick;
+            if (i % 2) pick.params = PickParams{1.f, 0, 1.f}, pick.coin = 0.25f + 0.2f * i;
+            v.push_back(PrefillPrompt{i, prompts[i].data(), (int)prompts[i].size(), pick});
+        }
+        return v;
+    };
+    auto step_over = [&](std::initializer_list<int> which) {
+        std::vector<DecodeSlot> batch;
+        for (int i : which) batch.push_back(DecodeSlot{i, (int)prompts[i].size(), TokenPick{}});
+        return batch;
+    };
+    std::vector<int> waited, begun;  // first tokens of slots 0, 1, 2, the step's three, then slot 3's first
+    for (bool apart : {false, true}) {
+        GpuServeEngine e(c, params, slots, context, prefill_rows, InferenceOptions{}, 2, 0);
+        std::vector<int>& got = apart ? begun : waited;
+        std::vector<PickedToken> a, b, d, f;
+        if (apart) {
+            e.prefill_whole_begin(call({0, 1}));
+            e.prefill_whole_begin(call({2}));
+            e.decode_begin(step_over({0, 1, 2}));
+            e.prefill_whole_end(&a);
+            e.prefill_whole_end(&b);
+            e.decode_end(&d);
+            e.prefill_whole_begin(call({3}));
+            e.prefill_whole_end(&f);
+        } else {
+            e.prefill_whole(call({0, 1}), &a);
+            e.prefill_whole(call({2}), &b);
+            e.decode_begin(step_over({0, 1, 2}));
+            e.decode_end(&d);
+            e.prefill_whole(call({3}), &f);
+        }
+        for (const auto* v : {&a, &b, &d, &f})
+            for (const PickedToken& t : *v) got.push_back(t.token);
+    }
+    bool ok = waited.size() == 7 && waited == begun;
+    for (int t : waited) ok = ok && t >= 0 && t < c.vocab_size;
+    printf("test_serve_engine (%s, prefills begun and ended apart): %zu tokens, waited", PRECISION_NAME, waited.size());
+    for (int t : waited) printf(" %d", t);
+    printf(", begun");
+    for (int t : begun) printf(" %d", t);
+    printf(": %s\n", ok ? "PASS" : "FAIL");
+    return ok;
+}
+
 }  // namespace
 
 int main() {
     const GPT2Config c{256, 1000, 1024, 2, 12, 768};  // max T, V, padded V, L, NH, C
     GPT2 m;
     gpt2_build_random(&m, c, 1234);
-    bool ok = true;
+    bool ok = run_begun(c, m.host_params);
     ok = run(c, m.host_params, 1, 0) && ok;
     ok = run(c, m.host_params, 2, 0) && ok;
     ok = run(c, m.host_params, 2, 16) && ok;

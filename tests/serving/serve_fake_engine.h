@@ -7,8 +7,9 @@
 //   taken); 1..chunk tokens (whole prompts from 0 otherwise; prefill_whole: prompts of up to chunk tokens); ids
 //   below V;
 //   decode_begin: distinct occupied slots whose prompt is in, each at exactly its length, the input the slot's last
-//   pick; fewer than in_flight steps in flight; decode_end: a step in flight (the oldest ends); release: an occupied
-//   slot.
+//   pick; fewer than in_flight steps in flight; decode_end: a step in flight (the oldest ends); prefill_whole_begin:
+//   fewer than prefills_in_flight begun and not ended (a begun call's first picks are the slots' inputs at once, its
+//   tokens come at prefill_whole_end, oldest first); release: an occupied slot.
 // A violation is recorded and thrown (the scheduler ends the sequences concerned with an error), so tests see both.
 // Optional delays (per decode step, per prefilled token) give the mock server a GPU's rhythm: a step's time passes
 // between decode_begin and decode_end, as a GPU's would, so the host's work between them overlaps it.
@@ -40,6 +41,7 @@ struct FakeEngineOptions {
     int in_flight = 1;            // steps_in_flight(): decode steps begun before the first is ended
     int fail_begin_at = 0;        // the n-th decode_begin throws (as a GPU error would; 0: never)
     int fail_end_at = 0;          // the n-th decode_end throws, its step gone
+    int prefills_in_flight = 2;   // prefill_whole_begin calls before the oldest is ended
 };
 
 struct FakePrefill {
@@ -88,6 +90,7 @@ public:
     int prefill_chunk() const override { return o_.chunk; }
     int prefill_rows() const override { return o_.prefill_rows; }
     int steps_in_flight() const override { return o_.in_flight; }
+    int prefills_in_flight() const override { return o_.prefills_in_flight; }
 
     void prefill_whole(const std::vector<PrefillPrompt>& prompts, std::vector<PickedToken>* out) override {
         std::set<int> seen;
@@ -99,6 +102,27 @@ public:
             fail("prefill_whole: " + std::to_string(prompts.size()) + " prompts");
         whole_calls.push_back((int)prompts.size());
         ServeEngine::prefill_whole(prompts, out);
+    }
+
+    // Begun: the prompts are in their slots and each first pick is its slot's next input at once (as the GPU's
+    // stream orders it before the next step); the tokens reach the scheduler only at prefill_whole_end.
+    void prefill_whole_begin(const std::vector<PrefillPrompt>& prompts) override {
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            if ((int)begun_.size() >= o_.prefills_in_flight)
+                fail("prefill_whole_begin: " + std::to_string(begun_.size()) + " prefills in flight");
+        }
+        std::vector<PickedToken> out;
+        prefill_whole(prompts, &out);
+        std::lock_guard<std::mutex> lock(m_);
+        begun_.push_back(std::move(out));
+        max_prefills_in_flight = std::max(max_prefills_in_flight, (int)begun_.size());
+    }
+    void prefill_whole_end(std::vector<PickedToken>* out) override {
+        std::lock_guard<std::mutex> lock(m_);
+        if (begun_.empty()) fail("prefill_whole_end: no prefill begun");
+        *out = std::move(begun_.front());
+        begun_.pop_front();
     }
 
     PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) override {
@@ -203,6 +227,7 @@ public:
     struct Copy { int from, to, n; };
     std::vector<Copy> copies;  // copy_prefix calls
     std::vector<int> in_flight_at_end;  // steps in flight at each decode_end (the one it ends included)
+    int max_prefills_in_flight = 0;     // whole-prompt calls begun and not ended, at most
     std::vector<std::string> violations;
     long long prefilled_tokens = 0;
     int fail_slot = -1;  // decode picks no token for this slot (an engine failure)
@@ -226,6 +251,7 @@ private:
         std::chrono::steady_clock::time_point ready;
     };
     std::deque<Flight> flights_;  // steps in flight, oldest first
+    std::deque<std::vector<PickedToken>> begun_;  // whole-prompt calls begun: their first tokens, oldest first
     int begin_calls_ = 0, end_calls_ = 0;
     std::mutex m_;
 };

@@ -44,12 +44,12 @@ TEST(ServeScheduler, JoinAtTheNextStepLeaveAtTheEndAndReuseSlots) {
     s.submit(make_request(pa, 30, a));
     s.submit(make_request(pb, 4, b));
     s.submit(make_request(pc, 5, c));  // waits: two slots
-    s.step();  // a and b prefilled: their first tokens
+    s.step();  // a and b prefilled (begun: their first tokens are read at the next step)
     EXPECT_EQ(s.stats().running, 2);
     EXPECT_EQ(s.stats().queued, 1);
     EXPECT_TRUE(e.steps.empty());
-    EXPECT_EQ(a->tokens.size(), 1u);
-    s.step();  // their first decode step begins; its tokens come with the next step
+    EXPECT_TRUE(a->tokens.empty());
+    s.step();  // their first tokens; their first decode step begins, its tokens come with the next step
     EXPECT_EQ(e.steps.back(), (std::vector<int>{0, 1}));
     EXPECT_EQ(a->tokens.size(), 1u);
     s.step();
@@ -461,8 +461,9 @@ TEST(ServeScheduler, PrefillWaitFillsTheCallWhileOthersDecode) {
         auto first = std::make_shared<Outcome>();
         const std::vector<int> p0 = prompt_of(10, 100);
         s.submit(make_request(p0, 40, first));
-        s.step();  // nothing decodes yet: prefilled at once
-        ASSERT_EQ(first->tokens.size(), 1u) << chunk;
+        s.step();  // nothing decodes yet: prefilled at once (its first token read at the next step)
+        ASSERT_EQ(e.whole_calls.size(), 1u) << chunk;
+        EXPECT_TRUE(first->tokens.empty()) << chunk;
         const size_t calls0 = e.whole_calls.size();  // prefill_whole calls (every prompt here is whole)
         std::vector<std::shared_ptr<Outcome>> outs;
         std::vector<std::vector<int>> prompts;
@@ -629,10 +630,10 @@ TEST(ServeScheduler, TwoStepsInFlight) {
     auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
     s.submit(make_request(pa, 10, a, {}, 0, stop));
     s.submit(make_request(pb, 30, b));
-    s.step();  // a prefilled: its first token
-    EXPECT_EQ(a->tokens.size(), 1u);
+    s.step();  // a prefilled: begun, its first token read at the next step
+    EXPECT_TRUE(a->tokens.empty());
     EXPECT_TRUE(e.steps.empty());
-    s.step();  // two steps begun, the first waited for: a's second token
+    s.step();  // two steps begun behind the prefill, its token read and the first step waited for: a's second token
     EXPECT_EQ(e.steps.size(), 2u);
     EXPECT_EQ(a->tokens.size(), 2u);
     s.step();
@@ -641,7 +642,7 @@ TEST(ServeScheduler, TwoStepsInFlight) {
     EXPECT_EQ(a->end.reason, FinishReason::Stop);
     EXPECT_EQ(e.steps.size(), 4u);
     ASSERT_EQ(e.prefills.size(), 2u);
-    s.step();  // step 4 (a's row, dropped) waited for, b's first two rows in flight
+    s.step();  // b's first row begun, step 4 (a's row, dropped) waited for, then b's prefill: its first token
     EXPECT_EQ(b->tokens.size(), 1u);
     for (int i = 0; i < 10; i++) {
         const size_t before = b->tokens.size();
@@ -655,6 +656,49 @@ TEST(ServeScheduler, TwoStepsInFlight) {
     EXPECT_EQ(std::count(e.in_flight_at_end.begin(), e.in_flight_at_end.end(), 2),
               (long)e.in_flight_at_end.size() - 1);
     EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+}
+
+// Whole prompts begun and ended apart: at most prefills_in_flight calls are begun before the oldest is read (the
+// third call of a step reads the first's tokens), a sequence's first decode row is begun before its first token is
+// read, so a first token that ends it (a stop) leaves that row computed for nothing and max_tokens 1 gets no row;
+// a sequence cancelled while its prefill is in flight ends without its token. Tokens as alone.
+TEST(ServeScheduler, PrefillsBegunAndEndedApart) {
+    FakeEngineOptions fo{4, 128};
+    fo.in_flight = 2;
+    FakeEngine e(fo);
+    Scheduler s(&e, {});
+    const std::vector<int> pa = prompt_of(5, 1), pb = prompt_of(6, 2), pc = prompt_of(7, 3), pd = prompt_of(4, 4);
+    const int stop = e.alone(pb, 1, {}, 0)[0];  // b's first token is its stop
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>(), c = std::make_shared<Outcome>();
+    auto d = std::make_shared<Outcome>();
+    s.submit(make_request(pa, 1, a));
+    s.submit(make_request(pb, 20, b, {}, 0, stop));
+    s.submit(make_request(pc, 20, c));
+    SequenceRequest rd = make_request(pd, 20, d);
+    auto cancel_d = rd.cancel;
+    s.submit(std::move(rd));
+    s.step();  // four calls of one prompt: the third reads the first's token (a: max_tokens 1, ended), the fourth b's
+    EXPECT_EQ(e.whole_calls, (std::vector<int>{1, 1, 1, 1}));
+    EXPECT_EQ(e.max_prefills_in_flight, 2);
+    EXPECT_EQ(a->tokens.size(), 1u);
+    EXPECT_EQ(a->end.reason, FinishReason::Length);
+    EXPECT_EQ(b->end.reason, FinishReason::Stop);
+    EXPECT_TRUE(c->tokens.empty());
+    EXPECT_TRUE(e.steps.empty());
+    cancel_d->store(true);  // its prefill in flight
+    s.step();  // c's first rows begun before its first token is read (d's too: the step begins before cancels are
+               // seen, a row for nothing); d's token dropped
+    ASSERT_EQ(e.steps.size(), 2u);
+    EXPECT_EQ(e.steps[0], (std::vector<int>{2, 3}));
+    EXPECT_EQ(c->tokens.size(), 2u);  // the prefill's, then the first step's
+    EXPECT_EQ(d->end.reason, FinishReason::Cancelled);
+    EXPECT_TRUE(d->tokens.empty());
+    run_to_idle(s);
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+    EXPECT_EQ(a->tokens, e.alone(pa, 1, {}, 0));
+    EXPECT_EQ(b->tokens, std::vector<int>{stop});
+    EXPECT_EQ(c->tokens, e.alone(pc, 20, {}, 0));
+    EXPECT_EQ(e.steps.size(), 19u);  // c's 19 (max_tokens: none past its last), d's one row in the first
 }
 
 TEST(ServeScheduler, EngineFailureEndsOnlyThatSequence) {

@@ -97,7 +97,8 @@ TEST(InferencePlan, ServingPrefillsPromptsIntoTheirOwnRows) {
 
 // A server's own buffers (llmc/serving/gpu_engine.cuh) are rows of the plan too: on the device the prompts' pick
 // settings, coins and picks (P rows), the pickers' scratch and each step's upload; in mapped host memory the same
-// prompts' rows and, per step in flight, its upload, its picks and its logits rows. Nothing of them without a server.
+// prompts' rows (a set per prefill in flight) and, per step in flight, its upload, its picks and its logits rows.
+// Nothing of them without a server.
 TEST(InferencePlan, ServingBuffersAreInThePlan) {
     InferenceShape served = shape(64, 1025, 1024, 1);
     served.prefill_B = 8, served.row_buckets = true, served.slot_prefill = true;
@@ -110,7 +111,9 @@ TEST(InferencePlan, ServingBuffersAreInThePlan) {
     const size_t device = 256 + 256 + 256 + 256 + 2 * upload;  // 8 settings, 8 coins, 16 picks, 64 ints of scratch
     EXPECT_EQ(group(with, InferenceGroup::Server), device);
     EXPECT_EQ(with.block, without.block + device);
-    const size_t host = 256 + 256 + 256 + 2 * upload + 2 * 512 + 2 * 64 * 50304 * 2;  // + picks (2 x 64 ints), logits
+    // the prompts' rows in three sets (two whole prefills in flight, one call that waits), then per step its upload,
+    // picks (2 x 64 ints) and logits
+    const size_t host = 3 * (256 + 256 + 256) + 2 * upload + 2 * 512 + 2 * 64 * 50304 * 2;
     EXPECT_EQ(group(with, InferenceGroup::HostMapped), group(without, InferenceGroup::HostMapped) + host);
     EXPECT_EQ(with.device_total(), without.device_total() + device);  // the host rows are not device memory
 }
