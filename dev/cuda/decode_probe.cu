@@ -17,6 +17,8 @@
 //                        order, into a ring of 4 shared-memory pages of 48 KB (cp.async.bulk on an mbarrier), never
 //                        waiting for x; 8 consumer warps multiply each page and release it; +counters: they wait
 //                        for the matrix before as counters does (sm_90a builds on H100/H200; skipped elsewhere)
+//             pages4     pages, each warp up to 4 rows of a page at once, so each lane's x is loaded once for the
+//                        group (pages:math found the consumers, not the copies, setting the pace)
 //             pages:copy, pages:math   pages' two halves alone, to see which sets its pace: the copies with the
 //                        pages released unread, or the products on pages marked full with nothing copied (no y)
 // Every mode's y (but the two halves') is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the
@@ -214,15 +216,44 @@ __device__ __forceinline__ void consumers_signal(unsigned* count) {
     hopper::named_barrier_sync(1, kThreads);
     if (threadIdx.x == 0) red_release_add(count, 1u);
 }
+constexpr int kGroup = 4;  // pages4: rows a warp takes at once
+// A warp's g rows (g <= kGroup) of a page, y[i] = row i . x: each lane's 8 columns of x loaded once (two float4) for
+// all g rows, each row's 8 weights one 16-byte load, bf16 pairs widened two at a time.
+__device__ __forceinline__ void group_rows(const __nv_bfloat16* rows, int cols, int g, const float* x, float* y,
+                                           int lane) {
+    float s[kGroup] = {};
+    for (int c = lane * 8; c < cols; c += kWarpSize * 8) {
+        const float4 xa = *reinterpret_cast<const float4*>(x + c), xb = *reinterpret_cast<const float4*>(x + c + 4);
+        const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+        for (int i = 0; i < kGroup; i++) {
+            if (i >= g) break;
+            const uint4 v = *reinterpret_cast<const uint4*>(rows + (size_t)i * cols + c);
+            const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float2 f = __bfloat1622float2(h[k]);
+                s[i] += f.x * xv[2 * k] + f.y * xv[2 * k + 1];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kGroup; i++) {
+        for (int o = 16; o > 0; o >>= 1) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
+        if (lane == 0 && i < g) y[i] = s[i];
+    }
+}
+
 // Whole rows a page holds (a block's share of a matrix is [begin, end), in pages of this many rows).
 __device__ __forceinline__ int rows_per_page(int cols) { return kPageBytes / (cols * (int)sizeof(__nv_bfloat16)); }
 
-// variant: 0 pages, 1 pages+counters, and two halves of pages to find which one sets its pace (not validated):
-// 2 copy-only (the consumers release each page unread), 3 math-only (the producer copies nothing: each page is marked
-// full at once and the consumers multiply whatever it holds).
+// variant: 0 pages, 1 pages+counters, 2 pages with rows in groups (each warp up to kGroup rows of a page at once,
+// so each lane's x is loaded once for the group, not once a row), and two halves of pages to find which one sets its
+// pace (not validated): 3 copy-only (the consumers release each page unread), 4 math-only (the producer copies
+// nothing: each page is marked full at once and the consumers multiply whatever it holds).
 __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const float* x, float* const* y,
                                                              unsigned* done, unsigned epoch, int variant) {
-    const bool wait = variant == 1, copy = variant != 3, math = variant != 2;
+    const bool wait = variant == 1, copy = variant != 4, math = variant != 3, grouped = variant == 2;
     extern __shared__ __align__(128) uint8_t smem[];
     auto* bars = reinterpret_cast<hopper::RingBarriers<kPageStages>*>(smem);
     uint8_t* pages = smem + 128;
@@ -261,6 +292,14 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
             ring.wait_full();
             const __nv_bfloat16* page =
                 reinterpret_cast<const __nv_bfloat16*>(pages + (size_t)ring.stage() * kPageBytes);
+            if (grouped) {  // rows per warp: as many as keep every warp busy, up to kGroup
+                const int g = max(1, min(kGroup, n / kWarps));
+                for (int r = warp * g; math && r < n; r += kWarps * g)
+                    group_rows(page + (size_t)r * cols, cols, min(g, n - r), x, y[m] + r0 + r, lane);
+                __syncwarp();
+                if (lane == 0) ring.release();
+                continue;
+            }
             for (int r = warp; math && r < n; r += kWarps) {
                 float s = 0.f;
                 for (int c = lane * 8; c < cols; c += kWarpSize * 8) {
@@ -367,11 +406,12 @@ int main(int argc, char** argv) {
         return 1;
     }
     const bool hopper = hopper::hopper_available();
-    const int modes = hopper ? 10 : 6, checked = hopper ? 8 : 6;  // the last two (diagnostics) compute no y
-    if (!hopper) printf("(pages, pages+counters, pages:copy, pages:math: sm_90a builds on H100/H200 only, skipped)\n");
+    const int modes = hopper ? 11 : 6, checked = hopper ? 9 : 6;  // the last two (diagnostics) compute no y
+    if (!hopper)
+        printf("(pages, pages+counters, pages4, pages:copy, pages:math: sm_90a builds on H100/H200 only, skipped)\n");
     else cudaCheck(cudaFuncSetAttribute(pages_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kPageSmem));
-    const char* names[10] = {"graph", "stream", "counters", "prefetch", "stream+L2", "counters+L2", "pages",
-                             "pages+counters", "pages:copy", "pages:math"};
+    const char* names[11] = {"graph", "stream", "counters", "prefetch", "stream+L2", "counters+L2", "pages",
+                             "pages+counters", "pages4", "pages:copy", "pages:math"};
     auto run = [&](int mode) {  // on the legacy default stream, as benchmark() times it (the graph captured apart)
         if (mode == 0) {
             cudaCheck(cudaGraphLaunch(exec, 0));
