@@ -97,7 +97,13 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
         floatX* dfch = scratch4;
         floatX* fc_dbias = g(FCB, l);
         bool dfch_amax_taken = false;
-        if (m->hopper_dgelu) {
+        // delayed scaling with LLMC_FP8_RECAST: fcproj and fc together, fcproj's input cast again by fc's output
+        // gradient's cast, which reads fch anyway (gpt2_fp8_mlp_backward)
+        const bool fp8_mlp = fp8_delayed && fp8->recast && !fp8->blocks();
+        if (fp8_mlp) {
+            gpt2_fp8_mlp_backward(*fp8, l, dfch, g(FCPROJW, l), scratch, g(FCW, l), fc_dbias, dresidual,
+                                  a.fch.at(l), BT, reduce, s);
+        } else if (m->hopper_dgelu) {
             // dfch, fc's bias gradient summed in the same kernel (so none in fc's GEMM) and, under recompute, the
             // GELU output fcproj's weight gradient reads (so no pass of its own over fch)
             matmul_backward_dgelu_hopper(dfch, reduce, dresidual, p(FCPROJW, l), a.fch.at(l), BT, 4 * C, C, 1.0f, s,
@@ -116,8 +122,9 @@ inline void backward_enqueue(GPT2* m, int B, int T, float loss_scale, BackwardLi
         }
         // after dfch: the Hopper kernel may have written fch_gelu (dfch has a buffer of its own, scratch4)
         if (!fp8) matmul_backward_weight(g(FCPROJW, l), nullptr, dresidual, fch_gelu, BT, 4 * C, C, reduce, 1.0f, s);
-        linear(l, kFp8Fc, scratch, FCW, fc_dbias, dfch, a.ln2.at(l), C, 4 * C, dfch_amax_taken,
-               fp8_delayed ? a.fch.at(l) : nullptr);
+        if (!fp8_mlp)
+            linear(l, kFp8Fc, scratch, FCW, fc_dbias, dfch, a.ln2.at(l), C, 4 * C, dfch_amax_taken,
+                   fp8_delayed ? a.fch.at(l) : nullptr);
         layernorm_backward(dresidual, g(LN2W, l), g(LN2B, l), scratch, a.residual2.at(l), p(LN2W, l),
                            a.ln2_mean.at(l), a.ln2_rstd.at(l), BT, C, reduce, s, g(ATTPROJB, l),
                            dout_amax(l, kFp8AttProj));

@@ -66,13 +66,16 @@ inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows
 // The cast with slot s's delayed scale (its scale and descale set by gpt2_fp8_delayed_update), its amax folded in
 // for the next update, a value that is not finite making the descale NaN at once (this step's GEMMs); dgelu_in: x
 // is a GELU output's gradient cast through the GELU backward (fp8_cast_transpose_dgelu), kGelu: x a GELU's input
-// cast through the GELU. With LLMC_FP8_CHECK_AMAX the fold against a pass of its own.
+// cast through the GELU (and, given gelu_yT, the GELU's output cast again beside it: fp8_cast_transpose_dgelu).
+// With LLMC_FP8_CHECK_AMAX the fold against a pass of its own.
 template <Fp8Format F, bool kGelu = false>
 inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
-                         cudaStream_t stream, const floatX* dgelu_in = nullptr, float* colsum = nullptr) {
+                         cudaStream_t stream, const floatX* dgelu_in = nullptr, float* colsum = nullptr,
+                         const float* gelu_scale = nullptr, uint8_t* gelu_yT = nullptr) {
     float* const descale = f.descale(s);
     if (dgelu_in)
-        fp8_cast_transpose_dgelu<F>(x, dgelu_in, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum, descale);
+        fp8_cast_transpose_dgelu<F>(x, dgelu_in, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum, descale,
+                                    gelu_scale, gelu_yT);
     else fp8_cast_transpose<F, kGelu>(x, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum, descale);
     if (f.check) {
         if (dgelu_in) fp8_amax_dgelu(x, dgelu_in, rows, cols, f.check + s, stream);
@@ -117,8 +120,8 @@ inline size_t gpt2_fp8_bytes(int L, int C, int max_rows, int Vp = 0) {
     const size_t grids = engine_options().fp8_blocks ? gpt2_fp8_block_grid_floats(L, C, max_rows) * sizeof(float) : 0;
     const bool recast = engine_options().fp8_recast;
     return (size_t)L * (layer_weight_bytes(C) + layer_input_bytes(C, max_rows, recast)) + (size_t)Vp * C +
-           shape.stats_floats() * sizeof(float) + (recast ? 3 : 2) * (size_t)max_rows * 4 * C + 7 * 256 +
-           grids;  // + each piece's alignment
+           shape.stats_floats() * sizeof(float) + (recast ? 3 : 2) * (size_t)max_rows * 4 * C +
+           (recast ? (size_t)max_rows * C : 0) + 8 * 256 + grids;  // + each piece's alignment
 }
 
 inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp = 0) {
@@ -137,6 +140,7 @@ inline void gpt2_fp8_allocate(Fp8Layers* f, int L, int C, int max_rows, int Vp =
     f->recast = engine_options().fp8_recast;
     f->inputs_T = (uint8_t*)take((size_t)L * gpt2_fp8_detail::layer_input_bytes(C, max_rows, f->recast));
     if (f->recast) f->recast_T = (uint8_t*)take((size_t)max_rows * 4 * C);
+    if (f->recast) f->fcproj_dout_T = (uint8_t*)take((size_t)max_rows * C);
     f->stats = (float*)take(f->stats_floats() * sizeof(float));
     for (auto& w : f->work) w = (uint8_t*)take((size_t)max_rows * 4 * C);
     if (Vp > 0) f->wte = (uint8_t*)take((size_t)Vp * C);
@@ -327,4 +331,40 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
                d.out, d.in, N, engine_options().fp8_fast_wgrad, stream, /*accumulate=*/true);
     matmul_fp8(dinp, dout_y, f.grads, f.descale(sd), weight_yT(f, l, k), Fp8Format::E4M3, f.descale(sw), nullptr, N,
                d.in, d.out, engine_options().fp8_fast_dgrad, stream);
+}
+
+// fcproj's and fc's backward together, under delayed scaling with LLMC_FP8_RECAST (gpt2_fp8_backward for each,
+// reordered): fcproj's input gradient first (dfch_gelu: the gradient of the GELU's output), then fc's output gradient
+// cast through the GELU backward, which reads fch anyway and so casts fcproj's input (gelu(fch)) again beside it,
+// transposed, with its forward's scale; fcproj's weight gradient then reads those bytes (the recast without a pass of
+// its own over fch), its output gradient's yT kept meanwhile in fcproj_dout_T. The same bytes and sums as the two
+// calls: dln2 (fc's input gradient) overwritten, the weight gradients and fc's bias gradient accumulated.
+inline void gpt2_fp8_mlp_backward(const Fp8Layers& f, int l, floatX* dfch_gelu, floatX* dfcproj_w, floatX* dln2,
+                                  floatX* dfc_w, floatX* dfc_b, const floatX* dout, const floatX* fch, int N,
+                                  float* reduce, cudaStream_t stream) {
+    using namespace gpt2_fp8_detail;
+    const int C = f.C;
+    const size_t pi = f.slot(l, kFp8FcProj, kFp8Inp), pw = f.slot(l, kFp8FcProj, kFp8Weight);
+    const size_t pd = f.slot(l, kFp8FcProj, kFp8Dout), fi = f.slot(l, kFp8Fc, kFp8Inp);
+    const size_t fw = f.slot(l, kFp8Fc, kFp8Weight), fd = f.slot(l, kFp8Fc, kFp8Dout);
+    const EngineOptions& o = engine_options();
+    auto run = [&](auto grads) {
+        constexpr Fp8Format G = decltype(grads)::value;
+        // fcproj: its output gradient (amax folded by the LayerNorm backward; bias summed there), its input gradient
+        cast_current<G>(f, pd, dout, N, C, f.work[0], f.fcproj_dout_T, stream, /*amax_taken=*/true);
+        matmul_fp8(dfch_gelu, f.work[0], G, f.descale(pd), weight_yT(f, l, kFp8FcProj), Fp8Format::E4M3,
+                   f.descale(pw), nullptr, N, 4 * C, C, o.fp8_fast_dgrad, stream);
+        // fc: its output gradient through the GELU backward, fcproj's input again beside it
+        cast_delayed<G>(f, fd, dfch_gelu, N, 4 * C, f.work[0], f.work[1], stream, fch, dfc_b ? reduce : nullptr,
+                        f.scale(pi), f.recast_T);
+    };
+    if (f.grads == Fp8Format::E4M3) run(std::integral_constant<Fp8Format, Fp8Format::E4M3>());
+    else run(std::integral_constant<Fp8Format, Fp8Format::E5M2>());
+    if (dfc_b) column_sum_finish(dfc_b, reduce, fp8_cast_colsum_chunks(N), 4 * C, 1.0f, stream);
+    matmul_fp8(dfcproj_w, f.fcproj_dout_T, f.grads, f.descale(pd), f.recast_T, Fp8Format::E4M3, f.descale(pi),
+               nullptr, C, 4 * C, N, o.fp8_fast_wgrad, stream, /*accumulate=*/true);
+    matmul_fp8(dfc_w, f.work[1], f.grads, f.descale(fd), input_yT(f, l, kFp8Fc), Fp8Format::E4M3, f.descale(fi),
+               nullptr, 4 * C, C, N, o.fp8_fast_wgrad, stream, /*accumulate=*/true);
+    matmul_fp8(dln2, f.work[0], f.grads, f.descale(fd), weight_yT(f, l, kFp8Fc), Fp8Format::E4M3, f.descale(fw),
+               nullptr, N, C, 4 * C, o.fp8_fast_dgrad, stream);
 }

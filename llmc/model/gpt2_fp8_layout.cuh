@@ -64,6 +64,7 @@ struct Fp8Layers {
     uint8_t* inputs_T = nullptr;   // per layer, per linear: inp's yT (in x rows), E4M3, from its forward cast
     bool recast = false;           // LLMC_FP8_RECAST: attproj's and fcproj's yT cast again in the backward into
     uint8_t* recast_T = nullptr;   // this one buffer (4C x rows), inputs_T keeping qkv's and fc's only
+    uint8_t* fcproj_dout_T = nullptr;  // recast: fcproj's output gradient's yT (C x rows) across fc's cast
     float* stats = nullptr;        // amax, scale, descale of every slot (descales strided)
     float* check = nullptr;        // LLMC_FP8_CHECK_AMAX: every slot's amax by a pass, a mismatch (int), its fold
     Fp8Delayed delayed;

@@ -16,7 +16,8 @@
 #     losses the same with validation never and every step, its casts' amaxes checked against passes, and -fp8h 4
 #     resumed bit-exactly (the histories and scales are run state);
 #   - LLMC_FP8_RECAST=1 (attproj's and fcproj's input transposes cast again in the backward with the forward's
-#     scales) with -fp8 2 and with -fp8 2 -fp8h 16: main.log byte-identical to the kept transposes' runs;
+#     scales) with -fp8 2 and with -fp8 2 -fp8h 16: main.log byte-identical to the kept transposes' runs (under
+#     -fp8h fcproj's is cast by fc's output gradient's cast: gpt2_fp8_mlp_backward), its amaxes checked too;
 #   - LLMC_FP8_BLOCKS=1 -fp8 2 (a scale per block): within TOL of BF16, twice byte-identical;
 #   - B*T not a multiple of 16, and -fp8h without -fp8, refused in one line before any work.
 # Elsewhere (FP32 builds, older GPUs): -fp8 1 refused in one line, naming the flag.
@@ -73,6 +74,11 @@ else echo "FAIL: -fp8 2 with LLMC_FP8_CHECK_AMAX=1:"; grep -a -m 3 'error' "$WOR
 if LLMC_FP8_CHECK_AMAX=1 ./train_gpt2cu "${FLAGS[@]}" -fp8 2 -fp8h 16 -r 1 -o "$WORK/fp8dchk" >"$WORK/fp8dchk.log" 2>&1
 then echo "ok   -fp8 2 -fp8h 16 with LLMC_FP8_CHECK_AMAX=1: every folded amax (the delayed casts' too) equal to its pass's"
 else echo "FAIL: -fp8 2 -fp8h 16 with LLMC_FP8_CHECK_AMAX=1:"; grep -a -m 3 'error' "$WORK/fp8dchk.log"; fail=1; fi
+# the same with LLMC_FP8_RECAST=1: fcproj and fc's backward together, fcproj's input cast again by fc's (dgelu) cast
+if LLMC_FP8_CHECK_AMAX=1 LLMC_FP8_RECAST=1 ./train_gpt2cu "${FLAGS[@]}" -fp8 2 -fp8h 16 -r 1 -o "$WORK/fp8drcchk" \
+    >"$WORK/fp8drcchk.log" 2>&1
+then echo "ok   -fp8 2 -fp8h 16 with LLMC_FP8_RECAST=1 and LLMC_FP8_CHECK_AMAX=1: every folded amax equal to its pass's"
+else echo "FAIL: -fp8 2 -fp8h 16 with LLMC_FP8_RECAST=1 and LLMC_FP8_CHECK_AMAX=1:"; grep -a -m 3 'error' "$WORK/fp8drcchk.log"; fail=1; fi
 grep -q 'delayed over 16 micro-steps' "$WORK/fp8d.log" ||
     { echo "FAIL: the -fp8h 16 run's start-up does not name delayed scaling"; fail=1; }
 grep -q 'linear layers in FP8' "$WORK/fp8.log" || { echo "FAIL: the -fp8 1 run's start-up does not name FP8"; fail=1; }

@@ -71,13 +71,18 @@ __device__ __forceinline__ void store_transposed_tile(const uint32_t (*tile)[kTi
     }
 }
 
+// gelu_yT (kDGelu only; null: none): gelu(aux) cast to E4M3 with *gelu_scale, transposed, the bytes
+// fp8_cast_transpose<E4M3, true>(aux, ...) writes as yT: the GELU output's cast again from the aux the kernel reads.
 template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
 __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols,
                                                             ScaleSource src, uint8_t* __restrict__ y,
                                                             uint8_t* __restrict__ yT, float* __restrict__ amax,
                                                             float* __restrict__ colsum,
-                                                            const floatX* __restrict__ aux) {
+                                                            const floatX* __restrict__ aux,
+                                                            const float* __restrict__ gelu_scale,
+                                                            uint8_t* __restrict__ gelu_yT) {
     __shared__ uint32_t tile[kTile][kTile / 4 + 1];  // [row][4 columns' bytes], padded
+    __shared__ uint32_t gelu_tile[kDGelu ? kTile : 1][kTile / 4 + 1];  // gelu_yT's, the same way
     __shared__ float column_part[kTileRowsPerPass][kTile];  // each thread row's sums of its 4 columns
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of 4 columns x 16 rows
     const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
@@ -94,6 +99,7 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
     }
     unsigned int m = 0;  // max |x| as bits: non-negative floats order as integers, and a NaN (|NaN|) above all
     float sums[4] = {};  // this thread's 4 columns over its 4 rows
+    const float gs = kDGelu && gelu_yT ? *gelu_scale : 1.f;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int r = row0 + ty + 16 * k, c = col0 + 4 * tx;
@@ -111,6 +117,16 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
             }
             packed = fp8x4<F>(v[0] * s, v[1] * s, v[2] * s, v[3] * s);
             if (y) *reinterpret_cast<uint32_t*>(y + (size_t)r * cols + c) = packed;
+            if constexpr (kDGelu) {
+                if (gelu_yT) {
+                    float a[4];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) a[j] = operand_value<true, false>(g.v[j], g.v[j]) * gs;
+                    gelu_tile[ty + 16 * k][tx] = fp8x4<Fp8Format::E4M3>(a[0], a[1], a[2], a[3]);
+                }
+            }
+        } else if constexpr (kDGelu) {
+            gelu_tile[ty + 16 * k][tx] = 0;
         }
         tile[ty + 16 * k][tx] = packed;
     }
@@ -128,9 +144,11 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
     }
     __shared__ unsigned int warp_max[8];
     if (amax) fold_block_amax(m, amax, warp_max);  // amax is the same for the whole block: every thread calls it
-    if (!yT) return;
+    if (!yT && !(kDGelu && gelu_yT)) return;
     __syncthreads();
-    store_transposed_tile(tile, rows, cols, row0, col0, yT);
+    if (yT) store_transposed_tile(tile, rows, cols, row0, col0, yT);
+    if constexpr (kDGelu)
+        if (gelu_yT) store_transposed_tile(gelu_tile, rows, cols, row0, col0, gelu_yT);
 }
 
 // yT (cols, rows) = y (rows, cols) transposed, FP8 bytes as they are: the kept transpose of an operand whose producer
@@ -184,7 +202,13 @@ inline void launch_amax(const T* x, int rows, int cols, float* amax, cudaStream_
 
 template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
 inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& src, uint8_t* y, uint8_t* yT,
-                        float* amax, float* colsum, cudaStream_t stream, const floatX* aux = nullptr) {
+                        float* amax, float* colsum, cudaStream_t stream, const floatX* aux = nullptr,
+                        const float* gelu_scale = nullptr, uint8_t* gelu_yT = nullptr) {
+    if (gelu_yT && (!kDGelu || !gelu_scale || (!y && !yT) || (uintptr_t)gelu_yT % 4 != 0)) {
+        fprintf(stderr, "error: fp8_cast_transpose_dgelu: the GELU output's yT needs its scale, a cast beside it "
+                "and 4-byte alignment\n");
+        exit(EXIT_FAILURE);
+    }
     if (!y && !yT && !colsum) {
         if (src.overflow_descale) {
             fprintf(stderr, "error: fp8_cast_transpose: an overflow descale belongs to a cast (y or yT)\n");
@@ -200,7 +224,8 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
         exit(EXIT_FAILURE);
     }
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-    cast_transpose_kernel<F, kGelu, kDGelu><<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux);
+    cast_transpose_kernel<F, kGelu, kDGelu>
+        <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
     cudaCheck(cudaGetLastError());
 }
 
@@ -248,13 +273,18 @@ inline void fp8_amax(const T* x, int rows, int cols, float* amax, cudaStream_t s
 // The GELU backward's output cast as it is computed (kDGelu above), for a cast whose scale is known before its tensor
 // (delayed scaling): dgelu_out holds dL/d(GELU output), gelu_in the GELU's input; the bytes, amax and column sums
 // those of casting what gelu_backward_inplace(dgelu_out, gelu_in) leaves. fp8_amax_dgelu: its amax alone.
+// gelu_yT (null: none): the GELU's output cast again as it reads gelu_in, E4M3 with *gelu_scale, transposed (the
+// bytes of fp8_cast_transpose<E4M3, true>(gelu_in, ..., gelu_scale, nullptr, gelu_yT)): fcproj's input for its weight
+// gradient under LLMC_FP8_RECAST, without a pass of its own over gelu_in.
 template <Fp8Format F>
 inline void fp8_cast_transpose_dgelu(const floatX* dgelu_out, const floatX* gelu_in, int rows, int cols,
                                      const float* scale, uint8_t* y, uint8_t* yT, float* amax, cudaStream_t stream,
-                                     float* colsum = nullptr, float* overflow_descale = nullptr) {
+                                     float* colsum = nullptr, float* overflow_descale = nullptr,
+                                     const float* gelu_scale = nullptr, uint8_t* gelu_yT = nullptr) {
     fp8_cast_detail::ScaleSource src;
     src.scale = scale, src.overflow_descale = overflow_descale;
-    fp8_cast_detail::launch_cast<F, false, true>(dgelu_out, rows, cols, src, y, yT, amax, colsum, stream, gelu_in);
+    fp8_cast_detail::launch_cast<F, false, true>(dgelu_out, rows, cols, src, y, yT, amax, colsum, stream, gelu_in,
+                                                 gelu_scale, gelu_yT);
 }
 inline void fp8_amax_dgelu(const floatX* dgelu_out, const floatX* gelu_in, int rows, int cols, float* amax,
                            cudaStream_t stream) {

@@ -102,14 +102,16 @@ static void test_gelu_cast(int rows, int cols) {
 }
 
 // The cast that computes the GELU backward as it reads: y, yT, the amax (also by fp8_amax_dgelu) and the column sums
-// those of casting gelu_backward_inplace's stored output with the same scale, E5M2 as an output gradient is cast.
+// those of casting gelu_backward_inplace's stored output with the same scale, E5M2 as an output gradient is cast;
+// and the GELU's output cast again beside it (gelu_yT, LLMC_FP8_RECAST's fcproj input): the bytes of
+// fp8_cast_transpose<E4M3, kGelu> of the GELU's input with that scale, transposed.
 static void test_dgelu_cast(int rows, int cols) {
     const size_t n = (size_t)rows * cols;
     const std::vector<float> grad = random_vec(n, 1e-2f);
     floatX *d_pre = upload(random_vec(n, 2.0f)), *d_grad = upload(grad), *d_dpre = upload(grad);
     uint8_t* d_bytes;
-    cudaCheck(cudaMalloc(&d_bytes, 4 * n)), cudaCheck(cudaMemset(d_bytes, 0xAA, 4 * n));
-    float* d_stats = upload_fp32({4096.f, 0.f, 0.f, 0.f});  // scale, three amaxes
+    cudaCheck(cudaMalloc(&d_bytes, 6 * n)), cudaCheck(cudaMemset(d_bytes, 0xAA, 6 * n));
+    float* d_stats = upload_fp32({4096.f, 0.f, 0.f, 0.f, 64.f});  // scale, three amaxes, the GELU output's scale
     const int chunks = fp8_cast_colsum_chunks(rows);
     float* d_sums;
     cudaCheck(cudaMalloc(&d_sums, 2 * (size_t)chunks * cols * sizeof(float)));
@@ -117,10 +119,12 @@ static void test_dgelu_cast(int rows, int cols) {
     gelu_backward_inplace(d_dpre, d_pre, n, 0);  // the reference: the bf16 gradient the current path casts
     fp8_cast_transpose<Fp8Format::E5M2>(d_dpre, rows, cols, d_stats, d_bytes, d_bytes + n, d_stats + 1, 0, d_sums);
     fp8_cast_transpose_dgelu<Fp8Format::E5M2>(d_grad, d_pre, rows, cols, d_stats, d_bytes + 2 * n, d_bytes + 3 * n,
-                                              d_stats + 2, 0, d_sums + (size_t)chunks * cols);
+                                              d_stats + 2, 0, d_sums + (size_t)chunks * cols, nullptr, d_stats + 4,
+                                              d_bytes + 5 * n);
     fp8_amax_dgelu(d_grad, d_pre, rows, cols, d_stats + 3, 0);
-    std::vector<uint8_t> bytes(4 * n);
-    cudaCheck(cudaMemcpy(bytes.data(), d_bytes, 4 * n, cudaMemcpyDeviceToHost));
+    fp8_cast_transpose<Fp8Format::E4M3, true>(d_pre, rows, cols, d_stats + 4, nullptr, d_bytes + 4 * n, nullptr, 0);
+    std::vector<uint8_t> bytes(6 * n);
+    cudaCheck(cudaMemcpy(bytes.data(), d_bytes, 6 * n, cudaMemcpyDeviceToHost));
     std::vector<float> sums(2 * (size_t)chunks * cols);
     cudaCheck(cudaMemcpy(sums.data(), d_sums, sums.size() * sizeof(float), cudaMemcpyDeviceToHost));
     float stats[4];
@@ -131,6 +135,9 @@ static void test_dgelu_cast(int rows, int cols) {
     check_exact(tag, memcmp(bytes.data(), bytes.data() + 2 * n, 2 * n) == 0 && stats[1] > 0 &&
                          stats[2] == stats[1] && stats[3] == stats[1] &&
                          memcmp(sums.data(), sums.data() + (size_t)chunks * cols, (size_t)chunks * cols * 4) == 0);
+    snprintf(tag, sizeof(tag), "fp8 cast taking the GELU backward %dx%d: the GELU output's yT beside it, the bytes "
+             "of its own cast", rows, cols);
+    check_exact(tag, memcmp(bytes.data() + 4 * n, bytes.data() + 5 * n, n) == 0);
     cudaFree(d_pre), cudaFree(d_grad), cudaFree(d_dpre), cudaFree(d_bytes), cudaFree(d_stats), cudaFree(d_sums);
 }
 
