@@ -65,14 +65,18 @@ inline void cast_current(const Fp8Layers& f, size_t s, const floatX* x, int rows
 
 // The cast with slot s's delayed scale (its scale and descale set by gpt2_fp8_delayed_update), its amax folded in
 // for the next update, a value that is not finite making the descale NaN at once (this step's GEMMs); dgelu_in: x
-// is a GELU output's gradient cast through the GELU backward (fp8_cast_transpose_dgelu), kGelu: x a GELU's input
-// cast through the GELU (and, given gelu_yT, the GELU's output cast again beside it: fp8_cast_transpose_dgelu).
-// With LLMC_FP8_CHECK_AMAX the fold against a pass of its own.
+// is a GELU output's gradient cast through the GELU backward (fp8_cast_transpose_dgelu; given gelu_yT, the GELU's
+// output cast again beside it), kGelu: x a GELU's input cast through the GELU. With LLMC_FP8_CHECK_AMAX the fold
+// against a pass of its own.
 template <Fp8Format F, bool kGelu = false>
 inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows, int cols, uint8_t* y, uint8_t* yT,
                          cudaStream_t stream, const floatX* dgelu_in = nullptr, float* colsum = nullptr,
                          const float* gelu_scale = nullptr, uint8_t* gelu_yT = nullptr) {
     float* const descale = f.descale(s);
+    if (gelu_yT && !dgelu_in) {
+        fprintf(stderr, "error: cast_delayed: the GELU output's yT comes only with the GELU backward's cast\n");
+        exit(EXIT_FAILURE);
+    }
     if (dgelu_in)
         fp8_cast_transpose_dgelu<F>(x, dgelu_in, rows, cols, f.scale(s), y, yT, f.amax(s), stream, colsum, descale,
                                     gelu_scale, gelu_yT);

@@ -105,7 +105,7 @@ for pair in fp8:bf16 fp8h:bf16 fp8mat:bf16 fp8acc:bf16acc; do
     else echo "FAIL: step 1's gradient norm: $ref '$nb', $run '$nf' (tolerance 10%)"; fail=1; fi
 done
 for pair in fp8:fp8b fp8:fp8r0 fp8:fp8r2 fp8h:fp8hb fp8h:fp8chk fp8d:fp8db fp8d:fp8dr0 fp8d:fp8dr2 fp8d:fp8dchk \
-            fp8h:fp8hrc fp8d:fp8drc fp8blk:fp8blk2; do
+            fp8h:fp8hrc fp8d:fp8drc fp8d:fp8drcchk fp8blk:fp8blk2; do
     IFS=: read -r first other <<<"$pair"
     if cmp -s "$WORK/$first/main.log" "$WORK/$other/main.log"; then
         echo "ok   $other main.log identical to $first's ($(wc -l <"$WORK/$first/main.log") lines)"

@@ -8,6 +8,8 @@
 #                                                                           scaling (-fp8h 4) from its second step
 #   train-fp8b the same with a scale per block (LLMC_FP8_BLOCKS=1, -fp8 2: set for compute-sanitizer, as check() does
 #              for a command given as env VAR=value ...)
+#   train-fp8rc train-fp8 with LLMC_FP8_RECAST=1: from its second step fcproj's input cast again by fc's output
+#              gradient's cast (the dgelu cast's second tile, gpt2_fp8_mlp_backward)
 #   gen-1      generate_gpt2cu, one prompt, greedy (decode_matvec, the greedy pick folded into the classifier)
 #   gen-20     twenty prompts at once, sampled (cuBLASLt's decode products, the GPU picker)
 #   serve      serve_gpt2cu: completions together, a chunked prompt, a stream, a bad request, then SIGTERM to the
@@ -155,6 +157,7 @@ for tool in $TOOLS; do
     launch "$tool" train-mat "${train[@]}" -b 4 -s 0 -ab materialized
     [ "$fp8" = 1 ] && launch "$tool" train-fp8 "${train[@]}" -b 4 -s 0 -fp8 2 -fp8h 4
     [ "$fp8" = 1 ] && launch "$tool" train-fp8b env LLMC_FP8_BLOCKS=1 "${train[@]}" -b 4 -s 0 -fp8 2
+    [ "$fp8" = 1 ] && launch "$tool" train-fp8rc env LLMC_FP8_RECAST=1 "${train[@]}" -b 4 -s 0 -fp8 2 -fp8h 4
     launch "$tool" gen-1 "${generate[@]}" -p "The meaning of life is"
     launch "$tool" gen-20 "${generate[@]}" -pf "$prompts" -st 0.9 -sk 40 -seed 7
     launch "$tool" serve
