@@ -51,8 +51,8 @@ public:
         if (in_flight() >= kInFlight) throw std::logic_error("prefill_whole_begin: " + std::to_string(in_flight()) +
                                                              " calls in flight");
         Flight f{std::move(picks), next_set_, false, {}};
-        next_set_ ^= 1;  // the call in flight, if any, has the other set
         queue(logits, f.picks, slot_of, f.set);
+        next_set_ ^= 1;  // once queued: the call in flight, if any, has the other set
         bool logprobs = false;
         for (const TokenPick& p : f.picks) logprobs = logprobs || p.top_logprobs >= 0;
         if (logprobs) {

@@ -268,8 +268,8 @@ private:
     }
 
     // prefill_wait: whole prompts (oldest first) wait for more to fill a prefill call while other sequences decode, up
-    // to prefill_wait steps from the oldest one's admission: each call stops the steps in flight to deliver its first
-    // tokens, so fewer, fuller calls keep the GPU decoding, for a few steps of time to first token.
+    // to prefill_wait steps from the oldest one's admission: each call is a forward over all the weights, so fewer,
+    // fuller calls leave the GPU more time to decode, for a few steps of time to first token.
     bool defer_whole(const std::vector<Sequence*>& whole) const {
         if (opt_.prefill_wait <= 0 || whole.empty() || (int)whole.size() >= engine_->prefill_rows()) return false;
         bool decoding = false;
@@ -337,6 +337,14 @@ private:
                 longest = l;
             }
             if (group.empty()) break;
+            // the engine's prompt picks are busy while its calls are in flight: the oldest ends first where a decode
+            // step queued behind it keeps the GPU busy meanwhile, or none is in flight; else the rest waits for the
+            // next step, its coins not drawn (ending it would wait for the steps before it too, with none behind it:
+            // the stream would drain)
+            if ((int)prefills_.size() >= std::max(1, engine_->prefills_in_flight())) {
+                if (!flights_.empty() && prefills_.front().before >= decode_begun_) break;
+                end_prefill();
+            }
             any = true;
             budget -= longest * (long long)group.size();
             std::vector<PrefillPrompt> prompts;
@@ -345,9 +353,6 @@ private:
                 prompts.push_back(PrefillPrompt{s->slot, s->r.prompt.data(), (int)s->r.prompt.size(), pick_for(*s)});
                 tokens += s->r.prompt.size();
             }
-            // the engine's prompt picks are busy while its calls are in flight: the oldest ends first (a decode step
-            // queued behind it, if any, keeps the GPU busy meanwhile)
-            if ((int)prefills_.size() >= std::max(1, engine_->prefills_in_flight())) end_prefill();
             try {
                 engine_->prefill_whole_begin(prompts);
             } catch (const std::exception& e) {
@@ -372,7 +377,7 @@ private:
     }
 
     // Waits for the oldest prefill call in flight and delivers its first tokens (which may end sequences: max_tokens
-    // 1, a stop), but to a cancelled request.
+    // 1, a stop), but to a cancelled request or at shut-down.
     void end_prefill() {
         const PrefillFlight f = std::move(prefills_.front());
         prefills_.pop_front();
@@ -389,7 +394,8 @@ private:
             if (!s || s->order != f.rows[k].order) continue;  // ended meanwhile
             s->in_flight--;
             if (!error.empty()) end(s->slot, FinishReason::Error, error);
-            else if (!cancelled(*s)) deliver(*s, out[k]);  // (a cancelled one ends at the step's cancel pass)
+            // a cancelled one ends at the step's cancel pass; at shut-down (end_all) tokens are not delivered
+            else if (!cancelled(*s) && !ending_) deliver(*s, out[k]);
         }
     }
 
@@ -594,6 +600,7 @@ private:
 
     // Whatever is left, queued or running, ends as Cancelled.
     void end_all() {
+        ending_ = true;
         while (collect()) {  // the engine's steps in flight end before the slots are released (tokens not delivered)
         }
         std::deque<std::unique_ptr<Sequence>> left;
@@ -629,6 +636,7 @@ private:
     std::deque<PrefillFlight> prefills_;  // whole-prompt calls begun, their first tokens not yet read, oldest first
     int depth_ = 1;  // decode steps in flight at most: the engine's steps_in_flight(), 1 or 2
     bool draining_ = false, shut_ = false;
+    bool ending_ = false;  // end_all: what the engine still returns is not delivered
     uint64_t next_order_ = 0;
     uint64_t step_count_ = 0;  // the scheduler thread's steps (Sequence::admitted_step)
     SchedulerStats st_;

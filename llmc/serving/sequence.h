@@ -56,7 +56,7 @@ struct SchedulerOptions {
     bool prefix_cache = false; // reuse prompt prefixes held in the KV cache (llmc/serving/prefix_cache.h), where the
                                // engine prefills in chunks and copies prefixes
     int prefill_wait = 0;      // steps a whole prompt may wait, while others decode, for more to share its prefill call
-                               // (each call stops the decode steps in flight to deliver its first tokens); 0: none
+                               // (fewer, fuller calls: each costs a forward over the weights); 0: none
 };
 
 struct SchedulerStats {

@@ -263,10 +263,12 @@ bool run_prefix(const GPT2Config& c, const std::vector<float>& params, int depth
 }
 
 // Whole prompts begun and ended apart (prefill_whole_begin / _end) against the same calls waited for
-// (prefill_whole), engine against engine: two calls in flight (two prompts, then one, greedy and sampled), a decode
-// step over their slots queued before either is ended (so it reads the first picks from the device), then both ended
-// oldest first: the first tokens and the step's tokens bit-identical to the waited run's (the same calls, the same
-// shapes). Then a third call begun once the first has ended, on the first's set of pinned rows. true when it passes.
+// (prefill_whole), engine against engine: two calls in flight (two prompts, greedy and sampled, then one sampled with
+// another rule, so two calls sharing a set of pinned rows would pick differently), a decode step over their slots
+// queued before either is ended (so it reads the first picks from the device), the first ended, a third begun (with
+// logprobs: read at once) on the first's set while the second is in flight, then the rest ended oldest first. The
+// first tokens, the step's tokens and the third's logprobs bit-identical to the waited run's (the same calls in the
+// same stream order). true when it passes.
 bool run_begun(const GPT2Config& c, const std::vector<float>& params) {
     const int slots = 4, context = 128, prefill_rows = 2;
     std::vector<std::vector<int>> prompts(4);
@@ -277,7 +279,8 @@ bool run_begun(const GPT2Config& c, const std::vector<float>& params) {
         std::vector<PrefillPrompt> v;
         for (int i : which) {
             TokenPick pick;
-            if (i % 2) pick.params = PickParams{1.f, 0, 1.f}, pick.coin = 0.25f + 0.2f * i;
+            if (i > 0) pick.params = PickParams{0.5f + 0.25f * i, 40 * i, 1.f}, pick.coin = 0.2f * i;
+            if (i == 3) pick.top_logprobs = 3;
             v.push_back(PrefillPrompt{i, prompts[i].data(), (int)prompts[i].size(), pick});
         }
         return v;
@@ -288,36 +291,43 @@ bool run_begun(const GPT2Config& c, const std::vector<float>& params) {
         return batch;
     };
     std::vector<int> waited, begun;  // first tokens of slots 0, 1, 2, the step's three, then slot 3's first
+    std::vector<float> waited_lp, begun_lp;  // slot 3's logprob and top-3 log-probabilities
     for (bool apart : {false, true}) {
         GpuServeEngine e(c, params, slots, context, prefill_rows, InferenceOptions{}, 2, 0);
         std::vector<int>& got = apart ? begun : waited;
+        std::vector<float>& lp = apart ? begun_lp : waited_lp;
         std::vector<PickedToken> a, b, d, f;
         if (apart) {
             e.prefill_whole_begin(call({0, 1}));
             e.prefill_whole_begin(call({2}));
             e.decode_begin(step_over({0, 1, 2}));
             e.prefill_whole_end(&a);
+            e.prefill_whole_begin(call({3}));  // the first's set, the second still in flight
             e.prefill_whole_end(&b);
             e.decode_end(&d);
-            e.prefill_whole_begin(call({3}));
             e.prefill_whole_end(&f);
         } else {
             e.prefill_whole(call({0, 1}), &a);
             e.prefill_whole(call({2}), &b);
             e.decode_begin(step_over({0, 1, 2}));
-            e.decode_end(&d);
             e.prefill_whole(call({3}), &f);
+            e.decode_end(&d);
         }
         for (const auto* v : {&a, &b, &d, &f})
             for (const PickedToken& t : *v) got.push_back(t.token);
+        if (f.size() == 1) {
+            lp.push_back(f[0].logprob);
+            for (const auto& [id, l] : f[0].top) lp.push_back((float)id), lp.push_back(l);
+        }
     }
-    bool ok = waited.size() == 7 && waited == begun;
+    bool ok = waited.size() == 7 && waited == begun && waited_lp.size() == 7 && waited_lp == begun_lp;
     for (int t : waited) ok = ok && t >= 0 && t < c.vocab_size;
     printf("test_serve_engine (%s, prefills begun and ended apart): %zu tokens, waited", PRECISION_NAME, waited.size());
     for (int t : waited) printf(" %d", t);
     printf(", begun");
     for (int t : begun) printf(" %d", t);
-    printf(": %s\n", ok ? "PASS" : "FAIL");
+    printf("; slot 3's logprob %.6f (%s): %s\n", waited_lp.empty() ? 0.f : waited_lp[0],
+           waited_lp == begun_lp ? "the same" : "DIFFERENT", ok ? "PASS" : "FAIL");
     return ok;
 }
 

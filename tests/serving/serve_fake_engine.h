@@ -116,13 +116,17 @@ public:
         prefill_whole(prompts, &out);
         std::lock_guard<std::mutex> lock(m_);
         begun_.push_back(std::move(out));
+        begun_at_.push_back(begin_calls_);
         max_prefills_in_flight = std::max(max_prefills_in_flight, (int)begun_.size());
     }
     void prefill_whole_end(std::vector<PickedToken>* out) override {
         std::lock_guard<std::mutex> lock(m_);
         if (begun_.empty()) fail("prefill_whole_end: no prefill begun");
+        // a GPU would wait for the decode steps before the call too, with none behind it: its stream drains
+        if (!flights_.empty() && begin_calls_ == begun_at_.front()) draining_prefill_ends++;
         *out = std::move(begun_.front());
         begun_.pop_front();
+        begun_at_.pop_front();
     }
 
     PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) override {
@@ -228,6 +232,7 @@ public:
     std::vector<Copy> copies;  // copy_prefix calls
     std::vector<int> in_flight_at_end;  // steps in flight at each decode_end (the one it ends included)
     int max_prefills_in_flight = 0;     // whole-prompt calls begun and not ended, at most
+    int draining_prefill_ends = 0;      // calls ended with a decode step in flight and none begun since the call
     std::vector<std::string> violations;
     long long prefilled_tokens = 0;
     int fail_slot = -1;  // decode picks no token for this slot (an engine failure)
@@ -252,6 +257,7 @@ private:
     };
     std::deque<Flight> flights_;  // steps in flight, oldest first
     std::deque<std::vector<PickedToken>> begun_;  // whole-prompt calls begun: their first tokens, oldest first
+    std::deque<int> begun_at_;                    // decode_begin calls before each
     int begin_calls_ = 0, end_calls_ = 0;
     std::mutex m_;
 };

@@ -80,12 +80,13 @@ TEST(ServeScheduler, JoinAtTheNextStepLeaveAtTheEndAndReuseSlots) {
 // against each request alone; whole prompts one per call, in chunks, and several per call with stop tokens (so that
 // sequences end while the next step is in flight and their slots are prefilled again under it).
 TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
-    for (int run = 0; run < 6; run++) {
-        const int mode = run % 3, depth = 1 + run / 3;  // depth: decode steps in flight at once
+    for (int run = 0; run < 12; run++) {
+        // depth: decode steps in flight at once; prefills: whole-prompt calls in flight at once
+        const int mode = run % 3, depth = 1 + run / 3 % 2, prefills = 1 + run / 6;
         const int chunk = mode == 1 ? 8 : 0, stop = mode == 2 ? 999 : -1;
         FakeEngineOptions fo{5, 96, 1000, chunk, /*prefill_rows*/ mode == 2 ? 3 : 1};
         if (mode == 2) fo.eot = stop, fo.eot_every = 9;
-        fo.in_flight = depth;
+        fo.in_flight = depth, fo.prefills_in_flight = prefills;
         FakeEngine e(fo);
         SchedulerOptions o;
         o.max_queue = 100;
@@ -117,13 +118,14 @@ TEST(ServeScheduler, TokensIndependentOfTheBatchMix) {
             const std::vector<int> alone = e.alone(j.prompt, j.max_tokens, j.pick, j.seed, stop);
             EXPECT_EQ(j.out->ends, 1);
             EXPECT_EQ(j.out->end.reason, alone.back() == stop ? FinishReason::Stop : FinishReason::Length);
-            EXPECT_EQ(j.out->tokens, alone) << "mode " << mode << ", depth " << depth;
+            EXPECT_EQ(j.out->tokens, alone) << "mode " << mode << ", depth " << depth << ", prefills " << prefills;
             stops += alone.back() == stop && (int)alone.size() < j.max_tokens;
             if (!j.pick.params.greedy() && j.max_tokens > 3)
                 sampled_differs += e.alone(j.prompt, j.max_tokens, j.pick, j.seed + 1) != j.out->tokens;
         }
         EXPECT_GT(sampled_differs, 0);  // the seed matters: the comparison above could fail
         EXPECT_GT(s.stats().decode_rows, s.stats().decode_steps);  // sequences did share steps
+        EXPECT_EQ(e.draining_prefill_ends, 0) << "a prefill call read with no decode step behind it";
         if (mode == 2) {  // the cases the mode is for did come
             EXPECT_GE(stops, 5);
             EXPECT_GT(*std::max_element(e.whole_calls.begin(), e.whole_calls.end()), 1);
@@ -686,8 +688,8 @@ TEST(ServeScheduler, PrefillsBegunAndEndedApart) {
     EXPECT_TRUE(c->tokens.empty());
     EXPECT_TRUE(e.steps.empty());
     cancel_d->store(true);  // its prefill in flight
-    s.step();  // c's first rows begun before its first token is read (d's too: the step begins before cancels are
-               // seen, a row for nothing); d's token dropped
+    s.step();  // c's first rows begun before its first token is read (d's too: the steps begin before cancels are
+               // seen, rows for nothing); d's token dropped
     ASSERT_EQ(e.steps.size(), 2u);
     EXPECT_EQ(e.steps[0], (std::vector<int>{2, 3}));
     EXPECT_EQ(c->tokens.size(), 2u);  // the prefill's, then the first step's
@@ -698,7 +700,7 @@ TEST(ServeScheduler, PrefillsBegunAndEndedApart) {
     EXPECT_EQ(a->tokens, e.alone(pa, 1, {}, 0));
     EXPECT_EQ(b->tokens, std::vector<int>{stop});
     EXPECT_EQ(c->tokens, e.alone(pc, 20, {}, 0));
-    EXPECT_EQ(e.steps.size(), 19u);  // c's 19 (max_tokens: none past its last), d's one row in the first
+    EXPECT_EQ(e.steps.size(), 19u);  // c's 19 (max_tokens: none past its last); d's rows rode in the first two
 }
 
 TEST(ServeScheduler, EngineFailureEndsOnlyThatSequence) {
