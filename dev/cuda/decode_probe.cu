@@ -17,8 +17,8 @@
 //                        order, into a ring of 4 shared-memory pages of 48 KB (cp.async.bulk on an mbarrier), never
 //                        waiting for x; 8 consumer warps multiply each page and release it; +counters: they wait
 //                        for the matrix before as counters does (sm_90a builds on H100/H200; skipped elsewhere)
-//             pages4     pages, each warp up to 4 rows of a page at once, so each lane's x is loaded once for the
-//                        group (pages:math found the consumers, not the copies, setting the pace)
+//             pages4, pages4+counters   pages, each warp up to 4 rows of a page at once, so each lane's x is
+//                        loaded once for the group (pages:math found the consumers, not the copies, setting the pace)
 //             pages:copy, pages:math   pages' two halves alone, to see which sets its pace: the copies with the
 //                        pages released unread, or the products on pages marked full with nothing copied (no y)
 // Every mode's y (but the two halves') is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the
@@ -248,12 +248,14 @@ __device__ __forceinline__ void group_rows(const __nv_bfloat16* rows, int cols, 
 __device__ __forceinline__ int rows_per_page(int cols) { return kPageBytes / (cols * (int)sizeof(__nv_bfloat16)); }
 
 // variant: 0 pages, 1 pages+counters, 2 pages with rows in groups (each warp up to kGroup rows of a page at once,
-// so each lane's x is loaded once for the group, not once a row), and two halves of pages to find which one sets its
-// pace (not validated): 3 copy-only (the consumers release each page unread), 4 math-only (the producer copies
-// nothing: each page is marked full at once and the consumers multiply whatever it holds).
+// so each lane's x is loaded once for the group, not once a row), 3 the same with the counters, and two halves of
+// pages to find which one sets its pace (not validated): 4 copy-only (the consumers release each page unread), 5
+// math-only (the producer copies nothing: each page is marked full at once and the consumers multiply whatever it
+// holds).
 __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const float* x, float* const* y,
                                                              unsigned* done, unsigned epoch, int variant) {
-    const bool wait = variant == 1, copy = variant != 4, math = variant != 3, grouped = variant == 2;
+    const bool wait = variant == 1 || variant == 3, copy = variant != 5, math = variant != 4;
+    const bool grouped = variant == 2 || variant == 3;
     extern __shared__ __align__(128) uint8_t smem[];
     auto* bars = reinterpret_cast<hopper::RingBarriers<kPageStages>*>(smem);
     uint8_t* pages = smem + 128;
@@ -406,12 +408,12 @@ int main(int argc, char** argv) {
         return 1;
     }
     const bool hopper = hopper::hopper_available();
-    const int modes = hopper ? 11 : 6, checked = hopper ? 9 : 6;  // the last two (diagnostics) compute no y
-    if (!hopper)
-        printf("(pages, pages+counters, pages4, pages:copy, pages:math: sm_90a builds on H100/H200 only, skipped)\n");
+    const int modes = hopper ? 12 : 6, checked = hopper ? 10 : 6;  // the last two (diagnostics) compute no y
+    if (!hopper) printf("(the pages modes: sm_90a builds on H100/H200 only, skipped)\n");
     else cudaCheck(cudaFuncSetAttribute(pages_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kPageSmem));
-    const char* names[11] = {"graph", "stream", "counters", "prefetch", "stream+L2", "counters+L2", "pages",
-                             "pages+counters", "pages4", "pages:copy", "pages:math"};
+    const char* names[12] = {"graph",          "stream", "counters", "prefetch",        "stream+L2",  "counters+L2",
+                             "pages",          "pages+counters",     "pages4", "pages4+counters", "pages:copy",
+                             "pages:math"};
     auto run = [&](int mode) {  // on the legacy default stream, as benchmark() times it (the graph captured apart)
         if (mode == 0) {
             cudaCheck(cudaGraphLaunch(exec, 0));
