@@ -48,6 +48,13 @@ inline void compare_fold(const Fp8Layers& f, size_t s, cudaStream_t stream) {
     cudaCheck(cudaGetLastError());
 }
 
+// fn called with the output gradients' format (f.grads, LLMC_FP8_GRADS) as a compile-time argument for the casts.
+template <typename Fn>
+inline void with_grads_format(const Fp8Layers& f, Fn&& fn) {
+    if (f.grads == Fp8Format::E4M3) fn(std::integral_constant<Fp8Format, Fp8Format::E4M3>());
+    else fn(std::integral_constant<Fp8Format, Fp8Format::E5M2>());
+}
+
 // x (rows, cols) cast to F with current scaling into slot s: its amax (unless its producer folded it in already:
 // amax_taken), then y and/or yT with the scale from it (and x's column sums per tile into colsum, if given).
 // kGelu: x is a GELU's input and gelu(x) is what is cast (fp8_cast_transpose's kGelu).
@@ -303,11 +310,13 @@ inline void gpt2_fp8_lm_head_forward(const Fp8Layers& f, floatX* logits, const f
 // Linear k of layer l backward: dW += doutᵀ · inp, dbias += column sums of dout (if dbias), dinp = dout · W
 // (overwritten); inp is the yT its forward over the same N rows kept. reduce: column_sum's scratch. dout_gelu_in
 // (fc under delayed scaling): dout holds the gradient of the GELU's output and this the GELU's input; the output
-// gradient, their GELU backward, is cast as it is computed, with its slot's delayed scale.
+// gradient, their GELU backward, is cast as it is computed, with its slot's delayed scale; and, given gelu_yT, the
+// GELU's output cast again beside it (E4M3 with *gelu_scale, transposed: gpt2_fp8_mlp_backward's fcproj input).
 inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* dinp, floatX* dweight, floatX* dbias,
                               const floatX* dout, int N, float* reduce, cudaStream_t stream,
                               bool dout_amax_taken = false, const floatX* dout_gelu_in = nullptr,
-                              const floatX* inp = nullptr, bool inp_is_pre_gelu = false) {
+                              const floatX* inp = nullptr, bool inp_is_pre_gelu = false,
+                              const float* gelu_scale = nullptr, uint8_t* gelu_yT = nullptr) {
     using namespace gpt2_fp8_detail;
     const Dims d = dims(f.C, k);
     if (f.blocks()) return gpt2_fp8_blocks_backward(f, l, k, dinp, dweight, dbias, dout, N, reduce, stream);
@@ -323,13 +332,12 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
     }
     uint8_t *dout_y = f.work[0], *dout_yT = f.work[1];
     float* const colsum = dbias ? reduce : nullptr;  // dbias from the cast's column sums, added in order below
-    auto cast = [&](auto grads) {
+    with_grads_format(f, [&](auto grads) {
         constexpr Fp8Format G = decltype(grads)::value;
-        if (dout_gelu_in) cast_delayed<G>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_gelu_in, colsum);
+        if (dout_gelu_in)
+            cast_delayed<G>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_gelu_in, colsum, gelu_scale, gelu_yT);
         else cast_current<G>(f, sd, dout, N, d.out, dout_y, dout_yT, stream, dout_amax_taken, colsum);
-    };
-    if (f.grads == Fp8Format::E4M3) cast(std::integral_constant<Fp8Format, Fp8Format::E4M3>());
-    else cast(std::integral_constant<Fp8Format, Fp8Format::E5M2>());
+    });
     if (dbias) column_sum_finish(dbias, reduce, fp8_cast_colsum_chunks(N), d.out, 1.0f, stream);
     matmul_fp8(dweight, dout_yT, f.grads, f.descale(sd), input_yT(f, l, k), Fp8Format::E4M3, f.descale(si), nullptr,
                d.out, d.in, N, engine_options().fp8_fast_wgrad, stream, /*accumulate=*/true);
@@ -337,38 +345,26 @@ inline void gpt2_fp8_backward(const Fp8Layers& f, int l, Fp8Linear k, floatX* di
                d.in, d.out, engine_options().fp8_fast_dgrad, stream);
 }
 
-// fcproj's and fc's backward together, under delayed scaling with LLMC_FP8_RECAST (gpt2_fp8_backward for each,
-// reordered): fcproj's input gradient first (dfch_gelu: the gradient of the GELU's output), then fc's output gradient
-// cast through the GELU backward, which reads fch anyway and so casts fcproj's input (gelu(fch)) again beside it,
-// transposed, with its forward's scale; fcproj's weight gradient then reads those bytes (the recast without a pass of
-// its own over fch), its output gradient's yT kept meanwhile in fcproj_dout_T. The same bytes and sums as the two
-// calls: dln2 (fc's input gradient) overwritten, the weight gradients and fc's bias gradient accumulated.
+// fcproj's and fc's backward together, under delayed scaling with LLMC_FP8_RECAST: fcproj's output gradient cast
+// (its yT kept in fcproj_dout_T) and its input gradient dfch_gelu (the GELU output's gradient) first, then fc's
+// backward (gpt2_fp8_backward), whose output-gradient cast computes the GELU backward from fch and so casts fcproj's
+// input (gelu(fch)) again beside it, transposed, with its forward's scale; then fcproj's weight gradient from those
+// bytes. The recast without a pass of its own over fch; the same bytes and sums as the two calls.
 inline void gpt2_fp8_mlp_backward(const Fp8Layers& f, int l, floatX* dfch_gelu, floatX* dfcproj_w, floatX* dln2,
                                   floatX* dfc_w, floatX* dfc_b, const floatX* dout, const floatX* fch, int N,
                                   float* reduce, cudaStream_t stream) {
     using namespace gpt2_fp8_detail;
     const int C = f.C;
     const size_t pi = f.slot(l, kFp8FcProj, kFp8Inp), pw = f.slot(l, kFp8FcProj, kFp8Weight);
-    const size_t pd = f.slot(l, kFp8FcProj, kFp8Dout), fi = f.slot(l, kFp8Fc, kFp8Inp);
-    const size_t fw = f.slot(l, kFp8Fc, kFp8Weight), fd = f.slot(l, kFp8Fc, kFp8Dout);
-    const EngineOptions& o = engine_options();
-    auto run = [&](auto grads) {
-        constexpr Fp8Format G = decltype(grads)::value;
-        // fcproj: its output gradient (amax folded by the LayerNorm backward; bias summed there), its input gradient
-        cast_current<G>(f, pd, dout, N, C, f.work[0], f.fcproj_dout_T, stream, /*amax_taken=*/true);
-        matmul_fp8(dfch_gelu, f.work[0], G, f.descale(pd), weight_yT(f, l, kFp8FcProj), Fp8Format::E4M3,
-                   f.descale(pw), nullptr, N, 4 * C, C, o.fp8_fast_dgrad, stream);
-        // fc: its output gradient through the GELU backward, fcproj's input again beside it
-        cast_delayed<G>(f, fd, dfch_gelu, N, 4 * C, f.work[0], f.work[1], stream, fch, dfc_b ? reduce : nullptr,
-                        f.scale(pi), f.recast_T);
-    };
-    if (f.grads == Fp8Format::E4M3) run(std::integral_constant<Fp8Format, Fp8Format::E4M3>());
-    else run(std::integral_constant<Fp8Format, Fp8Format::E5M2>());
-    if (dfc_b) column_sum_finish(dfc_b, reduce, fp8_cast_colsum_chunks(N), 4 * C, 1.0f, stream);
+    const size_t pd = f.slot(l, kFp8FcProj, kFp8Dout);
+    // fcproj's output gradient: its amax folded by the LayerNorm backward, its bias summed there
+    with_grads_format(f, [&](auto grads) {
+        cast_current<decltype(grads)::value>(f, pd, dout, N, C, f.work[0], f.fcproj_dout_T, stream, true);
+    });
+    matmul_fp8(dfch_gelu, f.work[0], f.grads, f.descale(pd), weight_yT(f, l, kFp8FcProj), Fp8Format::E4M3,
+               f.descale(pw), nullptr, N, 4 * C, C, engine_options().fp8_fast_dgrad, stream);
+    gpt2_fp8_backward(f, l, kFp8Fc, dln2, dfc_w, dfc_b, dfch_gelu, N, reduce, stream, false, fch, nullptr, false,
+                      f.scale(pi), f.recast_T);
     matmul_fp8(dfcproj_w, f.fcproj_dout_T, f.grads, f.descale(pd), f.recast_T, Fp8Format::E4M3, f.descale(pi),
-               nullptr, C, 4 * C, N, o.fp8_fast_wgrad, stream, /*accumulate=*/true);
-    matmul_fp8(dfc_w, f.work[1], f.grads, f.descale(fd), input_yT(f, l, kFp8Fc), Fp8Format::E4M3, f.descale(fi),
-               nullptr, 4 * C, C, N, o.fp8_fast_wgrad, stream, /*accumulate=*/true);
-    matmul_fp8(dln2, f.work[0], f.grads, f.descale(fd), weight_yT(f, l, kFp8Fc), Fp8Format::E4M3, f.descale(fw),
-               nullptr, N, C, 4 * C, o.fp8_fast_dgrad, stream);
+               nullptr, C, 4 * C, N, engine_options().fp8_fast_wgrad, stream, /*accumulate=*/true);
 }
