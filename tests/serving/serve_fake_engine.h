@@ -106,27 +106,27 @@ public:
 
     // Begun: the prompts are in their slots and each first pick is its slot's next input at once (as the GPU's
     // stream orders it before the next step); the tokens reach the scheduler only at prefill_whole_end.
+    // (ServeEngine's default keeps the tokens; this checks the protocol around it)
     void prefill_whole_begin(const std::vector<PrefillPrompt>& prompts) override {
         {
             std::lock_guard<std::mutex> lock(m_);
-            if ((int)begun_.size() >= o_.prefills_in_flight)
-                fail("prefill_whole_begin: " + std::to_string(begun_.size()) + " prefills in flight");
+            if ((int)begun_at_.size() >= o_.prefills_in_flight)
+                fail("prefill_whole_begin: " + std::to_string(begun_at_.size()) + " prefills in flight");
         }
-        std::vector<PickedToken> out;
-        prefill_whole(prompts, &out);
+        ServeEngine::prefill_whole_begin(prompts);
         std::lock_guard<std::mutex> lock(m_);
-        begun_.push_back(std::move(out));
         begun_at_.push_back(begin_calls_);
-        max_prefills_in_flight = std::max(max_prefills_in_flight, (int)begun_.size());
+        max_prefills_in_flight = std::max(max_prefills_in_flight, (int)begun_at_.size());
     }
     void prefill_whole_end(std::vector<PickedToken>* out) override {
-        std::lock_guard<std::mutex> lock(m_);
-        if (begun_.empty()) fail("prefill_whole_end: no prefill begun");
-        // a GPU would wait for the decode steps before the call too, with none behind it: its stream drains
-        if (!flights_.empty() && begin_calls_ == begun_at_.front()) draining_prefill_ends++;
-        *out = std::move(begun_.front());
-        begun_.pop_front();
-        begun_at_.pop_front();
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            if (begun_at_.empty()) fail("prefill_whole_end: no prefill begun");
+            // a GPU would wait for the decode steps before the call too, with none behind it: its stream drains
+            if (!flights_.empty() && begin_calls_ == begun_at_.front()) draining_prefill_ends++;
+            begun_at_.pop_front();
+        }
+        ServeEngine::prefill_whole_end(out);
     }
 
     PickedToken prefill(int slot, const int* tokens, int start, int n, const TokenPick* last) override {
@@ -256,8 +256,7 @@ private:
         std::chrono::steady_clock::time_point ready;
     };
     std::deque<Flight> flights_;  // steps in flight, oldest first
-    std::deque<std::vector<PickedToken>> begun_;  // whole-prompt calls begun: their first tokens, oldest first
-    std::deque<int> begun_at_;                    // decode_begin calls before each
+    std::deque<int> begun_at_;  // whole-prompt calls begun and not ended: decode_begin calls before each, oldest first
     int begin_calls_ = 0, end_calls_ = 0;
     std::mutex m_;
 };

@@ -70,6 +70,21 @@ static std::vector<float> download(const T* d, size_t n) {
 }
 static std::vector<double> dbl(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
+// The fp64 reference of a GEMM on K-major operands: C (M, N) = A (M, K) · B (N, K)ᵀ, plus bias (N) and C0 (M, N)
+// where given (the FP8 GEMMs' tests, on the operands as the device sees them).
+inline std::vector<double> gemm_reference(const std::vector<double>& a, const std::vector<double>& b, int M, int N,
+                                          int K, const std::vector<float>* bias, const std::vector<float>* c0) {
+    std::vector<double> ref((size_t)M * N);
+#pragma omp parallel for
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = (bias ? (*bias)[n] : 0.0) + (c0 ? (*c0)[(size_t)m * N + n] : 0.0);
+            for (int k = 0; k < K; k++) acc += a[(size_t)m * K + k] * b[(size_t)n * K + k];
+            ref[(size_t)m * N + n] = acc;
+        }
+    return ref;
+}
+
 static void check(const std::string& what, const std::vector<float>& gpu, const std::vector<double>& ref, double tol) {
     const ErrorStats e = compare(gpu.data(), ref.data(), ref.size());
     const bool ok = e.rel_l2 <= tol;  // NaN fails

@@ -193,14 +193,8 @@ static void test_gemm(int M, int N, int K, bool with_bias, bool fast, int offset
     const std::vector<float> bias = random_vec(N, 0.5f);
     std::vector<float> c0 = random_vec((size_t)M * N, 0.5f);
     for (float& v : c0) v = round_to_floatX(v);
-    std::vector<double> ref((size_t)M * N);
-#pragma omp parallel for
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double acc = (with_bias ? bias[n] : 0.0) + (accumulate ? c0[(size_t)m * N + n] : 0.0);
-            for (int k = 0; k < K; k++) acc += da[(size_t)m * K + k] * db[(size_t)n * K + k];
-            ref[(size_t)m * N + n] = acc;
-        }
+    const std::vector<double> ref =
+        gemm_reference(da, db, M, N, K, with_bias ? &bias : nullptr, accumulate ? &c0 : nullptr);
     uint8_t *d_a, *d_b;
     cudaCheck(cudaMalloc(&d_a, a.size() + offset));
     cudaCheck(cudaMalloc(&d_b, b.size() + offset));

@@ -148,14 +148,8 @@ static void test_gemm(int M, int N, int K, Fp8Granularity sa, Fp8Granularity sb,
     // the product's size varies with the blocks' (2^±12): the reference in fp64, the tolerance on its RMS per row
     const std::vector<float> bias = random_vec(N, 0.5f);
     std::vector<float> c0 = random_vec((size_t)M * N, 0.5f);
-    std::vector<double> ref((size_t)M * N);
-#pragma omp parallel for
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double acc = (with_bias ? bias[n] : 0.0) + (accumulate ? c0[(size_t)m * N + n] : 0.0);
-            for (int k = 0; k < K; k++) acc += xa[(size_t)m * K + k] * xb[(size_t)n * K + k];
-            ref[(size_t)m * N + n] = acc;
-        }
+    std::vector<double> ref =
+        gemm_reference(xa, xb, M, N, K, with_bias ? &bias : nullptr, accumulate ? &c0 : nullptr);
     uint8_t *d_a, *d_b;
     cudaCheck(cudaMalloc(&d_a, qa.size()));
     cudaCheck(cudaMalloc(&d_b, qb.size()));
