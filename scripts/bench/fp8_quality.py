@@ -7,7 +7,8 @@ Prints every validation's losses, then one verdict line:
     the best validation losses likewise;
   - every logged loss finite and every step logged (the trainer never skips an update: it stops on a NaN);
   - with --spike S: FP8's train loss, averaged over 10 steps, never more than S above BF16's at the same steps;
-  - where the runs evaluated HellaSwag (-h 1): FP8's last accuracy within --eval-points of BF16's;
+  - where the runs evaluated HellaSwag (-h 1): FP8's last accuracy within --eval-points of BF16's (the means of the
+    last EVAL_MEAN_LAST evaluations printed beside them, not judged);
   - with --train-mean A B: FP8's mean train loss over steps A..B within --tol of BF16's (the runs need not validate).
 Exit status 1 when a point fails.
 Several seeds (--bf16 and --fp8 one DIR per seed, --seeds their numbers) or --bf16-floor (a BF16 run at the first
@@ -24,6 +25,8 @@ import math
 import os
 import re
 import sys
+
+EVAL_MEAN_LAST = 9  # the evaluations whose mean is printed beside the last one
 
 
 def read_log(path):
@@ -175,6 +178,13 @@ def main():
     if bf["eval"] and f8["eval"]:
         acc_bf, acc_f8 = bf["eval"][max(bf["eval"])], f8["eval"][max(f8["eval"])]
         detail += f"; HellaSwag-format eval bf16 {100 * acc_bf:.2f}%, fp8 {100 * acc_f8:.2f}%"
+        # one evaluation moves by about a point between evaluations of one run: the mean of the last ones beside it
+        # (reported, not judged: the verdict is the last evaluation's, as the issue states it)
+        last_bf, last_f8 = sorted(bf["eval"])[-EVAL_MEAN_LAST:], sorted(f8["eval"])[-EVAL_MEAN_LAST:]
+        mean_bf = sum(bf["eval"][s] for s in last_bf) / len(last_bf)
+        mean_f8 = sum(f8["eval"][s] for s in last_f8) / len(last_f8)
+        detail += (f" (means of the last {len(last_f8)} evaluations, steps {last_f8[0]}-{last_f8[-1]}: "
+                   f"bf16 {100 * mean_bf:.2f}%, fp8 {100 * mean_f8:.2f}%)")
         if not abs(acc_f8 - acc_bf) * 100 <= a.eval_points:
             problems.append(f"eval accuracy {100 * acc_f8:.2f}% against {100 * acc_bf:.2f}%")
     print(f"{tag} {detail}: {'yes' if not problems else 'NO (' + '; '.join(problems) + ')'}")

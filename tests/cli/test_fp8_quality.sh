@@ -65,7 +65,7 @@ expect_line "a spike in the train loss fails" ': NO \(a spike: 0\.2000 > 0\.1\)$
 verdict fp8_spike
 expect_line "no spike check without --spike" ': yes$' "$out"
 verdict fp8_eval
-expect_line "an eval 2 points lower fails" 'eval bf16 30\.00%, fp8 28\.00%: NO \(eval accuracy 28\.00% against 30\.00%\)$' "$out"
+expect_line "an eval 2 points lower fails, the last 9 evaluations' means beside it" 'eval bf16 30\.00%, fp8 28\.00% \(means of the last 9 evaluations, steps 100-300: bf16 30\.00%, fp8 28\.00%\): NO \(eval accuracy 28\.00% against 30\.00%\)$' "$out"
 verdict traj_fp8 --train-mean 151 300
 expect_line "a trajectory 0.01 above over steps 151-300: yes" 'mean train loss over steps 151-300 bf16 5\.0[0-9]{3}, fp8 5\.0[0-9]{3}: yes$' "$out"
 verdict traj_fp8_off --train-mean 151 300
