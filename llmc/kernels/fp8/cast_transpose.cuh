@@ -9,8 +9,12 @@
 // gelu_backward_inplace stores it), so the input gradient of the GELU is cast without being written in bf16.
 // Optionally the column sums of x too (a linear layer's bias gradient, from the output gradient the cast reads
 // anyway): each tile's, fp32, into colsum[tile row][col], for column_sum_finish to add in order (deterministic).
-// Tiles of 64 x 64 (256 threads, 4 consecutive values each in 4 rows), staged in shared memory for the transpose;
-// with neither y nor yT asked for, a reduction kernel of its own (amax_kernel).
+// Tiles of 64 rows x 16·kVec columns (256 threads, kVec consecutive values each in 4 rows), staged in shared memory
+// for the transpose. kVec 8 (one 16-byte load of bf16: tiles of 64 x 128, every load issued before any is used)
+// where cols is a multiple of 8 and x and y are aligned to it, else 4: the wide tiles ran at 0.87-0.89 of a copy
+// where 64 x 64 ran at 0.73-0.74 (dev/cuda/fp8_cast, PERFORMANCE.md). The dGELU cast (two inputs, up to three
+// outputs) keeps 64 x 64 tiles with its loads where they are used until the wide form is measured for it: at 64 x
+// 128 it takes 108 registers a thread. With neither y nor yT asked for, a reduction kernel of its own (amax_kernel).
 // rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
 #pragma once
 
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/fp8.h"
@@ -27,8 +32,8 @@
 
 namespace fp8_cast_detail {
 
-constexpr int kTile = 64;
-constexpr int kTileRowsPerPass = 16;  // 256 threads: 16 rows of 16 groups of 4 columns at a time
+constexpr int kTile = 64;            // a tile's rows (and the column sums' chunk); its columns: 16·kVec
+constexpr int kTileRowsPerPass = 16;  // 256 threads: 16 rows of 16 groups of kVec columns at a time
 static_assert(kAmaxBlockThreads == 256, "the cast kernels run 256-thread blocks and fold their amax as such");
 
 // Where a cast's scale comes from: *scale (delayed scaling; null: 1), or, when from_amax is set, the tensor's own
@@ -55,13 +60,14 @@ __device__ __forceinline__ float operand_value(T x, T aux) {
     return v;
 }
 
-// A 64 x 64 tile of bytes (tile[row][4 columns' bytes], as the kernels below stage it) into yT: thread (tx, ty)
-// writes yT's rows ty + 16 k (x's columns col0 + ...), the 4 bytes of x's rows row0 + 4 tx .. + 3.
-__device__ __forceinline__ void store_transposed_tile(const uint32_t (*tile)[kTile / 4 + 1], int rows, int cols,
+// A tile of 64 rows x kCols columns of bytes (tile[row][4 columns' bytes], as the kernels below stage it) into yT:
+// thread (tx, ty) writes yT's rows ty + 16 k (x's columns col0 + ...), the 4 bytes of x's rows row0 + 4 tx .. + 3.
+template <int kCols>
+__device__ __forceinline__ void store_transposed_tile(const uint32_t (*tile)[kCols / 4 + 1], int rows, int cols,
                                                       int row0, int col0, uint8_t* __restrict__ yT) {
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < kCols / 16; k++) {
         const int c = ty + 16 * k, r = 4 * tx;
         if (col0 + c >= cols || row0 + r >= rows) continue;
         uint32_t out = 0;
@@ -71,9 +77,27 @@ __device__ __forceinline__ void store_transposed_tile(const uint32_t (*tile)[kTi
     }
 }
 
+// kVec values' FP8 bytes as one store: 4 bytes, or 8.
+template <int kVec> using Fp8Pack = std::conditional_t<kVec == 8, uint2, uint32_t>;
+template <Fp8Format F, int kVec>
+__device__ __forceinline__ Fp8Pack<kVec> fp8_pack(const float* v, float s) {
+    if constexpr (kVec == 8) {
+        return make_uint2(fp8x4<F>(v[0] * s, v[1] * s, v[2] * s, v[3] * s),
+                          fp8x4<F>(v[4] * s, v[5] * s, v[6] * s, v[7] * s));
+    } else {
+        return fp8x4<F>(v[0] * s, v[1] * s, v[2] * s, v[3] * s);
+    }
+}
+// Its 4-byte words into a tile row (the thread's kVec / 4 words).
+template <int kVec>
+__device__ __forceinline__ void put_words(uint32_t* row, int tx, Fp8Pack<kVec> p) {
+    if constexpr (kVec == 8) row[2 * tx] = p.x, row[2 * tx + 1] = p.y;
+    else row[tx] = p;
+}
+
 // gelu_yT (kDGelu only; null: none): gelu(aux) cast to E4M3 with *gelu_scale, transposed, the bytes
 // fp8_cast_transpose<E4M3, true>(aux, ...) writes as yT: the GELU output's cast again from the aux the kernel reads.
-template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
+template <Fp8Format F, int kVec, bool kGelu = false, bool kDGelu = false>
 __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols,
                                                             ScaleSource src, uint8_t* __restrict__ y,
                                                             uint8_t* __restrict__ yT, float* __restrict__ amax,
@@ -81,12 +105,28 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
                                                             const floatX* __restrict__ aux,
                                                             const float* __restrict__ gelu_scale,
                                                             uint8_t* __restrict__ gelu_yT) {
-    __shared__ uint32_t tile[kTile][kTile / 4 + 1];  // [row][4 columns' bytes], padded
-    __shared__ uint32_t gelu_tile[kDGelu ? kTile : 1][kTile / 4 + 1];  // gelu_yT's, the same way
-    __shared__ float column_part[kTileRowsPerPass][kTile];  // each thread row's sums of its 4 columns
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of 4 columns x 16 rows
-    const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
-    struct alignas(4 * sizeof(floatX)) Quad { floatX v[4]; };
+    static_assert(kVec == 4 || kVec == 8, "4 or 8 values a load");
+    static_assert(kVec == 4 || !kDGelu, "the dGELU cast keeps 64 x 64 tiles (above)");
+    constexpr int kCols = 16 * kVec;
+    constexpr bool kLoadsFirst = !kDGelu;  // the dGELU cast loads as it goes: its registers (above)
+    __shared__ uint32_t tile[kTile][kCols / 4 + 1];  // [row][4 columns' bytes], padded
+    __shared__ uint32_t gelu_tile[kDGelu ? kTile : 1][kCols / 4 + 1];  // gelu_yT's, the same way
+    __shared__ float column_part[kTileRowsPerPass][kCols];  // each thread row's sums of its kVec columns
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of kVec columns x 16 rows
+    const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kCols, c = col0 + kVec * tx;
+    struct alignas(kVec * sizeof(floatX)) Pack { floatX v[kVec]; };
+    Pack q[4], g[4];
+    auto load = [&](int k) {  // row ty + 16 k of x (and of aux)
+        const int r = row0 + ty + 16 * k;
+        if (r < rows && c < cols) {
+            q[k] = *reinterpret_cast<const Pack*>(x + (size_t)r * cols + c);
+            if constexpr (kDGelu) g[k] = *reinterpret_cast<const Pack*>(aux + (size_t)r * cols + c);
+        }
+    };
+    if constexpr (kLoadsFirst) {  // 4 rows in flight a thread
+#pragma unroll
+        for (int k = 0; k < 4; k++) load(k);
+    }
     float s = src.scale ? *src.scale : 1.f;
     if (src.from_amax) {
         s = fp8_scale_from_amax(*src.from_amax, F, src.margin, 1.f);
@@ -98,57 +138,55 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const floatX* __res
         }
     }
     unsigned int m = 0;  // max |x| as bits: non-negative floats order as integers, and a NaN (|NaN|) above all
-    float sums[4] = {};  // this thread's 4 columns over its 4 rows
+    float sums[kVec] = {};  // this thread's kVec columns over its 4 rows
     const float gs = kDGelu && gelu_yT ? *gelu_scale : 1.f;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const int r = row0 + ty + 16 * k, c = col0 + 4 * tx;
-        uint32_t packed = 0;
+        const int r = row0 + ty + 16 * k;
+        if constexpr (!kLoadsFirst) load(k);
+        Fp8Pack<kVec> packed{};
         if (r < rows && c < cols) {
-            const Quad q = *reinterpret_cast<const Quad*>(x + (size_t)r * cols + c);
-            Quad g = q;  // unread unless kDGelu
-            if constexpr (kDGelu) g = *reinterpret_cast<const Quad*>(aux + (size_t)r * cols + c);
-            float v[4];
+            float v[kVec];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                v[j] = operand_value<kGelu, kDGelu>(q.v[j], g.v[j]);
+            for (int j = 0; j < kVec; j++) {
+                v[j] = operand_value<kGelu, kDGelu>(q[k].v[j], kDGelu ? g[k].v[j] : q[k].v[j]);
                 m = max(m, amax_bits(v[j]));
                 sums[j] += v[j];
             }
-            packed = fp8x4<F>(v[0] * s, v[1] * s, v[2] * s, v[3] * s);
-            if (y) *reinterpret_cast<uint32_t*>(y + (size_t)r * cols + c) = packed;
+            packed = fp8_pack<F, kVec>(v, s);
+            if (y) *reinterpret_cast<Fp8Pack<kVec>*>(y + (size_t)r * cols + c) = packed;
             if constexpr (kDGelu) {
                 if (gelu_yT) {
-                    float a[4];
+                    float a[kVec];
 #pragma unroll
-                    for (int j = 0; j < 4; j++) a[j] = operand_value<true, false>(g.v[j], g.v[j]) * gs;
-                    gelu_tile[ty + 16 * k][tx] = fp8x4<Fp8Format::E4M3>(a[0], a[1], a[2], a[3]);
+                    for (int j = 0; j < kVec; j++) a[j] = operand_value<true, false>(g[k].v[j], g[k].v[j]);
+                    put_words<kVec>(gelu_tile[ty + 16 * k], tx, fp8_pack<Fp8Format::E4M3, kVec>(a, gs));
                 }
             }
         } else if constexpr (kDGelu) {
-            gelu_tile[ty + 16 * k][tx] = 0;
+            put_words<kVec>(gelu_tile[ty + 16 * k], tx, Fp8Pack<kVec>{});
         }
-        tile[ty + 16 * k][tx] = packed;
+        put_words<kVec>(tile[ty + 16 * k], tx, packed);
     }
     if (src.overflow_descale && amax_bits_nonfinite(m)) *src.overflow_descale = NAN;
     if (colsum) {  // the same for the whole block
 #pragma unroll
-        for (int j = 0; j < 4; j++) column_part[ty][4 * tx + j] = sums[j];
+        for (int j = 0; j < kVec; j++) column_part[ty][kVec * tx + j] = sums[j];
         __syncthreads();
-        const int c = threadIdx.x;
-        if (c < kTile && col0 + c < cols) {
+        const int cc = threadIdx.x;
+        if (cc < kCols && col0 + cc < cols) {
             float total = 0.f;
-            for (int t = 0; t < kTileRowsPerPass; t++) total += column_part[t][c];  // in order: repeatable
-            colsum[(size_t)blockIdx.y * cols + col0 + c] = total;
+            for (int t = 0; t < kTileRowsPerPass; t++) total += column_part[t][cc];  // in order: repeatable
+            colsum[(size_t)blockIdx.y * cols + col0 + cc] = total;
         }
     }
     __shared__ unsigned int warp_max[8];
     if (amax) fold_block_amax(m, amax, warp_max);  // amax is the same for the whole block: every thread calls it
     if (!yT && !(kDGelu && gelu_yT)) return;
     __syncthreads();
-    if (yT) store_transposed_tile(tile, rows, cols, row0, col0, yT);
+    if (yT) store_transposed_tile<kCols>(tile, rows, cols, row0, col0, yT);
     if constexpr (kDGelu)
-        if (gelu_yT) store_transposed_tile(gelu_tile, rows, cols, row0, col0, gelu_yT);
+        if (gelu_yT) store_transposed_tile<kCols>(gelu_tile, rows, cols, row0, col0, gelu_yT);
 }
 
 // yT (cols, rows) = y (rows, cols) transposed, FP8 bytes as they are: the kept transpose of an operand whose producer
@@ -165,7 +203,7 @@ __global__ void __launch_bounds__(256) transpose_kernel(const uint8_t* __restric
             r < rows && c < cols ? *reinterpret_cast<const uint32_t*>(y + (size_t)r * cols + c) : 0u;
     }
     __syncthreads();
-    store_transposed_tile(tile, rows, cols, row0, col0, yT);
+    store_transposed_tile<kTile>(tile, rows, cols, row0, col0, yT);
 }
 
 // max |x| alone (no cast asked for): a grid-stride read at the memory's pace, 4 values a load. Any element type T
@@ -223,9 +261,21 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
                 "aligned to 4 values, y and yT to 4 bytes, column sums only beside a cast)\n", rows, cols);
         exit(EXIT_FAILURE);
     }
-    const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-    cast_transpose_kernel<F, kGelu, kDGelu>
-        <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
+    // 8 values a load where the rows allow it (16-byte rows of bf16, x and y aligned to them), else 4
+    const bool wide = !kDGelu && cols % 8 == 0 && (uintptr_t)x % (8 * sizeof(floatX)) == 0 && (uintptr_t)y % 8 == 0;
+    const int tile_cols = wide ? 16 * 8 : 16 * 4;
+    const dim3 grid((cols + tile_cols - 1) / tile_cols, (rows + kTile - 1) / kTile);
+    bool launched = false;
+    if constexpr (!kDGelu) {
+        if (wide) {
+            cast_transpose_kernel<F, 8, kGelu, kDGelu>
+                <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
+            launched = true;
+        }
+    }
+    if (!launched)
+        cast_transpose_kernel<F, 4, kGelu, kDGelu>
+            <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
     cudaCheck(cudaGetLastError());
 }
 

@@ -18,8 +18,10 @@
 #include "tests/gpu/kernels/kernel_checks.cuh"
 
 // The column sums a cast takes beside it (a linear layer's bias gradient): every tile's partial within fp32's
-// rounding of the fp64 sum of its rows (1e-5 of the sum of magnitudes), every entry written (poisoned before), and
-// column_sum_finish adding them in order to a bf16 output within its rounding (2^-8 relative).
+// rounding of the fp64 sum of its rows (1e-5 of the sum of magnitudes), and bit for bit the fp32 sum in the kernel's
+// order (a thread's rows ty, ty + 16, ty + 32, ty + 48, then the 16 thread rows in turn: the order every tile width
+// keeps, so the bias gradients do not change with it); every entry written (poisoned before); column_sum_finish
+// adding them in order to a bf16 output within its rounding (2^-8 relative).
 static void check_colsum(const std::vector<float>& x, int rows, int cols, const float* d_part, const char* what) {
     const int chunks = fp8_cast_colsum_chunks(rows);
     std::vector<float> part((size_t)chunks * cols);
@@ -34,6 +36,13 @@ static void check_colsum(const std::vector<float>& x, int rows, int cols, const 
             }
             ref[c] += s, mag[c] += a;
             bad += !(std::fabs(part[(size_t)k * cols + c] - s) <= 1e-5 * a);
+            float ordered = 0.f;
+            for (int ty = 0; ty < 16; ty++) {
+                float t = 0.f;
+                for (int r = 64 * k + ty; r < std::min(rows, 64 * k + 64); r += 16) t += x[(size_t)r * cols + c];
+                ordered += t;
+            }
+            bad += part[(size_t)k * cols + c] != ordered;
         }
     floatX* d_out = upload(std::vector<float>(cols, 0.25f));
     column_sum_finish(d_out, d_part, chunks, cols, 1.0f, 0);
@@ -105,6 +114,33 @@ static void test_cast(int rows, int cols, bool with_y, bool with_yT, bool nan, b
     }
     cudaFree(d_descale);
     cudaFree(d_x), cudaFree(d_scale), cudaFree(d_amax), cudaFree(d_y), cudaFree(d_yT), cudaFree(d_part);
+}
+
+// The two tile widths give the same bytes: x at an address aligned to 8 values takes the 64 x 128 tiles, the same
+// x 4 values further on (aligned to 4 only) the 64 x 64 ones; y, yT, amax and the column sums bit for bit the same.
+static void test_cast_widths(int rows, int cols) {
+    const size_t n = (size_t)rows * cols;
+    std::vector<float> x = random_vec(n, 1.0f), padded(n + 4, 0.f);
+    std::copy(x.begin(), x.end(), padded.begin() + 4);
+    floatX *d_x = upload(x), *d_padded = upload(padded);
+    float* d_scale = upload_fp32({16.f});
+    const int chunks = fp8_cast_colsum_chunks(rows);
+    float* d_stats = upload_fp32(std::vector<float>(2 + 2 * (size_t)chunks * cols, 0.f));  // two amaxes, two sums
+    uint8_t* d_bytes;
+    cudaCheck(cudaMalloc(&d_bytes, 4 * n)), cudaCheck(cudaMemset(d_bytes, 0xAA, 4 * n));
+    fp8_cast_transpose<Fp8Format::E5M2>(d_x, rows, cols, d_scale, d_bytes, d_bytes + n, d_stats, 0, d_stats + 2);
+    fp8_cast_transpose<Fp8Format::E5M2>(d_padded + 4, rows, cols, d_scale, d_bytes + 2 * n, d_bytes + 3 * n,
+                                        d_stats + 1, 0, d_stats + 2 + (size_t)chunks * cols);
+    const std::vector<float> stats = download(d_stats, 2 + 2 * (size_t)chunks * cols);
+    std::vector<uint8_t> bytes(4 * n);
+    cudaCheck(cudaMemcpy(bytes.data(), d_bytes, 4 * n, cudaMemcpyDeviceToHost));
+    const size_t half = (size_t)chunks * cols;
+    char tag[112];
+    snprintf(tag, sizeof(tag), "fp8 cast %dx%d: 64 x 128 tiles and 64 x 64 ones, the same y, yT, amax, sums", rows,
+             cols);
+    check_exact(tag, memcmp(bytes.data(), bytes.data() + 2 * n, 2 * n) == 0 && stats[0] == stats[1] &&
+                         stats[0] > 0 && memcmp(stats.data() + 2, stats.data() + 2 + half, half * 4) == 0);
+    cudaFree(d_x), cudaFree(d_padded), cudaFree(d_scale), cudaFree(d_stats), cudaFree(d_bytes);
 }
 
 // fp8_transpose: yT every byte of y transposed (random bytes, NaN codes among them: bytes are moved, not read).
@@ -291,7 +327,9 @@ static void test_scaling() {
 
 int main(int argc, char** argv) {
     kernel_tests_begin(argc, argv);
-    const int shapes[][2] = {{64, 64}, {4, 4}, {100, 36}, {1028, 772}, {512, 3072}, {2048, 768}};
+    // columns a multiple of 8 take the cast's 64 x 128 tiles, others its 64 x 64 ones: both, ragged and whole
+    const int shapes[][2] = {{64, 64},   {4, 4},      {100, 36}, {1028, 772},
+                             {512, 3072}, {2048, 768}, {100, 40}, {1028, 776}};
     for (const auto& s : shapes) {
         test_cast<Fp8Format::E4M3>(s[0], s[1], true, true, false);
         test_cast<Fp8Format::E5M2>(s[0], s[1], true, true, false, /*colsum=*/true);  // as output gradients are
@@ -303,6 +341,10 @@ int main(int argc, char** argv) {
     test_cast<Fp8Format::E4M3>(64, 128, true, true, true);
     test_cast<Fp8Format::E5M2>(256, 192, true, true, false, false, /*inf=*/true);
     test_cast<Fp8Format::E4M3>(128, 64, false, true, false, false, /*inf=*/true);
+    test_cast<Fp8Format::E4M3>(64, 132, true, true, true);  // the 64 x 64 tiles: a NaN, an inf
+    test_cast<Fp8Format::E5M2>(128, 68, true, true, false, false, /*inf=*/true);
+    test_cast_widths(1028, 776);
+    test_cast_widths(2048, 768);
     for (const auto& s : shapes) test_transpose(s[0], s[1]);
     test_cast_current<Fp8Format::E4M3>(256, 768, 1.0f);
     test_cast_current<Fp8Format::E4M3>(128, 3072, 0.02f);  // weights' size: the scale far above 1

@@ -256,8 +256,10 @@ int main(int argc, char** argv) {
     test_gelu_amax();
     test_layernorm_amax();
     test_layernorm_fp8();
-    test_gelu_cast(1028, 772);
+    test_gelu_cast(1028, 772);  // the cast's 64 x 64 tiles (columns not a multiple of 8)
+    test_gelu_cast(1028, 776);  // its 64 x 128 tiles, ragged
     test_gelu_cast(2048, 3072);
+    test_dgelu_cast(1028, 772);
     test_dgelu_cast(1028, 776);
     test_dgelu_cast(2048, 3072);
     return kernel_tests_end();
