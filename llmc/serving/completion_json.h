@@ -155,6 +155,7 @@ inline std::string health_json(const SchedulerStats& s, const std::string& model
                         {"decode_rows", s.decode_rows},
                         {"decode_ms", s.decode_ms},
                         {"deliver_ms", s.deliver_ms},
+                        {"decode_device_ms", s.decode_device_ms},
                         {"prefill_calls", s.prefill_calls},
                         {"prefill_tokens", s.prefill_tokens},
                         {"generated_tokens", s.tokens},

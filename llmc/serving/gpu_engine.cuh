@@ -222,6 +222,7 @@ public:
                  decode_gpu_ms_ / decode_steps_, (unsigned long long)decode_steps_);
         return head + bandwidth_text(bytes, decode_gpu_ms_, device_peak_memory_bandwidth());
     }
+    double decode_device_ms() const override { return decode_gpu_ms_; }
 
     // a free slot's throwaway decode rows (below R) write at position known_: past the prefix it keeps, and cheap
     // (attention over known_ + 1 positions) when it keeps none

@@ -92,6 +92,8 @@ public:
         w.counter("llmc_prefill_calls_total", "Prefill calls of the engine.", (double)s.prefill_calls);
         w.counter("llmc_decode_seconds_total", "Time in the engine's decode calls.", s.decode_ms * 1e-3);
         w.counter("llmc_deliver_seconds_total", "Time handing tokens to requests.", s.deliver_ms * 1e-3);
+        w.counter("llmc_decode_device_seconds_total", "The decode steps' time on the device (0: not measured).",
+                  s.decode_device_ms * 1e-3);
 
         w.histogram("llmc_time_to_first_token_seconds", "Submission to the first token.", ttft_);
         w.histogram("llmc_time_per_output_token_seconds", "Per token after the first, per request.", tpot_);

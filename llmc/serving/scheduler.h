@@ -421,8 +421,10 @@ private:
             error = std::string("decode: ") + e.what();
         }
         {
+            const double device_ms = engine_->decode_device_ms();
             std::lock_guard<std::mutex> lock(m_);
             st_.decode_ms += ms(t0, Clock::now());
+            st_.decode_device_ms = device_ms;
         }
         for (size_t i = 0; i < flight.size(); i++) {
             Sequence* s = slots_[flight[i].slot].get();

@@ -63,6 +63,7 @@ struct SchedulerStats {
     uint64_t steps = 0, decode_steps = 0, decode_rows = 0;  // rows: sequences decoded, summed over decode steps
     uint64_t prefill_calls = 0, prefill_tokens = 0, tokens = 0;
     double decode_ms = 0, deliver_ms = 0;  // in the engine's decode calls (begin, and end's wait); delivering tokens
+    double decode_device_ms = 0;           // the decode steps' time on the device (the engine's; 0: not measured)
     uint64_t accepted = 0, finished = 0, cancelled = 0, errors = 0, refused_full = 0;
     int slots = 0, running = 0, queued = 0;
     int64_t positions = 0;  // prompt positions prefilled + tokens generated, over the running sequences (last step)

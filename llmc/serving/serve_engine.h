@@ -108,6 +108,9 @@ public:
     // What the engine says of its decode steps when the server stops (the GPU engine: their time on the GPU and the
     // bandwidth it comes to); empty: nothing. After the last decode_end.
     virtual std::string decode_report() const { return ""; }
+    // The decode steps' time on the device so far, ms (read on the engine's thread after a decode_end; 0: not
+    // measured): beside the host's time in the decode calls, it says whether a slower step is the GPU's or the host's.
+    virtual double decode_device_ms() const { return 0; }
 
 private:
     std::deque<std::vector<PickedToken>> begun_;  // the default prefill_whole_begin's tokens, oldest first

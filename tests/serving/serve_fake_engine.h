@@ -192,8 +192,13 @@ public:
             ready = flights_.front().ready;
             flights_.pop_front();
             if (++end_calls_ == o_.fail_end_at) throw std::runtime_error("fake engine: an injected failure");
+            device_ms_ += o_.step_us * 1e-3;  // each step's time on the fake device: step_us
         }
         std::this_thread::sleep_until(ready);
+    }
+    double decode_device_ms() const override {
+        std::lock_guard<std::mutex> lock(m_);
+        return device_ms_;
     }
 
     void release(int slot, int keep) override {
@@ -258,7 +263,8 @@ private:
     std::deque<Flight> flights_;  // steps in flight, oldest first
     std::deque<int> begun_at_;  // whole-prompt calls begun and not ended: decode_begin calls before each, oldest first
     int begin_calls_ = 0, end_calls_ = 0;
-    std::mutex m_;
+    double device_ms_ = 0;  // decode_device_ms
+    mutable std::mutex m_;
 };
 
 #include "llmc/core/rand.h"

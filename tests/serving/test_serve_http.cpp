@@ -34,6 +34,7 @@ TEST(ServeHttp, HealthAndModels) {
     json h = json::parse(r->body);
     EXPECT_EQ(h["status"], "ok");
     EXPECT_EQ(h["slots"], 4);
+    EXPECT_EQ(h["decode_device_ms"], 0.0);  // no step yet
     r = c.Get("/v1/models");
     ASSERT_TRUE(r);
     json m = json::parse(r->body);

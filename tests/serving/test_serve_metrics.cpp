@@ -61,6 +61,7 @@ TEST(ServeMetrics, KnownEndsGiveTheirCountsSumsAndBuckets) {
     SchedulerStats st;
     st.slots = 4, st.running = 2, st.queued = 3, st.positions = 128, st.tokens = 6, st.accepted = 5;
     st.refused_full = 2, st.prefill_tokens = 30, st.decode_steps = 9, st.decode_ms = 1500;
+    st.decode_device_ms = 1250;
     const std::string text = m.render(st, "my \"model\"\\\n", 64);
     PromFamilies f;
     std::string error;
@@ -85,6 +86,7 @@ TEST(ServeMetrics, KnownEndsGiveTheirCountsSumsAndBuckets) {
     EXPECT_EQ(v("llmc_prompt_tokens_total"), 37);
     EXPECT_EQ(v("llmc_generation_tokens_total"), 6);
     EXPECT_DOUBLE_EQ(v("llmc_decode_seconds_total"), 1.5);
+    EXPECT_DOUBLE_EQ(v("llmc_decode_device_seconds_total"), 1.25);
     EXPECT_EQ(v("llmc_time_to_first_token_seconds_count"), 2);
     EXPECT_NEAR(v("llmc_time_to_first_token_seconds_sum"), 0.045, 1e-12);
     EXPECT_EQ(v("llmc_time_to_first_token_seconds_bucket", {{"le", "0.02"}}), 1);  // 15 ms

@@ -660,6 +660,25 @@ TEST(ServeScheduler, TwoStepsInFlight) {
     EXPECT_TRUE(e.violations.empty()) << e.violations.front();
 }
 
+// The decode steps' device time the engine reports reaches the scheduler's stats (/health's decode_device_ms): the
+// fake engine's steps take step_us each on its device.
+TEST(ServeScheduler, DecodeDeviceTimeInTheStats) {
+    FakeEngineOptions fo{2, 128};
+    fo.step_us = 250;
+    FakeEngine e(fo);
+    Scheduler s(&e, {});
+    EXPECT_EQ(s.stats().decode_device_ms, 0.0);
+    auto a = std::make_shared<Outcome>(), b = std::make_shared<Outcome>();
+    s.submit(make_request(prompt_of(4, 1), 12, a));
+    s.submit(make_request(prompt_of(6, 2), 7, b));
+    run_to_idle(s);
+    const SchedulerStats st = s.stats();
+    ASSERT_GT(st.decode_steps, 0u);
+    EXPECT_DOUBLE_EQ(st.decode_device_ms, e.decode_device_ms());
+    EXPECT_NEAR(st.decode_device_ms, 0.25 * (double)e.steps.size(), 1e-9);
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+}
+
 // Whole prompts begun and ended apart: at most prefills_in_flight calls are begun before the oldest is read (the
 // third call of a step reads the first's tokens), a sequence's first decode row is begun before its first token is
 // read, so a first token that ends it (a stop) leaves that row computed for nothing and max_tokens 1 gets no row;
