@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(256, kDGelu ? 8 : 1)
     static_assert(kVec == 4 || kVec == 8, "4 or 8 values a load");
     static_assert(kVec == 4 || !kDGelu, "the dGELU cast keeps 64 x 64 tiles (above)");
     constexpr int kCols = 16 * kVec;
-    constexpr bool kLoadsFirst = !kDGelu;  // the dGELU cast loads as it goes: its registers (above)
+    constexpr bool kLoadsFirst = !kDGelu;  // the dGELU cast's 8 loads first would spill at its 32 registers
     __shared__ uint32_t tile[kTile][kCols / 4 + 1];  // [row][4 columns' bytes], padded
     __shared__ uint32_t gelu_tile[kDGelu ? kTile : 1][kCols / 4 + 1];  // gelu_yT's, the same way
     __shared__ float column_part[kTileRowsPerPass][kCols];  // each thread row's sums of its kVec columns
