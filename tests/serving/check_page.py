@@ -192,11 +192,11 @@ def run_page(b, c, ck, args, model):
           f"time to first token, tokens and tokens/s shown ({stats[0]}, {stats[1]} tokens, {stats[2]} tokens/s)",
           f"{stats}")
     if args.screenshot:
+        if not mid:  # the stream ended between two looks: the page as it ended
+            b.screenshot(args.screenshot)
         size = png_size(args.screenshot)
         ck.ok(size is not None and size[0] >= 800 and os.path.getsize(args.screenshot) > 10000,
               f"a screenshot {'mid-stream' if mid else 'at the end'}: {args.screenshot} {size}")
-        if not mid:
-            b.screenshot(args.screenshot)
 
     # 3. a bad setting shows the API's message
     set_fields(dict(settings, temperature=5), prompt, "completion")
@@ -207,21 +207,33 @@ def run_page(b, c, ck, args, model):
     ck.ok(s == 400 and shown_error == err["error"]["message"], f"a bad setting shows the API's message ({shown_error})",
           f"{shown_error!r} vs {err}")
 
-    # 4. chat, two turns
+    # 4. chat, two turns, short replies: the check is that the page carries the conversation, and two long greedy
+    # replies would overflow the model's context (the API's error then, which the page must show as it is)
+    chat_settings = dict(settings, max_tokens=min(args.max_tokens, 48))
     b.js("document.getElementById('mode').value = 'chat'; document.getElementById('mode').onchange();")
     turns, conversation = ["Hello there", "And then?"], []
     for turn in turns:
-        set_fields(settings, turn, "chat")
+        set_fields(chat_settings, turn, "chat")
         b.js("document.getElementById('send').click()")
-        done = b.wait("document.getElementById('status').textContent === 'done' && "
-                      "!document.getElementById('send').disabled", 120)
+        ended = b.wait("document.getElementById('status').textContent !== 'running' && "
+                       "!document.getElementById('send').disabled", 120)
+        status = b.js("document.getElementById('status').textContent")
         replies = b.js("[...document.querySelectorAll('#output .reply')].map(e => e.textContent)")
         conversation.append({"role": "user", "content": turn})
-        s, chat, _ = c.request("POST", "/v1/chat/completions", {"messages": conversation, **settings})
-        want = chat["choices"][0]["message"]["content"] if s == 200 else None
-        ck.ok(done and replies and replies[-1] == want, f"chat turn {len(conversation) // 2 + 1}: the page's reply is "
-              "/v1/chat/completions' for the conversation so far", f"{replies} vs {want!r}")
-        conversation.append({"role": "assistant", "content": want or ""})
+        s, chat, _ = c.request("POST", "/v1/chat/completions", {"messages": conversation, **chat_settings})
+        name = f"chat turn {len(conversation) // 2 + 1}"
+        if s == 200:
+            want = chat["choices"][0]["message"]["content"]
+            ck.ok(ended and status == "done" and replies and replies[-1] == want,
+                  f"{name}: the page's reply is /v1/chat/completions' for the conversation so far",
+                  f"status {status!r}, {replies} vs {want!r}")
+        else:  # the page shows the API's own message for the same conversation
+            want = (chat or {}).get("error", {}).get("message")
+            shown = b.js("document.getElementById('error').textContent")
+            ck.ok(ended and status == "error" and shown == want,
+                  f"{name}: the page shows the API's error for the conversation so far ({s}: {want})",
+                  f"status {status!r}, {shown!r} vs {want!r}")
+        conversation.append({"role": "assistant", "content": want if s == 200 else ""})
 
 
 def main():
