@@ -95,7 +95,7 @@ TEST(EngineOptionsDeathTest, Fp8CastPdl) {
     const char* name = "LLMC_FP8_CAST_PDL";
     unsetenv(name);
     EXPECT_TRUE(options_detail::read().fp8_cast_pdl);  // on unless switched off
-    EXPECT_EQ(options_detail::read().description(), "");
+    EXPECT_EQ(options_detail::read().description(), "none");
     setenv(name, "0", 1);
     EXPECT_FALSE(options_detail::read().fp8_cast_pdl);
     EXPECT_EQ(options_detail::read().description(), "LLMC_FP8_CAST_PDL=0");
