@@ -14,8 +14,6 @@
 //   LLMC_FP8_GRADS=e4m3       -fp8: the output gradients in E4M3 instead of E5M2 (comparisons of the recipe)
 //   LLMC_FP8_BLOCKS=1         -fp8: the blocks' linears with a scale per block (1x128, weights 128x128; E4M3
 //                             gradients; promoted accumulation; not with -fp8h), llmc/model/gpt2_fp8_blocks.cuh
-//   LLMC_FP8_CAST_PDL=0       -fp8: the FP8 casts launched plainly, not as programmatic dependents of the kernel
-//                             before them (comparisons; llmc/kernels/fp8/cast_transpose.cuh)
 //   LLMC_FP8_RECAST=1         -fp8: attproj's and fcproj's input transposes cast again in the backward (from atty
 //                             and fch, with the forward's scale: the same bytes) instead of kept per layer: less
 //                             memory (5 C bytes a row a layer), one more read of those inputs
@@ -53,7 +51,6 @@ struct EngineOptions {
     bool fp8_grads_e4m3 = false;
     bool fp8_blocks = false;
     bool fp8_recast = false;
-    bool fp8_cast_pdl = true;
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
     std::string trace;
@@ -80,7 +77,6 @@ struct EngineOptions {
         if (fp8_grads_e4m3) out.push_back({"LLMC_FP8_GRADS", "e4m3"});
         if (fp8_blocks) out.push_back({"LLMC_FP8_BLOCKS", "1"});
         if (fp8_recast) out.push_back({"LLMC_FP8_RECAST", "1"});
-        if (!fp8_cast_pdl) out.push_back({"LLMC_FP8_CAST_PDL", "0"});
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
@@ -171,7 +167,6 @@ inline EngineOptions read() {
         fprintf(stderr, "error: LLMC_FP8_RECAST=1 and LLMC_FP8_BLOCKS=1 do not go together (blocks keep their yT)\n");
         exit(EXIT_FAILURE);
     }
-    o.fp8_cast_pdl = flag("LLMC_FP8_CAST_PDL", true);
     o.decode_attention = text("LLMC_DECODE_ATTENTION");
     if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");

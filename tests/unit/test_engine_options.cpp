@@ -1,6 +1,6 @@
-// The FP8 switches (llmc/core/options.h): LLMC_FP8_FAST_ACCUM's list, LLMC_FP8_GRADS, LLMC_FP8_RECAST,
-// LLMC_FP8_BLOCKS and LLMC_FP8_CAST_PDL, their defaults, the start-up table's line, and a value they do not take
-// stopped in one line naming the variable.
+// The FP8 switches (llmc/core/options.h): LLMC_FP8_FAST_ACCUM's list, LLMC_FP8_GRADS, LLMC_FP8_RECAST and
+// LLMC_FP8_BLOCKS, their defaults, the start-up table's line, and a value they do not take stopped in one line naming
+// the variable.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -88,19 +88,4 @@ TEST(EngineOptionsDeathTest, Fp8RecastNotWithBlocks) {
                 "^error: LLMC_FP8_RECAST=1 and LLMC_FP8_BLOCKS=1 do not go together");
     unsetenv("LLMC_FP8_BLOCKS");
     unsetenv("LLMC_FP8_RECAST");
-}
-
-TEST(EngineOptionsDeathTest, Fp8CastPdl) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    const char* name = "LLMC_FP8_CAST_PDL";
-    unsetenv(name);
-    EXPECT_TRUE(options_detail::read().fp8_cast_pdl);  // on unless switched off
-    EXPECT_EQ(options_detail::read().description(), "none");
-    setenv(name, "0", 1);
-    EXPECT_FALSE(options_detail::read().fp8_cast_pdl);
-    EXPECT_EQ(options_detail::read().description(), "LLMC_FP8_CAST_PDL=0");
-    setenv(name, "off", 1);
-    EXPECT_EXIT(options_detail::read(), testing::ExitedWithCode(EXIT_FAILURE),
-                "^error: environment variable LLMC_FP8_CAST_PDL=off: expected 0 or 1\n$");
-    unsetenv(name);
 }

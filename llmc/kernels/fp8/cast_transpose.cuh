@@ -16,8 +16,6 @@
 // outputs) keeps 64 x 64 tiles with its loads where they are used until the wide form is measured for it: at 64 x
 // 128 it takes 108 registers a thread. With neither y nor yT asked for, a reduction kernel of its own (amax_kernel).
 // rows and cols multiples of 4 (every GPT-2 GEMM operand: B*T and multiples of 64).
-// Each kernel here is launched as a programmatic dependent (PDL; LLMC_FP8_CAST_PDL=0: plainly): it is set up while
-// the kernel before it ends and waits for that kernel's writes before its first load.
 #pragma once
 
 #include <algorithm>
@@ -28,7 +26,6 @@
 
 #include "llmc/core/cuda_common.h"
 #include "llmc/core/fp8.h"
-#include "llmc/core/options.h"
 #include "llmc/kernels/fp8/amax.cuh"
 #include "llmc/kernels/fp8/pack.cuh"
 #include "llmc/kernels/gelu.cuh"
@@ -116,7 +113,6 @@ __global__ void __launch_bounds__(256, kDGelu ? 8 : 1)
     __shared__ float column_part[kTileRowsPerPass][kCols];  // each thread row's sums of its kVec columns
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of kVec columns x 16 rows
     const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kCols, c = col0 + kVec * tx;
-    pdl_trigger_and_wait();  // everything below reads the kernel before's output
     struct alignas(kVec * sizeof(floatX)) Pack { floatX v[kVec]; };
     Pack q[4], g[4];
     auto load = [&](int k) {  // row ty + 16 k of x (and of aux)
@@ -199,7 +195,6 @@ __global__ void __launch_bounds__(256) transpose_kernel(const uint8_t* __restric
     __shared__ uint32_t tile[kTile][kTile / 4 + 1];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
-    pdl_trigger_and_wait();
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int r = row0 + ty + 16 * k, c = col0 + 4 * tx;
@@ -218,7 +213,6 @@ __global__ void __launch_bounds__(256) amax_kernel(const T* __restrict__ x, size
     struct alignas(4 * sizeof(T)) Quad { T v[4]; };
     __shared__ unsigned int warp_max[8];
     unsigned int m = 0;
-    pdl_trigger_and_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
         const Quad q = reinterpret_cast<const Quad*>(x)[i];
         Quad g = q;  // unread unless kDGelu
@@ -239,8 +233,8 @@ inline void launch_amax(const T* x, int rows, int cols, float* amax, cudaStream_
     if (!amax) return;
     const size_t quads = count / 4;
     const int blocks = (int)std::min<size_t>((quads + 255) / 256, (size_t)device_sm_count() * 8);
-    PdlLaunch launch(dim3(blocks), dim3(256), 0, stream, engine_options().fp8_cast_pdl);
-    cudaCheck(cudaLaunchKernelEx(&launch.config, amax_kernel<kGelu, T, kDGelu>, x, quads, amax, aux));
+    amax_kernel<kGelu, T, kDGelu><<<blocks, 256, 0, stream>>>(x, quads, amax, aux);
+    cudaCheck(cudaGetLastError());
 }
 
 template <Fp8Format F, bool kGelu = false, bool kDGelu = false>
@@ -270,15 +264,18 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
     const bool wide = !kDGelu && cols % 8 == 0 && (uintptr_t)x % (8 * sizeof(floatX)) == 0 && (uintptr_t)y % 8 == 0;
     const int tile_cols = wide ? 16 * 8 : 16 * 4;
     const dim3 grid((cols + tile_cols - 1) / tile_cols, (rows + kTile - 1) / kTile);
-    PdlLaunch launch(grid, dim3(256), 0, stream, engine_options().fp8_cast_pdl);
-    auto run = [&](auto kernel) {
-        cudaCheck(cudaLaunchKernelEx(&launch.config, kernel, x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale,
-                                     gelu_yT));
-    };
+    bool launched = false;
     if constexpr (!kDGelu) {
-        if (wide) return run(cast_transpose_kernel<F, 8, kGelu, kDGelu>);
+        if (wide) {
+            cast_transpose_kernel<F, 8, kGelu, kDGelu>
+                <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
+            launched = true;
+        }
     }
-    run(cast_transpose_kernel<F, 4, kGelu, kDGelu>);
+    if (!launched)
+        cast_transpose_kernel<F, 4, kGelu, kDGelu>
+            <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
+    cudaCheck(cudaGetLastError());
 }
 
 }  // namespace fp8_cast_detail
@@ -293,8 +290,8 @@ inline void fp8_transpose(const uint8_t* y, int rows, int cols, uint8_t* yT, cud
         exit(EXIT_FAILURE);
     }
     const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
-    PdlLaunch launch(grid, dim3(256), 0, stream, engine_options().fp8_cast_pdl);
-    cudaCheck(cudaLaunchKernelEx(&launch.config, fp8_cast_detail::transpose_kernel, y, rows, cols, yT));
+    fp8_cast_detail::transpose_kernel<<<grid, 256, 0, stream>>>(y, rows, cols, yT);
+    cudaCheck(cudaGetLastError());
 }
 
 // The partial rows of the column sums a cast leaves (colsum: that many rows of cols floats), for
