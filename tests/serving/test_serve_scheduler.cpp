@@ -450,9 +450,9 @@ TEST(ServeScheduler, WholePromptsTogetherPaddedToTheLongest) {
     EXPECT_TRUE(e.violations.empty()) << e.violations.front();
 }
 
-// prefill_wait: while a sequence decodes, short prompts wait up to that many steps from the oldest one's admission for
-// enough to fill a prefill call (prefill_rows), then go together; with nothing decoding they never wait; every
-// request's tokens as alone.
+// prefill_wait: while at least half the slots decode, short prompts wait up to that many steps from the oldest one's
+// admission for enough to fill a prefill call (prefill_rows), then go together; with fewer decoding they never wait;
+// every request's tokens as alone.
 TEST(ServeScheduler, PrefillWaitFillsTheCallWhileOthersDecode) {
     for (int chunk : {0, 32}) {  // whole prompts only, and prompts up to a chunk whole beside chunked ones
         FakeEngineOptions fo{8, 512, 1000, chunk, /*prefill_rows*/ 3};
@@ -460,12 +460,15 @@ TEST(ServeScheduler, PrefillWaitFillsTheCallWhileOthersDecode) {
         SchedulerOptions o;
         o.prefill_wait = 4;
         Scheduler s(&e, o);
-        auto first = std::make_shared<Outcome>();
-        const std::vector<int> p0 = prompt_of(10, 100);
-        s.submit(make_request(p0, 40, first));
-        s.step();  // nothing decodes yet: prefilled at once (its first token read at the next step)
-        ASSERT_EQ(e.whole_calls.size(), 1u) << chunk;
-        EXPECT_TRUE(first->tokens.empty()) << chunk;
+        std::vector<std::shared_ptr<Outcome>> firsts;
+        std::vector<std::vector<int>> first_prompts;
+        for (int i = 0; i < 4; i++) {  // half the 8 slots, decoding from the next step on
+            firsts.push_back(std::make_shared<Outcome>());
+            first_prompts.push_back(prompt_of(10 + i, 100 + i));
+            s.submit(make_request(first_prompts.back(), 40, firsts.back()));
+        }
+        s.step();  // nothing decodes yet: prefilled at once, 3 and 1 (their first tokens read at the next step)
+        ASSERT_EQ(e.whole_calls, (std::vector<int>{3, 1})) << chunk;
         const size_t calls0 = e.whole_calls.size();  // prefill_whole calls (every prompt here is whole)
         std::vector<std::shared_ptr<Outcome>> outs;
         std::vector<std::vector<int>> prompts;
@@ -491,9 +494,31 @@ TEST(ServeScheduler, PrefillWaitFillsTheCallWhileOthersDecode) {
         EXPECT_EQ(e.whole_calls.back(), 1) << chunk;
         run_to_idle(s);
         EXPECT_TRUE(e.violations.empty()) << e.violations.front();
-        EXPECT_EQ(first->tokens, e.alone(p0, 40, {}, 0));
+        for (size_t i = 0; i < firsts.size(); i++) EXPECT_EQ(firsts[i]->tokens, e.alone(first_prompts[i], 40, {}, 0)) << i;
         for (size_t i = 0; i < outs.size(); i++) EXPECT_EQ(outs[i]->tokens, e.alone(prompts[i], 5, {}, 0)) << i;
     }
+}
+
+// ... and with fewer than half the slots decoding, a short prompt goes at the first step it can (a light load's time to
+// first token is not traded for fuller calls).
+TEST(ServeScheduler, PrefillWaitNotUnderLightLoad) {
+    FakeEngine e({8, 512, 1000, 0, /*prefill_rows*/ 3});
+    SchedulerOptions o;
+    o.prefill_wait = 16;
+    Scheduler s(&e, o);
+    auto first = std::make_shared<Outcome>(), second = std::make_shared<Outcome>();
+    const std::vector<int> p0 = prompt_of(10, 1), p1 = prompt_of(12, 2);
+    s.submit(make_request(p0, 40, first));
+    s.step();
+    s.step();  // 1 of 8 slots decoding
+    ASSERT_EQ(e.whole_calls.size(), 1u);
+    s.submit(make_request(p1, 5, second));
+    s.step();  // admitted and prefilled in the same step, alone
+    ASSERT_EQ(e.whole_calls, (std::vector<int>{1, 1}));
+    run_to_idle(s);
+    EXPECT_TRUE(e.violations.empty()) << e.violations.front();
+    EXPECT_EQ(first->tokens, e.alone(p0, 40, {}, 0));
+    EXPECT_EQ(second->tokens, e.alone(p1, 5, {}, 0));
 }
 
 TEST(ServeScheduler, CancelRunningAndQueued) {

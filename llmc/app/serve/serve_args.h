@@ -24,7 +24,7 @@ struct ServeArgs : GenerationFlags {
     int max_queue = 64;                         // --max-queue
     int prefill_budget = 512;                   // --prefill-budget
     int prefill_rows = 8;                       // --prefill-rows
-    int prefill_wait = 0;                       // --prefill-wait
+    int prefill_wait = 16;                      // --prefill-wait
     int steps_in_flight = 2;                    // --steps-in-flight
     int prefill_chunk = 512;                    // --prefill-chunk
     int64_t max_body = 1 << 20;                 // --max-body
@@ -50,8 +50,8 @@ inline std::string serve_usage(const std::string& program) {
              "  --prefill-budget <int>  prompt tokens prefilled per step, between decode steps; prompts prefilled\n"
              "                       together count as rows of the longest (default %d)\n"
              "  --prefill-rows <int> prompts one prefill forward takes at most (default %d)\n"
-             "  --prefill-wait <int> steps a short prompt may wait, while others decode, for more to share its prefill\n"
-             "                       (each prefill stops the decode steps in flight; default %d: none)\n"
+             "  --prefill-wait <int> steps a short prompt may wait, while half the slots or more decode, for more to\n"
+             "                       share its prefill call (each call holds up every decoding row; default %d, 0: none)\n"
              "  --prefill-chunk <int> prompts longer than this come in chunks of it, interleaved with the decode\n"
              "                       steps (default %d; 0: every prompt whole)\n"
              "  --steps-in-flight <int>  decode steps queued on the GPU at once, 1 or 2 (default %d: the next step is\n"
