@@ -19,9 +19,14 @@
 //                        for the matrix before as counters does (sm_90a builds on H100/H200; skipped elsewhere)
 //             pages4, pages4+counters   pages, each warp up to 4 rows of a page at once, so each lane's x is
 //                        loaded once for the group (pages:math found the consumers, not the copies, setting the pace)
+//             pages4+xs   pages4 with x staged in shared memory once (every product reads it there, not from L1)
 //             pages:copy, pages:math   pages' two halves alone, to see which sets its pace: the copies with the
 //                        pages released unread, or the products on pages marked full with nothing copied (no y)
-// Every mode's y (but the two halves') is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the
+//             pages4:math+xs   pages:math with pages4's groups and x in shared memory
+//             pages:sync, pages:ring   the skeleton alone, nothing copied and nothing multiplied: the ring's
+//                        hand-offs and each matrix's end (the consumers' barrier and the counter's release), then
+//                        the hand-offs alone (where pages:math's 3 us a matrix go)
+// Every mode's y (but the diagnostics') is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the
 // edges carried counted before anything is timed; times are medians of CUDA-event timings with L2 flushed
 // (dev/cuda/common.h).
 //   make -C dev/cuda decode_probe && ./dev/cuda/decode_probe [-e 12|24|36|48] [-r repeats] [-a ahead (2)]
@@ -247,19 +252,25 @@ __device__ __forceinline__ void group_rows(const __nv_bfloat16* rows, int cols, 
 // Whole rows a page holds (a block's share of a matrix is [begin, end), in pages of this many rows).
 __device__ __forceinline__ int rows_per_page(int cols) { return kPageBytes / (cols * (int)sizeof(__nv_bfloat16)); }
 
-// variant: 0 pages, 1 pages+counters, 2 pages with rows in groups (each warp up to kGroup rows of a page at once,
-// so each lane's x is loaded once for the group, not once a row), 3 the same with the counters, and two halves of
-// pages to find which one sets its pace (not validated): 4 copy-only (the consumers release each page unread), 5
-// math-only (the producer copies nothing: each page is marked full at once and the consumers multiply whatever it
-// holds).
-__global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const float* x, float* const* y,
-                                                             unsigned* done, unsigned epoch, int variant) {
-    const bool wait = variant == 1 || variant == 3, copy = variant != 5, math = variant != 4;
-    const bool grouped = variant == 2 || variant == 3;
+// How a pages mode runs: wait (for the matrix before: counters), copy (the producer fills the pages; else it marks
+// them full at once), math (the products; else each page is released unread), grouped (each warp up to kGroup rows of
+// a page at once), x_smem (x staged in shared memory first), signal (each matrix's end: the consumers' barrier and the
+// counter's release; wait needs it).
+struct PageMode {
+    bool wait, copy, math, grouped, x_smem, signal;
+};
+__global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const float* x_global, int x_len,
+                                                             float* const* y, unsigned* done, unsigned epoch,
+                                                             PageMode pm) {
+    const bool wait = pm.wait, copy = pm.copy, math = pm.math, grouped = pm.grouped;
     extern __shared__ __align__(128) uint8_t smem[];
     auto* bars = reinterpret_cast<hopper::RingBarriers<kPageStages>*>(smem);
     uint8_t* pages = smem + 128;
     static_assert(sizeof(hopper::RingBarriers<kPageStages>) <= 128, "the barriers fit before the pages");
+    float* xs = reinterpret_cast<float*>(pages + (size_t)kPageStages * kPageBytes);  // x_smem: after the pages
+    if (pm.x_smem)
+        for (int i = threadIdx.x; i < x_len; i += blockDim.x) xs[i] = x_global[i];
+    const float* x = pm.x_smem ? xs : x_global;
     if (threadIdx.x == 0) bars->init(1, kWarps), hopper::fence_barrier_init();
     __syncthreads();
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -315,7 +326,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
             __syncwarp();
             if (lane == 0) ring.release();
         }
-        consumers_signal(&done[m]);
+        if (pm.signal) consumers_signal(&done[m]);
     }
 }
 
@@ -408,17 +419,33 @@ int main(int argc, char** argv) {
         return 1;
     }
     const bool hopper = hopper::hopper_available();
-    const int modes = hopper ? 12 : 6, checked = hopper ? 10 : 6;  // the last two (diagnostics) compute no y
+    // the pages modes, by mode - 6: wait, copy, math, grouped, x in shared memory, signal
+    const PageMode page_modes[10] = {
+        {false, true, true, false, false, true},   // pages
+        {true, true, true, false, false, true},    // pages+counters
+        {false, true, true, true, false, true},    // pages4
+        {true, true, true, true, false, true},     // pages4+counters
+        {false, true, true, true, true, true},     // pages4+xs
+        {false, true, false, false, false, true},  // pages:copy
+        {false, false, true, false, false, true},  // pages:math
+        {false, false, true, true, true, true},    // pages4:math+xs
+        {false, false, false, false, false, true}, // pages:sync
+        {false, false, false, false, false, false} // pages:ring
+    };
+    const int modes = hopper ? 16 : 6, checked = hopper ? 11 : 6;  // the last five (diagnostics) compute no y
+    const int x_len = (int)x.size();
+    const size_t page_smem = kPageSmem + (size_t)x_len * sizeof(float);  // the pages, then x (x_smem)
     if (!hopper) printf("(the pages modes: sm_90a builds on H100/H200 only, skipped)\n");
-    else cudaCheck(cudaFuncSetAttribute(pages_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kPageSmem));
-    const char* names[12] = {"graph",          "stream", "counters", "prefetch",        "stream+L2",  "counters+L2",
-                             "pages",          "pages+counters",     "pages4", "pages4+counters", "pages:copy",
-                             "pages:math"};
+    else cudaCheck(cudaFuncSetAttribute(pages_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)page_smem));
+    const char* names[16] = {"graph",      "stream",     "counters",       "prefetch",   "stream+L2", "counters+L2",
+                             "pages",      "pages+counters", "pages4",     "pages4+counters", "pages4+xs",
+                             "pages:copy", "pages:math", "pages4:math+xs", "pages:sync", "pages:ring"};
     auto run = [&](int mode) {  // on the legacy default stream, as benchmark() times it (the graph captured apart)
         if (mode == 0) {
             cudaCheck(cudaGraphLaunch(exec, 0));
         } else if (mode >= 6) {
-            pages_kernel<<<sms, kPageThreads, kPageSmem>>>(M, d_x.ptr, d_y.ptr, done.ptr, ++epoch, mode - 6);
+            pages_kernel<<<sms, kPageThreads, page_smem>>>(M, d_x.ptr, x_len, d_y.ptr, done.ptr, ++epoch,
+                                                           page_modes[mode - 6]);
             cudaCheckLaunch();
         } else {
             const int wait = mode <= 3 ? mode - 1 : mode - 4;  // stream+L2: never waits, counters+L2: waits
@@ -454,7 +481,7 @@ int main(int argc, char** argv) {
         const double rel = mode < checked ? rel_l2() : NAN;
         printf("  %-14s %8.1f us  %7.0f GB/s  %6.2f us a matrix  ", names[mode], 1e3 * t.cold_ms,
                bytes / (t.cold_ms * 1e6), 1e3 * t.cold_ms / count);
-        if (mode >= checked) printf("(a half of pages: no y)\n");
+        if (mode >= checked) printf("(a diagnostic: no y)\n");
         else printf("(y rel-L2 %.1e)\n", rel);
         if (mode < checked && !(rel <= 1e-5)) return 1;
     }
