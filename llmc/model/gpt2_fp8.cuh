@@ -31,6 +31,7 @@
 #include "llmc/core/fp8.h"
 #include "llmc/core/options.h"
 #include "llmc/kernels/column_sum.cuh"
+#include "llmc/kernels/fp8/cast_group.cuh"
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/kernels/layernorm.cuh"
@@ -238,11 +239,25 @@ inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
 }
 
 // Layer l's four weights to E4M3, y and yT, once its parameters are there (before its first GEMM); delayed: with
-// their slots' delayed scales (one pass each, no amax pass first).
+// their slots' delayed scales, no amax pass first, the four in one launch (unless LLMC_FP8_CHECK_AMAX).
 inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l, cudaStream_t stream,
                                   bool delayed = false) {
     if (f.blocks()) return gpt2_fp8_blocks_cast_weights(f, p, l, stream);  // LLMC_FP8_BLOCKS
     using namespace gpt2_fp8_detail;
+    if (delayed && !f.check) {  // the four in one launch (cast_group.cuh): the same bytes, scales and amax
+        static_assert(kFp8Linears <= kFp8CastGroupMax, "a layer's weights fit one grouped cast");
+        Fp8CastJob jobs[kFp8Linears];
+        for (int k = 0; k < kFp8Linears; k++) {
+            const Dims d = dims(f.C, (Fp8Linear)k);
+            const size_t s = f.slot(l, (Fp8Linear)k, kFp8Weight);
+            Fp8CastJob& j = jobs[k];
+            j.x = p(d.weight, l), j.rows = d.out, j.cols = d.in;
+            j.amax = f.delayed.window + (size_t)l * kFp8DelayedPerLayer + kFp8DelayedFirstWeight + k;
+            j.scale_out = f.scale(s), j.descale_out = f.descale(s), j.fold_amax = f.amax(s);
+            j.y = weight_y(f, l, (Fp8Linear)k), j.yT = weight_yT(f, l, (Fp8Linear)k);
+        }
+        return fp8_cast_transpose_current_group<Fp8Format::E4M3>(jobs, kFp8Linears, stream);
+    }
     for (int k = 0; k < kFp8Linears; k++) {
         const Dims d = dims(f.C, (Fp8Linear)k);
         const size_t s = f.slot(l, (Fp8Linear)k, kFp8Weight);

@@ -98,12 +98,15 @@ __device__ __forceinline__ void put_words(uint32_t* row, int tx, Fp8Pack<kVec> p
 // gelu_yT (kDGelu only; null: none): gelu(aux) cast to E4M3 with *gelu_scale, transposed, the bytes
 // fp8_cast_transpose<E4M3, true>(aux, ...) writes as yT: the GELU output's cast again from the aux the kernel reads.
 // The dGELU cast at 8 blocks an SM (32 registers): it ran 8% slower at the 38 its code would otherwise take.
-template <Fp8Format F, int kVec, bool kGelu = false, bool kDGelu = false>
-__global__ void __launch_bounds__(256, kDGelu ? 8 : 1)
-    cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols, ScaleSource src, uint8_t* __restrict__ y,
-                          uint8_t* __restrict__ yT, float* __restrict__ amax, float* __restrict__ colsum,
-                          const floatX* __restrict__ aux, const float* __restrict__ gelu_scale,
-                          uint8_t* __restrict__ gelu_yT) {
+// One block's tile (tile_x, tile_y) of the cast: the kernel below, and the grouped cast (cast_group.cuh) that takes
+// several tensors' tiles in one launch.
+template <Fp8Format F, int kVec, bool kGelu, bool kDGelu>
+__device__ __forceinline__ void cast_transpose_tile(const floatX* __restrict__ x, int rows, int cols,
+                                                    const ScaleSource& src, uint8_t* __restrict__ y,
+                                                    uint8_t* __restrict__ yT, float* __restrict__ amax,
+                                                    float* __restrict__ colsum, const floatX* __restrict__ aux,
+                                                    const float* __restrict__ gelu_scale,
+                                                    uint8_t* __restrict__ gelu_yT, int tile_x, int tile_y) {
     static_assert(kVec == 4 || kVec == 8, "4 or 8 values a load");
     static_assert(kVec == 4 || !kDGelu, "the dGELU cast keeps 64 x 64 tiles (above)");
     constexpr int kCols = 16 * kVec;
@@ -112,7 +115,7 @@ __global__ void __launch_bounds__(256, kDGelu ? 8 : 1)
     __shared__ uint32_t gelu_tile[kDGelu ? kTile : 1][kCols / 4 + 1];  // gelu_yT's, the same way
     __shared__ float column_part[kTileRowsPerPass][kCols];  // each thread row's sums of its kVec columns
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // 16 groups of kVec columns x 16 rows
-    const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kCols, c = col0 + kVec * tx;
+    const int row0 = tile_y * kTile, col0 = tile_x * kCols, c = col0 + kVec * tx;
     struct alignas(kVec * sizeof(floatX)) Pack { floatX v[kVec]; };
     Pack q[4], g[4];
     auto load = [&](int k) {  // row ty + 16 k of x (and of aux)
@@ -129,7 +132,7 @@ __global__ void __launch_bounds__(256, kDGelu ? 8 : 1)
     float s = src.scale ? *src.scale : 1.f;
     if (src.from_amax) {
         s = fp8_scale_from_amax(*src.from_amax, F, src.margin, 1.f);
-        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && src.scale_out) {
+        if (tile_x == 0 && tile_y == 0 && threadIdx.x == 0 && src.scale_out) {
             *src.scale_out = s;
             // in double: exact, and untouched by --use_fast_math. An infinite amax (the cast saturates it) gives a
             // NaN descale, so the GEMM's output, and the step's loss or norm, say so instead of a finite wrong value.
@@ -176,7 +179,7 @@ __global__ void __launch_bounds__(256, kDGelu ? 8 : 1)
         if (cc < kCols && col0 + cc < cols) {
             float total = 0.f;
             for (int t = 0; t < kTileRowsPerPass; t++) total += column_part[t][cc];  // in order: repeatable
-            colsum[(size_t)blockIdx.y * cols + col0 + cc] = total;
+            colsum[(size_t)tile_y * cols + col0 + cc] = total;
         }
     }
     __shared__ unsigned int warp_max[8];
@@ -186,6 +189,15 @@ __global__ void __launch_bounds__(256, kDGelu ? 8 : 1)
     if (yT) store_transposed_tile<kCols>(tile, rows, cols, row0, col0, yT);
     if constexpr (kDGelu)
         if (gelu_yT) store_transposed_tile<kCols>(gelu_tile, rows, cols, row0, col0, gelu_yT);
+}
+template <Fp8Format F, int kVec, bool kGelu = false, bool kDGelu = false>
+__global__ void __launch_bounds__(256, kDGelu ? 8 : 1)
+    cast_transpose_kernel(const floatX* __restrict__ x, int rows, int cols, ScaleSource src, uint8_t* __restrict__ y,
+                          uint8_t* __restrict__ yT, float* __restrict__ amax, float* __restrict__ colsum,
+                          const floatX* __restrict__ aux, const float* __restrict__ gelu_scale,
+                          uint8_t* __restrict__ gelu_yT) {
+    cast_transpose_tile<F, kVec, kGelu, kDGelu>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT,
+                                                blockIdx.x, blockIdx.y);
 }
 
 // yT (cols, rows) = y (rows, cols) transposed, FP8 bytes as they are: the kept transpose of an operand whose producer

@@ -8,10 +8,15 @@
 // FP8 GEMMs (llmc/kernels/matmul/matmul_fp8.cuh, BF16 builds) against the fp64 product of the dequantized operands
 // (what the GEMM is given: decode(code) / scale), with bias, both accumulation modes, the three format pairs a
 // training step uses: rel-L2 <= 6e-3 with promoted accumulation (the bf16 output's rounding), <= 1e-2 with fast.
+// The grouped cast (llmc/kernels/fp8/cast_group.cuh): each tensor's y, yT, scale, descale and folded amax those of
+// its own fp8_cast_transpose_current, bit for bit, at a layer's four weight shapes and ragged ones.
 // Delayed scaling's update (llmc/kernels/fp8/scaling.cuh) over 40 steps of random amaxes (zeros and NaNs among
 // them) for 37 tensors of both formats: rings, scales and descales bit for bit those of the host's fp8_update_one.
 //   ./tests/gpu/kernels/test_fp8 [seed]   (tests/gpu/kernels/kernel_checks.cuh: inputs, poison, tolerances)
+#include <array>
+
 #include "llmc/kernels/column_sum.cuh"
+#include "llmc/kernels/fp8/cast_group.cuh"
 #include "llmc/kernels/fp8/cast_transpose.cuh"
 #include "llmc/kernels/fp8/scaling.cuh"
 #include "llmc/kernels/matmul/matmul_fp8.cuh"
@@ -141,6 +146,59 @@ static void test_cast_widths(int rows, int cols) {
     check_exact(tag, memcmp(bytes.data(), bytes.data() + 2 * n, 2 * n) == 0 && stats[0] == stats[1] &&
                          stats[0] > 0 && memcmp(stats.data() + 2, stats.data() + 2 + half, half * 4) == 0);
     cudaFree(d_x), cudaFree(d_padded), cudaFree(d_scale), cudaFree(d_stats), cudaFree(d_bytes);
+}
+
+// The grouped cast against one cast per tensor (itself checked against the reference above): the same bytes (y, yT),
+// scale, descale and folded amax for every tensor, each with its own scale source (window values 4x apart, so every
+// tensor's scale differs, as delayed scaling's weights take theirs); the 64 poisoned bytes after each tensor's y and
+// yT in the group's output still poisoned (no tile writes past its tensor).
+static void test_cast_group(const std::vector<std::array<int, 2>>& shapes) {
+    constexpr size_t kGap = 64;
+    const int n = (int)shapes.size();
+    size_t total = 0, bytes_total = 0;
+    std::vector<size_t> at, byte_at;
+    for (const auto& s : shapes) {
+        at.push_back(total), byte_at.push_back(bytes_total);
+        total += (size_t)s[0] * s[1], bytes_total += 2 * (size_t)s[0] * s[1] + kGap;
+    }
+    std::vector<float> x = random_vec(total, 0.02f), windows(n);
+    for (int i = 0; i < n; i++) windows[i] = 0.01f * (float)(1 << (2 * i));
+    floatX* d_x = upload(x);
+    float* d_windows = upload_fp32(windows);
+    std::vector<float> stats0(6 * (size_t)n, -1.f);  // scale, descale, amax (folded: from 0): the group's, then single
+    for (int i = 0; i < 2 * n; i++) stats0[3 * i + 2] = 0.f;
+    float* d_stats = upload_fp32(stats0);
+    uint8_t* d_bytes;  // the group's outputs, then the single casts'
+    cudaCheck(cudaMalloc(&d_bytes, 2 * bytes_total)), cudaCheck(cudaMemset(d_bytes, 0xAA, 2 * bytes_total));
+    std::vector<Fp8CastJob> jobs(n);
+    for (int i = 0; i < n; i++) {
+        Fp8CastJob& j = jobs[i];
+        const size_t nn = (size_t)shapes[i][0] * shapes[i][1];
+        j.x = d_x + at[i], j.rows = shapes[i][0], j.cols = shapes[i][1], j.amax = d_windows + i;
+        j.scale_out = d_stats + 3 * i, j.descale_out = d_stats + 3 * i + 1, j.fold_amax = d_stats + 3 * i + 2;
+        j.y = d_bytes + byte_at[i], j.yT = j.y + nn;
+        float* single = d_stats + 3 * (n + i);
+        uint8_t* y1 = d_bytes + bytes_total + byte_at[i];
+        fp8_cast_transpose_current<Fp8Format::E4M3>(j.x, j.rows, j.cols, j.amax, 0, single, single + 1, y1, y1 + nn,
+                                                    0, nullptr, single + 2);
+    }
+    fp8_cast_transpose_current_group<Fp8Format::E4M3>(jobs.data(), n, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<uint8_t> bytes(2 * bytes_total);
+    cudaCheck(cudaMemcpy(bytes.data(), d_bytes, 2 * bytes_total, cudaMemcpyDeviceToHost));
+    const std::vector<float> stats = download(d_stats, 6 * (size_t)n);
+    bool ok = memcmp(bytes.data(), bytes.data() + bytes_total, bytes_total) == 0 &&
+              memcmp(stats.data(), stats.data() + 3 * n, 3 * n * sizeof(float)) == 0;
+    for (int i = 0; i < n; i++) {
+        const size_t end = byte_at[i] + 2 * (size_t)shapes[i][0] * shapes[i][1];
+        for (size_t k = 0; k < kGap; k++) ok = ok && bytes[end + k] == 0xAA;
+        ok = ok && stats[3 * i + 2] > 0 && (i == 0 || stats[3 * i] != stats[3 * (i - 1)]);
+    }
+    char tag[128];
+    snprintf(tag, sizeof(tag), "fp8 grouped cast of %d tensors (%dx%d first): y, yT, scales, amax as one cast each", n,
+             shapes[0][0], shapes[0][1]);
+    check_exact(tag, ok);
+    cudaFree(d_x), cudaFree(d_windows), cudaFree(d_stats), cudaFree(d_bytes);
 }
 
 // fp8_transpose: yT every byte of y transposed (random bytes, NaN codes among them: bytes are moved, not read).
@@ -345,6 +403,10 @@ int main(int argc, char** argv) {
     test_cast<Fp8Format::E5M2>(128, 68, true, true, false, false, /*inf=*/true);
     test_cast_widths(1028, 776);
     test_cast_widths(2048, 768);
+    test_cast_group({{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}});  // d12's four weights
+    test_cast_group({{4800, 1600}, {1600, 1600}, {6400, 1600}, {1600, 6400}});  // d48's
+    test_cast_group({{100, 40}, {1028, 776}, {4, 8}});  // ragged tiles, three tensors
+    test_cast_group({{192, 136}});
     for (const auto& s : shapes) test_transpose(s[0], s[1]);
     test_cast_current<Fp8Format::E4M3>(256, 768, 1.0f);
     test_cast_current<Fp8Format::E4M3>(128, 3072, 0.02f);  // weights' size: the scale far above 1
