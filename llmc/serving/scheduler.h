@@ -267,16 +267,16 @@ private:
         return any;
     }
 
-    // prefill_wait: whole prompts (oldest first) wait for more to fill a prefill call while at least half the slots
-    // decode, up to prefill_wait steps from the oldest one's admission: each call is a forward over all the weights
-    // that holds up every decoding row, so under load fewer, fuller calls leave the GPU more time to decode (and the
-    // waiting prompts' first tokens come no later on average); with few rows decoding a call holds up little, and a
-    // prompt goes at once.
+    // prefill_wait: whole prompts (oldest first) wait for more to fill a prefill call while at least
+    // prefill_wait_rows sequences decode, up to prefill_wait steps from the oldest one's admission: each call is a
+    // forward over all the weights that holds up every decoding row, so under load fewer, fuller calls leave the GPU
+    // more time to decode (and the waiting prompts' first tokens come no later on average); with few rows decoding a
+    // call holds up little, slots free too seldom for company to come, and a prompt goes at once.
     bool defer_whole(const std::vector<Sequence*>& whole) const {
         if (opt_.prefill_wait <= 0 || whole.empty() || (int)whole.size() >= engine_->prefill_rows()) return false;
         int decoding = 0;
         for (const auto& s : slots_) decoding += s && s->prefilled == (int)s->r.prompt.size();
-        const bool busy = 2 * decoding >= (int)slots_.size();
+        const bool busy = decoding >= std::max(1, opt_.prefill_wait_rows);
         return busy && step_count_ - whole.front()->admitted_step < (uint64_t)opt_.prefill_wait;
     }
 

@@ -57,6 +57,7 @@ struct SchedulerOptions {
                                // engine prefills in chunks and copies prefixes
     int prefill_wait = 0;      // steps a whole prompt may wait, while others decode, for more to share its prefill call
                                // (fewer, fuller calls: each costs a forward over the weights); 0: none
+    int prefill_wait_rows = 32;  // ... only while at least this many sequences decode (where it was measured to pay)
 };
 
 struct SchedulerStats {

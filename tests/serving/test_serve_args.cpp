@@ -26,7 +26,7 @@ TEST(ServeArgs, DefaultsAndEveryFlag) {
     EXPECT_EQ(p.args.max_queue, 64);
     EXPECT_EQ(p.args.steps_in_flight, 2);
     EXPECT_EQ(p.args.prefill_chunk, 512);
-    EXPECT_EQ(p.args.prefill_wait, 16);  // while half the slots decode (llmc/serving/scheduler.h)
+    EXPECT_EQ(p.args.prefill_wait, 16);  // while 32 or more sequences decode (llmc/serving/scheduler.h)
     EXPECT_EQ(p.args.new_tokens, 16);
     EXPECT_EQ(p.args.temperature, 1.0f);
     EXPECT_FALSE(p.args.has_seed);

@@ -450,19 +450,19 @@ TEST(ServeScheduler, WholePromptsTogetherPaddedToTheLongest) {
     EXPECT_TRUE(e.violations.empty()) << e.violations.front();
 }
 
-// prefill_wait: while at least half the slots decode, short prompts wait up to that many steps from the oldest one's
-// admission for enough to fill a prefill call (prefill_rows), then go together; with fewer decoding they never wait;
-// every request's tokens as alone.
+// prefill_wait: while at least prefill_wait_rows sequences decode, short prompts wait up to that many steps from the
+// oldest one's admission for enough to fill a prefill call (prefill_rows), then go together; with fewer decoding they
+// never wait; every request's tokens as alone.
 TEST(ServeScheduler, PrefillWaitFillsTheCallWhileOthersDecode) {
     for (int chunk : {0, 32}) {  // whole prompts only, and prompts up to a chunk whole beside chunked ones
         FakeEngineOptions fo{8, 512, 1000, chunk, /*prefill_rows*/ 3};
         FakeEngine e(fo);
         SchedulerOptions o;
-        o.prefill_wait = 4;
+        o.prefill_wait = 4, o.prefill_wait_rows = 4;
         Scheduler s(&e, o);
         std::vector<std::shared_ptr<Outcome>> firsts;
         std::vector<std::vector<int>> first_prompts;
-        for (int i = 0; i < 4; i++) {  // half the 8 slots, decoding from the next step on
+        for (int i = 0; i < 4; i++) {  // prefill_wait_rows sequences, decoding from the next step on
             firsts.push_back(std::make_shared<Outcome>());
             first_prompts.push_back(prompt_of(10 + i, 100 + i));
             s.submit(make_request(first_prompts.back(), 40, firsts.back()));
@@ -499,18 +499,18 @@ TEST(ServeScheduler, PrefillWaitFillsTheCallWhileOthersDecode) {
     }
 }
 
-// ... and with fewer than half the slots decoding, a short prompt goes at the first step it can (a light load's time to
-// first token is not traded for fuller calls).
+// ... and with fewer decoding, a short prompt goes at the first step it can (a light load's time to first token is not
+// traded for fuller calls).
 TEST(ServeScheduler, PrefillWaitNotUnderLightLoad) {
     FakeEngine e({8, 512, 1000, 0, /*prefill_rows*/ 3});
     SchedulerOptions o;
-    o.prefill_wait = 16;
+    o.prefill_wait = 16, o.prefill_wait_rows = 2;
     Scheduler s(&e, o);
     auto first = std::make_shared<Outcome>(), second = std::make_shared<Outcome>();
     const std::vector<int> p0 = prompt_of(10, 1), p1 = prompt_of(12, 2);
     s.submit(make_request(p0, 40, first));
     s.step();
-    s.step();  // 1 of 8 slots decoding
+    s.step();  // 1 sequence decoding, under prefill_wait_rows
     ASSERT_EQ(e.whole_calls.size(), 1u);
     s.submit(make_request(p1, 5, second));
     s.step();  // admitted and prefilled in the same step, alone

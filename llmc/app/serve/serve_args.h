@@ -50,7 +50,7 @@ inline std::string serve_usage(const std::string& program) {
              "  --prefill-budget <int>  prompt tokens prefilled per step, between decode steps; prompts prefilled\n"
              "                       together count as rows of the longest (default %d)\n"
              "  --prefill-rows <int> prompts one prefill forward takes at most (default %d)\n"
-             "  --prefill-wait <int> steps a short prompt may wait, while half the slots or more decode, for more to\n"
+             "  --prefill-wait <int> steps a short prompt may wait, while 32 or more sequences decode, for more to\n"
              "                       share its prefill call (each call holds up every decoding row; default %d, 0: none)\n"
              "  --prefill-chunk <int> prompts longer than this come in chunks of it, interleaved with the decode\n"
              "                       steps (default %d; 0: every prompt whole)\n"
