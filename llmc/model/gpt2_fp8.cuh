@@ -96,19 +96,19 @@ inline void cast_delayed(const Fp8Layers& f, size_t s, const floatX* x, int rows
     }
 }
 
-// Linear k's weight of layer l under delayed scaling: the scale from its history's window (Fp8Delayed::window, kept
-// by gpt2_fp8_delayed_update), written with its descale as it casts, so the micro-steps that reuse the copy read
-// the descale it was cast with; its amax folded in for the history (no amax pass first).
-inline void cast_weight_delayed(const Fp8Layers& f, int l, Fp8Linear k, const floatX* w, int rows, int cols,
-                                uint8_t* y, uint8_t* yT, cudaStream_t stream) {
+// Linear k's weight of layer l under delayed scaling, as a job of the layer's grouped cast: the scale from its
+// history's window (Fp8Delayed::window, kept by gpt2_fp8_delayed_update), written with its descale as it casts, so
+// the micro-steps that reuse the copy read the descale it was cast with; its amax folded in for the history (no amax
+// pass first).
+inline Fp8CastJob weight_job_delayed(const Fp8Layers& f, const GPT2Params& p, int l, Fp8Linear k) {
+    const Dims d = dims(f.C, k);
     const size_t s = f.slot(l, k, kFp8Weight);
-    const float* window = f.delayed.window + (size_t)l * kFp8DelayedPerLayer + kFp8DelayedFirstWeight + k;
-    fp8_cast_transpose_current<Fp8Format::E4M3>(w, rows, cols, window, 0, f.scale(s), f.descale(s), y, yT, stream,
-                                                nullptr, f.amax(s));
-    if (f.check) {
-        fp8_amax(w, rows, cols, f.check + s, stream);
-        compare_fold(f, s, stream);
-    }
+    Fp8CastJob j;
+    j.x = p(d.weight, l), j.rows = d.out, j.cols = d.in;
+    j.amax = f.delayed.window + (size_t)l * kFp8DelayedPerLayer + kFp8DelayedFirstWeight + k;
+    j.scale_out = f.scale(s), j.descale_out = f.descale(s), j.fold_amax = f.amax(s);
+    j.y = weight_y(f, l, k), j.yT = weight_yT(f, l, k);
+    return j;
 }
 
 }  // namespace gpt2_fp8_detail
@@ -239,31 +239,28 @@ inline void gpt2_fp8_begin_forward(const Fp8Layers& f, cudaStream_t stream) {
 }
 
 // Layer l's four weights to E4M3, y and yT, once its parameters are there (before its first GEMM); delayed: with
-// their slots' delayed scales, no amax pass first, the four in one launch (unless LLMC_FP8_CHECK_AMAX).
+// their slots' delayed scales, no amax pass first, the four in one launch.
 inline void gpt2_fp8_cast_weights(const Fp8Layers& f, const GPT2Params& p, int l, cudaStream_t stream,
                                   bool delayed = false) {
     if (f.blocks()) return gpt2_fp8_blocks_cast_weights(f, p, l, stream);  // LLMC_FP8_BLOCKS
     using namespace gpt2_fp8_detail;
-    if (delayed && !f.check) {  // the four in one launch (cast_group.cuh): the same bytes, scales and amax
+    if (delayed) {  // the four in one launch (cast_group.cuh); LLMC_FP8_CHECK_AMAX: each fold against a pass of its own
         static_assert(kFp8Linears <= kFp8CastGroupMax, "a layer's weights fit one grouped cast");
         Fp8CastJob jobs[kFp8Linears];
-        for (int k = 0; k < kFp8Linears; k++) {
-            const Dims d = dims(f.C, (Fp8Linear)k);
+        for (int k = 0; k < kFp8Linears; k++) jobs[k] = weight_job_delayed(f, p, l, (Fp8Linear)k);
+        fp8_cast_transpose_current_group<Fp8Format::E4M3>(jobs, kFp8Linears, stream);
+        for (int k = 0; f.check && k < kFp8Linears; k++) {
             const size_t s = f.slot(l, (Fp8Linear)k, kFp8Weight);
-            Fp8CastJob& j = jobs[k];
-            j.x = p(d.weight, l), j.rows = d.out, j.cols = d.in;
-            j.amax = f.delayed.window + (size_t)l * kFp8DelayedPerLayer + kFp8DelayedFirstWeight + k;
-            j.scale_out = f.scale(s), j.descale_out = f.descale(s), j.fold_amax = f.amax(s);
-            j.y = weight_y(f, l, (Fp8Linear)k), j.yT = weight_yT(f, l, (Fp8Linear)k);
+            fp8_amax(jobs[k].x, jobs[k].rows, jobs[k].cols, f.check + s, stream);
+            compare_fold(f, s, stream);
         }
-        return fp8_cast_transpose_current_group<Fp8Format::E4M3>(jobs, kFp8Linears, stream);
+        return;
     }
     for (int k = 0; k < kFp8Linears; k++) {
         const Dims d = dims(f.C, (Fp8Linear)k);
         const size_t s = f.slot(l, (Fp8Linear)k, kFp8Weight);
-        uint8_t *y = weight_y(f, l, (Fp8Linear)k), *yT = weight_yT(f, l, (Fp8Linear)k);
-        if (delayed) cast_weight_delayed(f, l, (Fp8Linear)k, p(d.weight, l), d.out, d.in, y, yT, stream);
-        else cast_current<Fp8Format::E4M3>(f, s, p(d.weight, l), d.out, d.in, y, yT, stream);
+        cast_current<Fp8Format::E4M3>(f, s, p(d.weight, l), d.out, d.in, weight_y(f, l, (Fp8Linear)k),
+                                      weight_yT(f, l, (Fp8Linear)k), stream);
     }
 }
 

@@ -276,17 +276,16 @@ inline void launch_cast(const floatX* x, int rows, int cols, const ScaleSource& 
     const bool wide = !kDGelu && cols % 8 == 0 && (uintptr_t)x % (8 * sizeof(floatX)) == 0 && (uintptr_t)y % 8 == 0;
     const int tile_cols = wide ? 16 * 8 : 16 * 4;
     const dim3 grid((cols + tile_cols - 1) / tile_cols, (rows + kTile - 1) / kTile);
-    bool launched = false;
     if constexpr (!kDGelu) {
         if (wide) {
             cast_transpose_kernel<F, 8, kGelu, kDGelu>
                 <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
-            launched = true;
+            cudaCheck(cudaGetLastError());
+            return;
         }
     }
-    if (!launched)
-        cast_transpose_kernel<F, 4, kGelu, kDGelu>
-            <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
+    cast_transpose_kernel<F, 4, kGelu, kDGelu>
+        <<<grid, 256, 0, stream>>>(x, rows, cols, src, y, yT, amax, colsum, aux, gelu_scale, gelu_yT);
     cudaCheck(cudaGetLastError());
 }
 
