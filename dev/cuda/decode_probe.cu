@@ -20,12 +20,14 @@
 //             pages4, pages4+counters   pages, each warp up to 4 rows of a page at once, so each lane's x is
 //                        loaded once for the group (pages:math found the consumers, not the copies, setting the pace)
 //             pages4+xs   pages4 with x staged in shared memory once (every product reads it there, not from L1)
+//             +ms         every matrix's shape and pointers staged in shared memory once (not loaded per matrix)
 //             pages:copy, pages:math   pages' two halves alone, to see which sets its pace: the copies with the
 //                        pages released unread, or the products on pages marked full with nothing copied (no y)
 //             pages4:math+xs   pages:math with pages4's groups and x in shared memory
 //             pages:sync, pages:ring   the skeleton alone, nothing copied and nothing multiplied: the ring's
 //                        hand-offs and each matrix's end (the consumers' barrier and the counter's release), then
-//                        the hand-offs alone (where pages:math's 3 us a matrix go)
+//                        the hand-offs alone (where pages:math's 3 us a matrix go); -signal: without each matrix's
+//                        end (what the release after the y stores costs)
 // Every mode's y (but the diagnostics') is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the
 // edges carried counted before anything is timed; times are medians of CUDA-event timings with L2 flushed
 // (dev/cuda/common.h).
@@ -257,8 +259,16 @@ __device__ __forceinline__ int rows_per_page(int cols) { return kPageBytes / (co
 // a page at once), x_smem (x staged in shared memory first), signal (each matrix's end: the consumers' barrier and the
 // counter's release; wait needs it).
 struct PageMode {
-    bool wait, copy, math, grouped, x_smem, signal;
+    bool wait, copy, math, grouped, x_smem, signal, meta_smem = false;
 };
+// meta_smem: every matrix's shape and pointers staged into shared memory once, so a matrix's first step is not a
+// dependent global load (pages:ring found about 0.7 us a matrix with none of the work, the shape's round trip)
+struct PageMeta {
+    const __nv_bfloat16* w;
+    float* y;
+    int rows, cols;
+};
+constexpr int kMaxMatrices = 4 * 48;
 __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const float* x_global, int x_len,
                                                              float* const* y, unsigned* done, unsigned epoch,
                                                              PageMode pm) {
@@ -267,10 +277,18 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
     auto* bars = reinterpret_cast<hopper::RingBarriers<kPageStages>*>(smem);
     uint8_t* pages = smem + 128;
     static_assert(sizeof(hopper::RingBarriers<kPageStages>) <= 128, "the barriers fit before the pages");
-    float* xs = reinterpret_cast<float*>(pages + (size_t)kPageStages * kPageBytes);  // x_smem: after the pages
+    auto* meta = reinterpret_cast<PageMeta*>(pages + (size_t)kPageStages * kPageBytes);  // then x (x_smem)
+    float* xs = reinterpret_cast<float*>(meta + kMaxMatrices);
     if (pm.x_smem)
         for (int i = threadIdx.x; i < x_len; i += blockDim.x) xs[i] = x_global[i];
+    if (pm.meta_smem)
+        for (int m = threadIdx.x; m < M.count; m += blockDim.x) meta[m] = {M.w[m], y[m], M.rows[m], M.cols[m]};
     const float* x = pm.x_smem ? xs : x_global;
+    const bool ms = pm.meta_smem;
+    auto rows_m = [&](int m) { return ms ? meta[m].rows : M.rows[m]; };
+    auto cols_m = [&](int m) { return ms ? meta[m].cols : M.cols[m]; };
+    auto w_m = [&](int m) { return ms ? meta[m].w : M.w[m]; };
+    auto y_m = [&](int m) { return ms ? meta[m].y : y[m]; };
     if (threadIdx.x == 0) bars->init(1, kWarps), hopper::fence_barrier_init();
     __syncthreads();
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -279,8 +297,8 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
         if (lane == 0) {
             for (int m = 0; m < M.count; m++) {
                 int begin, end;
-                rows_of(M.rows[m], blockIdx.x, gridDim.x, &begin, &end);
-                const int cols = M.cols[m], per_page = rows_per_page(cols);
+                rows_of(rows_m(m), blockIdx.x, gridDim.x, &begin, &end);
+                const int cols = cols_m(m), per_page = rows_per_page(cols);
                 for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
                     const uint32_t bytes = (uint32_t)(min(per_page, end - r0) * cols * sizeof(__nv_bfloat16));
                     if (!copy) {
@@ -288,7 +306,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                         continue;
                     }
                     uint64_t* bar = ring.acquire(bytes);
-                    hopper::bulk_load_1d(pages + (size_t)ring.stage() * kPageBytes, M.w[m] + (size_t)r0 * cols,
+                    hopper::bulk_load_1d(pages + (size_t)ring.stage() * kPageBytes, w_m(m) + (size_t)r0 * cols,
                                          bytes, bar);
                 }
             }
@@ -298,8 +316,9 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
     for (int m = 0; m < M.count; m++) {
         if (wait && m > 0) consumers_wait(&done[m - 1], epoch * gridDim.x);
         int begin, end;
-        rows_of(M.rows[m], blockIdx.x, gridDim.x, &begin, &end);
-        const int cols = M.cols[m], per_page = rows_per_page(cols);
+        rows_of(rows_m(m), blockIdx.x, gridDim.x, &begin, &end);
+        const int cols = cols_m(m), per_page = rows_per_page(cols);
+        float* const ym = y_m(m);
         for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
             const int n = min(per_page, end - r0);
             ring.wait_full();
@@ -308,7 +327,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
             if (grouped) {  // rows per warp: as many as keep every warp busy, up to kGroup
                 const int g = max(1, min(kGroup, n / kWarps));
                 for (int r = warp * g; math && r < n; r += kWarps * g)
-                    group_rows(page + (size_t)r * cols, cols, min(g, n - r), x, y[m] + r0 + r, lane);
+                    group_rows(page + (size_t)r * cols, cols, min(g, n - r), x, ym + r0 + r, lane);
                 __syncwarp();
                 if (lane == 0) ring.release();
                 continue;
@@ -321,7 +340,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                     for (int k = 0; k < 8; k++) s += __bfloat162float(h[k]) * x[c + k];
                 }
                 for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (lane == 0) y[m][r0 + r] = s;
+                if (lane == 0) ym[r0 + r] = s;
             }
             __syncwarp();
             if (lane == 0) ring.release();
@@ -419,27 +438,42 @@ int main(int argc, char** argv) {
         return 1;
     }
     const bool hopper = hopper::hopper_available();
-    // the pages modes, by mode - 6: wait, copy, math, grouped, x in shared memory, signal
-    const PageMode page_modes[10] = {
-        {false, true, true, false, false, true},   // pages
-        {true, true, true, false, false, true},    // pages+counters
-        {false, true, true, true, false, true},    // pages4
-        {true, true, true, true, false, true},     // pages4+counters
-        {false, true, true, true, true, true},     // pages4+xs
-        {false, true, false, false, false, true},  // pages:copy
-        {false, false, true, false, false, true},  // pages:math
-        {false, false, true, true, true, true},    // pages4:math+xs
-        {false, false, false, false, false, true}, // pages:sync
-        {false, false, false, false, false, false} // pages:ring
+    // the pages modes, by mode - 6: wait, copy, math, grouped, x in shared memory, signal, shapes in shared memory
+    const PageMode page_modes[] = {
+        {false, true, true, false, false, true},         // pages
+        {true, true, true, false, false, true},          // pages+counters
+        {false, true, true, true, false, true},          // pages4
+        {true, true, true, true, false, true},           // pages4+counters
+        {false, true, true, true, true, true},           // pages4+xs
+        {false, true, true, true, true, true, true},     // pages4+xs+ms
+        {true, true, true, true, true, true, true},      // pages4+xs+ms+counters
+        {false, true, false, false, false, true},        // pages:copy
+        {false, false, true, false, false, true},        // pages:math
+        {false, false, true, true, true, true},          // pages4:math+xs
+        {false, false, true, true, true, true, true},    // pages4:math+xs+ms
+        {false, false, true, true, true, false, true},   // pages4:math+xs+ms-signal
+        {false, false, false, false, false, true},       // pages:sync
+        {false, false, false, false, false, true, true}, // pages:sync+ms
+        {false, false, false, false, false, false},      // pages:ring
+        {false, false, false, false, false, false, true} // pages:ring+ms
     };
-    const int modes = hopper ? 16 : 6, checked = hopper ? 11 : 6;  // the last five (diagnostics) compute no y
+    const char* names[] = {"graph",       "stream",          "counters",         "prefetch",
+                           "stream+L2",   "counters+L2",     "pages",            "pages+counters",
+                           "pages4",      "pages4+counters", "pages4+xs",        "pages4+xs+ms",
+                           "pages4+xs+ms+counters",          "pages:copy",       "pages:math",
+                           "pages4:math+xs",                 "pages4:math+xs+ms", "pages4:math+xs+ms-signal",
+                           "pages:sync",  "pages:sync+ms",   "pages:ring",       "pages:ring+ms"};
+    constexpr int kModes = (int)(sizeof(names) / sizeof(names[0]));
+    static_assert(kModes == 6 + (int)(sizeof(page_modes) / sizeof(page_modes[0])), "a name for every mode");
+    if (count > kMaxMatrices) {
+        fprintf(stderr, "error: %d matrices, more than the %d the shapes' shared memory holds\n", count, kMaxMatrices);
+        return 1;
+    }
+    const int modes = hopper ? kModes : 6, checked = hopper ? 13 : 6;  // the diagnostics (from pages:copy) compute no y
     const int x_len = (int)x.size();
-    const size_t page_smem = kPageSmem + (size_t)x_len * sizeof(float);  // the pages, then x (x_smem)
+    const size_t page_smem = kPageSmem + kMaxMatrices * sizeof(PageMeta) + (size_t)x_len * sizeof(float);
     if (!hopper) printf("(the pages modes: sm_90a builds on H100/H200 only, skipped)\n");
     else cudaCheck(cudaFuncSetAttribute(pages_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)page_smem));
-    const char* names[16] = {"graph",      "stream",     "counters",       "prefetch",   "stream+L2", "counters+L2",
-                             "pages",      "pages+counters", "pages4",     "pages4+counters", "pages4+xs",
-                             "pages:copy", "pages:math", "pages4:math+xs", "pages:sync", "pages:ring"};
     auto run = [&](int mode) {  // on the legacy default stream, as benchmark() times it (the graph captured apart)
         if (mode == 0) {
             cudaCheck(cudaGraphLaunch(exec, 0));
@@ -469,7 +503,7 @@ int main(int argc, char** argv) {
         for (auto& b : y) b.poison();
         run(mode);
         const double rel = rel_l2();
-        printf("stream %-11s: y of %d matrices against fp64, rel-L2 %.2e (<= 1e-5)\n", names[mode], count, rel);
+        printf("stream %-21s: y of %d matrices against fp64, rel-L2 %.2e (<= 1e-5)\n", names[mode], count, rel);
         if (!(rel <= 1e-5)) return 1;
     }
     printf("\nd%d, C %d: %d matrices, %.1f MB of weights; cold L2, median of %d; +L2: %d matrices ahead\n", depth, C,
@@ -479,7 +513,7 @@ int main(int argc, char** argv) {
         const Timing t = benchmark([&] { run(mode); }, repeats);
         // the last timed launch's y too: a race that came and went would show here
         const double rel = mode < checked ? rel_l2() : NAN;
-        printf("  %-14s %8.1f us  %7.0f GB/s  %6.2f us a matrix  ", names[mode], 1e3 * t.cold_ms,
+        printf("  %-24s %8.1f us  %7.0f GB/s  %6.2f us a matrix  ", names[mode], 1e3 * t.cold_ms,
                bytes / (t.cold_ms * 1e6), 1e3 * t.cold_ms / count);
         if (mode >= checked) printf("(a diagnostic: no y)\n");
         else printf("(y rel-L2 %.1e)\n", rel);
