@@ -21,6 +21,12 @@
 //                        loaded once for the group (pages:math found the consumers, not the copies, setting the pace)
 //             pages4+xs   pages4 with x staged in shared memory once (every product reads it there, not from L1)
 //             +ms         every matrix's shape and pointers staged in shared memory once (not loaded per matrix)
+//             pages8, pages8+counters   pages4+xs+ms with every warp busy on every page: units of (rows, a slice of
+//                        K) over the warps, each lane 4 weight vectors in flight, a page's slices summed in order
+//                        (deterministic) after a barrier; pages8:math-signal its products alone
+//             pagesR, pagesR+counters   each lane's columns fixed for the whole matrix, x in registers (the pages
+//                        then serve weights alone: pages8 found x's shared-memory reads the products' limit), a
+//                        row's K in 1-4 slices over the warps, two rows at a time; pagesR:math-signal the products
 //             pages:copy, pages:math   pages' two halves alone, to see which sets its pace: the copies with the
 //                        pages released unread, or the products on pages marked full with nothing copied (no y)
 //             pages4:math+xs   pages:math with pages4's groups and x in shared memory
@@ -254,12 +260,79 @@ __device__ __forceinline__ void group_rows(const __nv_bfloat16* rows, int cols, 
 // Whole rows a page holds (a block's share of a matrix is [begin, end), in pages of this many rows).
 __device__ __forceinline__ int rows_per_page(int cols) { return kPageBytes / (cols * (int)sizeof(__nv_bfloat16)); }
 
+// pages8: a page's work as units (g rows, one of S slices of their K) spread over all warps, so a page of few wide
+// rows keeps every warp busy; each lane keeps kG * kV 16-byte weight vectors in flight (kG rows, kV column vectors).
+// Returns each row's sum of the slice [v0, v1) of 16-byte vectors in every lane.
+template <int kG, int kV>
+__device__ __forceinline__ void slice_dot(const __nv_bfloat16* rows, int cols, int g, int v0, int v1, const float* x,
+                                          int lane, float (&s)[kGroup]) {
+#pragma unroll
+    for (int i = 0; i < kGroup; i++) s[i] = 0.f;
+    for (int v = v0 + lane; v < v1; v += kV * kWarpSize) {
+        uint4 w[kG][kV];
+        float4 xv[kV][2];
+#pragma unroll
+        for (int j = 0; j < kV; j++) {
+            const int c = (v + j * kWarpSize) * 8;
+            const bool in = v + j * kWarpSize < v1;
+            xv[j][0] = in ? *reinterpret_cast<const float4*>(x + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            xv[j][1] = in ? *reinterpret_cast<const float4*>(x + c + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int i = 0; i < kG; i++)
+                w[i][j] = in && i < g ? *reinterpret_cast<const uint4*>(rows + (size_t)i * cols + c)
+                                      : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < kG; i++)
+#pragma unroll
+            for (int j = 0; j < kV; j++) {
+                const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w[i][j]);
+                const float xs[8] = {xv[j][0].x, xv[j][0].y, xv[j][0].z, xv[j][0].w,
+                                     xv[j][1].x, xv[j][1].y, xv[j][1].z, xv[j][1].w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float2 f = __bfloat1622float2(h[k]);
+                    s[i] += f.x * xs[2 * k] + f.y * xs[2 * k + 1];
+                }
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < kGroup; i++)
+        for (int o = 16; o > 0; o >>= 1) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
+}
+// pagesR: each lane's columns fixed for a whole matrix, so its x lives in registers (at most kRegV 16-byte vectors
+// of weights a row, 8 x values each) and the page's shared memory serves weights alone; a row's K is cut into Wk
+// slices (a power of two: V / Wk <= kRegV * 32) and the warps are Wr = kWarps / Wk rows by Wk slices.
+constexpr int kRegV = 8;
+__device__ __forceinline__ int reg_slices(int V) {
+    int w = 1;
+    while (w < kWarps && V > w * kRegV * kWarpSize) w *= 2;
+    return w;
+}
+__device__ __forceinline__ float dot8(uint4 w, const float4 (&x)[2]) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
+    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]), c = __bfloat1622float2(h[2]),
+                 d = __bfloat1622float2(h[3]);
+    return a.x * x[0].x + a.y * x[0].y + b.x * x[0].z + b.y * x[0].w + c.x * x[1].x + c.y * x[1].y + d.x * x[1].z +
+           d.y * x[1].w;
+}
+constexpr int kMaxSlices = 8, kMinSliceVectors = 64;  // a slice: at least 2 vectors a lane
+// The slices S of a page of n rows of V vectors: the fewest that leave the warps' last round fullest.
+__device__ __forceinline__ int slices_for(int n, int V) {
+    int best = 1, best_fill = 0;
+    for (int S = 1; S <= kMaxSlices && (S == 1 || V / S >= kMinSliceVectors); S++) {
+        const int units = n * S, fill = units * 1000 / (((units + kWarps - 1) / kWarps) * kWarps);
+        if (fill > best_fill) best = S, best_fill = fill;
+    }
+    return best;
+}
+
 // How a pages mode runs: wait (for the matrix before: counters), copy (the producer fills the pages; else it marks
 // them full at once), math (the products; else each page is released unread), grouped (each warp up to kGroup rows of
 // a page at once), x_smem (x staged in shared memory first), signal (each matrix's end: the consumers' barrier and the
 // counter's release; wait needs it).
 struct PageMode {
-    bool wait, copy, math, grouped, x_smem, signal, meta_smem = false;
+    bool wait, copy, math, grouped, x_smem, signal, meta_smem = false, split = false, regs = false;
 };
 // meta_smem: every matrix's shape and pointers staged into shared memory once, so a matrix's first step is not a
 // dependent global load (pages:ring found about 0.7 us a matrix with none of the work, the shape's round trip)
@@ -269,6 +342,7 @@ struct PageMeta {
     int rows, cols;
 };
 constexpr int kMaxMatrices = 4 * 48;
+constexpr int kPartials = 32 * kMaxSlices;  // a page's rows (at most 32: 768 wide) times its slices
 __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const float* x_global, int x_len,
                                                              float* const* y, unsigned* done, unsigned epoch,
                                                              PageMode pm) {
@@ -278,7 +352,8 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
     uint8_t* pages = smem + 128;
     static_assert(sizeof(hopper::RingBarriers<kPageStages>) <= 128, "the barriers fit before the pages");
     auto* meta = reinterpret_cast<PageMeta*>(pages + (size_t)kPageStages * kPageBytes);  // then x (x_smem)
-    float* xs = reinterpret_cast<float*>(meta + kMaxMatrices);
+    float* partials = reinterpret_cast<float*>(meta + kMaxMatrices);  // split: two pages' (row, slice) sums
+    float* xs = partials + 2 * kPartials;
     if (pm.x_smem)
         for (int i = threadIdx.x; i < x_len; i += blockDim.x) xs[i] = x_global[i];
     if (pm.meta_smem)
@@ -313,17 +388,108 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
         }
         return;
     }
+    // split: sliced pages alternate two partial-sum buffers, so a page's writes wait for no one, and the barrier of
+    // the sliced page between two that share a buffer orders the first one's reads before the second one's writes
+    int sliced_pages = 0;
     for (int m = 0; m < M.count; m++) {
         if (wait && m > 0) consumers_wait(&done[m - 1], epoch * gridDim.x);
         int begin, end;
         rows_of(rows_m(m), blockIdx.x, gridDim.x, &begin, &end);
         const int cols = cols_m(m), per_page = rows_per_page(cols);
         float* const ym = y_m(m);
+        // regs: this warp's place (wr, wk), its slice's first vector rv0, its lane's nv vectors of x in registers
+        const int V = cols / 8, Wk = pm.regs ? reg_slices(V) : 1, Wr = kWarps / Wk, wk = warp % Wk, wr = warp / Wk;
+        const int rv0 = V * wk / Wk, rv1 = V * (wk + 1) / Wk;
+        const int nv = max(0, min(kRegV, (rv1 - rv0 - lane + kWarpSize - 1) / kWarpSize));
+        float4 xr[kRegV][2];
+        if (pm.regs) {
+#pragma unroll
+            for (int j = 0; j < kRegV; j++) {
+                const float* xp = x + (size_t)(rv0 + lane + j * kWarpSize) * 8;
+                xr[j][0] = j < nv ? *reinterpret_cast<const float4*>(xp) : make_float4(0.f, 0.f, 0.f, 0.f);
+                xr[j][1] = j < nv ? *reinterpret_cast<const float4*>(xp + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
         for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
             const int n = min(per_page, end - r0);
             ring.wait_full();
             const __nv_bfloat16* page =
                 reinterpret_cast<const __nv_bfloat16*>(pages + (size_t)ring.stage() * kPageBytes);
+            if (pm.regs) {  // warp (wr, wk): rows wr, wr + Wr, ... two at a time, over slice wk, x in registers
+                if (math) {
+                    float* part = partials + (sliced_pages & 1) * kPartials;
+                    for (int r = wr; r < n; r += 2 * Wr) {
+                        const bool two = r + Wr < n;
+                        const __nv_bfloat16* ra = page + (size_t)r * cols + (size_t)(rv0 + lane) * 8;
+                        const __nv_bfloat16* rb = ra + (size_t)Wr * cols;
+                        uint4 wa[kRegV], wb[kRegV];
+#pragma unroll
+                        for (int j = 0; j < kRegV; j++) {
+                            wa[j] = j < nv ? *reinterpret_cast<const uint4*>(ra + j * kWarpSize * 8)
+                                           : make_uint4(0, 0, 0, 0);
+                            wb[j] = j < nv && two ? *reinterpret_cast<const uint4*>(rb + j * kWarpSize * 8)
+                                                  : make_uint4(0, 0, 0, 0);
+                        }
+                        float sa = 0.f, sb = 0.f;
+#pragma unroll
+                        for (int j = 0; j < kRegV; j++) sa += dot8(wa[j], xr[j]), sb += dot8(wb[j], xr[j]);
+                        for (int o = 16; o > 0; o >>= 1)
+                            sa += __shfl_xor_sync(0xffffffffu, sa, o), sb += __shfl_xor_sync(0xffffffffu, sb, o);
+                        if (lane == 0) {
+                            if (Wk == 1) {
+                                ym[r0 + r] = sa;
+                                if (two) ym[r0 + r + Wr] = sb;
+                            } else {
+                                part[r * Wk + wk] = sa;
+                                if (two) part[(r + Wr) * Wk + wk] = sb;
+                            }
+                        }
+                    }
+                }
+                __syncwarp();
+                if (lane == 0) ring.release();
+                if (math && Wk > 1) {
+                    float* part = partials + (sliced_pages & 1) * kPartials;
+                    hopper::named_barrier_sync(1, kThreads);
+                    for (int r = threadIdx.x; r < n; r += kThreads) {
+                        float t = 0.f;
+                        for (int k = 0; k < Wk; k++) t += part[r * Wk + k];
+                        ym[r0 + r] = t;
+                    }
+                }
+                sliced_pages += Wk > 1;
+                continue;
+            }
+            if (pm.split) {  // units of (g rows, slice s) over all warps; S > 1: slices summed in order after a barrier
+                const int S = slices_for(n, V);
+                const int g = S == 1 ? max(1, min(kGroup, n / kWarps)) : 1, units = (n + g - 1) / g * S;
+                float* part = partials + (sliced_pages & 1) * kPartials;
+                for (int u = warp; math && u < units; u += kWarps) {
+                    const int r = u / S * g, sl = u % S, gg = min(g, n - r);
+                    const int v0 = V * sl / S, v1 = V * (sl + 1) / S;
+                    float sum[kGroup];
+                    if (g == 1) slice_dot<1, 4>(page + (size_t)r * cols, cols, gg, v0, v1, x, lane, sum);
+                    else if (g == 2) slice_dot<2, 2>(page + (size_t)r * cols, cols, gg, v0, v1, x, lane, sum);
+                    else slice_dot<4, 1>(page + (size_t)r * cols, cols, gg, v0, v1, x, lane, sum);
+                    if (lane == 0)
+                        for (int i = 0; i < gg; i++) {
+                            if (S == 1) ym[r0 + r + i] = sum[i];
+                            else part[(r + i) * S + sl] = sum[i];
+                        }
+                }
+                __syncwarp();
+                if (lane == 0) ring.release();
+                if (math && S > 1) {
+                    hopper::named_barrier_sync(1, kThreads);
+                    for (int r = threadIdx.x; r < n; r += kThreads) {
+                        float t = 0.f;
+                        for (int sl = 0; sl < S; sl++) t += part[r * S + sl];
+                        ym[r0 + r] = t;
+                    }
+                }
+                sliced_pages += S > 1;
+                continue;
+            }
             if (grouped) {  // rows per warp: as many as keep every warp busy, up to kGroup
                 const int g = max(1, min(kGroup, n / kWarps));
                 for (int r = warp * g; math && r < n; r += kWarps * g)
@@ -447,11 +613,17 @@ int main(int argc, char** argv) {
         {false, true, true, true, true, true},           // pages4+xs
         {false, true, true, true, true, true, true},     // pages4+xs+ms
         {true, true, true, true, true, true, true},      // pages4+xs+ms+counters
+        {false, true, true, false, true, true, true, true},  // pages8
+        {true, true, true, false, true, true, true, true},   // pages8+counters
+        {false, true, true, false, true, true, true, false, true},  // pagesR
+        {true, true, true, false, true, true, true, false, true},   // pagesR+counters
         {false, true, false, false, false, true},        // pages:copy
         {false, false, true, false, false, true},        // pages:math
         {false, false, true, true, true, true},          // pages4:math+xs
         {false, false, true, true, true, true, true},    // pages4:math+xs+ms
         {false, false, true, true, true, false, true},   // pages4:math+xs+ms-signal
+        {false, false, true, false, true, false, true, true},  // pages8:math-signal
+        {false, false, true, false, true, false, true, false, true},  // pagesR:math-signal
         {false, false, false, false, false, true},       // pages:sync
         {false, false, false, false, false, true, true}, // pages:sync+ms
         {false, false, false, false, false, false},      // pages:ring
@@ -460,8 +632,10 @@ int main(int argc, char** argv) {
     const char* names[] = {"graph",       "stream",          "counters",         "prefetch",
                            "stream+L2",   "counters+L2",     "pages",            "pages+counters",
                            "pages4",      "pages4+counters", "pages4+xs",        "pages4+xs+ms",
-                           "pages4+xs+ms+counters",          "pages:copy",       "pages:math",
-                           "pages4:math+xs",                 "pages4:math+xs+ms", "pages4:math+xs+ms-signal",
+                           "pages4+xs+ms+counters",          "pages8",           "pages8+counters",
+                           "pagesR",      "pagesR+counters",
+                           "pages:copy",  "pages:math",      "pages4:math+xs",   "pages4:math+xs+ms",
+                           "pages4:math+xs+ms-signal",       "pages8:math-signal", "pagesR:math-signal",
                            "pages:sync",  "pages:sync+ms",   "pages:ring",       "pages:ring+ms"};
     constexpr int kModes = (int)(sizeof(names) / sizeof(names[0]));
     static_assert(kModes == 6 + (int)(sizeof(page_modes) / sizeof(page_modes[0])), "a name for every mode");
@@ -469,9 +643,10 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: %d matrices, more than the %d the shapes' shared memory holds\n", count, kMaxMatrices);
         return 1;
     }
-    const int modes = hopper ? kModes : 6, checked = hopper ? 13 : 6;  // the diagnostics (from pages:copy) compute no y
+    const int modes = hopper ? kModes : 6, checked = hopper ? 17 : 6;  // the diagnostics (from pages:copy) compute no y
     const int x_len = (int)x.size();
-    const size_t page_smem = kPageSmem + kMaxMatrices * sizeof(PageMeta) + (size_t)x_len * sizeof(float);
+    const size_t page_smem =
+        kPageSmem + kMaxMatrices * sizeof(PageMeta) + (2 * kPartials + (size_t)x_len) * sizeof(float);
     if (!hopper) printf("(the pages modes: sm_90a builds on H100/H200 only, skipped)\n");
     else cudaCheck(cudaFuncSetAttribute(pages_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)page_smem));
     auto run = [&](int mode) {  // on the legacy default stream, as benchmark() times it (the graph captured apart)
