@@ -391,6 +391,20 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
     // split: sliced pages alternate two partial-sum buffers, so a page's writes wait for no one, and the barrier of
     // the sliced page between two that share a buffer orders the first one's reads before the second one's writes
     int sliced_pages = 0;
+    // A page's end for pages8 and pagesR: with S > 1 slices, each row's S partial sums (row-major in this page's
+    // buffer) added in slice order once every warp has stored its own
+    auto end_sliced_page = [&](bool products, int S, int n, float* y_page) {
+        if (products && S > 1) {
+            const float* part = partials + (sliced_pages & 1) * kPartials;
+            hopper::named_barrier_sync(1, kThreads);
+            for (int r = threadIdx.x; r < n; r += kThreads) {
+                float t = 0.f;
+                for (int sl = 0; sl < S; sl++) t += part[r * S + sl];
+                y_page[r] = t;
+            }
+        }
+        sliced_pages += S > 1;
+    };
     for (int m = 0; m < M.count; m++) {
         if (wait && m > 0) consumers_wait(&done[m - 1], epoch * gridDim.x);
         int begin, end;
@@ -448,16 +462,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                 }
                 __syncwarp();
                 if (lane == 0) ring.release();
-                if (math && Wk > 1) {
-                    float* part = partials + (sliced_pages & 1) * kPartials;
-                    hopper::named_barrier_sync(1, kThreads);
-                    for (int r = threadIdx.x; r < n; r += kThreads) {
-                        float t = 0.f;
-                        for (int k = 0; k < Wk; k++) t += part[r * Wk + k];
-                        ym[r0 + r] = t;
-                    }
-                }
-                sliced_pages += Wk > 1;
+                end_sliced_page(math, Wk, n, ym + r0);
                 continue;
             }
             if (pm.split) {  // units of (g rows, slice s) over all warps; S > 1: slices summed in order after a barrier
@@ -479,15 +484,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                 }
                 __syncwarp();
                 if (lane == 0) ring.release();
-                if (math && S > 1) {
-                    hopper::named_barrier_sync(1, kThreads);
-                    for (int r = threadIdx.x; r < n; r += kThreads) {
-                        float t = 0.f;
-                        for (int sl = 0; sl < S; sl++) t += part[r * S + sl];
-                        ym[r0 + r] = t;
-                    }
-                }
-                sliced_pages += S > 1;
+                end_sliced_page(math, S, n, ym + r0);
                 continue;
             }
             if (grouped) {  // rows per warp: as many as keep every warp busy, up to kGroup
