@@ -43,19 +43,13 @@
 #include <vector>
 
 #include "common.h"
+#include "llmc/core/block_counters.cuh"
+#include "llmc/kernels/decode/decode_persistent.cuh"
 #include "llmc/hopper/pipeline.cuh"
 #include "llmc/hopper/tma.cuh"
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 __device__ __forceinline__ unsigned long long global_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -68,8 +62,7 @@ __device__ __forceinline__ unsigned sm_id() {
 }
 // One thread of the block waits until *count reaches target; the barrier then extends the acquire to the block.
 __device__ __forceinline__ void block_wait(const unsigned* count, unsigned target) {
-    if (threadIdx.x == 0)
-        while (ld_acquire(count) < target) __nanosleep(20);
+    if (threadIdx.x == 0) wait_count(count, target);
     __syncthreads();
 }
 // Every thread's stores of the block before the barrier, then one release.
@@ -221,8 +214,7 @@ constexpr int kPageStages = 4, kPageBytes = 48 << 10, kPageThreads = kThreads + 
 constexpr size_t kPageSmem = 128 + (size_t)kPageStages * kPageBytes;  // the ring's barriers, then the pages
 // The consumer warps' own barrier (the producer warp has left): named barrier 1 over kThreads.
 __device__ __forceinline__ void consumers_wait(const unsigned* count, unsigned target) {
-    if (threadIdx.x == 0)
-        while (ld_acquire(count) < target) __nanosleep(20);
+    if (threadIdx.x == 0) wait_count(count, target);
     hopper::named_barrier_sync(1, kThreads);
 }
 __device__ __forceinline__ void consumers_signal(unsigned* count) {
@@ -300,22 +292,9 @@ __device__ __forceinline__ void slice_dot(const __nv_bfloat16* rows, int cols, i
     for (int i = 0; i < kGroup; i++)
         for (int o = 16; o > 0; o >>= 1) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
 }
-// pagesR: each lane's columns fixed for a whole matrix, so its x lives in registers (at most kRegV 16-byte vectors
-// of weights a row, 8 x values each) and the page's shared memory serves weights alone; a row's K is cut into Wk
-// slices (a power of two: V / Wk <= kRegV * 32) and the warps are Wr = kWarps / Wk rows by Wk slices.
-constexpr int kRegV = 8;
-__device__ __forceinline__ int reg_slices(int V) {
-    int w = 1;
-    while (w < kWarps && V > w * kRegV * kWarpSize) w *= 2;
-    return w;
-}
-__device__ __forceinline__ float dot8(uint4 w, const float4 (&x)[2]) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
-    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]), c = __bfloat1622float2(h[2]),
-                 d = __bfloat1622float2(h[3]);
-    return a.x * x[0].x + a.y * x[0].y + b.x * x[0].z + b.y * x[0].w + c.x * x[1].x + c.y * x[1].y + d.x * x[1].z +
-           d.y * x[1].w;
-}
+// pagesR: the persistent decode step's consumer (llmc/kernels/decode/decode_persistent.cuh): each lane's columns
+// fixed for a whole matrix, x in registers, a row's K in slices_of(V) slices over the warps, rows two at a time.
+namespace dpc = decode_persistent;
 constexpr int kMaxSlices = 8, kMinSliceVectors = 64;  // a slice: at least 2 vectors a lane
 // The slices S of a page of n rows of V vectors: the fewest that leave the warps' last round fullest.
 __device__ __forceinline__ int slices_for(int n, int V) {
@@ -412,18 +391,11 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
         const int cols = cols_m(m), per_page = rows_per_page(cols);
         float* const ym = y_m(m);
         // regs: this warp's place (wr, wk), its slice's first vector rv0, its lane's nv vectors of x in registers
-        const int V = cols / 8, Wk = pm.regs ? reg_slices(V) : 1, Wr = kWarps / Wk, wk = warp % Wk, wr = warp / Wk;
-        const int rv0 = V * wk / Wk, rv1 = V * (wk + 1) / Wk;
-        const int nv = max(0, min(kRegV, (rv1 - rv0 - lane + kWarpSize - 1) / kWarpSize));
-        float4 xr[kRegV][2];
-        if (pm.regs) {
-#pragma unroll
-            for (int j = 0; j < kRegV; j++) {
-                const float* xp = x + (size_t)(rv0 + lane + j * kWarpSize) * 8;
-                xr[j][0] = j < nv ? *reinterpret_cast<const float4*>(xp) : make_float4(0.f, 0.f, 0.f, 0.f);
-                xr[j][1] = j < nv ? *reinterpret_cast<const float4*>(xp + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-        }
+        const int V = cols / 8, Wk = pm.regs ? dpc::slices_of(V) : 1, Wr = kWarps / Wk, wk = warp % Wk;
+        const int wr = warp / Wk, rv0 = V * wk / Wk, rv1 = V * (wk + 1) / Wk;
+        const int nv = max(0, min(dpc::kRegV, (rv1 - rv0 - lane + kWarpSize - 1) / kWarpSize));
+        float4 xr[dpc::kRegV][2];
+        if (pm.regs) dpc::load_x_slice(x, rv0, nv, xr);
         for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
             const int n = min(per_page, end - r0);
             ring.wait_full();
@@ -435,20 +407,8 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                     for (int r = wr; r < n; r += 2 * Wr) {
                         const bool two = r + Wr < n;
                         const __nv_bfloat16* ra = page + (size_t)r * cols + (size_t)(rv0 + lane) * 8;
-                        const __nv_bfloat16* rb = ra + (size_t)Wr * cols;
-                        uint4 wa[kRegV], wb[kRegV];
-#pragma unroll
-                        for (int j = 0; j < kRegV; j++) {
-                            wa[j] = j < nv ? *reinterpret_cast<const uint4*>(ra + j * kWarpSize * 8)
-                                           : make_uint4(0, 0, 0, 0);
-                            wb[j] = j < nv && two ? *reinterpret_cast<const uint4*>(rb + j * kWarpSize * 8)
-                                                  : make_uint4(0, 0, 0, 0);
-                        }
-                        float sa = 0.f, sb = 0.f;
-#pragma unroll
-                        for (int j = 0; j < kRegV; j++) sa += dot8(wa[j], xr[j]), sb += dot8(wb[j], xr[j]);
-                        for (int o = 16; o > 0; o >>= 1)
-                            sa += __shfl_xor_sync(0xffffffffu, sa, o), sb += __shfl_xor_sync(0xffffffffu, sb, o);
+                        float sa, sb;
+                        dpc::row_pair_dot(ra, ra + (size_t)Wr * cols, two, nv, xr, sa, sb);
                         if (lane == 0) {
                             if (Wk == 1) {
                                 ym[r0 + r] = sa;

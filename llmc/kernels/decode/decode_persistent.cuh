@@ -1,0 +1,95 @@
+// A batch-1 decode step as one persistent kernel (issue 65; docs/DECODE.md has the measurements that shaped it).
+// One block per SM, 8 consumer warps and a producer warp. The step is a list of phases in order (per layer: QKV,
+// attention, attention projection, fc, fc projection; then the classifier with the greedy pick). A product phase
+// gives each block a contiguous share of the matrix's rows; the producer warp streams every product phase's share,
+// page after page, into a ring of shared-memory pages (cp.async.bulk on mbarriers), never waiting for activations,
+// so the weights keep streaming while the consumers wait at a phase boundary. Between phases a counter per phase
+// (llmc/core/block_counters.cuh): a block waits until every block has finished the phase before, no grid barrier.
+// Consumers: each lane's columns are fixed for a whole matrix, so its part of the input x lives in registers and
+// the pages serve weights alone (decode_probe's pagesR: 1.8x pages4 at d48, at the copies' pace); a row's K is cut
+// into 1-8 slices so a lane holds at most kRegV 16-byte vectors; slices are added in a fixed order, so the step is
+// deterministic. LayerNorms are recomputed by every block that needs them (a C-wide row). Rounding follows
+// decode_matvec: LayerNorm outputs, product + bias before a residual add, GELU outputs, logits, all to bf16.
+// Hopper (sm_90a) only: the bulk copies.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "llmc/core/block_counters.cuh"
+#include "llmc/hopper/pipeline.cuh"
+#include "llmc/hopper/tma.cuh"
+#include "llmc/kernels/decode/decode_persistent_attention.cuh"
+#include "llmc/kernels/decode/decode_persistent_common.cuh"
+#include "llmc/kernels/decode/decode_persistent_products.cuh"
+
+namespace decode_persistent {
+
+__global__ void __launch_bounds__(kThreads, 1) step_kernel(Step s, int x_floats) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    auto* bars = reinterpret_cast<hopper::RingBarriers<kStages>*>(smem);
+    uint8_t* pages = smem + 128;
+    float* x = reinterpret_cast<float*>(pages + (size_t)kStages * kPageBytes);
+    float* partials = x + x_floats;
+    float* rows_bias = partials + 2 * kPartials;
+    float* rows_res = rows_bias + kMaxBlockRows;
+    float* red = rows_res + kMaxBlockRows;
+    auto* red_key = reinterpret_cast<unsigned long long*>(red + kConsumers);
+    static_assert(sizeof(hopper::RingBarriers<kStages>) <= 128, "the barriers fit before the pages");
+    if (threadIdx.x == 0) bars->init(1, kWarps), hopper::fence_barrier_init();
+    __syncthreads();
+    hopper::Ring<kStages> ring(*bars);
+    const unsigned all = s.epoch * gridDim.x;
+    if (threadIdx.x / 32 == kWarps) {  // the producer: every product phase's pages, in order
+        if (threadIdx.x % 32 == 0)
+            for (int i = 0; i < s.count; i++) {
+                const Phase& ph = s.phases[i];
+                if (ph.kind != Kind::Product) continue;
+                int begin, end;
+                rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
+                const int per_page = rows_per_page(ph.K);
+                for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
+                    const uint32_t bytes = (uint32_t)(min(per_page, end - r0) * ph.K * sizeof(bf16));
+                    uint64_t* bar = ring.acquire(bytes);
+                    hopper::bulk_load_1d(pages + (size_t)ring.stage() * kPageBytes, ph.W + (size_t)r0 * ph.K, bytes,
+                                         bar);
+                }
+            }
+        return;
+    }
+    const int token = *s.token;
+    int sliced_pages = 0;
+    Phase next = s.phases[0];
+    for (int i = 0; i < s.count; i++) {
+        const Phase ph = next;
+        if (i + 1 < s.count) next = s.phases[i + 1];  // in flight while this phase waits and works
+        if (i > 0) {
+            if (threadIdx.x == 0) wait_count(&s.done[i - 1], all);
+            consumers_sync();
+        }
+        if (ph.kind == Kind::Attention) {
+            attention(ph, s, x, red);
+        } else {
+            int begin, end;
+            rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
+            stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red);
+            product(ph, s, begin, end, pages, x, partials, rows_bias, rows_res, red_key, ring, sliced_pages);
+        }
+        consumers_sync();  // every thread's stores, then the release
+        if (threadIdx.x == 0) red_release_add(&s.done[i], 1u);
+    }
+    if (blockIdx.x == 0) {  // the greedy pick over every block's key, once all have written theirs
+        if (threadIdx.x == 0) wait_count(&s.done[s.count - 1], all);
+        consumers_sync();
+        unsigned long long best = 0;
+        for (int b = threadIdx.x; b < (int)gridDim.x; b += kConsumers) {
+            const unsigned long long k = __ldcg(s.pick_partials + b);
+            best = k > best ? k : best;
+        }
+        best = block_max_key(best, red_key);
+        if (threadIdx.x == 0) *s.token_out = (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFu));
+    }
+}
+
+}  // namespace decode_persistent

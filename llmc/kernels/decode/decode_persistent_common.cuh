@@ -1,0 +1,136 @@
+// The persistent decode step's shared vocabulary (llmc/kernels/decode/decode_persistent.cuh has the design): its
+// sizes, the phase list it runs, the consumers' barrier and deterministic block reductions, the greedy key.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "llmc/gpt2/gpt2_config.h"
+#include "llmc/hopper/arch.cuh"
+
+namespace decode_persistent {
+
+using bf16 = __nv_bfloat16;
+constexpr int kWarps = 8, kConsumers = kWarps * 32, kThreads = kConsumers + 32;  // + the producer warp
+constexpr int kStages = 4, kPageBytes = 48 << 10;
+constexpr int kRegV = 8;            // 16-byte weight vectors of a row's slice per lane (x: 64 registers)
+constexpr int kMaxPageRows = 32;    // rows of a page at the narrowest K (768)
+constexpr int kPartials = kMaxPageRows * kWarps;  // a page's (row, slice) sums
+constexpr int kInVec = 4;          // 16-byte input vectors a consumer thread stages (K up to 8192)
+constexpr int kMaxBlockRows = 64;  // a block's rows of a phase with a bias or a residual (N up to 64 x the grid)
+constexpr int kKeyGroups = kConsumers / 8;  // attention's value pass: 8 threads a 64-wide row, 32 keys at once
+
+enum class Kind : int { Product, Attention };
+enum class Epilogue : int { Plain, Qkv, Gelu, Residual, Logits };
+
+// One phase. Product: out (N) = epilogue(LayerNorm?(in) . W^T + bias), W (N, K) row-major; in null: the step's
+// embedding (wte[token] + wpe[pos], rounded). Attention: out (C) from in = the layer's QKV row and the cache.
+struct Phase {
+    Kind kind;
+    Epilogue epilogue;
+    const bf16* W;
+    const bf16* bias;
+    int N, K;
+    const bf16* ln_w;
+    const bf16* ln_b;
+    const bf16* in;
+    const bf16* residual;  // Residual: out = residual + round(y); null: the embedding
+    bf16* out;
+    bf16* k_cache;  // the layer's (NH, max_T, HS): Qkv writes position pos, Attention reads 0..pos
+    bf16* v_cache;
+};
+
+struct Step {
+    const Phase* phases;
+    int count;
+    const bf16* wte;
+    const bf16* wpe;
+    int C, NH, HS, max_T, V;
+    const int* token;                    // the step's input token (device)
+    int pos;                             // its position: the cache holds 0 .. pos - 1
+    unsigned* done;                      // a counter per phase, zero before the first launch
+    unsigned long long* pick_partials;   // a greedy key per block
+    int* token_out;                      // the greedy token
+    unsigned epoch;                      // this launch's number, from 1
+};
+
+// Shared memory: the ring's barriers, the pages, x (or attention's query, scores and value partials), partial
+// sums, the block's rows' bias and residual, a reduction scratch.
+inline int x_floats_for(int C, int HS, int max_T) {
+    const int attention = HS + max_T + kKeyGroups * HS;
+    return 4 * C > attention ? 4 * C : attention;
+}
+inline size_t smem_bytes(int x_floats) {
+    return 128 + (size_t)kStages * kPageBytes +
+           ((size_t)x_floats + 2 * kPartials + 2 * kMaxBlockRows + kConsumers) * sizeof(float) +
+           kWarps * sizeof(unsigned long long);
+}
+
+__device__ __forceinline__ float bf(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
+__device__ __forceinline__ float load_cg(const bf16* p) {
+    return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p))));
+}
+__device__ __forceinline__ void consumers_sync() { hopper::named_barrier_sync(1, kConsumers); }
+__device__ __forceinline__ void rows_of(int n, int block, int blocks, int* begin, int* end) {
+    *begin = n * block / blocks, *end = n * (block + 1) / blocks;  // n * blocks < 2^31 for every GPT-2 shape
+}
+__device__ __forceinline__ int rows_per_page(int K) { return min(kMaxPageRows, kPageBytes / (K * 2)); }
+// Slices of a row of V vectors, a power of two, so that one lane holds at most kRegV vectors of its slice.
+__device__ __forceinline__ int slices_of(int V) {
+    int w = 1;
+    while (w < kWarps && V > w * kRegV * 32) w *= 2;
+    return w;
+}
+
+// Deterministic block reductions over the consumers: every thread gets the same total, warps added in order.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    consumers_sync();
+    float t = 0.f;
+    for (int w = 0; w < kWarps; w++) t += red[w];
+    consumers_sync();
+    return t;
+}
+__device__ __forceinline__ float block_max(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    consumers_sync();
+    float t = red[0];
+    for (int w = 1; w < kWarps; w++) t = fmaxf(t, red[w]);
+    consumers_sync();
+    return t;
+}
+__device__ __forceinline__ unsigned long long block_max_key(unsigned long long v, unsigned long long* red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    consumers_sync();
+    unsigned long long t = red[0];
+    for (int w = 1; w < kWarps; w++) t = red[w] > t ? red[w] : t;
+    consumers_sync();
+    return t;
+}
+// The greedy key of a stored logit: larger values first, then lower ids (so a maximum picks as argmax does).
+__device__ __forceinline__ unsigned long long pick_key(float logit, int id) {
+    const unsigned bits = __float_as_uint(logit), ordered = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+    return (unsigned long long)ordered << 32 | (0xFFFFFFFFu - (unsigned)id);
+}
+
+__device__ __forceinline__ float embedding(const Step& s, int token, int c) {
+    return round_bf16(bf(s.wte[(size_t)token * s.C + c]) + bf(s.wpe[(size_t)s.pos * s.C + c]));
+}
+
+__device__ __forceinline__ float dot8(uint4 w, const float4 (&x)[2]) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
+    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]), c = __bfloat1622float2(h[2]),
+                 d = __bfloat1622float2(h[3]);
+    return a.x * x[0].x + a.y * x[0].y + b.x * x[0].z + b.y * x[0].w + c.x * x[1].x + c.y * x[1].y + d.x * x[1].z +
+           d.y * x[1].w;
+}
+
+}  // namespace decode_persistent
