@@ -361,6 +361,17 @@ int main(int argc, char** argv) {
     printf("persistent step d%d batch 1, %d positions: %.4f ms (cold L2, median of %d; warm %.4f), %.1f MB read, "
            "%.2f TB/s, %.0f%% of the device's %.2f TB/s\n", depth, pos + 1, t.cold_ms, repeats, t.warm_ms, bytes / 1e6,
            bytes / (t.cold_ms * 1e9), 100.0 * bytes / (t.cold_ms * 1e-3) / peak, peak / 1e12);
+    // where the time goes: the same launch without parts of it (results wrong, not checked)
+    const char* parts[] = {"without attention", "without waits between phases", "without LayerNorms",
+                           "without all three"};
+    const unsigned masks[] = {dp::kSkipAttention, dp::kSkipWaits, dp::kSkipLayerNorm,
+                              dp::kSkipAttention | dp::kSkipWaits | dp::kSkipLayerNorm};
+    for (int i = 0; i < 4; i++) {
+        s.diagnose = masks[i];
+        const Timing d = benchmark(launch, repeats);
+        printf("  diagnostic, %-30s %.4f ms (%+.4f)\n", parts[i], d.cold_ms, d.cold_ms - t.cold_ms);
+    }
+    s.diagnose = 0;
     printf("decode_step: PASS\n");
     return 0;
 }

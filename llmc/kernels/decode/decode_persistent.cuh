@@ -64,12 +64,12 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step s, int x_floats)
     for (int i = 0; i < s.count; i++) {
         const Phase ph = next;
         if (i + 1 < s.count) next = s.phases[i + 1];  // in flight while this phase waits and works
-        if (i > 0) {
+        if (i > 0 && !(s.diagnose & kSkipWaits)) {
             if (threadIdx.x == 0) wait_count(&s.done[i - 1], all);
             consumers_sync();
         }
         if (ph.kind == Kind::Attention) {
-            attention(ph, s, x, red);
+            if (!(s.diagnose & kSkipAttention)) attention(ph, s, x, red);
         } else {
             int begin, end;
             rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);

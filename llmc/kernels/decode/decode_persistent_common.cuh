@@ -22,6 +22,8 @@ constexpr int kMaxBlockRows = 64;  // a block's rows of a phase with a bias or a
 constexpr int kKeyGroups = kConsumers / 8;  // attention's value pass: 8 threads a 64-wide row, 32 keys at once
 
 enum class Kind : int { Product, Attention };
+// Diagnostics: no attention (its blocks only signal), no waits between phases, no LayerNorms.
+constexpr unsigned kSkipAttention = 1, kSkipWaits = 2, kSkipLayerNorm = 4;
 enum class Epilogue : int { Plain, Qkv, Gelu, Residual, Logits };
 
 // One phase. Product: out (N) = epilogue(LayerNorm?(in) . W^T + bias), W (N, K) row-major; in null: the step's
@@ -53,6 +55,7 @@ struct Step {
     unsigned long long* pick_partials;   // a greedy key per block
     int* token_out;                      // the greedy token
     unsigned epoch;                      // this launch's number, from 1
+    unsigned diagnose = 0;               // dev/cuda/decode_step's timings of parts (wrong results): kSkip* bits
 };
 
 // Shared memory: the ring's barriers, the pages, x (or attention's query, scores and value partials), partial

@@ -63,7 +63,7 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
         for (int k = 0; k < 8; k++) x[i * 8 + k] = in ? bf(a[k]) : round_bf16(bf(a[k]) + bf(b[k]));
     }
     if (rows && t < end - begin) rows_bias[t] = bias, rows_res[t] = res;
-    if (!ph.ln_w) {
+    if (!ph.ln_w || (s.diagnose & kSkipLayerNorm)) {
         consumers_sync();
         return;
     }
