@@ -204,8 +204,9 @@ std::vector<dp::Phase> engine_phases(const GPT2Config& c, const GPT2Params& p, c
 
 // Today's step (llmc/inference/decode_step.cuh, as generate_gpt2cu runs it at batch 1) and the persistent one on
 // the same model (GPT-2's random init) and the same cache (a prefill of `before` random tokens), one after the
-// other in this call: the logits against each other (rel-L2 <= 2e-2, test_decode's bound; the same argmax but for a
-// near-tie), the new position's K and V against each other (rel-L2 <= 5e-3), then both timed.
+// other in this call: the logits and every layer's new K and V against each other (rel-L2 <= 2e-2, test_decode's
+// bound for two bf16 steps running free over the layers; the same argmax but for a near-tie), then both timed.
+// Today's step is timed without its pick (a graph replay must not advance the lengths): a few us in its favour.
 bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
     const int C = c.channels, HS = C / c.num_heads, Vp = c.padded_vocab_size;
     InferenceEngine e;
@@ -224,11 +225,10 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
     auto kv_rows = [&](std::vector<bf16>& out) {  // every layer's K and V at pos, head after head
         for (int l = 0; l < c.num_layers; l++)
             for (int kv = 0; kv < 2; kv++)
-                for (int h = 0; h < c.num_heads; h++)
-                    cudaCheck(cudaMemcpy(out.data() + ((size_t)(l * 2 + kv) * c.num_heads + h) * HS,
-                                         (kv ? e.cache.v_layer(l) : e.cache.k_layer(l)) +
-                                             ((size_t)h * e.cache.max_T + pos) * HS,
-                                         HS * sizeof(bf16), cudaMemcpyDeviceToHost));
+                cudaCheck(cudaMemcpy2D(out.data() + (size_t)(l * 2 + kv) * C, HS * sizeof(bf16),
+                                       (kv ? e.cache.v_layer(l) : e.cache.k_layer(l)) + (size_t)pos * HS,
+                                       (size_t)e.cache.max_T * HS * sizeof(bf16), HS * sizeof(bf16), c.num_heads,
+                                       cudaMemcpyDeviceToHost));
     };
     kv_rows(kv_today);
 
@@ -268,9 +268,9 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
     printf("\nboth ways, GPT-2 d%d's random init, a %d-token prompt prefilled, the token at position %d:\n",
            c.num_layers, before, pos);
     printf("  persistent against today's step: logits rel-L2 %.3e (<= 2e-2), K and V at the position rel-L2 %.3e "
-           "(<= 5e-3), argmax %d against %d%s, fused pick %d\n", el.rel_l2, ek.rel_l2, a_mine, a_today,
+           "(<= 2e-2), argmax %d against %d%s, fused pick %d\n", el.rel_l2, ek.rel_l2, a_mine, a_today,
            a_mine == a_today ? "" : near_tie ? " (a near-tie)" : " (NOT a near-tie)", picked);
-    const bool ok = el.rel_l2 <= 2e-2 && ek.rel_l2 <= 5e-3 && (a_mine == a_today || near_tie) && picked == a_mine;
+    const bool ok = el.rel_l2 <= 2e-2 && ek.rel_l2 <= 2e-2 && (a_mine == a_today || near_tie) && picked == a_mine;
 
     // today's step as generate_gpt2cu replays it: the decode step's kernels captured as one graph
     cudaCheck(cudaStreamSynchronize(e.stream));
@@ -284,10 +284,10 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
     const double bytes = traffic.weight_bytes + traffic.kv_bytes_per_position * (pos + 1);
     const double peak = device_peak_memory_bandwidth();
     auto line = [&](const char* what, double ms) {
-        printf("  %-34s %.4f ms a token (cold L2, median of %d), %.2f TB/s, %.0f%% of %.2f TB/s\n", what, ms,
+        printf("  %-44s %.4f ms a token (cold L2, median of %d), %.2f TB/s, %.0f%% of %.2f TB/s\n", what, ms,
                repeats, bytes / (ms * 1e9), 100.0 * bytes / (ms * 1e-3) / peak, peak / 1e12);
     };
-    line("today's step (decode_forward, graph)", tt.cold_ms);
+    line("today's step (decode_forward, graph, no pick)", tt.cold_ms);
     line("the persistent step", tp.cold_ms);
     printf("  persistent / today: %.3fx the speed\n", tt.cold_ms / tp.cold_ms);
     inference_engine_free(&e);
@@ -386,9 +386,9 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    if (HS != 64 || C > 8 * dp::kConsumers) {
-        fprintf(stderr, "error: the kernel takes heads of 64 and C up to %d, not HS %d, C %d\n", 8 * dp::kConsumers,
-                HS, C);
+    if (HS != 64 || C > 8 * dp::kConsumers || NH > sms) {
+        fprintf(stderr, "error: the kernel takes heads of 64, C up to %d and a head per block at most, not HS %d, C "
+                "%d, %d heads on %d SMs\n", 8 * dp::kConsumers, HS, C, NH, sms);
         return 1;
     }
     const int x_floats = dp::x_floats_for(C, HS, maxT);

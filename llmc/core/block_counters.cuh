@@ -15,7 +15,8 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// One thread's wait (a short sleep between polls, so a waiting SM leaves the memory system to the others).
+// One thread's wait (a short sleep between polls, so a waiting SM leaves the memory system to the others). The
+// difference, not the values, is compared, so the wait stays right when epoch x writers wraps past 2^32.
 __device__ __forceinline__ void wait_count(const unsigned* count, unsigned target) {
-    while (ld_acquire(count) < target) __nanosleep(20);
+    while ((int)(ld_acquire(count) - target) < 0) __nanosleep(20);
 }

@@ -82,13 +82,13 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step s, int x_floats)
     if (blockIdx.x == 0) {  // the greedy pick over every block's key, once all have written theirs
         if (threadIdx.x == 0) wait_count(&s.done[s.count - 1], all);
         consumers_sync();
-        unsigned long long best = 0;
+        unsigned long long best = sampling_rule::rank_floor();
         for (int b = threadIdx.x; b < (int)gridDim.x; b += kConsumers) {
             const unsigned long long k = __ldcg(s.pick_partials + b);
             best = k > best ? k : best;
         }
         best = block_max_key(best, red_key);
-        if (threadIdx.x == 0) *s.token_out = (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFu));
+        if (threadIdx.x == 0) *s.token_out = sampling_rule::rank_id(best);
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include "llmc/gpt2/gpt2_config.h"
 #include "llmc/hopper/arch.cuh"
+#include "llmc/kernels/sampling/sampling_rule.h"
 
 namespace decode_persistent {
 
@@ -61,8 +62,8 @@ struct Step {
 // Shared memory: the ring's barriers, the pages, x (or attention's query, scores and value partials), partial
 // sums, the block's rows' bias and residual, a reduction scratch.
 inline int x_floats_for(int C, int HS, int max_T) {
-    const int attention = HS + max_T + kKeyGroups * HS;
-    return 4 * C > attention ? 4 * C : attention;
+    const int attention = HS + max_T + kKeyGroups * HS, x = 4 * C > attention ? 4 * C : attention;
+    return (x + 3) / 4 * 4;  // 16-byte multiples: what follows x (the 64-bit keys last) stays aligned
 }
 inline size_t smem_bytes(int x_floats) {
     return 128 + (size_t)kStages * kPageBytes +
@@ -118,10 +119,10 @@ __device__ __forceinline__ unsigned long long block_max_key(unsigned long long v
     consumers_sync();
     return t;
 }
-// The greedy key of a stored logit: larger values first, then lower ids (so a maximum picks as argmax does).
-__device__ __forceinline__ unsigned long long pick_key(float logit, int id) {
-    const unsigned bits = __float_as_uint(logit), ordered = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
-    return (unsigned long long)ordered << 32 | (0xFFFFFFFFu - (unsigned)id);
+// The greedy rank of a stored logit: the sampling rule's (llmc/kernels/sampling/sampling_rule.h: its value's key,
+// ties to the lower id), so the fused pick is generation's greedy pick.
+__device__ __forceinline__ unsigned long long pick_rank(bf16 logit, int id) {
+    return sampling_rule::rank(sampling_rule::key_of_bits16(__bfloat16_as_ushort(logit)), id);
 }
 
 __device__ __forceinline__ float embedding(const Step& s, int token, int c) {

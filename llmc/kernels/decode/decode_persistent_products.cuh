@@ -22,7 +22,7 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, 
         (n < 2 * s.C ? ph.k_cache : ph.v_cache)[((size_t)h * s.max_T + s.pos) * s.HS + d] = o;
     }
     if (ph.epilogue == Epilogue::Logits && n < s.V) {
-        const unsigned long long key = pick_key(__bfloat162float(o), n);
+        const unsigned long long key = pick_rank(o, n);
         best = key > best ? key : best;
     }
 }
@@ -128,7 +128,7 @@ __device__ void product(const Phase& ph, const Step& s, int begin, int end, cons
     auto out = [&](int n, float sum, unsigned long long& best) {  // n: a row of this block
         epilogue(ph, s, n, sum, rows ? rows_bias[n - begin] : 0.f, rows ? rows_res[n - begin] : 0.f, best);
     };
-    unsigned long long best = 0;
+    unsigned long long best = sampling_rule::rank_floor();
     for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
         const int n = min(per_page, end - r0);
         float* part = partials + (sliced_pages & 1) * kPartials;
