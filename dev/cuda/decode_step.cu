@@ -10,9 +10,11 @@
 //   - the new position's K and V in the cache equal to the QKV row's, bit for bit;
 //   - the fused greedy pick equal to the argmax of the kernel's own logits, and to the reference's but for a
 //     near-tie (its logits within 2 bf16 steps);
-//   - a second launch bit-identical to the first (logits and token).
-// Then ms a step (median of cold-L2 launches, dev/cuda/common.h) and the bytes read (weights and KV cache) over that
-// time against the device's peak, and the same launch without parts of it (where the time goes). Last, both ways on
+//   - a second launch bit-identical to the first (logits and token), and three replays of the step captured as a
+//     CUDA Graph (the kernel leaves its counters zero for the next launch);
+//   - generation's pick (store_pick's outputs): the next token, the new token's row and the length advanced.
+// Then ms a step (median of cold-L2 graph replays, dev/cuda/common.h) and the bytes read (weights and KV cache) over
+// that time against the device's peak, and the same launch without parts of it (where the time goes). Last, both ways on
 // one model: today's step (the engine's decode_forward, as generate_gpt2cu replays it) and the persistent one on
 // GPT-2's random init after a prefill, checked against each other and timed in the same call.
 //   make -C dev/cuda decode_step && ./dev/cuda/decode_step [-e 12|24|36|48] [-t positions before the token (255)]
@@ -241,15 +243,11 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
     DeviceBuffer<int> token_out(1);
     cudaCheck(cudaMemset(done.ptr, 0, done.bytes()));
     dp::Step s{reinterpret_cast<const dp::Phase*>(d_phases.ptr), (int)phases.size(), e.step.params(WTE),
-               e.step.params(WPE), C, c.num_heads, HS, e.cache.max_T, c.vocab_size, e.step.s.tokens, pos, done.ptr,
-               pick.ptr, token_out.ptr, 0};
+               e.step.params(WPE), C, c.num_heads, HS, e.cache.max_T, c.vocab_size, e.step.s.tokens, e.cache.len,
+               done.ptr, pick.ptr, token_out.ptr};
     const int x_floats = dp::x_floats_for(C, HS, e.cache.max_T);
-    const size_t smem = dp::smem_bytes(x_floats);
-    auto persistent = [&] {
-        s.epoch++;
-        void* args[] = {&s, const_cast<int*>(&x_floats)};
-        cudaCheck(cudaLaunchCooperativeKernel((void*)dp::step_kernel, sms, dp::kThreads, args, smem, 0));
-    };
+    dp::prepare(x_floats);
+    auto persistent = [&] { dp::launch(s, x_floats, sms, 0); };
     b.logits.poison();
     persistent();
     cudaCheck(cudaDeviceSynchronize());
@@ -373,11 +371,11 @@ int main(int argc, char** argv) {
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     DeviceBuffer<unsigned> done(phases.size());
     DeviceBuffer<unsigned long long> pick(sms);
-    DeviceBuffer<int> d_token(1), token_out(1);
+    DeviceBuffer<int> d_token(1), token_out(1), d_len(1);
     cudaCheck(cudaMemset(done.ptr, 0, done.bytes()));
-    d_token.upload({token});
+    d_token.upload({token}), d_len.upload({pos + 1});
     dp::Step s{reinterpret_cast<const dp::Phase*>(d_phases.ptr), (int)phases.size(), W + L.wte, W + L.wpe, C, NH, HS,
-               maxT, c.vocab_size, d_token.ptr, pos, done.ptr, pick.ptr, token_out.ptr, 0};
+               maxT, c.vocab_size, d_token.ptr, d_len.ptr, done.ptr, pick.ptr, token_out.ptr};
     for (const dp::Phase& ph : phases) {  // the kernel's limits (every GPT-2 shape is within them)
         const bool rows = ph.bias || ph.epilogue == dp::Epilogue::Residual;
         if (ph.kind == dp::Kind::Product && ((rows && (ph.N + sms - 1) / sms > dp::kMaxBlockRows) ||
@@ -393,12 +391,8 @@ int main(int argc, char** argv) {
     }
     const int x_floats = dp::x_floats_for(C, HS, maxT);
     const size_t smem = dp::smem_bytes(x_floats);
-    cudaCheck(cudaFuncSetAttribute(dp::step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    auto launch = [&] {
-        s.epoch++;
-        void* args[] = {&s, const_cast<int*>(&x_floats)};
-        cudaCheck(cudaLaunchCooperativeKernel((void*)dp::step_kernel, sms, dp::kThreads, args, smem, 0));
-    };
+    dp::prepare(x_floats);
+    auto launch = [&] { dp::launch(s, x_floats, sms, 0); };
 
     // ---- check
     for (auto* b : {&qkv, &atty, &res2, &fch, &res3, &logits}) b->poison();
@@ -479,13 +473,46 @@ int main(int argc, char** argv) {
     const bool same = memcmp(again.data(), g_logits.data(), again.size() * 2) == 0 && token_out.download()[0] == picked;
     printf("  a second launch: %s\n", same ? "bit-identical logits and token" : "DIFFERENT (must be identical)");
     ok &= same;
+    // the step as a CUDA Graph replays it (the counters left zero by each launch), then with generation's pick
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    dp::launch(s, x_floats, sms, stream);
+    cudaGraph_t graph_def;
+    cudaCheck(cudaStreamEndCapture(stream, &graph_def));
+    cudaGraphExec_t graph;
+    cudaCheck(cudaGraphInstantiate(&graph, graph_def, 0));
+    cudaCheck(cudaGraphDestroy(graph_def));
+    logits.poison();
+    for (int i = 0; i < 3; i++) cudaCheck(cudaGraphLaunch(graph, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
+    const std::vector<bf16> replay_logits = logits.download();
+    const bool replayed = memcmp(replay_logits.data(), g_logits.data(), g_logits.size() * sizeof(bf16)) == 0;
+    printf("  three graph replays: %s\n", replayed ? "bit-identical logits" : "DIFFERENT (must be identical)");
+    ok &= replayed;
+    {
+        DeviceBuffer<int> prompt_len(1), next(1), out(4);
+        prompt_len.upload({pos}), next.poison(), out.poison();
+        dp::Step g = s;
+        g.token_out = nullptr, g.prompt_len = prompt_len.ptr, g.next_tokens = next.ptr, g.tokens_out = out.ptr;
+        g.max_new = 4;
+        dp::launch(g, x_floats, sms, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        const int len_after = d_len.download()[0], nt = next.download()[0], t1 = out.download()[1];
+        const bool pick_ok = len_after == pos + 2 && nt == picked && t1 == picked;
+        printf("  generation's pick: next token %d, new token 1 %d, length %d -> %d: %s\n", nt, t1, pos + 1,
+               len_after, pick_ok ? "ok" : "WRONG (the token, and the length advanced by one)");
+        ok &= pick_ok;
+        d_len.upload({pos + 1});
+    }
     if (!ok) {
         printf("decode_step: FAIL\n");
         return 1;
     }
 
-    // ---- time
-    const Timing t = benchmark(launch, repeats);
+    // ---- time: graph replays, as a generation loop would run it
+    auto replay = [&] { cudaCheck(cudaGraphLaunch(graph, 0)); };
+    const Timing t = benchmark(replay, repeats);
     const DecodeTraffic traffic = decode_traffic(c, sizeof(bf16));
     const double bytes = traffic.weight_bytes + traffic.kv_bytes_per_position * (pos + 1);
     const double peak = device_peak_memory_bandwidth();
@@ -499,10 +526,11 @@ int main(int argc, char** argv) {
                               dp::kSkipAttention | dp::kSkipWaits | dp::kSkipLayerNorm};
     for (int i = 0; i < 4; i++) {
         s.diagnose = masks[i];
-        const Timing d = benchmark(launch, repeats);
+        const Timing d = benchmark(launch, repeats);  // plain launches: the graph holds the full step
         printf("  diagnostic, %-30s %.4f ms (%+.4f)\n", parts[i], d.cold_ms, d.cold_ms - t.cold_ms);
     }
     s.diagnose = 0;
+    cudaCheck(cudaGraphExecDestroy(graph)), cudaCheck(cudaStreamDestroy(stream));
     if (!both_ways(c, before, repeats, sms)) {
         printf("decode_step: FAIL\n");
         return 1;

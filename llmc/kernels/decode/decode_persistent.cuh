@@ -4,7 +4,8 @@
 // gives each block a contiguous share of the matrix's rows; the producer warp streams every product phase's share,
 // page after page, into a ring of shared-memory pages (cp.async.bulk on mbarriers), never waiting for activations,
 // so the weights keep streaming while the consumers wait at a phase boundary. Between phases a counter per phase
-// (llmc/core/block_counters.cuh): a block waits until every block has finished the phase before, no grid barrier.
+// (llmc/core/block_counters.cuh): a block waits until every block has finished the phase before, no grid barrier;
+// block 0 zeroes them at the end, once every block is past its last wait, so a graph can replay the step.
 // Consumers: each lane's columns are fixed for a whole matrix, so its part of the input x lives in registers and
 // the pages serve weights alone (decode_probe's pagesR: 1.8x pages4 at d48, at the copies' pace); a row's K is cut
 // into 1-8 slices so a lane holds at most kRegV 16-byte vectors; slices are added in a fixed order, so the step is
@@ -23,10 +24,13 @@
 #include "llmc/kernels/decode/decode_persistent_attention.cuh"
 #include "llmc/kernels/decode/decode_persistent_common.cuh"
 #include "llmc/kernels/decode/decode_persistent_products.cuh"
+#include "llmc/kernels/sampling/sampling.cuh"
 
 namespace decode_persistent {
 
-__global__ void __launch_bounds__(kThreads, 1) step_kernel(Step s, int x_floats) {
+__global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floats) {
+    Step s = step;
+    s.pos = *s.len - 1;
     extern __shared__ __align__(128) uint8_t smem[];
     auto* bars = reinterpret_cast<hopper::RingBarriers<kStages>*>(smem);
     uint8_t* pages = smem + 128;
@@ -40,7 +44,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step s, int x_floats)
     if (threadIdx.x == 0) bars->init(1, kWarps), hopper::fence_barrier_init();
     __syncthreads();
     hopper::Ring<kStages> ring(*bars);
-    const unsigned all = s.epoch * gridDim.x;
+    const unsigned all = gridDim.x;
     if (threadIdx.x / 32 == kWarps) {  // the producer: every product phase's pages, in order
         if (threadIdx.x % 32 == 0)
             for (int i = 0; i < s.count; i++) {
@@ -88,8 +92,30 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step s, int x_floats)
             best = k > best ? k : best;
         }
         best = block_max_key(best, red_key);
-        if (threadIdx.x == 0) *s.token_out = sampling_rule::rank_id(best);
+        if (threadIdx.x == 0) {
+            const int picked = sampling_rule::rank_id(best);
+            if (s.token_out) *s.token_out = picked;
+            if (s.next_tokens)
+                store_pick(0, picked, s.pos + 1, s.prompt_len, s.len, s.next_tokens, s.tokens_out, s.max_new, 1);
+        }
+        for (int i = threadIdx.x; i < s.count; i += kConsumers) s.done[i] = 0;  // every block is past its last wait
     }
+}
+
+// Once per process and x_floats: the kernel's shared memory.
+inline void prepare(int x_floats) {
+    cudaCheck(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem_bytes(x_floats)));
+}
+// One step: a block per SM, all resident (a cooperative launch, which a CUDA Graph can capture).
+inline void launch(const Step& s, int x_floats, int blocks, cudaStream_t stream) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks), config.blockDim = dim3(kThreads), config.dynamicSmemBytes = smem_bytes(x_floats);
+    config.stream = stream;
+    cudaLaunchAttribute cooperative[1];
+    cooperative[0].id = cudaLaunchAttributeCooperative, cooperative[0].val.cooperative = 1;
+    config.attrs = cooperative, config.numAttrs = 1;
+    cudaCheck(cudaLaunchKernelEx(&config, step_kernel, s, x_floats));
 }
 
 }  // namespace decode_persistent

@@ -51,12 +51,18 @@ struct Step {
     const bf16* wpe;
     int C, NH, HS, max_T, V;
     const int* token;                    // the step's input token (device)
-    int pos;                             // its position: the cache holds 0 .. pos - 1
-    unsigned* done;                      // a counter per phase, zero before the first launch
-    unsigned long long* pick_partials;   // a greedy key per block
-    int* token_out;                      // the greedy token
-    unsigned epoch;                      // this launch's number, from 1
+    int* len;                            // the sequence's length with that token (device): its position len - 1
+    unsigned* done;                      // a counter per phase: zero before the first launch, left zero by each
+    unsigned long long* pick_partials;   // a greedy rank per block
+    int* token_out = nullptr;            // the greedy token, when given
+    // generation's loop, when next_tokens is given: the pick's outputs as pick_tokens writes them (store_pick): the
+    // token into next_tokens[0] (may be `token`: every block has read it by then) and tokens_out, len advanced
+    const int* prompt_len = nullptr;
+    int* next_tokens = nullptr;
+    int* tokens_out = nullptr;
+    int max_new = 0;
     unsigned diagnose = 0;               // dev/cuda/decode_step's timings of parts (wrong results): kSkip* bits
+    int pos = 0;                         // set by the kernel: len - 1
 };
 
 // Shared memory: the ring's barriers, the pages, x (or attention's query, scores and value partials), partial
