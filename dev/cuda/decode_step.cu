@@ -14,8 +14,8 @@
 //     CUDA Graph (the kernel leaves its counters zero for the next launch);
 //   - generation's pick (store_pick's outputs): the next token, the new token's row and the length advanced.
 // Then ms a step (median of cold-L2 graph replays, dev/cuda/common.h) and the bytes read (weights and KV cache) over
-// that time against the device's peak, and the same launch without parts of it (where the time goes). Last, both ways on
-// one model: today's step (the engine's decode_forward, as generate_gpt2cu replays it) and the persistent one on
+// that time against the device's peak, and the same launch without parts of it (where the time goes). Last, both ways
+// on one model: today's step (the engine's decode_forward, as generate_gpt2cu replays it) and the persistent one on
 // GPT-2's random init after a prefill, checked against each other and timed in the same call.
 //   make -C dev/cuda decode_step && ./dev/cuda/decode_step [-e 12|24|36|48] [-t positions before the token (255)]
 //   [-r repeats (20)]
