@@ -8,6 +8,7 @@
 
 #include "llmc/core/captured_graph.cuh"
 #include "llmc/inference/kv_cache.cuh"
+#include "llmc/inference/persistent_step.cuh"
 #include "llmc/kernels/attention/attention_decode.cuh"
 #include "llmc/kernels/decode/decode_matvec.cuh"
 #include "llmc/kernels/decode/decode_mma.cuh"
@@ -28,8 +29,12 @@ enum class DecodeProducts {
     Matvec,  // decode_matvec: LayerNorms and the cache append fused in; the classifier too (with the greedy pick)
     Mma,     // decode_mma: the same fusions on the tensor cores; the classifier by cuBLASLt
     Cublas,  // cuBLASLt, with the LayerNorm kernels; attention_decode appends the new K and V
+    // the whole step as one persistent kernel (llmc/inference/persistent_step.cuh): batch 1, Hopper, BF16; asked for
+    // only (LLMC_DECODE_PERSISTENT=1) until measured ahead of Matvec; other row counts take Auto's choice
+    Persistent,
 };
 inline DecodeProducts decode_products_for(int B, DecodeProducts asked) {
+    if (asked == DecodeProducts::Persistent && B != 1) asked = DecodeProducts::Auto;
     if (asked != DecodeProducts::Auto) return asked;
     return kDecodeMatvecAvailable && B <= kDecodeMatvecMaxB ? DecodeProducts::Matvec
            : kDecodeMmaAvailable && B <= kDecodeMmaMaxB     ? DecodeProducts::Mma
@@ -69,6 +74,7 @@ struct DecodeStep {
     // position + 1) in cache->len[b]; every row's K and V go into the cache before any row attends, and only the last
     // row's logits are computed. Null: row b is sequence b (a decode step).
     const int* seq = nullptr;
+    PersistentStep persistent;  // products Persistent: the kernel's phases, counters and ranks
     int batch() const { return rows > 0 ? rows : cache->B; }
 };
 
@@ -197,6 +203,17 @@ inline void cublas_layers(const DecodeStep& d) {
 // classifier where that runs as decode_matvec; returns whether it was (else the caller picks).
 inline bool decode_forward(const DecodeStep& d, const DecodeGreedyPick* pick = nullptr) {
     const int B = d.batch(), C = d.config.channels;
+    if (d.settings.products == DecodeProducts::Persistent) {  // the embedding, the layers and the pick in one kernel
+        if (d.seq || !d.persistent.phases) {  // a prompt chunk, or no phases set up (a server's buckets): Matvec
+            DecodeStep m = d;
+            m.settings.products = DecodeProducts::Matvec;
+            return decode_forward(m, pick);
+        }
+        persistent_step_launch(d.persistent, d.config, d.params, *d.cache, d.s.tokens,
+                               pick ? pick->prompt_len : nullptr, pick ? pick->next_tokens : nullptr,
+                               pick ? pick->tokens_out : nullptr, pick ? pick->max_new : 0, d.stream);
+        return pick != nullptr;
+    }
     decode_step_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, d.stream>>>(d.s.x, d.s.tokens, d.cache->len,
                                                                                d.params(WTE), d.params(WPE), B, C);
     cudaCheckLaunch();

@@ -89,7 +89,14 @@ inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceSha
                       decode_mma_partials(mma_B, 4 * C, C, ln), decode_mma_partials(mma_B, C, 4 * C, false)});
         k.mma_counters = decode_mma_counters(mma_B, 4 * C);
     }
-    if (pick.greedy() && decode.products == DecodeProducts::Matvec) k.pick_partials = decode_greedy_pick_partials(B);
+    const bool persistent = decode.products == DecodeProducts::Persistent;
+    if (pick.greedy() && (decode.products == DecodeProducts::Matvec || persistent))  // persistent: marks the fold
+        k.pick_partials = decode_greedy_pick_partials(B);
+    if (persistent) {
+        k.persistent_phase_bytes = persistent_phase_count(c) * sizeof(decode_persistent::Phase);
+        k.persistent_counters = persistent_phase_count(c), k.persistent_picks = device_sm_count();
+        k.persistent_activations = persistent_activation_elems(c);
+    }
     return k;
 }
 
@@ -173,6 +180,11 @@ inline void set_up_views(InferenceEngine* e) {
     // warm-up's steps, which read positions no prefill wrote, compute with finite numbers
     for (Id id : {KCache, VCache, MmaCounters, PickCount, Coins})
         if (e->buffers[id]) cudaCheck(cudaMemsetAsync(e->buffers[id], 0, e->table[id].bytes(), st));
+    if (e->options.decode.products == DecodeProducts::Persistent)
+        d.persistent = persistent_step_set_up(c, d.params, e->cache, e->at<floatX>(PersistentActivations),
+                                              d.s.logits, e->buffers[PersistentPhases],
+                                              e->at<unsigned>(PersistentCounters),
+                                              e->at<unsigned long long>(PersistentPicks), st);
     cudaCheck(attention_decode_workspace_init(d.s.attention_workspace, s.B, c.num_heads, s.max_T, e->cache.HS, st));
     for (int i = 0; i < s.max_new * s.B; i++) loop.tokens[i] = -1;
 }
@@ -302,6 +314,15 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->backend = resolve_attention_backend(o.attention, c.channels, c.num_heads, &e->backend_note);
     e->decode_asked = o.decode.products;
     e->options.decode.products = decode_products_for(shape.B, o.decode.products);
+    std::string why;
+    if (e->options.decode.products == DecodeProducts::Persistent && (shape.server_steps > 0 || shape.slot_prefill))
+        why = "the server does not run it yet (its steps write logits and picks of their own)";
+    if (e->options.decode.products == DecodeProducts::Persistent &&
+        (!why.empty() || !shape.cached || !persistent_step_supported(c, shape.B, &why))) {
+        fprintf(stderr, "error: LLMC_DECODE_PERSISTENT=1: the persistent decode step does not take this run: %s\n",
+                !why.empty() || shape.cached ? why.c_str() : "it needs the KV cache (heads of 64)");
+        exit(EXIT_FAILURE);
+    }
     e->table = inference_memory_table(c, e->shape, kernel_sizes(c, e->shape, e->backend, e->options.decode,
                                                                 e->decode_asked, o.pick));
     e->row_buckets = decode_row_buckets(shape);

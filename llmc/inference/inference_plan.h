@@ -51,6 +51,9 @@ struct InferenceKernelSizes {
     size_t mma_partial_floats = 0;    // decode_mma's split-K partials (0: the products are not decode_mma)
     size_t mma_counters = 0;
     size_t pick_partials = 0;         // the classifier's folded greedy pick (unsigned long long each; 0: none)
+    // the persistent decode step (llmc/inference/persistent_step.cuh; 0: the step is not persistent): its phase list
+    // (bytes), a counter per phase, a greedy rank per block, and its activations (floatX elements)
+    size_t persistent_phase_bytes = 0, persistent_counters = 0, persistent_picks = 0, persistent_activations = 0;
     size_t cublaslt_workspace = 0;    // allocated once per process by matmul_init
 };
 
@@ -87,7 +90,7 @@ enum Id {
     AttWorkspace, PrefillSlots, PrefillLengths,
     Tokens, DecodeX, DecodeLn, DecodeMean, DecodeRstd, DecodeQkv, DecodeAtty, DecodeResidual2, DecodeResidual3,
     DecodeFch, DecodeFchGelu, DecodeProjection, DecodeAttWorkspace, MmaPartials, MmaCounters, Coins, PromptLen,
-    PickPartials, PickCount,
+    PickPartials, PickCount, PersistentPhases, PersistentCounters, PersistentPicks, PersistentActivations,
     Lengths, Lnf, Logits, PrefillLnf, PrefillLogits,
     ServeParams, ServeCoins, ServePicks, ServeScratch, ServeUploads,
     CublasLt, NewTokens, ServeParamsHost, ServeCoinsHost, ServePicksHost, ServeUploadsHost, ServeResultsHost,
@@ -150,6 +153,14 @@ inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, 
     t[infer::PickPartials] = {"greedy pick partials", G::Decode, s.cached ? k.pick_partials : 0,
                               sizeof(unsigned long long)};
     t[infer::PickCount] = {"greedy pick counts", G::Decode, k.pick_partials && s.cached ? B : 0, sizeof(unsigned)};
+    const bool persistent = s.cached && k.persistent_counters > 0;
+    t[infer::PersistentPhases] = {"persistent step: phases", G::Decode, persistent ? k.persistent_phase_bytes : 0, 1};
+    t[infer::PersistentCounters] = {"persistent step: counters", G::Decode, persistent ? k.persistent_counters : 0,
+                                    sizeof(unsigned)};
+    t[infer::PersistentPicks] = {"persistent step: greedy ranks", G::Decode, persistent ? k.persistent_picks : 0,
+                                 sizeof(unsigned long long)};
+    t[infer::PersistentActivations] = {"persistent step: activations (L, 10 C)", G::Decode,
+                                       persistent ? k.persistent_activations : 0, X};
     // the prefill's last positions, then each decode step's one
     t[infer::Lengths] = {"lengths (B)", G::Classifier, B, I};
     t[infer::Lnf] = {"lnf (B, C)", G::Classifier, B * C, X};

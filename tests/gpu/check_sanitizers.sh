@@ -14,9 +14,10 @@
 #   gen-20     twenty prompts at once, sampled (cuBLASLt's decode products, the GPU picker)
 #   serve      serve_gpt2cu: completions together, a chunked prompt, a stream, a bad request, then SIGTERM to the
 #              server, which drains and exits so that the tool prints its summary (tests/gpu/sanitize_serve.py)
-#   decode     tests/gpu/test_decode --small (prefill, decode steps, a server's slots, chunks, against the full forward);
-#              under racecheck one run per test (decode-cached, -slots, -chunks, -recompute), side by side as far as
-#              the host's memory allows (DECODE_GIB per part, below)
+#   decode     tests/gpu/test_decode --small (prefill, decode steps, a server's slots, chunks, the persistent step,
+#              against the full forward); under racecheck one run per test (decode-cached, -slots, -chunks,
+#              -recompute, -persistent), side by side as far as the host's memory allows (DECODE_GIB per part,
+#              below)
 #   fwd, bwd   dev/cuda/attention_forward -cs, attention_backward -cs (every variant at the three small check shapes)
 #   fp8-cast   dev/cuda/fp8_cast -c (the FP8 casts, transposes, amax and column sums at every validation shape)
 #   fp8-blocks tests/gpu/kernels/test_fp8_blocks (the block-scaled casts and cuBLASLt's block-scaled GEMMs)
@@ -76,7 +77,7 @@ check() {  # tool, name, [env VAR=value...] command... (run under the tool; the 
     fi
     local log="$LOGDIR/${tool}_${name}.log" t0=$SECONDS
     local sanitizer=(compute-sanitizer --tool "$tool" --print-limit 10000 --error-exitcode 99) limit=$LIMIT
-    # racecheck over test_decode is the slowest run by far: each of its four parts gets twice the limit
+    # racecheck over test_decode is the slowest run by far: each of its five parts gets twice the limit
     [[ "$tool $name" == "racecheck decode"* ]] && limit=$((2 * LIMIT))
     if [ "$name" = serve ]; then  # the driver starts the tool itself, to signal the server inside it
         OMP_NUM_THREADS=2 timeout "$limit" python3 tests/gpu/sanitize_serve.py --sanitizer "${sanitizer[*]}" \
@@ -140,7 +141,7 @@ fp8=0; [[ "$cc" =~ ^[0-9]+$ ]] && [ "$cc" -ge 9 ] && ./train_gpt2cu --version | 
 # run in lanes, one lane per DECODE_GIB (36) of the memory available now, the parts of a lane one after another.
 if [[ " $TOOLS " == *" racecheck "* ]]; then
     parts=()
-    for t in cached slots chunks recompute; do [ -z "${ONLY:-}" ] || [[ "decode-$t" =~ $ONLY ]] && parts+=("$t"); done
+    for t in cached slots chunks recompute persistent; do [ -z "${ONLY:-}" ] || [[ "decode-$t" =~ $ONLY ]] && parts+=("$t"); done
     avail=$(awk '/^MemAvailable:/ { print int($2 / 1048576) }' /proc/meminfo 2>/dev/null)
     lanes=$(( ${avail:-0} / ${DECODE_GIB:-36} )); [ $lanes -lt 1 ] && lanes=1; [ $lanes -gt ${#parts[@]} ] && lanes=${#parts[@]}
     [ ${#parts[@]} -gt 0 ] && echo "racecheck over test_decode: ${#parts[@]} parts in $lanes lane(s) (${avail:-?} GiB available)"

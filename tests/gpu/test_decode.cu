@@ -26,6 +26,9 @@
 //     slots, which read every position the chunks wrote.
 //  5. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
 //     against the full forward's, and generate()'s greedy tokens against the full forward's argmax where it is clear.
+//  6. The persistent step (batch 1, Hopper, BF16; skipped elsewhere, saying why): decode steps' logits against the
+//     full forward as in 1, then greedy generation through the loop, graph and plain, each token the host's greedy
+//     pick on the step's logits, and generate() the loop's tokens.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
 // 4 heads of 32; V 1000, max T 256), fresh random prompts and tokens. The cache is floatX: both builds.
 #include <cmath>
@@ -265,6 +268,70 @@ void test_cached(const GPT2Config& c, const char* label) {
            new_tokens, B, boundary, failures == f0 ? "PASS" : "FAIL");
 }
 
+// Check 6: the persistent step (llmc/inference/persistent_step.cuh; batch 1, Hopper, BF16), where it runs: decode
+// steps' logits against the full forward (the bounds of check 1), then greedy generation through the loop, with and
+// without the graph, every token the host's greedy pick on the step's logits and generate() the loop's.
+void test_persistent(const GPT2Config& c, const char* label) {
+    std::string why;
+    if (!persistent_step_supported(c, 1, &why)) {
+        printf("test_decode (%s, %s): the persistent step skipped: %s\n", PRECISION_NAME, label, why.c_str());
+        return;
+    }
+    const int f0 = failures, steps = g_small ? 6 : 24, T = 128, V = c.vocab_size;
+    Reference ref(c, 1, T);
+    Rng rng(11);
+    std::vector<std::vector<int>> prompt(1);
+    for (int t = 0; t < 17; t++) prompt[0].push_back((int)(rng.uniform() * V) % V);
+    InferenceOptions o;
+    o.pick = PickParams{0.f, 0, 1.f};
+    o.decode.products = DecodeProducts::Persistent;
+    double worst = 0;
+    {
+        InferenceEngine e;
+        make_engine(&e, ref, shape_of(1, T, 17, steps), o, true);
+        std::vector<std::vector<int>> seq = prompt;
+        inference_prefill(&e, seq, 0);
+        for (int step = 0; step < steps; step++) {
+            const int next = (int)(rng.uniform() * V) % V;
+            seq[0].push_back(next);
+            inference_decode_step(&e, {next});
+            worst = std::max(worst, check_logits(engine_logits(&e)[0], ref.last_logits(seq)[0], V, "persistent",
+                                                 step, 0));
+        }
+        inference_engine_free(&e);
+    }
+    std::vector<int> by_graph[2];
+    for (int graph = 0; graph < 2; graph++) {
+        o.graph = graph == 1;
+        InferenceEngine e;
+        make_engine(&e, ref, shape_of(1, T, 17, steps), o, graph == 0);
+        inference_prefill(&e, prompt, 0);
+        std::vector<std::vector<float>> logits = engine_logits(&e);
+        decode_loop_begin(e.step, &e.loop);
+        for (int g = 0; g < steps; g++) {
+            if (g > 0) {
+                decode_loop_step(e.step, &e.loop);
+                logits = engine_logits(&e);
+            }
+            cudaCheck(cudaStreamSynchronize(e.stream));
+            const int tok = e.loop.tokens[g], host = argmax(logits[0], V);
+            by_graph[graph].push_back(tok);
+            if (tok != host) fail("persistent loop (graph %d) token %d: GPU %d, host greedy %d", graph, g, tok, host);
+        }
+        GenerateRequest request;
+        request.prompts = prompt;
+        request.max_new = steps;
+        const GenerateResult r = generate(&e, request);
+        if (r.tokens.size() != 1 || r.tokens[0] != by_graph[graph])
+            fail("persistent generate() (graph %d) differs from the loop's tokens", graph);
+        inference_engine_free(&e);
+    }
+    if (by_graph[0] != by_graph[1]) fail("persistent loop: the CUDA Graph and plain runs chose different tokens");
+    printf("test_decode (%s, %s): the persistent step, %d decode steps, worst logits rel-L2 %.3e (<= %.0e); greedy "
+           "loop with and without the graph = the host's pick, generate() = the loop: %s\n", PRECISION_NAME, label,
+           steps, worst, kTol, failures == f0 ? "PASS" : "FAIL");
+}
+
 // Check 3: B slots; prompts prefilled in groups of up to 8 into scattered slots; steps over the first R, every other
 // one with its input tokens committed on the device (as a server's picks are) instead of uploaded.
 void test_slots(const GPT2Config& c, const char* label) {
@@ -475,7 +542,7 @@ int main(int argc, char** argv) {
     require_cuda_device("test_decode");
     setvbuf(stdout, nullptr, _IOLBF, 0);  // each check's line as it ends: a sanitizer's log of a run cut short shows it
     // --small: every test on the small shapes only, fewer steps (the tools slow the whole run past their limit)
-    // --only cached|slots|chunks|recompute: one of the four tests (racecheck runs them side by side)
+    // --only cached|slots|chunks|recompute|persistent: one of the five tests (racecheck runs them side by side)
     std::string only;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
@@ -483,8 +550,9 @@ int main(int argc, char** argv) {
         else if (a == "--only" && i + 1 < argc) only = argv[++i];
         else only = "?";
     }
-    if (only != "" && only != "cached" && only != "slots" && only != "chunks" && only != "recompute") {
-        fprintf(stderr, "usage: %s [--small] [--only cached|slots|chunks|recompute]\n", argv[0]);
+    if (only != "" && only != "cached" && only != "slots" && only != "chunks" && only != "recompute" &&
+        only != "persistent") {
+        fprintf(stderr, "usage: %s [--small] [--only cached|slots|chunks|recompute|persistent]\n", argv[0]);
         return 2;
     }
     auto want = [&](const char* name) { return only.empty() || only == name; };
@@ -494,6 +562,7 @@ int main(int argc, char** argv) {
         if (want("slots")) test_slots(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
         if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
         if (want("recompute")) test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
+        if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
         return failures ? 1 : 0;
     }
     // max_T, V, Vp, L, NH, C: a small model, and one layer at d12's widths (products of 768 and 3072 rows:
@@ -505,5 +574,7 @@ int main(int argc, char** argv) {
     if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
     if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
     if (want("recompute")) test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
+    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
     return failures ? 1 : 0;
 }

@@ -43,6 +43,7 @@ struct Phase {
     bf16* k_cache;  // the layer's (NH, max_T, HS): Qkv writes position pos, Attention reads 0..pos
     bf16* v_cache;
 };
+static_assert(sizeof(Phase) == 88, "the phase list's size (tests/unit/test_inference_plan.cpp counts it)");
 
 struct Step {
     const Phase* phases;
