@@ -27,6 +27,8 @@
 //             pagesR, pagesR+counters   each lane's columns fixed for the whole matrix, x in registers (the pages
 //                        then serve weights alone: pages8 found x's shared-memory reads the products' limit), a
 //                        row's K in 1-4 slices over the warps, two rows at a time; pagesR:math-signal the products
+//             +stage      x loaded from global memory into shared memory at each matrix's start (after the wait),
+//                        as the persistent decode step stages its inputs: what that latency costs a matrix
 //             pages:copy, pages:math   pages' two halves alone, to see which sets its pace: the copies with the
 //                        pages released unread, or the products on pages marked full with nothing copied (no y)
 //             pages4:math+xs   pages:math with pages4's groups and x in shared memory
@@ -311,7 +313,7 @@ __device__ __forceinline__ int slices_for(int n, int V) {
 // a page at once), x_smem (x staged in shared memory first), signal (each matrix's end: the consumers' barrier and the
 // counter's release; wait needs it).
 struct PageMode {
-    bool wait, copy, math, grouped, x_smem, signal, meta_smem = false, split = false, regs = false;
+    bool wait, copy, math, grouped, x_smem, signal, meta_smem = false, split = false, regs = false, stage = false;
 };
 // meta_smem: every matrix's shape and pointers staged into shared memory once, so a matrix's first step is not a
 // dependent global load (pages:ring found about 0.7 us a matrix with none of the work, the shape's round trip)
@@ -395,6 +397,22 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
         const int wr = warp / Wk, rv0 = V * wk / Wk, rv1 = V * (wk + 1) / Wk;
         const int nv = max(0, min(dpc::kRegV, (rv1 - rv0 - lane + kWarpSize - 1) / kWarpSize));
         float4 xr[dpc::kRegV][2];
+        if (pm.stage) {  // x from global memory into shared memory at each matrix's start, as the decode step does
+            constexpr int kStageVec = 8;  // float4s a thread: up to 8192 columns
+            hopper::named_barrier_sync(1, kThreads);  // every warp has its x of the matrix before in registers
+            float4 v[kStageVec];
+#pragma unroll
+            for (int j = 0; j < kStageVec; j++) {
+                const int i = threadIdx.x + j * kThreads;
+                if (i < cols / 4) v[j] = __ldcg(reinterpret_cast<const float4*>(x_global) + i);
+            }
+#pragma unroll
+            for (int j = 0; j < kStageVec; j++) {
+                const int i = threadIdx.x + j * kThreads;
+                if (i < cols / 4) reinterpret_cast<float4*>(xs)[i] = v[j];
+            }
+            hopper::named_barrier_sync(1, kThreads);
+        }
         if (pm.regs) dpc::load_x_slice(x, rv0, nv, xr);
         for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
             const int n = min(per_page, end - r0);
@@ -574,6 +592,8 @@ int main(int argc, char** argv) {
         {true, true, true, false, true, true, true, true},   // pages8+counters
         {false, true, true, false, true, true, true, false, true},  // pagesR
         {true, true, true, false, true, true, true, false, true},   // pagesR+counters
+        {false, true, true, false, true, true, true, false, true, true},  // pagesR+stage
+        {true, true, true, false, true, true, true, false, true, true},   // pagesR+stage+counters
         {false, true, false, false, false, true},        // pages:copy
         {false, false, true, false, false, true},        // pages:math
         {false, false, true, true, true, true},          // pages4:math+xs
@@ -590,7 +610,7 @@ int main(int argc, char** argv) {
                            "stream+L2",   "counters+L2",     "pages",            "pages+counters",
                            "pages4",      "pages4+counters", "pages4+xs",        "pages4+xs+ms",
                            "pages4+xs+ms+counters",          "pages8",           "pages8+counters",
-                           "pagesR",      "pagesR+counters",
+                           "pagesR",      "pagesR+counters", "pagesR+stage",    "pagesR+stage+counters",
                            "pages:copy",  "pages:math",      "pages4:math+xs",   "pages4:math+xs+ms",
                            "pages4:math+xs+ms-signal",       "pages8:math-signal", "pagesR:math-signal",
                            "pages:sync",  "pages:sync+ms",   "pages:ring",       "pages:ring+ms"};
@@ -600,7 +620,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: %d matrices, more than the %d the shapes' shared memory holds\n", count, kMaxMatrices);
         return 1;
     }
-    const int modes = hopper ? kModes : 6, checked = hopper ? 17 : 6;  // the diagnostics (from pages:copy) compute no y
+    const int modes = hopper ? kModes : 6, checked = hopper ? 19 : 6;  // the diagnostics (from pages:copy) compute no y
     const int x_len = (int)x.size();
     const size_t page_smem =
         kPageSmem + kMaxMatrices * sizeof(PageMeta) + (2 * kPartials + (size_t)x_len) * sizeof(float);
