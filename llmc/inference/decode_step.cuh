@@ -204,9 +204,9 @@ inline void cublas_layers(const DecodeStep& d) {
 inline bool decode_forward(const DecodeStep& d, const DecodeGreedyPick* pick = nullptr) {
     const int B = d.batch(), C = d.config.channels;
     if (d.settings.products == DecodeProducts::Persistent) {  // the embedding, the layers and the pick in one kernel
-        if (d.seq || !d.persistent.phases) {  // a prompt chunk, or no phases set up (a server's buckets): Matvec
+        if (d.seq || !d.persistent.phases) {  // a prompt chunk (cuBLASLt, as chunks run), or no phases: Auto's
             DecodeStep m = d;
-            m.settings.products = DecodeProducts::Matvec;
+            m.settings.products = d.seq ? DecodeProducts::Cublas : decode_products_for(d.batch(), DecodeProducts::Auto);
             return decode_forward(m, pick);
         }
         persistent_step_launch(d.persistent, d.config, d.params, *d.cache, d.s.tokens,

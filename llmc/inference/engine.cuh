@@ -180,6 +180,7 @@ inline void set_up_views(InferenceEngine* e) {
     // warm-up's steps, which read positions no prefill wrote, compute with finite numbers
     for (Id id : {KCache, VCache, MmaCounters, PickCount, Coins})
         if (e->buffers[id]) cudaCheck(cudaMemsetAsync(e->buffers[id], 0, e->table[id].bytes(), st));
+    d.persistent = PersistentStep{};
     if (e->options.decode.products == DecodeProducts::Persistent)
         d.persistent = persistent_step_set_up(c, d.params, e->cache, e->at<floatX>(PersistentActivations),
                                               d.s.logits, e->buffers[PersistentPhases],
@@ -315,9 +316,9 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->decode_asked = o.decode.products;
     e->options.decode.products = decode_products_for(shape.B, o.decode.products);
     std::string why;
-    if (e->options.decode.products == DecodeProducts::Persistent && (shape.server_steps > 0 || shape.slot_prefill))
+    if (e->decode_asked == DecodeProducts::Persistent && (shape.server_steps > 0 || shape.slot_prefill))
         why = "the server does not run it yet (its steps write logits and picks of their own)";
-    if (e->options.decode.products == DecodeProducts::Persistent &&
+    if (e->decode_asked == DecodeProducts::Persistent &&
         (!why.empty() || !shape.cached || !persistent_step_supported(c, shape.B, &why))) {
         fprintf(stderr, "error: LLMC_DECODE_PERSISTENT=1: the persistent decode step does not take this run: %s\n",
                 !why.empty() || shape.cached ? why.c_str() : "it needs the KV cache (heads of 64)");

@@ -23,6 +23,9 @@ inline int persistent_phase_count(const GPT2Config& c) { return 5 * c.num_layers
 inline bool persistent_step_supported(const GPT2Config& c, int B, std::string* why) {
     namespace dp = decode_persistent;
     const int C = c.channels, NH = c.num_heads, sms = device_sm_count();
+    int smem_optin = 0;
+    cudaCheck(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_info().device));
+    const size_t smem = dp::smem_bytes(dp::x_floats_for(C, 64, c.max_seq_len));  // at the model's whole context
     const char* no = !kFloatXIsBF16                     ? "FP32 builds decode with the other kernels"
                      : !hopper::hopper_available()      ? "it needs an sm_90a build on an H100/H200"
                      : B != 1                           ? "it is a batch-1 step"
@@ -30,6 +33,7 @@ inline bool persistent_step_supported(const GPT2Config& c, int B, std::string* w
                      : NH > sms                         ? "it takes a head per SM at most"
                      : C > 8 * dp::kConsumers || C % 8  ? "C must be a multiple of 8, at most 2048"
                      : (4 * C + sms - 1) / sms > dp::kMaxBlockRows ? "the fc product has too many rows per SM"
+                     : smem > (size_t)smem_optin                   ? "its shared memory is more than a block's"
                                                                    : nullptr;
     if (no && why) *why = no;
     return no == nullptr;

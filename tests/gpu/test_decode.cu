@@ -27,8 +27,8 @@
 //  5. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
 //     against the full forward's, and generate()'s greedy tokens against the full forward's argmax where it is clear.
 //  6. The persistent step (batch 1, Hopper, BF16; skipped elsewhere, saying why): decode steps' logits against the
-//     full forward as in 1, then greedy generation through the loop, graph and plain, each token the host's greedy
-//     pick on the step's logits, and generate() the loop's tokens.
+//     full forward as in 1, then generation through the loop, greedy (graph and plain) and sampled, each token the
+//     host's pick on the step's logits, and generate() the loop's tokens.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
 // 4 heads of 32; V 1000, max T 256), fresh random prompts and tokens. The cache is floatX: both builds.
 #include <cmath>
@@ -269,8 +269,9 @@ void test_cached(const GPT2Config& c, const char* label) {
 }
 
 // Check 6: the persistent step (llmc/inference/persistent_step.cuh; batch 1, Hopper, BF16), where it runs: decode
-// steps' logits against the full forward (the bounds of check 1), then greedy generation through the loop, with and
-// without the graph, every token the host's greedy pick on the step's logits and generate() the loop's.
+// steps' logits against the full forward (the bounds of check 1), then generation through the loop, greedy with and
+// without the graph (the pick folded into the kernel) and sampled in the graph (the picker after it), every token
+// the host's pick on the step's logits, and generate() the loop's.
 void test_persistent(const GPT2Config& c, const char* label) {
     std::string why;
     if (!persistent_step_supported(c, 1, &why)) {
@@ -300,11 +301,18 @@ void test_persistent(const GPT2Config& c, const char* label) {
         }
         inference_engine_free(&e);
     }
-    std::vector<int> by_graph[2];
-    for (int graph = 0; graph < 2; graph++) {
-        o.graph = graph == 1;
+    // greedy plain, greedy in the graph, and sampled in the graph (the picker after the kernel, not folded)
+    std::vector<int> by_run[3];
+    int boundary = 0;
+    for (int run = 0; run < 3; run++) {
+        o.graph = run > 0;
+        o.pick = run == 2 ? PickParams{1.f, 0, 1.f} : PickParams{0.f, 0, 1.f};
         InferenceEngine e;
-        make_engine(&e, ref, shape_of(1, T, 17, steps), o, graph == 0);
+        make_engine(&e, ref, shape_of(1, T, 17, steps), o, run != 1);
+        Rng coin_rng(13);
+        std::vector<float> coins(steps);
+        for (float& x : coins) x = coin_rng.uniform();
+        decode_loop_set_coins(&e.loop, coins, e.stream);
         inference_prefill(&e, prompt, 0);
         std::vector<std::vector<float>> logits = engine_logits(&e);
         decode_loop_begin(e.step, &e.loop);
@@ -314,22 +322,32 @@ void test_persistent(const GPT2Config& c, const char* label) {
                 logits = engine_logits(&e);
             }
             cudaCheck(cudaStreamSynchronize(e.stream));
-            const int tok = e.loop.tokens[g], host = argmax(logits[0], V);
-            by_graph[graph].push_back(tok);
-            if (tok != host) fail("persistent loop (graph %d) token %d: GPU %d, host greedy %d", graph, g, tok, host);
+            const PickParams& pk = o.pick;
+            auto host = [&](float coin) {
+                return sample_token(logits[0].data(), V, pk.temperature, pk.top_k, pk.top_p, coin);
+            };
+            const int tok = e.loop.tokens[g];
+            by_run[run].push_back(tok);
+            bool ok = tok == host(coins[g]);
+            if (!ok && run == 2 && host(std::max(0.f, coins[g] - 1e-5f)) <= tok &&
+                tok <= host(std::min(0.99999994f, coins[g] + 1e-5f)))
+                ok = true, boundary++;  // the CDF runs in id order
+            if (!ok) fail("persistent loop (run %d) token %d: GPU %d, host sampler %d", run, g, tok, host(coins[g]));
         }
         GenerateRequest request;
         request.prompts = prompt;
         request.max_new = steps;
+        request.coins = coins;
         const GenerateResult r = generate(&e, request);
-        if (r.tokens.size() != 1 || r.tokens[0] != by_graph[graph])
-            fail("persistent generate() (graph %d) differs from the loop's tokens", graph);
+        if (r.tokens.size() != 1 || r.tokens[0] != by_run[run])
+            fail("persistent generate() (run %d) differs from the loop's tokens", run);
         inference_engine_free(&e);
     }
-    if (by_graph[0] != by_graph[1]) fail("persistent loop: the CUDA Graph and plain runs chose different tokens");
-    printf("test_decode (%s, %s): the persistent step, %d decode steps, worst logits rel-L2 %.3e (<= %.0e); greedy "
-           "loop with and without the graph = the host's pick, generate() = the loop: %s\n", PRECISION_NAME, label,
-           steps, worst, kTol, failures == f0 ? "PASS" : "FAIL");
+    if (boundary * 5 > steps) fail("persistent loop: %d of %d sampled picks on a CDF boundary", boundary, steps);
+    if (by_run[0] != by_run[1]) fail("persistent loop: the CUDA Graph and plain runs chose different tokens");
+    printf("test_decode (%s, %s): the persistent step, %d decode steps, worst logits rel-L2 %.3e (<= %.0e); the loop "
+           "greedy with and without the graph and sampled (%d on a CDF boundary) = the host's pick, generate() = the "
+           "loop: %s\n", PRECISION_NAME, label, steps, worst, kTol, boundary, failures == f0 ? "PASS" : "FAIL");
 }
 
 // Check 3: B slots; prompts prefilled in groups of up to 8 into scattered slots; steps over the first R, every other

@@ -102,10 +102,13 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     }
 }
 
-// Once per process and x_floats: the kernel's shared memory.
+// Before launches with x_floats: the kernel's shared-memory limit, raised to the largest asked so far (a process
+// may hold steps of several shapes, and a lower limit would fail the larger ones' launches).
 inline void prepare(int x_floats) {
-    cudaCheck(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem_bytes(x_floats)));
+    static size_t largest = 0;
+    if (smem_bytes(x_floats) <= largest) return;
+    largest = smem_bytes(x_floats);
+    cudaCheck(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)largest));
 }
 // One step: a block per SM, all resident (a cooperative launch, which a CUDA Graph can capture).
 inline void launch(const Step& s, int x_floats, int blocks, cudaStream_t stream) {
