@@ -34,7 +34,7 @@
 //             pages4:math+xs   pages:math with pages4's groups and x in shared memory
 //             pages:sync, pages:ring   the skeleton alone, nothing copied and nothing multiplied: the ring's
 //                        hand-offs and each matrix's end (the consumers' barrier and the counter's release), then
-//                        the hand-offs alone (where pages:math's 3 us a matrix go); -signal: without each matrix's
+//                        the hand-offs alone (where pages:math's time a matrix goes); -signal: without each matrix's
 //                        end (what the release after the y stores costs)
 // Every mode's y (but the diagnostics') is checked against the fp64 product (rel-L2 <= 1e-5) and every payload the
 // edges carried counted before anything is timed; times are medians of CUDA-event timings with L2 flushed
@@ -316,7 +316,7 @@ struct PageMode {
     bool wait, copy, math, grouped, x_smem, signal, meta_smem = false, split = false, regs = false, stage = false;
 };
 // meta_smem: every matrix's shape and pointers staged into shared memory once, so a matrix's first step is not a
-// dependent global load (pages:ring found about 0.7 us a matrix with none of the work, the shape's round trip)
+// dependent global load (a round trip before any of the matrix's work)
 struct PageMeta {
     const __nv_bfloat16* w;
     float* y;

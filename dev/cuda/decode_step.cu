@@ -1,4 +1,4 @@
-// The batch-1 decode step as one persistent kernel (llmc/kernels/decode/decode_persistent.cuh, issue 65), checked
+// The batch-1 decode step as one persistent kernel (llmc/kernels/decode/decode_persistent.cuh), checked
 // and timed on its own: a GPT-2 of the given depth with random weights (GPT-2's init scales; the padded vocabulary's
 // rows zero) and a KV cache of random keys and values for the positions before the new token. Checked before it is
 // timed, every buffer poisoned first:

@@ -1,4 +1,4 @@
-// Generation's batch-1 decode step as one persistent kernel (llmc/kernels/decode/decode_persistent.cuh, issue 65):
+// Generation's batch-1 decode step as one persistent kernel (llmc/kernels/decode/decode_persistent.cuh):
 // the phase list over the engine's parameters, KV cache and buffers, built once at set-up, and the launch of one
 // step. The kernel reads the token and the length from the device and leaves its counters zero, so the step's
 // CUDA Graph replays it; with generation's greedy pick it writes what pick_tokens writes (store_pick).

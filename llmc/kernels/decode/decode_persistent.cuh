@@ -1,4 +1,4 @@
-// A batch-1 decode step as one persistent kernel (issue 65; docs/DECODE.md has the measurements that shaped it).
+// A batch-1 decode step as one persistent kernel (docs/DECODE.md has the measurements that shaped it).
 // One block per SM, 8 consumer warps and a producer warp. The step is a list of phases in order (per layer: QKV,
 // attention, attention projection, fc, fc projection; then the classifier with the greedy pick). A product phase
 // gives each block a contiguous share of the matrix's rows; the producer warp streams every product phase's share,
@@ -7,7 +7,7 @@
 // (llmc/core/block_counters.cuh): a block waits until every block has finished the phase before, no grid barrier;
 // block 0 zeroes them at the end, once every block is past its last wait, so a graph can replay the step.
 // Consumers: each lane's columns are fixed for a whole matrix, so its part of the input x lives in registers and
-// the pages serve weights alone (decode_probe's pagesR: 1.8x pages4 at d48, at the copies' pace); a row's K is cut
+// the pages serve weights alone (decode_probe's pagesR: shared memory's reads of x had bounded the products); a row's K is cut
 // into 1-8 slices so a lane holds at most kRegV 16-byte vectors; slices are added in a fixed order, so the step is
 // deterministic. LayerNorms are recomputed by every block that needs them (a C-wide row). Rounding follows
 // decode_matvec: LayerNorm outputs, product + bias before a residual add, GELU outputs, logits, all to bf16.
