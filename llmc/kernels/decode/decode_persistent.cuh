@@ -7,9 +7,9 @@
 // (llmc/core/block_counters.cuh): a block waits until every block has finished the phase before, no grid barrier;
 // block 0 zeroes them at the end, once every block is past its last wait, so a graph can replay the step.
 // Consumers: each lane's columns are fixed for a whole matrix, so its part of the input x lives in registers and
-// the pages serve weights alone (decode_probe's pagesR: shared memory's reads of x had bounded the products); a row's K is cut
-// into 1-8 slices so a lane holds at most kRegV 16-byte vectors; slices are added in a fixed order, so the step is
-// deterministic. LayerNorms are recomputed by every block that needs them (a C-wide row). Rounding follows
+// the pages serve weights alone (decode_probe's pagesR: shared memory's reads of x had bounded the products); a
+// row's K is cut into 1-8 slices so a lane holds at most kRegV 16-byte vectors; slices are added in a fixed order, so
+// the step is deterministic. LayerNorms are recomputed by every block that needs them (a C-wide row). Rounding follows
 // decode_matvec: LayerNorm outputs, product + bias before a residual add, GELU outputs, logits, all to bf16.
 // Hopper (sm_90a) only: the bulk copies.
 #pragma once
