@@ -50,7 +50,7 @@ struct RingBarriers {
     uint64_t full[kStages];
     uint64_t empty[kStages];
     // producers: arrivals that fill a stage (a TMA thread's arrive_expect_tx is one); consumers: arrivals that
-    // release it (one per consumer warp)
+    // release it (one per consumer warp or thread: Ring::release)
     __device__ __forceinline__ void init(int producers, int consumers) {
         for (int s = 0; s < kStages; s++) {
             mbarrier_init(&full[s], producers);
@@ -95,7 +95,8 @@ class Ring {
 
     // Consumer: waits until this stage holds its next buffer.
     __device__ __forceinline__ void wait_full() const { mbarrier_wait(&bar_.full[stage()], phase()); }
-    // Consumer: one warp's release of stage s (lane 0, once the warp's reads of it, wgmma included, are done).
+    // Consumer: a release of stage s. wgmma readers: lane 0 of a warp, once its wgmma are done; plain shared-memory
+    // loads: every reading thread, as an arrival releases only its own thread's accesses (racecheck holds to it).
     __device__ __forceinline__ void release(int s) const { mbarrier_arrive(&bar_.empty[s]); }
     __device__ __forceinline__ void release() const { release(stage()); }
 

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     float* red = rows_res + kMaxBlockRows;
     auto* red_key = reinterpret_cast<unsigned long long*>(red + kConsumers);
     static_assert(sizeof(hopper::RingBarriers<kStages>) <= 128, "the barriers fit before the pages");
-    if (threadIdx.x == 0) bars->init(1, kWarps), hopper::fence_barrier_init();
+    if (threadIdx.x == 0) bars->init(1, kConsumers), hopper::fence_barrier_init();
     __syncthreads();
     hopper::Ring<kStages> ring(*bars);
     const unsigned all = gridDim.x;

@@ -147,8 +147,7 @@ __device__ void product(const Phase& ph, const Step& s, int begin, int end, cons
                 if (two) part[(r + Wr) * Wk + wk] = sb;
             }
         }
-        __syncwarp();
-        if (lane == 0) ring.release();
+        ring.release();  // every thread: an arrival releases only its own thread's reads of the page
         if (Wk > 1) {
             consumers_sync();
             for (int r = threadIdx.x; r < n; r += kConsumers) {
