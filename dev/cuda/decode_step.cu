@@ -304,6 +304,8 @@ int main(int argc, char** argv) {
     // activations, per layer; the phases
     DeviceBuffer<bf16> qkv((size_t)Lr * 3 * C), atty((size_t)Lr * C), res2((size_t)Lr * C), fch((size_t)Lr * 4 * C),
         res3((size_t)Lr * C), logits(c.padded_vocab_size);
+    const int splits = dp::attention_splits(NH, maxT);
+    DeviceBuffer<float> partials((size_t)NH * std::max(splits, 1) * dp::kUnitFloats);
     std::vector<dp::Phase> phases;
     const bf16* W = w.ptr;
     for (int l = 0; l < Lr; l++) {
@@ -315,9 +317,9 @@ int main(int argc, char** argv) {
         phases.push_back({dp::Kind::Product, dp::Epilogue::Qkv, W + y.qkvw, W + y.qkvb, 3 * C, C, W + y.ln1w,
                           W + y.ln1b, in, nullptr, q, kl, vl});
         phases.push_back({dp::Kind::Attention, dp::Epilogue::Plain, nullptr, nullptr, 0, 0, nullptr, nullptr, q,
-                          nullptr, atty.ptr + (size_t)l * C, kl, vl});
+                          nullptr, nullptr, kl, vl, partials.ptr});
         phases.push_back({dp::Kind::Product, dp::Epilogue::Residual, W + y.attw, W + y.attb, C, C, nullptr, nullptr,
-                          atty.ptr + (size_t)l * C, in, res2.ptr + (size_t)l * C, nullptr, nullptr});
+                          atty.ptr + (size_t)l * C, in, res2.ptr + (size_t)l * C, nullptr, nullptr, partials.ptr});
         phases.push_back({dp::Kind::Product, dp::Epilogue::Gelu, W + y.fcw, W + y.fcb, 4 * C, C, W + y.ln2w, W + y.ln2b,
                           res2.ptr + (size_t)l * C, nullptr, fch.ptr + (size_t)l * 4 * C, nullptr, nullptr});
         phases.push_back({dp::Kind::Product, dp::Epilogue::Residual, W + y.fcpw, W + y.fcpb, C, 4 * C, nullptr, nullptr,
@@ -338,6 +340,7 @@ int main(int argc, char** argv) {
     d_token.upload({token}), d_len.upload({pos + 1});
     dp::Step s{reinterpret_cast<const dp::Phase*>(d_phases.ptr), (int)phases.size(), W + L.wte, W + L.wpe, C, NH, HS,
                maxT, c.vocab_size, d_token.ptr, d_len.ptr, done.ptr, pick.ptr, token_out.ptr};
+    s.attn_splits = splits;
     for (const dp::Phase& ph : phases) {  // the kernel's limits (every GPT-2 shape is within them)
         const bool rows = ph.bias || ph.epilogue == dp::Epilogue::Residual;
         if (ph.kind == dp::Kind::Product && ((rows && (ph.N + sms - 1) / sms > dp::kMaxBlockRows) ||
@@ -346,12 +349,12 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    if (HS != 64 || C > 8 * dp::kConsumers || NH > sms) {
-        fprintf(stderr, "error: the kernel takes heads of 64, C up to %d and a head per block at most, not HS %d, C "
-                "%d, %d heads on %d SMs\n", 8 * dp::kConsumers, HS, C, NH, sms);
+    if (HS != dp::kHeadSize || C > 8 * dp::kConsumers || splits == 0) {
+        fprintf(stderr, "error: the kernel takes heads of 64, C up to %d and contexts up to %d, not HS %d, C %d, "
+                "context %d\n", 8 * dp::kConsumers, dp::kMaxSplits * dp::kChunkKeys, HS, C, maxT);
         return 1;
     }
-    const int x_floats = dp::x_floats_for(C, HS, maxT);
+    const int x_floats = dp::x_floats_for(C);
     const size_t smem = dp::smem_bytes(x_floats);
     dp::prepare(x_floats);
     auto launch = [&] { dp::launch(s, x_floats, sms, 0); };
@@ -368,8 +371,8 @@ int main(int argc, char** argv) {
     }
     launch();
     cudaCheck(cudaDeviceSynchronize());
-    printf("d%d, C %d, %d phases on %d SMs, %.0f KB of shared memory a block; the token at position %d\n", depth, C,
-           (int)phases.size(), sms, smem / 1024.0, pos);
+    printf("d%d, C %d, %d phases on %d SMs, %.0f KB of shared memory a block, attention in %d chunks a head; the "
+           "token at position %d\n", depth, C, (int)phases.size(), sms, smem / 1024.0, splits, pos);
     const std::vector<bf16> g_qkv = qkv.download(), g_atty = atty.download(), g_res2 = res2.download(),
                             g_fch = fch.download(), g_res3 = res3.download(), g_logits = logits.download();
     Activations gpu;  // the kernel's activations, per layer, as doubles

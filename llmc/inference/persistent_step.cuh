@@ -13,24 +13,32 @@
 #include "llmc/kernels/decode/decode_persistent.cuh"
 #include "llmc/model/gpt2_params.cuh"
 
-// What the step writes besides the logits, per layer: qkv (3C), atty (C), residual2 (C), fch (4C), residual3 (C).
-inline size_t persistent_activation_elems(const GPT2Config& c) { return (size_t)c.num_layers * 10 * c.channels; }
+// A head's key chunks in the step's attention (at the model's whole context, so the same for every cache).
+inline int persistent_attention_splits(const GPT2Config& c) {
+    return decode_persistent::attention_splits(c.num_heads, c.max_seq_len);
+}
+// What the step writes besides the logits, in bf16 elements: per layer qkv (3C), atty (C), residual2 (C), fch (4C),
+// residual3 (C); then the attention's partial results (floats, reused by every layer).
+inline size_t persistent_activation_elems(const GPT2Config& c) {
+    const size_t partials = (size_t)c.num_heads * persistent_attention_splits(c) * decode_persistent::kUnitFloats;
+    return (size_t)c.num_layers * 10 * c.channels + 2 * partials;
+}
 inline int persistent_phase_count(const GPT2Config& c) { return 5 * c.num_layers + 1; }
 
-// Whether the kernel takes this model at batch B here: a BF16 build on Hopper, heads of 64, a head per SM at most,
-// C within one staging vector a thread, every product's rows per block within its bias/residual rows. Else false
-// and why, in one line.
+// Whether the kernel takes this model at batch B here: a BF16 build on Hopper, heads of 64, a context within the
+// attention's chunks, C within one staging vector a thread, every product's rows per block within its
+// bias/residual rows. Else false and why, in one line.
 inline bool persistent_step_supported(const GPT2Config& c, int B, std::string* why) {
     namespace dp = decode_persistent;
-    const int C = c.channels, NH = c.num_heads, sms = device_sm_count();
+    const int C = c.channels, sms = device_sm_count();
     int smem_optin = 0;
     cudaCheck(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_info().device));
-    const size_t smem = dp::smem_bytes(dp::x_floats_for(C, 64, c.max_seq_len));  // at the model's whole context
+    const size_t smem = dp::smem_bytes(dp::x_floats_for(C));
     const char* no = !kFloatXIsBF16                     ? "FP32 builds decode with the other kernels"
                      : !hopper::hopper_available()      ? "it needs an sm_90a build on an H100/H200"
                      : B != 1                           ? "it is a batch-1 step"
-                     : C / NH != 64                     ? "it takes heads of 64"
-                     : NH > sms                         ? "it takes a head per SM at most"
+                     : C / c.num_heads != dp::kHeadSize ? "it takes heads of 64"
+                     : persistent_attention_splits(c) == 0 ? "it takes contexts of 2048 positions at most"
                      : C > 8 * dp::kConsumers || C % 8  ? "C must be a multiple of 8, at most 2048"
                      : (4 * C + sms - 1) / sms > dp::kMaxBlockRows ? "the fc product has too many rows per SM"
                      : smem > (size_t)smem_optin                   ? "its shared memory is more than a block's"
@@ -48,6 +56,7 @@ inline std::vector<decode_persistent::Phase> persistent_phases(const GPT2Config&
     auto b = [](const floatX* x) { return reinterpret_cast<const bf16*>(x); };
     auto w = [](floatX* x) { return reinterpret_cast<bf16*>(x); };
     const int C = c.channels;
+    float* partials = reinterpret_cast<float*>(w(acts) + (size_t)c.num_layers * 10 * C);
     std::vector<dp::Phase> phases;
     const bf16* residual = nullptr;  // layer 0: the embedding
     for (int l = 0; l < c.num_layers; l++) {
@@ -57,9 +66,9 @@ inline std::vector<decode_persistent::Phase> persistent_phases(const GPT2Config&
         phases.push_back({dp::Kind::Product, dp::Epilogue::Qkv, b(p(QKVW, l)), b(p(QKVB, l)), 3 * C, C, b(p(LN1W, l)),
                           b(p(LN1B, l)), residual, nullptr, qkv, k, v});
         phases.push_back({dp::Kind::Attention, dp::Epilogue::Plain, nullptr, nullptr, 0, 0, nullptr, nullptr, qkv,
-                          nullptr, atty, k, v});
+                          nullptr, nullptr, k, v, partials});
         phases.push_back({dp::Kind::Product, dp::Epilogue::Residual, b(p(ATTPROJW, l)), b(p(ATTPROJB, l)), C, C,
-                          nullptr, nullptr, atty, residual, res2, nullptr, nullptr});
+                          nullptr, nullptr, atty, residual, res2, nullptr, nullptr, partials});
         phases.push_back({dp::Kind::Product, dp::Epilogue::Gelu, b(p(FCW, l)), b(p(FCB, l)), 4 * C, C, b(p(LN2W, l)),
                           b(p(LN2B, l)), res2, nullptr, fch, nullptr, nullptr});
         phases.push_back({dp::Kind::Product, dp::Epilogue::Residual, b(p(FCPROJW, l)), b(p(FCPROJB, l)), C, 4 * C,
@@ -91,7 +100,7 @@ inline PersistentStep persistent_step_set_up(const GPT2Config& c, const GPT2Para
     PersistentStep ps;
     ps.phases = static_cast<const decode_persistent::Phase*>(phases_device), ps.counters = counters;
     ps.picks = picks, ps.count = (int)phases.size(), ps.blocks = device_sm_count();
-    ps.x_floats = decode_persistent::x_floats_for(c.channels, c.channels / c.num_heads, cache.max_T);
+    ps.x_floats = decode_persistent::x_floats_for(c.channels);
     decode_persistent::prepare(ps.x_floats);
     return ps;
 }
@@ -107,6 +116,6 @@ inline void persistent_step_launch(const PersistentStep& ps, const GPT2Config& c
                               c.channels / c.num_heads, cache.max_T, c.vocab_size, tokens, cache.len, ps.counters,
                               ps.picks};
     s.prompt_len = prompt_len, s.next_tokens = prompt_len ? next_tokens : nullptr, s.tokens_out = tokens_out;
-    s.max_new = max_new;
+    s.max_new = max_new, s.attn_splits = persistent_attention_splits(c);
     decode_persistent::launch(s, ps.x_floats, ps.blocks, stream);
 }

@@ -11,6 +11,7 @@
 // row's K is cut into 1-8 slices so a lane holds at most kRegV 16-byte vectors; slices are added in a fixed order, so
 // the step is deterministic. LayerNorms are recomputed by every block that needs them (a C-wide row). Rounding follows
 // decode_matvec: LayerNorm outputs, product + bias before a residual add, GELU outputs, logits, all to bf16.
+// Attention is split over the grid in key chunks (decode_persistent_attention.cuh), merged by the next phase.
 // Hopper (sm_90a) only: the bulk copies.
 #pragma once
 
@@ -68,12 +69,16 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     for (int i = 0; i < s.count; i++) {
         const Phase ph = next;
         if (i + 1 < s.count) next = s.phases[i + 1];  // in flight while this phase waits and works
+        const bool attend = ph.kind == Kind::Attention && !(s.diagnose & kSkipAttention);
+        ChunkKV kv = {};
+        if (attend && (int)blockIdx.x < s.NH * s.attn_splits)
+            load_kv(ph, s, blockIdx.x, 0, s.pos, kv);  // earlier steps' keys, in flight during the wait
         if (i > 0 && !(s.diagnose & kSkipWaits)) {
             if (threadIdx.x == 0) wait_count(&s.done[i - 1], all);
             consumers_sync();
         }
         if (ph.kind == Kind::Attention) {
-            if (!(s.diagnose & kSkipAttention)) attention(ph, s, x, red);
+            if (attend) attention(ph, s, kv, x);
         } else {
             int begin, end;
             rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);

@@ -20,7 +20,10 @@ constexpr int kMaxPageRows = 32;    // rows of a page at the narrowest K (768)
 constexpr int kPartials = kMaxPageRows * kWarps;  // a page's (row, slice) sums
 constexpr int kInVec = 4;          // 16-byte input vectors a consumer thread stages (K up to 8192)
 constexpr int kMaxBlockRows = 64;  // a block's rows of a phase with a bias or a residual (N up to 64 x the grid)
-constexpr int kKeyGroups = kConsumers / 8;  // attention's value pass: 8 threads a 64-wide row, 32 keys at once
+// attention: heads of 64; a chunk of keys is up to kRounds rounds of 32 (in registers); about kAttentionUnits
+// (head, chunk) units a step, whatever the grid; a unit's partial result is m, l, two pads and o (64)
+constexpr int kHeadSize = 64, kRounds = 8, kChunkKeys = kRounds * 32, kMaxSplits = 8, kAttentionUnits = 128;
+constexpr int kUnitFloats = 4 + kHeadSize;
 
 enum class Kind : int { Product, Attention };
 // Diagnostics: no attention (its blocks only signal), no waits between phases, no LayerNorms.
@@ -42,8 +45,11 @@ struct Phase {
     bf16* out;
     bf16* k_cache;  // the layer's (NH, max_T, HS): Qkv writes position pos, Attention reads 0..pos
     bf16* v_cache;
+    // Attention: its units' partial results; a product after it: its input, merged (in: where block 0 leaves the
+    // merged row)
+    float* partials = nullptr;
 };
-static_assert(sizeof(Phase) == 88, "the phase list's size (tests/unit/test_inference_plan.cpp counts it)");
+static_assert(sizeof(Phase) == 96, "the phase list's size (tests/unit/test_inference_plan.cpp counts it)");
 
 struct Step {
     const Phase* phases;
@@ -63,15 +69,23 @@ struct Step {
     int* tokens_out = nullptr;
     int max_new = 0;
     unsigned diagnose = 0;               // dev/cuda/decode_step's timings of parts (wrong results): kSkip* bits
+    int attn_splits = 1;                 // a head's key chunks (attention_splits)
     int pos = 0;                         // set by the kernel: len - 1
 };
 
-// Shared memory: the ring's barriers, the pages, x (or attention's query, scores and value partials), partial
-// sums, the block's rows' bias and residual, a reduction scratch.
-inline int x_floats_for(int C, int HS, int max_T) {
-    const int attention = HS + max_T + kKeyGroups * HS, x = 4 * C > attention ? 4 * C : attention;
-    return (x + 3) / 4 * 4;  // 16-byte multiples: what follows x (the 64-bit keys last) stays aligned
+// A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on
+// the GPU), and enough that a chunk at the whole context fits its registers; 0 past kMaxSplits chunks.
+inline int attention_splits(int NH, int max_T) {
+    const int by_units = NH >= kAttentionUnits ? 1 : kAttentionUnits / NH;
+    const int by_keys = (max_T + kChunkKeys - 1) / kChunkKeys;
+    if (by_keys > kMaxSplits) return 0;
+    return by_units > kMaxSplits ? kMaxSplits : by_units > by_keys ? by_units : by_keys;
 }
+
+// Shared memory: the ring's barriers, the pages, x (a product's input; attention's scratch), partial sums, the
+// block's rows' bias and residual, a reduction scratch.
+inline int x_floats_for(int C) {  // a multiple of 4: what follows x stays 16-byte aligned
+    return 4 * C > kWarps * kUnitFloats ? 4 * C : kWarps * kUnitFloats; }
 inline size_t smem_bytes(int x_floats) {
     return 128 + (size_t)kStages * kPageBytes +
            ((size_t)x_floats + 2 * kPartials + 2 * kMaxBlockRows + kConsumers) * sizeof(float) +

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "llmc/hopper/pipeline.cuh"
+#include "llmc/kernels/decode/decode_persistent_attention.cuh"
 #include "llmc/kernels/decode/decode_persistent_common.cuh"
 #include "llmc/kernels/gelu.cuh"
 
@@ -27,10 +28,11 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, 
     }
 }
 
-// x (K floats in shared memory) = the phase's input, LayerNorm'd and rounded when it has LayerNorm weights (two
-// passes over the row, as layernorm_forward); rows_bias / rows_res = the bias and residual of the block's rows
-// [begin, end). Every global load is issued before any shared-memory store (a store may alias a generic load, so
-// the compiler would otherwise wait out a memory latency per vector). Ends with the consumers synchronised.
+// x (K floats in shared memory) = the phase's input (after attention: merged from its partials), LayerNorm'd and
+// rounded when it has LayerNorm weights (two passes over the row, as layernorm_forward); rows_bias / rows_res = the
+// bias and residual of the block's rows [begin, end). Every global load is issued before any shared-memory store (a
+// store may alias a generic load, so the compiler would otherwise wait out a memory latency per vector). Ends with
+// the consumers synchronised.
 __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin, int end, float* x,
                             float* rows_bias, float* rows_res, float* red) {
     const int KV = ph.K / 8, t = threadIdx.x;
@@ -41,7 +43,7 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
 #pragma unroll
     for (int j = 0; j < kInVec; j++) {
         const int i = t + j * kConsumers;
-        if (i < KV && in) v[j] = __ldcg(in + i);
+        if (i < KV && in && !ph.partials) v[j] = __ldcg(in + i);
         if (i < KV && !in) v[j] = te[i], e[j] = pe[i];
     }
     if (ph.ln_w && t < KV)
@@ -53,8 +55,9 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
         if (ph.epilogue == Epilogue::Residual)
             res = ph.residual ? load_cg(ph.residual + begin + t) : embedding(s, token, begin + t);
     }
+    if (ph.partials) merge_heads(ph, s, x);
 #pragma unroll
-    for (int j = 0; j < kInVec; j++) {
+    for (int j = 0; j < kInVec && !ph.partials; j++) {
         const int i = t + j * kConsumers;
         if (i >= KV) continue;
         const bf16* a = reinterpret_cast<const bf16*>(&v[j]);
