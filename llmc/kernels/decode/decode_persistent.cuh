@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     float* rows_res = rows_bias + kMaxBlockRows;
     float* red = rows_res + kMaxBlockRows;
     auto* red_key = reinterpret_cast<unsigned long long*>(red + kConsumers);
+    auto* slots = reinterpret_cast<Phase*>(red_key + kWarps);  // this phase's description and the next one's
     static_assert(sizeof(hopper::RingBarriers<kStages>) <= 128, "the barriers fit before the pages");
     if (threadIdx.x == 0) bars->init(1, kConsumers), hopper::fence_barrier_init();
     __syncthreads();
@@ -65,10 +66,20 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     }
     const int token = *s.token;
     int sliced_pages = 0;
-    Phase next = s.phases[0];
+    // The next phase's description is copied by thread 0 while this phase works (cp.async: nothing waits for it),
+    // into the slot the phase before used, and published by the barrier that ends the phase. Two descriptions in
+    // registers (this one and the next) had pushed the kernel past its register limit (168 with 9 warps).
+    auto fetch = [&](int i) {
+        const uint32_t dst = smem_addr(slots + (i & 1));
+        for (int k = 0; k < (int)(sizeof(Phase) / 16); k++)
+            cp_async_16(dst + 16 * k, reinterpret_cast<const uint8_t*>(s.phases + i) + 16 * k, true);
+        cp_async_commit();
+    };
+    if (threadIdx.x == 0) fetch(0), cp_async_wait<0>();
+    consumers_sync();
     for (int i = 0; i < s.count; i++) {
-        const Phase ph = next;
-        if (i + 1 < s.count) next = s.phases[i + 1];  // in flight while this phase waits and works
+        const Phase& ph = slots[i & 1];
+        if (threadIdx.x == 0 && i + 1 < s.count) fetch(i + 1);
         const bool attend = ph.kind == Kind::Attention && !(s.diagnose & kSkipAttention);
         ChunkKV kv = {};
         if (attend && (int)blockIdx.x < s.NH * s.attn_splits)
@@ -85,7 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red);
             product(ph, s, begin, end, pages, x, partials, rows_bias, rows_res, red_key, ring, sliced_pages);
         }
-        consumers_sync();  // every thread's stores, then the release
+        if (threadIdx.x == 0) cp_async_wait<0>();
+        consumers_sync();  // every thread's stores (and the next description), then the release
         if (threadIdx.x == 0) red_release_add(&s.done[i], 1u);
     }
     if (blockIdx.x == 0) {  // the greedy pick over every block's key, once all have written theirs

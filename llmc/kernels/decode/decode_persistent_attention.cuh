@@ -40,7 +40,8 @@ __device__ __forceinline__ void load_kv(const Phase& ph, const Step& s, int u, i
 
 // Unit u's partial result from its keys in kv and the head's query (the phase's QKV row); scratch: kWarps x
 // kUnitFloats floats of shared memory. Each warp's (m, l, o) over its keys, then the 8 warps' merged in order.
-__device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, int u, const ChunkKV& kv, float* scratch) {
+__device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, int u, const ChunkKV& kv,
+                                               float* scratch) {
     int h, begin, end;
     unit_keys(s, u, &h, &begin, &end);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d8 = lane % 8;

@@ -49,7 +49,8 @@ struct Phase {
     // merged row)
     float* partials = nullptr;
 };
-static_assert(sizeof(Phase) == 96, "the phase list's size (tests/unit/test_inference_plan.cpp counts it)");
+// 96 bytes: the plan counts it (tests/unit/test_inference_plan.cpp), and the kernel copies it in 16-byte pieces
+static_assert(sizeof(Phase) == 96, "the phase list's size");
 
 struct Step {
     const Phase* phases;
@@ -83,13 +84,13 @@ inline int attention_splits(int NH, int max_T) {
 }
 
 // Shared memory: the ring's barriers, the pages, x (a product's input; attention's scratch), partial sums, the
-// block's rows' bias and residual, a reduction scratch.
+// block's rows' bias and residual, a reduction scratch, two phase descriptions (each piece a multiple of 16 bytes).
 inline int x_floats_for(int C) {  // a multiple of 4: what follows x stays 16-byte aligned
     return 4 * C > kWarps * kUnitFloats ? 4 * C : kWarps * kUnitFloats; }
 inline size_t smem_bytes(int x_floats) {
     return 128 + (size_t)kStages * kPageBytes +
            ((size_t)x_floats + 2 * kPartials + 2 * kMaxBlockRows + kConsumers) * sizeof(float) +
-           kWarps * sizeof(unsigned long long);
+           kWarps * sizeof(unsigned long long) + 2 * sizeof(Phase);
 }
 
 __device__ __forceinline__ float bf(bf16 v) { return __bfloat162float(v); }
