@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
     auto cols_m = [&](int m) { return ms ? meta[m].cols : M.cols[m]; };
     auto w_m = [&](int m) { return ms ? meta[m].w : M.w[m]; };
     auto y_m = [&](int m) { return ms ? meta[m].y : y[m]; };
-    if (threadIdx.x == 0) bars->init(1, kWarps), hopper::fence_barrier_init();
+    if (threadIdx.x == 0) bars->init(1, kWarps * kWarpSize), hopper::fence_barrier_init();  // every reader releases
     __syncthreads();
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     hopper::Ring<kPageStages> ring(*bars);
@@ -438,8 +438,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                         }
                     }
                 }
-                __syncwarp();
-                if (lane == 0) ring.release();
+                ring.release();
                 end_sliced_page(math, Wk, n, ym + r0);
                 continue;
             }
@@ -460,8 +459,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                             else part[(r + i) * S + sl] = sum[i];
                         }
                 }
-                __syncwarp();
-                if (lane == 0) ring.release();
+                ring.release();
                 end_sliced_page(math, S, n, ym + r0);
                 continue;
             }
@@ -469,8 +467,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                 const int g = max(1, min(kGroup, n / kWarps));
                 for (int r = warp * g; math && r < n; r += kWarps * g)
                     group_rows(page + (size_t)r * cols, cols, min(g, n - r), x, ym + r0 + r, lane);
-                __syncwarp();
-                if (lane == 0) ring.release();
+                ring.release();
                 continue;
             }
             for (int r = warp; math && r < n; r += kWarps) {
@@ -483,8 +480,7 @@ __global__ void __launch_bounds__(kPageThreads) pages_kernel(Matrices M, const f
                 for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
                 if (lane == 0) ym[r0 + r] = s;
             }
-            __syncwarp();
-            if (lane == 0) ring.release();
+            ring.release();
         }
         if (pm.signal) consumers_signal(&done[m]);
     }
