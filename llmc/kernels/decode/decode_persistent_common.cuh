@@ -26,7 +26,8 @@ constexpr int kHeadSize = 64, kRounds = 8, kChunkKeys = kRounds * 32, kMaxSplits
 constexpr int kUnitFloats = 4 + kHeadSize;
 
 enum class Kind : int { Product, Attention };
-// Diagnostics: no attention (its blocks only signal), no waits between phases, no LayerNorms.
+// Diagnostics: no attention (its blocks only signal; the projection stages a stale input, unmerged), no waits
+// between phases, no LayerNorms.
 constexpr unsigned kSkipAttention = 1, kSkipWaits = 2, kSkipLayerNorm = 4;
 enum class Epilogue : int { Plain, Qkv, Gelu, Residual, Logits };
 

@@ -36,6 +36,7 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, 
 __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin, int end, float* x,
                             float* rows_bias, float* rows_res, float* red) {
     const int KV = ph.K / 8, t = threadIdx.x;
+    const float* merged = s.diagnose & kSkipAttention ? nullptr : ph.partials;  // the diagnostic skips the merge too
     const uint4* in = reinterpret_cast<const uint4*>(ph.in);
     const uint4* te = reinterpret_cast<const uint4*>(s.wte + (size_t)token * s.C);
     const uint4* pe = reinterpret_cast<const uint4*>(s.wpe + (size_t)s.pos * s.C);
@@ -43,7 +44,7 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
 #pragma unroll
     for (int j = 0; j < kInVec; j++) {
         const int i = t + j * kConsumers;
-        if (i < KV && in && !ph.partials) v[j] = __ldcg(in + i);
+        if (i < KV && in && !merged) v[j] = __ldcg(in + i);
         if (i < KV && !in) v[j] = te[i], e[j] = pe[i];
     }
     if (ph.ln_w && t < KV)
@@ -55,9 +56,9 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
         if (ph.epilogue == Epilogue::Residual)
             res = ph.residual ? load_cg(ph.residual + begin + t) : embedding(s, token, begin + t);
     }
-    if (ph.partials) merge_heads(ph, s, x);
+    if (merged) merge_heads(ph, s, x);
 #pragma unroll
-    for (int j = 0; j < kInVec && !ph.partials; j++) {
+    for (int j = 0; j < kInVec && !merged; j++) {
         const int i = t + j * kConsumers;
         if (i >= KV) continue;
         const bf16* a = reinterpret_cast<const bf16*>(&v[j]);
