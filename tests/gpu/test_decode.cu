@@ -127,6 +127,52 @@ void make_engine(InferenceEngine* e, Reference& ref, const InferenceShape& shape
     else inference_engine_upload(e, ref.m.config, ref.host_params, shape, o);
 }
 
+// Generation through the loop on the GPU (engine e, B sequences, `coins` one per token and sequence): the prompts
+// prefilled, then every token the host sampler's pick on the step's logits (a sampled pick within 1e-5 of a CDF
+// boundary counts, in *boundary), then generate()'s tokens the loop's. Returns the loop's tokens, token g of
+// sequence b at [g * B + b]; failures are named by `what`.
+std::vector<int> check_loop(InferenceEngine* e, const std::vector<std::vector<int>>& prompts,
+                            const std::vector<float>& coins, const PickParams& p, int new_tokens, const char* what,
+                            int* boundary) {
+    const int B = (int)prompts.size(), V = e->config.vocab_size;
+    decode_loop_set_coins(&e->loop, coins, e->stream);
+    inference_prefill(e, prompts, 0);
+    std::vector<std::vector<float>> logits = engine_logits(e);  // the ones the first pick reads
+    decode_loop_begin(e->step, &e->loop);
+    std::vector<int> got;
+    for (int g = 0; g < new_tokens; g++) {
+        if (g > 0) {
+            decode_loop_step(e->step, &e->loop);
+            logits = engine_logits(e);
+        }
+        cudaCheck(cudaStreamSynchronize(e->stream));
+        for (int b = 0; b < B; b++) {
+            auto host = [&](float coin) {
+                return sample_token(logits[b].data(), V, p.temperature, p.top_k, p.top_p, coin);
+            };
+            const float coin = coins[(size_t)g * B + b];
+            const int tok = e->loop.tokens[(size_t)g * B + b];
+            got.push_back(tok);
+            bool ok = tok == host(coin);
+            if (!ok && !p.greedy() && host(std::max(0.f, coin - 1e-5f)) <= tok &&
+                tok <= host(std::min(0.99999994f, coin + 1e-5f)))
+                ok = true, (*boundary)++;  // the CDF runs in id order
+            if (!ok) fail("%s: token %d of sequence %d: GPU %d, host sampler %d", what, g, b, tok, host(coin));
+        }
+    }
+    GenerateRequest request;
+    request.prompts = prompts;
+    request.max_new = new_tokens;
+    request.coins = coins;
+    const GenerateResult r = generate(e, request);
+    bool same = (int)r.tokens.size() == B;
+    for (int b = 0; same && b < B; b++)
+        for (int g = 0; same && g < new_tokens; g++)
+            same = (int)r.tokens[b].size() == new_tokens && r.tokens[b][g] == got[(size_t)g * B + b];
+    if (!same) fail("%s: generate() differs from the loop's tokens", what);
+    return got;
+}
+
 // Checks 1 and 2 on a model with a KV cache.
 // --small: the small shapes only, with fewer steps (what tests/gpu/check_sanitizers.sh runs under the tools)
 bool g_small = false;
@@ -206,48 +252,11 @@ void test_cached(const GPT2Config& c, const char* label) {
         Rng coin_rng(7);
         std::vector<float> coins((size_t)new_tokens * B);
         for (float& x : coins) x = coin_rng.uniform();
-        decode_loop_set_coins(&e.loop, coins, e.stream);
-        inference_prefill(&e, prompts, 0);
-        std::vector<std::vector<float>> logits = engine_logits(&e);  // the ones the first pick reads
-        decode_loop_begin(e.step, &e.loop);
-        std::vector<int> got;  // token g of sequence b at [g * B + b]
-        for (int g = 0; g < new_tokens; g++) {
-            if (g > 0) {
-                decode_loop_step(e.step, &e.loop);
-                logits = engine_logits(&e);
-            }
-            cudaCheck(cudaStreamSynchronize(e.stream));
-            for (int b = 0; b < B; b++) {
-                const PickParams& p = mode.pick;
-                auto host = [&](float coin) {
-                    return sample_token(logits[b].data(), V, p.temperature, p.top_k, p.top_p, coin);
-                };
-                const float coin = coins[(size_t)g * B + b];
-                const int tok = e.loop.tokens[(size_t)g * B + b];
-                got.push_back(tok);
-                picks++;
-                bool ok = tok == host(coin);
-                if (!ok && !p.greedy() && host(std::max(0.f, coin - 1e-5f)) <= tok &&
-                    tok <= host(std::min(0.99999994f, coin + 1e-5f)))
-                    ok = true, boundary++;  // the CDF runs in id order
-                if (!ok)
-                    fail("loop (T %.1f k %d p %.2f graph %d matvec rows %d) token %d of sequence %d: GPU %d, host "
-                         "sampler %d", p.temperature, p.top_k, p.top_p, mode.graph, mode.matvec_rows, g, b, tok,
-                         host(coin));
-            }
-        }
-        GenerateRequest request;
-        request.prompts = prompts;
-        request.max_new = new_tokens;
-        request.coins = coins;
-        const GenerateResult r = generate(&e, request);
-        for (int b = 0; b < B; b++)
-            for (int g = 0; g < new_tokens; g++)
-                if ((int)r.tokens[b].size() != new_tokens || r.tokens[b][g] != got[(size_t)g * B + b]) {
-                    fail("generate() (T %.1f graph %d) sequence %d token %d differs from the loop's",
-                         mode.pick.temperature, mode.graph, b, g);
-                    g = new_tokens;
-                }
+        char what[96];
+        snprintf(what, sizeof(what), "loop (T %.1f k %d p %.2f graph %d matvec rows %d)", mode.pick.temperature,
+                 mode.pick.top_k, mode.pick.top_p, mode.graph, mode.matvec_rows);
+        const std::vector<int> got = check_loop(&e, prompts, coins, mode.pick, new_tokens, what, &boundary);
+        picks += (int)got.size();
         tokens_of_mode.push_back(got);
         inference_engine_free(&e);
     }
@@ -312,35 +321,9 @@ void test_persistent(const GPT2Config& c, const char* label) {
         Rng coin_rng(13);
         std::vector<float> coins(steps);
         for (float& x : coins) x = coin_rng.uniform();
-        decode_loop_set_coins(&e.loop, coins, e.stream);
-        inference_prefill(&e, prompt, 0);
-        std::vector<std::vector<float>> logits = engine_logits(&e);
-        decode_loop_begin(e.step, &e.loop);
-        for (int g = 0; g < steps; g++) {
-            if (g > 0) {
-                decode_loop_step(e.step, &e.loop);
-                logits = engine_logits(&e);
-            }
-            cudaCheck(cudaStreamSynchronize(e.stream));
-            const PickParams& pk = o.pick;
-            auto host = [&](float coin) {
-                return sample_token(logits[0].data(), V, pk.temperature, pk.top_k, pk.top_p, coin);
-            };
-            const int tok = e.loop.tokens[g];
-            by_run[run].push_back(tok);
-            bool ok = tok == host(coins[g]);
-            if (!ok && run == 2 && host(std::max(0.f, coins[g] - 1e-5f)) <= tok &&
-                tok <= host(std::min(0.99999994f, coins[g] + 1e-5f)))
-                ok = true, boundary++;  // the CDF runs in id order
-            if (!ok) fail("persistent loop (run %d) token %d: GPU %d, host sampler %d", run, g, tok, host(coins[g]));
-        }
-        GenerateRequest request;
-        request.prompts = prompt;
-        request.max_new = steps;
-        request.coins = coins;
-        const GenerateResult r = generate(&e, request);
-        if (r.tokens.size() != 1 || r.tokens[0] != by_run[run])
-            fail("persistent generate() (run %d) differs from the loop's tokens", run);
+        char what[48];
+        snprintf(what, sizeof(what), "persistent loop (run %d)", run);
+        by_run[run] = check_loop(&e, prompt, coins, o.pick, steps, what, &boundary);
         inference_engine_free(&e);
     }
     if (boundary * 5 > steps) fail("persistent loop: %d of %d sampled picks on a CDF boundary", boundary, steps);
