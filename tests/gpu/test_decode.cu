@@ -26,11 +26,12 @@
 //     slots, which read every position the chunks wrote.
 //  5. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
 //     against the full forward's, and generate()'s greedy tokens against the full forward's argmax where it is clear.
-//  6. The persistent step (batch 1, Hopper, BF16; skipped elsewhere, saying why): decode steps' logits against the
-//     full forward as in 1, then generation through the loop, greedy (graph and plain) and sampled, each token the
-//     host's pick on the step's logits, and generate() the loop's tokens.
+//  6. The persistent step (batch 1, Hopper, BF16; skipped elsewhere, saying why): the prefill's and decode steps'
+//     logits against the full forward as in 1, then generation through the loop, greedy (graph and plain) and
+//     sampled, each token the host's pick on the step's logits, and generate() the loop's tokens.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
 // 4 heads of 32; V 1000, max T 256), fresh random prompts and tokens. The cache is floatX: both builds.
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -295,18 +296,22 @@ void test_persistent(const GPT2Config& c, const char* label) {
     InferenceOptions o;
     o.pick = PickParams{0.f, 0, 1.f};
     o.decode.products = DecodeProducts::Persistent;
-    double worst = 0;
+    double worst = 0, worst_prefill = 0;
     {
         InferenceEngine e;
         make_engine(&e, ref, shape_of(1, T, 17, steps), o, true);
         std::vector<std::vector<int>> seq = prompt;
+        // the engine's logits are read (its stream waited for) before the reference's forward starts: the two share
+        // cuBLASLt's one workspace, so their GEMMs must not overlap (as arguments of one call, they could)
         inference_prefill(&e, seq, 0);
+        std::vector<std::vector<float>> got = engine_logits(&e);
+        worst_prefill = check_logits(got[0], ref.last_logits(seq)[0], V, "persistent's prefill", 0, 0);
         for (int step = 0; step < steps; step++) {
             const int next = (int)(rng.uniform() * V) % V;
             seq[0].push_back(next);
             inference_decode_step(&e, {next});
-            worst = std::max(worst, check_logits(engine_logits(&e)[0], ref.last_logits(seq)[0], V, "persistent",
-                                                 step, 0));
+            got = engine_logits(&e);
+            worst = std::max(worst, check_logits(got[0], ref.last_logits(seq)[0], V, "persistent", step, 0));
         }
         inference_engine_free(&e);
     }
@@ -328,9 +333,10 @@ void test_persistent(const GPT2Config& c, const char* label) {
     }
     if (boundary * 5 > steps) fail("persistent loop: %d of %d sampled picks on a CDF boundary", boundary, steps);
     if (by_run[0] != by_run[1]) fail("persistent loop: the CUDA Graph and plain runs chose different tokens");
-    printf("test_decode (%s, %s): the persistent step, %d decode steps, worst logits rel-L2 %.3e (<= %.0e); the loop "
-           "greedy with and without the graph and sampled (%d on a CDF boundary) = the host's pick, generate() = the "
-           "loop: %s\n", PRECISION_NAME, label, steps, worst, kTol, boundary, failures == f0 ? "PASS" : "FAIL");
+    printf("test_decode (%s, %s): the persistent step, prefill logits rel-L2 %.3e, %d decode steps, worst logits "
+           "rel-L2 %.3e (<= %.0e); the loop greedy with and without the graph and sampled (%d on a CDF boundary) = the "
+           "host's pick, generate() = the loop: %s\n", PRECISION_NAME, label, worst_prefill, steps, worst, kTol,
+           boundary, failures == f0 ? "PASS" : "FAIL");
 }
 
 // Check 3: B slots; prompts prefilled in groups of up to 8 into scattered slots; steps over the first R, every other
@@ -543,20 +549,32 @@ int main(int argc, char** argv) {
     require_cuda_device("test_decode");
     setvbuf(stdout, nullptr, _IOLBF, 0);  // each check's line as it ends: a sanitizer's log of a run cut short shows it
     // --small: every test on the small shapes only, fewer steps (the tools slow the whole run past their limit)
-    // --only cached|slots|chunks|recompute|persistent: one of the five tests (racecheck runs them side by side)
-    std::string only;
+    // --only NAME[,NAME...]: some of the five tests, in the usual order (racecheck runs them side by side; a pair
+    // shows whether one test's leftovers in reused device memory disturb another)
+    const std::vector<std::string> names = {"cached", "slots", "chunks", "recompute", "persistent"};
+    std::vector<std::string> only;
+    bool usage = false;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         if (a == "--small") g_small = true;
-        else if (a == "--only" && i + 1 < argc) only = argv[++i];
-        else only = "?";
+        else if (a == "--only" && i + 1 < argc) {
+            std::string list = argv[++i];
+            for (size_t at = 0; at <= list.size();) {
+                const size_t comma = std::min(list.find(',', at), list.size());
+                only.push_back(list.substr(at, comma - at));
+                usage |= std::find(names.begin(), names.end(), only.back()) == names.end();
+                at = comma + 1;
+            }
+        } else usage = true;
     }
-    if (only != "" && only != "cached" && only != "slots" && only != "chunks" && only != "recompute" &&
-        only != "persistent") {
-        fprintf(stderr, "usage: %s [--small] [--only cached|slots|chunks|recompute|persistent]\n", argv[0]);
+    if (usage) {
+        fprintf(stderr, "usage: %s [--small] [--only NAME[,NAME...]], NAME one of cached slots chunks recompute "
+                "persistent\n", argv[0]);
         return 2;
     }
-    auto want = [&](const char* name) { return only.empty() || only == name; };
+    auto want = [&](const char* name) {
+        return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+    };
     if (g_small) {
         if (want("cached")) test_cached(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
         if (want("cached")) test_cached(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");

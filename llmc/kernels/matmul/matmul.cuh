@@ -54,6 +54,8 @@ struct Plan {
     int tuning = -1;  // >= 0 while LLMC_GEMM_TUNE times candidates for it (matmul_algos.cuh)
 };
 
+// One workspace for the process: GEMMs on two streams must not overlap in time, or split-K partials mix (the
+// trainer waits for its stream before a sample's engine runs on its own; tests read the engine's results first).
 struct State {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
