@@ -290,10 +290,6 @@ inline void report(const InferenceEngine* e) {
     if (!out) return;
     const InferenceShape& s = e->shape;
     if (!e->backend_note.empty()) fprintf(out, "note: %s\n", e->backend_note.c_str());
-    if (e->options.decode.products == DecodeProducts::Persistent)
-        fprintf(out, "note: decode steps as one persistent kernel (%s)\n",
-                e->decode_asked == DecodeProducts::Persistent ? "LLMC_DECODE_PERSISTENT=1"
-                                                              : "batch 1 and C >= 1280; LLMC_DECODE_PERSISTENT=0: never");
     fprintf(out, "generation memory plan (%s; B %d, prefill %d positions, %s):\n", PRECISION_NAME, s.B, s.prefill_T,
             s.cached ? ("KV cache of " + std::to_string(s.max_T) + " positions").c_str()
                      : "no KV cache: recompute per token");
@@ -319,12 +315,8 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->backend = resolve_attention_backend(o.attention, c.channels, c.num_heads, &e->backend_note);
     e->decode_asked = o.decode.products;
     e->options.decode.products = decode_products_for(shape.B, o.decode.products);
-    const bool server = shape.server_steps > 0 || shape.slot_prefill;
-    if (o.decode.products == DecodeProducts::Auto && o.decode.persistent_auto &&
-        persistent_auto_takes(c, shape.B, shape.cached, server))
-        e->options.decode.products = DecodeProducts::Persistent;
     std::string why;
-    if (e->decode_asked == DecodeProducts::Persistent && server)
+    if (e->decode_asked == DecodeProducts::Persistent && (shape.server_steps > 0 || shape.slot_prefill))
         why = "the server does not run it yet (its steps write logits and picks of their own)";
     if (e->decode_asked == DecodeProducts::Persistent &&
         (!why.empty() || !shape.cached || !persistent_step_supported(c, shape.B, &why))) {
