@@ -1,0 +1,157 @@
+// Greedy generation both ways at batch 1: the persistent decode step (llmc/inference/persistent_step.cuh) against the
+// per-layer kernels (decode_matvec), on one model, in lockstep. P prompts of random tokens, N new tokens each; at
+// every position both engines' logits come to the host and each takes its argmax (ties to the lower id, as the
+// sampling rule does). The tokens must agree; where a sequence's first differ, the per-layer step's top two logits
+// must be a near-tie there (within 2 bf16 steps of its top logit, decode_step's rule: the two steps sum in different
+// orders, so a near-tie may fall either way), and the sequence stops (the prefixes part). Also the logits' rel-L2
+// between the two steps at every position (<= 2e-2, test_decode's bound between two bf16 orders of summation).
+// The model: GPT-2's random init at a preset depth, or a checkpoint (-m: ours, llm.c's or a Hugging Face GPT-2).
+// -c, the control: two of today's paths instead (cuBLASLt's step against decode_matvec), for how far two orders of
+// summation move the tokens on the same model.
+//   make -C dev/cuda decode_paths && ./dev/cuda/decode_paths [-e 12|24|36|48 | -m model.bin] [-p prompts (64)]
+//   [-g new tokens (256)] [-t prompt tokens (64)] [-c]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "llmc/core/rand.h"
+#include "llmc/formats/hf_gpt2.h"
+#include "llmc/gpt2/gpt2_init.h"
+#include "llmc/inference/engine.cuh"
+#include "llmc/inference/generate.cuh"
+
+namespace {
+
+int argmax(const std::vector<float>& x, int V) { return (int)(std::max_element(x.begin(), x.begin() + V) - x.begin()); }
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b, int V) {
+    double num = 0, den = 0;
+    for (int i = 0; i < V; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Two bf16 steps of the top logit: below that gap, two orders of summation may pick either.
+bool near_tie(double top, double second) { return top - second <= 2 * std::ldexp(1.0, std::ilogb(std::fabs(top)) - 7); }
+
+struct Tally {
+    int identical = 0, near = 0, not_near = 0;
+    double worst_gap = 0, worst_rel_l2 = 0, sum_rel_l2 = 0;
+    long long positions = 0;
+    std::vector<int> diverged_at;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int depth = 12, prompts = 64, new_tokens = 256, prompt_T = 64;
+    std::string model_path;
+    bool control = false;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "-c") {
+            control = true;
+        } else if (a == "-m" && i + 1 < argc) {
+            model_path = argv[++i];
+        } else if ((a == "-e" || a == "-p" || a == "-g" || a == "-t") && i + 1 < argc) {
+            const int v = positive_int(argv[++i]);
+            if (v == 0 || (a == "-e" && v != 12 && v != 24 && v != 36 && v != 48) || (a == "-g" && v < 2)) {
+                fprintf(stderr, "error: %s %s: -e takes 12, 24, 36 or 48; -p, -t a positive count; -g 2 or more\n",
+                        a.c_str(), argv[i]);
+                return 1;
+            }
+            (a == "-e" ? depth : a == "-p" ? prompts : a == "-g" ? new_tokens : prompt_T) = v;
+        } else {
+            fprintf(stderr, "usage: %s [-e 12|24|36|48 | -m model.bin] [-p prompts] [-g new tokens] [-t prompt tokens] "
+                    "[-c]\n", argv[0]);
+            return 1;
+        }
+    }
+    print_device();
+    GPT2Config c;
+    std::vector<float> params;
+    if (model_path.empty()) {
+        gpt2_preset("d" + std::to_string(depth), &c);
+        params = gpt2_random_init(c, 42);
+    } else {
+        ModelFile f = read_model_any(model_path);  // stops with one line naming the file if it is not a model
+        c = f.config, params = std::move(f.params);
+    }
+    if (prompt_T + new_tokens - 1 > c.max_seq_len) {
+        fprintf(stderr, "error: -t %d and -g %d: %d positions, over the model's context of %d\n", prompt_T, new_tokens,
+                prompt_T + new_tokens - 1, c.max_seq_len);
+        return 1;
+    }
+    std::string why;
+    if (!persistent_step_supported(c, 1, &why)) {
+        printf("the persistent decode step does not take this model here (%s): nothing to compare\n", why.c_str());
+        return 0;
+    }
+    const int V = c.vocab_size, Vp = c.padded_vocab_size;
+    const InferenceShape shape = generation_shape(c, 1, prompt_T, new_tokens);
+    InferenceOptions persistent_o, matvec_o;
+    persistent_o.decode.products = control ? DecodeProducts::Cublas : DecodeProducts::Persistent;
+    const char* name = control ? "cuBLASLt's step" : "persistent";
+    matvec_o.decode.products = DecodeProducts::Matvec;
+    InferenceEngine persistent, matvec;
+    inference_engine_upload(&persistent, c, std::move(params), shape, persistent_o);
+    inference_engine_borrow(&matvec, c, persistent.step.params, shape, matvec_o);  // the same weights, no copy
+    printf("%s: %d prompts of %d random tokens, %d new tokens each, greedy, batch 1: %s against "
+           "decode_matvec\n", model_path.empty() ? ("GPT-2 d" + std::to_string(depth) + "'s random init").c_str()
+                                                 : model_path.c_str(), prompts, prompt_T, new_tokens, name);
+
+    Rng rng(7);
+    Tally t;
+    std::vector<float> lp(Vp), lm(Vp);
+    // one engine at a time (each waited for): the two streams share cuBLASLt's one workspace (matmul.cuh)
+    auto prefill = [&](const std::vector<int>& prompt) {
+        inference_prefill(&persistent, {prompt}, 0), inference_logits_to_host(&persistent, 0, lp.data());
+        inference_prefill(&matvec, {prompt}, 0), inference_logits_to_host(&matvec, 0, lm.data());
+    };
+    auto step = [&](int token) {
+        inference_decode_step(&persistent, {token}), inference_logits_to_host(&persistent, 0, lp.data());
+        inference_decode_step(&matvec, {token}), inference_logits_to_host(&matvec, 0, lm.data());
+    };
+    for (int p = 0; p < prompts; p++) {
+        std::vector<int> prompt(prompt_T);
+        for (int& x : prompt) x = (int)(rng.next_u32() % (uint32_t)V);
+        prefill(prompt);
+        int g = 0;
+        for (;; g++) {  // token g + 1 from the logits of the position before it
+            if (g > 0) {  // the prefill's logits are one path's (cuBLASLt): compare the steps'
+                const double r = rel_l2(lp, lm, V);
+                t.worst_rel_l2 = std::max(t.worst_rel_l2, r), t.sum_rel_l2 += r, t.positions++;
+            }
+            const int a = argmax(lp, V), b = argmax(lm, V);
+            if (a != b) {
+                const double gap = (double)lm[b] - lm[a];
+                (near_tie(lm[b], lm[a]) ? t.near : t.not_near)++;
+                t.worst_gap = std::max(t.worst_gap, gap), t.diverged_at.push_back(g + 1);
+                if (!near_tie(lm[b], lm[a]))
+                    printf("  prompt %d, token %d: %s %d, decode_matvec %d, its top two %.4f apart: NOT a "
+                           "near-tie\n", p, g + 1, name, a, b, gap);
+                break;
+            }
+            if (g + 1 == new_tokens) {
+                t.identical++;
+                break;
+            }
+            step(a);
+        }
+    }
+    inference_engine_free(&matvec);
+    inference_engine_free(&persistent);
+
+    std::sort(t.diverged_at.begin(), t.diverged_at.end());
+    printf("  identical over all %d tokens: %d of %d sequences\n", new_tokens, t.identical, prompts);
+    printf("  first difference at a near-tie: %d (largest gap %.4f; at tokens", t.near, t.worst_gap);
+    for (size_t i = 0; i < t.diverged_at.size() && i < 16; i++) printf(" %d", t.diverged_at[i]);
+    printf("%s), not at a near-tie: %d\n", t.diverged_at.size() > 16 ? " ..." : "", t.not_near);
+    printf("  logits rel-L2 between the steps over %lld positions: worst %.3e (<= 2e-2), mean %.3e\n", t.positions,
+           t.worst_rel_l2, t.positions ? t.sum_rel_l2 / t.positions : 0.0);
+    const bool ok = t.not_near == 0 && t.worst_rel_l2 <= 2e-2;
+    printf("decode_paths: %s\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
