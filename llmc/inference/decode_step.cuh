@@ -30,7 +30,7 @@ enum class DecodeProducts {
     Mma,     // decode_mma: the same fusions on the tensor cores; the classifier by cuBLASLt
     Cublas,  // cuBLASLt, with the LayerNorm kernels; attention_decode appends the new K and V
     // the whole step as one persistent kernel (llmc/inference/persistent_step.cuh): batch 1, Hopper, BF16; asked for
-    // only (LLMC_DECODE_PERSISTENT=1) until measured ahead of Matvec; other row counts take Auto's choice
+    // only (LLMC_DECODE_PERSISTENT=1); other row counts take Auto's choice (a server runs it for a lone busy slot)
     Persistent,
 };
 inline DecodeProducts decode_products_for(int B, DecodeProducts asked) {
@@ -75,6 +75,8 @@ struct DecodeStep {
     // row's logits are computed. Null: row b is sequence b (a decode step).
     const int* seq = nullptr;
     PersistentStep persistent;  // products Persistent: the kernel's phases, counters and ranks
+    // products Persistent: the sequence it steps, read on the device (a server's lone busy slot; null: sequence 0)
+    const int* persistent_row = nullptr;
     int batch() const { return rows > 0 ? rows : cache->B; }
 };
 
@@ -211,7 +213,8 @@ inline bool decode_forward(const DecodeStep& d, const DecodeGreedyPick* pick = n
         }
         persistent_step_launch(d.persistent, d.config, d.params, *d.cache, d.s.tokens,
                                pick ? pick->prompt_len : nullptr, pick ? pick->next_tokens : nullptr,
-                               pick ? pick->tokens_out : nullptr, pick ? pick->max_new : 0, d.stream);
+                               pick ? pick->tokens_out : nullptr, pick ? pick->max_new : 0, d.stream,
+                               d.persistent_row);
         return pick != nullptr;
     }
     decode_step_detail::embed_kernel<<<(B * C + 255) / 256, 256, 0, d.stream>>>(d.s.x, d.s.tokens, d.cache->len,

@@ -54,6 +54,7 @@ struct InferenceEngine {
     DecodeLoop loop;
     CapturedGraph host_step_graph;  // inference_decode_step's
     DecodeProducts decode_asked = DecodeProducts::Auto;  // the products setting before it was resolved for B
+    bool persistent_lone = false;  // a server asked for the persistent step: its steps of one busy slot run it
     std::vector<int> row_buckets;             // shape.row_buckets: the step's row counts, 1, 2, 4, ..., B
     std::vector<CapturedGraph> bucket_graphs;   // inference_decode_slots' graph per row count
     std::map<std::pair<int, int>, CapturedGraph> prefill_graphs;  // inference_prefill_slots' per (rows, T) bucket
@@ -66,6 +67,11 @@ struct InferenceEngine {
 };
 
 namespace inference_detail {
+
+// Whether a server's engine runs the persistent step for its steps of one busy slot: asked for, on a server's shape.
+inline bool persistent_lone_steps(const InferenceShape& s, DecodeProducts asked) {
+    return asked == DecodeProducts::Persistent && (s.server_steps > 0 || s.slot_prefill);
+}
 
 inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceShape& s, AttentionBackend backend,
                                          const DecodeSettings& decode, DecodeProducts asked, const PickParams& pick) {
@@ -89,7 +95,7 @@ inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceSha
                       decode_mma_partials(mma_B, 4 * C, C, ln), decode_mma_partials(mma_B, C, 4 * C, false)});
         k.mma_counters = decode_mma_counters(mma_B, 4 * C);
     }
-    const bool persistent = decode.products == DecodeProducts::Persistent;
+    const bool persistent = decode.products == DecodeProducts::Persistent || persistent_lone_steps(s, asked);
     if (pick.greedy() && (decode.products == DecodeProducts::Matvec || persistent))  // persistent: marks the fold
         k.pick_partials = decode_greedy_pick_partials(B);
     if (persistent) {
@@ -181,7 +187,7 @@ inline void set_up_views(InferenceEngine* e) {
     for (Id id : {KCache, VCache, MmaCounters, PickCount, Coins})
         if (e->buffers[id]) cudaCheck(cudaMemsetAsync(e->buffers[id], 0, e->table[id].bytes(), st));
     d.persistent = PersistentStep{};
-    if (e->options.decode.products == DecodeProducts::Persistent)
+    if (e->options.decode.products == DecodeProducts::Persistent || e->persistent_lone)
         d.persistent = persistent_step_set_up(c, d.params, e->cache, e->at<floatX>(PersistentActivations),
                                               d.s.logits, e->buffers[PersistentPhases],
                                               e->at<unsigned>(PersistentCounters),
@@ -315,13 +321,14 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->backend = resolve_attention_backend(o.attention, c.channels, c.num_heads, &e->backend_note);
     e->decode_asked = o.decode.products;
     e->options.decode.products = decode_products_for(shape.B, o.decode.products);
+    e->persistent_lone = inference_detail::persistent_lone_steps(shape, e->decode_asked);
     std::string why;
-    if (e->decode_asked == DecodeProducts::Persistent && (shape.server_steps > 0 || shape.slot_prefill))
-        why = "the server does not run it yet (its steps write logits and picks of their own)";
+    // a server's steps over more than one busy slot take Auto's products; its lone slot's steps are batch-1 steps
+    const int persistent_B = e->persistent_lone ? 1 : shape.B;
     if (e->decode_asked == DecodeProducts::Persistent &&
-        (!why.empty() || !shape.cached || !persistent_step_supported(c, shape.B, &why))) {
+        (!shape.cached || !persistent_step_supported(c, persistent_B, &why))) {
         fprintf(stderr, "error: LLMC_DECODE_PERSISTENT=1: the persistent decode step does not take this run: %s\n",
-                !why.empty() || shape.cached ? why.c_str() : "it needs the KV cache (heads of 64)");
+                shape.cached ? why.c_str() : "it needs the KV cache (heads of 64)");
         exit(EXIT_FAILURE);
     }
     e->table = inference_memory_table(c, e->shape, kernel_sizes(c, e->shape, e->backend, e->options.decode,

@@ -114,8 +114,11 @@ inline void layer_rows(std::vector<InferenceBuffer>& t, int first, InferenceGrou
     for (const InferenceBuffer& b : rows_of) t[first++] = b;
 }
 
-// A server's decode step's upload, per step in flight: each row's length (its position + 1), pick settings and coin.
-inline size_t serve_upload_bytes(int B) { return (size_t)B * (sizeof(int) + sizeof(PickParams) + sizeof(float)); }
+// A server's decode step's upload, per step in flight: each row's length (its position + 1), pick settings and coin,
+// then the lone busy slot (the persistent step's sequence, when it runs).
+inline size_t serve_upload_bytes(int B) {
+    return (size_t)B * (sizeof(int) + sizeof(PickParams) + sizeof(float)) + sizeof(int);
+}
 // A per-step row's stride: each step's part 256-byte aligned.
 inline size_t serve_step_stride(size_t bytes) { return round_up(bytes, 256); }
 // The prompts' picks' pinned rows come in sets: two for whole prefills in flight (begun, their first tokens not yet

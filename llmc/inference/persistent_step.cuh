@@ -105,17 +105,17 @@ inline PersistentStep persistent_step_set_up(const GPT2Config& c, const GPT2Para
     return ps;
 }
 
-// One step of sequence 0: its token tokens[0] at position len[0] - 1 (len advanced already), the logits into the
-// buffer the phases were built with. Greedy generation passes the pick's outputs (prompt_len null: none), which the
-// kernel writes as pick_tokens would, advancing len.
+// One step of sequence b = *row (null: 0): its token tokens[b] at position len[b] - 1 (len advanced already), the
+// logits into row b of the buffer the phases were built with. Greedy generation (sequence 0) passes the pick's
+// outputs (prompt_len null: none), which the kernel writes as pick_tokens would, advancing len.
 inline void persistent_step_launch(const PersistentStep& ps, const GPT2Config& c, const GPT2Params& p,
                                    const KVCache& cache, const int* tokens, const int* prompt_len, int* next_tokens,
-                                   int* tokens_out, int max_new, cudaStream_t stream) {
+                                   int* tokens_out, int max_new, cudaStream_t stream, const int* row = nullptr) {
     decode_persistent::Step s{ps.phases, ps.count, reinterpret_cast<const decode_persistent::bf16*>(p(WTE)),
                               reinterpret_cast<const decode_persistent::bf16*>(p(WPE)), c.channels, c.num_heads,
                               c.channels / c.num_heads, cache.max_T, c.vocab_size, tokens, cache.len, ps.counters,
                               ps.picks};
     s.prompt_len = prompt_len, s.next_tokens = prompt_len ? next_tokens : nullptr, s.tokens_out = tokens_out;
-    s.max_new = max_new, s.attn_splits = persistent_attention_splits(c);
+    s.max_new = max_new, s.attn_splits = persistent_attention_splits(c), s.row = row;
     decode_persistent::launch(s, ps.x_floats, ps.blocks, stream);
 }

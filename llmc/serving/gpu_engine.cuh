@@ -13,6 +13,8 @@
 // costs the step's graph and little around it. Two steps may be in flight (steps_in_flight 2): the next is queued
 // before the host waits for the last, so the GPU does not wait for the host between steps; each of the two has its
 // own upload, results, logprob rows, event and graphs (parity), so queuing one touches nothing the other still reads.
+// Asked for the persistent step (LLMC_DECODE_PERSISTENT=1), a step of one busy slot runs it on that slot alone (the
+// slot in the upload, read on the device; the picks after it as always): a lone stream's step is generation's.
 // A call of whole prompts is begun and ended apart too (prefill_whole_begin / _end, llmc/serving/prompt_picks.cuh),
 // so it does not drain the stream either; a chunk's last pick still waits for its token.
 #pragma once
@@ -67,17 +69,20 @@ public:
             sb.cache.len = (int*)sb.stage_d;
             sb.logits_h = (floatX*)(e_.at<char>(ServeLogitsHost) + p * logits);
             sb.graphs.assign(e_.row_buckets.size(), CapturedGraph{});
+            sb.lone_graphs.assign(e_.persistent_lone ? e_.row_buckets.size() : 0, CapturedGraph{});
         }
         // each row count's step graph is captured on its second run, and the kernels load on their first: all now,
         // not in the first requests' time (every slot at position 0; the picks leave valid tokens in every input)
         for (int p = 0; p < 2; p++) {
             for (int b = 0; b < B_; b++)
                 stage_len(p)[b] = 1, stage_params(p)[b] = PickParams{1.f, 0, 1.f}, stage_coins(p)[b] = 0.5f;
+            *stage_row(p) = 0;
             for (size_t k = 0; k < e_.row_buckets.size(); k++)
-                for (int i = 0; i < 2; i++) {
-                    run_step(k, p);
-                    cudaCheck(cudaStreamSynchronize(e_.stream));
-                }
+                for (bool lone : {false, true})
+                    for (int i = 0; i < 2 && (!lone || e_.persistent_lone); i++) {
+                        run_step(k, p, lone);
+                        cudaCheck(cudaStreamSynchronize(e_.stream));
+                    }
         }
         for (bool sampling : {false, true}) {  // the prompts' picker, greedy and sampling (any logits do)
             std::vector<TokenPick> picks(P_);
@@ -94,6 +99,7 @@ public:
             cudaCheck(cudaEventDestroy(sb.begin));
             cudaCheck(cudaEventDestroy(sb.done));
             for (CapturedGraph& g : sb.graphs) captured_graph_free(&g);
+            for (CapturedGraph& g : sb.lone_graphs) captured_graph_free(&g);
         }
         inference_engine_free(&e_);  // every buffer above is a row of its plan
     }
@@ -155,6 +161,9 @@ public:
             busy = std::max(busy, d.slot + 1);
         }
         const int R = inference_decode_rows(&e_, busy);
+        // one busy slot, wherever it sits: the persistent step where it was asked for (its row only; the picks below
+        // R read other rows' stale logits, and nothing reads those picks)
+        const bool lone = e_.persistent_lone && batch.size() == 1;
         // the other parity's buffers may still be read by the step in flight; this one's last step has been waited for
         const int p = next_parity_;
         next_parity_ ^= 1;
@@ -171,13 +180,17 @@ public:
             stage_coins(p)[d.slot] = d.pick.coin;
         }
         for (const DecodeSlot& d : batch) known_[d.slot] = d.position + 1;
-        double positions = 0;  // what the step's attention reads: every row below R, over its length
-        for (int b = 0; b < R; b++) positions += len[b];
+        if (lone) *stage_row(p) = batch[0].slot;
+        double positions = 0;  // what the step's attention reads: every row below R over its length (lone: its row's)
+        if (lone) positions = len[batch[0].slot];
+        else
+            for (int b = 0; b < R; b++) positions += len[b];
         StepBuffers& sb = step_[p];
         // begin completes when the stream reaches it (after the step before, if one is in flight): begin..done is
         // this step's own GPU time
         cudaCheck(cudaEventRecord(sb.begin, e_.stream));
-        run_step((size_t)(std::find(e_.row_buckets.begin(), e_.row_buckets.end(), R) - e_.row_buckets.begin()), p);
+        run_step((size_t)(std::find(e_.row_buckets.begin(), e_.row_buckets.end(), R) - e_.row_buckets.begin()), p,
+                 lone);
         // rows that report logprobs: their logits to the host now, before the next step overwrites them
         const size_t Vp = e_.config.padded_vocab_size;
         for (const DecodeSlot& d : batch)
@@ -185,7 +198,7 @@ public:
                 cudaCheck(cudaMemcpyAsync(sb.logits_h + (size_t)d.slot * Vp, e_.step.s.logits + (size_t)d.slot * Vp,
                                           Vp * sizeof(floatX), cudaMemcpyDeviceToHost, e_.stream));
         cudaCheck(cudaEventRecord(sb.done, e_.stream));
-        flights_.push_back(Flight{batch, R, p, positions});
+        flights_.push_back(Flight{batch, R, p, positions, lone});
     }
 
     void decode_end(std::vector<PickedToken>* out) override {
@@ -196,7 +209,8 @@ public:
         cudaCheck(cudaEventSynchronize(sb.done));
         float step_ms = 0.f;
         cudaCheck(cudaEventElapsedTime(&step_ms, sb.begin, sb.done));
-        decode_gpu_ms_ += step_ms, decode_positions_ += f.positions, decode_steps_++;
+        decode_gpu_ms_ += step_ms, decode_positions_ += f.positions, decode_steps_++, lone_steps_ += f.lone;
+        lone_past0_ += f.lone && f.batch[0].slot != 0;
         const int V = e_.config.vocab_size;
         const size_t Vp = e_.config.padded_vocab_size;
         out->assign(f.batch.size(), PickedToken{});
@@ -212,7 +226,8 @@ public:
     }
 
     // The decode steps' GPU time (begin..done of each) and what they read: every weight once a step and each of the
-    // R rows' K and V over its length, free slots' throwaway rows included (llmc/inference/decode_traffic.h).
+    // R rows' K and V over its length, free slots' throwaway rows included (llmc/inference/decode_traffic.h); how many
+    // ran as one slot's persistent step, where it was asked for.
     std::string decode_report() const override {
         if (decode_steps_ == 0) return "";
         const DecodeTraffic t = decode_traffic(e_.config, sizeof(floatX));
@@ -220,7 +235,9 @@ public:
         char head[96];
         snprintf(head, sizeof(head), "decode steps on the GPU: %.3f ms each over %llu; read ",
                  decode_gpu_ms_ / decode_steps_, (unsigned long long)decode_steps_);
-        return head + bandwidth_text(bytes, decode_gpu_ms_, device_peak_memory_bandwidth());
+        std::string lone;
+        if (e_.persistent_lone) lone = "; " + std::to_string(lone_steps_) + " of them one slot's, as the persistent step";
+        return head + bandwidth_text(bytes, decode_gpu_ms_, device_peak_memory_bandwidth()) + lone;
     }
     double decode_device_ms() const override { return decode_gpu_ms_; }
 
@@ -242,6 +259,9 @@ public:
     }
 
     const InferenceEngine& engine() const { return e_; }
+    // steps ended that ran as one slot's persistent step; those whose slot was not slot 0
+    uint64_t lone_steps() const { return lone_steps_; }
+    uint64_t lone_steps_past_slot0() const { return lone_past0_; }
 
 private:
     // The decode step's packed upload: lengths (B ints), rules (B), coins (B), pinned and on the device alike.
@@ -251,19 +271,26 @@ private:
     float* stage_coins(int p) const {
         return (float*)((char*)step_[p].stage_h + (size_t)B_ * (sizeof(int) + sizeof(PickParams)));
     }
+    size_t stage_row_offset() const { return (size_t)B_ * (sizeof(int) + sizeof(PickParams) + sizeof(float)); }
+    int* stage_row(int p) const { return (int*)((char*)step_[p].stage_h + stage_row_offset()); }
 
     // Row bucket k's step with parity p's buffers: the stage up (lengths, rules, coins, read where the step runs),
     // the step over R rows reading its lengths from the stage, every row's pick (with the shared memory sampling
     // needs, whatever the rows ask: the graph is one for all rules) into the next step's inputs and, through mapped
-    // memory, tokens and flags into the parity's result_h[0, 2R). One CUDA Graph per (k, p) (captured on its second
-    // run), or plain without graphs.
-    void run_step(size_t k, int p) {
+    // memory, tokens and flags into the parity's result_h[0, 2R). lone: the persistent step of the stage's lone slot
+    // instead of the R rows' step. One CUDA Graph per (k, p, lone) (captured on its second run), or plain without
+    // graphs.
+    void run_step(size_t k, int p, bool lone) {
         const int R = e_.row_buckets[k];
         StepBuffers& sb = step_[p];
         const char* stage = (const char*)sb.stage_d;
         const PickParams* params = (const PickParams*)(stage + (size_t)B_ * sizeof(int));
         const float* coins = (const float*)(stage + (size_t)B_ * (sizeof(int) + sizeof(PickParams)));
         DecodeStep step = R == B_ ? e_.step : decode_step_rows(e_.step, R, e_.decode_asked);
+        if (lone) {
+            step.settings.products = DecodeProducts::Persistent;
+            step.persistent_row = (const int*)(stage + stage_row_offset());
+        }
         step.cache = &sb.cache;
         auto body = [&] {
             cudaCheck(cudaMemcpyAsync(sb.stage_d, sb.stage_h, stage_bytes(), cudaMemcpyHostToDevice, e_.stream));
@@ -272,7 +299,7 @@ private:
                                 true, coins, sb.result_mapped, sb.result_mapped + R, scratch_d_, e_.stream,
                                 e_.step.s.tokens, /*pdl=*/true);
         };
-        if (e_.options.graph) run_as_graph(e_.stream, &sb.graphs[k], body);
+        if (e_.options.graph) run_as_graph(e_.stream, lone ? &sb.lone_graphs[k] : &sb.graphs[k], body);
         else body();
     }
 
@@ -304,15 +331,17 @@ private:
         cudaEvent_t begin = nullptr, done = nullptr;  // the step starts on the GPU; its results are on the host
         KVCache cache;  // the engine's, but for its lengths: the stage's
         std::vector<CapturedGraph> graphs;  // per row bucket: the upload, the step and its picks
+        std::vector<CapturedGraph> lone_graphs;  // the same with the persistent step of the lone slot
     };
     StepBuffers step_[2];
     struct Flight {
         std::vector<DecodeSlot> batch;  // the step's rows
         int R, parity;
         double positions;  // attended by its R rows (decode_report)
+        bool lone;         // the persistent step of its one slot
     };
     std::deque<Flight> flights_;  // steps in flight, oldest first
     double decode_gpu_ms_ = 0, decode_positions_ = 0;  // over the steps ended (decode_report)
-    uint64_t decode_steps_ = 0;
+    uint64_t decode_steps_ = 0, lone_steps_ = 0, lone_past0_ = 0;
     int depth_ = 2, next_parity_ = 0;
 };

@@ -10,8 +10,9 @@
 // nats in FP32 builds, 5e-2 in BF16. A cancelled request's tokens are a prefix of its tokens alone. Every greedy
 // token is the top-1 of the log-probabilities reported with it (they come from the very row that picked it, also
 // when the next step is already queued). Run with one and with two decode steps in flight, and with prompts longer
-// than 16 tokens prefilled in chunks of 16; then with the prefix cache (run_prefix). First, whole-prompt calls begun
-// and ended apart against the same calls waited for (run_begun).
+// than 16 tokens prefilled in chunks of 16; then with the prefix cache (run_prefix); then (Hopper, BF16) with the
+// persistent decode step for every step of one busy slot, and with it in slot 1 (run_lone_slot). First, whole-prompt
+// calls begun and ended apart against the same calls waited for (run_begun).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -108,10 +109,13 @@ bool same_up_to_a_tie(const Request& r, const Request& alone, int i, size_t from
 }
 
 // The run described at the top with `depth` decode steps in flight and chunks of `chunk` (0: whole prompts only);
-// true when it passes.
-bool run(const GPT2Config& c, const std::vector<float>& params, int depth, int chunk) {
+// persistent: the engine asked for the persistent step, which then runs every step of one busy slot, in whatever
+// slot it sits (during the batch, and every step alone). true when it passes.
+bool run(const GPT2Config& c, const std::vector<float>& params, int depth, int chunk, bool persistent = false) {
     const int slots = 6, prefill_rows = 4, context = 128, N = 200;
-    GpuServeEngine engine(c, params, slots, context, prefill_rows, InferenceOptions{}, depth, chunk);
+    InferenceOptions options;
+    if (persistent) options.decode.products = DecodeProducts::Persistent;
+    GpuServeEngine engine(c, params, slots, context, prefill_rows, options, depth, chunk);
     Rng rng(7);
     std::vector<Request> rs(N);
     for (Request& r : rs) {
@@ -149,6 +153,7 @@ bool run(const GPT2Config& c, const std::vector<float>& params, int depth, int c
     }
     int replayed = 0;
     for (const auto& g : engine.engine().prefill_graphs) replayed += g.second.exec != nullptr;
+    const uint64_t lone_in_batch = engine.lone_steps();
 
     int failures = 0, ties = 0, cancelled = 0, compared = 0;
     for (int i = 0; i < N; i++) {
@@ -173,7 +178,13 @@ bool run(const GPT2Config& c, const std::vector<float>& params, int depth, int c
         compared++;
         failures += !same_up_to_a_tie(r, alone, i, 0, &ties);
     }
-    const bool ok = failures == 0 && replayed > 0 && cancelled > 0 && rows > decode_steps;
+    // the persistent step: every step alone (and the batch's steps of one busy slot, however many there were)
+    const unsigned long long alone_steps = engine.lone_steps() - lone_in_batch;
+    const bool lone_ok = !persistent || alone_steps > 0;
+    if (persistent)
+        printf("test_serve_engine: the persistent step ran %llu of the batch's steps and %llu alone%s\n",
+               (unsigned long long)lone_in_batch, alone_steps, lone_ok ? "" : ": FAIL (none alone)");
+    const bool ok = failures == 0 && replayed > 0 && cancelled > 0 && rows > decode_steps && lone_ok;
     printf("test_serve_engine (%s, %d step%s in flight, %s): %d requests through the scheduler on %d slots (%llu decode "
            "steps of %.2f rows, %llu prefill calls, %d prefill graphs replayed, %d cancelled), each against itself "
            "alone: %d compared, %d differ at a near-tie (<= %.0e nats), %d failures: %s\n", PRECISION_NAME, depth,
@@ -181,6 +192,37 @@ bool run(const GPT2Config& c, const std::vector<float>& params, int depth, int c
            N, slots,
            (unsigned long long)decode_steps, rows / (double)std::max<uint64_t>(1, decode_steps),
            (unsigned long long)prefill_calls, replayed, cancelled, compared, ties, kTie, failures, ok ? "PASS" : "FAIL");
+    return ok;
+}
+
+// The persistent step in a slot past 0: two greedy requests together (slots 0 and 1), the first ending after 2
+// tokens, so the second decodes alone in slot 1; its tokens against the same request alone (slot 0, the persistent
+// step too) up to a near-tie, and the engine's count of lone steps past slot 0 above zero. true when it passes.
+bool run_lone_slot(const GPT2Config& c, const std::vector<float>& params) {
+    InferenceOptions options;
+    options.decode.products = DecodeProducts::Persistent;
+    GpuServeEngine engine(c, params, 4, 128, 2, options, 2, 16);
+    Rng rng(13);
+    Request first, second;
+    for (Request* r : {&first, &second}) {
+        for (int k = 0; k < 20; k++) r->prompt.push_back((int)(rng.next_u32() % c.vocab_size));
+        r->pick.top_logprobs = 2;
+    }
+    SchedulerOptions so;
+    {
+        Scheduler s(&engine, so);
+        s.submit(sequence_of(&first, 2));
+        s.submit(sequence_of(&second, 40));
+        for (int step = 0; step < 1000 && (first.ends == 0 || second.ends == 0); step++) s.step();
+    }
+    const uint64_t past0 = engine.lone_steps_past_slot0();
+    int ties = 0;
+    const Request alone = alone_of(engine, so, second);
+    const bool ok = first.ends == 1 && second.ends == 1 && second.got.size() == 40 && past0 > 0 &&
+                    same_up_to_a_tie(second, alone, 1, 0, &ties);
+    printf("test_serve_engine (%s): the persistent step in slot 1 for %llu steps (the first request ended), 40 tokens "
+           "against the request alone (%d differ at a near-tie): %s\n", PRECISION_NAME, (unsigned long long)past0, ties,
+           ok ? "PASS" : "FAIL");
     return ok;
 }
 
@@ -343,5 +385,12 @@ int main() {
     ok = run(c, m.host_params, 2, 16) && ok;
     ok = run_prefix(c, m.host_params, 1) && ok;
     ok = run_prefix(c, m.host_params, 2) && ok;
+    std::string why;
+    if (persistent_step_supported(c, 1, &why)) {
+        ok = run(c, m.host_params, 2, 16, true) && ok;
+        ok = run_lone_slot(c, m.host_params) && ok;
+    } else {
+        printf("test_serve_engine: the persistent step skipped: %s\n", why.c_str());
+    }
     return ok ? 0 : 1;
 }

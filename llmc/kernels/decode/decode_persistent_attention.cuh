@@ -27,8 +27,8 @@ __device__ __forceinline__ void load_kv(const Phase& ph, const Step& s, int u, i
     int h, begin, end;
     unit_keys(s, u, &h, &begin, &end);
     lo = max(lo, begin), hi = min(hi, end);
-    const uint4* kc = reinterpret_cast<const uint4*>(ph.k_cache + (size_t)h * s.max_T * kHeadSize);
-    const uint4* vc = reinterpret_cast<const uint4*>(ph.v_cache + (size_t)h * s.max_T * kHeadSize);
+    const uint4* kc = reinterpret_cast<const uint4*>(ph.k_cache + s.cache_offset + (size_t)h * s.max_T * kHeadSize);
+    const uint4* vc = reinterpret_cast<const uint4*>(ph.v_cache + s.cache_offset + (size_t)h * s.max_T * kHeadSize);
 #pragma unroll
     for (int r = 0; r < kRounds; r++) {
         const int key = round_key(begin, r);

@@ -72,7 +72,12 @@ struct Step {
     int max_new = 0;
     unsigned diagnose = 0;               // dev/cuda/decode_step's timings of parts (wrong results): kSkip* bits
     int attn_splits = 1;                 // a head's key chunks (attention_splits)
+    // the sequence the step is for (a server's lone busy slot), read on the device so one captured graph serves any
+    // slot; null: sequence 0. Its token, length, cache rows and logits row; the greedy fold is for sequence 0 only.
+    const int* row = nullptr;
     int pos = 0;                         // set by the kernel: len - 1
+    int seq = 0;                         // set by the kernel: *row (0 without one)
+    size_t cache_offset = 0;             // set by the kernel: the sequence's rows in a layer's cache (seq NH max_T HS)
 };
 
 // A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on

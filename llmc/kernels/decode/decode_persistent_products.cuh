@@ -17,10 +17,10 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, 
     if (ph.epilogue == Epilogue::Gelu) y = gelu_value(y);
     if (ph.epilogue == Epilogue::Residual) y = round_bf16(y) + res;
     const bf16 o = __float2bfloat16(y);
-    ph.out[n] = o;
+    ph.out[(ph.epilogue == Epilogue::Logits ? (size_t)s.seq * ph.N : 0) + n] = o;  // the sequence's logits row
     if (ph.epilogue == Epilogue::Qkv && n >= s.C) {
         const int c = n % s.C, h = c / s.HS, d = c % s.HS;
-        (n < 2 * s.C ? ph.k_cache : ph.v_cache)[((size_t)h * s.max_T + s.pos) * s.HS + d] = o;
+        (n < 2 * s.C ? ph.k_cache : ph.v_cache)[s.cache_offset + ((size_t)h * s.max_T + s.pos) * s.HS + d] = o;
     }
     if (ph.epilogue == Epilogue::Logits && n < s.V) {
         const unsigned long long key = pick_rank(o, n);
