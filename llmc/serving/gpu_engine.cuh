@@ -162,7 +162,7 @@ public:
         }
         const int R = inference_decode_rows(&e_, busy);
         // one busy slot, wherever it sits: the persistent step where it was asked for (its row only; the picks below
-        // R read other rows' stale logits, and nothing reads those picks)
+        // R read other rows' stale logits, and only free rows' throwaway steps read those picks, as inputs)
         const bool lone = e_.persistent_lone && batch.size() == 1;
         // the other parity's buffers may still be read by the step in flight; this one's last step has been waited for
         const int p = next_parity_;
