@@ -85,6 +85,20 @@ inline float as_float(__nv_bfloat16 x) {
     return bf16_bits_to_float(raw.x);
 }
 
+// The greedy pick over ids below V: the first maximum (by value, then the lowest id), as the sampling rule takes it.
+template <typename T>
+int argmax(const std::vector<T>& logits, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if ((double)as_float(logits[i]) > (double)as_float(logits[best])) best = i;
+    return best;
+}
+// A near-tie between a top logit and another: within 2 bf16 steps of the top one, where two bf16 orders of summation
+// may pick either.
+inline bool bf16_near_tie(double top, double other) {
+    return top - other <= 2 * std::ldexp(1.0, std::ilogb(std::fabs(top)) - 7);
+}
+
 // ------------------------------------------------------------------------------------------ validation
 // Tolerances for one comparison: element-wise |ref - out| <= atol + |ref| * eps, and rel-L2 <= max_rel_l2.
 struct Tolerance {

@@ -2,7 +2,7 @@
 // per-layer kernels (decode_matvec), on one model, in lockstep. P prompts of random tokens, N new tokens each; at
 // every position both engines' logits come to the host and each takes its argmax (ties to the lower id, as the
 // sampling rule does). The tokens must agree; where a sequence's first differ, the per-layer step's top two logits
-// must be a near-tie there (within 2 bf16 steps of its top logit, decode_step's rule: the two steps sum in different
+// must be a near-tie there (within 2 bf16 steps of its top logit, bf16_near_tie: the two steps sum in different
 // orders, so a near-tie may fall either way), and the sequence stops (the prefixes part). Also the logits' rel-L2
 // between the two steps at every position (<= 2e-2, test_decode's bound between two bf16 orders of summation).
 // The model: GPT-2's random init at a preset depth, or a checkpoint (-m: ours, llm.c's or a Hugging Face GPT-2).
@@ -24,17 +24,6 @@
 #include "llmc/inference/generate.cuh"
 
 namespace {
-
-int argmax(const std::vector<float>& x, int V) { return (int)(std::max_element(x.begin(), x.begin() + V) - x.begin()); }
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b, int V) {
-    double num = 0, den = 0;
-    for (int i = 0; i < V; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
-    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-// Two bf16 steps of the top logit: below that gap, two orders of summation may pick either.
-bool near_tie(double top, double second) { return top - second <= 2 * std::ldexp(1.0, std::ilogb(std::fabs(top)) - 7); }
 
 struct Tally {
     int identical = 0, near = 0, not_near = 0;
@@ -121,15 +110,16 @@ int main(int argc, char** argv) {
         int g = 0;
         for (;; g++) {  // token g + 1 from the logits of the position before it
             if (g > 0) {  // the prefill's logits are one path's (cuBLASLt): compare the steps'
-                const double r = rel_l2(lp, lm, V);
+                const double r = compare(lp.data(), lm.data(), (size_t)V).rel_l2;
                 t.worst_rel_l2 = std::max(t.worst_rel_l2, r), t.sum_rel_l2 += r, t.positions++;
             }
             const int a = argmax(lp, V), b = argmax(lm, V);
             if (a != b) {
                 const double gap = (double)lm[b] - lm[a];
-                (near_tie(lm[b], lm[a]) ? t.near : t.not_near)++;
+                const bool near = bf16_near_tie(lm[b], lm[a]);
+                (near ? t.near : t.not_near)++;
                 t.worst_gap = std::max(t.worst_gap, gap), t.diverged_at.push_back(g + 1);
-                if (!near_tie(lm[b], lm[a]))
+                if (!near)
                     printf("  prompt %d, token %d: %s %d, decode_matvec %d, its top two %.4f apart: NOT a "
                            "near-tie\n", p, g + 1, name, a, b, gap);
                 break;

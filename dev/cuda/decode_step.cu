@@ -161,15 +161,6 @@ Activations reference_step(const GPT2Config& c, const Layout& L, Host& h, int to
     return a;
 }
 
-// The first maximum over ids below V, by value then lowest id (the greedy rule).
-template <typename T>
-int argmax(const std::vector<T>& logits, int V) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if ((double)as_float(logits[i]) > (double)as_float(logits[best])) best = i;
-    return best;
-}
-
 // Today's step (llmc/inference/decode_step.cuh, as generate_gpt2cu runs it at batch 1) and the persistent one (as
 // the engine sets it up, llmc/inference/persistent_step.cuh) on the same model (GPT-2's random init) and the same
 // cache (a prefill of `before` random tokens), one after the other in this call: the logits and every layer's new
@@ -223,8 +214,7 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
         kv_today.size(), [&](size_t i) { return (double)as_float(kv_new[i]); },
         [&](size_t i) { return (double)as_float(kv_today[i]); });
     const int a_today = argmax(today, c.vocab_size), a_mine = argmax(mine, c.vocab_size);
-    const double top = as_float(today[a_today]), gap = top - as_float(today[a_mine]);
-    const bool near_tie = gap <= 2 * std::ldexp(1.0, std::ilogb(std::fabs(top)) - 7);
+    const bool near_tie = bf16_near_tie(as_float(today[a_today]), as_float(today[a_mine]));
     printf("\nboth ways, GPT-2 d%d's random init, a %d-token prompt prefilled, the token at position %d:\n",
            c.num_layers, before, pos);
     printf("  persistent against today's step: logits rel-L2 %.3e (<= 2e-2), K and V at the position rel-L2 %.3e "
@@ -428,7 +418,7 @@ int main(int argc, char** argv) {
     const int picked = token_out.download()[0], own = argmax(g_logits, c.vocab_size);
     const int theirs = argmax(ref.logits, c.vocab_size);
     const double gap = ref.logits[theirs] - ref.logits[own];
-    const bool near_tie = gap <= 2 * std::ldexp(1.0, std::ilogb(std::fabs(ref.logits[theirs])) - 7);
+    const bool near_tie = bf16_near_tie(ref.logits[theirs], ref.logits[own]);
     printf("  greedy: fused pick %d, argmax of its logits %d, of the reference's %d (gap %.3g%s)\n", picked, own,
            theirs, gap, own == theirs ? "" : near_tie ? ": a near-tie" : ": NOT a near-tie");
     ok &= picked == own && (own == theirs || near_tie);
