@@ -19,8 +19,10 @@
 //                             memory (5 C bytes a row a layer), one more read of those inputs
 //   LLMC_DECODE_ATTENTION=split|head   decode attention's kernel, forced (comparisons)
 //   LLMC_DECODE_CUBLAS=1      a decode step's products by cuBLASLt, forced (comparisons)
-//   LLMC_DECODE_PERSISTENT=1  generation at batch 1: the decode step as one persistent kernel (Hopper, BF16;
-//                             llmc/inference/persistent_step.cuh, docs/DECODE.md)
+//   LLMC_DECODE_PERSISTENT=1  batch-1 decode steps (generation at batch 1, a server's steps of one busy slot) as
+//                             one persistent kernel (Hopper, BF16; llmc/inference/persistent_step.cuh,
+//                             docs/DECODE.md), forced; 0: never. Unset, Auto takes it for the wider models
+//                             (C >= 1280), where it measured ahead
 //   LLMC_TRACE=PREFIX         the trainer records every kernel, copy and collective of one step (and the step
 //                             before it) with CUPTI: PREFIX.rank<R>.json (Chrome trace) and a summary line per rank
 //   LLMC_TRACE_STEP=N         the step LLMC_TRACE records (default 6)
@@ -55,7 +57,7 @@ struct EngineOptions {
     bool fp8_recast = false;
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
-    bool decode_persistent = false;
+    int decode_persistent = -1;  // LLMC_DECODE_PERSISTENT: -1 unset (Auto's choice), 0 never, 1 forced
     std::string trace;
     int trace_step = 6;
     int comm_sms = -1;
@@ -82,7 +84,7 @@ struct EngineOptions {
         if (fp8_recast) out.push_back({"LLMC_FP8_RECAST", "1"});
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
-        if (decode_persistent) out.push_back({"LLMC_DECODE_PERSISTENT", "1"});
+        if (decode_persistent >= 0) out.push_back({"LLMC_DECODE_PERSISTENT", std::to_string(decode_persistent)});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
         if (comm_sms != kCommSmsDefault) out.push_back({"LLMC_COMM_SMS", std::to_string(comm_sms)});
         if (!nccl_cta_policy.empty()) out.push_back({"LLMC_NCCL_CTA_POLICY", nccl_cta_policy});
@@ -175,7 +177,7 @@ inline EngineOptions read() {
     if (!o.decode_attention.empty() && o.decode_attention != "split" && o.decode_attention != "head")
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");
     o.decode_cublas = flag("LLMC_DECODE_CUBLAS", false);
-    o.decode_persistent = flag("LLMC_DECODE_PERSISTENT", false);
+    o.decode_persistent = text("LLMC_DECODE_PERSISTENT").empty() ? -1 : flag("LLMC_DECODE_PERSISTENT", false);
     o.trace = text("LLMC_TRACE");
     o.trace_step = integer("LLMC_TRACE_STEP", o.trace_step, 2, 1 << 30);
     o.comm_sms = integer("LLMC_COMM_SMS", EngineOptions::kCommSmsDefault, -1, 64);

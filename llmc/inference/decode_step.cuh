@@ -29,8 +29,9 @@ enum class DecodeProducts {
     Matvec,  // decode_matvec: LayerNorms and the cache append fused in; the classifier too (with the greedy pick)
     Mma,     // decode_mma: the same fusions on the tensor cores; the classifier by cuBLASLt
     Cublas,  // cuBLASLt, with the LayerNorm kernels; attention_decode appends the new K and V
-    // the whole step as one persistent kernel (llmc/inference/persistent_step.cuh): batch 1, Hopper, BF16; asked for
-    // only (LLMC_DECODE_PERSISTENT=1); other row counts take Auto's choice (a server runs it for a lone busy slot)
+    // the whole step as one persistent kernel (llmc/inference/persistent_step.cuh): batch 1, Hopper, BF16; Auto's
+    // choice at batch 1 for the wider models (persistent_auto_takes), and a server's for its lone busy slot's steps;
+    // other row counts take Auto's choice
     Persistent,
 };
 inline DecodeProducts decode_products_for(int B, DecodeProducts asked) {
@@ -48,6 +49,7 @@ struct DecodeSettings {
     int matvec_rows = kDecodeMaxRows;  // rows per decode_matvec block (tests lower it)
     int matvec_classifier_groups = 1;  // the classifier as decode_matvec while the batch is at most this many row
                                        // groups (it reads all of wte once per group), else cuBLASLt
+    bool persistent_auto = true;       // Auto may take the persistent step (LLMC_DECODE_PERSISTENT=0: never)
 };
 
 // The B-row buffers of one step (the engine's plan: llmc/inference/inference_plan.h).

@@ -54,7 +54,7 @@ struct InferenceEngine {
     DecodeLoop loop;
     CapturedGraph host_step_graph;  // inference_decode_step's
     DecodeProducts decode_asked = DecodeProducts::Auto;  // the products setting before it was resolved for B
-    bool persistent_lone = false;  // a server asked for the persistent step: its steps of one busy slot run it
+    bool persistent_lone = false;  // a server's steps of one busy slot run the persistent step (asked, or Auto's)
     std::vector<int> row_buckets;             // shape.row_buckets: the step's row counts, 1, 2, 4, ..., B
     std::vector<CapturedGraph> bucket_graphs;   // inference_decode_slots' graph per row count
     std::map<std::pair<int, int>, CapturedGraph> prefill_graphs;  // inference_prefill_slots' per (rows, T) bucket
@@ -68,13 +68,9 @@ struct InferenceEngine {
 
 namespace inference_detail {
 
-// Whether a server's engine runs the persistent step for its steps of one busy slot: asked for, on a server's shape.
-inline bool persistent_lone_steps(const InferenceShape& s, DecodeProducts asked) {
-    return asked == DecodeProducts::Persistent && (s.server_steps > 0 || s.slot_prefill);
-}
-
 inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceShape& s, AttentionBackend backend,
-                                         const DecodeSettings& decode, DecodeProducts asked, const PickParams& pick) {
+                                         const DecodeSettings& decode, DecodeProducts asked, bool persistent_lone,
+                                         const PickParams& pick) {
     const int B = s.B, Bp = s.prefill_rows(), T = s.prefill_T, C = c.channels, NH = c.num_heads;
     InferenceKernelSizes k;
     k.elem_bytes = sizeof(floatX);
@@ -95,7 +91,7 @@ inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceSha
                       decode_mma_partials(mma_B, 4 * C, C, ln), decode_mma_partials(mma_B, C, 4 * C, false)});
         k.mma_counters = decode_mma_counters(mma_B, 4 * C);
     }
-    const bool persistent = decode.products == DecodeProducts::Persistent || persistent_lone_steps(s, asked);
+    const bool persistent = decode.products == DecodeProducts::Persistent || persistent_lone;
     if (pick.greedy() && (decode.products == DecodeProducts::Matvec || persistent))  // persistent: marks the fold
         k.pick_partials = decode_greedy_pick_partials(B);
     if (persistent) {
@@ -296,6 +292,11 @@ inline void report(const InferenceEngine* e) {
     if (!out) return;
     const InferenceShape& s = e->shape;
     if (!e->backend_note.empty()) fprintf(out, "note: %s\n", e->backend_note.c_str());
+    if (e->options.decode.products == DecodeProducts::Persistent || e->persistent_lone)
+        fprintf(out, "note: %s as one persistent kernel (%s)\n",
+                e->persistent_lone ? "the steps of one busy slot" : "decode steps",
+                e->decode_asked == DecodeProducts::Persistent ? "LLMC_DECODE_PERSISTENT=1"
+                                                              : "batch 1 and C >= 1280; LLMC_DECODE_PERSISTENT=0: never");
     fprintf(out, "generation memory plan (%s; B %d, prefill %d positions, %s):\n", PRECISION_NAME, s.B, s.prefill_T,
             s.cached ? ("KV cache of " + std::to_string(s.max_T) + " positions").c_str()
                      : "no KV cache: recompute per token");
@@ -321,9 +322,14 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->backend = resolve_attention_backend(o.attention, c.channels, c.num_heads, &e->backend_note);
     e->decode_asked = o.decode.products;
     e->options.decode.products = decode_products_for(shape.B, o.decode.products);
-    e->persistent_lone = inference_detail::persistent_lone_steps(shape, e->decode_asked);
+    // Auto's choice (unless LLMC_DECODE_PERSISTENT=0): batch-1 generation, or a server's lone slot's steps (batch-1
+    // steps: its steps over more than one busy slot take Auto's products)
+    const bool server = shape.server_steps > 0 || shape.slot_prefill;
+    const bool auto_takes = o.decode.products == DecodeProducts::Auto && o.decode.persistent_auto &&
+                            persistent_auto_takes(c, server ? 1 : shape.B, shape.cached);
+    if (auto_takes && !server) e->options.decode.products = DecodeProducts::Persistent;
+    e->persistent_lone = server && (e->decode_asked == DecodeProducts::Persistent || auto_takes);
     std::string why;
-    // a server's steps over more than one busy slot take Auto's products; its lone slot's steps are batch-1 steps
     const int persistent_B = e->persistent_lone ? 1 : shape.B;
     if (e->decode_asked == DecodeProducts::Persistent &&
         (!shape.cached || !persistent_step_supported(c, persistent_B, &why))) {
@@ -332,7 +338,7 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
         exit(EXIT_FAILURE);
     }
     e->table = inference_memory_table(c, e->shape, kernel_sizes(c, e->shape, e->backend, e->options.decode,
-                                                                e->decode_asked, o.pick));
+                                                                e->decode_asked, e->persistent_lone, o.pick));
     e->row_buckets = decode_row_buckets(shape);
     e->bucket_graphs.assign(e->row_buckets.size(), CapturedGraph{});
     allocate(e);

@@ -47,6 +47,16 @@ inline bool persistent_step_supported(const GPT2Config& c, int B, std::string* w
     return no == nullptr;
 }
 
+// Auto's choice at batch 1: the persistent step for models from this width on, where it measured ahead of
+// decode_matvec (docs/DECODE.md); the narrower ones wait at the phase boundaries longer than they stream weights.
+constexpr int kPersistentAutoMinChannels = 1280;
+// Whether Auto takes the persistent step for steps of B rows: batch 1 with the KV cache (generation's, or a server's
+// lone busy slot's), a model from kPersistentAutoMinChannels on, and the kernel supported here.
+inline bool persistent_auto_takes(const GPT2Config& c, int B, bool cached) {
+    return B == 1 && cached && c.channels >= kPersistentAutoMinChannels &&
+           persistent_step_supported(c, B, nullptr);
+}
+
 // The phases over parameters p and the cache, activations into acts (persistent_activation_elems), the logits into
 // logits (Vp). Pointers are taken as bf16 (the path exists in BF16 builds only).
 inline std::vector<decode_persistent::Phase> persistent_phases(const GPT2Config& c, const GPT2Params& p,

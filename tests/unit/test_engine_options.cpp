@@ -1,6 +1,6 @@
 // The FP8 switches (llmc/core/options.h): LLMC_FP8_FAST_ACCUM's list, LLMC_FP8_GRADS, LLMC_FP8_RECAST and
-// LLMC_FP8_BLOCKS, their defaults, the start-up table's line, and a value they do not take stopped in one line naming
-// the variable.
+// LLMC_FP8_BLOCKS, and the three-way LLMC_DECODE_PERSISTENT: their defaults, the start-up table's line, and a value
+// they do not take stopped in one line naming the variable.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -88,4 +88,23 @@ TEST(EngineOptionsDeathTest, Fp8RecastNotWithBlocks) {
                 "^error: LLMC_FP8_RECAST=1 and LLMC_FP8_BLOCKS=1 do not go together");
     unsetenv("LLMC_FP8_BLOCKS");
     unsetenv("LLMC_FP8_RECAST");
+}
+
+// LLMC_DECODE_PERSISTENT: unset leaves Auto's choice (-1, not in the table's line), 0 never, 1 forced
+TEST(EngineOptionsDeathTest, DecodePersistent) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    const char* name = "LLMC_DECODE_PERSISTENT";
+    unsetenv(name);
+    EXPECT_EQ(options_detail::read().decode_persistent, -1);
+    EXPECT_EQ(options_detail::read().description(), "none");
+    setenv(name, "0", 1);
+    EXPECT_EQ(options_detail::read().decode_persistent, 0);
+    EXPECT_EQ(options_detail::read().description(), "LLMC_DECODE_PERSISTENT=0");
+    setenv(name, "1", 1);
+    EXPECT_EQ(options_detail::read().decode_persistent, 1);
+    EXPECT_EQ(options_detail::read().description(), "LLMC_DECODE_PERSISTENT=1");
+    setenv(name, "auto", 1);
+    EXPECT_EXIT(options_detail::read(), testing::ExitedWithCode(EXIT_FAILURE),
+                "^error: environment variable LLMC_DECODE_PERSISTENT=auto: expected 0 or 1\n$");
+    unsetenv(name);
 }
