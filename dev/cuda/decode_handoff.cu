@@ -1,0 +1,162 @@
+// The persistent decode step's phase boundary alone (docs/DECODE.md, "Next here"): every block writes its slice of
+// an activation vector of n values and then needs the whole vector, as the LN+qkv phase needs all of fcproj's rows.
+// A round is one such all-to-all hand-off, with nothing multiplied; three ways:
+//   counter  today's step: the block's stores, a barrier, a release add on the phase's counter; every block waits
+//            (one thread, acquire, llmc/core/block_counters.cuh) for the grid's adds, then loads the vector into
+//            shared memory: two round trips through L2 (the counter, then the data)
+//   ll64     the flag in the data, as NCCL's LL protocol: each value stored with the round's tag in one 64-bit word
+//            (fp32 + a 32-bit tag); readers poll their words until the tags are the round's, straight into shared
+//            memory: one round trip, no counter
+//   ll32     the same with a bf16 value and a 16-bit tag in 32 bits (the step's activations are bf16): half the bytes
+// A tag word is single-copy atomic (aligned, one store), so a reader that sees the tag sees its value. Two buffers,
+// by the round's parity: a block writes round r + 2 only after it read all of round r + 1, which every block wrote
+// after reading round r, so no word is overwritten while it is read, and a word's old tag is two rounds old (a
+// 16-bit tag cannot repeat). Every value read is checked (values are integers below 251, exact in bf16) and the
+// program fails on any wrong one; buffers are poisoned (all ones) before the first round. Times: CUDA events, a
+// warm-up launch, the median of 5 launches of R rounds each, divided by R.
+//   make -C dev/cuda decode_handoff && ./dev/cuda/decode_handoff [-r rounds (2000)]
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "llmc/core/block_counters.cuh"
+
+constexpr int kThreads = 256, kMaxN = 6400;
+enum Mode { Counter = 0, LL64 = 1, LL32 = 2 };
+const char* const kModeNames[] = {"counter", "ll64", "ll32"};
+
+__device__ __forceinline__ unsigned value_of(unsigned round, int i) { return (round * 7u + (unsigned)i) % 251u; }
+
+__device__ __forceinline__ unsigned long long ld_relaxed_64(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned ld_relaxed_32(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_relaxed_64(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void st_relaxed_32(unsigned* p, unsigned v) {
+    asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Rounds first..first+rounds-1 (from 1, counted across launches: counters and tags only grow). data: two buffers of
+// n words of the mode's width (8 bytes for counter and ll64, read as floats or tag words); wrong: values read wrong.
+template <int kMode>
+__global__ void __launch_bounds__(kThreads) handoff_kernel(void* data, unsigned* counter, int n, unsigned first,
+                                                           int rounds, unsigned long long* wrong) {
+    __shared__ float x[kMaxN];
+    const int begin = (int)((long long)n * blockIdx.x / gridDim.x);
+    const int end = (int)((long long)n * (blockIdx.x + 1) / gridDim.x);
+    unsigned long long bad = 0;
+    for (unsigned r = first; r < first + (unsigned)rounds; r++) {
+        const size_t half = (size_t)(r & 1u) * n;
+        if (kMode == Counter) {
+            float* v = reinterpret_cast<float*>(data) + half;
+            for (int i = begin + threadIdx.x; i < end; i += kThreads) v[i] = (float)value_of(r, i);
+            __syncthreads();
+            if (threadIdx.x == 0) red_release_add(counter, 1u), wait_count(counter, r * gridDim.x);
+            __syncthreads();
+            for (int i = threadIdx.x; i < n; i += kThreads) x[i] = __ldcg(v + i);
+        } else if (kMode == LL64) {
+            unsigned long long* v = reinterpret_cast<unsigned long long*>(data) + half;
+            for (int i = begin + threadIdx.x; i < end; i += kThreads)
+                st_relaxed_64(v + i, (unsigned long long)r << 32 | __float_as_uint((float)value_of(r, i)));
+            for (int i = threadIdx.x; i < n; i += kThreads) {
+                unsigned long long w;
+                do w = ld_relaxed_64(v + i); while ((unsigned)(w >> 32) != r);
+                x[i] = __uint_as_float((unsigned)w);
+            }
+        } else {
+            unsigned* v = reinterpret_cast<unsigned*>(data) + half;
+            const unsigned tag = r & 0xffffu;
+            for (int i = begin + threadIdx.x; i < end; i += kThreads)
+                st_relaxed_32(v + i, tag << 16 | __bfloat16_as_ushort(__float2bfloat16((float)value_of(r, i))));
+            for (int i = threadIdx.x; i < n; i += kThreads) {
+                unsigned w;
+                do w = ld_relaxed_32(v + i); while ((w >> 16) != tag);
+                x[i] = __bfloat162float(__ushort_as_bfloat16((unsigned short)(w & 0xffffu)));
+            }
+        }
+        __syncthreads();  // the whole vector is the block's: what the next phase's products would read
+        for (int i = threadIdx.x; i < n; i += kThreads) bad += x[i] != (float)value_of(r, i);
+        __syncthreads();  // x is rewritten next round
+    }
+    if (bad) atomicAdd(wrong, bad);
+}
+
+struct Handoff {
+    int sms;
+    DeviceBuffer<unsigned long long> data{2 * (size_t)kMaxN}, wrong{1};
+    DeviceBuffer<unsigned> counter{1};
+    unsigned next_round = 1;
+    explicit Handoff(int sms_) : sms(sms_) {}
+    void reset() {  // poisoned: all-ones tags match no round of a run
+        cudaCheck(cudaMemset(data.ptr, 0xff, data.bytes()));
+        cudaCheck(cudaMemset(counter.ptr, 0, counter.bytes())), cudaCheck(cudaMemset(wrong.ptr, 0, wrong.bytes()));
+        next_round = 1;
+    }
+    void launch(Mode mode, int n, int rounds) {
+        void* d = data.ptr;
+        unsigned* c = counter.ptr;
+        unsigned first = next_round;
+        unsigned long long* w = wrong.ptr;
+        void* args[] = {&d, &c, &n, &first, &rounds, &w};
+        const void* k = mode == Counter ? (const void*)handoff_kernel<Counter>
+                        : mode == LL64  ? (const void*)handoff_kernel<LL64>
+                                        : (const void*)handoff_kernel<LL32>;
+        // cooperative: every block resident, or the launch fails (the rounds wait on each other)
+        cudaCheck(cudaLaunchCooperativeKernel(k, dim3(sms), dim3(kThreads), args, 0, nullptr));
+        cudaCheckLaunch();
+        next_round += (unsigned)rounds;
+    }
+};
+
+int main(int argc, char** argv) {
+    int rounds = 2000;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "-r" && i + 1 < argc && (rounds = positive_int(argv[++i])) > 0 && rounds <= 20000) continue;
+        fprintf(stderr, "usage: %s [-r rounds, 1..20000 (2000)]\n", argv[0]);
+        return 1;
+    }
+    print_device();
+    int dev, sms;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    Handoff h(sms);
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start)), cudaCheck(cudaEventCreate(&stop));
+    printf("one all-to-all hand-off of n values over %d blocks (one per SM, %d threads), us a round, median of 5 "
+           "launches of %d rounds\n", sms, kThreads, rounds);
+    bool ok = true;
+    for (int n : {768, 1600, 3072, 6400}) {  // C and 4C at d12 and d48
+        printf("  n %4d:", n);
+        for (Mode mode : {Counter, LL64, LL32}) {
+            h.reset();
+            h.launch(mode, n, rounds);  // warm-up, and the check's first launch
+            std::vector<double> us;
+            for (int rep = 0; rep < 5; rep++) {
+                cudaCheck(cudaEventRecord(start));
+                h.launch(mode, n, rounds);
+                cudaCheck(cudaEventRecord(stop));
+                cudaCheck(cudaEventSynchronize(stop));
+                float ms = 0;
+                cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+                us.push_back(1e3 * ms / rounds);
+            }
+            const unsigned long long wrong = h.wrong.download()[0];
+            ok &= wrong == 0;
+            printf("  %s %.3f%s", kModeNames[mode], median(us), wrong ? " (WRONG VALUES)" : "");
+        }
+        printf("\n");
+    }
+    cudaCheck(cudaEventDestroy(start)), cudaCheck(cudaEventDestroy(stop));
+    printf("decode_handoff: %s (every value read checked)\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
