@@ -1,9 +1,10 @@
 // The persistent decode step's phase boundary alone (docs/DECODE.md, "Next here"): every block writes its slice of
 // an activation vector of n values and then needs the whole vector, as the LN+qkv phase needs all of fcproj's rows.
-// A round is one such all-to-all hand-off, with nothing multiplied; three ways:
+// A round is one such all-to-all hand-off, with nothing multiplied; four ways:
 //   counter  today's step: the block's stores, a barrier, a release add on the phase's counter; every block waits
 //            (one thread, acquire, llmc/core/block_counters.cuh) for the grid's adds, then loads the vector into
 //            shared memory: two round trips through L2 (the counter, then the data)
+//   spin     counter with the wait polling without the 20 ns sleep between polls (what the sleep costs)
 //   ll64     the flag in the data, as NCCL's LL protocol: each value stored with the round's tag in one 64-bit word
 //            (fp32 + a 32-bit tag); readers poll their words until the tags are the round's, straight into shared
 //            memory: one round trip, no counter
@@ -23,8 +24,8 @@
 #include "llmc/core/block_counters.cuh"
 
 constexpr int kThreads = 256, kMaxN = 6400;
-enum Mode { Counter = 0, LL64 = 1, LL32 = 2 };
-const char* const kModeNames[] = {"counter", "ll64", "ll32"};
+enum Mode { Counter = 0, Spin = 1, LL64 = 2, LL32 = 3 };
+const char* const kModeNames[] = {"counter", "spin", "ll64", "ll32"};
 
 __device__ __forceinline__ unsigned value_of(unsigned round, int i) { return (round * 7u + (unsigned)i) % 251u; }
 
@@ -56,11 +57,16 @@ __global__ void __launch_bounds__(kThreads) handoff_kernel(void* data, unsigned*
     unsigned long long bad = 0;
     for (unsigned r = first; r < first + (unsigned)rounds; r++) {
         const size_t half = (size_t)(r & 1u) * n;
-        if (kMode == Counter) {
+        if (kMode == Counter || kMode == Spin) {
             float* v = reinterpret_cast<float*>(data) + half;
             for (int i = begin + threadIdx.x; i < end; i += kThreads) v[i] = (float)value_of(r, i);
             __syncthreads();
-            if (threadIdx.x == 0) red_release_add(counter, 1u), wait_count(counter, r * gridDim.x);
+            if (threadIdx.x == 0) {
+                red_release_add(counter, 1u);
+                if (kMode == Counter) wait_count(counter, r * gridDim.x);
+                else
+                    while ((int)(ld_acquire(counter) - r * gridDim.x) < 0) {}
+            }
             __syncthreads();
             for (int i = threadIdx.x; i < n; i += kThreads) x[i] = __ldcg(v + i);
         } else if (kMode == LL64) {
@@ -108,6 +114,7 @@ struct Handoff {
         unsigned long long* w = wrong.ptr;
         void* args[] = {&d, &c, &n, &first, &rounds, &w};
         const void* k = mode == Counter ? (const void*)handoff_kernel<Counter>
+                        : mode == Spin  ? (const void*)handoff_kernel<Spin>
                         : mode == LL64  ? (const void*)handoff_kernel<LL64>
                                         : (const void*)handoff_kernel<LL32>;
         // cooperative: every block resident, or the launch fails (the rounds wait on each other)
@@ -137,7 +144,7 @@ int main(int argc, char** argv) {
     bool ok = true;
     for (int n : {768, 1600, 3072, 6400}) {  // C and 4C at d12 and d48
         printf("  n %4d:", n);
-        for (Mode mode : {Counter, LL64, LL32}) {
+        for (Mode mode : {Counter, Spin, LL64, LL32}) {
             h.reset();
             h.launch(mode, n, rounds);  // warm-up, and the check's first launch
             std::vector<double> us;
