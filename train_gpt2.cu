@@ -110,6 +110,9 @@ void print_sample(GPT2& model, const TrainArgs& a, Rng& rng, const TokenizerFile
     options.pick = PickParams{a.temperature, a.top_k, 1.f};
     options.attention = attention_backend_name(model.backend);
     options.fuse_gelu = model.fuse_gelu;
+    // a sample is a few dozen tokens between steps: the per-layer kernels (tested on borrowed training weights), not
+    // Auto's cooperative kernel over every SM (LLMC_DECODE_PERSISTENT is generation's and the server's switch)
+    options.decode.persistent_auto = false;
     cudaCheck(cudaStreamSynchronize(model.stream));  // the parameters are final; the engine reads them on its stream
     InferenceEngine engine;
     inference_engine_borrow(&engine, model.config, model.params, generation_shape(model.config, 1, 1, a.gen_tokens),

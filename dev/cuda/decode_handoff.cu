@@ -7,14 +7,16 @@
 //   spin     counter with the wait polling without the 20 ns sleep between polls (what the sleep costs)
 //   ll64     the flag in the data, as NCCL's LL protocol: each value stored with the round's tag in one 64-bit word
 //            (fp32 + a 32-bit tag); readers poll their words until the tags are the round's, straight into shared
-//            memory: one round trip, no counter
+//            memory: no counter, one round trip when the words are there (a thread's loads all in flight at once,
+//            then only the words not yet tagged loaded again)
 //   ll32     the same with a bf16 value and a 16-bit tag in 32 bits (the step's activations are bf16): half the bytes
 // A tag word is single-copy atomic (aligned, one store), so a reader that sees the tag sees its value. Two buffers,
 // by the round's parity: a block writes round r + 2 only after it read all of round r + 1, which every block wrote
 // after reading round r, so no word is overwritten while it is read, and a word's old tag is two rounds old (a
 // 16-bit tag cannot repeat). Every value read is checked (values are integers below 251, exact in bf16) and the
 // program fails on any wrong one; buffers are poisoned (all ones) before the first round. Times: CUDA events, a
-// warm-up launch, the median of 5 launches of R rounds each, divided by R.
+// warm-up launch, the median of 5 launches of R rounds each, divided by R. A round also checks the vector (the same
+// work in every mode), so compare the modes with each other, not a round's time with a phase of the step.
 //   make -C dev/cuda decode_handoff && ./dev/cuda/decode_handoff [-r rounds (2000)]
 #include <cstdio>
 #include <string>
@@ -46,17 +48,58 @@ __device__ __forceinline__ void st_relaxed_32(unsigned* p, unsigned v) {
     asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// A thread's words of the vector: i = threadIdx.x + j * kThreads, j < kPerThread.
+constexpr int kPerThread = (kMaxN + kThreads - 1) / kThreads;
+// Polls of a word before it counts as never arriving (a stale or lost word fails the run instead of hanging it).
+constexpr int kMaxPolls = 1 << 20;
+
+// A thread's tagged words into x: all its loads issued at once (independent, so they are in flight together), then
+// only the words whose tag is not yet `tag` loaded again. Returns the words that never arrived.
+template <typename Word, typename Tag, typename Value>
+__device__ __forceinline__ int poll_words(const Word* v, int n, Tag tag_of, unsigned tag, Value value_of_word,
+                                          float* x) {
+    Word w[kPerThread];
+    unsigned pending = 0;
+#pragma unroll
+    for (int j = 0; j < kPerThread; j++) {
+        const int i = threadIdx.x + j * kThreads;
+        if (i < n) {
+            if constexpr (sizeof(Word) == 8) w[j] = ld_relaxed_64(v + i);
+            else w[j] = ld_relaxed_32(v + i);
+            pending |= 1u << j;
+        }
+    }
+    for (int polls = 0;; polls++) {
+#pragma unroll
+        for (int j = 0; j < kPerThread; j++)
+            if ((pending >> j & 1u) && tag_of(w[j]) == tag)
+                x[threadIdx.x + j * kThreads] = value_of_word(w[j]), pending &= ~(1u << j);
+        if (pending == 0 || polls == kMaxPolls) break;
+#pragma unroll
+        for (int j = 0; j < kPerThread; j++)
+            if (pending >> j & 1u) {
+                if constexpr (sizeof(Word) == 8) w[j] = ld_relaxed_64(v + threadIdx.x + j * kThreads);
+                else w[j] = ld_relaxed_32(v + threadIdx.x + j * kThreads);
+            }
+    }
+    return __popc(pending);
+}
+
 // Rounds first..first+rounds-1 (from 1, counted across launches: counters and tags only grow). data: two buffers of
-// n words of the mode's width (8 bytes for counter and ll64, read as floats or tag words); wrong: values read wrong.
+// n words of the mode's width (8 bytes for counter and ll64, read as floats or tag words); wrong: values read wrong
+// or never arriving (a block that saw one stops: the others then time out on its words, and the run fails).
 template <int kMode>
 __global__ void __launch_bounds__(kThreads) handoff_kernel(void* data, unsigned* counter, int n, unsigned first,
                                                            int rounds, unsigned long long* wrong) {
     __shared__ float x[kMaxN];
+    __shared__ int lost;
     const int begin = (int)((long long)n * blockIdx.x / gridDim.x);
     const int end = (int)((long long)n * (blockIdx.x + 1) / gridDim.x);
     unsigned long long bad = 0;
+    if (threadIdx.x == 0) lost = 0;
     for (unsigned r = first; r < first + (unsigned)rounds; r++) {
         const size_t half = (size_t)(r & 1u) * n;
+        int missing = 0;
         if (kMode == Counter || kMode == Spin) {
             float* v = reinterpret_cast<float*>(data) + half;
             for (int i = begin + threadIdx.x; i < end; i += kThreads) v[i] = (float)value_of(r, i);
@@ -68,30 +111,35 @@ __global__ void __launch_bounds__(kThreads) handoff_kernel(void* data, unsigned*
                     while ((int)(ld_acquire(counter) - r * gridDim.x) < 0) {}
             }
             __syncthreads();
-            for (int i = threadIdx.x; i < n; i += kThreads) x[i] = __ldcg(v + i);
+            float f[kPerThread];  // all loads in flight at once, as the tagged modes' first pass
+#pragma unroll
+            for (int j = 0; j < kPerThread; j++)
+                if (threadIdx.x + j * kThreads < n) f[j] = __ldcg(v + threadIdx.x + j * kThreads);
+#pragma unroll
+            for (int j = 0; j < kPerThread; j++)
+                if (threadIdx.x + j * kThreads < n) x[threadIdx.x + j * kThreads] = f[j];
         } else if (kMode == LL64) {
             unsigned long long* v = reinterpret_cast<unsigned long long*>(data) + half;
             for (int i = begin + threadIdx.x; i < end; i += kThreads)
                 st_relaxed_64(v + i, (unsigned long long)r << 32 | __float_as_uint((float)value_of(r, i)));
-            for (int i = threadIdx.x; i < n; i += kThreads) {
-                unsigned long long w;
-                do w = ld_relaxed_64(v + i); while ((unsigned)(w >> 32) != r);
-                x[i] = __uint_as_float((unsigned)w);
-            }
+            missing = poll_words(
+                v, n, [](unsigned long long w) { return (unsigned)(w >> 32); }, r,
+                [](unsigned long long w) { return __uint_as_float((unsigned)w); }, x);
         } else {
             unsigned* v = reinterpret_cast<unsigned*>(data) + half;
             const unsigned tag = r & 0xffffu;
             for (int i = begin + threadIdx.x; i < end; i += kThreads)
                 st_relaxed_32(v + i, tag << 16 | __bfloat16_as_ushort(__float2bfloat16((float)value_of(r, i))));
-            for (int i = threadIdx.x; i < n; i += kThreads) {
-                unsigned w;
-                do w = ld_relaxed_32(v + i); while ((w >> 16) != tag);
-                x[i] = __bfloat162float(__ushort_as_bfloat16((unsigned short)(w & 0xffffu)));
-            }
+            missing = poll_words(
+                v, n, [](unsigned w) { return w >> 16; }, tag,
+                [](unsigned w) { return __bfloat162float(__ushort_as_bfloat16((unsigned short)(w & 0xffffu))); }, x);
         }
+        if (missing) atomicAdd(&lost, missing);
         __syncthreads();  // the whole vector is the block's: what the next phase's products would read
         for (int i = threadIdx.x; i < n; i += kThreads) bad += x[i] != (float)value_of(r, i);
+        const bool stop = lost != 0;
         __syncthreads();  // x is rewritten next round
+        if (stop) break;
     }
     if (bad) atomicAdd(wrong, bad);
 }

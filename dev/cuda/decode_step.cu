@@ -171,6 +171,7 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
     const int C = c.channels, HS = C / c.num_heads, Vp = c.padded_vocab_size;
     InferenceEngine e;
     InferenceOptions o;
+    o.decode.persistent_auto = false;  // today's per-layer step, which Auto would replace from C 1280 on
     InferenceShape shape = generation_shape(c, 1, before, 1);
     inference_engine_upload(&e, c, gpt2_random_init(c, 42), shape, o);
     Rng rng(5);

@@ -22,7 +22,7 @@
 //   LLMC_DECODE_PERSISTENT=1  batch-1 decode steps (generation at batch 1, a server's steps of one busy slot) as
 //                             one persistent kernel (Hopper, BF16; llmc/inference/persistent_step.cuh,
 //                             docs/DECODE.md), forced; 0: never. Unset, Auto takes it for the wider models
-//                             (C >= 1280), where it measured ahead
+//                             (C >= 1280), where it measured ahead, unless LLMC_DECODE_ATTENTION is set
 //   LLMC_TRACE=PREFIX         the trainer records every kernel, copy and collective of one step (and the step
 //                             before it) with CUPTI: PREFIX.rank<R>.json (Chrome trace) and a summary line per rank
 //   LLMC_TRACE_STEP=N         the step LLMC_TRACE records (default 6)

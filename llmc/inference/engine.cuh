@@ -322,10 +322,11 @@ inline void create(InferenceEngine* e, const GPT2Config& c, const InferenceShape
     e->backend = resolve_attention_backend(o.attention, c.channels, c.num_heads, &e->backend_note);
     e->decode_asked = o.decode.products;
     e->options.decode.products = decode_products_for(shape.B, o.decode.products);
-    // Auto's choice (unless LLMC_DECODE_PERSISTENT=0): batch-1 generation, or a server's lone slot's steps (batch-1
-    // steps: its steps over more than one busy slot take Auto's products)
+    // Auto's choice (unless LLMC_DECODE_PERSISTENT=0, or decode attention's kernel is forced: the persistent step has
+    // its own): batch-1 generation, or a server's lone slot's steps (its steps over more busy slots keep theirs)
     const bool server = shape.server_steps > 0 || shape.slot_prefill;
     const bool auto_takes = o.decode.products == DecodeProducts::Auto && o.decode.persistent_auto &&
+                            o.decode.attention == DecodeAttentionKernel::Auto &&
                             persistent_auto_takes(c, server ? 1 : shape.B, shape.cached);
     if (auto_takes && !server) e->options.decode.products = DecodeProducts::Persistent;
     e->persistent_lone = server && (e->decode_asked == DecodeProducts::Persistent || auto_takes);

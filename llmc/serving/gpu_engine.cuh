@@ -161,8 +161,9 @@ public:
             busy = std::max(busy, d.slot + 1);
         }
         const int R = inference_decode_rows(&e_, busy);
-        // one busy slot, wherever it sits: the persistent step where it was asked for (its row only; the picks below
-        // R read other rows' stale logits, and only free rows' throwaway steps read those picks, as inputs)
+        // one busy slot, wherever it sits: the persistent step where the engine runs it (persistent_lone: asked for,
+        // or Auto's from C 1280 on), its row only; the picks below R read other rows' stale logits, and only free
+        // rows' throwaway steps read those picks, as inputs
         const bool lone = e_.persistent_lone && batch.size() == 1;
         // the other parity's buffers may still be read by the step in flight; this one's last step has been waited for
         const int p = next_parity_;
@@ -227,7 +228,7 @@ public:
 
     // The decode steps' GPU time (begin..done of each) and what they read: every weight once a step and each of the
     // R rows' K and V over its length, free slots' throwaway rows included (llmc/inference/decode_traffic.h); how many
-    // ran as one slot's persistent step, where it was asked for.
+    // ran as one slot's persistent step, where the engine runs it (persistent_lone).
     std::string decode_report() const override {
         if (decode_steps_ == 0) return "";
         const DecodeTraffic t = decode_traffic(e_.config, sizeof(floatX));

@@ -26,10 +26,11 @@
 //     slots, which read every position the chunks wrote.
 //  5. The recompute fallback (head size 32: no KV cache): each forward's logits at the sequences' last positions
 //     against the full forward's, and generate()'s greedy tokens against the full forward's argmax where it is clear.
-//  6. The persistent step (batch 1, Hopper, BF16; skipped elsewhere, saying why): Auto takes it from C 1280 on (for a
-//     server's slots, for its lone busy slot's steps only) and never when not allowed; the prefill's and decode steps' logits against the full forward as in 1, then
-//     generation through the loop, greedy (graph and plain) and sampled, each token the host's pick on the step's
-//     logits, and generate() the loop's tokens.
+//  6. The persistent step (batch 1, Hopper, BF16; skipped elsewhere, saying why): the prefill's and decode steps'
+//     logits against the full forward as in 1, then generation through the loop, greedy (graph and plain) and
+//     sampled, each token the host's pick on the step's logits, and generate() the loop's tokens. And Auto's choice,
+//     in every build: taken from C 1280 on where the kernel runs (on a server, for its lone busy slot's steps), never
+//     when not allowed, with decode attention's kernel forced, or where the kernel does not run.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
 // 4 heads of 32; L 1, C 1280, 20 heads of 64; V 1000, max T 256), fresh random prompts and tokens. The cache is
 // floatX: both builds.
@@ -280,6 +281,40 @@ void test_cached(const GPT2Config& c, const char* label) {
            new_tokens, B, boundary, failures == f0 ? "PASS" : "FAIL");
 }
 
+// Check 6's choice: Auto takes the persistent step at batch 1 from kPersistentAutoMinChannels on where the kernel
+// runs, for a server's engine (4 slots, and 1) on its lone busy slot's steps only; never when not allowed
+// (LLMC_DECODE_PERSISTENT=0) or with decode attention's kernel forced, nor where the kernel does not run (FP32
+// builds, other GPUs: there it checks that Auto stays away).
+void test_persistent_auto(const GPT2Config& c, const char* label) {
+    const int f0 = failures, T = 128;
+    const bool runs = persistent_step_supported(c, 1, nullptr);
+    Reference ref(c, 1, T);
+    for (int way = 0; way < 3; way++) {  // allowed, not allowed, attention forced
+        InferenceOptions a;
+        a.decode.persistent_auto = way != 1;
+        if (way == 2) a.decode.attention = DecodeAttentionKernel::Split;
+        const bool want = way == 0 && runs && c.channels >= kPersistentAutoMinChannels;
+        InferenceEngine e;
+        make_engine(&e, ref, shape_of(1, T, 17, 8), a, false);
+        if ((e.options.decode.products == DecodeProducts::Persistent) != want)
+            fail("persistent: Auto at batch 1, C %d, way %d: the persistent step %s", c.channels, way,
+                 want ? "not taken" : "taken");
+        inference_engine_free(&e);
+        for (int slots : {4, 1}) {
+            InferenceEngine s;
+            make_engine(&s, ref, slots_shape(slots, T, 1), a, false);
+            if (s.persistent_lone != want || (slots > 1 && s.options.decode.products == DecodeProducts::Persistent))
+                fail("persistent: Auto on a server's %d slots, C %d, way %d: lone steps %d, all steps %d", slots,
+                     c.channels, way, (int)s.persistent_lone,
+                     (int)(s.options.decode.products == DecodeProducts::Persistent));
+            inference_engine_free(&s);
+        }
+    }
+    printf("test_decode (%s, %s): Auto's persistent choice (%s here), for generation at batch 1 and a server's lone "
+           "slot, not when LLMC_DECODE_PERSISTENT=0 or decode attention is forced: %s\n", PRECISION_NAME, label,
+           runs && c.channels >= kPersistentAutoMinChannels ? "taken" : "not taken", failures == f0 ? "PASS" : "FAIL");
+}
+
 // Check 6: the persistent step (llmc/inference/persistent_step.cuh; batch 1, Hopper, BF16), where it runs: decode
 // steps' logits against the full forward (the bounds of check 1), then generation through the loop, greedy with and
 // without the graph (the pick folded into the kernel) and sampled in the graph (the picker after it), every token
@@ -299,24 +334,6 @@ void test_persistent(const GPT2Config& c, const char* label) {
     o.pick = PickParams{0.f, 0, 1.f};
     o.decode.products = DecodeProducts::Persistent;
     double worst = 0, worst_prefill = 0;
-    // Auto's choice at batch 1: the persistent step from kPersistentAutoMinChannels on, never when not allowed
-    for (bool allowed : {true, false}) {
-        InferenceOptions a;
-        a.decode.persistent_auto = allowed;
-        InferenceEngine e;
-        make_engine(&e, ref, shape_of(1, T, 17, steps), a, false);
-        const bool want = allowed && c.channels >= kPersistentAutoMinChannels;
-        if ((e.options.decode.products == DecodeProducts::Persistent) != want)
-            fail("persistent: Auto at batch 1, C %d, allowed %d: the persistent step %s", c.channels, (int)allowed,
-                 want ? "not taken" : "taken");
-        inference_engine_free(&e);
-        InferenceEngine s;  // a server's slots: its lone busy slot's steps likewise, its other steps not
-        make_engine(&s, ref, slots_shape(4, T, 1), a, false);
-        if (s.persistent_lone != want || s.options.decode.products == DecodeProducts::Persistent)
-            fail("persistent: Auto on a server's 4 slots, C %d, allowed %d: lone steps %d, all steps %d", c.channels,
-                 (int)allowed, (int)s.persistent_lone, (int)(s.options.decode.products == DecodeProducts::Persistent));
-        inference_engine_free(&s);
-    }
     {
         InferenceEngine e;
         make_engine(&e, ref, shape_of(1, T, 17, steps), o, true);
@@ -353,11 +370,10 @@ void test_persistent(const GPT2Config& c, const char* label) {
     }
     if (boundary * 5 > steps) fail("persistent loop: %d of %d sampled picks on a CDF boundary", boundary, steps);
     if (by_run[0] != by_run[1]) fail("persistent loop: the CUDA Graph and plain runs chose different tokens");
-    printf("test_decode (%s, %s): the persistent step (Auto's choice at batch 1: %s), prefill logits rel-L2 %.3e, %d "
-           "decode steps, worst logits rel-L2 %.3e (<= %.0e); the loop greedy with and without the graph and sampled "
-           "(%d on a CDF boundary) = the host's pick, generate() = the loop: %s\n", PRECISION_NAME, label,
-           c.channels >= kPersistentAutoMinChannels ? "yes" : "no", worst_prefill, steps, worst, kTol, boundary,
-           failures == f0 ? "PASS" : "FAIL");
+    printf("test_decode (%s, %s): the persistent step, prefill logits rel-L2 %.3e, %d decode steps, worst logits "
+           "rel-L2 %.3e (<= %.0e); the loop greedy with and without the graph and sampled (%d on a CDF boundary) = the "
+           "host's pick, generate() = the loop: %s\n", PRECISION_NAME, label, worst_prefill, steps, worst, kTol,
+           boundary, failures == f0 ? "PASS" : "FAIL");
 }
 
 // Check 3: B slots; prompts prefilled in groups of up to 8 into scattered slots; steps over the first R, every other
@@ -616,6 +632,8 @@ int main(int argc, char** argv) {
     if (want("recompute")) test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
     if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
     if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
+    if (want("persistent")) test_persistent_auto(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
+    if (want("persistent")) test_persistent_auto(GPT2Config{256, 1000, 1024, 1, 20, 1280}, "L1 C1280");
     if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 1, 20, 1280}, "L1 C1280");  // Auto takes it
     return failures ? 1 : 0;
 }
