@@ -14,9 +14,10 @@
 // by the round's parity: a block writes round r + 2 only after it read all of round r + 1, which every block wrote
 // after reading round r, so no word is overwritten while it is read, and a word's old tag is two rounds old (a
 // 16-bit tag cannot repeat). Every value read is checked (values are integers below 251, exact in bf16) and the
-// program fails on any wrong one; buffers are poisoned (all ones) before the first round. Times: CUDA events, a
-// warm-up launch, the median of 5 launches of R rounds each, divided by R. A round also checks the vector (the same
-// work in every mode), so compare the modes with each other, not a round's time with a phase of the step.
+// program fails on any wrong one; buffers are poisoned (all ones) before the first round. Times: common.h's
+// benchmark (CUDA events, warm-ups), the median of 5 back-to-back launches of R rounds each, divided by R. A round
+// also checks the vector (the same work in every mode), so compare the modes with each other, not a round's time
+// with a phase of the step.
 //   make -C dev/cuda decode_handoff && ./dev/cuda/decode_handoff [-r rounds (2000)]
 #include <cstdio>
 #include <string>
@@ -181,37 +182,23 @@ int main(int argc, char** argv) {
         return 1;
     }
     print_device();
-    int dev, sms;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = device_sm_count();
     Handoff h(sms);
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start)), cudaCheck(cudaEventCreate(&stop));
     printf("one all-to-all hand-off of n values over %d blocks (one per SM, %d threads), us a round, median of 5 "
-           "launches of %d rounds\n", sms, kThreads, rounds);
+           "back-to-back launches of %d rounds\n", sms, kThreads, rounds);
     bool ok = true;
     for (int n : {768, 1600, 3072, 6400}) {  // C and 4C at d12 and d48
         printf("  n %4d:", n);
         for (Mode mode : {Counter, Spin, LL64, LL32}) {
             h.reset();
-            h.launch(mode, n, rounds);  // warm-up, and the check's first launch
-            std::vector<double> us;
-            for (int rep = 0; rep < 5; rep++) {
-                cudaCheck(cudaEventRecord(start));
-                h.launch(mode, n, rounds);
-                cudaCheck(cudaEventRecord(stop));
-                cudaCheck(cudaEventSynchronize(stop));
-                float ms = 0;
-                cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-                us.push_back(1e3 * ms / rounds);
-            }
+            // every launch checks its values; the vector is a few KB, so the warm median (back to back) is the one
+            const double us = 1e3 * benchmark([&] { h.launch(mode, n, rounds); }, 5).warm_ms / rounds;
             const unsigned long long wrong = h.wrong.download()[0];
             ok &= wrong == 0;
-            printf("  %s %.3f%s", kModeNames[mode], median(us), wrong ? " (WRONG VALUES)" : "");
+            printf("  %s %.3f%s", kModeNames[mode], us, wrong ? " (WRONG VALUES)" : "");
         }
         printf("\n");
     }
-    cudaCheck(cudaEventDestroy(start)), cudaCheck(cudaEventDestroy(stop));
     printf("decode_handoff: %s (every value read checked)\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }

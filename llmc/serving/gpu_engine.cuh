@@ -13,8 +13,9 @@
 // costs the step's graph and little around it. Two steps may be in flight (steps_in_flight 2): the next is queued
 // before the host waits for the last, so the GPU does not wait for the host between steps; each of the two has its
 // own upload, results, logprob rows, event and graphs (parity), so queuing one touches nothing the other still reads.
-// Asked for the persistent step (LLMC_DECODE_PERSISTENT=1), a step of one busy slot runs it on that slot alone (the
-// slot in the upload, read on the device; the picks after it as always): a lone stream's step is generation's.
+// Where the engine runs the persistent step for a lone slot (persistent_lone: asked for, or Auto's from C 1280 on), a
+// step of one busy slot runs it on that slot alone (the slot in the upload, read on the device; the picks after it as
+// always): a lone stream's step is generation's.
 // A call of whole prompts is begun and ended apart too (prefill_whole_begin / _end, llmc/serving/prompt_picks.cuh),
 // so it does not drain the stream either; a chunk's last pick still waits for its token.
 #pragma once
@@ -237,7 +238,8 @@ public:
         snprintf(head, sizeof(head), "decode steps on the GPU: %.3f ms each over %llu; read ",
                  decode_gpu_ms_ / decode_steps_, (unsigned long long)decode_steps_);
         std::string lone;
-        if (e_.persistent_lone) lone = "; " + std::to_string(lone_steps_) + " of them one slot's, as the persistent step";
+        if (e_.persistent_lone)
+            lone = "; " + std::to_string(lone_steps_) + " of them one slot's, as the persistent step";
         return head + bandwidth_text(bytes, decode_gpu_ms_, device_peak_memory_bandwidth()) + lone;
     }
     double decode_device_ms() const override { return decode_gpu_ms_; }
