@@ -54,17 +54,20 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     hopper::Ring<kStages> ring(*bars);
     const unsigned all = gridDim.x;
     if (threadIdx.x / 32 == kWarps) {  // the producer: every product phase's pages, in order
-        if (threadIdx.x % 32 == 0) {
-            PageWalk ahead(s);
-            for (int k = 0; k < s.l2_lead && ahead.valid(); k++, ahead.advance())
-                hopper::bulk_prefetch_l2(ahead.src(), ahead.bytes());
-            for (PageWalk p(s); p.valid(); p.advance(), ring.advance()) {
-                if (s.l2_lead > 0 && ahead.valid())  // l2_lead pages past this one, queued into L2
-                    hopper::bulk_prefetch_l2(ahead.src(), ahead.bytes()), ahead.advance();
-                uint64_t* bar = ring.acquire(p.bytes());
-                hopper::bulk_load_1d(pages + (size_t)ring.stage() * kPageBytes, p.src(), p.bytes(), bar);
+        if (threadIdx.x % 32 == 0)
+            for (int i = 0; i < s.count; i++) {
+                const Phase& ph = s.phases[i];
+                if (ph.kind != Kind::Product) continue;
+                int begin, end;
+                rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
+                const int per_page = rows_per_page(ph.K);
+                for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
+                    const uint32_t bytes = (uint32_t)(min(per_page, end - r0) * ph.K * sizeof(bf16));
+                    uint64_t* bar = ring.acquire(bytes);
+                    hopper::bulk_load_1d(pages + (size_t)ring.stage() * kPageBytes, ph.W + (size_t)r0 * ph.K, bytes,
+                                         bar);
+                }
             }
-        }
         return;
     }
     const int token = *s.token;

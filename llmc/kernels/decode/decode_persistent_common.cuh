@@ -78,9 +78,6 @@ struct Step {
     int pos = 0;                         // set by the kernel: len - 1
     int seq = 0;                         // set by the kernel: *row (0 without one)
     size_t cache_offset = 0;             // set by the kernel: the sequence's rows in a layer's cache (seq NH max_T HS)
-    // pages of the block's share queued into L2 ahead of the ring (cp.async.bulk.prefetch.L2), so the weights keep
-    // streaming while the ring is full; 0: none (dev/cuda/decode_step measures others)
-    int l2_lead = 0;
 };
 
 // A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on
@@ -112,31 +109,6 @@ __device__ __forceinline__ void rows_of(int n, int block, int blocks, int* begin
     *begin = n * block / blocks, *end = n * (block + 1) / blocks;  // n * blocks < 2^31 for every GPT-2 shape
 }
 __device__ __forceinline__ int rows_per_page(int K) { return min(kMaxPageRows, kPageBytes / (K * 2)); }
-// The block's pages of every product phase, in the order the producer streams them (a page: up to rows_per_page
-// of the block's rows of one matrix). The producer walks it twice: into the ring, and (Step::l2_lead) ahead into L2.
-struct PageWalk {
-    const Phase* phases;
-    int count, i = -1, r0 = 0, end = 0, per_page = 1;
-    const bf16* W = nullptr;
-    int K = 0;
-    __device__ explicit PageWalk(const Step& s) : phases(s.phases), count(s.count) { next_phase(); }
-    __device__ bool valid() const { return i < count; }
-    __device__ const bf16* src() const { return W + (size_t)r0 * K; }
-    __device__ uint32_t bytes() const { return (uint32_t)(min(per_page, end - r0) * K * sizeof(bf16)); }
-    __device__ void advance() {
-        if ((r0 += per_page) >= end) next_phase();
-    }
-    __device__ void next_phase() {
-        for (i++; i < count; i++) {
-            const Phase& ph = phases[i];
-            if (ph.kind != Kind::Product) continue;
-            rows_of(ph.N, blockIdx.x, gridDim.x, &r0, &end);
-            if (r0 >= end) continue;  // a phase with no rows here has no pages
-            W = ph.W, K = ph.K, per_page = rows_per_page(ph.K);
-            return;
-        }
-    }
-};
 // Slices of a row of V vectors, a power of two, so that one lane holds at most kRegV vectors of its slice.
 __device__ __forceinline__ int slices_of(int V) {
     int w = 1;
