@@ -476,14 +476,17 @@ int main(int argc, char** argv) {
            "%.2f TB/s, %.0f%% of the device's %.2f TB/s\n", depth, pos + 1, t.cold_ms, repeats, t.warm_ms, bytes / 1e6,
            bytes / (t.cold_ms * 1e9), 100.0 * bytes / (t.cold_ms * 1e-3) / peak, peak / 1e12);
     // where the time goes: the same launch without parts of it (results wrong, not checked)
+    const unsigned three = dp::kSkipAttention | dp::kSkipWaits | dp::kSkipLayerNorm;
     const char* parts[] = {"without attention", "without waits between phases", "without LayerNorms",
-                           "without all three"};
-    const unsigned masks[] = {dp::kSkipAttention, dp::kSkipWaits, dp::kSkipLayerNorm,
-                              dp::kSkipAttention | dp::kSkipWaits | dp::kSkipLayerNorm};
-    for (int i = 0; i < 4; i++) {
+                           "without all three", "without staging the input", "without products (pages unread)",
+                           "without all three and staging", "without all five (the skeleton)"};
+    const unsigned masks[] = {dp::kSkipAttention, dp::kSkipWaits,      dp::kSkipLayerNorm,
+                              three,              dp::kSkipStaging,    dp::kSkipProducts,
+                              three | dp::kSkipStaging, three | dp::kSkipStaging | dp::kSkipProducts};
+    for (int i = 0; i < 8; i++) {
         s.diagnose = masks[i];
         const Timing d = benchmark(launch, repeats);  // plain launches: the graph holds the full step
-        printf("  diagnostic, %-30s %.4f ms (%+.4f)\n", parts[i], d.cold_ms, d.cold_ms - t.cold_ms);
+        printf("  diagnostic, %-33s %.4f ms (%+.4f)\n", parts[i], d.cold_ms, d.cold_ms - t.cold_ms);
     }
     s.diagnose = 0;
     cudaCheck(cudaGraphExecDestroy(graph)), cudaCheck(cudaStreamDestroy(stream));

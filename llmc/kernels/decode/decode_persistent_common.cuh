@@ -27,8 +27,9 @@ constexpr int kUnitFloats = 4 + kHeadSize;
 
 enum class Kind : int { Product, Attention };
 // Diagnostics: no attention (its blocks only signal; the projection stages a stale input, unmerged), no waits
-// between phases, no LayerNorms.
-constexpr unsigned kSkipAttention = 1, kSkipWaits = 2, kSkipLayerNorm = 4;
+// between phases, no LayerNorms, no staging (x, the rows' bias and residual left stale), no products (each page
+// waited for and released unread, nothing stored).
+constexpr unsigned kSkipAttention = 1, kSkipWaits = 2, kSkipLayerNorm = 4, kSkipStaging = 8, kSkipProducts = 16;
 enum class Epilogue : int { Plain, Qkv, Gelu, Residual, Logits };
 
 // One phase. Product: out (N) = epilogue(LayerNorm?(in) . W^T + bias), W (N, K) row-major; in null: the step's

@@ -35,6 +35,10 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, 
 // the consumers synchronised.
 __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin, int end, float* x,
                             float* rows_bias, float* rows_res, float* red) {
+    if (s.diagnose & kSkipStaging) {
+        consumers_sync();
+        return;
+    }
     const int KV = ph.K / 8, t = threadIdx.x;
     const float* merged = s.diagnose & kSkipAttention ? nullptr : ph.partials;  // the diagnostic skips the merge too
     const uint4* in = reinterpret_cast<const uint4*>(ph.in);
@@ -137,6 +141,10 @@ __device__ void product(const Phase& ph, const Step& s, int begin, int end, cons
         const int n = min(per_page, end - r0);
         float* part = partials + (sliced_pages & 1) * kPartials;
         ring.wait_full();
+        if (s.diagnose & kSkipProducts) {
+            ring.release();
+            continue;
+        }
         const bf16* page = reinterpret_cast<const bf16*>(pages + (size_t)ring.stage() * kPageBytes);
         for (int r = wr; r < n; r += 2 * Wr) {
             const bool two = r + Wr < n;
