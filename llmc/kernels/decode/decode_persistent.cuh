@@ -54,26 +54,20 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     hopper::Ring<kStages> ring(*bars);
     const unsigned all = gridDim.x;
     if (threadIdx.x / 32 == kWarps) {  // the producer: every product phase's pages, in order
-        if (threadIdx.x % 32 == 0) {
-            // trails the ring by `inflight` pages, fewer than the ring's stages: a stage it waits on is not refilled
-            hopper::Ring<kStages> landed(*bars);
-            const int inflight = s.inflight_pages > 0 && s.inflight_pages < kStages ? s.inflight_pages : 0;
-            int issued = 0;
+        if (threadIdx.x % 32 == 0)
             for (int i = 0; i < s.count; i++) {
                 const Phase& ph = s.phases[i];
                 if (ph.kind != Kind::Product) continue;
                 int begin, end;
                 rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
                 const int per_page = rows_per_page(ph.K);
-                for (int r0 = begin; r0 < end; r0 += per_page, ring.advance(), issued++) {
-                    if (inflight > 0 && issued >= inflight) landed.wait_full(), landed.advance();
+                for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
                     const uint32_t bytes = (uint32_t)(min(per_page, end - r0) * ph.K * sizeof(bf16));
                     uint64_t* bar = ring.acquire(bytes);
                     hopper::bulk_load_1d(pages + (size_t)ring.stage() * kPageBytes, ph.W + (size_t)r0 * ph.K, bytes,
                                          bar);
                 }
             }
-        }
         return;
     }
     const int token = *s.token;

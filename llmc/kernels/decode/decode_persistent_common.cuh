@@ -79,9 +79,6 @@ struct Step {
     int pos = 0;                         // set by the kernel: len - 1
     int seq = 0;                         // set by the kernel: *row (0 without one)
     size_t cache_offset = 0;             // set by the kernel: the sequence's rows in a layer's cache (seq NH max_T HS)
-    // pages the producer keeps in flight (it waits for page p - n to land before it issues page p); 0: the ring's
-    // depth. dev/cuda/decode_step measures fewer: the consumers' loads may queue behind the SM's own copies
-    int inflight_pages = 0;
 };
 
 // A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on
