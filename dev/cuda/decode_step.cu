@@ -14,9 +14,10 @@
 //     CUDA Graph (the kernel leaves its counters zero for the next launch);
 //   - generation's pick (store_pick's outputs): the next token, the new token's row and the length advanced.
 // Then ms a step (median of cold-L2 graph replays, dev/cuda/common.h) and the bytes read (weights and KV cache) over
-// that time against the device's peak, and the same launch without parts of it (where the time goes). Last, both ways
-// on one model: today's step (the engine's decode_forward, as generate_gpt2cu replays it) and the persistent one on
-// GPT-2's random init after a prefill, checked against each other and timed in the same call.
+// that time against the device's peak, the same launch without parts of it, and its timeline (decode_timeline.h: each
+// phase's wait, staging, products and end on every block, in one launch checked to give the same logits). Last, both
+// ways on one model: today's step (the engine's decode_forward, as generate_gpt2cu replays it) and the persistent one
+// on GPT-2's random init after a prefill, checked against each other and timed in the same call.
 //   make -C dev/cuda decode_step && ./dev/cuda/decode_step [-e 12|24|36|48] [-t positions before the token (255)]
 //   [-r repeats (20)]
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include "llmc/inference/decode_traffic.h"
 #include "llmc/inference/engine.cuh"
 #include "llmc/inference/generate.cuh"
+#include "decode_timeline.h"
 #include "llmc/kernels/decode/decode_persistent.cuh"
 
 namespace dp = decode_persistent;
@@ -489,7 +491,25 @@ int main(int argc, char** argv) {
         printf("  diagnostic, %-33s %.4f ms (%+.4f)\n", parts[i], d.cold_ms, d.cold_ms - t.cold_ms);
     }
     s.diagnose = 0;
+    {  // the same step with its timeline: the logits unchanged (checked), then where each phase's time goes
+        DeviceBuffer<unsigned long long> timeline((size_t)sms * phases.size() * dp::kTimelineMarks + (size_t)sms * 4);
+        timeline.poison(), logits.poison();
+        s.timeline = timeline.ptr;
+        launch();
+        cudaCheck(cudaDeviceSynchronize());
+        s.timeline = nullptr;
+        const std::vector<bf16> got = logits.download();
+        const bool same = memcmp(got.data(), g_logits.data(), got.size() * sizeof(bf16)) == 0;
+        const bool read = decode_timeline::print(timeline.download(), phases, sms, C);
+        if (!same || !read)
+            printf("  the timeline's launch: %s\n", !same ? "LOGITS DIFFER (must be identical)" : "A STAMP MISSING");
+        ok &= same && read;
+    }
     cudaCheck(cudaGraphExecDestroy(graph)), cudaCheck(cudaStreamDestroy(stream));
+    if (!ok) {
+        printf("decode_step: FAIL\n");
+        return 1;
+    }
     if (!both_ways(c, before, repeats, sms)) {
         printf("decode_step: FAIL\n");
         return 1;

@@ -83,7 +83,9 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     };
     if (threadIdx.x == 0) fetch(0), cp_async_wait<0>();
     consumers_sync();
+    mark_span(s, 0);
     for (int i = 0; i < s.count; i++) {
+        mark(s, i, 0);
         const Phase& ph = slots[i & 1];
         if (threadIdx.x == 0 && i + 1 < s.count) fetch(i + 1);
         const bool attend = ph.kind == Kind::Attention && !(s.diagnose & kSkipAttention);
@@ -94,18 +96,24 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             if (threadIdx.x == 0) wait_count(&s.done[i - 1], all);
             consumers_sync();
         }
+        mark(s, i, 1);
         if (ph.kind == Kind::Attention) {
+            mark(s, i, 2);  // nothing staged: its keys were loaded before the wait
             if (attend) attention(ph, s, kv, x);
         } else {
             int begin, end;
             rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
             stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red);
+            mark(s, i, 2);
             product(ph, s, begin, end, pages, x, partials, rows_bias, rows_res, red_key, ring, sliced_pages);
         }
+        mark(s, i, 3);
         if (threadIdx.x == 0) cp_async_wait<0>();
         consumers_sync();  // every thread's stores (and the next description), then the release
         if (threadIdx.x == 0) red_release_add(&s.done[i], 1u);
+        mark(s, i, 4);
     }
+    mark_span(s, 2);
     if (blockIdx.x == 0) {  // the greedy pick over every block's key, once all have written theirs
         if (threadIdx.x == 0) wait_count(&s.done[s.count - 1], all);
         consumers_sync();

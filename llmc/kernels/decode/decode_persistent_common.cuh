@@ -79,7 +79,12 @@ struct Step {
     int pos = 0;                         // set by the kernel: len - 1
     int seq = 0;                         // set by the kernel: *row (0 without one)
     size_t cache_offset = 0;             // set by the kernel: the sequence's rows in a layer's cache (seq NH max_T HS)
+    // dev/cuda/decode_step's timeline (null: off; results unchanged): per block and phase, clock64 at kTimelineMarks
+    // points stamped by consumer thread 0 (the phase's start, its wait done, its input staged, its products done, its
+    // release), then per block clock64 and %globaltimer at the kernel's start and end (the clock's rate)
+    unsigned long long* timeline = nullptr;
 };
+constexpr int kTimelineMarks = 5;
 
 // A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on
 // the GPU), and enough that a chunk at the whole context fits its registers; 0 past kMaxSplits chunks.
@@ -156,6 +161,19 @@ __device__ __forceinline__ unsigned long long pick_rank(bf16 logit, int id) {
 
 __device__ __forceinline__ float embedding(const Step& s, int token, int c) {
     return round_bf16(bf(s.wte[(size_t)token * s.C + c]) + bf(s.wpe[(size_t)s.pos * s.C + c]));
+}
+
+// Stamps of Step::timeline, by consumer thread 0 of each block.
+__device__ __forceinline__ void mark(const Step& s, int phase, int k) {
+    if (s.timeline && threadIdx.x == 0)
+        s.timeline[((size_t)blockIdx.x * s.count + phase) * kTimelineMarks + k] = clock64();
+}
+__device__ __forceinline__ void mark_span(const Step& s, int at) {  // at 0: the kernel's start, 2: its end
+    if (!s.timeline || threadIdx.x != 0) return;
+    unsigned long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    unsigned long long* p = s.timeline + (size_t)gridDim.x * s.count * kTimelineMarks + (size_t)blockIdx.x * 4 + at;
+    p[0] = clock64(), p[1] = ns;
 }
 
 __device__ __forceinline__ float dot8(uint4 w, const float4 (&x)[2]) {

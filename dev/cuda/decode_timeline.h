@@ -1,0 +1,93 @@
+// The persistent decode step's timeline (Step::timeline), summarised: where a phase's time goes on each block, in
+// one launch, instead of subtracting launches without parts of it. Consumer thread 0 of every block stamps clock64
+// at five points of each phase (its start, its wait for the phase before done, its input staged, its products done,
+// its release); the intervals are thread 0's view, so "end" also holds the wait for the block's slowest warp. The
+// clock's rate comes from the same blocks' %globaltimer over the kernel.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "llmc/kernels/decode/decode_persistent.cuh"
+
+namespace decode_timeline {
+
+namespace dp = decode_persistent;
+
+// A phase's name in the report: its kind and where it sits in a layer.
+inline std::string phase_name(const dp::Phase& ph, int C) {
+    if (ph.kind == dp::Kind::Attention) return "attention";
+    switch (ph.epilogue) {
+        case dp::Epilogue::Qkv: return "qkv (LN)";
+        case dp::Epilogue::Gelu: return "fc (LN)";
+        case dp::Epilogue::Logits: return "classifier (LN)";
+        case dp::Epilogue::Residual: return ph.K == C ? "attproj" : "fcproj";
+        default: return "other";
+    }
+}
+
+// t: the timeline as the kernel left it (blocks x phases x kTimelineMarks stamps, then blocks x 4: clock64 and
+// %globaltimer at the start, then at the end). Returns false when a stamp is missing or out of order.
+inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp::Phase>& phases, int blocks, int C) {
+    const int P = (int)phases.size(), M = dp::kTimelineMarks;
+    const size_t spans = (size_t)blocks * P * M;
+    if (t.size() != spans + (size_t)blocks * 4) return false;
+    for (unsigned long long v : t)
+        if (v == ~0ull) return false;  // poisoned: a stamp never written
+    double cycles = 0, ns = 0;
+    for (int b = 0; b < blocks; b++) {
+        const unsigned long long* sp = &t[spans + (size_t)b * 4];
+        if (sp[2] <= sp[0] || sp[3] <= sp[1]) return false;
+        cycles += (double)(sp[2] - sp[0]), ns += (double)(sp[3] - sp[1]);
+    }
+    const double ghz = cycles / ns, us = 1e-3 / ghz;  // cycles to µs
+    std::vector<std::string> names;
+    for (const dp::Phase& ph : phases) {
+        const std::string n = phase_name(ph, C);
+        bool seen = false;
+        for (const std::string& m : names) seen |= m == n;
+        if (!seen) names.push_back(n);
+    }
+    const char* parts[] = {"wait", "stage", "products", "end"};
+    printf("the timeline (one launch; consumer thread 0 of each block; clock64 at %.3f GHz by %%globaltimer): us a "
+           "phase, the mean over blocks, then over the step's phases of that kind [the slowest block's, likewise]\n",
+           ghz);
+    printf("  %-16s %6s", "phase", "count");
+    for (const char* p : parts) printf("  %15s", p);
+    printf("\n");
+    double total[4] = {};
+    for (const std::string& n : names) {
+        double mean[4] = {}, slow[4] = {};
+        int count = 0;
+        for (int i = 0; i < P; i++) {
+            if (phase_name(phases[i], C) != n) continue;
+            count++;
+            for (int k = 0; k < 4; k++) {
+                double sum = 0, worst = 0;
+                for (int b = 0; b < blocks; b++) {
+                    const unsigned long long* m = &t[((size_t)b * P + i) * M];
+                    if (m[k + 1] < m[k]) return false;
+                    const double d = (double)(m[k + 1] - m[k]) * us;
+                    sum += d, worst = d > worst ? d : worst;
+                }
+                mean[k] += sum / blocks, slow[k] += worst;
+            }
+        }
+        printf("  %-16s %6d", n.c_str(), count);
+        for (int k = 0; k < 4; k++) {
+            printf("  %6.2f [%6.2f]", mean[k] / count, slow[k] / count);
+            total[k] += mean[k];
+        }
+        printf("\n");
+    }
+    double span = 0;
+    for (int b = 0; b < blocks; b++) span += (double)(t[spans + (size_t)b * 4 + 3] - t[spans + (size_t)b * 4 + 1]);
+    printf("  the step on a block: %.4f ms (the kernel's span, mean over blocks); over its phases",
+           span / blocks * 1e-6);
+    for (int k = 0; k < 4; k++) printf(", %s %.4f ms", parts[k], total[k] * 1e-3);
+    printf("\n");
+    return true;
+}
+
+}  // namespace decode_timeline
