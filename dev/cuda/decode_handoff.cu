@@ -18,13 +18,22 @@
 // benchmark (CUDA events, warm-ups), the median of 5 back-to-back launches of R rounds each, divided by R. A round
 // also checks the vector (the same work in every mode), so compare the modes with each other, not a round's time
 // with a phase of the step.
+// Then the same hand-off inside a thread block cluster of k blocks (Hopper): each block keeps its slice in its own
+// shared memory, the cluster's barrier (arrive.release, wait.acquire) orders it, and every block reads the other
+// slices through distributed shared memory, never through L2. A step whose phases exchange within clusters (a head's
+// QKV rows, its attention, its share of the projection) would pay this instead of the all-to-all; how many clusters
+// of k can be resident at once (cudaOccupancyMaxActiveClusters) says which k such a step can use.
 //   make -C dev/cuda decode_handoff && ./dev/cuda/decode_handoff [-r rounds (2000)]
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include <cooperative_groups.h>
+
 #include "common.h"
 #include "llmc/core/block_counters.cuh"
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256, kMaxN = 6400;
 enum Mode { Counter = 0, Spin = 1, LL64 = 2, LL32 = 3 };
@@ -145,6 +154,36 @@ __global__ void __launch_bounds__(kThreads) handoff_kernel(void* data, unsigned*
     if (bad) atomicAdd(wrong, bad);
 }
 
+// Rounds within a cluster: the block's slice (by its rank in the cluster) into own[round parity], the cluster's
+// barrier, then the whole vector from the cluster's blocks' own[] into x, checked. Two buffers by parity, as above: a
+// block writes round r + 2 only after the barrier of round r + 1, which no block passes before it read round r.
+constexpr int kMaxClusterN = 3072;
+__global__ void __launch_bounds__(kThreads) cluster_handoff_kernel(int n, unsigned first, int rounds,
+                                                                   unsigned long long* wrong) {
+    __shared__ float own[2][kMaxClusterN];
+    __shared__ float x[kMaxClusterN];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int k = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    const int begin = n * rank / k, end = n * (rank + 1) / k;
+    unsigned long long bad = 0;
+    for (unsigned r = first; r < first + (unsigned)rounds; r++) {
+        float* mine = own[r & 1u];
+        for (int i = begin + threadIdx.x; i < end; i += kThreads) mine[i] = (float)value_of(r, i);
+        cluster.sync();
+        for (int i = threadIdx.x; i < n; i += kThreads) {
+            int o = i * k / n;  // the rank whose slice [n o / k, n (o + 1) / k) holds i
+            while (n * (o + 1) / k <= i) o++;
+            while (n * o / k > i) o--;
+            x[i] = cluster.map_shared_rank(mine, o)[i];
+        }
+        __syncthreads();  // the whole vector is the block's
+        for (int i = threadIdx.x; i < n; i += kThreads) bad += x[i] != (float)value_of(r, i);
+        __syncthreads();  // x is rewritten next round
+    }
+    cluster.sync();  // no block leaves while another may still read its shared memory
+    if (bad) atomicAdd(wrong, bad);
+}
+
 struct Handoff {
     int sms;
     DeviceBuffer<unsigned long long> data{2 * (size_t)kMaxN}, wrong{1};
@@ -173,6 +212,47 @@ struct Handoff {
     }
 };
 
+// The cluster hand-off for k = 2, 4, 8 and 16 (16: a non-portable size, where the GPU allows it), over as many whole
+// clusters as are resident at once and fit in one block per SM (a second wave would double a round's time).
+bool cluster_rounds(int rounds, int sms) {
+    cudaCheck(cudaFuncSetAttribute(cluster_handoff_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    DeviceBuffer<unsigned long long> wrong(1);
+    bool ok = true;
+    for (int k : {2, 4, 8, 16}) {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3((unsigned)k), config.blockDim = dim3(kThreads);
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)k, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        config.attrs = attr, config.numAttrs = 1;
+        int resident = 0;
+        if (cudaOccupancyMaxActiveClusters(&resident, cluster_handoff_kernel, &config) != cudaSuccess ||
+            resident == 0) {
+            (void)cudaGetLastError();
+            printf("  k %2d: not launchable here\n", k);
+            continue;
+        }
+        const int clusters = std::min(resident, sms / k);
+        config.gridDim = dim3((unsigned)(clusters * k));
+        printf("  k %2d (%2d clusters resident, %3d blocks; run on %3d):", k, resident, resident * k, clusters * k);
+        unsigned first = 1;
+        for (int n : {768, 1600, 3072}) {
+            cudaCheck(cudaMemset(wrong.ptr, 0, wrong.bytes()));
+            unsigned long long* w = wrong.ptr;
+            const double us = 1e3 * benchmark([&] {
+                cudaCheck(cudaLaunchKernelEx(&config, cluster_handoff_kernel, n, first, rounds, w));
+                cudaCheckLaunch();
+                first += (unsigned)rounds;
+            }, 5).warm_ms / rounds;
+            const unsigned long long bad = wrong.download()[0];
+            ok &= bad == 0;
+            printf("  n %4d %.3f%s", n, us, bad ? " (WRONG VALUES)" : "");
+        }
+        printf("\n");
+    }
+    return ok;
+}
+
 int main(int argc, char** argv) {
     int rounds = 2000;
     for (int i = 1; i < argc; i++) {
@@ -199,6 +279,9 @@ int main(int argc, char** argv) {
         }
         printf("\n");
     }
+    printf("the same within a cluster of k blocks (distributed shared memory), us a round, median of 5 launches of %d "
+           "rounds; resident at once: the most clusters of k, as blocks\n", rounds);
+    ok &= cluster_rounds(rounds, sms);
     printf("decode_handoff: %s (every value read checked)\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
