@@ -157,9 +157,9 @@ inline double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
-// Times fn() `repeats` times each way with CUDA events after a warm-up.
-template <typename F>
-Timing benchmark(F&& fn, int repeats) {
+// Overwrites the L2 cache (a buffer twice its size, filled with `salt`), so the next call on the stream reads its
+// inputs from device memory.
+inline void flush_l2(int salt = 0) {
     static DeviceBuffer<char> flush;
     if (!flush.ptr) {
         int dev, l2 = 0;
@@ -167,6 +167,12 @@ Timing benchmark(F&& fn, int repeats) {
         cudaCheck(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
         flush.resize((size_t)std::max(l2, 1 << 20) * 2);
     }
+    cudaCheck(cudaMemsetAsync(flush.ptr, salt & 0xFF, flush.bytes()));
+}
+
+// Times fn() `repeats` times each way with CUDA events after a warm-up.
+template <typename F>
+Timing benchmark(F&& fn, int repeats) {
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&stop));
@@ -183,7 +189,7 @@ Timing benchmark(F&& fn, int repeats) {
     };
     std::vector<double> cold, warm;
     for (int i = 0; i < repeats; i++) {
-        cudaCheck(cudaMemsetAsync(flush.ptr, i & 0xFF, flush.bytes()));  // L2 overwritten: a cold call
+        flush_l2(i);  // a cold call
         cold.push_back(timed_ms());
     }
     for (int i = 0; i < repeats; i++) warm.push_back(timed_ms());

@@ -157,7 +157,9 @@ __global__ void __launch_bounds__(kThreads) handoff_kernel(void* data, unsigned*
 // Rounds within a cluster: the block's slice (by its rank in the cluster) into own[round parity], the cluster's
 // barrier, then the whole vector from the cluster's blocks' own[] into x, checked. Two buffers by parity, as above: a
 // block writes round r + 2 only after the barrier of round r + 1, which no block passes before it read round r.
-constexpr int kMaxClusterN = 3072;
+// The block also asks for kOneBlockPerSM bytes of dynamic shared memory it does not use, more than half an SM's, so
+// that one block sits on an SM as in the step (its ~200 KB) and the resident count is the step's.
+constexpr int kMaxClusterN = 3072, kClusterPerThread = kMaxClusterN / kThreads, kOneBlockPerSM = 128 << 10;
 __global__ void __launch_bounds__(kThreads) cluster_handoff_kernel(int n, unsigned first, int rounds,
                                                                    unsigned long long* wrong) {
     __shared__ float own[2][kMaxClusterN];
@@ -165,17 +167,28 @@ __global__ void __launch_bounds__(kThreads) cluster_handoff_kernel(int n, unsign
     cg::cluster_group cluster = cg::this_cluster();
     const int k = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
     const int begin = n * rank / k, end = n * (rank + 1) / k;
+    int owner[kClusterPerThread];  // the rank whose slice [n o / k, n (o + 1) / k) holds each of the thread's values
+#pragma unroll
+    for (int j = 0; j < kClusterPerThread; j++) {
+        const int i = threadIdx.x + j * kThreads;
+        int o = i < n ? i * k / n : 0;
+        while (i < n && n * (o + 1) / k <= i) o++;
+        while (i < n && n * o / k > i) o--;
+        owner[j] = o;
+    }
     unsigned long long bad = 0;
     for (unsigned r = first; r < first + (unsigned)rounds; r++) {
         float* mine = own[r & 1u];
         for (int i = begin + threadIdx.x; i < end; i += kThreads) mine[i] = (float)value_of(r, i);
         cluster.sync();
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-            int o = i * k / n;  // the rank whose slice [n o / k, n (o + 1) / k) holds i
-            while (n * (o + 1) / k <= i) o++;
-            while (n * o / k > i) o--;
-            x[i] = cluster.map_shared_rank(mine, o)[i];
-        }
+        float v[kClusterPerThread];  // all loads in flight at once, as the other modes'
+#pragma unroll
+        for (int j = 0; j < kClusterPerThread; j++)
+            if (threadIdx.x + j * kThreads < n)
+                v[j] = cluster.map_shared_rank(mine, owner[j])[threadIdx.x + j * kThreads];
+#pragma unroll
+        for (int j = 0; j < kClusterPerThread; j++)
+            if (threadIdx.x + j * kThreads < n) x[threadIdx.x + j * kThreads] = v[j];
         __syncthreads();  // the whole vector is the block's
         for (int i = threadIdx.x; i < n; i += kThreads) bad += x[i] != (float)value_of(r, i);
         __syncthreads();  // x is rewritten next round
@@ -216,22 +229,26 @@ struct Handoff {
 // clusters as are resident at once and fit in one block per SM (a second wave would double a round's time).
 bool cluster_rounds(int rounds, int sms) {
     cudaCheck(cudaFuncSetAttribute(cluster_handoff_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaCheck(cudaFuncSetAttribute(cluster_handoff_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   kOneBlockPerSM));
     DeviceBuffer<unsigned long long> wrong(1);
     bool ok = true;
     for (int k : {2, 4, 8, 16}) {
         cudaLaunchConfig_t config = {};
-        config.gridDim = dim3((unsigned)k), config.blockDim = dim3(kThreads);
+        config.gridDim = dim3((unsigned)k), config.blockDim = dim3(kThreads), config.dynamicSmemBytes = kOneBlockPerSM;
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = (unsigned)k, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
         config.attrs = attr, config.numAttrs = 1;
         int resident = 0;
-        if (cudaOccupancyMaxActiveClusters(&resident, cluster_handoff_kernel, &config) != cudaSuccess ||
-            resident == 0) {
-            (void)cudaGetLastError();
-            printf("  k %2d: not launchable here\n", k);
+        const cudaError_t e = cudaOccupancyMaxActiveClusters(&resident, cluster_handoff_kernel, &config);
+        if (e == cudaErrorInvalidClusterSize || e == cudaErrorNotSupported || (e == cudaSuccess && resident == 0)) {
+            (void)cudaGetLastError();  // not sticky: this cluster size is refused here
+            printf("  k %2d: not launchable here (%s)\n", k,
+                   e == cudaSuccess ? "no cluster fits" : cudaGetErrorString(e));
             continue;
         }
+        cudaCheck(e);
         const int clusters = std::min(resident, sms / k);
         config.gridDim = dim3((unsigned)(clusters * k));
         printf("  k %2d (%2d clusters resident, %3d blocks; run on %3d):", k, resident, resident * k, clusters * k);

@@ -1,8 +1,9 @@
 // The persistent decode step's timeline (Step::timeline), summarised: where a phase's time goes on each block, in
 // one launch, instead of subtracting launches without parts of it. Consumer thread 0 of every block stamps clock64
 // at five points of each phase (its start, its wait for the phase before done, its input staged, its products done,
-// its release); the intervals are thread 0's view, so "end" also holds the wait for the block's slowest warp. The
-// clock's rate comes from the same blocks' %globaltimer over the kernel.
+// its release); the intervals are thread 0's view, so "end" also holds the wait for the block's slowest warp, and the
+// first phase (layer 0's qkv) has no wait. The clock's rate comes from the same blocks' %globaltimer over the kernel.
+// One launch, after the L2 is overwritten (cold, as the step's timings).
 #pragma once
 
 #include <cstdio>
