@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "common.h"
+#include "decode_timeline.h"
 #include "llmc/gpt2/gpt2_init.h"
 #include "llmc/inference/decode_traffic.h"
 #include "llmc/inference/engine.cuh"
 #include "llmc/inference/generate.cuh"
-#include "decode_timeline.h"
 #include "llmc/kernels/decode/decode_persistent.cuh"
 
 namespace dp = decode_persistent;

@@ -36,6 +36,8 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
     if (t.size() != spans + (size_t)blocks * 4) return false;
     for (unsigned long long v : t)
         if (v == ~0ull) return false;  // poisoned: a stamp never written
+    for (size_t j = 0; j < spans; j++)  // a phase's stamps in order
+        if (j % M != 0 && t[j] < t[j - 1]) return false;
     double cycles = 0, ns = 0;
     for (int b = 0; b < blocks; b++) {
         const unsigned long long* sp = &t[spans + (size_t)b * 4];
@@ -68,7 +70,6 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
                 double sum = 0, worst = 0;
                 for (int b = 0; b < blocks; b++) {
                     const unsigned long long* m = &t[((size_t)b * P + i) * M];
-                    if (m[k + 1] < m[k]) return false;
                     const double d = (double)(m[k + 1] - m[k]) * us;
                     sum += d, worst = d > worst ? d : worst;
                 }

@@ -287,13 +287,13 @@ void test_cached(const GPT2Config& c, const char* label) {
 // builds, other GPUs: there it checks that Auto stays away).
 void test_persistent_auto(const GPT2Config& c, const char* label) {
     const int f0 = failures, T = 128;
-    const bool runs = persistent_step_supported(c, 1, nullptr);
+    const bool takes = persistent_step_supported(c, 1, nullptr) && c.channels >= kPersistentAutoMinChannels;
     Reference ref(c, 1, T);
     for (int way = 0; way < 3; way++) {  // allowed, not allowed, attention forced
         InferenceOptions a;
         a.decode.persistent_auto = way != 1;
         if (way == 2) a.decode.attention = DecodeAttentionKernel::Split;
-        const bool want = way == 0 && runs && c.channels >= kPersistentAutoMinChannels;
+        const bool want = way == 0 && takes;
         InferenceEngine e;
         make_engine(&e, ref, shape_of(1, T, 17, 8), a, false);
         if ((e.options.decode.products == DecodeProducts::Persistent) != want)
@@ -312,7 +312,7 @@ void test_persistent_auto(const GPT2Config& c, const char* label) {
     }
     printf("test_decode (%s, %s): Auto's persistent choice (%s here), for generation at batch 1 and a server's lone "
            "slot, not when LLMC_DECODE_PERSISTENT=0 or decode attention is forced: %s\n", PRECISION_NAME, label,
-           runs && c.channels >= kPersistentAutoMinChannels ? "taken" : "not taken", failures == f0 ? "PASS" : "FAIL");
+           takes ? "taken" : "not taken", failures == f0 ? "PASS" : "FAIL");
 }
 
 // Check 6: the persistent step (llmc/inference/persistent_step.cuh; batch 1, Hopper, BF16), where it runs: decode
