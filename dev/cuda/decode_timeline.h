@@ -2,8 +2,10 @@
 // one launch, instead of subtracting launches without parts of it. Consumer thread 0 of every block stamps clock64
 // at five points of each phase (its start, its wait for the phase before done, its input staged, its products done,
 // its release); the intervals are thread 0's view, so "end" also holds the wait for the block's slowest warp, and the
-// first phase (layer 0's qkv) has no wait. The clock's rate comes from the same blocks' %globaltimer over the kernel.
-// One launch, after the L2 is overwritten (cold, as the step's timings).
+// first phase (layer 0's qkv) has no wait. Of its products, the time it waited for pages; and the producer's stamps
+// say how long before the products began it issued the phase's first page, and before they ended its last. The
+// clock's rate comes from the same blocks' %globaltimer over the kernel (clock64 is one counter an SM). One launch,
+// after the L2 is overwritten (cold, as the step's timings).
 #pragma once
 
 #include <cstdio>
@@ -36,8 +38,8 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
     if (t.size() != spans + (size_t)blocks * 4) return false;
     for (unsigned long long v : t)
         if (v == ~0ull) return false;  // poisoned: a stamp never written
-    for (size_t j = 0; j < spans; j++)  // a phase's stamps in order
-        if (j % M != 0 && t[j] < t[j - 1]) return false;
+    for (size_t j = 0; j < spans; j++)  // a phase's five stamps in order
+        if (j % M != 0 && j % M < 5 && t[j] < t[j - 1]) return false;
     double cycles = 0, ns = 0;
     for (int b = 0; b < blocks; b++) {
         const unsigned long long* sp = &t[spans + (size_t)b * 4];
@@ -52,32 +54,40 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
         for (const std::string& m : names) seen |= m == n;
         if (!seen) names.push_back(n);
     }
-    const char* parts[] = {"wait", "stage", "products", "end"};
+    // thread 0's four intervals, then of its products the pages' wait, then the producer's lead: its first page
+    // issued before the products began, its last before they ended (negative: after)
+    const char* parts[] = {"wait", "stage", "products", "end", "pages' wait", "first issued", "last issued"};
+    auto value = [&](const unsigned long long* m, int k) {
+        if (k < 4) return (double)(m[k + 1] - m[k]);
+        if (k == 4) return (double)m[dp::kMarkPagesWait];
+        const unsigned long long issued = m[k == 5 ? dp::kMarkFirstIssued : dp::kMarkLastIssued];
+        return issued == 0 ? 0.0 : (double)(long long)(m[k == 5 ? 2 : 3] - issued);
+    };
+    constexpr int kParts = 7;
     printf("the timeline (one launch; consumer thread 0 of each block; clock64 at %.3f GHz by %%globaltimer): us a "
-           "phase, the mean over blocks, then over the step's phases of that kind [the slowest block's, likewise]\n",
-           ghz);
+           "phase, the mean over blocks, then over the step's phases of that kind [the slowest block's; of a lead, "
+           "the least]\n", ghz);
     printf("  %-16s %6s", "phase", "count");
-    for (const char* p : parts) printf("  %15s", p);
+    for (const char* p : parts) printf("  %15s", p);  // each column: mean [slowest block, or least lead]
     printf("\n");
-    double total[4] = {};
+    double total[kParts] = {};
     for (const std::string& n : names) {
-        double mean[4] = {}, slow[4] = {};
+        double mean[kParts] = {}, slow[kParts] = {};
         int count = 0;
         for (int i = 0; i < P; i++) {
             if (phase_name(phases[i], C) != n) continue;
             count++;
-            for (int k = 0; k < 4; k++) {
-                double sum = 0, worst = 0;
+            for (int k = 0; k < kParts; k++) {
+                double sum = 0, worst = 0;  // the leads' worst is the least
                 for (int b = 0; b < blocks; b++) {
-                    const unsigned long long* m = &t[((size_t)b * P + i) * M];
-                    const double d = (double)(m[k + 1] - m[k]) * us;
-                    sum += d, worst = d > worst ? d : worst;
+                    const double d = value(&t[((size_t)b * P + i) * M], k) * us;
+                    sum += d, worst = b == 0 ? d : k < 5 ? (d > worst ? d : worst) : (d < worst ? d : worst);
                 }
                 mean[k] += sum / blocks, slow[k] += worst;
             }
         }
         printf("  %-16s %6d", n.c_str(), count);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < kParts; k++) {
             printf("  %6.2f [%6.2f]", mean[k] / count, slow[k] / count);
             total[k] += mean[k];
         }
@@ -87,7 +97,7 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
     for (int b = 0; b < blocks; b++) span += (double)(t[spans + (size_t)b * 4 + 3] - t[spans + (size_t)b * 4 + 1]);
     printf("  the step on a block: %.4f ms (the kernel's span, mean over blocks); over its phases",
            span / blocks * 1e-6);
-    for (int k = 0; k < 4; k++) printf(", %s %.4f ms", parts[k], total[k] * 1e-3);
+    for (int k = 0; k < 5; k++) printf(", %s %.4f ms", parts[k], total[k] * 1e-3);
     printf("\n");
     return true;
 }

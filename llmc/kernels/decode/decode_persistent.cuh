@@ -57,13 +57,20 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         if (threadIdx.x % 32 == 0)
             for (int i = 0; i < s.count; i++) {
                 const Phase& ph = s.phases[i];
-                if (ph.kind != Kind::Product) continue;
+                if (ph.kind != Kind::Product) {
+                    if (s.timeline) mark_value(s, i, kMarkFirstIssued, 0), mark_value(s, i, kMarkLastIssued, 0);
+                    continue;
+                }
                 int begin, end;
                 rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
                 const int per_page = rows_per_page(ph.K);
                 for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
                     const uint32_t bytes = (uint32_t)(min(per_page, end - r0) * ph.K * sizeof(bf16));
                     uint64_t* bar = ring.acquire(bytes);
+                    if (s.timeline) {
+                        if (r0 == begin) mark_value(s, i, kMarkFirstIssued, clock64());
+                        if (r0 + per_page >= end) mark_value(s, i, kMarkLastIssued, clock64());
+                    }
                     hopper::bulk_load_1d(pages + (size_t)ring.stage() * kPageBytes, ph.W + (size_t)r0 * ph.K, bytes,
                                          bar);
                 }
@@ -99,13 +106,14 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         mark(s, i, 1);
         if (ph.kind == Kind::Attention) {
             mark(s, i, 2);  // nothing staged: its keys were loaded before the wait
+            if (s.timeline && threadIdx.x == 0) mark_value(s, i, kMarkPagesWait, 0);
             if (attend) attention(ph, s, kv, x);
         } else {
             int begin, end;
             rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
             stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red);
             mark(s, i, 2);
-            product(ph, s, begin, end, pages, x, partials, rows_bias, rows_res, red_key, ring, sliced_pages);
+            product(ph, s, i, begin, end, pages, x, partials, rows_bias, rows_res, red_key, ring, sliced_pages);
         }
         mark(s, i, 3);
         if (threadIdx.x == 0) cp_async_wait<0>();

@@ -79,12 +79,14 @@ struct Step {
     int pos = 0;                         // set by the kernel: len - 1
     int seq = 0;                         // set by the kernel: *row (0 without one)
     size_t cache_offset = 0;             // set by the kernel: the sequence's rows in a layer's cache (seq NH max_T HS)
-    // dev/cuda/decode_step's timeline (null: off; results unchanged): per block and phase, clock64 at kTimelineMarks
-    // points stamped by consumer thread 0 (the phase's start, its wait done, its input staged, its products done, its
-    // release), then per block clock64 and %globaltimer at the kernel's start and end (the clock's rate)
+    // dev/cuda/decode_step's timeline (null: off; results unchanged): per block and phase, kTimelineMarks values
+    // (kMark*), then per block clock64 and %globaltimer at the kernel's start and end (the clock's rate)
     unsigned long long* timeline = nullptr;
 };
-constexpr int kTimelineMarks = 5;
+// A phase's timeline values: consumer thread 0's clock64 at the phase's start, its wait done, its input staged, its
+// products done and its release; the cycles it spent waiting for pages; the producer's clock64 as it issued the
+// phase's first and its last page (0 for a phase without pages).
+constexpr int kMarkPagesWait = 5, kMarkFirstIssued = 6, kMarkLastIssued = 7, kTimelineMarks = 8;
 
 // A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on
 // the GPU), and enough that a chunk at the whole context fits its registers; 0 past kMaxSplits chunks.
@@ -163,10 +165,12 @@ __device__ __forceinline__ float embedding(const Step& s, int token, int c) {
     return round_bf16(bf(s.wte[(size_t)token * s.C + c]) + bf(s.wpe[(size_t)s.pos * s.C + c]));
 }
 
-// Stamps of Step::timeline, by consumer thread 0 of each block.
+// Values of Step::timeline: stamps by consumer thread 0 of each block (mark), or any value by the caller (mark_value).
+__device__ __forceinline__ void mark_value(const Step& s, int phase, int k, unsigned long long v) {
+    s.timeline[((size_t)blockIdx.x * s.count + phase) * kTimelineMarks + k] = v;
+}
 __device__ __forceinline__ void mark(const Step& s, int phase, int k) {
-    if (s.timeline && threadIdx.x == 0)
-        s.timeline[((size_t)blockIdx.x * s.count + phase) * kTimelineMarks + k] = clock64();
+    if (s.timeline && threadIdx.x == 0) mark_value(s, phase, k, clock64());
 }
 __device__ __forceinline__ void mark_span(const Step& s, int at) {  // at 0: the kernel's start, 2: its end
     if (!s.timeline || threadIdx.x != 0) return;

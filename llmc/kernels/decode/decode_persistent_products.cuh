@@ -122,9 +122,10 @@ __device__ __forceinline__ void row_pair_dot(const bf16* ra, const bf16* rb, boo
 
 // The block's rows of one product phase, page by page from the ring. Warp (wr, wk) of Wr x Wk takes rows wr,
 // wr + Wr, ... two at a time over slice wk of K; with Wk > 1 a page's slices are added in order after a barrier.
-__device__ void product(const Phase& ph, const Step& s, int begin, int end, const uint8_t* pages, const float* x,
-                        float* partials, const float* rows_bias, const float* rows_res, unsigned long long* red_key,
-                        hopper::Ring<kStages>& ring, int& sliced_pages) {
+// i: the phase's index (the timeline's).
+__device__ void product(const Phase& ph, const Step& s, int i, int begin, int end, const uint8_t* pages,
+                        const float* x, float* partials, const float* rows_bias, const float* rows_res,
+                        unsigned long long* red_key, hopper::Ring<kStages>& ring, int& sliced_pages) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, K = ph.K, V = K / 8;
     const int Wk = slices_of(V), Wr = kWarps / Wk, wk = warp % Wk, wr = warp / Wk;
     const int v0 = V * wk / Wk, v1 = V * (wk + 1) / Wk;
@@ -136,11 +137,14 @@ __device__ void product(const Phase& ph, const Step& s, int begin, int end, cons
     auto out = [&](int n, float sum, unsigned long long& best) {  // n: a row of this block
         epilogue(ph, s, n, sum, rows ? rows_bias[n - begin] : 0.f, rows ? rows_res[n - begin] : 0.f, best);
     };
-    unsigned long long best = sampling_rule::rank_floor();
+    unsigned long long best = sampling_rule::rank_floor(), waited = 0;  // waited: the timeline's cycles
+    const bool timed = s.timeline && threadIdx.x == 0;
     for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
         const int n = min(per_page, end - r0);
         float* part = partials + (sliced_pages & 1) * kPartials;
+        const unsigned long long t0 = timed ? clock64() : 0;
         ring.wait_full();
+        if (timed) waited += clock64() - t0;
         if (s.diagnose & kSkipProducts) {
             ring.release();
             continue;
@@ -170,6 +174,7 @@ __device__ void product(const Phase& ph, const Step& s, int begin, int end, cons
             sliced_pages++;  // sliced pages alternate two buffers: the barrier of the one between orders the reuse
         }
     }
+    if (timed) mark_value(s, i, kMarkPagesWait, waited);
     if (ph.epilogue == Epilogue::Logits) {
         best = block_max_key(best, red_key);
         if (threadIdx.x == 0) s.pick_partials[blockIdx.x] = best;
