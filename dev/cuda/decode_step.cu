@@ -19,7 +19,7 @@
 // ways on one model: today's step (the engine's decode_forward, as generate_gpt2cu replays it) and the persistent one
 // on GPT-2's random init after a prefill, checked against each other and timed in the same call.
 //   make -C dev/cuda decode_step && ./dev/cuda/decode_step [-e 12|24|36|48] [-t positions before the token (255)]
-//   [-r repeats (20)]
+//   [-r repeats (20)] [-m 1: the products on the tensor cores (Step::tiles), else FFMA]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -169,7 +169,7 @@ Activations reference_step(const GPT2Config& c, const Layout& L, Host& h, int to
 // K and V against each other (rel-L2 <= 2e-2, test_decode's bound for two bf16 steps running free over the layers;
 // the same argmax but for a near-tie), then both timed, neither with its pick (a graph replay must not advance the
 // lengths).
-bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
+bool both_ways(const GPT2Config& c, int before, int repeats, int sms, bool tiles) {
     const int C = c.channels, HS = C / c.num_heads, Vp = c.padded_vocab_size;
     InferenceEngine e;
     InferenceOptions o;
@@ -201,7 +201,7 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
     DeviceBuffer<unsigned> counters(persistent_phase_count(c));
     DeviceBuffer<unsigned long long> picks(sms);
     const PersistentStep ps = persistent_step_set_up(c, e.step.params, e.cache, acts.ptr, logits.ptr, phases.ptr,
-                                                     counters.ptr, picks.ptr, e.stream);
+                                                     counters.ptr, picks.ptr, e.stream, tiles);
     auto persistent = [&] {
         persistent_step_launch(ps, c, e.step.params, e.cache, e.step.s.tokens, nullptr, nullptr, nullptr, 0, 0);
     };
@@ -249,9 +249,12 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms) {
 
 int main(int argc, char** argv) {
     int depth = 12, before = 255, repeats = 20;
+    bool tiles = false;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
-        if ((a == "-e" || a == "-t" || a == "-r") && i + 1 < argc) {
+        if (a == "-m" && i + 1 < argc && (std::string(argv[i + 1]) == "0" || std::string(argv[i + 1]) == "1")) {
+            tiles = std::string(argv[++i]) == "1";
+        } else if ((a == "-e" || a == "-t" || a == "-r") && i + 1 < argc) {
             const int v = positive_int(argv[++i]);
             if (v == 0 || (a == "-e" && v != 12 && v != 24 && v != 36 && v != 48) || (a == "-t" && v >= 1024)) {
                 fprintf(stderr, "error: %s %s: -e takes 12, 24, 36 or 48, -t a count below 1024, -r a positive count\n",
@@ -260,7 +263,8 @@ int main(int argc, char** argv) {
             }
             (a == "-e" ? depth : a == "-t" ? before : repeats) = v;
         } else {
-            fprintf(stderr, "usage: %s [-e 12|24|36|48] [-t positions before the token] [-r repeats]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-e 12|24|36|48] [-t positions before the token] [-r repeats] [-m 0|1 (the "
+                    "products on the tensor cores)]\n", argv[0]);
             return 1;
         }
     }
@@ -333,7 +337,7 @@ int main(int argc, char** argv) {
     d_token.upload({token}), d_len.upload({pos + 1});
     dp::Step s{reinterpret_cast<const dp::Phase*>(d_phases.ptr), (int)phases.size(), W + L.wte, W + L.wpe, C, NH, HS,
                maxT, c.vocab_size, d_token.ptr, d_len.ptr, done.ptr, pick.ptr, token_out.ptr};
-    s.attn_splits = splits;
+    s.attn_splits = splits, s.tiles = tiles;
     for (const dp::Phase& ph : phases) {  // the kernel's limits (every GPT-2 shape is within them)
         const bool rows = ph.bias || ph.epilogue == dp::Epilogue::Residual;
         if (ph.kind == dp::Kind::Product && ((rows && (ph.N + sms - 1) / sms > dp::kMaxBlockRows) ||
@@ -348,7 +352,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     const int x_floats = dp::x_floats_for(C);
-    const size_t smem = dp::smem_bytes(x_floats);
+    const size_t smem = dp::smem_bytes(x_floats, tiles);
     dp::prepare(x_floats);
     auto launch = [&] { dp::launch(s, x_floats, sms, 0); };
 
@@ -364,8 +368,9 @@ int main(int argc, char** argv) {
     }
     launch();
     cudaCheck(cudaDeviceSynchronize());
-    printf("d%d, C %d, %d phases on %d SMs, %.0f KB of shared memory a block, attention in %d chunks a head; the "
-           "token at position %d\n", depth, C, (int)phases.size(), sms, smem / 1024.0, splits, pos);
+    printf("d%d, C %d, %d phases on %d SMs, %.0f KB of shared memory a block, attention in %d chunks a head, the "
+           "products on %s; the token at position %d\n", depth, C, (int)phases.size(), sms, smem / 1024.0, splits,
+           tiles ? "the tensor cores" : "FFMA", pos);
     const std::vector<bf16> g_qkv = qkv.download(), g_atty = atty.download(), g_res2 = res2.download(),
                             g_fch = fch.download(), g_res3 = res3.download(), g_logits = logits.download();
     Activations gpu;  // the kernel's activations, per layer, as doubles
@@ -512,7 +517,7 @@ int main(int argc, char** argv) {
         printf("decode_step: FAIL\n");
         return 1;
     }
-    if (!both_ways(c, before, repeats, sms)) {
+    if (!both_ways(c, before, repeats, sms, tiles)) {
         printf("decode_step: FAIL\n");
         return 1;
     }

@@ -92,6 +92,8 @@ class Ring {
     }
     // Producer storing with threads: its arrival once the warp's stores are done (one lane, after __syncwarp).
     __device__ __forceinline__ void arrive_full() const { mbarrier_arrive(&bar_.full[stage()]); }
+    // The stage's full barrier, for copies issued by lanes other than the one that armed it (acquire).
+    __device__ __forceinline__ uint64_t* full_barrier() const { return &bar_.full[stage()]; }
 
     // Consumer: waits until this stage holds its next buffer.
     __device__ __forceinline__ void wait_full() const { mbarrier_wait(&bar_.full[stage()], phase()); }

@@ -187,7 +187,8 @@ inline void set_up_views(InferenceEngine* e) {
         d.persistent = persistent_step_set_up(c, d.params, e->cache, e->at<floatX>(PersistentActivations),
                                               d.s.logits, e->buffers[PersistentPhases],
                                               e->at<unsigned>(PersistentCounters),
-                                              e->at<unsigned long long>(PersistentPicks), st);
+                                              e->at<unsigned long long>(PersistentPicks), st,
+                                              e->options.decode.persistent_tiles);
     cudaCheck(attention_decode_workspace_init(d.s.attention_workspace, s.B, c.num_heads, s.max_T, e->cache.HS, st));
     for (int i = 0; i < s.max_new * s.B; i++) loop.tokens[i] = -1;
 }

@@ -33,7 +33,7 @@ inline bool persistent_step_supported(const GPT2Config& c, int B, std::string* w
     const int C = c.channels, sms = device_sm_count();
     int smem_optin = 0;
     cudaCheck(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_info().device));
-    const size_t smem = dp::smem_bytes(dp::x_floats_for(C));
+    const size_t smem = std::max(dp::smem_bytes(dp::x_floats_for(C)), dp::smem_bytes(dp::x_floats_for(C), true));
     const char* no = !kFloatXIsBF16                     ? "FP32 builds decode with the other kernels"
                      : !hopper::hopper_available()      ? "it needs an sm_90a build on an H100/H200"
                      : B != 1                           ? "it is a batch-1 step"
@@ -96,12 +96,14 @@ struct PersistentStep {
     unsigned* counters = nullptr;                      // zero; each launch leaves them zero
     unsigned long long* picks = nullptr;               // a greedy rank per block
     int count = 0, x_floats = 0, blocks = 0;
+    bool tiles = false;  // the products on the tensor cores (decode_persistent_tiles.cuh)
 };
 
-// Uploads the phases into `phases_device` and prepares the kernel; the PersistentStep to launch with.
+// Uploads the phases into `phases_device` and prepares the kernel; the PersistentStep to launch with (tiles: the
+// products on the tensor cores).
 inline PersistentStep persistent_step_set_up(const GPT2Config& c, const GPT2Params& p, const KVCache& cache,
                                              floatX* acts, floatX* logits, void* phases_device, unsigned* counters,
-                                             unsigned long long* picks, cudaStream_t stream) {
+                                             unsigned long long* picks, cudaStream_t stream, bool tiles = false) {
     const std::vector<decode_persistent::Phase> phases = persistent_phases(c, p, cache, acts, logits);
     cudaCheck(cudaMemcpyAsync(phases_device, phases.data(), phases.size() * sizeof(phases[0]), cudaMemcpyHostToDevice,
                               stream));
@@ -110,7 +112,7 @@ inline PersistentStep persistent_step_set_up(const GPT2Config& c, const GPT2Para
     PersistentStep ps;
     ps.phases = static_cast<const decode_persistent::Phase*>(phases_device), ps.counters = counters;
     ps.picks = picks, ps.count = (int)phases.size(), ps.blocks = device_sm_count();
-    ps.x_floats = decode_persistent::x_floats_for(c.channels);
+    ps.x_floats = decode_persistent::x_floats_for(c.channels), ps.tiles = tiles;
     decode_persistent::prepare(ps.x_floats);
     return ps;
 }
@@ -126,6 +128,6 @@ inline void persistent_step_launch(const PersistentStep& ps, const GPT2Config& c
                               c.channels / c.num_heads, cache.max_T, c.vocab_size, tokens, cache.len, ps.counters,
                               ps.picks};
     s.prompt_len = prompt_len, s.next_tokens = prompt_len ? next_tokens : nullptr, s.tokens_out = tokens_out;
-    s.max_new = max_new, s.attn_splits = persistent_attention_splits(c), s.row = row;
+    s.max_new = max_new, s.attn_splits = persistent_attention_splits(c), s.row = row, s.tiles = ps.tiles;
     decode_persistent::launch(s, ps.x_floats, ps.blocks, stream);
 }

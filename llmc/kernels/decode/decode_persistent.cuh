@@ -12,7 +12,8 @@
 // the step is deterministic. LayerNorms are recomputed by every block that needs them (a C-wide row). Rounding follows
 // decode_matvec: LayerNorm outputs, product + bias before a residual add, GELU outputs, logits, all to bf16.
 // Attention is split over the grid in key chunks (decode_persistent_attention.cuh), merged by the next phase.
-// Hopper (sm_90a) only: the bulk copies.
+// With Step::tiles the products run on the tensor cores, a page a tile of rows x a chunk of K
+// (decode_persistent_tiles.cuh). Hopper (sm_90a) only: the bulk copies.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,10 +26,12 @@
 #include "llmc/kernels/decode/decode_persistent_attention.cuh"
 #include "llmc/kernels/decode/decode_persistent_common.cuh"
 #include "llmc/kernels/decode/decode_persistent_products.cuh"
+#include "llmc/kernels/decode/decode_persistent_tiles.cuh"
 #include "llmc/kernels/sampling/sampling.cuh"
 
 namespace decode_persistent {
 
+template <bool kTiles>
 __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floats) {
     Step s = step;
     s.seq = s.row ? *s.row : 0;
@@ -41,18 +44,28 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     extern __shared__ __align__(128) uint8_t smem[];
     auto* bars = reinterpret_cast<hopper::RingBarriers<kStages>*>(smem);
     uint8_t* pages = smem + 128;
-    float* x = reinterpret_cast<float*>(pages + (size_t)kStages * kPageBytes);
+    float* x = reinterpret_cast<float*>(pages + (size_t)kStages * page_bytes(kTiles));
     float* partials = x + x_floats;
     float* rows_bias = partials + 2 * kPartials;
     float* rows_res = rows_bias + kMaxBlockRows;
     float* red = rows_res + kMaxBlockRows;
     auto* red_key = reinterpret_cast<unsigned long long*>(red + kConsumers);
     auto* slots = reinterpret_cast<Phase*>(red_key + kWarps);  // this phase's description and the next one's
+    auto* xb = reinterpret_cast<uint32_t*>(slots + 2);          // tiles: x as bf16 pairs
     static_assert(sizeof(hopper::RingBarriers<kStages>) <= 128, "the barriers fit before the pages");
     if (threadIdx.x == 0) bars->init(1, kConsumers), hopper::fence_barrier_init();
     __syncthreads();
     hopper::Ring<kStages> ring(*bars);
     const unsigned all = gridDim.x;
+    if (threadIdx.x / 32 == kWarps && kTiles) {  // the producer warp: every product phase's tiles, in order
+        for (int i = 0; i < s.count; i++) {
+            const Phase& ph = s.phases[i];
+            if (ph.kind == Kind::Product) produce_tiles(ph, s, i, pages, ring);
+            else if (s.timeline && threadIdx.x % 32 == 0)
+                mark_value(s, i, kMarkFirstIssued, 0), mark_value(s, i, kMarkLastIssued, 0);
+        }
+        return;
+    }
     if (threadIdx.x / 32 == kWarps) {  // the producer: every product phase's pages, in order
         if (threadIdx.x % 32 == 0)
             for (int i = 0; i < s.count; i++) {
@@ -112,8 +125,13 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             int begin, end;
             rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
             stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red);
+            if (kTiles) pack_x(x, ph.K, xb);
             mark(s, i, 2);
-            product(ph, s, i, begin, end, pages, x, partials, rows_bias, rows_res, red_key, ring, sliced_pages);
+            if (kTiles)
+                product_tiles(ph, s, i, begin, end, pages, xb, partials, rows_bias, rows_res, red_key, ring,
+                              sliced_pages);
+            else
+                product(ph, s, i, begin, end, pages, x, partials, rows_bias, rows_res, red_key, ring, sliced_pages);
         }
         mark(s, i, 3);
         if (threadIdx.x == 0) cp_async_wait<0>();
@@ -141,23 +159,28 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     }
 }
 
-// Before launches with x_floats: the kernel's shared-memory limit, raised to the largest asked so far (a process
+// Before launches with x_floats: the kernels' shared-memory limits, raised to the largest asked so far (a process
 // may hold steps of several shapes, and a lower limit would fail the larger ones' launches).
 inline void prepare(int x_floats) {
-    static size_t largest = 0;
-    if (smem_bytes(x_floats) <= largest) return;
-    largest = smem_bytes(x_floats);
-    cudaCheck(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)largest));
+    static size_t largest[2] = {0, 0};
+    for (int tiles = 0; tiles < 2; tiles++) {
+        const size_t bytes = smem_bytes(x_floats, tiles);
+        if (bytes <= largest[tiles]) continue;
+        largest[tiles] = bytes;
+        cudaCheck(cudaFuncSetAttribute(tiles ? step_kernel<true> : step_kernel<false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    }
 }
 // One step: a block per SM, all resident (a cooperative launch, which a CUDA Graph can capture).
 inline void launch(const Step& s, int x_floats, int blocks, cudaStream_t stream) {
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks), config.blockDim = dim3(kThreads), config.dynamicSmemBytes = smem_bytes(x_floats);
+    config.gridDim = dim3(blocks), config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smem_bytes(x_floats, s.tiles);
     config.stream = stream;
     cudaLaunchAttribute cooperative[1];
     cooperative[0].id = cudaLaunchAttributeCooperative, cooperative[0].val.cooperative = 1;
     config.attrs = cooperative, config.numAttrs = 1;
-    cudaCheck(cudaLaunchKernelEx(&config, step_kernel, s, x_floats));
+    cudaCheck(cudaLaunchKernelEx(&config, s.tiles ? step_kernel<true> : step_kernel<false>, s, x_floats));
 }
 
 }  // namespace decode_persistent

@@ -82,6 +82,7 @@ struct Step {
     // dev/cuda/decode_step's timeline (null: off; results unchanged): per block and phase, kTimelineMarks values
     // (kMark*), then per block clock64 and %globaltimer at the kernel's start and end (the clock's rate)
     unsigned long long* timeline = nullptr;
+    int tiles = 0;                       // the products on the tensor cores (decode_persistent_tiles.cuh), else FFMA
 };
 // A phase's timeline values: consumer thread 0's clock64 at the phase's start, its wait done, its input staged, its
 // products done and its release; the cycles it spent waiting for pages; the producer's clock64 as it issued the
@@ -98,13 +99,16 @@ inline int attention_splits(int NH, int max_T) {
 }
 
 // Shared memory: the ring's barriers, the pages, x (a product's input; attention's scratch), partial sums, the
-// block's rows' bias and residual, a reduction scratch, two phase descriptions (each piece a multiple of 16 bytes).
+// block's rows' bias and residual, a reduction scratch, two phase descriptions (each piece a multiple of 16 bytes);
+// with tiles, x again as bf16 (the tensor cores' B) after them, and the pages are tiles (kTilePageBytes).
 inline int x_floats_for(int C) {  // a multiple of 4: what follows x stays 16-byte aligned
     return 4 * C > kWarps * kUnitFloats ? 4 * C : kWarps * kUnitFloats; }
-inline size_t smem_bytes(int x_floats) {
-    return 128 + (size_t)kStages * kPageBytes +
+constexpr int kTilePageBytes = 16 * (2 * 1280 + 16);  // decode_persistent_tiles.cuh: kTileRows rows of kTileMaxK
+__host__ __device__ constexpr int page_bytes(bool tiles) { return tiles ? kTilePageBytes : kPageBytes; }
+inline size_t smem_bytes(int x_floats, bool tiles = false) {
+    return 128 + (size_t)kStages * page_bytes(tiles) +
            ((size_t)x_floats + 2 * kPartials + 2 * kMaxBlockRows + kConsumers) * sizeof(float) +
-           kWarps * sizeof(unsigned long long) + 2 * sizeof(Phase);
+           kWarps * sizeof(unsigned long long) + 2 * sizeof(Phase) + (tiles ? (size_t)x_floats * sizeof(bf16) : 0);
 }
 
 __device__ __forceinline__ float bf(bf16 v) { return __bfloat162float(v); }

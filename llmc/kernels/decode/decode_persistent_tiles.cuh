@@ -1,0 +1,123 @@
+// The persistent decode step's products on the tensor cores (Step::tiles; llmc/kernels/decode/decode_persistent.cuh
+// has the design). The FFMA products (decode_persistent_products.cuh) spend about seven instructions a weight and
+// no faster than the weights stream (docs/DECODE.md, "Where a product's time goes"); mma.sync m16n8k16 takes 256
+// multiply-adds in one instruction, with the weights as the 16 x 16 A tile and x as B (its eight columns all x, one
+// read back).
+//   - A page is a tile: up to kTileRows rows of the block's share x one chunk of K (a row's K in chunks of at most
+//     kTileMaxK columns, cut at multiples of 16), a row a bulk copy, rows kTileStride apart: 16 bytes past a multiple
+//     of 128, so the eight rows an ldmatrix phase reads sit in eight bank groups.
+//   - The eight warps split a chunk's 16-column steps (warp w: steps w, w + 8, ...) and keep their 16 row sums in an
+//     accumulator across the chunks of a row group; after the group's last chunk the warps' sums are added in warp
+//     order (deterministic), then the epilogue (decode_persistent_products.cuh) stores each row.
+//   - Rows past the group's end read its last row (their sums are never used); x is staged as bf16 (every x the
+//     step multiplies is a bf16 value: LayerNorm outputs, attention outputs, GELU outputs), so B is exact.
+#pragma once
+
+#include "llmc/hopper/pipeline.cuh"
+#include "llmc/hopper/tma.cuh"
+#include "llmc/kernels/decode/decode_persistent_common.cuh"
+#include "llmc/kernels/decode/decode_persistent_products.cuh"
+#include "llmc/mma/tiles.cuh"
+
+namespace decode_persistent {
+
+constexpr int kTileRows = 16, kTileMaxK = 1280;
+static_assert(kTilePageBytes == kTileRows * (2 * kTileMaxK + 16), "a page: the widest chunk's stride, 16 rows");
+static_assert(kPartials >= kTileRows * kWarps, "a row group's sums fit a partials buffer");
+
+// A phase's chunks of K: how many, where chunk c begins (c = chunks: K), and the row stride in a page (bytes).
+__host__ __device__ __forceinline__ int tile_chunks(int K) { return (K + kTileMaxK - 1) / kTileMaxK; }
+__host__ __device__ __forceinline__ int chunk_begin(int K, int c, int chunks) { return 16 * ((K / 16) * c / chunks); }
+__host__ __device__ __forceinline__ int tile_stride(int K, int chunks) {
+    const int widest = 16 * ((K / 16 + chunks - 1) / chunks);
+    return (2 * widest + 127) / 128 * 128 + 16;
+}
+
+// The producer warp's copies of one product phase's tiles: lane 0 arms the page's barrier with its bytes, then each
+// lane r < the group's rows copies row r's piece. Every lane keeps the same ring. Timeline: the first and last
+// page's issue.
+__device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, int i, uint8_t* pages,
+                                              hopper::Ring<kStages>& ring) {
+    const int lane = threadIdx.x % 32, K = ph.K, chunks = tile_chunks(K), stride = tile_stride(K, chunks);
+    int begin, end;
+    rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
+    for (int g0 = begin; g0 < end; g0 += kTileRows) {
+        const int n = min(kTileRows, end - g0);
+        for (int c = 0; c < chunks; c++, ring.advance()) {
+            const int k0 = chunk_begin(K, c, chunks), kc = chunk_begin(K, c + 1, chunks) - k0;
+            if (lane == 0) {
+                ring.acquire((uint32_t)(n * kc * sizeof(bf16)));
+                if (s.timeline && g0 == begin && c == 0) mark_value(s, i, kMarkFirstIssued, clock64());
+                if (s.timeline && g0 + kTileRows >= end && c == chunks - 1)
+                    mark_value(s, i, kMarkLastIssued, clock64());
+            }
+            __syncwarp();  // the barrier armed before any copy completes on it
+            if (lane < n)
+                hopper::bulk_load_1d(pages + (size_t)ring.stage() * kTilePageBytes + (size_t)lane * stride,
+                                     ph.W + (size_t)(g0 + lane) * K + k0, (uint32_t)(kc * sizeof(bf16)),
+                                     ring.full_barrier());
+        }
+    }
+}
+
+// x (K floats, staged) as bf16 pairs into xb, then the consumers synchronised.
+__device__ __forceinline__ void pack_x(const float* x, int K, uint32_t* xb) {
+    for (int i = threadIdx.x; i < K / 2; i += kConsumers) xb[i] = flash::pack_bf16x2(x[2 * i], x[2 * i + 1]);
+    consumers_sync();
+}
+
+// The block's rows of one product phase, tile by tile from the ring (decode_persistent_products.cuh's product, on
+// the tensor cores). part: two buffers of kTileRows x kWarps sums, alternated by sliced_pages.
+__device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, int end, const uint8_t* pages,
+                              const uint32_t* xb, float* partials, const float* rows_bias, const float* rows_res,
+                              unsigned long long* red_key, hopper::Ring<kStages>& ring, int& sliced_pages) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, K = ph.K;
+    const int chunks = tile_chunks(K), stride = tile_stride(K, chunks);
+    const bool rows = ph.bias || ph.epilogue == Epilogue::Residual;
+    unsigned long long best = sampling_rule::rank_floor(), waited = 0;  // waited: the timeline's cycles
+    const bool timed = s.timeline && threadIdx.x == 0;
+    // ldmatrix's A fragment: lane l gives row (l & 7) + 8 ((l >> 3) & 1), columns 8 (l >> 4) of the 16-column step
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
+    const uint32_t pages_addr = smem_addr(pages);
+    for (int g0 = begin; g0 < end; g0 += kTileRows) {
+        const int n = min(kTileRows, end - g0);
+        const uint32_t row_off = (uint32_t)(min(a_row, n - 1) * stride + a_col * 2);
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int c = 0; c < chunks; c++, ring.advance()) {
+            const int k0 = chunk_begin(K, c, chunks), steps = (chunk_begin(K, c + 1, chunks) - k0) / 16;
+            const unsigned long long t0 = timed ? clock64() : 0;
+            ring.wait_full();
+            if (timed) waited += clock64() - t0;
+            if (!(s.diagnose & kSkipProducts)) {
+                const uint32_t tile = pages_addr + (uint32_t)ring.stage() * kTilePageBytes + row_off;
+                // B: x[k0 + 16 step + 2 (l % 4) + {0, 1}] and the same 8 on; every column alike
+                const uint32_t* xk = xb + k0 / 2 + lane % 4;
+                for (int st = warp; st < steps; st += kWarps) {
+                    uint32_t a[4];
+                    flash::ldmatrix_x4(a, tile + (uint32_t)st * 32);
+                    flash::mma_16816(d, a, xk[st * 8], xk[st * 8 + 4]);
+                }
+            }
+            ring.release();  // every thread: an arrival releases only its own thread's reads of the page
+        }
+        if (s.diagnose & kSkipProducts) continue;
+        // D's column 0: lanes 4 g hold rows g (d[0]) and g + 8 (d[2])
+        float* part = partials + (sliced_pages & 1) * kPartials;
+        if (lane % 4 == 0) part[(lane / 4) * kWarps + warp] = d[0], part[(lane / 4 + 8) * kWarps + warp] = d[2];
+        consumers_sync();
+        for (int r = threadIdx.x; r < n; r += kConsumers) {
+            float t = 0.f;
+            for (int w = 0; w < kWarps; w++) t += part[r * kWarps + w];
+            const int row = g0 + r;
+            epilogue(ph, s, row, t, rows ? rows_bias[row - begin] : 0.f, rows ? rows_res[row - begin] : 0.f, best);
+        }
+        sliced_pages++;  // the groups' sums alternate two buffers: the barrier of the one between orders the reuse
+    }
+    if (timed) mark_value(s, i, kMarkPagesWait, waited);
+    if (ph.epilogue == Epilogue::Logits) {
+        best = block_max_key(best, red_key);
+        if (threadIdx.x == 0) s.pick_partials[blockIdx.x] = best;
+    }
+}
+
+}  // namespace decode_persistent
