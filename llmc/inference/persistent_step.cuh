@@ -39,7 +39,7 @@ inline bool persistent_step_supported(const GPT2Config& c, int B, std::string* w
                      : B != 1                           ? "it is a batch-1 step"
                      : C / c.num_heads != dp::kHeadSize ? "it takes heads of 64"
                      : persistent_attention_splits(c) == 0 ? "it takes contexts of 2048 positions at most"
-                     : C > 8 * dp::kConsumers || C % 8  ? "C must be a multiple of 8, at most 2048"
+                     : C > 8 * dp::kConsumers || C % 16 ? "C must be a multiple of 16, at most 2048"
                      : (4 * C + sms - 1) / sms > dp::kMaxBlockRows ? "the fc product has too many rows per SM"
                      : smem > (size_t)smem_optin                   ? "its shared memory is more than a block's"
                                                                    : nullptr;

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             int begin, end;
             rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
             stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red);
-            if (kTiles) pack_x(x, ph.K, xb);
+            if (kTiles) pack_x(s, x, ph.K, xb);
             mark(s, i, 2);
             if (kTiles)
                 product_tiles(ph, s, i, begin, end, pages, xb, partials, rows_bias, rows_res, red_key, ring,

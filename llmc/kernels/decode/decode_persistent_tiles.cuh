@@ -33,8 +33,9 @@ __host__ __device__ __forceinline__ int tile_stride(int K, int chunks) {
     return (2 * widest + 127) / 128 * 128 + 16;
 }
 
-// The producer warp's copies of one product phase's tiles: lane 0 arms the page's barrier with its bytes, then each
-// lane r < the group's rows copies row r's piece. Every lane keeps the same ring. Timeline: the first and last
+// The producer warp's copies of one product phase's tiles: each lane r < the group's rows waits for the page to be
+// free itself (so its copy is ordered after the consumers' reads by its own acquire), lane 0 arms the page's barrier
+// with its bytes, then lane r copies row r's piece. Every lane keeps the same ring. Timeline: the first and last
 // page's issue.
 __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, int i, uint8_t* pages,
                                               hopper::Ring<kStages>& ring) {
@@ -45,8 +46,9 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
         const int n = min(kTileRows, end - g0);
         for (int c = 0; c < chunks; c++, ring.advance()) {
             const int k0 = chunk_begin(K, c, chunks), kc = chunk_begin(K, c + 1, chunks) - k0;
+            if (lane < n) ring.wait_empty();
             if (lane == 0) {
-                ring.acquire((uint32_t)(n * kc * sizeof(bf16)));
+                hopper::mbarrier_arrive_expect_tx(ring.full_barrier(), (uint32_t)(n * kc * sizeof(bf16)));
                 if (s.timeline && g0 == begin && c == 0) mark_value(s, i, kMarkFirstIssued, clock64());
                 if (s.timeline && g0 + kTileRows >= end && c == chunks - 1)
                     mark_value(s, i, kMarkLastIssued, clock64());
@@ -60,8 +62,10 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
     }
 }
 
-// x (K floats, staged) as bf16 pairs into xb, then the consumers synchronised.
-__device__ __forceinline__ void pack_x(const float* x, int K, uint32_t* xb) {
+// x (K floats, staged) as bf16 pairs into xb, then the consumers synchronised (not when the diagnostic leaves x
+// stale: the step without staging is then the same on both paths).
+__device__ __forceinline__ void pack_x(const Step& s, const float* x, int K, uint32_t* xb) {
+    if (s.diagnose & kSkipStaging) return;
     for (int i = threadIdx.x; i < K / 2; i += kConsumers) xb[i] = flash::pack_bf16x2(x[2 * i], x[2 * i + 1]);
     consumers_sync();
 }
