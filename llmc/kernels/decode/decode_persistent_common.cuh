@@ -8,6 +8,7 @@
 
 #include "llmc/gpt2/gpt2_config.h"
 #include "llmc/hopper/arch.cuh"
+#include "llmc/kernels/decode/decode_tile_geometry.h"
 #include "llmc/kernels/sampling/sampling_rule.h"
 
 namespace decode_persistent {
@@ -103,7 +104,6 @@ inline int attention_splits(int NH, int max_T) {
 // with tiles, x again as bf16 (the tensor cores' B) after them, and the pages are tiles (kTilePageBytes).
 inline int x_floats_for(int C) {  // a multiple of 4: what follows x stays 16-byte aligned
     return 4 * C > kWarps * kUnitFloats ? 4 * C : kWarps * kUnitFloats; }
-constexpr int kTilePageBytes = 16 * (2 * 1280 + 16);  // decode_persistent_tiles.cuh: kTileRows rows of kTileMaxK
 __host__ __device__ constexpr int page_bytes(bool tiles) { return tiles ? kTilePageBytes : kPageBytes; }
 inline size_t smem_bytes(int x_floats, bool tiles = false) {
     return 128 + (size_t)kStages * page_bytes(tiles) +

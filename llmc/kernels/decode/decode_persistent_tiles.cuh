@@ -3,9 +3,8 @@
 // no faster than the weights stream (docs/DECODE.md, "Where a product's time goes"); mma.sync m16n8k16 takes 256
 // multiply-adds in one instruction, with the weights as the 16 x 16 A tile and x as B (its eight columns all x, one
 // read back).
-//   - A page is a tile: up to kTileRows rows of the block's share x one chunk of K (a row's K in chunks of at most
-//     kTileMaxK columns, cut at multiples of 16), a row a bulk copy, rows kTileStride apart: 16 bytes past a multiple
-//     of 128, so the eight rows an ldmatrix phase reads sit in eight bank groups.
+//   - A page is a tile: up to kTileRows rows of the block's share x one chunk of K, a row a bulk copy, rows a
+//     stride apart that puts the eight rows an ldmatrix phase reads in eight bank groups (decode_tile_geometry.h).
 //   - The eight warps split a chunk's 16-column steps (warp w: steps w, w + 8, ...) and keep their 16 row sums in an
 //     accumulator across the chunks of a row group; after the group's last chunk the warps' sums are added in warp
 //     order (deterministic), then the epilogue (decode_persistent_products.cuh) stores each row.
@@ -17,21 +16,13 @@
 #include "llmc/hopper/tma.cuh"
 #include "llmc/kernels/decode/decode_persistent_common.cuh"
 #include "llmc/kernels/decode/decode_persistent_products.cuh"
+#include "llmc/kernels/decode/decode_tile_geometry.h"
 #include "llmc/mma/tiles.cuh"
 
 namespace decode_persistent {
 
-constexpr int kTileRows = 16, kTileMaxK = 1280;
-static_assert(kTilePageBytes == kTileRows * (2 * kTileMaxK + 16), "a page: the widest chunk's stride, 16 rows");
 static_assert(kPartials >= kTileRows * kWarps, "a row group's sums fit a partials buffer");
-
-// A phase's chunks of K: how many, where chunk c begins (c = chunks: K), and the row stride in a page (bytes).
-__host__ __device__ __forceinline__ int tile_chunks(int K) { return (K + kTileMaxK - 1) / kTileMaxK; }
-__host__ __device__ __forceinline__ int chunk_begin(int K, int c, int chunks) { return 16 * ((K / 16) * c / chunks); }
-__host__ __device__ __forceinline__ int tile_stride(int K, int chunks) {
-    const int widest = 16 * ((K / 16 + chunks - 1) / chunks);
-    return (2 * widest + 127) / 128 * 128 + 16;
-}
+static_assert(kTilePageBytes <= kPageBytes, "a tile page within the FFMA products' page");
 
 // The producer warp's copies of one product phase's tiles: each lane r < the group's rows waits for the page to be
 // free itself (so its copy is ordered after the consumers' reads by its own acquire), lane 0 arms the page's barrier

@@ -1,0 +1,28 @@
+// The tensor-core decode products' page geometry (llmc/kernels/decode/decode_persistent_tiles.cuh), written once for
+// the kernel and for host checks (tests/unit/test_decode_tiles.cpp): a page is a tile of up to kTileRows rows of a
+// block's share of a matrix x one chunk of K, a row's K cut into chunks of at most kTileMaxK columns at multiples
+// of 16 (the mma's k-step), rows a stride apart that is 16 bytes past a multiple of 128 (ldmatrix's eight rows in
+// eight bank groups). Host-only programs include it with g++ alone: DECODE_TILE_HD adds __host__ __device__ under
+// nvcc.
+#pragma once
+
+#if defined(__CUDACC__)
+#define DECODE_TILE_HD __host__ __device__ __forceinline__
+#else
+#define DECODE_TILE_HD inline
+#endif
+
+namespace decode_persistent {
+
+constexpr int kTileRows = 16, kTileMaxK = 1280;
+constexpr int kTilePageBytes = kTileRows * (2 * kTileMaxK + 16);  // the widest chunk's stride, 16 rows
+
+// A row's chunks of K (K a multiple of 16), where chunk c begins (c = chunks: K), a page's row stride in bytes.
+DECODE_TILE_HD int tile_chunks(int K) { return (K + kTileMaxK - 1) / kTileMaxK; }
+DECODE_TILE_HD int chunk_begin(int K, int c, int chunks) { return 16 * ((K / 16) * c / chunks); }
+DECODE_TILE_HD int tile_stride(int K, int chunks) {
+    const int widest = 16 * ((K / 16 + chunks - 1) / chunks);
+    return (2 * widest + 127) / 128 * 128 + 16;
+}
+
+}  // namespace decode_persistent

@@ -1,0 +1,42 @@
+// The tensor-core decode products' page geometry (llmc/kernels/decode/decode_tile_geometry.h) for every K the
+// persistent step takes (C and 4C, C a multiple of 16 up to 2048): the chunks cover the row in order, each a
+// multiple of 16 columns (the mma's k-step) and at most kTileMaxK; every copy's size a multiple of 16 bytes; the
+// row stride 16 bytes past a multiple of 128 (ldmatrix's eight rows in eight bank groups) and wide enough for the
+// widest chunk; 16 rows of it within a page. The GPU side (test_decode's check 6, decode_step -m 1) checks the
+// products themselves.
+#include <gtest/gtest.h>
+
+#include "llmc/kernels/decode/decode_tile_geometry.h"
+
+namespace dp = decode_persistent;
+
+TEST(DecodeTiles, ChunksCoverEveryRowInSixteens) {
+    for (int C = 16; C <= 2048; C += 16)
+        for (int K : {C, 4 * C}) {
+            const int chunks = dp::tile_chunks(K), stride = dp::tile_stride(K, chunks);
+            ASSERT_GE(chunks, 1) << "K " << K;
+            EXPECT_EQ(dp::chunk_begin(K, 0, chunks), 0) << "K " << K;
+            EXPECT_EQ(dp::chunk_begin(K, chunks, chunks), K) << "K " << K;
+            for (int c = 0; c < chunks; c++) {
+                const int k0 = dp::chunk_begin(K, c, chunks), width = dp::chunk_begin(K, c + 1, chunks) - k0;
+                EXPECT_EQ(k0 % 16, 0) << "K " << K << " chunk " << c;
+                EXPECT_GT(width, 0) << "K " << K << " chunk " << c;
+                EXPECT_EQ(width % 16, 0) << "K " << K << " chunk " << c;
+                EXPECT_LE(width, dp::kTileMaxK) << "K " << K << " chunk " << c;
+                EXPECT_LE(2 * width, stride) << "K " << K << " chunk " << c;
+            }
+            EXPECT_EQ(stride % 128, 16) << "K " << K;
+            EXPECT_LE(dp::kTileRows * stride, dp::kTilePageBytes) << "K " << K;
+        }
+}
+
+// The shapes of GPT-2 d12 to d48: chunks and strides as docs/DECODE.md describes them.
+TEST(DecodeTiles, GPT2Shapes) {
+    struct Want { int K, chunks, stride; };
+    for (const Want& w : {Want{768, 1, 1552}, Want{3072, 3, 2064}, Want{1024, 1, 2064}, Want{4096, 4, 2064},
+                          Want{1280, 1, 2576}, Want{5120, 4, 2576}, Want{1600, 2, 1680}, Want{6400, 5, 2576}}) {
+        const int chunks = dp::tile_chunks(w.K);
+        EXPECT_EQ(chunks, w.chunks) << "K " << w.K;
+        EXPECT_EQ(dp::tile_stride(w.K, chunks), w.stride) << "K " << w.K;
+    }
+}
