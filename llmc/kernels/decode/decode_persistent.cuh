@@ -124,8 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         } else {
             int begin, end;
             rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
-            stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red);
-            if (kTiles) pack_x(s, x, ph.K, xb);
+            stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red, kTiles ? xb : nullptr);
             mark(s, i, 2);
             if (kTiles)
                 product_tiles(ph, s, i, begin, end, pages, xb, partials, rows_bias, rows_res, red_key, ring,

@@ -107,9 +107,10 @@ __device__ __forceinline__ void attention(const Phase& ph, const Step& s, ChunkK
 
 // x (the attention's output, C floats) from the partials: vector i (8 dims of head i / 8) of thread i merges its
 // head's chunks in order, o / l at the largest m, rounded to bf16 as the attention's output is. The m and l of
-// every chunk first, then the outputs 4 chunks at a time (the kernel is at its register limit).
+// every chunk first, then the outputs 4 chunks at a time (the kernel is at its register limit). xb (tiles): the
+// same as bf16, 8 to a 16-byte vector.
 static_assert(kMaxSplits % 4 == 0, "merge_heads takes the chunks 4 at a time");
-__device__ __forceinline__ void merge_heads(const Phase& ph, const Step& s, float* x) {
+__device__ __forceinline__ void merge_heads(const Phase& ph, const Step& s, float* x, uint32_t* xb) {
     const int i = threadIdx.x, h = i / (kHeadSize / 8), d0 = i % (kHeadSize / 8) * 8;
     if (i >= s.C / 8) return;
     const float* base = ph.partials + (size_t)h * s.attn_splits * kUnitFloats;
@@ -145,6 +146,7 @@ __device__ __forceinline__ void merge_heads(const Phase& ph, const Step& s, floa
     bf16* out = reinterpret_cast<bf16*>(&packed);
 #pragma unroll
     for (int k = 0; k < 8; k++) out[k] = __float2bfloat16(o[k] / L), x[i * 8 + k] = bf(out[k]);
+    if (xb) reinterpret_cast<uint4*>(xb)[i] = packed;
     // block 0 leaves the output where the attention's output lives (its checks read it); nothing reads it back
     if (blockIdx.x == 0) reinterpret_cast<uint4*>(const_cast<bf16*>(ph.in))[i] = packed;
 }

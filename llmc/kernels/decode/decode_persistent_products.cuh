@@ -7,8 +7,15 @@
 #include "llmc/kernels/decode/decode_persistent_attention.cuh"
 #include "llmc/kernels/decode/decode_persistent_common.cuh"
 #include "llmc/kernels/gelu.cuh"
+#include "llmc/mma/tiles.cuh"
 
 namespace decode_persistent {
+
+// Eight bf16 values held as floats into four bf16 pairs (one 16-byte store; exact).
+__device__ __forceinline__ void pack_x8(const float* y, uint32_t* to) {
+    *reinterpret_cast<uint4*>(to) = make_uint4(flash::pack_bf16x2(y[0], y[1]), flash::pack_bf16x2(y[2], y[3]),
+                                               flash::pack_bf16x2(y[4], y[5]), flash::pack_bf16x2(y[6], y[7]));
+}
 
 // Output n of a product phase from its dot product, its bias and (Residual) its residual.
 __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, float sum, float bias, float res,
@@ -31,10 +38,11 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, 
 // x (K floats in shared memory) = the phase's input (after attention: merged from its partials), LayerNorm'd and
 // rounded when it has LayerNorm weights (two passes over the row, as layernorm_forward); rows_bias / rows_res = the
 // bias and residual of the block's rows [begin, end). Every global load is issued before any shared-memory store (a
-// store may alias a generic load, so the compiler would otherwise wait out a memory latency per vector). Ends with
+// store may alias a generic load, so the compiler would otherwise wait out a memory latency per vector). xb (the
+// tensor cores' products; null for FFMA): x again as bf16 pairs, exact (every staged x is a bf16 value). Ends with
 // the consumers synchronised.
 __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin, int end, float* x,
-                            float* rows_bias, float* rows_res, float* red) {
+                            float* rows_bias, float* rows_res, float* red, uint32_t* xb = nullptr) {
     if (s.diagnose & kSkipStaging) {
         consumers_sync();
         return;
@@ -60,18 +68,21 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
         if (ph.epilogue == Epilogue::Residual)
             res = ph.residual ? load_cg(ph.residual + begin + t) : embedding(s, token, begin + t);
     }
-    if (merged) merge_heads(ph, s, x);
+    const bool norm = ph.ln_w && !(s.diagnose & kSkipLayerNorm);
+    if (merged) merge_heads(ph, s, x, norm ? nullptr : xb);
 #pragma unroll
     for (int j = 0; j < kInVec && !merged; j++) {
         const int i = t + j * kConsumers;
         if (i >= KV) continue;
         const bf16* a = reinterpret_cast<const bf16*>(&v[j]);
         const bf16* b = reinterpret_cast<const bf16*>(&e[j]);
+        float y[8];
 #pragma unroll
-        for (int k = 0; k < 8; k++) x[i * 8 + k] = in ? bf(a[k]) : round_bf16(bf(a[k]) + bf(b[k]));
+        for (int k = 0; k < 8; k++) y[k] = in ? bf(a[k]) : round_bf16(bf(a[k]) + bf(b[k])), x[i * 8 + k] = y[k];
+        if (xb && !norm) pack_x8(y, xb + i * 4);
     }
     if (rows && t < end - begin) rows_bias[t] = bias, rows_res[t] = res;
-    if (!ph.ln_w || (s.diagnose & kSkipLayerNorm)) {
+    if (!norm) {
         consumers_sync();
         return;
     }
@@ -89,6 +100,7 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
         const bf16* w = reinterpret_cast<const bf16*>(&lw);
         const bf16* b = reinterpret_cast<const bf16*>(&lb);
         for (int k = 0; k < 8; k++) xv[k] = round_bf16((xv[k] - m) * rstd * bf(w[k]) + bf(b[k]));
+        if (xb) pack_x8(xv, xb + t * 4);
     }
     consumers_sync();
 }

@@ -8,8 +8,9 @@
 //   - The eight warps split a chunk's 16-column steps (warp w: steps w, w + 8, ...) and keep their 16 row sums in an
 //     accumulator across the chunks of a row group; after the group's last chunk the warps' sums are added in warp
 //     order (deterministic), then the epilogue (decode_persistent_products.cuh) stores each row.
-//   - Rows past the group's end read its last row (their sums are never used); x is staged as bf16 (every x the
-//     step multiplies is a bf16 value: LayerNorm outputs, attention outputs, GELU outputs), so B is exact.
+//   - Rows past the group's end read its last row (their sums are never used); the staging writes x as bf16 pairs
+//     too (stage_input's xb: every x the step multiplies is a bf16 value, LayerNorm, attention and GELU outputs), so
+//     B is exact.
 #pragma once
 
 #include "llmc/hopper/pipeline.cuh"
@@ -51,14 +52,6 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
                                      ring.full_barrier());
         }
     }
-}
-
-// x (K floats, staged) as bf16 pairs into xb, then the consumers synchronised (not when the diagnostic leaves x
-// stale: the step without staging is then the same on both paths).
-__device__ __forceinline__ void pack_x(const Step& s, const float* x, int K, uint32_t* xb) {
-    if (s.diagnose & kSkipStaging) return;
-    for (int i = threadIdx.x; i < K / 2; i += kConsumers) xb[i] = flash::pack_bf16x2(x[2 * i], x[2 * i + 1]);
-    consumers_sync();
 }
 
 // The block's rows of one product phase, tile by tile from the ring (decode_persistent_products.cuh's product, on
