@@ -61,8 +61,6 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         for (int i = 0; i < s.count; i++) {
             const Phase& ph = s.phases[i];
             if (ph.kind == Kind::Product) produce_tiles(ph, s, i, pages, ring);
-            else if (s.timeline && threadIdx.x % 32 == 0)
-                mark_value(s, i, kMarkFirstIssued, 0), mark_value(s, i, kMarkLastIssued, 0);
         }
         return;
     }
@@ -70,10 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         if (threadIdx.x % 32 == 0)
             for (int i = 0; i < s.count; i++) {
                 const Phase& ph = s.phases[i];
-                if (ph.kind != Kind::Product) {
-                    if (s.timeline) mark_value(s, i, kMarkFirstIssued, 0), mark_value(s, i, kMarkLastIssued, 0);
-                    continue;
-                }
+                if (ph.kind != Kind::Product) continue;
                 int begin, end;
                 rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
                 const int per_page = rows_per_page(ph.K);
@@ -118,8 +113,9 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         }
         mark(s, i, 1);
         if (ph.kind == Kind::Attention) {
-            mark(s, i, 2);  // nothing staged: its keys were loaded before the wait
-            if (s.timeline && threadIdx.x == 0) mark_value(s, i, kMarkPagesWait, 0);
+            mark(s, i, 2);  // nothing staged: its keys were loaded before the wait; no pages
+            if (s.timeline && threadIdx.x == 0)
+                for (int k : {kMarkPagesWait, kMarkFirstIssued, kMarkLastIssued}) mark_value(s, i, k, 0);
             if (attend) attention(ph, s, kv, x);
         } else {
             int begin, end;

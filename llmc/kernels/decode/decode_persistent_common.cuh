@@ -87,7 +87,7 @@ struct Step {
 };
 // A phase's timeline values: consumer thread 0's clock64 at the phase's start, its wait done, its input staged, its
 // products done and its release; the cycles it spent waiting for pages; the producer's clock64 as it issued the
-// phase's first and its last page (0 for a phase without pages).
+// phase's first and its last page (all three 0 for a phase without pages, written by consumer thread 0).
 constexpr int kMarkPagesWait = 5, kMarkFirstIssued = 6, kMarkLastIssued = 7, kTimelineMarks = 8;
 
 // A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on

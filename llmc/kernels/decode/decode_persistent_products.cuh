@@ -17,6 +17,24 @@ __device__ __forceinline__ void pack_x8(const float* y, uint32_t* to) {
                                                flash::pack_bf16x2(y[4], y[5]), flash::pack_bf16x2(y[6], y[7]));
 }
 
+// The next page of the ring, waited for; thread 0 adds the cycles to `waited` when the timeline is on.
+__device__ __forceinline__ void wait_page(const Step& s, const hopper::Ring<kStages>& ring,
+                                          unsigned long long& waited) {
+    const bool timed = s.timeline && threadIdx.x == 0;
+    const unsigned long long t0 = timed ? clock64() : 0;
+    ring.wait_full();
+    if (timed) waited += clock64() - t0;
+}
+// A product phase's end on both paths: the pages' wait into the timeline; the classifier's greedy key of the block.
+__device__ __forceinline__ void finish_product(const Phase& ph, const Step& s, int i, unsigned long long waited,
+                                               unsigned long long best, unsigned long long* red_key) {
+    if (s.timeline && threadIdx.x == 0) mark_value(s, i, kMarkPagesWait, waited);
+    if (ph.epilogue == Epilogue::Logits) {
+        best = block_max_key(best, red_key);
+        if (threadIdx.x == 0) s.pick_partials[blockIdx.x] = best;
+    }
+}
+
 // Output n of a product phase from its dot product, its bias and (Residual) its residual.
 __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, float sum, float bias, float res,
                                          unsigned long long& best) {
@@ -150,13 +168,10 @@ __device__ void product(const Phase& ph, const Step& s, int i, int begin, int en
         epilogue(ph, s, n, sum, rows ? rows_bias[n - begin] : 0.f, rows ? rows_res[n - begin] : 0.f, best);
     };
     unsigned long long best = sampling_rule::rank_floor(), waited = 0;  // waited: the timeline's cycles
-    const bool timed = s.timeline && threadIdx.x == 0;
     for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
         const int n = min(per_page, end - r0);
         float* part = partials + (sliced_pages & 1) * kPartials;
-        const unsigned long long t0 = timed ? clock64() : 0;
-        ring.wait_full();
-        if (timed) waited += clock64() - t0;
+        wait_page(s, ring, waited);
         if (s.diagnose & kSkipProducts) {
             ring.release();
             continue;
@@ -186,11 +201,7 @@ __device__ void product(const Phase& ph, const Step& s, int i, int begin, int en
             sliced_pages++;  // sliced pages alternate two buffers: the barrier of the one between orders the reuse
         }
     }
-    if (timed) mark_value(s, i, kMarkPagesWait, waited);
-    if (ph.epilogue == Epilogue::Logits) {
-        best = block_max_key(best, red_key);
-        if (threadIdx.x == 0) s.pick_partials[blockIdx.x] = best;
-    }
+    finish_product(ph, s, i, waited, best, red_key);
 }
 
 }  // namespace decode_persistent

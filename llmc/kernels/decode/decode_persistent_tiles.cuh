@@ -23,7 +23,6 @@
 namespace decode_persistent {
 
 static_assert(kPartials >= kTileRows * kWarps, "a row group's sums fit a partials buffer");
-static_assert(kTilePageBytes <= kPageBytes, "a tile page within the FFMA products' page");
 
 // The producer warp's copies of one product phase's tiles: each lane r < the group's rows waits for the page to be
 // free itself (so its copy is ordered after the consumers' reads by its own acquire), lane 0 arms the page's barrier
@@ -63,7 +62,6 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
     const int chunks = tile_chunks(K), stride = tile_stride(K, chunks);
     const bool rows = ph.bias || ph.epilogue == Epilogue::Residual;
     unsigned long long best = sampling_rule::rank_floor(), waited = 0;  // waited: the timeline's cycles
-    const bool timed = s.timeline && threadIdx.x == 0;
     // ldmatrix's A fragment: lane l gives row (l & 7) + 8 ((l >> 3) & 1), columns 8 (l >> 4) of the 16-column step
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
     const uint32_t pages_addr = smem_addr(pages);
@@ -73,9 +71,7 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
         float d[4] = {0.f, 0.f, 0.f, 0.f};
         for (int c = 0; c < chunks; c++, ring.advance()) {
             const int k0 = chunk_begin(K, c, chunks), steps = (chunk_begin(K, c + 1, chunks) - k0) / 16;
-            const unsigned long long t0 = timed ? clock64() : 0;
-            ring.wait_full();
-            if (timed) waited += clock64() - t0;
+            wait_page(s, ring, waited);
             if (!(s.diagnose & kSkipProducts)) {
                 const uint32_t tile = pages_addr + (uint32_t)ring.stage() * kTilePageBytes + row_off;
                 // B: x[k0 + 16 step + 2 (l % 4) + {0, 1}] and the same 8 on; every column alike
@@ -101,11 +97,7 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
         }
         sliced_pages++;  // the groups' sums alternate two buffers: the barrier of the one between orders the reuse
     }
-    if (timed) mark_value(s, i, kMarkPagesWait, waited);
-    if (ph.epilogue == Epilogue::Logits) {
-        best = block_max_key(best, red_key);
-        if (threadIdx.x == 0) s.pick_partials[blockIdx.x] = best;
-    }
+    finish_product(ph, s, i, waited, best, red_key);
 }
 
 }  // namespace decode_persistent
