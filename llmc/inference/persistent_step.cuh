@@ -130,7 +130,6 @@ inline PersistentStep persistent_step_set_up(const GPT2Config& c, const GPT2Para
     const std::vector<decode_persistent::Phase> phases = persistent_phases(c, p, cache, acts, logits);
     cudaCheck(cudaMemcpyAsync(phases_device, phases.data(), phases.size() * sizeof(phases[0]), cudaMemcpyHostToDevice,
                               stream));
-    // together: a launches' count zeroed without the words would meet words of an earlier launch 1 with tag 1
     cudaCheck(cudaMemsetAsync(counters, 0, persistent_counter_count(c) * sizeof(unsigned), stream));
     cudaCheck(cudaMemsetAsync(acts, 0, persistent_activation_elems(c) * sizeof(floatX), stream));
     cudaCheck(cudaStreamSynchronize(stream));  // the host vector goes now

@@ -185,18 +185,17 @@ TEST(InferencePlan, PrintoutHasAGroupRowAndTheTotal) {
 }
 
 TEST(InferencePlan, PersistentStepRowsOnlyWhenItRuns) {
-    // d12 at batch 1: 61 phases (their list, 128 bytes each as the GPU side has them), a counter each and the
-    // launches' count, a greedy rank per SM (132), and per layer 10 C bf16 of activations, 9 C tagged 32-bit words
-    // and 12 heads x 8 chunks x 68 64-bit words of attention partials (as bf16 elements: 10 C + 18 C + 4 x 6528);
+    // d12 at batch 1: 61 phases (their list, 96 bytes each as the GPU side has them), a counter each, a greedy rank
+    // per SM (132), and L x 10 C bf16 of activations then 12 heads x 8 chunks x 68 floats of attention partials;
     // each buffer 256-byte aligned, all in the decode group
     const InferenceShape s = shape(1, 1024, 64, 960);
     InferenceKernelSizes k = sizes(d12(), s);
     const size_t without = group(inference_plan_of(inference_memory_table(d12(), s, k)), InferenceGroup::Decode);
-    k.persistent_phase_bytes = 61 * 128, k.persistent_counters = 62, k.persistent_picks = 132;
-    k.persistent_activations = 12 * (28 * 768 + 4 * 12 * 8 * 68);
+    k.persistent_phase_bytes = 61 * 96, k.persistent_counters = 61, k.persistent_picks = 132;
+    k.persistent_activations = 12 * 10 * 768 + 2 * 12 * 8 * 68;
     const size_t with = group(inference_plan_of(inference_memory_table(d12(), s, k)), InferenceGroup::Decode);
-    EXPECT_EQ(with - without, round_up(61 * 128, 256) + round_up(62 * 4, 256) + round_up(132 * 8, 256) +
-                                  round_up(12 * (28 * 768 + 4 * 12 * 8 * 68) * 2, 256));
+    EXPECT_EQ(with - without, round_up(61 * 96, 256) + round_up(61 * 4, 256) + round_up(132 * 8, 256) +
+                                  round_up((12 * 10 * 768 + 2 * 12 * 8 * 68) * 2, 256));
     InferenceShape uncached = s;
     uncached.cached = false;
     EXPECT_EQ(group(inference_plan_of(inference_memory_table(d12(), uncached, k)), InferenceGroup::Decode), 0u);

@@ -154,9 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
                 store_pick(0, picked, s.pos + 1, s.prompt_len, s.len, s.next_tokens, s.tokens_out, s.max_new, 1);
         }
         for (int i = threadIdx.x; i < s.count; i += kConsumers) s.done[i] = 0;  // every block is past its last wait
-        // every block has read it (before its last release); mod 65535, so the tag never comes round to the same
-        // value in two launches in a row
-        if (threadIdx.x == 0) s.done[s.count] = (s.done[s.count] + 1u) % 65535u;
+        if (threadIdx.x == 0) s.done[s.count] += 1u;  // every block has read it (before its last release)
     }
 }
 

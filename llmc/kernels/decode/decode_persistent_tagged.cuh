@@ -12,7 +12,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdio>
 
 namespace decode_persistent {
 
@@ -38,24 +37,13 @@ __device__ __forceinline__ ulonglong2 tagged_load2(const unsigned long long* p) 
     return v;
 }
 
-// A word still stale after this many polls (seconds; a step takes milliseconds) is a defect: one line names it,
-// then the kernel traps instead of hanging.
-constexpr unsigned kTaggedPolls = 1u << 22;
-__device__ __noinline__ void tagged_stuck(const void* p, uint32_t tag) {
-    printf("decode_persistent: block %d, thread %d: the tagged word at %p never carried the step's tag %u\n",
-           (int)blockIdx.x, (int)threadIdx.x, p, tag);
-    __trap();
-}
-
 // The settles: words already loaded from p, loaded again after a short sleep until every one carries `tag` (any
 // tag when !wait: decode_step's diagnostic without waits); then the values. Eight bf16 (two vectors) as a uint4 of
 // bf16 pairs; one bf16; two floats.
 __device__ __forceinline__ uint4 tagged_settle8(uint4 a, uint4 b, const uint32_t* p, uint32_t tag, bool wait) {
     const uint32_t t = tag << 16;
-    unsigned polls = 0;
     while (wait && ((a.x ^ t) | (a.y ^ t) | (a.z ^ t) | (a.w ^ t) | (b.x ^ t) | (b.y ^ t) | (b.z ^ t) | (b.w ^ t)) >>
                        16) {
-        if (++polls == kTaggedPolls) tagged_stuck(p, tag);
         __nanosleep(32);
         a = tagged_load4(p), b = tagged_load4(p + 4);
     }
@@ -70,18 +58,14 @@ __device__ __forceinline__ uint4 tagged_read8(const uint32_t* p, uint32_t tag, b
 __device__ __forceinline__ __nv_bfloat16 tagged_read1(const uint32_t* p, uint32_t tag, bool wait) {
     uint32_t w;
     asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(w) : "l"(p));
-    unsigned polls = 0;
     while (wait && (w >> 16) != tag) {
-        if (++polls == kTaggedPolls) tagged_stuck(p, tag);
         __nanosleep(32);
         asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(w) : "l"(p));
     }
     return __ushort_as_bfloat16((unsigned short)(w & 0xffffu));
 }
 __device__ __forceinline__ float2 tagged_settle2(ulonglong2 w, const unsigned long long* p, uint32_t tag, bool wait) {
-    unsigned polls = 0;
     while (wait && ((uint32_t)(w.x >> 32) != tag || (uint32_t)(w.y >> 32) != tag)) {
-        if (++polls == kTaggedPolls) tagged_stuck(p, tag);
         __nanosleep(32);
         w = tagged_load2(p);
     }
