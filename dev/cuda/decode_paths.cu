@@ -14,10 +14,9 @@
 // The model: GPT-2's random init at a preset depth, or a checkpoint (-m: ours, llm.c's or a Hugging Face GPT-2).
 // -c, the control: two of today's paths instead (cuBLASLt's step against decode_matvec), for how far two orders of
 // summation move the tokens on the same model. -f: the persistent step's products by FFMA
-// (LLMC_DECODE_TILES=0's path) instead of on the tensor cores; -l: its phases hand over by tagged words
-// (LLMC_DECODE_TAGGED=1's path).
+// (LLMC_DECODE_TILES=0's path) instead of on the tensor cores.
 //   make -C dev/cuda decode_paths && ./dev/cuda/decode_paths [-e 12|24|36|48 | -m model.bin] [-p prompts (64)]
-//   [-g new tokens (256)] [-t prompt tokens (64)] [-c | -f] [-l]
+//   [-g new tokens (256)] [-t prompt tokens (64)] [-c | -f]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -45,11 +44,11 @@ struct Tally {
 int main(int argc, char** argv) {
     int depth = 12, prompts = 64, new_tokens = 256, prompt_T = 64;
     std::string model_path;
-    bool control = false, ffma = false, tagged = false;
+    bool control = false, ffma = false;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
-        if ((a == "-c" && !ffma && !tagged) || ((a == "-f" || a == "-l") && !control)) {
-            (a == "-c" ? control : a == "-f" ? ffma : tagged) = true;
+        if ((a == "-c" && !ffma) || (a == "-f" && !control)) {
+            (a == "-c" ? control : ffma) = true;
         } else if (a == "-m" && i + 1 < argc) {
             model_path = argv[++i];
         } else if ((a == "-e" || a == "-p" || a == "-g" || a == "-t") && i + 1 < argc) {
@@ -62,7 +61,7 @@ int main(int argc, char** argv) {
             (a == "-e" ? depth : a == "-p" ? prompts : a == "-g" ? new_tokens : prompt_T) = v;
         } else {
             fprintf(stderr, "usage: %s [-e 12|24|36|48 | -m model.bin] [-p prompts] [-g new tokens] [-t prompt tokens] "
-                    "[-c | -f] [-l]\n", argv[0]);
+                    "[-c | -f]\n", argv[0]);
             return 1;
         }
     }
@@ -90,17 +89,15 @@ int main(int argc, char** argv) {
     const InferenceShape shape = generation_shape(c, 1, prompt_T, new_tokens);
     InferenceOptions persistent_o, matvec_o;
     persistent_o.decode.products = control ? DecodeProducts::Cublas : DecodeProducts::Persistent;
-    persistent_o.decode.persistent_tiles = !ffma, persistent_o.decode.persistent_tagged = tagged;
-    const std::string name = control ? "cuBLASLt's step"
-                                     : std::string("persistent (") + (ffma ? "FFMA" : "tensor cores") +
-                                           (tagged ? ", tagged words)" : ")");
+    persistent_o.decode.persistent_tiles = !ffma;
+    const char* name = control ? "cuBLASLt's step" : ffma ? "persistent (FFMA)" : "persistent (tensor cores)";
     matvec_o.decode.products = DecodeProducts::Matvec;
     InferenceEngine persistent, matvec;
     inference_engine_upload(&persistent, c, std::move(params), shape, persistent_o);
     inference_engine_borrow(&matvec, c, persistent.step.params, shape, matvec_o);  // the same weights, no copy
     printf("%s: %d prompts of %d random tokens, %d new tokens each, greedy, batch 1: %s against "
            "decode_matvec\n", model_path.empty() ? ("GPT-2 d" + std::to_string(depth) + "'s random init").c_str()
-                                                 : model_path.c_str(), prompts, prompt_T, new_tokens, name.c_str());
+                                                 : model_path.c_str(), prompts, prompt_T, new_tokens, name);
 
     Rng rng(7);
     Tally t;
@@ -136,7 +133,7 @@ int main(int argc, char** argv) {
                 if (sigma > 0) t.worst_sigmas = std::max(t.worst_sigmas, gap / sigma);
                 if (!near)
                     printf("  prompt %d, token %d: %s %d, decode_matvec %d, its top two %.4f apart (%.1f sigma, "
-                           "sigma %.4f, the bound %.2f sigma): NOT a near-tie\n", p, g + 1, name.c_str(), a, b, gap,
+                           "sigma %.4f, the bound %.2f sigma): NOT a near-tie\n", p, g + 1, name, a, b, gap,
                            gap / sigma, sigma, z);
                 break;
             }

@@ -20,7 +20,6 @@
 // on GPT-2's random init after a prefill, checked against each other and timed in the same call.
 //   make -C dev/cuda decode_step && ./dev/cuda/decode_step [-e 12|24|36|48] [-t positions before the token (255)]
 //   [-r repeats (20)] [-m 0: the products by FFMA; 1, the default: on the tensor cores (Step::tiles)]
-//   [-l 1: the phases hand over by tagged words (Step::tagged), else by counters]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -170,7 +169,7 @@ Activations reference_step(const GPT2Config& c, const Layout& L, Host& h, int to
 // K and V against each other (rel-L2 <= 2e-2, test_decode's bound for two bf16 steps running free over the layers;
 // the same argmax but for a near-tie), then both timed, neither with its pick (a graph replay must not advance the
 // lengths).
-bool both_ways(const GPT2Config& c, int before, int repeats, int sms, bool tiles, bool tagged) {
+bool both_ways(const GPT2Config& c, int before, int repeats, int sms, bool tiles) {
     const int C = c.channels, HS = C / c.num_heads, Vp = c.padded_vocab_size;
     InferenceEngine e;
     InferenceOptions o;
@@ -199,10 +198,10 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms, bool tiles
     // the persistent step as the engine sets it up (llmc/inference/persistent_step.cuh), its logits apart
     DeviceBuffer<bf16> acts(persistent_activation_elems(c)), logits(Vp);
     DeviceBuffer<char> phases(persistent_phase_count(c) * sizeof(dp::Phase));
-    DeviceBuffer<unsigned> counters(persistent_counter_count(c));
+    DeviceBuffer<unsigned> counters(persistent_phase_count(c));
     DeviceBuffer<unsigned long long> picks(sms);
     const PersistentStep ps = persistent_step_set_up(c, e.step.params, e.cache, acts.ptr, logits.ptr, phases.ptr,
-                                                     counters.ptr, picks.ptr, e.stream, tiles, tagged);
+                                                     counters.ptr, picks.ptr, e.stream, tiles);
     auto persistent = [&] {
         persistent_step_launch(ps, c, e.step.params, e.cache, e.step.s.tokens, nullptr, nullptr, nullptr, 0, 0);
     };
@@ -250,12 +249,11 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms, bool tiles
 
 int main(int argc, char** argv) {
     int depth = 12, before = 255, repeats = 20;
-    bool tiles = true, tagged = false;
+    bool tiles = true;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
-        if ((a == "-m" || a == "-l") && i + 1 < argc &&
-            (std::string(argv[i + 1]) == "0" || std::string(argv[i + 1]) == "1")) {
-            (a == "-m" ? tiles : tagged) = std::string(argv[++i]) == "1";
+        if (a == "-m" && i + 1 < argc && (std::string(argv[i + 1]) == "0" || std::string(argv[i + 1]) == "1")) {
+            tiles = std::string(argv[++i]) == "1";
         } else if ((a == "-e" || a == "-t" || a == "-r") && i + 1 < argc) {
             const int v = positive_int(argv[++i]);
             if (v == 0 || (a == "-e" && v != 12 && v != 24 && v != 36 && v != 48) || (a == "-t" && v >= 1024)) {
@@ -266,8 +264,7 @@ int main(int argc, char** argv) {
             (a == "-e" ? depth : a == "-t" ? before : repeats) = v;
         } else {
             fprintf(stderr, "usage: %s [-e 12|24|36|48] [-t positions before the token] [-r repeats] [-m 0|1 (the "
-                    "products by FFMA | on the tensor cores)] [-l 0|1 (the hand-off by counters | tagged words)]\n",
-                    argv[0]);
+                    "products by FFMA | on the tensor cores)]\n", argv[0]);
             return 1;
         }
     }
@@ -305,61 +302,42 @@ int main(int argc, char** argv) {
     DeviceBuffer<bf16> qkv((size_t)Lr * 3 * C), atty((size_t)Lr * C), res2((size_t)Lr * C), fch((size_t)Lr * 4 * C),
         res3((size_t)Lr * C), logits(c.padded_vocab_size);
     const int splits = dp::attention_splits(NH, maxT);
-    // tagged words (Step::tagged) of qkv, res2, fch, res3; the attention's partials, a region per layer (64-bit words)
-    const size_t units = (size_t)NH * std::max(splits, 1) * dp::kUnitFloats;
-    DeviceBuffer<uint32_t> qkv_t((size_t)Lr * 3 * C), res2_t((size_t)Lr * C), fch_t((size_t)Lr * 4 * C),
-        res3_t((size_t)Lr * C);
-    DeviceBuffer<unsigned long long> partials((size_t)Lr * units);
-    for (auto* b : {&qkv_t, &res2_t, &fch_t, &res3_t}) cudaCheck(cudaMemset(b->ptr, 0, b->bytes()));
-    cudaCheck(cudaMemset(partials.ptr, 0, partials.bytes()));
+    DeviceBuffer<float> partials((size_t)NH * std::max(splits, 1) * dp::kUnitFloats);
     std::vector<dp::Phase> phases;
-    auto tag = [&](uint32_t* out, const uint32_t* in, const uint32_t* res) {
-        phases.back().out_tagged = out, phases.back().in_tagged = in, phases.back().residual_tagged = res;
-    };
     const bf16* W = w.ptr;
     for (int l = 0; l < Lr; l++) {
         const Layout::Layer& y = L.layers[l];
         bf16* kl = kc.ptr + (size_t)l * NH * maxT * HS;
         bf16* vl = vc.ptr + (size_t)l * NH * maxT * HS;
         const bf16* in = l == 0 ? nullptr : res3.ptr + (size_t)(l - 1) * C;
-        const uint32_t* in_t = l == 0 ? nullptr : res3_t.ptr + (size_t)(l - 1) * C;
         bf16* q = qkv.ptr + (size_t)l * 3 * C;
-        uint32_t *q_t = qkv_t.ptr + (size_t)l * 3 * C, *r2_t = res2_t.ptr + (size_t)l * C;
-        uint32_t *f_t = fch_t.ptr + (size_t)l * 4 * C, *r3_t = res3_t.ptr + (size_t)l * C;
-        float* part = reinterpret_cast<float*>(partials.ptr + (size_t)l * units);
         phases.push_back({dp::Kind::Product, dp::Epilogue::Qkv, W + y.qkvw, W + y.qkvb, 3 * C, C, W + y.ln1w,
                           W + y.ln1b, in, nullptr, q, kl, vl});
-        tag(q_t, in_t, nullptr);
         phases.push_back({dp::Kind::Attention, dp::Epilogue::Plain, nullptr, nullptr, 0, 0, nullptr, nullptr, q,
-                          nullptr, nullptr, kl, vl, part});
-        tag(nullptr, q_t, nullptr);
+                          nullptr, nullptr, kl, vl, partials.ptr});
         phases.push_back({dp::Kind::Product, dp::Epilogue::Residual, W + y.attw, W + y.attb, C, C, nullptr, nullptr,
-                          atty.ptr + (size_t)l * C, in, res2.ptr + (size_t)l * C, nullptr, nullptr, part});
-        tag(r2_t, nullptr, in_t);
+                          atty.ptr + (size_t)l * C, in, res2.ptr + (size_t)l * C, nullptr, nullptr, partials.ptr});
         phases.push_back({dp::Kind::Product, dp::Epilogue::Gelu, W + y.fcw, W + y.fcb, 4 * C, C, W + y.ln2w, W + y.ln2b,
                           res2.ptr + (size_t)l * C, nullptr, fch.ptr + (size_t)l * 4 * C, nullptr, nullptr});
-        tag(f_t, r2_t, nullptr);
         phases.push_back({dp::Kind::Product, dp::Epilogue::Residual, W + y.fcpw, W + y.fcpb, C, 4 * C, nullptr, nullptr,
                           fch.ptr + (size_t)l * 4 * C, res2.ptr + (size_t)l * C, res3.ptr + (size_t)l * C, nullptr,
                           nullptr});
-        tag(r3_t, f_t, r2_t);
     }
     phases.push_back({dp::Kind::Product, dp::Epilogue::Logits, W + L.wte, nullptr, c.padded_vocab_size, C, W + L.lnfw,
                       W + L.lnfb, res3.ptr + (size_t)(Lr - 1) * C, nullptr, logits.ptr, nullptr, nullptr});
-    tag(nullptr, res3_t.ptr + (size_t)(Lr - 1) * C, nullptr);
     DeviceBuffer<char> d_phases(phases.size() * sizeof(dp::Phase));
     cudaCheck(cudaMemcpy(d_phases.ptr, phases.data(), d_phases.bytes(), cudaMemcpyHostToDevice));
     int dev, sms;
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    DeviceBuffer<unsigned> done(phases.size() + 1);  // then the launches' count (Step::tagged's tag)
+    DeviceBuffer<unsigned> done(phases.size());
     DeviceBuffer<unsigned long long> pick(sms);
     DeviceBuffer<int> d_token(1), token_out(1), d_len(1);
     cudaCheck(cudaMemset(done.ptr, 0, done.bytes()));
     d_token.upload({token}), d_len.upload({pos + 1});
     dp::Step s{reinterpret_cast<const dp::Phase*>(d_phases.ptr), (int)phases.size(), W + L.wte, W + L.wpe, C, NH, HS,
                maxT, c.vocab_size, d_token.ptr, d_len.ptr, done.ptr, pick.ptr, token_out.ptr};
-    s.attn_splits = splits, s.tiles = tiles, s.tagged = tagged;
+    s.attn_splits = splits, s.tiles = tiles;
     for (const dp::Phase& ph : phases) {  // the kernel's limits (every GPT-2 shape is within them)
         const bool rows = ph.bias || ph.epilogue == dp::Epilogue::Residual;
         if (ph.kind == dp::Kind::Product && ((rows && (ph.N + sms - 1) / sms > dp::kMaxBlockRows) ||
@@ -391,8 +369,8 @@ int main(int argc, char** argv) {
     launch();
     cudaCheck(cudaDeviceSynchronize());
     printf("d%d, C %d, %d phases on %d SMs, %.0f KB of shared memory a block, attention in %d chunks a head, the "
-           "products on %s, the hand-off by %s; the token at position %d\n", depth, C, (int)phases.size(), sms,
-           smem / 1024.0, splits, tiles ? "the tensor cores" : "FFMA", tagged ? "tagged words" : "counters", pos);
+           "products on %s; the token at position %d\n", depth, C, (int)phases.size(), sms, smem / 1024.0, splits,
+           tiles ? "the tensor cores" : "FFMA", pos);
     const std::vector<bf16> g_qkv = qkv.download(), g_atty = atty.download(), g_res2 = res2.download(),
                             g_fch = fch.download(), g_res3 = res3.download(), g_logits = logits.download();
     Activations gpu;  // the kernel's activations, per layer, as doubles
@@ -539,7 +517,7 @@ int main(int argc, char** argv) {
         printf("decode_step: FAIL\n");
         return 1;
     }
-    if (!both_ways(c, before, repeats, sms, tiles, tagged)) {
+    if (!both_ways(c, before, repeats, sms, tiles)) {
         printf("decode_step: FAIL\n");
         return 1;
     }

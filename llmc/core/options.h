@@ -25,9 +25,6 @@
 //                             (C >= 1024), where it measured ahead, unless LLMC_DECODE_ATTENTION is set
 //   LLMC_DECODE_TILES=0       the persistent step's products by FFMA (decode_persistent_products.cuh) instead of on
 //                             the tensor cores (mma.sync, a page a tile of 16 rows; decode_persistent_tiles.cuh)
-//   LLMC_DECODE_TAGGED=1      the persistent step's phases hand over by tagged words (each output a word with the
-//                             step's tag, loaded until current; decode_persistent_tagged.cuh) instead of a counter
-//                             a phase (comparisons)
 //   LLMC_TRACE=PREFIX         the trainer records every kernel, copy and collective of one step (and the step
 //                             before it) with CUPTI: PREFIX.rank<R>.json (Chrome trace) and a summary line per rank
 //   LLMC_TRACE_STEP=N         the step LLMC_TRACE records (default 6)
@@ -64,7 +61,6 @@ struct EngineOptions {
     bool decode_cublas = false;
     int decode_persistent = -1;  // LLMC_DECODE_PERSISTENT: -1 unset (Auto's choice), 0 never, 1 forced
     bool decode_tiles = true;
-    bool decode_tagged = false;
     std::string trace;
     int trace_step = 6;
     int comm_sms = -1;
@@ -93,7 +89,6 @@ struct EngineOptions {
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (decode_persistent >= 0) out.push_back({"LLMC_DECODE_PERSISTENT", std::to_string(decode_persistent)});
         if (!decode_tiles) out.push_back({"LLMC_DECODE_TILES", "0"});
-        if (decode_tagged) out.push_back({"LLMC_DECODE_TAGGED", "1"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
         if (comm_sms != kCommSmsDefault) out.push_back({"LLMC_COMM_SMS", std::to_string(comm_sms)});
         if (!nccl_cta_policy.empty()) out.push_back({"LLMC_NCCL_CTA_POLICY", nccl_cta_policy});
@@ -188,7 +183,6 @@ inline EngineOptions read() {
     o.decode_cublas = flag("LLMC_DECODE_CUBLAS", false);
     o.decode_persistent = text("LLMC_DECODE_PERSISTENT").empty() ? -1 : flag("LLMC_DECODE_PERSISTENT", false);
     o.decode_tiles = flag("LLMC_DECODE_TILES", true);
-    o.decode_tagged = flag("LLMC_DECODE_TAGGED", false);
     o.trace = text("LLMC_TRACE");
     o.trace_step = integer("LLMC_TRACE_STEP", o.trace_step, 2, 1 << 30);
     o.comm_sms = integer("LLMC_COMM_SMS", EngineOptions::kCommSmsDefault, -1, 64);

@@ -51,7 +51,6 @@ struct DecodeSettings {
                                        // groups (it reads all of wte once per group), else cuBLASLt
     bool persistent_auto = true;       // Auto may take the persistent step (LLMC_DECODE_PERSISTENT=0: never)
     bool persistent_tiles = true;      // the persistent step's products on the tensor cores (LLMC_DECODE_TILES=0: FFMA)
-    bool persistent_tagged = false;    // its phases hand over by tagged words, not counters (LLMC_DECODE_TAGGED=1)
 };
 
 // The B-row buffers of one step (the engine's plan: llmc/inference/inference_plan.h).

@@ -96,7 +96,7 @@ inline InferenceKernelSizes kernel_sizes(const GPT2Config& c, const InferenceSha
         k.pick_partials = decode_greedy_pick_partials(B);
     if (persistent) {
         k.persistent_phase_bytes = persistent_phase_count(c) * sizeof(decode_persistent::Phase);
-        k.persistent_counters = persistent_counter_count(c), k.persistent_picks = device_sm_count();
+        k.persistent_counters = persistent_phase_count(c), k.persistent_picks = device_sm_count();
         k.persistent_activations = persistent_activation_elems(c);
     }
     return k;
@@ -188,8 +188,7 @@ inline void set_up_views(InferenceEngine* e) {
                                               d.s.logits, e->buffers[PersistentPhases],
                                               e->at<unsigned>(PersistentCounters),
                                               e->at<unsigned long long>(PersistentPicks), st,
-                                              e->options.decode.persistent_tiles,
-                                              e->options.decode.persistent_tagged);
+                                              e->options.decode.persistent_tiles);
     cudaCheck(attention_decode_workspace_init(d.s.attention_workspace, s.B, c.num_heads, s.max_T, e->cache.HS, st));
     for (int i = 0; i < s.max_new * s.B; i++) loop.tokens[i] = -1;
 }

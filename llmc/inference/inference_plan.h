@@ -162,7 +162,7 @@ inline std::vector<InferenceBuffer> inference_memory_table(const GPT2Config& c, 
                                     sizeof(unsigned)};
     t[infer::PersistentPicks] = {"persistent step: greedy ranks", G::Decode, persistent ? k.persistent_picks : 0,
                                  sizeof(unsigned long long)};
-    t[infer::PersistentActivations] = {"persistent step: activations (L, 10 C; tagged, partials)", G::Decode,
+    t[infer::PersistentActivations] = {"persistent step: activations (L, 10 C)", G::Decode,
                                        persistent ? k.persistent_activations : 0, X};
     // the prefill's last positions, then each decode step's one
     t[infer::Lengths] = {"lengths (B)", G::Classifier, B, I};

@@ -18,17 +18,12 @@ inline int persistent_attention_splits(const GPT2Config& c) {
     return decode_persistent::attention_splits(c.num_heads, c.max_seq_len);
 }
 // What the step writes besides the logits, in bf16 elements: per layer qkv (3C), atty (C), residual2 (C), fch (4C),
-// residual3 (C); then per layer the tagged words (Step::tagged, 32 bits) of qkv, residual2, fch and residual3 (9C);
-// then per layer the attention's partial results (a 64-bit word each: a tagged float, or a float in the first half).
-inline size_t persistent_partials_words(const GPT2Config& c) {  // a layer's
-    return (size_t)c.num_heads * persistent_attention_splits(c) * decode_persistent::kUnitFloats;
-}
+// residual3 (C); then the attention's partial results (floats, reused by every layer).
 inline size_t persistent_activation_elems(const GPT2Config& c) {
-    return (size_t)c.num_layers * (10 * c.channels + 2 * 9 * c.channels + 4 * persistent_partials_words(c));
+    const size_t partials = (size_t)c.num_heads * persistent_attention_splits(c) * decode_persistent::kUnitFloats;
+    return (size_t)c.num_layers * 10 * c.channels + 2 * partials;
 }
 inline int persistent_phase_count(const GPT2Config& c) { return 5 * c.num_layers + 1; }
-// The counters: one per phase, then the launches' count (the tagged words' tag).
-inline int persistent_counter_count(const GPT2Config& c) { return persistent_phase_count(c) + 1; }
 
 // Whether the kernel takes this model at batch B here: a BF16 build on Hopper, heads of 64, a context within the
 // attention's chunks, C within one staging vector a thread, every product's rows per block within its
@@ -70,43 +65,28 @@ inline std::vector<decode_persistent::Phase> persistent_phases(const GPT2Config&
     using bf16 = dp::bf16;
     auto b = [](const floatX* x) { return reinterpret_cast<const bf16*>(x); };
     auto w = [](floatX* x) { return reinterpret_cast<bf16*>(x); };
-    const int C = c.channels, L = c.num_layers;
-    uint32_t* tagged = reinterpret_cast<uint32_t*>(w(acts) + (size_t)L * 10 * C);
-    auto* partials_all = reinterpret_cast<unsigned long long*>(tagged + (size_t)L * 9 * C);
+    const int C = c.channels;
+    float* partials = reinterpret_cast<float*>(w(acts) + (size_t)c.num_layers * 10 * C);
     std::vector<dp::Phase> phases;
     const bf16* residual = nullptr;  // layer 0: the embedding
-    const uint32_t* residual_t = nullptr;
-    // the phase just added, its tagged words: out, in, residual
-    auto tag = [&](uint32_t* out, const uint32_t* in, const uint32_t* res) {
-        phases.back().out_tagged = out, phases.back().in_tagged = in, phases.back().residual_tagged = res;
-    };
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < c.num_layers; l++) {
         bf16* qkv = w(acts) + (size_t)l * 10 * C;
         bf16 *atty = qkv + 3 * C, *res2 = atty + C, *fch = res2 + C, *res3 = fch + 4 * C;
-        uint32_t* qkv_t = tagged + (size_t)l * 9 * C;
-        uint32_t *res2_t = qkv_t + 3 * C, *fch_t = res2_t + C, *res3_t = fch_t + 4 * C;
-        float* partials = reinterpret_cast<float*>(partials_all + (size_t)l * persistent_partials_words(c));
         bf16 *k = w(cache.k_layer(l)), *v = w(cache.v_layer(l));
         phases.push_back({dp::Kind::Product, dp::Epilogue::Qkv, b(p(QKVW, l)), b(p(QKVB, l)), 3 * C, C, b(p(LN1W, l)),
                           b(p(LN1B, l)), residual, nullptr, qkv, k, v});
-        tag(qkv_t, residual_t, nullptr);
         phases.push_back({dp::Kind::Attention, dp::Epilogue::Plain, nullptr, nullptr, 0, 0, nullptr, nullptr, qkv,
                           nullptr, nullptr, k, v, partials});
-        tag(nullptr, qkv_t, nullptr);
         phases.push_back({dp::Kind::Product, dp::Epilogue::Residual, b(p(ATTPROJW, l)), b(p(ATTPROJB, l)), C, C,
                           nullptr, nullptr, atty, residual, res2, nullptr, nullptr, partials});
-        tag(res2_t, nullptr, residual_t);
         phases.push_back({dp::Kind::Product, dp::Epilogue::Gelu, b(p(FCW, l)), b(p(FCB, l)), 4 * C, C, b(p(LN2W, l)),
                           b(p(LN2B, l)), res2, nullptr, fch, nullptr, nullptr});
-        tag(fch_t, res2_t, nullptr);
         phases.push_back({dp::Kind::Product, dp::Epilogue::Residual, b(p(FCPROJW, l)), b(p(FCPROJB, l)), C, 4 * C,
                           nullptr, nullptr, fch, res2, res3, nullptr, nullptr});
-        tag(res3_t, fch_t, res2_t);
-        residual = res3, residual_t = res3_t;
+        residual = res3;
     }
     phases.push_back({dp::Kind::Product, dp::Epilogue::Logits, b(p(WTE)), nullptr, c.padded_vocab_size, C, b(p(LNFW)),
                       b(p(LNFB)), residual, nullptr, w(logits), nullptr, nullptr});
-    tag(nullptr, residual_t, nullptr);
     return phases;
 }
 
@@ -116,27 +96,23 @@ struct PersistentStep {
     unsigned* counters = nullptr;                      // zero; each launch leaves them zero
     unsigned long long* picks = nullptr;               // a greedy rank per block
     int count = 0, x_floats = 0, blocks = 0;
-    bool tiles = false;   // the products on the tensor cores (decode_persistent_tiles.cuh)
-    bool tagged = false;  // the phases hand over by tagged words (decode_persistent_tagged.cuh)
+    bool tiles = false;  // the products on the tensor cores (decode_persistent_tiles.cuh)
 };
 
 // Uploads the phases into `phases_device` and prepares the kernel; the PersistentStep to launch with (tiles: the
-// products on the tensor cores; tagged: the hand-off by tagged words). Zeroes the counters (persistent_counter_count)
-// and the activations: no tagged word carries a tag before the first launch writes it.
+// products on the tensor cores).
 inline PersistentStep persistent_step_set_up(const GPT2Config& c, const GPT2Params& p, const KVCache& cache,
                                              floatX* acts, floatX* logits, void* phases_device, unsigned* counters,
-                                             unsigned long long* picks, cudaStream_t stream, bool tiles = false,
-                                             bool tagged = false) {
+                                             unsigned long long* picks, cudaStream_t stream, bool tiles = false) {
     const std::vector<decode_persistent::Phase> phases = persistent_phases(c, p, cache, acts, logits);
     cudaCheck(cudaMemcpyAsync(phases_device, phases.data(), phases.size() * sizeof(phases[0]), cudaMemcpyHostToDevice,
                               stream));
-    cudaCheck(cudaMemsetAsync(counters, 0, persistent_counter_count(c) * sizeof(unsigned), stream));
-    cudaCheck(cudaMemsetAsync(acts, 0, persistent_activation_elems(c) * sizeof(floatX), stream));
+    cudaCheck(cudaMemsetAsync(counters, 0, phases.size() * sizeof(unsigned), stream));
     cudaCheck(cudaStreamSynchronize(stream));  // the host vector goes now
     PersistentStep ps;
     ps.phases = static_cast<const decode_persistent::Phase*>(phases_device), ps.counters = counters;
     ps.picks = picks, ps.count = (int)phases.size(), ps.blocks = device_sm_count();
-    ps.x_floats = decode_persistent::x_floats_for(c.channels), ps.tiles = tiles, ps.tagged = tagged;
+    ps.x_floats = decode_persistent::x_floats_for(c.channels), ps.tiles = tiles;
     decode_persistent::prepare(ps.x_floats);
     return ps;
 }
@@ -153,6 +129,5 @@ inline void persistent_step_launch(const PersistentStep& ps, const GPT2Config& c
                               ps.picks};
     s.prompt_len = prompt_len, s.next_tokens = prompt_len ? next_tokens : nullptr, s.tokens_out = tokens_out;
     s.max_new = max_new, s.attn_splits = persistent_attention_splits(c), s.row = row, s.tiles = ps.tiles;
-    s.tagged = ps.tagged;
     decode_persistent::launch(s, ps.x_floats, ps.blocks, stream);
 }

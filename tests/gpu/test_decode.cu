@@ -29,8 +29,7 @@
 //  6. The persistent step (batch 1, Hopper, BF16; skipped elsewhere, saying why): the prefill's and decode steps'
 //     logits against the full forward as in 1, then generation through the loop, greedy (graph and plain) and
 //     sampled, each token the host's pick on the step's logits, and generate() the loop's tokens; with its products
-//     on FFMA and on the tensor cores (LLMC_DECODE_TILES; C 128, 768, 1600: rows of K in one to five chunks), its
-//     phases handing over by counters and by tagged words (LLMC_DECODE_TAGGED; C 128: blocks without rows). And
+//     on FFMA and on the tensor cores (LLMC_DECODE_TILES; C 128, 768, 1600: rows of K in one to five chunks). And
 //     Auto's choice, in every build: taken from C 1024 on where the kernel runs (on a server, for its lone busy
 //     slot's steps), never when not allowed, with decode attention's kernel forced, or where the kernel does not run.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
@@ -320,9 +319,8 @@ void test_persistent_auto(const GPT2Config& c, const char* label) {
 // Check 6: the persistent step (llmc/inference/persistent_step.cuh; batch 1, Hopper, BF16), where it runs: decode
 // steps' logits against the full forward (the bounds of check 1), then generation through the loop, greedy with and
 // without the graph (the pick folded into the kernel) and sampled in the graph (the picker after it), every token
-// the host's pick on the step's logits, and generate() the loop's. tiles: its products on the tensor cores, else by
-// FFMA; tagged: its phases hand over by tagged words, else by counters.
-void test_persistent(const GPT2Config& c, const char* label, bool tiles, bool tagged = false) {
+// the host's pick on the step's logits, and generate() the loop's. tiles: its products on the tensor cores.
+void test_persistent(const GPT2Config& c, const char* label, bool tiles = false) {
     std::string why;
     if (!persistent_step_supported(c, 1, &why)) {
         printf("test_decode (%s, %s): the persistent step skipped: %s\n", PRECISION_NAME, label, why.c_str());
@@ -336,7 +334,7 @@ void test_persistent(const GPT2Config& c, const char* label, bool tiles, bool ta
     InferenceOptions o;
     o.pick = PickParams{0.f, 0, 1.f};
     o.decode.products = DecodeProducts::Persistent;
-    o.decode.persistent_tiles = tiles, o.decode.persistent_tagged = tagged;
+    o.decode.persistent_tiles = tiles;
     double worst = 0, worst_prefill = 0;
     {
         InferenceEngine e;
@@ -374,10 +372,10 @@ void test_persistent(const GPT2Config& c, const char* label, bool tiles, bool ta
     }
     if (boundary * 5 > steps) fail("persistent loop: %d of %d sampled picks on a CDF boundary", boundary, steps);
     if (by_run[0] != by_run[1]) fail("persistent loop: the CUDA Graph and plain runs chose different tokens");
-    printf("test_decode (%s, %s): the persistent step (%s, %s), prefill logits rel-L2 %.3e, %d decode steps, worst "
-           "logits rel-L2 %.3e (<= %.0e); the loop greedy with and without the graph and sampled (%d on a CDF "
-           "boundary) = the host's pick, generate() = the loop: %s\n", PRECISION_NAME, label,
-           tiles ? "tensor cores" : "FFMA", tagged ? "tagged words" : "counters", worst_prefill, steps, worst, kTol, boundary, failures == f0 ? "PASS" : "FAIL");
+    printf("test_decode (%s, %s): the persistent step%s, prefill logits rel-L2 %.3e, %d decode steps, worst logits "
+           "rel-L2 %.3e (<= %.0e); the loop greedy with and without the graph and sampled (%d on a CDF boundary) = the "
+           "host's pick, generate() = the loop: %s\n", PRECISION_NAME, label, tiles ? " on the tensor cores" : "",
+           worst_prefill, steps, worst, kTol, boundary, failures == f0 ? "PASS" : "FAIL");
 }
 
 // Check 3: B slots; prompts prefilled in groups of up to 8 into scattered slots; steps over the first R, every other
@@ -622,9 +620,8 @@ int main(int argc, char** argv) {
         if (want("slots")) test_slots(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
         if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
         if (want("recompute")) test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
-        if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128", false);
+        if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
         if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128", true);
-        if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128", true, true);
         return failures ? 1 : 0;
     }
     // max_T, V, Vp, L, NH, C: a small model, and one layer at d12's widths (products of 768 and 3072 rows:
@@ -636,17 +633,12 @@ int main(int argc, char** argv) {
     if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
     if (want("chunks")) test_chunks(GPT2Config{256, 1000, 1024, 1, 2, 256}, "L1 C256 HS128");
     if (want("recompute")) test_recompute(GPT2Config{256, 1000, 1024, 2, 4, 128}, "L2 C128 HS32");
-    // C 128: blocks without rows in the C-row products (the tagged hand-off waits only for words that are written)
-    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128", false);
-    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128", true, true);
-    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768", false);
-    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768", false, true);
+    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 2, 128}, "L2 C128");
+    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
     if (want("persistent")) test_persistent_auto(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768");
     if (want("persistent")) test_persistent_auto(GPT2Config{256, 1000, 1024, 1, 20, 1280}, "L1 C1280");
-    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 1, 20, 1280}, "L1 C1280", true);  // Auto's
+    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 1, 20, 1280}, "L1 C1280");  // Auto takes it
     if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768", true);
-    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 2, 12, 768}, "L2 C768", true, true);
     if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 1, 25, 1600}, "L1 C1600", true);  // 2 chunks
-    if (want("persistent")) test_persistent(GPT2Config{256, 1000, 1024, 1, 25, 1600}, "L1 C1600", true, true);
     return failures ? 1 : 0;
 }

@@ -25,7 +25,6 @@ inline HostModel load_host_model(const std::string& path, const PickParams& pick
     if (o.decode_persistent == 1) m.options.decode.products = DecodeProducts::Persistent;
     if (o.decode_persistent == 0) m.options.decode.persistent_auto = false;
     m.options.decode.persistent_tiles = o.decode_tiles;
-    m.options.decode.persistent_tagged = o.decode_tagged;
     m.options.decode.attention = o.decode_attention == "split"  ? DecodeAttentionKernel::Split
                                  : o.decode_attention == "head" ? DecodeAttentionKernel::PerHead
                                                                 : DecodeAttentionKernel::Auto;

@@ -13,9 +13,7 @@
 // decode_matvec: LayerNorm outputs, product + bias before a residual add, GELU outputs, logits, all to bf16.
 // Attention is split over the grid in key chunks (decode_persistent_attention.cuh), merged by the next phase.
 // With Step::tiles the products run on the tensor cores, a page a tile of rows x a chunk of K
-// (decode_persistent_tiles.cuh). With Step::tagged the phases hand over by tagged words instead of counters
-// (decode_persistent_tagged.cuh): a phase's staging loads its input until every word is this step's.
-// Hopper (sm_90a) only: the bulk copies.
+// (decode_persistent_tiles.cuh). Hopper (sm_90a) only: the bulk copies.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -39,7 +37,6 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     s.seq = s.row ? *s.row : 0;
     s.token += s.seq, s.len += s.seq, s.cache_offset = (size_t)s.seq * s.NH * s.max_T * s.HS;
     s.pos = *s.len - 1;
-    s.tag = s.tagged ? ld_acquire(s.done + s.count) % 65535u + 1u : 0u;  // block 0 advances the count at the end
     // the host's limits (persistent_step_supported), kept here too: past them chunks or keys would be dropped silently
     if (s.pos < 0 || s.attn_splits < 1 || s.attn_splits > kMaxSplits || s.pos + 1 > kChunkKeys * s.attn_splits ||
         x_floats % 4 != 0 || (s.seq != 0 && s.next_tokens))
@@ -110,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         ChunkKV kv = {};
         if (attend && (int)blockIdx.x < s.NH * s.attn_splits)
             load_kv(ph, s, blockIdx.x, 0, s.pos, kv);  // earlier steps' keys, in flight during the wait
-        if (i > 0 && !s.tagged && !(s.diagnose & kSkipWaits)) {  // tagged: the staging's loads wait
+        if (i > 0 && !(s.diagnose & kSkipWaits)) {
             if (threadIdx.x == 0) wait_count(&s.done[i - 1], all);
             consumers_sync();
         }
@@ -134,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         mark(s, i, 3);
         if (threadIdx.x == 0) cp_async_wait<0>();
         consumers_sync();  // every thread's stores (and the next description), then the release
-        if (threadIdx.x == 0 && (!s.tagged || i == s.count - 1)) red_release_add(&s.done[i], 1u);
+        if (threadIdx.x == 0) red_release_add(&s.done[i], 1u);
         mark(s, i, 4);
     }
     mark_span(s, 2);
@@ -154,7 +151,6 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
                 store_pick(0, picked, s.pos + 1, s.prompt_len, s.len, s.next_tokens, s.tokens_out, s.max_new, 1);
         }
         for (int i = threadIdx.x; i < s.count; i += kConsumers) s.done[i] = 0;  // every block is past its last wait
-        if (threadIdx.x == 0) s.done[s.count] += 1u;  // every block has read it (before its last release)
     }
 }
 

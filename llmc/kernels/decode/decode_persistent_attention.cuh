@@ -4,12 +4,9 @@
 // unnormalised output o (64). The next phase's staging merges a head's chunks in order (merge_heads), so the
 // result does not depend on the grid. The keys before pos were written by earlier steps, so a block loads its
 // chunk's keys and values into registers before it waits for the QKV phase; only the new key is loaded after.
-// With Step::tagged the query and the new key and value come from the QKV row's tagged words, and the partial
-// results go out as tagged words, a region per layer (decode_persistent_tagged.cuh).
 #pragma once
 
 #include "llmc/kernels/decode/decode_persistent_common.cuh"
-#include "llmc/kernels/decode/decode_persistent_tagged.cuh"
 
 namespace decode_persistent {
 
@@ -41,18 +38,6 @@ __device__ __forceinline__ void load_kv(const Phase& ph, const Step& s, int u, i
     }
 }
 
-// Unit u's new key and value (position pos, in its last chunk) from the QKV row's tagged words (Step::tagged).
-__device__ __forceinline__ void load_new_kv_tagged(const Phase& ph, const Step& s, int u, ChunkKV& kv) {
-    int h, begin, end;
-    unit_keys(s, u, &h, &begin, &end);
-    const uint32_t* k = ph.in_tagged + s.C + h * kHeadSize + threadIdx.x % 8 * 8;
-    const bool wait = tagged_wait(s);
-#pragma unroll
-    for (int r = 0; r < kRounds; r++)
-        if (round_key(begin, r) == s.pos && s.pos < end)
-            kv.k[r] = tagged_read8(k, s.tag, wait), kv.v[r] = tagged_read8(k + s.C, s.tag, wait);
-}
-
 // Unit u's partial result from its keys in kv and the head's query (the phase's QKV row); scratch: kWarps x
 // kUnitFloats floats of shared memory. Each warp's (m, l, o) over its keys, then the 8 warps' merged in order.
 __device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, int u, const ChunkKV& kv,
@@ -60,8 +45,7 @@ __device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, i
     int h, begin, end;
     unit_keys(s, u, &h, &begin, &end);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d8 = lane % 8;
-    const uint4 qv = s.tagged ? tagged_read8(ph.in_tagged + h * kHeadSize + d8 * 8, s.tag, tagged_wait(s))
-                              : __ldcg(reinterpret_cast<const uint4*>(ph.in + h * kHeadSize) + d8);
+    const uint4 qv = __ldcg(reinterpret_cast<const uint4*>(ph.in + h * kHeadSize) + d8);
     const bf16* qh = reinterpret_cast<const bf16*>(&qv);
     const float4 q[2] = {make_float4(bf(qh[0]), bf(qh[1]), bf(qh[2]), bf(qh[3])),
                          make_float4(bf(qh[4]), bf(qh[5]), bf(qh[6]), bf(qh[7]))};
@@ -105,15 +89,9 @@ __device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, i
             const float e = p[0] == -INFINITY ? 0.f : __expf(p[0] - M);
             L += e * p[1], O += e * p[4 + threadIdx.x];
         }
-        if (s.tagged) {  // the merge reads m, l and o; the pads are not written
-            unsigned long long* out = reinterpret_cast<unsigned long long*>(ph.partials) + (size_t)u * kUnitFloats;
-            if (threadIdx.x == 0) tagged_store(out, s.tag, M), tagged_store(out + 1, s.tag, L);
-            tagged_store(out + 4 + threadIdx.x, s.tag, O);
-        } else {
-            float* out = ph.partials + (size_t)u * kUnitFloats;
-            if (threadIdx.x == 0) out[0] = M, out[1] = L, out[2] = 0.f, out[3] = 0.f;
-            out[4 + threadIdx.x] = O;
-        }
+        float* out = ph.partials + (size_t)u * kUnitFloats;
+        if (threadIdx.x == 0) out[0] = M, out[1] = L, out[2] = 0.f, out[3] = 0.f;
+        out[4 + threadIdx.x] = O;
     }
     consumers_sync();  // the scratch is read before anyone writes it again
 }
@@ -122,10 +100,7 @@ __device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, i
 __device__ __forceinline__ void attention(const Phase& ph, const Step& s, ChunkKV& kv, float* scratch) {
     for (int u = blockIdx.x; u < s.NH * s.attn_splits; u += gridDim.x) {
         if (u != (int)blockIdx.x) kv = ChunkKV{}, load_kv(ph, s, u, 0, s.pos, kv);
-        if (s.tagged)
-            load_new_kv_tagged(ph, s, u, kv);
-        else
-            load_kv(ph, s, u, s.pos, s.pos + 1, kv);  // the new key: this step's QKV phase wrote it
+        load_kv(ph, s, u, s.pos, s.pos + 1, kv);  // the new key: this step's QKV phase wrote it
         attention_unit(ph, s, u, kv, scratch);
     }
 }
@@ -138,60 +113,25 @@ static_assert(kMaxSplits % 4 == 0, "merge_heads takes the chunks 4 at a time");
 __device__ __forceinline__ void merge_heads(const Phase& ph, const Step& s, float* x, uint32_t* xb) {
     const int i = threadIdx.x, h = i / (kHeadSize / 8), d0 = i % (kHeadSize / 8) * 8;
     if (i >= s.C / 8) return;
-    const size_t head = (size_t)h * s.attn_splits * kUnitFloats;
-    const float* base = ph.partials + head;
-    const auto* tagged = reinterpret_cast<const unsigned long long*>(ph.partials) + head;  // Step::tagged's words
-    const bool wait = tagged_wait(s);
+    const float* base = ph.partials + (size_t)h * s.attn_splits * kUnitFloats;
     float2 ml[kMaxSplits];
-    if (s.tagged) {
-        ulonglong2 w[kMaxSplits];
 #pragma unroll
-        for (int c = 0; c < kMaxSplits; c++)
-            w[c] = c < s.attn_splits ? tagged_load2(tagged + (size_t)c * kUnitFloats) : make_ulonglong2(0, 0);
-#pragma unroll
-        for (int c = 0; c < kMaxSplits; c++)
-            ml[c] = c < s.attn_splits ? tagged_settle2(w[c], tagged + (size_t)c * kUnitFloats, s.tag, wait)
-                                      : make_float2(-INFINITY, 0.f);
-    } else {
-#pragma unroll
-        for (int c = 0; c < kMaxSplits; c++)
-            ml[c] = c < s.attn_splits ? __ldcg(reinterpret_cast<const float2*>(base + (size_t)c * kUnitFloats))
-                                      : make_float2(-INFINITY, 0.f);
-    }
+    for (int c = 0; c < kMaxSplits; c++)
+        ml[c] = c < s.attn_splits ? __ldcg(reinterpret_cast<const float2*>(base + (size_t)c * kUnitFloats))
+                                  : make_float2(-INFINITY, 0.f);
     float M = -INFINITY;
 #pragma unroll
     for (int c = 0; c < kMaxSplits; c++) M = fmaxf(M, ml[c].x);
     float L = 0.f, o[8] = {};
 #pragma unroll
     for (int c0 = 0; c0 < kMaxSplits; c0 += 4) {
-        if (c0 >= s.attn_splits) break;  // chunks past the head's would add zeros
         float4 oa[4], ob[4];
-        if (s.tagged) {
-            ulonglong2 w[4][4];
 #pragma unroll
-            for (int c = c0; c < c0 + 4; c++)
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    w[c - c0][q] = c < s.attn_splits ? tagged_load2(tagged + (size_t)c * kUnitFloats + 4 + d0 + 2 * q)
-                                                     : make_ulonglong2(0, 0);
-#pragma unroll
-            for (int c = c0; c < c0 + 4; c++) {
-                float2 f[4] = {};
-#pragma unroll
-                for (int q = 0; q < 4 && c < s.attn_splits; q++)
-                    f[q] = tagged_settle2(w[c - c0][q], tagged + (size_t)c * kUnitFloats + 4 + d0 + 2 * q, s.tag,
-                                          wait);
-                oa[c - c0] = make_float4(f[0].x, f[0].y, f[1].x, f[1].y);
-                ob[c - c0] = make_float4(f[2].x, f[2].y, f[3].x, f[3].y);
-            }
-        } else {
-#pragma unroll
-            for (int c = c0; c < c0 + 4; c++) {
-                const float4* p = reinterpret_cast<const float4*>(base + (size_t)c * kUnitFloats + 4 + d0);
-                const bool in = c < s.attn_splits;
-                oa[c - c0] = in ? __ldcg(p) : make_float4(0.f, 0.f, 0.f, 0.f);
-                ob[c - c0] = in ? __ldcg(p + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+        for (int c = c0; c < c0 + 4; c++) {
+            const float4* p = reinterpret_cast<const float4*>(base + (size_t)c * kUnitFloats + 4 + d0);
+            const bool in = c < s.attn_splits;
+            oa[c - c0] = in ? __ldcg(p) : make_float4(0.f, 0.f, 0.f, 0.f);
+            ob[c - c0] = in ? __ldcg(p + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
         for (int c = c0; c < c0 + 4; c++) {

@@ -48,18 +48,12 @@ struct Phase {
     bf16* out;
     bf16* k_cache;  // the layer's (NH, max_T, HS): Qkv writes position pos, Attention reads 0..pos
     bf16* v_cache;
-    // Attention: its units' partial results (the layer's own region; as tagged 64-bit words with Step::tagged); a
-    // product after it: its input, merged (in: where block 0 leaves the merged row)
+    // Attention: its units' partial results; a product after it: its input, merged (in: where block 0 leaves the
+    // merged row)
     float* partials = nullptr;
-    // Step::tagged (decode_persistent_tagged.cuh): out, in and residual again as tagged words (null: none; a product
-    // reads its in and residual from them, attention its QKV row)
-    uint32_t* out_tagged = nullptr;
-    const uint32_t* in_tagged = nullptr;
-    const uint32_t* residual_tagged = nullptr;
-    const void* unused = nullptr;  // to a multiple of 16 bytes
 };
-// 128 bytes: the kernel copies it in 16-byte pieces
-static_assert(sizeof(Phase) == 128, "the phase list's size");
+// 96 bytes: the plan counts it (tests/unit/test_inference_plan.cpp), and the kernel copies it in 16-byte pieces
+static_assert(sizeof(Phase) == 96, "the phase list's size");
 
 struct Step {
     const Phase* phases;
@@ -69,7 +63,7 @@ struct Step {
     int C, NH, HS, max_T, V;
     const int* token;                    // the step's input token (device)
     int* len;                            // the sequence's length with that token (device): its position len - 1
-    unsigned* done;  // a counter per phase: zero before the first launch, left zero by each; then the launches' count
+    unsigned* done;                      // a counter per phase: zero before the first launch, left zero by each
     unsigned long long* pick_partials;   // a greedy rank per block
     int* token_out = nullptr;            // the greedy token, when given
     // generation's loop, when next_tokens is given: the pick's outputs as pick_tokens writes them (store_pick): the
@@ -90,10 +84,6 @@ struct Step {
     // (kMark*), then per block clock64 and %globaltimer at the kernel's start and end (the clock's rate)
     unsigned long long* timeline = nullptr;
     int tiles = 0;                       // the products on the tensor cores (decode_persistent_tiles.cuh), else FFMA
-    // the hand-off between phases by tagged words (decode_persistent_tagged.cuh) instead of a counter per phase (the
-    // classifier's stays, for the greedy pick); done[count] counts the launches, and the kernel sets tag from it
-    int tagged = 0;
-    uint32_t tag = 0;
 };
 // A phase's timeline values: consumer thread 0's clock64 at the phase's start, its wait done, its input staged, its
 // products done and its release; the cycles it spent waiting for pages; the producer's clock64 as it issued the
@@ -122,9 +112,6 @@ inline size_t smem_bytes(int x_floats, bool tiles = false) {
 }
 
 __device__ __forceinline__ float bf(bf16 v) { return __bfloat162float(v); }
-// Whether a tagged word's load waits for the step's tag: not in the diagnostics without waits, nor without products
-// (whose outputs are never written)
-__device__ __forceinline__ bool tagged_wait(const Step& s) { return !(s.diagnose & (kSkipWaits | kSkipProducts)); }
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 __device__ __forceinline__ float load_cg(const bf16* p) {
     return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p))));

@@ -6,7 +6,6 @@
 #include "llmc/hopper/pipeline.cuh"
 #include "llmc/kernels/decode/decode_persistent_attention.cuh"
 #include "llmc/kernels/decode/decode_persistent_common.cuh"
-#include "llmc/kernels/decode/decode_persistent_tagged.cuh"
 #include "llmc/kernels/gelu.cuh"
 #include "llmc/mma/tiles.cuh"
 
@@ -44,7 +43,6 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, 
     if (ph.epilogue == Epilogue::Residual) y = round_bf16(y) + res;
     const bf16 o = __float2bfloat16(y);
     ph.out[(ph.epilogue == Epilogue::Logits ? (size_t)s.seq * ph.N : 0) + n] = o;  // the sequence's logits row
-    if (s.tagged && ph.out_tagged) tagged_store(ph.out_tagged + n, s.tag, o);
     if (ph.epilogue == Epilogue::Qkv && n >= s.C) {
         const int c = n % s.C, h = c / s.HS, d = c % s.HS;
         (n < 2 * s.C ? ph.k_cache : ph.v_cache)[s.cache_offset + ((size_t)h * s.max_T + s.pos) * s.HS + d] = o;
@@ -59,9 +57,8 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, 
 // rounded when it has LayerNorm weights (two passes over the row, as layernorm_forward); rows_bias / rows_res = the
 // bias and residual of the block's rows [begin, end). Every global load is issued before any shared-memory store (a
 // store may alias a generic load, so the compiler would otherwise wait out a memory latency per vector). xb (the
-// tensor cores' products; null for FFMA): x again as bf16 pairs, exact (every staged x is a bf16 value). With
-// Step::tagged the input and the residual are loaded from their tagged words until each is this step's: the
-// phase's wait. Ends with the consumers synchronised.
+// tensor cores' products; null for FFMA): x again as bf16 pairs, exact (every staged x is a bf16 value). Ends with
+// the consumers synchronised.
 __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin, int end, float* x,
                             float* rows_bias, float* rows_res, float* red, uint32_t* xb = nullptr) {
     if (s.diagnose & kSkipStaging) {
@@ -73,26 +70,11 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
     const uint4* in = reinterpret_cast<const uint4*>(ph.in);
     const uint4* te = reinterpret_cast<const uint4*>(s.wte + (size_t)token * s.C);
     const uint4* pe = reinterpret_cast<const uint4*>(s.wpe + (size_t)s.pos * s.C);
-    const uint32_t* tin = s.tagged && !merged ? ph.in_tagged : nullptr;
-    const bool wait = tagged_wait(s);
     uint4 v[kInVec] = {}, e[kInVec] = {}, lw = {}, lb = {};
-    if (tin) {  // every vector's two loads issued, then each settled
-        uint4 vb[kInVec] = {};
-#pragma unroll
-        for (int j = 0; j < kInVec; j++) {
-            const int i = t + j * kConsumers;
-            if (i < KV) v[j] = tagged_load4(tin + i * 8), vb[j] = tagged_load4(tin + i * 8 + 4);
-        }
-#pragma unroll
-        for (int j = 0; j < kInVec; j++) {
-            const int i = t + j * kConsumers;
-            if (i < KV) v[j] = tagged_settle8(v[j], vb[j], tin + i * 8, s.tag, wait);
-        }
-    }
 #pragma unroll
     for (int j = 0; j < kInVec; j++) {
         const int i = t + j * kConsumers;
-        if (i < KV && in && !merged && !tin) v[j] = __ldcg(in + i);
+        if (i < KV && in && !merged) v[j] = __ldcg(in + i);
         if (i < KV && !in) v[j] = te[i], e[j] = pe[i];
     }
     if (ph.ln_w && t < KV)
@@ -102,9 +84,7 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
     if (rows && t < end - begin) {
         bias = ph.bias ? bf(ph.bias[begin + t]) : 0.f;
         if (ph.epilogue == Epilogue::Residual)
-            res = s.tagged && ph.residual_tagged ? bf(tagged_read1(ph.residual_tagged + begin + t, s.tag, wait))
-                  : ph.residual                  ? load_cg(ph.residual + begin + t)
-                                                 : embedding(s, token, begin + t);
+            res = ph.residual ? load_cg(ph.residual + begin + t) : embedding(s, token, begin + t);
     }
     const bool norm = ph.ln_w && !(s.diagnose & kSkipLayerNorm);
     if (merged) merge_heads(ph, s, x, norm ? nullptr : xb);
