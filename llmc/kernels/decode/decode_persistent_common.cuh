@@ -116,12 +116,7 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 __device__ __forceinline__ float load_cg(const bf16* p) {
     return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p))));
 }
-// bar.sync is .aligned: a warp must reach it converged, and its lanes part before it (loops over r < n, thread 0's
-// waits); __syncwarp joins them first, so no warp arrives twice or half.
-__device__ __forceinline__ void consumers_sync() {
-    __syncwarp();
-    hopper::named_barrier_sync(1, kConsumers);
-}
+__device__ __forceinline__ void consumers_sync() { hopper::named_barrier_sync(1, kConsumers); }
 __device__ __forceinline__ void rows_of(int n, int block, int blocks, int* begin, int* end) {
     *begin = n * block / blocks, *end = n * (block + 1) / blocks;  // n * blocks < 2^31 for every GPT-2 shape
 }

@@ -72,7 +72,6 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
         for (int c = 0; c < chunks; c++, ring.advance()) {
             const int k0 = chunk_begin(K, c, chunks), steps = (chunk_begin(K, c + 1, chunks) - k0) / 16;
             wait_page(s, ring, waited);
-            __syncwarp();  // ldmatrix and mma are .aligned: the lanes, each out of its own wait, converged again
             if (!(s.diagnose & kSkipProducts)) {
                 const uint32_t tile = pages_addr + (uint32_t)ring.stage() * kTilePageBytes + row_off;
                 // B: x[k0 + 16 step + 2 (l % 4) + {0, 1}] and the same 8 on; every column alike
