@@ -20,8 +20,6 @@
 // on GPT-2's random init after a prefill, checked against each other and timed in the same call.
 //   make -C dev/cuda decode_step && ./dev/cuda/decode_step [-e 12|24|36|48] [-t positions before the token (255)]
 //   [-r repeats (20)] [-m 1: the products on the tensor cores (Step::tiles), else FFMA]
-// make -C dev/cuda decode_slot_check builds it as a diagnostic (llmc/kernels/decode/decode_slot_check.cuh): each phase
-// description the kernel reads from its shared-memory slot checked against the phase list, the first mismatch printed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -370,11 +368,6 @@ int main(int argc, char** argv) {
     }
     launch();
     cudaCheck(cudaDeviceSynchronize());
-#ifdef LLMC_DECODE_SLOT_CHECK  // the diagnostic build (make decode_slot_check): the slots against the phase list
-    bool ok = dp::slot_check_print();
-#else
-    bool ok = true;
-#endif
     printf("d%d, C %d, %d phases on %d SMs, %.0f KB of shared memory a block, attention in %d chunks a head, the "
            "products on %s; the token at position %d\n", depth, C, (int)phases.size(), sms, smem / 1024.0, splits,
            tiles ? "the tensor cores" : "FFMA", pos);
@@ -391,6 +384,7 @@ int main(int argc, char** argv) {
         gpu.res2.push_back(layer_of(g_res2, l, C)), gpu.fch.push_back(layer_of(g_fch, l, 4 * C));
         gpu.res3.push_back(layer_of(g_res3, l, C));
     }
+    bool ok = true;
     const Activations fed = reference_step(c, L, h, token, pos, &gpu);
     printf("  each phase on the kernel's own inputs (rel-L2 <= 5e-3), every layer; shown: the first and the last\n");
     double worst = 0;

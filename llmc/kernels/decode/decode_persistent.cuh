@@ -28,9 +28,6 @@
 #include "llmc/kernels/decode/decode_persistent_products.cuh"
 #include "llmc/kernels/decode/decode_persistent_tiles.cuh"
 #include "llmc/kernels/sampling/sampling.cuh"
-#ifdef LLMC_DECODE_SLOT_CHECK
-#include "llmc/kernels/decode/decode_slot_check.cuh"  // a diagnostic build only
-#endif
 
 namespace decode_persistent {
 
@@ -115,9 +112,6 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             consumers_sync();
         }
         mark(s, i, 1);
-#ifdef LLMC_DECODE_SLOT_CHECK
-        slot_check_mark(i), (void)slot_checked(ph, s, i, 0);
-#endif
         if (ph.kind == Kind::Attention) {
             mark(s, i, 2);  // nothing staged: its keys were loaded before the wait; no pages
             if (s.timeline && threadIdx.x == 0)

@@ -114,32 +114,6 @@ __device__ __forceinline__ void merge_heads(const Phase& ph, const Step& s, floa
     const int i = threadIdx.x, h = i / (kHeadSize / 8), d0 = i % (kHeadSize / 8) * 8;
     if (i >= s.C / 8) return;
     const float* base = ph.partials + (size_t)h * s.attn_splits * kUnitFloats;
-#ifdef LLMC_DECODE_MERGE_AT_ONCE
-    // Diagnostic builds only (dev/cuda's decode_slot_check): every chunk's m, l and outputs loaded at once (71c47c7),
-    // the change after which the tiled kernel failed (docs/DECODE.md, "The tile path's failure, chased")
-    float2 ml[kMaxSplits];
-    float4 oa[kMaxSplits], ob[kMaxSplits];
-#pragma unroll
-    for (int c = 0; c < kMaxSplits; c++) {
-        const float* unit = base + (size_t)c * kUnitFloats;
-        const bool in = c < s.attn_splits;
-        ml[c] = in ? __ldcg(reinterpret_cast<const float2*>(unit)) : make_float2(-INFINITY, 0.f);
-        oa[c] = in ? __ldcg(reinterpret_cast<const float4*>(unit + 4 + d0)) : make_float4(0.f, 0.f, 0.f, 0.f);
-        ob[c] = in ? __ldcg(reinterpret_cast<const float4*>(unit + 8 + d0)) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    float M = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < kMaxSplits; c++) M = fmaxf(M, ml[c].x);
-    float L = 0.f, o[8] = {};
-#pragma unroll
-    for (int c = 0; c < kMaxSplits; c++) {
-        const float e = ml[c].x == -INFINITY ? 0.f : __expf(ml[c].x - M);
-        const float4 a = oa[c], b = ob[c];
-        L += e * ml[c].y;
-        o[0] += e * a.x, o[1] += e * a.y, o[2] += e * a.z, o[3] += e * a.w;
-        o[4] += e * b.x, o[5] += e * b.y, o[6] += e * b.z, o[7] += e * b.w;
-    }
-#else
     float2 ml[kMaxSplits];
 #pragma unroll
     for (int c = 0; c < kMaxSplits; c++)
@@ -168,7 +142,6 @@ __device__ __forceinline__ void merge_heads(const Phase& ph, const Step& s, floa
             o[4] += e * b.x, o[5] += e * b.y, o[6] += e * b.z, o[7] += e * b.w;
         }
     }
-#endif
     uint4 packed;
     bf16* out = reinterpret_cast<bf16*>(&packed);
 #pragma unroll

@@ -19,9 +19,6 @@
 #include "llmc/kernels/decode/decode_persistent_products.cuh"
 #include "llmc/kernels/decode/decode_tile_geometry.h"
 #include "llmc/mma/tiles.cuh"
-#ifdef LLMC_DECODE_SLOT_CHECK
-#include "llmc/kernels/decode/decode_slot_check.cuh"  // a diagnostic build only
-#endif
 
 namespace decode_persistent {
 
@@ -96,12 +93,7 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
             float t = 0.f;
             for (int w = 0; w < kWarps; w++) t += part[r * kWarps + w];
             const int row = g0 + r;
-#ifdef LLMC_DECODE_SLOT_CHECK
-            epilogue(slot_checked(ph, s, i, 1), s, row, t, rows ? rows_bias[row - begin] : 0.f,
-                     rows ? rows_res[row - begin] : 0.f, best);
-#else
             epilogue(ph, s, row, t, rows ? rows_bias[row - begin] : 0.f, rows ? rows_res[row - begin] : 0.f, best);
-#endif
         }
         sliced_pages++;  // the groups' sums alternate two buffers: the barrier of the one between orders the reuse
     }
