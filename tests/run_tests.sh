@@ -60,6 +60,8 @@ run_suite gpt2-convert bash tests/cli/test_gpt2_convert.sh
 run_suite bench-multi-gpu-table bash tests/cli/test_bench_multi_gpu.sh
 # scripts/tools/trace_report.py's figures on two hand-made traces (the step's split against one GPU, gaps, kernels)
 run_suite trace-report bash tests/cli/test_trace_report.sh
+# scripts/tools/sass_hazards.py (the GPU gate's scan of every kernel for a ptxas schedule that failed) on hand-made SASS
+run_suite sass-hazards bash tests/cli/test_sass_hazards.sh
 # scripts/bench/fp8_quality.py's verdict (issue 64's quality points) on hand-made logs: each failure with its reason
 run_suite fp8-quality-verdict bash tests/cli/test_fp8_quality.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)

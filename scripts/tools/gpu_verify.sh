@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: the whole check in one go, logs under $OUT (or ./verify_logs).
-#   scripts/tools/gpu_verify.sh gate    what a GPU change passes before it is called done: tests and sanitizers
+#   scripts/tools/gpu_verify.sh gate    what a GPU change passes before it is called done: tests, sanitizers and
+#                                       the SASS scan (scripts/tools/sass_hazards.py)
 #   scripts/tools/gpu_verify.sh tests   make test in BF16 and FP32 (GPU suites, d12 reference included): the suites in
 #                                       three streams at once, FP32 built in a copy of the tree meanwhile (one after
 #                                       the other they outlast a session's device time: docs/PERFORMANCE.md)
@@ -26,7 +27,7 @@ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -
 # The test suites in three streams at once (one GPU is enough: nothing in make test is timed), each a TEST_ONLY
 # group: the CPU suites and the kernel and engine tests; the dev programs' validation and the training checks; the
 # d12 reference suites (transformers, the server).
-STREAMS=('^(cpu-reference|cpu-engine|cpu-trainer|preflight|cli-style|detect|layout|unit-tests|tokenizer-tools|prepro-data|hellaswag-converter|gpt2-convert|bench-multi-gpu-table|trace-report|fuzzers|serve-tests|serve-scripts|gpu-programs-without-gpu|gpu-kernels-.*|gpu-decode|gpu-sampling|gpu-zero|gpu-serve-engine|gpu-reference-tiny-materialized)$'
+STREAMS=('^(cpu-reference|cpu-engine|cpu-trainer|preflight|cli-style|detect|layout|unit-tests|tokenizer-tools|prepro-data|hellaswag-converter|gpt2-convert|bench-multi-gpu-table|trace-report|sass-hazards|fuzzers|serve-tests|serve-scripts|gpu-programs-without-gpu|gpu-kernels-.*|gpu-decode|gpu-sampling|gpu-zero|gpu-serve-engine|gpu-reference-tiny-materialized)$'
          '^(dev-.*|resume-bit-exact|cuda-graph-bit-exact|fp8-training|gemm-algorithm-files|checkpoint-directory|cpu-vs-gpu-fp32)$'
          '^(gpu-reference-d12-.*|generate-vs-transformers|hellaswag-vs-transformers|serve-vs-generate.*|page-vs-server)$')
 # run_streams PRECISION DIR: make test's suites in DIR (built for PRECISION), the streams at once; one summary line
@@ -74,6 +75,17 @@ tests() {
     if [ -n "$san_pid" ]; then wait $san_pid || rc=1; tail -n 1 "$LOGS/sanitizers.txt"; fi
     return $rc
 }
+# Every CUDA binary the BF16 build made, through scripts/tools/sass_hazards.py (a ptxas schedule that failed on an H200:
+# docs/DECODE.md, "The tile path's failure, found").
+sass_scan() {
+    local bins
+    bins=$(find . -maxdepth 3 -type f -perm -u+x \( -name '*cu' -o -path './dev/cuda/*' -o -path './tests/gpu/*' \) \
+               ! -name '*.sh' ! -name '*.py' ! -path './verify_logs/*' | sort)
+    python3 scripts/tools/sass_hazards.py $bins >"$LOGS/sass_hazards.txt" 2>&1
+    local rc=$?
+    grep -v '^plain: ' "$LOGS/sass_hazards.txt" | sed 's/^/gate: /'
+    return $rc
+}
 sanitizers() {
     echo "######## tests/gpu/check_sanitizers.sh"
     LOGDIR="$LOGS/sanitizers" PRECISION=BF16 DATA_MIRROR="$DATA_MIRROR" JOBS=${SAN_JOBS:-8} bash tests/gpu/check_sanitizers.sh
@@ -83,6 +95,7 @@ case "${1:-}" in
 gate)
     rc=0
     WITH_SANITIZERS=1 tests || rc=1
+    sass_scan || rc=1
     grep -hE '^tests: ' "$LOGS"/test_FP32.log "$LOGS"/test_BF16.log 2>/dev/null | sed 's/^/gate: /'
     tail -n 1 "$LOGS/sanitizers/results.txt" >/dev/null 2>&1 && echo "gate: $(grep -c '^ok' "$LOGS/sanitizers/results.txt") sanitizer runs clean, $(grep -c '^FAIL' "$LOGS/sanitizers/results.txt") not"
     echo "gate: $([ $rc = 0 ] && echo PASS || echo FAIL)"
@@ -91,6 +104,8 @@ tests)
     tests; exit $? ;;
 sanitizers)
     sanitizers; exit $? ;;
+sass)
+    sass_scan; exit $? ;;
 bench)
     make -j16 train_gpt2cu PRECISION=BF16 >"$LOGS/build_bench.log" 2>&1 || { tail -n 30 "$LOGS/build_bench.log"; exit 1; }
     BATCHES=16 NO_BASELINE=1 LOGDIR="$LOGS/flash" TRAIN_FLAGS="-ab flash" bash scripts/bench/bench_train.sh | tail -n 1
@@ -109,5 +124,5 @@ bench)
         done
     done ;;
 *)
-    echo "usage: scripts/tools/gpu_verify.sh gate|tests|sanitizers|bench" >&2; exit 2 ;;
+    echo "usage: scripts/tools/gpu_verify.sh gate|tests|sanitizers|sass|bench" >&2; exit 2 ;;
 esac

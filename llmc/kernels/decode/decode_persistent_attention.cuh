@@ -106,41 +106,34 @@ __device__ __forceinline__ void attention(const Phase& ph, const Step& s, ChunkK
 }
 
 // x (the attention's output, C floats) from the partials: vector i (8 dims of head i / 8) of thread i merges its
-// head's chunks in order, o / l at the largest m, rounded to bf16 as the attention's output is. The m and l of
-// every chunk first, then the outputs 4 chunks at a time (the kernel is at its register limit). xb (tiles): the
-// same as bf16, 8 to a 16-byte vector.
-static_assert(kMaxSplits % 4 == 0, "merge_heads takes the chunks 4 at a time");
+// head's chunks in order, o / l at the largest m, rounded to bf16 as the attention's output is. Every chunk's m, l
+// and outputs are loaded at once (one L2 round trip under the weights' stream; 80 registers, which the kernel has).
+// xb (tiles): the same as bf16, 8 to a 16-byte vector.
 __device__ __forceinline__ void merge_heads(const Phase& ph, const Step& s, float* x, uint32_t* xb) {
     const int i = threadIdx.x, h = i / (kHeadSize / 8), d0 = i % (kHeadSize / 8) * 8;
     if (i >= s.C / 8) return;
     const float* base = ph.partials + (size_t)h * s.attn_splits * kUnitFloats;
     float2 ml[kMaxSplits];
+    float4 oa[kMaxSplits], ob[kMaxSplits];
 #pragma unroll
-    for (int c = 0; c < kMaxSplits; c++)
-        ml[c] = c < s.attn_splits ? __ldcg(reinterpret_cast<const float2*>(base + (size_t)c * kUnitFloats))
-                                  : make_float2(-INFINITY, 0.f);
+    for (int c = 0; c < kMaxSplits; c++) {
+        const float* unit = base + (size_t)c * kUnitFloats;
+        const bool in = c < s.attn_splits;
+        ml[c] = in ? __ldcg(reinterpret_cast<const float2*>(unit)) : make_float2(-INFINITY, 0.f);
+        oa[c] = in ? __ldcg(reinterpret_cast<const float4*>(unit + 4 + d0)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        ob[c] = in ? __ldcg(reinterpret_cast<const float4*>(unit + 8 + d0)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     float M = -INFINITY;
 #pragma unroll
     for (int c = 0; c < kMaxSplits; c++) M = fmaxf(M, ml[c].x);
     float L = 0.f, o[8] = {};
 #pragma unroll
-    for (int c0 = 0; c0 < kMaxSplits; c0 += 4) {
-        float4 oa[4], ob[4];
-#pragma unroll
-        for (int c = c0; c < c0 + 4; c++) {
-            const float4* p = reinterpret_cast<const float4*>(base + (size_t)c * kUnitFloats + 4 + d0);
-            const bool in = c < s.attn_splits;
-            oa[c - c0] = in ? __ldcg(p) : make_float4(0.f, 0.f, 0.f, 0.f);
-            ob[c - c0] = in ? __ldcg(p + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int c = c0; c < c0 + 4; c++) {
-            const float e = ml[c].x == -INFINITY ? 0.f : __expf(ml[c].x - M);
-            const float4 a = oa[c - c0], b = ob[c - c0];
-            L += e * ml[c].y;
-            o[0] += e * a.x, o[1] += e * a.y, o[2] += e * a.z, o[3] += e * a.w;
-            o[4] += e * b.x, o[5] += e * b.y, o[6] += e * b.z, o[7] += e * b.w;
-        }
+    for (int c = 0; c < kMaxSplits; c++) {
+        const float e = ml[c].x == -INFINITY ? 0.f : __expf(ml[c].x - M);
+        const float4 a = oa[c], b = ob[c];
+        L += e * ml[c].y;
+        o[0] += e * a.x, o[1] += e * a.y, o[2] += e * a.z, o[3] += e * a.w;
+        o[4] += e * b.x, o[5] += e * b.y, o[6] += e * b.z, o[7] += e * b.w;
     }
     uint4 packed;
     bf16* out = reinterpret_cast<bf16*>(&packed);

@@ -35,14 +35,21 @@ __device__ __forceinline__ void finish_product(const Phase& ph, const Step& s, i
     }
 }
 
-// Output n of a product phase from its dot product, its bias and (Residual) its residual.
-__device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, int n, float sum, float bias, float res,
-                                         unsigned long long& best) {
+// Where a product phase's outputs go: the sequence's logits row for the classifier. Computed once a phase, not in
+// the epilogue: ptxas 12.8 and 13.0 scheduled that 64-bit select there (CS2R zero, a predicated IMAD.WIDE) five
+// cycles before the add that read it, and on an H200 the add saw the register's older value, so rows were stored
+// at wild addresses (docs/DECODE.md, "The tile path's failure, found"; scripts/tools/sass_hazards.py looks for it).
+__device__ __forceinline__ bf16* output_row(const Phase& ph, const Step& s) {
+    return ph.out + (ph.epilogue == Epilogue::Logits ? (size_t)s.seq * ph.N : 0);
+}
+// Output n of a product phase (into out: output_row) from its dot product, its bias and (Residual) its residual.
+__device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, bf16* out, int n, float sum, float bias,
+                                         float res, unsigned long long& best) {
     float y = sum + bias;
     if (ph.epilogue == Epilogue::Gelu) y = gelu_value(y);
     if (ph.epilogue == Epilogue::Residual) y = round_bf16(y) + res;
     const bf16 o = __float2bfloat16(y);
-    ph.out[(ph.epilogue == Epilogue::Logits ? (size_t)s.seq * ph.N : 0) + n] = o;  // the sequence's logits row
+    out[n] = o;
     if (ph.epilogue == Epilogue::Qkv && n >= s.C) {
         const int c = n % s.C, h = c / s.HS, d = c % s.HS;
         (n < 2 * s.C ? ph.k_cache : ph.v_cache)[s.cache_offset + ((size_t)h * s.max_T + s.pos) * s.HS + d] = o;
@@ -164,8 +171,9 @@ __device__ void product(const Phase& ph, const Step& s, int i, int begin, int en
     load_x_slice(x, v0, nv, xr);
     const int per_page = rows_per_page(K);
     const bool rows = ph.bias || ph.epilogue == Epilogue::Residual;
+    bf16* const y = output_row(ph, s);
     auto out = [&](int n, float sum, unsigned long long& best) {  // n: a row of this block
-        epilogue(ph, s, n, sum, rows ? rows_bias[n - begin] : 0.f, rows ? rows_res[n - begin] : 0.f, best);
+        epilogue(ph, s, y, n, sum, rows ? rows_bias[n - begin] : 0.f, rows ? rows_res[n - begin] : 0.f, best);
     };
     unsigned long long best = sampling_rule::rank_floor(), waited = 0;  // waited: the timeline's cycles
     for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {

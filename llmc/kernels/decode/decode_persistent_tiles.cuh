@@ -65,6 +65,7 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
     // ldmatrix's A fragment: lane l gives row (l & 7) + 8 ((l >> 3) & 1), columns 8 (l >> 4) of the 16-column step
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
     const uint32_t pages_addr = smem_addr(pages);
+    bf16* const y = output_row(ph, s);
     for (int g0 = begin; g0 < end; g0 += kTileRows) {
         const int n = min(kTileRows, end - g0);
         const uint32_t row_off = (uint32_t)(min(a_row, n - 1) * stride + a_col * 2);
@@ -93,7 +94,8 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
             float t = 0.f;
             for (int w = 0; w < kWarps; w++) t += part[r * kWarps + w];
             const int row = g0 + r;
-            epilogue(ph, s, row, t, rows ? rows_bias[row - begin] : 0.f, rows ? rows_res[row - begin] : 0.f, best);
+            epilogue(ph, s, y, row, t, rows ? rows_bias[row - begin] : 0.f, rows ? rows_res[row - begin] : 0.f,
+                     best);
         }
         sliced_pages++;  // the groups' sums alternate two buffers: the barrier of the one between orders the reuse
     }
