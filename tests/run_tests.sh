@@ -103,6 +103,9 @@ if true; then
     run_suite gpu-kernels-fp8_linear-recast env LLMC_FP8_RECAST=1 ./tests/gpu/kernels/test_fp8_linear
     # generation's KV cache and decode step (as a CUDA Graph) against the full forward
     run_suite gpu-decode ./tests/gpu/test_decode
+    # every CUDA program's kernels through cuobjdump, for the ptxas schedule that broke the tiled decode step
+    # (scripts/tools/sass_hazards.py; docs/DECODE.md, "The tile path's failure, found")
+    run_suite gpu-sass-scan python3 scripts/tools/sass_hazards.py --tree .
     # the GPU token picker against the host sampler
     run_suite gpu-sampling ./tests/gpu/test_sampling
     # ZeRO-1's and -2's sharded AdamW with a simulated reduce-scatter / all-gather (1-3 ranks) against the unsharded

@@ -8,11 +8,15 @@ as a hazard (6 has not been seen either way). CS2R zeroes read early with no pre
 write between are listed as `plain` (counted, not failed: nothing has been seen to go wrong there).
 
   scripts/tools/sass_hazards.py BINARY...        runs cuobjdump -sass on each (a GPU machine's toolkit has it)
+  scripts/tools/sass_hazards.py --tree DIR       every CUDA program the build makes in DIR (the *cu programs, dev/cuda,
+                                                 tests/gpu): make test's gpu-sass-scan and the GPU gate
   scripts/tools/sass_hazards.py --sass FILE...   reads cuobjdump's text instead
 Exit status 1 when any hazard is found, 2 on bad input. One line per finding, then a summary line.
 The issue cycles are a lower bound (stall counts only; scoreboard waits can only add to them)."""
 import argparse
+import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -96,12 +100,40 @@ def scan(functions, min_cycles):
     return found
 
 
+def programs(tree):
+    """The build's CUDA programs under tree: executables named *cu at its top, and those in dev/cuda and tests/gpu."""
+    found = []
+    for d, depth in ((tree, 0), (os.path.join(tree, "dev", "cuda"), 0), (os.path.join(tree, "tests", "gpu"), 2)):
+        for root, dirs, files in os.walk(d):
+            if root[len(d):].count(os.sep) >= depth:
+                dirs[:] = []
+            for f in files:
+                p = os.path.join(root, f)
+                if d == tree and not f.endswith("cu"):
+                    continue
+                if not f.endswith((".sh", ".py", ".cu", ".cuh", ".h", ".cpp", ".md", ".txt")) and os.access(p, os.X_OK):
+                    found.append(p)
+    return sorted(found)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--sass", action="store_true", help="the paths are cuobjdump -sass text, not binaries")
+    ap.add_argument("--tree", action="store_true", help="the path is a build tree: scan its CUDA programs")
     ap.add_argument("--min-cycles", type=int, default=7)
     a = ap.parse_args()
+    if a.tree:
+        if len(a.paths) != 1 or not os.path.isdir(a.paths[0]):
+            print(f"error: --tree takes one directory, not {' '.join(a.paths)}", file=sys.stderr)
+            return 2
+        a.paths = programs(a.paths[0])
+        if not a.paths:
+            print("error: --tree: no CUDA programs built there (make all dev first)", file=sys.stderr)
+            return 2
+    if not a.sass and not shutil.which("cuobjdump"):
+        print("error: cuobjdump not found (the CUDA toolkit's; or --sass with its text)", file=sys.stderr)
+        return 2
     hazards = plain = kernels = 0
     for path in a.paths:
         try:

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/../.."
 begin_checks
 tmp=$TMP
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else bad "$what"; fi; }
+one_line() { [ "$(printf '%s\n' "$1" | wc -l)" = 1 ] && grep -q -- "$2" <<<"$1"; }  # TEXT NEEDLE
 python3 - "$tmp" <<'PY'
 import sys
 d = sys.argv[1]
@@ -51,5 +52,13 @@ check "an unpredicated rewrite between: nothing found" grep -q "^sass hazards: 0
 check "a -min-cycles of 10 flags the patched schedule" bash -c "python3 $tool --min-cycles 10 --sass '$tmp/patched.sass' >/dev/null; test \$? = 1"
 out=$(python3 $tool --sass "$tmp/missing.sass" 2>&1); rc=$?
 check "a missing file: exit 2" test "$rc" = 2
-check "... one line naming it" bash -c "test \$(wc -l <<<'$out') = 1 && grep -q 'missing.sass' <<<'$out'"
+check "... one line naming it" one_line "$out" 'missing.sass'
+mkdir -p "$tmp/tree"
+out=$(python3 $tool --tree "$tmp/tree" 2>&1); rc=$?
+check "--tree on a tree without CUDA programs: exit 2" test "$rc" = 2
+check "... one line saying so" one_line "$out" 'no CUDA programs'
+py=$(python3 -c "import sys; print(sys.executable)")
+out=$(PATH=/nonexistent "$py" $tool ./train_gpt2cu 2>&1); rc=$?
+check "without cuobjdump: exit 2" test "$rc" = 2
+check "... one line naming it" one_line "$out" 'cuobjdump not found'
 end_checks sass_hazards.py
