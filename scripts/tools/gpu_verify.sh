@@ -27,7 +27,7 @@ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -
 # The test suites in three streams at once (one GPU is enough: nothing in make test is timed), each a TEST_ONLY
 # group: the CPU suites and the kernel and engine tests; the dev programs' validation and the training checks; the
 # d12 reference suites (transformers, the server).
-STREAMS=('^(cpu-reference|cpu-engine|cpu-trainer|preflight|cli-style|detect|layout|unit-tests|tokenizer-tools|prepro-data|hellaswag-converter|gpt2-convert|bench-multi-gpu-table|trace-report|sass-hazards|fuzzers|serve-tests|serve-scripts|gpu-programs-without-gpu|gpu-kernels-.*|gpu-decode|gpu-sass-scan|gpu-sampling|gpu-zero|gpu-serve-engine|gpu-reference-tiny-materialized)$'
+STREAMS=('^(cpu-reference|cpu-engine|cpu-trainer|preflight|cli-style|detect|layout|unit-tests|tokenizer-tools|prepro-data|hellaswag-converter|gpt2-convert|bench-multi-gpu-table|trace-report|sass-hazards|cubin-stall|fuzzers|serve-tests|serve-scripts|gpu-programs-without-gpu|gpu-kernels-.*|gpu-decode|gpu-sass-scan|gpu-sampling|gpu-zero|gpu-serve-engine|gpu-reference-tiny-materialized)$'
          '^(dev-.*|resume-bit-exact|cuda-graph-bit-exact|fp8-training|gemm-algorithm-files|checkpoint-directory|cpu-vs-gpu-fp32)$'
          '^(gpu-reference-d12-.*|generate-vs-transformers|hellaswag-vs-transformers|serve-vs-generate.*|page-vs-server)$')
 # run_streams PRECISION DIR: make test's suites in DIR (built for PRECISION), the streams at once; one summary line

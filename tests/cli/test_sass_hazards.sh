@@ -8,8 +8,7 @@ cd "$(dirname "$0")/../.."
 . tests/lib/lib.sh
 begin_checks
 tmp=$TMP
-check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else bad "$what"; fi; }
-one_line() { [ "$(printf '%s\n' "$1" | wc -l)" = 1 ] && grep -q -- "$2" <<<"$1"; }  # TEXT NEEDLE
+source tests/lib/cli_checks.sh  # check, one_line
 python3 - "$tmp" <<'PY'
 import sys
 d = sys.argv[1]

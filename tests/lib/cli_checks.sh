@@ -1,7 +1,8 @@
-# Shared by the command-line tool checks (tests/cli/test_tokenizer_tools.sh, tests/cli/test_gpt2_convert.sh), sourced
+# Shared by the command-line tool checks (tests/cli/test_tokenizer_tools.sh, test_gpt2_convert.sh, ...), sourced
 # after they set TMP (a scratch directory) and fails=0. Each check is a function; CHECKS lists them as
 # "function|description".
 #   check DESCRIPTION COMMAND...     runs it, prints "ok   ..." or "FAIL ..." with the output's tail, counts failures
+#   one_line TEXT NEEDLE             TEXT is one line holding NEEDLE (a tool's bad-input message; use inside check)
 #   self_check "VAR..." [EXEMPT...]  runs every check again with each VAR (the variables naming the tools) pointing at
 #                                    a stand-in that exits 1, then at one that exits 0 writing nothing, and fails
 #                                    unless every check fails then (a check that passes with a broken tool proves
@@ -10,6 +11,7 @@ check() {  # description, command...
     local what=$1; shift
     if "$@" >"$TMP/out.log" 2>&1; then echo "ok   $what"; else echo "FAIL $what"; sed 's/^/     /' "$TMP/out.log" | tail -5; fails=$((fails + 1)); fi
 }
+one_line() { [ "$(printf '%s\n' "$1" | wc -l)" = 1 ] && grep -q -- "$2" <<<"$1"; }
 
 self_check() {
     local vars=$1 exempt=" ${*:2} " stub entry fn v vacuous=()
