@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: the whole check in one go, logs under $OUT (or ./verify_logs).
-#   scripts/tools/gpu_verify.sh gate    what a GPU change passes before it is called done: tests, sanitizers and
-#                                       the SASS scan (scripts/tools/sass_hazards.py)
+#   scripts/tools/gpu_verify.sh gate    what a GPU change passes before it is called done: tests (the SASS scan,
+#                                       gpu-sass-scan, among them) and sanitizers
 #   scripts/tools/gpu_verify.sh tests   make test in BF16 and FP32 (GPU suites, d12 reference included): the suites in
 #                                       three streams at once, FP32 built in a copy of the tree meanwhile (one after
 #                                       the other they outlast a session's device time: docs/PERFORMANCE.md)
@@ -75,14 +75,6 @@ tests() {
     if [ -n "$san_pid" ]; then wait $san_pid || rc=1; tail -n 1 "$LOGS/sanitizers.txt"; fi
     return $rc
 }
-# Every CUDA program the BF16 build made, through scripts/tools/sass_hazards.py (a ptxas schedule that failed on an
-# H200: docs/DECODE.md, "The tile path's failure, found"); make test's gpu-sass-scan is the same scan.
-sass_scan() {
-    python3 scripts/tools/sass_hazards.py --tree . >"$LOGS/sass_hazards.txt" 2>&1
-    local rc=$?
-    grep -v '^plain: ' "$LOGS/sass_hazards.txt" | sed 's/^/gate: /'
-    return $rc
-}
 sanitizers() {
     echo "######## tests/gpu/check_sanitizers.sh"
     LOGDIR="$LOGS/sanitizers" PRECISION=BF16 DATA_MIRROR="$DATA_MIRROR" JOBS=${SAN_JOBS:-8} bash tests/gpu/check_sanitizers.sh
@@ -92,7 +84,6 @@ case "${1:-}" in
 gate)
     rc=0
     WITH_SANITIZERS=1 tests || rc=1
-    sass_scan || rc=1
     grep -hE '^tests: ' "$LOGS"/test_FP32.log "$LOGS"/test_BF16.log 2>/dev/null | sed 's/^/gate: /'
     tail -n 1 "$LOGS/sanitizers/results.txt" >/dev/null 2>&1 && echo "gate: $(grep -c '^ok' "$LOGS/sanitizers/results.txt") sanitizer runs clean, $(grep -c '^FAIL' "$LOGS/sanitizers/results.txt") not"
     echo "gate: $([ $rc = 0 ] && echo PASS || echo FAIL)"
@@ -101,8 +92,6 @@ tests)
     tests; exit $? ;;
 sanitizers)
     sanitizers; exit $? ;;
-sass)
-    sass_scan; exit $? ;;
 bench)
     make -j16 train_gpt2cu PRECISION=BF16 >"$LOGS/build_bench.log" 2>&1 || { tail -n 30 "$LOGS/build_bench.log"; exit 1; }
     BATCHES=16 NO_BASELINE=1 LOGDIR="$LOGS/flash" TRAIN_FLAGS="-ab flash" bash scripts/bench/bench_train.sh | tail -n 1
@@ -121,5 +110,5 @@ bench)
         done
     done ;;
 *)
-    echo "usage: scripts/tools/gpu_verify.sh gate|tests|sanitizers|sass|bench" >&2; exit 2 ;;
+    echo "usage: scripts/tools/gpu_verify.sh gate|tests|sanitizers|bench" >&2; exit 2 ;;
 esac

@@ -10,7 +10,7 @@ its timing only the predicated writer when one comes between.
 
   scripts/tools/sass_hazards.py BINARY...        runs cuobjdump -sass on each (a GPU machine's toolkit has it)
   scripts/tools/sass_hazards.py --tree DIR       every CUDA program the build makes in DIR (the *cu programs, dev/cuda,
-                                                 tests/gpu): make test's gpu-sass-scan and the GPU gate
+                                                 tests/gpu): make test's gpu-sass-scan
   scripts/tools/sass_hazards.py --sass FILE...   reads cuobjdump's text instead
 Exit status 1 when any hazard is found, 2 on bad input. One line per finding, then a summary line.
 The issue cycles are a lower bound (stall counts only; scoreboard waits can only add to them)."""
@@ -103,6 +103,9 @@ def scan(functions, min_cycles):
 
 def programs(tree):
     """The build's CUDA programs under tree: executables named *cu at its top, and those in dev/cuda and tests/gpu."""
+    def elf(p):
+        with open(p, "rb") as f:
+            return f.read(4) == b"\x7fELF"
     found = []
     for d, depth in ((tree, 0), (os.path.join(tree, "dev", "cuda"), 0), (os.path.join(tree, "tests", "gpu"), 2)):
         for root, dirs, files in os.walk(d):
@@ -110,9 +113,7 @@ def programs(tree):
                 dirs[:] = []
             for f in files:
                 p = os.path.join(root, f)
-                if d == tree and not f.endswith("cu"):
-                    continue
-                if not f.endswith((".sh", ".py", ".cu", ".cuh", ".h", ".cpp", ".md", ".txt")) and os.access(p, os.X_OK):
+                if (d != tree or f.endswith("cu")) and os.access(p, os.X_OK) and elf(p):
                     found.append(p)
     return sorted(found)
 

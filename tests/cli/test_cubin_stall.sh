@@ -35,13 +35,17 @@ check "... its new high word" grep -q "stall 2 -> 6: 0x000fec000001ff00" <<<"$ou
 check "... read back as 6" bash -c "python3 $tool '$tmp/k.cubin' _Z6kernelv 0x0 | grep -q 'stall 6,'"
 check "... one byte changed, nothing else" test "$(cmp -l "$tmp/before.cubin" "$tmp/k.cubin" | wc -l)" = 1
 out=$(python3 $tool "$tmp/k.cubin" _Z5otherv 0x0 2>&1); rc=$?
-check "a missing kernel: exit 2, one line" bash -c "test $rc = 2" && check "... naming the section" one_line "$out" 'no section .text._Z5otherv'
+check "a missing kernel: exit 2" test "$rc" = 2
+check "... one line naming the section" one_line "$out" 'no section .text._Z5otherv'
 out=$(python3 $tool "$tmp/k.cubin" _Z6kernelv 0x30 2>&1); rc=$?
-check "an address past the kernel: exit 2, one line" one_line "$out" 'is not an instruction of _Z6kernelv'
+check "an address past the kernel: exit 2" test "$rc" = 2
+check "... one line" one_line "$out" 'is not an instruction of _Z6kernelv'
 out=$(python3 $tool "$tmp/k.cubin" _Z6kernelv 0x8 2>&1); rc=$?
-check "an address inside an instruction: one line" one_line "$out" 'is not an instruction'
+check "an address inside an instruction: exit 2" test "$rc" = 2
+check "... one line" one_line "$out" 'is not an instruction'
 out=$(python3 $tool "$tmp/k.cubin" _Z6kernelv 0x0 16 2>&1); rc=$?
-check "a stall of 16: one line" one_line "$out" 'outside 0-15'
+check "a stall of 16: exit 2" test "$rc" = 2
+check "... one line" one_line "$out" 'outside 0-15'
 printf 'not an elf' >"$tmp/x.txt"
 out=$(python3 $tool "$tmp/x.txt" _Z6kernelv 0x0 2>&1); rc=$?
 check "not ELF64: exit 2, one line" one_line "$out" 'not a 64-bit little-endian ELF file'

@@ -6,9 +6,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib/lib.sh
+. tests/lib/cli_checks.sh  # check, one_line
 begin_checks
 tmp=$TMP
-source tests/lib/cli_checks.sh  # check, one_line
 python3 - "$tmp" <<'PY'
 import sys
 d = sys.argv[1]
