@@ -13,10 +13,10 @@
 // orders of summation), which bounds sigma.
 // The model: GPT-2's random init at a preset depth, or a checkpoint (-m: ours, llm.c's or a Hugging Face GPT-2).
 // -c, the control: two of today's paths instead (cuBLASLt's step against decode_matvec), for how far two orders of
-// summation move the tokens on the same model. -x: the persistent step's products on the tensor cores
-// (LLMC_DECODE_TILES's path) instead of FFMA.
+// summation move the tokens on the same model. -f: the persistent step's products by FFMA
+// (LLMC_DECODE_TILES=0's path) instead of on the tensor cores.
 //   make -C dev/cuda decode_paths && ./dev/cuda/decode_paths [-e 12|24|36|48 | -m model.bin] [-p prompts (64)]
-//   [-g new tokens (256)] [-t prompt tokens (64)] [-c | -x]
+//   [-g new tokens (256)] [-t prompt tokens (64)] [-c | -f]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -44,11 +44,11 @@ struct Tally {
 int main(int argc, char** argv) {
     int depth = 12, prompts = 64, new_tokens = 256, prompt_T = 64;
     std::string model_path;
-    bool control = false, tiles = false;
+    bool control = false, ffma = false;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
-        if ((a == "-c" && !tiles) || (a == "-x" && !control)) {
-            (a == "-c" ? control : tiles) = true;
+        if ((a == "-c" && !ffma) || (a == "-f" && !control)) {
+            (a == "-c" ? control : ffma) = true;
         } else if (a == "-m" && i + 1 < argc) {
             model_path = argv[++i];
         } else if ((a == "-e" || a == "-p" || a == "-g" || a == "-t") && i + 1 < argc) {
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
             (a == "-e" ? depth : a == "-p" ? prompts : a == "-g" ? new_tokens : prompt_T) = v;
         } else {
             fprintf(stderr, "usage: %s [-e 12|24|36|48 | -m model.bin] [-p prompts] [-g new tokens] [-t prompt tokens] "
-                    "[-c | -x]\n", argv[0]);
+                    "[-c | -f]\n", argv[0]);
             return 1;
         }
     }
@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
     const InferenceShape shape = generation_shape(c, 1, prompt_T, new_tokens);
     InferenceOptions persistent_o, matvec_o;
     persistent_o.decode.products = control ? DecodeProducts::Cublas : DecodeProducts::Persistent;
-    persistent_o.decode.persistent_tiles = tiles;
-    const char* name = control ? "cuBLASLt's step" : tiles ? "persistent (tensor cores)" : "persistent";
+    persistent_o.decode.persistent_tiles = !ffma;
+    const char* name = control ? "cuBLASLt's step" : ffma ? "persistent (FFMA)" : "persistent (tensor cores)";
     matvec_o.decode.products = DecodeProducts::Matvec;
     InferenceEngine persistent, matvec;
     inference_engine_upload(&persistent, c, std::move(params), shape, persistent_o);

@@ -19,7 +19,7 @@
 // ways on one model: today's step (the engine's decode_forward, as generate_gpt2cu replays it) and the persistent one
 // on GPT-2's random init after a prefill, checked against each other and timed in the same call.
 //   make -C dev/cuda decode_step && ./dev/cuda/decode_step [-e 12|24|36|48] [-t positions before the token (255)]
-//   [-r repeats (20)] [-m 1: the products on the tensor cores (Step::tiles), else FFMA]
+//   [-r repeats (20)] [-m 0: the products by FFMA; 1, the default: on the tensor cores (Step::tiles)]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -249,7 +249,7 @@ bool both_ways(const GPT2Config& c, int before, int repeats, int sms, bool tiles
 
 int main(int argc, char** argv) {
     int depth = 12, before = 255, repeats = 20;
-    bool tiles = false;
+    bool tiles = true;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         if (a == "-m" && i + 1 < argc && (std::string(argv[i + 1]) == "0" || std::string(argv[i + 1]) == "1")) {
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
             (a == "-e" ? depth : a == "-t" ? before : repeats) = v;
         } else {
             fprintf(stderr, "usage: %s [-e 12|24|36|48] [-t positions before the token] [-r repeats] [-m 0|1 (the "
-                    "products on the tensor cores)]\n", argv[0]);
+                    "products by FFMA | on the tensor cores)]\n", argv[0]);
             return 1;
         }
     }

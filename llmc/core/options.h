@@ -22,9 +22,9 @@
 //   LLMC_DECODE_PERSISTENT=1  batch-1 decode steps (generation at batch 1, a server's steps of one busy slot) as
 //                             one persistent kernel (Hopper, BF16; llmc/inference/persistent_step.cuh,
 //                             docs/DECODE.md), forced; 0: never. Unset, Auto takes it for the wider models
-//                             (C >= 1280), where it measured ahead, unless LLMC_DECODE_ATTENTION is set
-//   LLMC_DECODE_TILES=1       the persistent step's products on the tensor cores (mma.sync, a page a tile of 16
-//                             rows; llmc/kernels/decode/decode_persistent_tiles.cuh) instead of FFMA (comparisons)
+//                             (C >= 1024), where it measured ahead, unless LLMC_DECODE_ATTENTION is set
+//   LLMC_DECODE_TILES=0       the persistent step's products by FFMA (decode_persistent_products.cuh) instead of on
+//                             the tensor cores (mma.sync, a page a tile of 16 rows; decode_persistent_tiles.cuh)
 //   LLMC_TRACE=PREFIX         the trainer records every kernel, copy and collective of one step (and the step
 //                             before it) with CUPTI: PREFIX.rank<R>.json (Chrome trace) and a summary line per rank
 //   LLMC_TRACE_STEP=N         the step LLMC_TRACE records (default 6)
@@ -60,7 +60,7 @@ struct EngineOptions {
     std::string decode_attention;  // "", "split" or "head"
     bool decode_cublas = false;
     int decode_persistent = -1;  // LLMC_DECODE_PERSISTENT: -1 unset (Auto's choice), 0 never, 1 forced
-    bool decode_tiles = false;
+    bool decode_tiles = true;
     std::string trace;
     int trace_step = 6;
     int comm_sms = -1;
@@ -88,7 +88,7 @@ struct EngineOptions {
         if (!decode_attention.empty()) out.push_back({"LLMC_DECODE_ATTENTION", decode_attention});
         if (decode_cublas) out.push_back({"LLMC_DECODE_CUBLAS", "1"});
         if (decode_persistent >= 0) out.push_back({"LLMC_DECODE_PERSISTENT", std::to_string(decode_persistent)});
-        if (decode_tiles) out.push_back({"LLMC_DECODE_TILES", "1"});
+        if (!decode_tiles) out.push_back({"LLMC_DECODE_TILES", "0"});
         if (!trace.empty()) out.push_back({"LLMC_TRACE", trace + " (step " + std::to_string(trace_step) + ")"});
         if (comm_sms != kCommSmsDefault) out.push_back({"LLMC_COMM_SMS", std::to_string(comm_sms)});
         if (!nccl_cta_policy.empty()) out.push_back({"LLMC_NCCL_CTA_POLICY", nccl_cta_policy});
@@ -182,7 +182,7 @@ inline EngineOptions read() {
         bad("LLMC_DECODE_ATTENTION", o.decode_attention.c_str(), "split or head");
     o.decode_cublas = flag("LLMC_DECODE_CUBLAS", false);
     o.decode_persistent = text("LLMC_DECODE_PERSISTENT").empty() ? -1 : flag("LLMC_DECODE_PERSISTENT", false);
-    o.decode_tiles = flag("LLMC_DECODE_TILES", false);
+    o.decode_tiles = flag("LLMC_DECODE_TILES", true);
     o.trace = text("LLMC_TRACE");
     o.trace_step = integer("LLMC_TRACE_STEP", o.trace_step, 2, 1 << 30);
     o.comm_sms = integer("LLMC_COMM_SMS", EngineOptions::kCommSmsDefault, -1, 64);

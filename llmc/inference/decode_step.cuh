@@ -50,7 +50,7 @@ struct DecodeSettings {
     int matvec_classifier_groups = 1;  // the classifier as decode_matvec while the batch is at most this many row
                                        // groups (it reads all of wte once per group), else cuBLASLt
     bool persistent_auto = true;       // Auto may take the persistent step (LLMC_DECODE_PERSISTENT=0: never)
-    bool persistent_tiles = false;     // the persistent step's products on the tensor cores (LLMC_DECODE_TILES=1)
+    bool persistent_tiles = true;      // the persistent step's products on the tensor cores (LLMC_DECODE_TILES=0: FFMA)
 };
 
 // The B-row buffers of one step (the engine's plan: llmc/inference/inference_plan.h).

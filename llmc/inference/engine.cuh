@@ -297,7 +297,7 @@ inline void report(const InferenceEngine* e) {
         fprintf(out, "note: %s as one persistent kernel (%s)\n",
                 e->persistent_lone ? "the steps of one busy slot" : "decode steps",
                 e->decode_asked == DecodeProducts::Persistent ? "LLMC_DECODE_PERSISTENT=1"
-                                                              : "batch 1 and C >= 1280; LLMC_DECODE_PERSISTENT=0: never");
+                                                              : "batch 1 and C >= 1024; LLMC_DECODE_PERSISTENT=0: never");
     fprintf(out, "generation memory plan (%s; B %d, prefill %d positions, %s):\n", PRECISION_NAME, s.B, s.prefill_T,
             s.cached ? ("KV cache of " + std::to_string(s.max_T) + " positions").c_str()
                      : "no KV cache: recompute per token");

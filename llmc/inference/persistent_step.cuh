@@ -49,7 +49,7 @@ inline bool persistent_step_supported(const GPT2Config& c, int B, std::string* w
 
 // Auto's choice at batch 1: the persistent step for models from this width on, where it measured ahead of
 // decode_matvec (docs/DECODE.md); the narrower ones wait at the phase boundaries longer than they stream weights.
-constexpr int kPersistentAutoMinChannels = 1280;
+constexpr int kPersistentAutoMinChannels = 1024;
 // Whether Auto takes the persistent step for steps of B rows: batch 1 with the KV cache (generation's, or a server's
 // lone busy slot's), a model from kPersistentAutoMinChannels on, and the kernel supported here.
 inline bool persistent_auto_takes(const GPT2Config& c, int B, bool cached) {

@@ -13,7 +13,7 @@
 // costs the step's graph and little around it. Two steps may be in flight (steps_in_flight 2): the next is queued
 // before the host waits for the last, so the GPU does not wait for the host between steps; each of the two has its
 // own upload, results, logprob rows, event and graphs (parity), so queuing one touches nothing the other still reads.
-// Where the engine runs the persistent step for a lone slot (persistent_lone: asked for, or Auto's from C 1280 on), a
+// Where the engine runs the persistent step for a lone slot (persistent_lone: asked for, or Auto's from C 1024 on), a
 // step of one busy slot runs it on that slot alone (the slot in the upload, read on the device; the picks after it as
 // always): a lone stream's step is generation's.
 // A call of whole prompts is begun and ended apart too (prefill_whole_begin / _end, llmc/serving/prompt_picks.cuh),
@@ -163,7 +163,7 @@ public:
         }
         const int R = inference_decode_rows(&e_, busy);
         // one busy slot, wherever it sits: the persistent step where the engine runs it (persistent_lone: asked for,
-        // or Auto's from C 1280 on), its row only; the picks below R read other rows' stale logits, and only free
+        // or Auto's from C 1024 on), its row only; the picks below R read other rows' stale logits, and only free
         // rows' throwaway steps read those picks, as inputs
         const bool lone = e_.persistent_lone && batch.size() == 1;
         // the other parity's buffers may still be read by the step in flight; this one's last step has been waited for

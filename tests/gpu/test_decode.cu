@@ -30,7 +30,7 @@
 //     logits against the full forward as in 1, then generation through the loop, greedy (graph and plain) and
 //     sampled, each token the host's pick on the step's logits, and generate() the loop's tokens; with its products
 //     on FFMA and on the tensor cores (LLMC_DECODE_TILES; C 128, 768, 1600: rows of K in one to five chunks). And
-//     Auto's choice, in every build: taken from C 1280 on where the kernel runs (on a server, for its lone busy
+//     Auto's choice, in every build: taken from C 1024 on where the kernel runs (on a server, for its lone busy
 //     slot's steps), never when not allowed, with decode attention's kernel forced, or where the kernel does not run.
 // Random-init models (L 2, C 128, 2 heads of 64; L 1, C 768, 12 heads of 64; L 1, C 256, 2 heads of 128; L 2, C 128,
 // 4 heads of 32; L 1, C 1280, 20 heads of 64; V 1000, max T 256), fresh random prompts and tokens. The cache is
