@@ -64,6 +64,8 @@ run_suite trace-report bash tests/cli/test_trace_report.sh
 run_suite sass-hazards bash tests/cli/test_sass_hazards.sh
 # scripts/tools/cubin_stall.py (one instruction's stall count read and set in a cubin) on a hand-made ELF file
 run_suite cubin-stall bash tests/cli/test_cubin_stall.sh
+# scripts/tools/test_streams.sh: every suite here in exactly one of the GPU gate's parallel streams
+run_suite test-streams bash tests/cli/test_streams.sh
 # scripts/bench/fp8_quality.py's verdict (issue 64's quality points) on hand-made logs: each failure with its reason
 run_suite fp8-quality-verdict bash tests/cli/test_fp8_quality.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)

@@ -3,7 +3,7 @@
 #   scripts/tools/gpu_verify.sh gate    what a GPU change passes before it is called done: tests (the SASS scan,
 #                                       gpu-sass-scan, among them) and sanitizers
 #   scripts/tools/gpu_verify.sh tests   make test in BF16 and FP32 (GPU suites, d12 reference included): the suites in
-#                                       three streams at once, FP32 built in a copy of the tree meanwhile (one after
+#                                       four streams at once, FP32 built in a copy of the tree meanwhile (one after
 #                                       the other they outlast a session's device time: docs/PERFORMANCE.md)
 #   scripts/tools/gpu_verify.sh sanitizers   tests/gpu/check_sanitizers.sh, every tool over every run (BF16)
 #   scripts/tools/gpu_verify.sh bench   d12 training throughput, flash and materialized attention, against the
@@ -24,12 +24,8 @@ DATA_MIRROR=$(abs "$DATA_MIRROR")
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)"
 
-# The test suites in three streams at once (one GPU is enough: nothing in make test is timed), each a TEST_ONLY
-# group: the CPU suites and the kernel and engine tests; the dev programs' validation and the training checks; the
-# d12 reference suites (transformers, the server).
-STREAMS=('^(cpu-reference|cpu-engine|cpu-trainer|preflight|cli-style|detect|layout|unit-tests|tokenizer-tools|prepro-data|hellaswag-converter|gpt2-convert|bench-multi-gpu-table|trace-report|sass-hazards|cubin-stall|fuzzers|serve-tests|serve-scripts|gpu-programs-without-gpu|gpu-kernels-.*|gpu-decode|gpu-sass-scan|gpu-sampling|gpu-zero|gpu-serve-engine|gpu-reference-tiny-materialized)$'
-         '^(dev-.*|resume-bit-exact|cuda-graph-bit-exact|fp8-training|gemm-algorithm-files|checkpoint-directory|cpu-vs-gpu-fp32)$'
-         '^(gpu-reference-d12-.*|generate-vs-transformers|hellaswag-vs-transformers|serve-vs-generate.*|page-vs-server)$')
+# The test suites in parallel streams (scripts/tools/test_streams.sh: STREAMS)
+source scripts/tools/test_streams.sh  # from the repository root (the cd above)
 # run_streams PRECISION DIR: make test's suites in DIR (built for PRECISION), the streams at once; one summary line
 # "tests: N passed, N failed" over them into $LOGS/test_PRECISION.log (each stream's log beside it).
 run_streams() {
