@@ -107,6 +107,10 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         ChunkKV kv = {};
         if (attend && (int)blockIdx.x < s.NH * s.attn_splits)
             load_kv(ph, s, blockIdx.x, 0, s.pos, kv);  // earlier steps' keys, in flight during the wait
+        int begin = 0, end = 0;
+        RowsIn rin;
+        if (ph.kind == Kind::Product)
+            rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end), rin = load_rows(ph, s, token, begin, end);
         if (i > 0 && !(s.diagnose & kSkipWaits)) {
             if (threadIdx.x == 0) wait_count(&s.done[i - 1], all);
             consumers_sync();
@@ -118,9 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
                 for (int k : {kMarkPagesWait, kMarkFirstIssued, kMarkLastIssued}) mark_value(s, i, k, 0);
             if (attend) attention(ph, s, kv, x);
         } else {
-            int begin, end;
-            rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
-            stage_input(ph, s, token, begin, end, x, rows_bias, rows_res, red, kTiles ? xb : nullptr);
+            stage_input(ph, s, token, begin, end, rin, x, rows_bias, rows_res, red, kTiles ? xb : nullptr);
             mark(s, i, 2);
             if (kTiles)
                 product_tiles(ph, s, i, begin, end, pages, xb, partials, rows_bias, rows_res, red_key, ring,

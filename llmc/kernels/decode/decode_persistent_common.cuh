@@ -129,13 +129,14 @@ __device__ __forceinline__ int slices_of(int V) {
 }
 
 // Deterministic block reductions over the consumers: every thread gets the same total, warps added in order.
+// block_sum returns with red[0, kWarps) still being read (one barrier, not two): the caller gives a second
+// reduction before the next barrier other floats (the LayerNorm's two passes: red, red + kWarps).
 __device__ __forceinline__ float block_sum(float v, float* red) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
     consumers_sync();
     float t = 0.f;
     for (int w = 0; w < kWarps; w++) t += red[w];
-    consumers_sync();
     return t;
 }
 __device__ __forceinline__ float block_max(float v, float* red) {

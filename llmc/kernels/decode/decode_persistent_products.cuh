@@ -60,14 +60,36 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, bf16* o
     }
 }
 
+// What a product phase's staging reads that no phase of this step writes after the one two before it: the bias and
+// residual of the block's rows (thread t: row begin + t; the residual stream is written two or three phases back)
+// and the LayerNorm's weights (thread t: vector t). Loaded before the wait for the phase before, so their memory
+// latency, behind the weights' stream, overlaps the wait.
+struct RowsIn {
+    float bias = 0.f, res = 0.f;
+    uint4 lw = {}, lb = {};
+};
+__device__ __forceinline__ RowsIn load_rows(const Phase& ph, const Step& s, int token, int begin, int end) {
+    RowsIn r;
+    const int t = threadIdx.x;
+    if (s.diagnose & kSkipStaging) return r;
+    if (ph.ln_w && t < ph.K / 8)
+        r.lw = reinterpret_cast<const uint4*>(ph.ln_w)[t], r.lb = reinterpret_cast<const uint4*>(ph.ln_b)[t];
+    if (t < end - begin) {
+        if (ph.bias) r.bias = bf(ph.bias[begin + t]);
+        if (ph.epilogue == Epilogue::Residual)
+            r.res = ph.residual ? load_cg(ph.residual + begin + t) : embedding(s, token, begin + t);
+    }
+    return r;
+}
+
 // x (K floats in shared memory) = the phase's input (after attention: merged from its partials), LayerNorm'd and
 // rounded when it has LayerNorm weights (two passes over the row, as layernorm_forward); rows_bias / rows_res = the
-// bias and residual of the block's rows [begin, end). Every global load is issued before any shared-memory store (a
-// store may alias a generic load, so the compiler would otherwise wait out a memory latency per vector). xb (the
-// tensor cores' products; null for FFMA): x again as bf16 pairs, exact (every staged x is a bf16 value). Ends with
-// the consumers synchronised.
-__device__ void stage_input(const Phase& ph, const Step& s, int token, int begin, int end, float* x,
-                            float* rows_bias, float* rows_res, float* red, uint32_t* xb = nullptr) {
+// bias and residual of the block's rows [begin, end) from rin (load_rows). Every global load is issued before any
+// shared-memory store (a store may alias a generic load, so the compiler would otherwise wait out a memory latency
+// per vector). xb (the tensor cores' products; null for FFMA): x again as bf16 pairs, exact (every staged x is a
+// bf16 value). Ends with the consumers synchronised.
+__device__ void stage_input(const Phase& ph, const Step& s, int token, int begin, int end, const RowsIn& rin,
+                            float* x, float* rows_bias, float* rows_res, float* red, uint32_t* xb = nullptr) {
     if (s.diagnose & kSkipStaging) {
         consumers_sync();
         return;
@@ -77,22 +99,14 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
     const uint4* in = reinterpret_cast<const uint4*>(ph.in);
     const uint4* te = reinterpret_cast<const uint4*>(s.wte + (size_t)token * s.C);
     const uint4* pe = reinterpret_cast<const uint4*>(s.wpe + (size_t)s.pos * s.C);
-    uint4 v[kInVec] = {}, e[kInVec] = {}, lw = {}, lb = {};
+    uint4 v[kInVec] = {}, e[kInVec] = {};
 #pragma unroll
     for (int j = 0; j < kInVec; j++) {
         const int i = t + j * kConsumers;
         if (i < KV && in && !merged) v[j] = __ldcg(in + i);
         if (i < KV && !in) v[j] = te[i], e[j] = pe[i];
     }
-    if (ph.ln_w && t < KV)
-        lw = reinterpret_cast<const uint4*>(ph.ln_w)[t], lb = reinterpret_cast<const uint4*>(ph.ln_b)[t];
     const bool rows = ph.bias || ph.epilogue == Epilogue::Residual;
-    float bias = 0.f, res = 0.f;
-    if (rows && t < end - begin) {
-        bias = ph.bias ? bf(ph.bias[begin + t]) : 0.f;
-        if (ph.epilogue == Epilogue::Residual)
-            res = ph.residual ? load_cg(ph.residual + begin + t) : embedding(s, token, begin + t);
-    }
     const bool norm = ph.ln_w && !(s.diagnose & kSkipLayerNorm);
     if (merged) merge_heads(ph, s, x, norm ? nullptr : xb);
 #pragma unroll
@@ -106,7 +120,7 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
         for (int k = 0; k < 8; k++) y[k] = in ? bf(a[k]) : round_bf16(bf(a[k]) + bf(b[k])), x[i * 8 + k] = y[k];
         if (xb && !norm) pack_x8(y, xb + i * 4);
     }
-    if (rows && t < end - begin) rows_bias[t] = bias, rows_res[t] = res;
+    if (rows && t < end - begin) rows_bias[t] = rin.bias, rows_res[t] = rin.res;
     if (!norm) {
         consumers_sync();
         return;
@@ -120,10 +134,10 @@ __device__ void stage_input(const Phase& ph, const Step& s, int token, int begin
     float var = 0.f;
     if (t < KV)
         for (int k = 0; k < 8; k++) var += (xv[k] - m) * (xv[k] - m);
-    const float rstd = rsqrtf(block_sum(var, red) / ph.K + (float)kLayerNormEps);
+    const float rstd = rsqrtf(block_sum(var, red + kWarps) / ph.K + (float)kLayerNormEps);
     if (t < KV) {
-        const bf16* w = reinterpret_cast<const bf16*>(&lw);
-        const bf16* b = reinterpret_cast<const bf16*>(&lb);
+        const bf16* w = reinterpret_cast<const bf16*>(&rin.lw);
+        const bf16* b = reinterpret_cast<const bf16*>(&rin.lb);
         for (int k = 0; k < 8; k++) xv[k] = round_bf16((xv[k] - m) * rstd * bf(w[k]) + bf(b[k]));
         if (xb) pack_x8(xv, xb + t * 4);
     }
