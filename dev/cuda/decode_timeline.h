@@ -1,8 +1,9 @@
 // The persistent decode step's timeline (Step::timeline), summarised: where a phase's time goes on each block, in
 // one launch, instead of subtracting launches without parts of it. Consumer thread 0 of every block stamps clock64
-// at five points of each phase (its start, its wait for the phase before done, its input staged, its products done,
-// its release); the intervals are thread 0's view, so "end" also holds the wait for the block's slowest warp, and the
-// first phase (layer 0's qkv) has no wait. Of its products, the time it waited for pages; and the producer's stamps
+// at six points of each phase (its start, its wait for the phase before done, its input staged, its products done,
+// past the barrier that ends it, its release); the intervals are thread 0's view, so "barrier" holds the wait for the
+// block's slowest warp, "release" the release's fence (the block's stores acknowledged), and the first phase (layer
+// 0's qkv) has no wait. Of its products, the time it waited for pages; and the producer's stamps
 // say how long before the products began it issued the phase's first page, and before they ended its last. The
 // clock's rate comes from the same blocks' %globaltimer over the kernel (clock64 is one counter an SM). One launch,
 // after the L2 is overwritten (cold, as the step's timings).
@@ -38,8 +39,10 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
     if (t.size() != spans + (size_t)blocks * 4) return false;
     for (unsigned long long v : t)
         if (v == ~0ull) return false;  // poisoned: a stamp never written
-    for (size_t j = 0; j < spans; j++)  // a phase's five stamps in order
+    for (size_t j = 0; j < spans; j++) {  // a phase's five stamps in order, the barrier's between the last two
         if (j % M != 0 && j % M < 5 && t[j] < t[j - 1]) return false;
+        if (j % M == dp::kMarkSynced && (t[j] < t[j - M + 3] || t[j] > t[j - M + 4])) return false;
+    }
     double cycles = 0, ns = 0;
     for (int b = 0; b < blocks; b++) {
         const unsigned long long* sp = &t[spans + (size_t)b * 4];
@@ -54,16 +57,20 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
         for (const std::string& m : names) seen |= m == n;
         if (!seen) names.push_back(n);
     }
-    // thread 0's four intervals, then of its products the pages' wait, then the producer's lead: its first page
-    // issued before the products began, its last before they ended (negative: after)
-    const char* parts[] = {"wait", "stage", "products", "end", "pages' wait", "first issued", "last issued"};
+    // thread 0's five intervals (the end as its barrier and its release), then of its products the pages' wait,
+    // then the producer's lead: its first page issued before the products began, its last before they ended
+    // (negative: after)
+    const char* parts[] = {"wait", "stage", "products", "barrier", "release", "pages' wait", "first issued",
+                           "last issued"};
     auto value = [&](const unsigned long long* m, int k) {
-        if (k < 4) return (double)(m[k + 1] - m[k]);
-        if (k == 4) return (double)m[dp::kMarkPagesWait];
-        const unsigned long long issued = m[k == 5 ? dp::kMarkFirstIssued : dp::kMarkLastIssued];
-        return issued == 0 ? 0.0 : (double)(long long)(m[k == 5 ? 2 : 3] - issued);
+        if (k < 3) return (double)(m[k + 1] - m[k]);
+        if (k == 3) return (double)(m[dp::kMarkSynced] - m[3]);
+        if (k == 4) return (double)(m[4] - m[dp::kMarkSynced]);
+        if (k == 5) return (double)m[dp::kMarkPagesWait];
+        const unsigned long long issued = m[k == 6 ? dp::kMarkFirstIssued : dp::kMarkLastIssued];
+        return issued == 0 ? 0.0 : (double)(long long)(m[k == 6 ? 2 : 3] - issued);
     };
-    constexpr int kParts = 7;
+    constexpr int kParts = 8;
     printf("the timeline (one launch; consumer thread 0 of each block; clock64 at %.3f GHz by %%globaltimer): us a "
            "phase, the mean over blocks, then over the step's phases of that kind [the slowest block's; of a lead, "
            "the least]\n", ghz);
@@ -81,7 +88,7 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
                 double sum = 0, worst = 0;  // the leads' worst is the least
                 for (int b = 0; b < blocks; b++) {
                     const double d = value(&t[((size_t)b * P + i) * M], k) * us;
-                    sum += d, worst = b == 0 ? d : k < 5 ? (d > worst ? d : worst) : (d < worst ? d : worst);
+                    sum += d, worst = b == 0 ? d : k < 6 ? (d > worst ? d : worst) : (d < worst ? d : worst);
                 }
                 mean[k] += sum / blocks, slow[k] += worst;
             }
@@ -97,7 +104,7 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
     for (int b = 0; b < blocks; b++) span += (double)(t[spans + (size_t)b * 4 + 3] - t[spans + (size_t)b * 4 + 1]);
     printf("  the step on a block: %.4f ms (the kernel's span, mean over blocks); over its phases",
            span / blocks * 1e-6);
-    for (int k = 0; k < 5; k++) printf(", %s %.4f ms", parts[k], total[k] * 1e-3);
+    for (int k = 0; k < 6; k++) printf(", %s %.4f ms", parts[k], total[k] * 1e-3);
     printf("\n");
     return true;
 }

@@ -42,9 +42,10 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         x_floats % 4 != 0 || (s.seq != 0 && s.next_tokens))
         __trap();
     extern __shared__ __align__(128) uint8_t smem[];
-    auto* bars = reinterpret_cast<hopper::RingBarriers<kStages>*>(smem);
+    constexpr int kRingStages = stages(kTiles);
+    auto* bars = reinterpret_cast<hopper::RingBarriers<kRingStages>*>(smem);
     uint8_t* pages = smem + 128;
-    float* x = reinterpret_cast<float*>(pages + (size_t)kStages * page_bytes(kTiles));
+    float* x = reinterpret_cast<float*>(pages + (size_t)kRingStages * page_bytes(kTiles));
     float* partials = x + x_floats;
     float* rows_bias = partials + 2 * kPartials;
     float* rows_res = rows_bias + kMaxBlockRows;
@@ -52,19 +53,20 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     auto* red_key = reinterpret_cast<unsigned long long*>(red + kConsumers);
     auto* slots = reinterpret_cast<Phase*>(red_key + kWarps);  // this phase's description and the next one's
     auto* xb = reinterpret_cast<uint32_t*>(slots + 2);          // tiles: x as bf16 pairs
-    static_assert(sizeof(hopper::RingBarriers<kStages>) <= 128, "the barriers fit before the pages");
+    static_assert(sizeof(hopper::RingBarriers<kRingStages>) <= 128, "the barriers fit before the pages");
     if (threadIdx.x == 0) bars->init(1, kConsumers), hopper::fence_barrier_init();
     __syncthreads();
-    hopper::Ring<kStages> ring(*bars);
+    hopper::Ring<kRingStages> ring(*bars);
     const unsigned all = gridDim.x;
-    if (threadIdx.x / 32 == kWarps && kTiles) {  // the producer warp: every product phase's tiles, in order
-        for (int i = 0; i < s.count; i++) {
-            const Phase& ph = s.phases[i];
-            if (ph.kind == Kind::Product) produce_tiles(ph, s, i, pages, ring);
+    if constexpr (kTiles) {
+        if (threadIdx.x / 32 == kWarps) {  // the producer warp: every product phase's tiles, in order
+            for (int i = 0; i < s.count; i++) {
+                const Phase& ph = s.phases[i];
+                if (ph.kind == Kind::Product) produce_tiles(ph, s, i, pages, ring);
+            }
+            return;
         }
-        return;
-    }
-    if (threadIdx.x / 32 == kWarps) {  // the producer: every product phase's pages, in order
+    } else if (threadIdx.x / 32 == kWarps) {  // the producer: every product phase's pages, in order
         if (threadIdx.x % 32 == 0)
             for (int i = 0; i < s.count; i++) {
                 const Phase& ph = s.phases[i];
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         } else {
             stage_input(ph, s, token, begin, end, rin, x, rows_bias, rows_res, red, kTiles ? xb : nullptr);
             mark(s, i, 2);
-            if (kTiles)
+            if constexpr (kTiles)
                 product_tiles(ph, s, i, begin, end, pages, xb, partials, rows_bias, rows_res, red_key, ring,
                               sliced_pages);
             else
@@ -133,8 +135,12 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         mark(s, i, 3);
         if (threadIdx.x == 0) cp_async_wait<0>();
         consumers_sync();  // every thread's stores (and the next description), then the release
+        // the timeline's stamp past the barrier stays in a register until after the release: a store before it
+        // would be one more for the release's fence to wait for
+        const unsigned long long synced = s.timeline && threadIdx.x == 0 ? clock64() : 0;
         if (threadIdx.x == 0) red_release_add(&s.done[i], 1u);
         mark(s, i, 4);
+        if (s.timeline && threadIdx.x == 0) mark_value(s, i, kMarkSynced, synced);
     }
     mark_span(s, 2);
     if (blockIdx.x == 0) {  // the greedy pick over every block's key, once all have written theirs

@@ -87,8 +87,10 @@ struct Step {
 };
 // A phase's timeline values: consumer thread 0's clock64 at the phase's start, its wait done, its input staged, its
 // products done and its release; the cycles it spent waiting for pages; the producer's clock64 as it issued the
-// phase's first and its last page (all three 0 for a phase without pages, written by consumer thread 0).
-constexpr int kMarkPagesWait = 5, kMarkFirstIssued = 6, kMarkLastIssued = 7, kTimelineMarks = 8;
+// phase's first and its last page (all three 0 for a phase without pages, written by consumer thread 0); thread 0's
+// clock64 past the barrier that ends the phase, before the release (kMarkSynced: the end's barrier and its release
+// apart).
+constexpr int kMarkPagesWait = 5, kMarkFirstIssued = 6, kMarkLastIssued = 7, kMarkSynced = 8, kTimelineMarks = 9;
 
 // A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on
 // the GPU), and enough that a chunk at the whole context fits its registers; 0 past kMaxSplits chunks.
@@ -105,8 +107,9 @@ inline int attention_splits(int NH, int max_T) {
 inline int x_floats_for(int C) {  // a multiple of 4: what follows x stays 16-byte aligned
     return 4 * C > kWarps * kUnitFloats ? 4 * C : kWarps * kUnitFloats; }
 __host__ __device__ constexpr int page_bytes(bool tiles) { return tiles ? kTilePageBytes : kPageBytes; }
+__host__ __device__ constexpr int stages(bool tiles) { return tiles ? kTileStages : kStages; }
 inline size_t smem_bytes(int x_floats, bool tiles = false) {
-    return 128 + (size_t)kStages * page_bytes(tiles) +
+    return 128 + (size_t)stages(tiles) * page_bytes(tiles) +
            ((size_t)x_floats + 2 * kPartials + 2 * kMaxBlockRows + kConsumers) * sizeof(float) +
            kWarps * sizeof(unsigned long long) + 2 * sizeof(Phase) + (tiles ? (size_t)x_floats * sizeof(bf16) : 0);
 }

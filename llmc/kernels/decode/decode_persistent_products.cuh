@@ -18,7 +18,8 @@ __device__ __forceinline__ void pack_x8(const float* y, uint32_t* to) {
 }
 
 // The next page of the ring, waited for; thread 0 adds the cycles to `waited` when the timeline is on.
-__device__ __forceinline__ void wait_page(const Step& s, const hopper::Ring<kStages>& ring,
+template <int kRingStages>
+__device__ __forceinline__ void wait_page(const Step& s, const hopper::Ring<kRingStages>& ring,
                                           unsigned long long& waited) {
     const bool timed = s.timeline && threadIdx.x == 0;
     const unsigned long long t0 = timed ? clock64() : 0;

@@ -29,7 +29,7 @@ static_assert(kPartials >= kTileRows * kWarps, "a row group's sums fit a partial
 // with its bytes, then lane r copies row r's piece. Every lane keeps the same ring. Timeline: the first and last
 // page's issue.
 __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, int i, uint8_t* pages,
-                                              hopper::Ring<kStages>& ring) {
+                                              hopper::Ring<kTileStages>& ring) {
     const int lane = threadIdx.x % 32, K = ph.K, chunks = tile_chunks(K), stride = tile_stride(K, chunks);
     int begin, end;
     rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
@@ -57,7 +57,7 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
 // the tensor cores). part: two buffers of kTileRows x kWarps sums, alternated by sliced_pages.
 __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, int end, const uint8_t* pages,
                               const uint32_t* xb, float* partials, const float* rows_bias, const float* rows_res,
-                              unsigned long long* red_key, hopper::Ring<kStages>& ring, int& sliced_pages) {
+                              unsigned long long* red_key, hopper::Ring<kTileStages>& ring, int& sliced_pages) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, K = ph.K;
     const int chunks = tile_chunks(K), stride = tile_stride(K, chunks);
     const bool rows = ph.bias || ph.epilogue == Epilogue::Residual;

@@ -14,8 +14,17 @@
 
 namespace decode_persistent {
 
-constexpr int kTileRows = 16, kTileMaxK = 1280;
-constexpr int kTilePageBytes = kTileRows * (2 * kTileMaxK + 16);  // the widest chunk's stride, 16 rows
+// The widest chunk and the ring's pages: a compile-time choice (dev/cuda/decode_step's variants build others, for
+// the ring-depth measurements in docs/DECODE.md); narrower chunks make smaller pages, so more of them fit.
+#ifndef LLMC_DECODE_TILE_MAX_K
+#define LLMC_DECODE_TILE_MAX_K 1280
+#endif
+#ifndef LLMC_DECODE_TILE_STAGES
+#define LLMC_DECODE_TILE_STAGES 4
+#endif
+constexpr int kTileRows = 16, kTileMaxK = LLMC_DECODE_TILE_MAX_K, kTileStages = LLMC_DECODE_TILE_STAGES;
+static_assert(kTileMaxK % 16 == 0 && kTileMaxK >= 128, "a chunk is whole 16-column steps");
+constexpr int kTilePageBytes = kTileRows * ((2 * kTileMaxK + 127) / 128 * 128 + 16);  // the widest stride, 16 rows
 
 // A row's chunks of K (K a multiple of 16), where chunk c begins (c = chunks: K), a page's row stride in bytes.
 DECODE_TILE_HD int tile_chunks(int K) { return (K + kTileMaxK - 1) / kTileMaxK; }
