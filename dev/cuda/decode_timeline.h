@@ -41,7 +41,8 @@ inline bool print(const std::vector<unsigned long long>& t, const std::vector<dp
         if (v == ~0ull) return false;  // poisoned: a stamp never written
     for (size_t j = 0; j < spans; j++) {  // a phase's five stamps in order, the barrier's between the last two
         if (j % M != 0 && j % M < 5 && t[j] < t[j - 1]) return false;
-        if (j % M == dp::kMarkSynced && (t[j] < t[j - M + 3] || t[j] > t[j - M + 4])) return false;
+        const size_t m = j - j % M;  // the phase's first stamp
+        if (j % M == dp::kMarkSynced && (t[j] < t[m + 3] || t[j] > t[m + 4])) return false;
     }
     double cycles = 0, ns = 0;
     for (int b = 0; b < blocks; b++) {
