@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     auto* slots = reinterpret_cast<Phase*>(red_key + kWarps);  // this phase's description and the next one's
     auto* xb = reinterpret_cast<uint32_t*>(slots + 2);          // tiles: x as bf16 pairs
     static_assert(sizeof(hopper::RingBarriers<kRingStages>) <= 128, "the barriers fit before the pages");
-    if (threadIdx.x == 0) bars->init(1, kConsumers), hopper::fence_barrier_init();
+    if (threadIdx.x == 0) bars->init(1, kTiles && kTileWarpRelease ? kWarps : kConsumers), hopper::fence_barrier_init();
     __syncthreads();
     hopper::Ring<kRingStages> ring(*bars);
     const unsigned all = gridDim.x;

@@ -83,7 +83,12 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
                     flash::mma_16816(d, a, xk[st * 8], xk[st * 8 + 4]);
                 }
             }
-            ring.release();  // every thread: an arrival releases only its own thread's reads of the page
+            if constexpr (kTileWarpRelease) {
+                __syncwarp();
+                if (lane == 0) ring.release();
+            } else {
+                ring.release();  // every thread: an arrival releases only its own thread's reads of the page
+            }
         }
         if (s.diagnose & kSkipProducts) continue;
         // D's column 0: lanes 4 g hold rows g (d[0]) and g + 8 (d[2])

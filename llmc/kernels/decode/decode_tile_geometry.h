@@ -22,7 +22,14 @@ namespace decode_persistent {
 #ifndef LLMC_DECODE_TILE_STAGES
 #define LLMC_DECODE_TILE_STAGES 4
 #endif
+// A page's release by the consumers: every thread's arrival (0), or one a warp after __syncwarp (1: ldmatrix reads a
+// page warp-wide, and the warp's mma has consumed it before lane 0 arrives); a knob for the measurement of the
+// arrivals' cost (dev/cuda/decode_step_warprel)
+#ifndef LLMC_DECODE_WARP_RELEASE
+#define LLMC_DECODE_WARP_RELEASE 0
+#endif
 constexpr int kTileRows = 16, kTileMaxK = LLMC_DECODE_TILE_MAX_K, kTileStages = LLMC_DECODE_TILE_STAGES;
+constexpr bool kTileWarpRelease = LLMC_DECODE_WARP_RELEASE != 0;
 static_assert(kTileMaxK % 16 == 0 && kTileMaxK >= 128, "a chunk is whole 16-column steps");
 constexpr int kTilePageBytes = kTileRows * ((2 * kTileMaxK + 127) / 128 * 128 + 16);  // the widest stride, 16 rows
 
