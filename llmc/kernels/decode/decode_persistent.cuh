@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     }
     const int token = *s.token;
     int sliced_pages = 0;
+    unsigned held = 0;  // kHoldPages: the stages thread 0 has not released yet
     // The next phase's description is copied by thread 0 while this phase works (cp.async: nothing waits for it),
     // into the slot the phase before used, and published by the barrier that ends the phase. Two descriptions in
     // registers (this one and the next) had pushed the kernel past its register limit (168 with 9 warps).
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             mark(s, i, 2);
             if constexpr (kTiles)
                 product_tiles(ph, s, i, begin, end, pages, xb, partials, rows_bias, rows_res, red_key, ring,
-                              sliced_pages);
+                              sliced_pages, held);
             else
                 product(ph, s, i, begin, end, pages, x, partials, rows_bias, rows_res, red_key, ring, sliced_pages);
         }
@@ -139,6 +140,8 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         // would be one more for the release's fence to wait for
         const unsigned long long synced = s.timeline && threadIdx.x == 0 ? clock64() : 0;
         if (threadIdx.x == 0) red_release_add(&s.done[i], 1u);
+        if (kTiles && kHoldPages > 0 && threadIdx.x == 0)
+            for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
         mark(s, i, 4);
         if (s.timeline && threadIdx.x == 0) mark_value(s, i, kMarkSynced, synced);
     }

@@ -57,7 +57,8 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
 // the tensor cores). part: two buffers of kTileRows x kWarps sums, alternated by sliced_pages.
 __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, int end, const uint8_t* pages,
                               const uint32_t* xb, float* partials, const float* rows_bias, const float* rows_res,
-                              unsigned long long* red_key, hopper::Ring<kTileStages>& ring, int& sliced_pages) {
+                              unsigned long long* red_key, hopper::Ring<kTileStages>& ring, int& sliced_pages,
+                              unsigned& held) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, K = ph.K;
     const int chunks = tile_chunks(K), stride = tile_stride(K, chunks);
     const bool rows = ph.bias || ph.epilogue == Epilogue::Residual;
@@ -66,11 +67,15 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
     const uint32_t pages_addr = smem_addr(pages);
     bf16* const y = output_row(ph, s);
+    // kHoldPages: thread 0 keeps the phase's last pages (from page hold_from on) and releases them after the phase's
+    // own release (held: their stages)
+    const int hold_from = ((end - begin + kTileRows - 1) / kTileRows) * chunks - kHoldPages;
+    int page = 0;
     for (int g0 = begin; g0 < end; g0 += kTileRows) {
         const int n = min(kTileRows, end - g0);
         const uint32_t row_off = (uint32_t)(min(a_row, n - 1) * stride + a_col * 2);
         float d[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int c = 0; c < chunks; c++, ring.advance()) {
+        for (int c = 0; c < chunks; c++, ring.advance(), page++) {
             const int k0 = chunk_begin(K, c, chunks), steps = (chunk_begin(K, c + 1, chunks) - k0) / 16;
             wait_page(s, ring, waited);
             if (!(s.diagnose & kSkipProducts)) {
@@ -83,7 +88,10 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
                     flash::mma_16816(d, a, xk[st * 8], xk[st * 8 + 4]);
                 }
             }
-            if constexpr (kTileWarpRelease) {
+            if (kHoldPages > 0 && threadIdx.x == 0 && page >= hold_from) {
+                held |= 1u << ring.stage();  // thread 0 is the arriving lane of warp 0 either way
+                if constexpr (kTileWarpRelease) __syncwarp();
+            } else if constexpr (kTileWarpRelease) {
                 __syncwarp();
                 if (lane == 0) ring.release();
             } else {

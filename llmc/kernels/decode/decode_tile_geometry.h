@@ -28,8 +28,17 @@ namespace decode_persistent {
 #ifndef LLMC_DECODE_WARP_RELEASE
 #define LLMC_DECODE_WARP_RELEASE 0
 #endif
+// Pages whose release thread 0 holds until after the phase's own release (0: none): the last N pages of a product
+// phase. While thread 0 holds a page the producer cannot refill it, so the next phase's copies in those stages are
+// issued after the release's fence, not before it (a knob for the measurement of the fence's wait behind the SM's
+// copies in flight, docs/DECODE.md; dev/cuda/decode_step_hold<N>)
+#ifndef LLMC_DECODE_HOLD_PAGES
+#define LLMC_DECODE_HOLD_PAGES 0
+#endif
 constexpr int kTileRows = 16, kTileMaxK = LLMC_DECODE_TILE_MAX_K, kTileStages = LLMC_DECODE_TILE_STAGES;
 constexpr bool kTileWarpRelease = LLMC_DECODE_WARP_RELEASE != 0;
+constexpr int kHoldPages = LLMC_DECODE_HOLD_PAGES;
+static_assert(kHoldPages >= 0 && kHoldPages <= kTileStages, "the held pages are distinct stages of the ring");
 static_assert(kTileMaxK % 16 == 0 && kTileMaxK >= 128, "a chunk is whole 16-column steps");
 constexpr int kTilePageBytes = kTileRows * ((2 * kTileMaxK + 127) / 128 * 128 + 16);  // the widest stride, 16 rows
 
