@@ -60,9 +60,11 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     const unsigned all = gridDim.x;
     if constexpr (kTiles) {
         if (threadIdx.x / 32 == kWarps) {  // the producer warp: every product phase's tiles, in order
+            hopper::Ring<kRingStages> lag(*bars);
+            int issued = 0;
             for (int i = 0; i < s.count; i++) {
                 const Phase& ph = s.phases[i];
-                if (ph.kind == Kind::Product) produce_tiles(ph, s, i, pages, ring);
+                if (ph.kind == Kind::Product) produce_tiles(ph, s, i, pages, ring, lag, issued);
             }
             return;
         }

@@ -28,8 +28,10 @@ static_assert(kPartials >= kTileRows * kWarps, "a row group's sums fit a partial
 // free itself (so its copy is ordered after the consumers' reads by its own acquire), lane 0 arms the page's barrier
 // with its bytes, then lane r copies row r's piece. Every lane keeps the same ring. Timeline: the first and last
 // page's issue.
+// kInflight: lane 0 first waits for the page kInflight before this one to land (lag: that page's place in the ring).
 __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, int i, uint8_t* pages,
-                                              hopper::Ring<kTileStages>& ring) {
+                                              hopper::Ring<kTileStages>& ring, hopper::Ring<kTileStages>& lag,
+                                              int& issued) {
     const int lane = threadIdx.x % 32, K = ph.K, chunks = tile_chunks(K), stride = tile_stride(K, chunks);
     int begin, end;
     rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
@@ -38,6 +40,7 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
         for (int c = 0; c < chunks; c++, ring.advance()) {
             const int k0 = chunk_begin(K, c, chunks), kc = chunk_begin(K, c + 1, chunks) - k0;
             if (lane < n) ring.wait_empty();
+            if (kInflight > 0 && lane == 0 && issued++ >= kInflight) lag.wait_full(), lag.advance();
             if (lane == 0) {
                 hopper::mbarrier_arrive_expect_tx(ring.full_barrier(), (uint32_t)(n * kc * sizeof(bf16)));
                 if (s.timeline && g0 == begin && c == 0) mark_value(s, i, kMarkFirstIssued, clock64());

@@ -28,16 +28,22 @@ namespace decode_persistent {
 #ifndef LLMC_DECODE_WARP_RELEASE
 #define LLMC_DECODE_WARP_RELEASE 0
 #endif
-// Pages whose release thread 0 holds until after the phase's own release (0: none): the last N pages of a product
-// phase. While thread 0 holds a page the producer cannot refill it, so the next phase's copies in those stages are
-// issued after the release's fence, not before it (a knob for the measurement of the fence's wait behind the SM's
-// copies in flight, docs/DECODE.md; dev/cuda/decode_step_hold<N>)
+// Pages whose release thread 0 holds until after the phase's own release: a product phase's last N. The release's
+// fence waits for the copies the SM has in flight, so the next phase's copies into those stages are better issued
+// after it than before (docs/DECODE.md, "The release's fence and the copies in flight"; dev/cuda/decode_step_hold<N>)
 #ifndef LLMC_DECODE_HOLD_PAGES
-#define LLMC_DECODE_HOLD_PAGES 0
+#define LLMC_DECODE_HOLD_PAGES 2
+#endif
+// The producer's copies in flight, at most (0: as many as the ring has free pages): it waits for page j - N to land
+// before it issues page j, so the burst of a ring's worth of copies at a phase's end does not queue ahead of the
+// consumers' own loads and fence (a measurement knob, dev/cuda/decode_step_inflight<N>)
+#ifndef LLMC_DECODE_INFLIGHT
+#define LLMC_DECODE_INFLIGHT 0
 #endif
 constexpr int kTileRows = 16, kTileMaxK = LLMC_DECODE_TILE_MAX_K, kTileStages = LLMC_DECODE_TILE_STAGES;
 constexpr bool kTileWarpRelease = LLMC_DECODE_WARP_RELEASE != 0;
-constexpr int kHoldPages = LLMC_DECODE_HOLD_PAGES;
+constexpr int kHoldPages = LLMC_DECODE_HOLD_PAGES, kInflight = LLMC_DECODE_INFLIGHT;
+static_assert(kInflight >= 0 && kInflight < kTileStages, "a page in flight is one the consumers have not released");
 static_assert(kHoldPages >= 0 && kHoldPages <= kTileStages, "the held pages are distinct stages of the ring");
 static_assert(kTileMaxK % 16 == 0 && kTileMaxK >= 128, "a chunk is whole 16-column steps");
 constexpr int kTilePageBytes = kTileRows * ((2 * kTileMaxK + 127) / 128 * 128 + 16);  // the widest stride, 16 rows
