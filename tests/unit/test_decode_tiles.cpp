@@ -30,6 +30,22 @@ TEST(DecodeTiles, ChunksCoverEveryRowInSixteens) {
         }
 }
 
+// The kernels' walk over a row's chunks (no division a chunk) gives chunk_begin's chunks, for every K a multiple of
+// 16 up to 8192 and every chunk count a row could be cut in.
+TEST(DecodeTiles, ChunkWalkIsChunkBegin) {
+    for (int K = 16; K <= 8192; K += 16)
+        for (int chunks = 1; chunks <= 8 && chunks <= K / 16; chunks++) {
+            dp::ChunkWalk walk(K, chunks);
+            for (int round = 0; round < 2; round++, walk.restart())  // a row group's walk, then the next's
+                for (int c = 0; c < chunks; c++, walk.next()) {
+                    const int k0 = dp::chunk_begin(K, c, chunks);
+                    ASSERT_EQ(walk.k0, k0) << "K " << K << " chunks " << chunks << " chunk " << c;
+                    ASSERT_EQ(16 * walk.steps, dp::chunk_begin(K, c + 1, chunks) - k0)
+                        << "K " << K << " chunks " << chunks << " chunk " << c;
+                }
+        }
+}
+
 // The shapes of GPT-2 d12 to d48: chunks and strides as docs/DECODE.md describes them.
 TEST(DecodeTiles, GPT2Shapes) {
     struct Want { int K, chunks, stride; };

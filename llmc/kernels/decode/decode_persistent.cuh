@@ -120,6 +120,10 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             if (threadIdx.x == 0) wait_count(&s.done[i - 1], all);
             consumers_sync();
         }
+        if constexpr (kTiles && kHoldPages > 0 && kHoldUntil != 0) {  // the held pages, after the wait (1; 2: attention)
+            if (threadIdx.x == 0 && (kHoldUntil == 1 || ph.kind == Kind::Attention))
+                for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
+        }
         mark(s, i, 1);
         if (ph.kind == Kind::Attention) {
             mark(s, i, 2);  // nothing staged: its keys were loaded before the wait; no pages
@@ -128,6 +132,10 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             if (attend) attention(ph, s, kv, x);
         } else {
             stage_input(ph, s, token, begin, end, rin, x, rows_bias, rows_res, red, kTiles ? xb : nullptr);
+            if constexpr (kTiles && kHoldPages > 0 && kHoldUntil == 2) {  // the held pages, after the staging
+                if (threadIdx.x == 0)
+                    for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
+            }
             mark(s, i, 2);
             if constexpr (kTiles)
                 product_tiles(ph, s, i, begin, end, pages, xb, partials, rows_bias, rows_res, red_key, ring,
@@ -142,10 +150,14 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         // would be one more for the release's fence to wait for
         const unsigned long long synced = s.timeline && threadIdx.x == 0 ? clock64() : 0;
         if (threadIdx.x == 0) red_release_add(&s.done[i], 1u);
-        if (kTiles && kHoldPages > 0 && threadIdx.x == 0)
+        if (kTiles && kHoldPages > 0 && kHoldUntil == 0 && threadIdx.x == 0)
             for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
         mark(s, i, 4);
         if (s.timeline && threadIdx.x == 0) mark_value(s, i, kMarkSynced, synced);
+    }
+    if constexpr (kTiles && kHoldPages > 0 && kHoldUntil != 0) {  // the last phase's (nothing waits for them)
+        if (threadIdx.x == 0)
+            for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
     }
     mark_span(s, 2);
     if (blockIdx.x == 0) {  // the greedy pick over every block's key, once all have written theirs

@@ -35,10 +35,12 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
     const int lane = threadIdx.x % 32, K = ph.K, chunks = tile_chunks(K), stride = tile_stride(K, chunks);
     int begin, end;
     rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
+    ChunkWalk walk(K, chunks);
     for (int g0 = begin; g0 < end; g0 += kTileRows) {
         const int n = min(kTileRows, end - g0);
-        for (int c = 0; c < chunks; c++, ring.advance()) {
-            const int k0 = chunk_begin(K, c, chunks), kc = chunk_begin(K, c + 1, chunks) - k0;
+        walk.restart();
+        for (int c = 0; c < chunks; c++, ring.advance(), walk.next()) {
+            const int k0 = walk.k0, kc = 16 * walk.steps;
             if (lane < n) ring.wait_empty();
             if (kInflight > 0 && lane == 0 && issued++ >= kInflight) lag.wait_full(), lag.advance();
             if (lane == 0) {
@@ -70,25 +72,33 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
     const uint32_t pages_addr = smem_addr(pages);
     bf16* const y = output_row(ph, s);
-    // kHoldPages: thread 0 keeps the phase's last pages (from page hold_from on) and releases them after the phase's
-    // own release (held: their stages)
+    // kHoldPages: thread 0 keeps the phase's last pages (from page hold_from on) and releases them past the phase's
+    // own release (kHoldUntil: after it, or after the next phase's wait; held: their stages)
     const int hold_from = ((end - begin + kTileRows - 1) / kTileRows) * chunks - kHoldPages;
     int page = 0;
+    ChunkWalk walk(K, chunks);
     for (int g0 = begin; g0 < end; g0 += kTileRows) {
         const int n = min(kTileRows, end - g0);
         const uint32_t row_off = (uint32_t)(min(a_row, n - 1) * stride + a_col * 2);
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int c = 0; c < chunks; c++, ring.advance(), page++) {
-            const int k0 = chunk_begin(K, c, chunks), steps = (chunk_begin(K, c + 1, chunks) - k0) / 16;
+        float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};  // e: kMmaChains 2's odd steps
+        walk.restart();
+        for (int c = 0; c < chunks; c++, ring.advance(), page++, walk.next()) {
+            const int k0 = walk.k0, steps = walk.steps;
             wait_page(s, ring, waited);
             if (!(s.diagnose & kSkipProducts)) {
                 const uint32_t tile = pages_addr + (uint32_t)ring.stage() * kTilePageBytes + row_off;
                 // B: x[k0 + 16 step + 2 (l % 4) + {0, 1}] and the same 8 on; every column alike
                 const uint32_t* xk = xb + k0 / 2 + lane % 4;
-                for (int st = warp; st < steps; st += kWarps) {
+                for (int st = warp; st < steps; st += kMmaChains * kWarps) {
                     uint32_t a[4];
                     flash::ldmatrix_x4(a, tile + (uint32_t)st * 32);
                     flash::mma_16816(d, a, xk[st * 8], xk[st * 8 + 4]);
+                    if (kMmaChains == 2 && st + kWarps < steps) {
+                        const int su = st + kWarps;
+                        uint32_t b[4];
+                        flash::ldmatrix_x4(b, tile + (uint32_t)su * 32);
+                        flash::mma_16816(e, b, xk[su * 8], xk[su * 8 + 4]);
+                    }
                 }
             }
             if (kHoldPages > 0 && threadIdx.x == 0 && page >= hold_from) {
@@ -102,6 +112,7 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
             }
         }
         if (s.diagnose & kSkipProducts) continue;
+        if (kMmaChains == 2) d[0] += e[0], d[2] += e[2];
         // D's column 0: lanes 4 g hold rows g (d[0]) and g + 8 (d[2])
         float* part = partials + (sliced_pages & 1) * kPartials;
         if (lane % 4 == 0) part[(lane / 4) * kWarps + warp] = d[0], part[(lane / 4 + 8) * kWarps + warp] = d[2];

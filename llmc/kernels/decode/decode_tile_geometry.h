@@ -28,11 +28,17 @@ namespace decode_persistent {
 #ifndef LLMC_DECODE_WARP_RELEASE
 #define LLMC_DECODE_WARP_RELEASE 0
 #endif
-// Pages whose release thread 0 holds until after the phase's own release: a product phase's last N. The release's
-// fence waits for the copies the SM has in flight, so the next phase's copies into those stages are better issued
-// after it than before (docs/DECODE.md, "The release's fence and the copies in flight"; dev/cuda/decode_step_hold<N>)
+// Pages whose release thread 0 holds past the phase's own release: a product phase's last N. The release's fence
+// waits for the copies the SM has in flight, so the next phase's copies into those stages are better issued after it
+// than before (docs/DECODE.md, "The release's fence and the copies in flight"; dev/cuda/decode_step_hold<N>)
 #ifndef LLMC_DECODE_HOLD_PAGES
 #define LLMC_DECODE_HOLD_PAGES 2
+#endif
+// When thread 0 lets the held pages go: 0 after the phase's release; 1 (the default) after the next phase's wait, so
+// the wait's polls do not queue behind their copies either; 2 after the next phase's staging (an attention phase:
+// its wait). Measured in docs/DECODE.md ("Held past the next wait"); dev/cuda/decode_step_hold<N>u<when>
+#ifndef LLMC_DECODE_HOLD_UNTIL
+#define LLMC_DECODE_HOLD_UNTIL 1
 #endif
 // The producer's copies in flight, at most (0: as many as the ring has free pages): it waits for page j - N to land
 // before it issues page j, so the burst of a ring's worth of copies at a phase's end does not queue ahead of the
@@ -40,9 +46,19 @@ namespace decode_persistent {
 #ifndef LLMC_DECODE_INFLIGHT
 #define LLMC_DECODE_INFLIGHT 0
 #endif
+// The accumulator chains of a warp's products (1 or 2): with 2 a warp's steps alternate two accumulators, added at
+// the row group's end, so consecutive mma do not wait for each other (a measurement knob: dev/cuda's
+// decode_step_chains2; another order of summation, so other bits)
+#ifndef LLMC_DECODE_MMA_CHAINS
+#define LLMC_DECODE_MMA_CHAINS 1
+#endif
 constexpr int kTileRows = 16, kTileMaxK = LLMC_DECODE_TILE_MAX_K, kTileStages = LLMC_DECODE_TILE_STAGES;
 constexpr bool kTileWarpRelease = LLMC_DECODE_WARP_RELEASE != 0;
-constexpr int kHoldPages = LLMC_DECODE_HOLD_PAGES, kInflight = LLMC_DECODE_INFLIGHT;
+constexpr int kHoldPages = LLMC_DECODE_HOLD_PAGES, kHoldUntil = LLMC_DECODE_HOLD_UNTIL,
+              kInflight = LLMC_DECODE_INFLIGHT;
+static_assert(kHoldUntil >= 0 && kHoldUntil <= 2, "held pages go after the release, the next wait or the next staging");
+constexpr int kMmaChains = LLMC_DECODE_MMA_CHAINS;
+static_assert(kMmaChains == 1 || kMmaChains == 2, "one or two accumulators a warp");
 static_assert(kInflight >= 0 && kInflight < kTileStages, "a page in flight is one the consumers have not released");
 static_assert(kHoldPages >= 0 && kHoldPages <= kTileStages, "the held pages are distinct stages of the ring");
 static_assert(kTileMaxK % 16 == 0 && kTileMaxK >= 128, "a chunk is whole 16-column steps");
@@ -55,5 +71,25 @@ DECODE_TILE_HD int tile_stride(int K, int chunks) {
     const int widest = 16 * ((K / 16 + chunks - 1) / chunks);
     return (2 * widest + 127) / 128 * 128 + 16;
 }
+
+// The chunks of a row in order without a division a chunk (chunk_begin's integer division costs a page's consumers
+// about 45 dependent instructions, on the path of every page): K / 16 = q chunks + r, so chunk c is q steps of 16
+// columns, or q + 1 where r c / chunks passes an integer; rem is r (c + 1) mod chunks. restart() is chunk 0.
+struct ChunkWalk {
+    int q, r, chunks, k0 = 0, steps = 0, rem = 0;
+    DECODE_TILE_HD ChunkWalk(int K, int chunks_) : q(K / 16 / chunks_), r(K / 16 % chunks_), chunks(chunks_) {
+        restart();
+    }
+    DECODE_TILE_HD void restart() { k0 = 0, rem = 0, take(); }
+    DECODE_TILE_HD void next() { k0 += 16 * steps, take(); }
+
+  private:
+    DECODE_TILE_HD void take() {
+        rem += r;
+        const bool wide = rem >= chunks;
+        rem -= wide ? chunks : 0;
+        steps = q + (wide ? 1 : 0);
+    }
+};
 
 }  // namespace decode_persistent
