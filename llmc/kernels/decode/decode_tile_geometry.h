@@ -36,7 +36,7 @@ namespace decode_persistent {
 #endif
 // When thread 0 lets the held pages go: 0 after the phase's release; 1 (the default) after the next phase's wait, so
 // the wait's polls do not queue behind their copies either; 2 after the next phase's staging (an attention phase:
-// its wait). Measured in docs/DECODE.md ("Held past the next wait"); dev/cuda/decode_step_hold<N>u<when>
+// its wait). Measured in docs/DECODE.md ("A page's instructions, profiled"); dev/cuda/decode_step_hold<N>u<when>
 #ifndef LLMC_DECODE_HOLD_UNTIL
 #define LLMC_DECODE_HOLD_UNTIL 1
 #endif
