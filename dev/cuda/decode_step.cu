@@ -328,6 +328,7 @@ int main(int argc, char** argv) {
     }
     phases.push_back({dp::Kind::Product, dp::Epilogue::Logits, W + L.wte, nullptr, c.padded_vocab_size, C, W + L.lnfw,
                       W + L.lnfb, res3.ptr + (size_t)(Lr - 1) * C, nullptr, logits.ptr, nullptr, nullptr});
+    for (dp::Phase& ph : phases) dp::with_tiles(ph);
     DeviceBuffer<char> d_phases(phases.size() * sizeof(dp::Phase));
     cudaCheck(cudaMemcpy(d_phases.ptr, phases.data(), d_phases.bytes(), cudaMemcpyHostToDevice));
     int dev, sms;

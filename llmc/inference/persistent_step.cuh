@@ -87,6 +87,7 @@ inline std::vector<decode_persistent::Phase> persistent_phases(const GPT2Config&
     }
     phases.push_back({dp::Kind::Product, dp::Epilogue::Logits, b(p(WTE)), nullptr, c.padded_vocab_size, C, b(p(LNFW)),
                       b(p(LNFB)), residual, nullptr, w(logits), nullptr, nullptr});
+    for (dp::Phase& ph : phases) dp::with_tiles(ph);
     return phases;
 }
 

@@ -46,6 +46,37 @@ TEST(DecodeTiles, ChunkWalkIsChunkBegin) {
         }
 }
 
+// What the host puts in a product's phase (Phase::tiles) is what the kernel would compute: the chunks, the stride,
+// and a walk from its q and r that gives chunk_begin's chunks.
+TEST(DecodeTiles, TileCutIsTheGeometry) {
+    for (int K = 16; K <= 8192; K += 16) {
+        const dp::TileCut t = dp::tile_cut(K);
+        ASSERT_EQ(t.chunks, dp::tile_chunks(K)) << "K " << K;
+        EXPECT_EQ(t.stride, dp::tile_stride(K, t.chunks)) << "K " << K;
+        dp::ChunkWalk walk(t.q, t.r, t.chunks);
+        for (int c = 0; c < t.chunks; c++, walk.next()) {
+            ASSERT_EQ(walk.k0, dp::chunk_begin(K, c, t.chunks)) << "K " << K << " chunk " << c;
+            ASSERT_EQ(16 * walk.steps, dp::chunk_begin(K, c + 1, t.chunks) - walk.k0) << "K " << K << " chunk " << c;
+        }
+    }
+}
+
+// A block's rows by the reciprocal (RowSplit) are the integer division's, at every grid up to 1024 blocks and rows up
+// to 2^16 (every GPT-2 product: the padded vocabulary is the most), every block.
+TEST(DecodeTiles, RowSplitIsTheDivision) {
+    for (int blocks = 1; blocks <= 1024; blocks++) {
+        const dp::RowSplit split(blocks);
+        for (int n : {1, 7, 64, 768, 2304, 3072, 4800, 6400, 50257, 50304, 65535, 65536}) {
+            for (int block = 0; block < blocks; block++) {
+                int begin, end;
+                split.rows(n, block, &begin, &end);
+                ASSERT_EQ(begin, (int)((long long)n * block / blocks)) << "n " << n << " of " << blocks << " blocks";
+                ASSERT_EQ(end, (int)((long long)n * (block + 1) / blocks)) << "n " << n << " of " << blocks << " blocks";
+            }
+        }
+    }
+}
+
 // The shapes of GPT-2 d12 to d48: chunks and strides as docs/DECODE.md describes them.
 TEST(DecodeTiles, GPT2Shapes) {
     struct Want { int K, chunks, stride; };

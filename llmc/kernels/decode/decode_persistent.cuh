@@ -31,6 +31,15 @@
 
 namespace decode_persistent {
 
+// What no phase should divide for, made once a launch by thread 0 and kept in shared memory (in registers for the
+// whole kernel they pushed the tile kernel past its 168 and into spills): the blocks' rows, this block's attention
+// unit. docs/DECODE.md: each division on the path between phases costs 0.15-0.3 us.
+struct LaunchConsts {
+    RowSplit split;
+    UnitKeys first;
+};
+static_assert(sizeof(LaunchConsts) <= kLaunchConstsBytes, "the launch's constants fit their shared memory");
+
 template <bool kTiles>
 __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floats) {
     Step s = step;
@@ -39,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     s.pos = *s.len - 1;
     // the host's limits (persistent_step_supported), kept here too: past them chunks or keys would be dropped silently
     if (s.pos < 0 || s.attn_splits < 1 || s.attn_splits > kMaxSplits || s.pos + 1 > kChunkKeys * s.attn_splits ||
-        x_floats % 4 != 0 || (s.seq != 0 && s.next_tokens))
+        x_floats % 4 != 0 || (s.seq != 0 && s.next_tokens) || s.HS != kHeadSize || gridDim.x > 1024)
         __trap();
     extern __shared__ __align__(128) uint8_t smem[];
     constexpr int kRingStages = stages(kTiles);
@@ -52,10 +61,16 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     float* red = rows_res + kMaxBlockRows;
     auto* red_key = reinterpret_cast<unsigned long long*>(red + kConsumers);
     auto* slots = reinterpret_cast<Phase*>(red_key + kWarps);  // this phase's description and the next one's
-    auto* xb = reinterpret_cast<uint32_t*>(slots + 2);          // tiles: x as bf16 pairs
+    auto* consts = reinterpret_cast<LaunchConsts*>(slots + 2);
+    auto* xb = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(consts) + kLaunchConstsBytes);  // tiles: x, bf16
     static_assert(sizeof(hopper::RingBarriers<kRingStages>) <= 128, "the barriers fit before the pages");
-    if (threadIdx.x == 0) bars->init(1, kTiles && kTileWarpRelease ? kWarps : kConsumers), hopper::fence_barrier_init();
+    if (threadIdx.x == 0) {
+        bars->init(1, kTiles && kTileWarpRelease ? kWarps : kConsumers), hopper::fence_barrier_init();
+        consts->split = RowSplit(gridDim.x), consts->first = unit_keys(s, blockIdx.x);
+    }
     __syncthreads();
+    const RowSplit& split = consts->split;
+    const UnitKeys& first = consts->first;
     hopper::Ring<kRingStages> ring(*bars);
     const unsigned all = gridDim.x;
     if constexpr (kTiles) {
@@ -64,7 +79,9 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             int issued = 0;
             for (int i = 0; i < s.count; i++) {
                 const Phase& ph = s.phases[i];
-                if (ph.kind == Kind::Product) produce_tiles(ph, s, i, pages, ring, lag, issued);
+                if (ph.kind != Kind::Product) continue;
+                if (kL2Lead > 0 && threadIdx.x % 32 == 0) lead_to_l2(s, i, split);
+                produce_tiles(ph, s, i, split, pages, ring, lag, issued);
             }
             return;
         }
@@ -74,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
                 const Phase& ph = s.phases[i];
                 if (ph.kind != Kind::Product) continue;
                 int begin, end;
-                rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
+                rows_of(split, ph.N, &begin, &end);
                 const int per_page = rows_per_page(ph.K);
                 for (int r0 = begin; r0 < end; r0 += per_page, ring.advance()) {
                     const uint32_t bytes = (uint32_t)(min(per_page, end - r0) * ph.K * sizeof(bf16));
@@ -111,30 +128,28 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         const bool attend = ph.kind == Kind::Attention && !(s.diagnose & kSkipAttention);
         ChunkKV kv = {};
         if (attend && (int)blockIdx.x < s.NH * s.attn_splits)
-            load_kv(ph, s, blockIdx.x, 0, s.pos, kv);  // earlier steps' keys, in flight during the wait
+            load_kv(ph, s, first, 0, s.pos, kv);  // earlier steps' keys, in flight during the wait
         int begin = 0, end = 0;
         RowsIn rin;
         if (ph.kind == Kind::Product)
-            rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end), rin = load_rows(ph, s, token, begin, end);
+            rows_of(split, ph.N, &begin, &end), rin = load_rows(ph, s, token, begin, end);
         if (i > 0 && !(s.diagnose & kSkipWaits)) {
             if (threadIdx.x == 0) wait_count(&s.done[i - 1], all);
             consumers_sync();
         }
         if constexpr (kTiles && kHoldPages > 0 && kHoldUntil != 0) {  // the held pages, after the wait (1; 2: attention)
-            if (threadIdx.x == 0 && (kHoldUntil == 1 || ph.kind == Kind::Attention))
-                for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
+            if (threadIdx.x == 0 && (kHoldUntil == 1 || ph.kind == Kind::Attention)) release_held(ring, held);
         }
         mark(s, i, 1);
         if (ph.kind == Kind::Attention) {
             mark(s, i, 2);  // nothing staged: its keys were loaded before the wait; no pages
             if (s.timeline && threadIdx.x == 0)
                 for (int k : {kMarkPagesWait, kMarkFirstIssued, kMarkLastIssued}) mark_value(s, i, k, 0);
-            if (attend) attention(ph, s, kv, x);
+            if (attend) attention(ph, s, first, kv, x);
         } else {
             stage_input(ph, s, token, begin, end, rin, x, rows_bias, rows_res, red, kTiles ? xb : nullptr);
             if constexpr (kTiles && kHoldPages > 0 && kHoldUntil == 2) {  // the held pages, after the staging
-                if (threadIdx.x == 0)
-                    for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
+                if (threadIdx.x == 0) release_held(ring, held);
             }
             mark(s, i, 2);
             if constexpr (kTiles)
@@ -150,14 +165,14 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
         // would be one more for the release's fence to wait for
         const unsigned long long synced = s.timeline && threadIdx.x == 0 ? clock64() : 0;
         if (threadIdx.x == 0) red_release_add(&s.done[i], 1u);
-        if (kTiles && kHoldPages > 0 && kHoldUntil == 0 && threadIdx.x == 0)
-            for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
+        if constexpr (kTiles && kHoldPages > 0 && kHoldUntil == 0) {
+            if (threadIdx.x == 0) release_held(ring, held);
+        }
         mark(s, i, 4);
         if (s.timeline && threadIdx.x == 0) mark_value(s, i, kMarkSynced, synced);
     }
     if constexpr (kTiles && kHoldPages > 0 && kHoldUntil != 0) {  // the last phase's (nothing waits for them)
-        if (threadIdx.x == 0)
-            for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
+        if (threadIdx.x == 0) release_held(ring, held);
     }
     mark_span(s, 2);
     if (blockIdx.x == 0) {  // the greedy pick over every block's key, once all have written theirs

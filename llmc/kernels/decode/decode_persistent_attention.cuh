@@ -14,19 +14,24 @@ namespace decode_persistent {
 struct ChunkKV {
     uint4 k[kRounds], v[kRounds];
 };
-__device__ __forceinline__ void unit_keys(const Step& s, int u, int* h, int* begin, int* end) {
+// Unit u's head and keys [begin, end). The kernel makes its block's first unit's once a launch: its four divisions
+// would otherwise sit between the QKV phase's wait and the attention (docs/DECODE.md).
+struct UnitKeys {
+    int h, begin, end;
+};
+__device__ __forceinline__ UnitKeys unit_keys(const Step& s, int u) {
     const int T = s.pos + 1, c = u % s.attn_splits;
-    *h = u / s.attn_splits, *begin = T * c / s.attn_splits, *end = T * (c + 1) / s.attn_splits;
+    return {u / s.attn_splits, T * c / s.attn_splits, T * (c + 1) / s.attn_splits};
 }
 __device__ __forceinline__ int round_key(int begin, int r) {
     return begin + r * 32 + threadIdx.x / 32 * 4 + threadIdx.x % 32 / 8;
 }
 
-// Unit u's keys and values at positions [lo, hi) into kv; the others are left as they are.
-__device__ __forceinline__ void load_kv(const Phase& ph, const Step& s, int u, int lo, int hi, ChunkKV& kv) {
-    int h, begin, end;
-    unit_keys(s, u, &h, &begin, &end);
-    lo = max(lo, begin), hi = min(hi, end);
+// A unit's keys and values at positions [lo, hi) into kv; the others are left as they are.
+__device__ __forceinline__ void load_kv(const Phase& ph, const Step& s, const UnitKeys& uk, int lo, int hi,
+                                        ChunkKV& kv) {
+    const int h = uk.h, begin = uk.begin;
+    lo = max(lo, begin), hi = min(hi, uk.end);
     const uint4* kc = reinterpret_cast<const uint4*>(ph.k_cache + s.cache_offset + (size_t)h * s.max_T * kHeadSize);
     const uint4* vc = reinterpret_cast<const uint4*>(ph.v_cache + s.cache_offset + (size_t)h * s.max_T * kHeadSize);
 #pragma unroll
@@ -40,10 +45,9 @@ __device__ __forceinline__ void load_kv(const Phase& ph, const Step& s, int u, i
 
 // Unit u's partial result from its keys in kv and the head's query (the phase's QKV row); scratch: kWarps x
 // kUnitFloats floats of shared memory. Each warp's (m, l, o) over its keys, then the 8 warps' merged in order.
-__device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, int u, const ChunkKV& kv,
-                                               float* scratch) {
-    int h, begin, end;
-    unit_keys(s, u, &h, &begin, &end);
+__device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, int u, const UnitKeys& uk,
+                                               const ChunkKV& kv, float* scratch) {
+    const int h = uk.h, begin = uk.begin, end = uk.end;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d8 = lane % 8;
     const uint4 qv = __ldcg(reinterpret_cast<const uint4*>(ph.in + h * kHeadSize) + d8);
     const bf16* qh = reinterpret_cast<const bf16*>(&qv);
@@ -96,12 +100,15 @@ __device__ __forceinline__ void attention_unit(const Phase& ph, const Step& s, i
     consumers_sync();  // the scratch is read before anyone writes it again
 }
 
-// The block's units after the QKV phase: its first unit's earlier keys are in kv already (load_kv before the wait).
-__device__ __forceinline__ void attention(const Phase& ph, const Step& s, ChunkKV& kv, float* scratch) {
+// The block's units after the QKV phase: its first unit's earlier keys are in kv already (load_kv before the wait),
+// and its keys' range is `first` (unit_keys, once a launch).
+__device__ __forceinline__ void attention(const Phase& ph, const Step& s, const UnitKeys& first, ChunkKV& kv,
+                                          float* scratch) {
     for (int u = blockIdx.x; u < s.NH * s.attn_splits; u += gridDim.x) {
-        if (u != (int)blockIdx.x) kv = ChunkKV{}, load_kv(ph, s, u, 0, s.pos, kv);
-        load_kv(ph, s, u, s.pos, s.pos + 1, kv);  // the new key: this step's QKV phase wrote it
-        attention_unit(ph, s, u, kv, scratch);
+        const UnitKeys uk = u == (int)blockIdx.x ? first : unit_keys(s, u);
+        if (u != (int)blockIdx.x) kv = ChunkKV{}, load_kv(ph, s, uk, 0, s.pos, kv);
+        load_kv(ph, s, uk, s.pos, s.pos + 1, kv);  // the new key: this step's QKV phase wrote it
+        attention_unit(ph, s, u, uk, kv, scratch);
     }
 }
 

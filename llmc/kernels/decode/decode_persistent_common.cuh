@@ -51,9 +51,16 @@ struct Phase {
     // Attention: its units' partial results; a product after it: its input, merged (in: where block 0 leaves the
     // merged row)
     float* partials = nullptr;
+    TileCut tiles = {};  // a product's pages on the tensor cores (with_tiles, on the host)
 };
-// 96 bytes: the plan counts it (tests/unit/test_inference_plan.cpp), and the kernel copies it in 16-byte pieces
-static_assert(sizeof(Phase) == 96, "the phase list's size");
+// 112 bytes: the plan counts it (tests/unit/test_inference_plan.cpp), and the kernel copies it in 16-byte pieces
+static_assert(sizeof(Phase) == 112, "the phase list's size");
+// A phase list's products' pages (Phase::tiles), computed here once rather than by the kernel every step. Every
+// builder of a phase list calls it: the kernel reads them as they are (a check there, a __trap, pushed the tile
+// kernel into spills; a product without them computes nothing, which the checks' poisoned outputs catch).
+inline void with_tiles(Phase& ph) {
+    if (ph.kind == Kind::Product) ph.tiles = tile_cut(ph.K);
+}
 
 struct Step {
     const Phase* phases;
@@ -104,6 +111,7 @@ inline int attention_splits(int NH, int max_T) {
 // Shared memory: the ring's barriers, the pages, x (a product's input; attention's scratch), partial sums, the
 // block's rows' bias and residual, a reduction scratch, two phase descriptions (each piece a multiple of 16 bytes);
 // with tiles, x again as bf16 (the tensor cores' B) after them, and the pages are tiles (kTilePageBytes).
+constexpr int kLaunchConstsBytes = 32;  // decode_persistent.cuh's LaunchConsts
 inline int x_floats_for(int C) {  // a multiple of 4: what follows x stays 16-byte aligned
     return 4 * C > kWarps * kUnitFloats ? 4 * C : kWarps * kUnitFloats; }
 __host__ __device__ constexpr int page_bytes(bool tiles) { return tiles ? kTilePageBytes : kPageBytes; }
@@ -111,7 +119,8 @@ __host__ __device__ constexpr int stages(bool tiles) { return tiles ? kTileStage
 inline size_t smem_bytes(int x_floats, bool tiles = false) {
     return 128 + (size_t)stages(tiles) * page_bytes(tiles) +
            ((size_t)x_floats + 2 * kPartials + 2 * kMaxBlockRows + kConsumers) * sizeof(float) +
-           kWarps * sizeof(unsigned long long) + 2 * sizeof(Phase) + (tiles ? (size_t)x_floats * sizeof(bf16) : 0);
+           kWarps * sizeof(unsigned long long) + 2 * sizeof(Phase) + kLaunchConstsBytes +
+           (tiles ? (size_t)x_floats * sizeof(bf16) : 0);
 }
 
 __device__ __forceinline__ float bf(bf16 v) { return __bfloat162float(v); }
@@ -120,8 +129,8 @@ __device__ __forceinline__ float load_cg(const bf16* p) {
     return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p))));
 }
 __device__ __forceinline__ void consumers_sync() { hopper::named_barrier_sync(1, kConsumers); }
-__device__ __forceinline__ void rows_of(int n, int block, int blocks, int* begin, int* end) {
-    *begin = n * block / blocks, *end = n * (block + 1) / blocks;  // n * blocks < 2^31 for every GPT-2 shape
+__device__ __forceinline__ void rows_of(const RowSplit& split, int n, int* begin, int* end) {
+    split.rows(n, blockIdx.x, begin, end);  // n * blocks < 2^30 for every GPT-2 shape (RowSplit)
 }
 __device__ __forceinline__ int rows_per_page(int K) { return min(kMaxPageRows, kPageBytes / (K * 2)); }
 // Slices of a row of V vectors, a power of two, so that one lane holds at most kRegV vectors of its slice.

@@ -51,9 +51,10 @@ __device__ __forceinline__ void epilogue(const Phase& ph, const Step& s, bf16* o
     if (ph.epilogue == Epilogue::Residual) y = round_bf16(y) + res;
     const bf16 o = __float2bfloat16(y);
     out[n] = o;
-    if (ph.epilogue == Epilogue::Qkv && n >= s.C) {
-        const int c = n % s.C, h = c / s.HS, d = c % s.HS;
-        (n < 2 * s.C ? ph.k_cache : ph.v_cache)[s.cache_offset + ((size_t)h * s.max_T + s.pos) * s.HS + d] = o;
+    if (ph.epilogue == Epilogue::Qkv && n >= s.C) {  // heads of kHeadSize (the kernel checks HS): no division
+        const bool v = n >= 2 * s.C;
+        const int c = n - (v ? 2 * s.C : s.C), h = c / kHeadSize, d = c % kHeadSize;
+        (v ? ph.v_cache : ph.k_cache)[s.cache_offset + ((size_t)h * s.max_T + s.pos) * kHeadSize + d] = o;
     }
     if (ph.epilogue == Epilogue::Logits && n < s.V) {
         const unsigned long long key = pick_rank(o, n);

@@ -29,13 +29,13 @@ static_assert(kPartials >= kTileRows * kWarps, "a row group's sums fit a partial
 // with its bytes, then lane r copies row r's piece. Every lane keeps the same ring. Timeline: the first and last
 // page's issue.
 // kInflight: lane 0 first waits for the page kInflight before this one to land (lag: that page's place in the ring).
-__device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, int i, uint8_t* pages,
-                                              hopper::Ring<kTileStages>& ring, hopper::Ring<kTileStages>& lag,
-                                              int& issued) {
-    const int lane = threadIdx.x % 32, K = ph.K, chunks = tile_chunks(K), stride = tile_stride(K, chunks);
+__device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, int i, const RowSplit& split,
+                                              uint8_t* pages, hopper::Ring<kTileStages>& ring,
+                                              hopper::Ring<kTileStages>& lag, int& issued) {
+    const int lane = threadIdx.x % 32, K = ph.K, chunks = ph.tiles.chunks, stride = ph.tiles.stride;
     int begin, end;
-    rows_of(ph.N, blockIdx.x, gridDim.x, &begin, &end);
-    ChunkWalk walk(K, chunks);
+    rows_of(split, ph.N, &begin, &end);
+    ChunkWalk walk(ph.tiles.q, ph.tiles.r, chunks);
     for (int g0 = begin; g0 < end; g0 += kTileRows) {
         const int n = min(kTileRows, end - g0);
         walk.restart();
@@ -58,14 +58,34 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
     }
 }
 
+// kL2Lead: the block's share of the product phase kL2Lead product phases after phase i, queued into L2 in pieces of
+// 32 KB by the producer's lane 0 as it begins phase i (its rows are contiguous in W).
+__device__ __forceinline__ void lead_to_l2(const Step& s, int i, const RowSplit& split) {
+    int j = i, ahead = 0;
+    while (ahead < kL2Lead && ++j < s.count) ahead += s.phases[j].kind == Kind::Product;
+    if (ahead < kL2Lead) return;
+    const Phase& ph = s.phases[j];
+    int begin, end;
+    rows_of(split, ph.N, &begin, &end);
+    const uint8_t* from = reinterpret_cast<const uint8_t*>(ph.W + (size_t)begin * ph.K);
+    const size_t bytes = (size_t)(end - begin) * ph.K * sizeof(bf16);
+    for (size_t at = 0; at < bytes; at += 32768)
+        hopper::bulk_prefetch_l2(from + at, (uint32_t)(bytes - at < 32768 ? bytes - at : 32768));
+}
+
+// Thread 0's held pages (product_tiles' kHoldPages, their stages a bitmask) released, the mask left empty.
+__device__ __forceinline__ void release_held(const hopper::Ring<kTileStages>& ring, unsigned& held) {
+    for (; held; held &= held - 1) ring.release(__ffs(held) - 1);
+}
+
 // The block's rows of one product phase, tile by tile from the ring (decode_persistent_products.cuh's product, on
 // the tensor cores). part: two buffers of kTileRows x kWarps sums, alternated by sliced_pages.
 __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, int end, const uint8_t* pages,
                               const uint32_t* xb, float* partials, const float* rows_bias, const float* rows_res,
                               unsigned long long* red_key, hopper::Ring<kTileStages>& ring, int& sliced_pages,
                               unsigned& held) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, K = ph.K;
-    const int chunks = tile_chunks(K), stride = tile_stride(K, chunks);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int chunks = ph.tiles.chunks, stride = ph.tiles.stride;  // with_tiles, on the host: no division here
     const bool rows = ph.bias || ph.epilogue == Epilogue::Residual;
     unsigned long long best = sampling_rule::rank_floor(), waited = 0;  // waited: the timeline's cycles
     // ldmatrix's A fragment: lane l gives row (l & 7) + 8 ((l >> 3) & 1), columns 8 (l >> 4) of the 16-column step
@@ -76,11 +96,11 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
     // own release (kHoldUntil: after it, or after the next phase's wait; held: their stages)
     const int hold_from = ((end - begin + kTileRows - 1) / kTileRows) * chunks - kHoldPages;
     int page = 0;
-    ChunkWalk walk(K, chunks);
+    ChunkWalk walk(ph.tiles.q, ph.tiles.r, chunks);
     for (int g0 = begin; g0 < end; g0 += kTileRows) {
         const int n = min(kTileRows, end - g0);
         const uint32_t row_off = (uint32_t)(min(a_row, n - 1) * stride + a_col * 2);
-        float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};  // e: kMmaChains 2's odd steps
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
         walk.restart();
         for (int c = 0; c < chunks; c++, ring.advance(), page++, walk.next()) {
             const int k0 = walk.k0, steps = walk.steps;
@@ -89,16 +109,10 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
                 const uint32_t tile = pages_addr + (uint32_t)ring.stage() * kTilePageBytes + row_off;
                 // B: x[k0 + 16 step + 2 (l % 4) + {0, 1}] and the same 8 on; every column alike
                 const uint32_t* xk = xb + k0 / 2 + lane % 4;
-                for (int st = warp; st < steps; st += kMmaChains * kWarps) {
+                for (int st = warp; st < steps; st += kWarps) {
                     uint32_t a[4];
                     flash::ldmatrix_x4(a, tile + (uint32_t)st * 32);
                     flash::mma_16816(d, a, xk[st * 8], xk[st * 8 + 4]);
-                    if (kMmaChains == 2 && st + kWarps < steps) {
-                        const int su = st + kWarps;
-                        uint32_t b[4];
-                        flash::ldmatrix_x4(b, tile + (uint32_t)su * 32);
-                        flash::mma_16816(e, b, xk[su * 8], xk[su * 8 + 4]);
-                    }
                 }
             }
             if (kHoldPages > 0 && threadIdx.x == 0 && page >= hold_from) {
@@ -112,7 +126,6 @@ __device__ void product_tiles(const Phase& ph, const Step& s, int i, int begin, 
             }
         }
         if (s.diagnose & kSkipProducts) continue;
-        if (kMmaChains == 2) d[0] += e[0], d[2] += e[2];
         // D's column 0: lanes 4 g hold rows g (d[0]) and g + 8 (d[2])
         float* part = partials + (sliced_pages & 1) * kPartials;
         if (lane % 4 == 0) part[(lane / 4) * kWarps + warp] = d[0], part[(lane / 4 + 8) * kWarps + warp] = d[2];

@@ -6,6 +6,8 @@
 // nvcc.
 #pragma once
 
+#include <cstdint>
+
 #if defined(__CUDACC__)
 #define DECODE_TILE_HD __host__ __device__ __forceinline__
 #else
@@ -46,19 +48,19 @@ namespace decode_persistent {
 #ifndef LLMC_DECODE_INFLIGHT
 #define LLMC_DECODE_INFLIGHT 0
 #endif
-// The accumulator chains of a warp's products (1 or 2): with 2 a warp's steps alternate two accumulators, added at
-// the row group's end, so consecutive mma do not wait for each other (a measurement knob: dev/cuda's
-// decode_step_chains2; another order of summation, so other bits)
-#ifndef LLMC_DECODE_MMA_CHAINS
-#define LLMC_DECODE_MMA_CHAINS 1
+// Product phases ahead whose block share the producer queues into L2 as it begins a phase's pages (0: none), so the
+// weights can stream on while the ring is full through a phase boundary (a measurement knob: dev/cuda's
+// decode_step_lead<P>; the sixteenth session's page-granular lead did not pay, with the products slower than now)
+#ifndef LLMC_DECODE_L2_LEAD
+#define LLMC_DECODE_L2_LEAD 0
 #endif
 constexpr int kTileRows = 16, kTileMaxK = LLMC_DECODE_TILE_MAX_K, kTileStages = LLMC_DECODE_TILE_STAGES;
 constexpr bool kTileWarpRelease = LLMC_DECODE_WARP_RELEASE != 0;
 constexpr int kHoldPages = LLMC_DECODE_HOLD_PAGES, kHoldUntil = LLMC_DECODE_HOLD_UNTIL,
               kInflight = LLMC_DECODE_INFLIGHT;
 static_assert(kHoldUntil >= 0 && kHoldUntil <= 2, "held pages go after the release, the next wait or the next staging");
-constexpr int kMmaChains = LLMC_DECODE_MMA_CHAINS;
-static_assert(kMmaChains == 1 || kMmaChains == 2, "one or two accumulators a warp");
+constexpr int kL2Lead = LLMC_DECODE_L2_LEAD;
+static_assert(kL2Lead >= 0, "a lead of product phases");
 static_assert(kInflight >= 0 && kInflight < kTileStages, "a page in flight is one the consumers have not released");
 static_assert(kHoldPages >= 0 && kHoldPages <= kTileStages, "the held pages are distinct stages of the ring");
 static_assert(kTileMaxK % 16 == 0 && kTileMaxK >= 128, "a chunk is whole 16-column steps");
@@ -80,6 +82,8 @@ struct ChunkWalk {
     DECODE_TILE_HD ChunkWalk(int K, int chunks_) : q(K / 16 / chunks_), r(K / 16 % chunks_), chunks(chunks_) {
         restart();
     }
+    // from a TileCut's q and r (no division)
+    DECODE_TILE_HD ChunkWalk(int q_, int r_, int chunks_) : q(q_), r(r_), chunks(chunks_) { restart(); }
     DECODE_TILE_HD void restart() { k0 = 0, rem = 0, take(); }
     DECODE_TILE_HD void next() { k0 += 16 * steps, take(); }
 
@@ -89,6 +93,32 @@ struct ChunkWalk {
         const bool wide = rem >= chunks;
         rem -= wide ? chunks : 0;
         steps = q + (wide ? 1 : 0);
+    }
+};
+
+// A product's pages for the kernel, computed on the host into its phase (Phase::tiles), so that the consumers do no
+// integer division between one phase's wait and its first page (each costs them 0.15-0.3 us on that path, wherever
+// it sits: docs/DECODE.md): the row's chunks, the page's row stride, and the walk's K / 16 = q chunks + r.
+// chunks 0: not set (the kernel traps on it).
+struct TileCut {
+    int chunks = 0, stride = 0, q = 0, r = 0;
+};
+inline TileCut tile_cut(int K) {
+    TileCut t;
+    t.chunks = tile_chunks(K), t.stride = tile_stride(K, t.chunks), t.q = K / 16 / t.chunks, t.r = K / 16 % t.chunks;
+    return t;
+}
+
+// A block's rows of a product of n rows over `blocks` blocks, [n block / blocks, n (block + 1) / blocks), without a
+// division: inv = 2^40 / blocks rounded up gives floor(x / blocks) exactly as floor(x inv / 2^40) for x blocks < 2^40
+// (the error x (inv blocks - 2^40) / 2^40 stays below 1), so for n (block + 1) < 2^30 at up to 1024 blocks (every
+// GPT-2 shape: n <= 2^16). Made once a launch (its one 64-bit division), used every phase.
+struct RowSplit {
+    uint64_t inv;
+    DECODE_TILE_HD explicit RowSplit(int blocks) : inv(((1ull << 40) + (uint64_t)blocks - 1) / (uint64_t)blocks) {}
+    DECODE_TILE_HD int div(int x) const { return (int)(((uint64_t)x * inv) >> 40); }
+    DECODE_TILE_HD void rows(int n, int block, int* begin, int* end) const {
+        *begin = div(n * block), *end = div(n * (block + 1));
     }
 };
 
