@@ -23,6 +23,12 @@
 // slices through distributed shared memory, never through L2. A step whose phases exchange within clusters (a head's
 // QKV rows, its attention, its share of the projection) would pay this instead of the all-to-all; how many clusters
 // of k can be resident at once (cudaOccupancyMaxActiveClusters) says which k such a step can use.
+// Last, the release's fence against bulk copies in flight (Hopper; docs/DECODE.md, "The ring's depth and the end's
+// release": the step's release grows with the next phase's bytes in flight). The counter hand-off again, each block
+// also copying kb KB from global into shared memory (cp.async.bulk, 16 KB pieces on an mbarrier, from a 1 GiB buffer
+// walked so that the copies miss L2): issued by warp 1 just before the block's release (before), or by thread 0 just
+// after its release add (after), or none. The copies are waited for, and every landed word checked, once the round's
+// vector is loaded. If the fence waits for the SM's copies in flight, before costs about a copy's time more than after.
 //   make -C dev/cuda decode_handoff && ./dev/cuda/decode_handoff [-r rounds (2000)]
 #include <cstdio>
 #include <string>
@@ -32,6 +38,9 @@
 
 #include "common.h"
 #include "llmc/core/block_counters.cuh"
+#include "llmc/hopper/arch.cuh"
+#include "llmc/hopper/pipeline.cuh"
+#include "llmc/hopper/tma.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -225,6 +234,105 @@ struct Handoff {
     }
 };
 
+// The counter hand-off of n floats with `bytes` of bulk copies a block a round, issued before the release (by warp 1)
+// or after it (by thread 0); source: `words` 32-bit words, word i = i. wrong: values or copied words read wrong.
+constexpr int kCopyPiece = 16 << 10, kMaxCopyBytes = 128 << 10;
+template <bool kBefore>
+__global__ void __launch_bounds__(kThreads) fence_kernel(float* data, unsigned* counter, int n, unsigned first,
+                                                         int rounds, const unsigned* source, size_t words, int bytes,
+                                                         unsigned long long* wrong) {
+    extern __shared__ __align__(128) uint8_t landed[];  // bytes
+    __shared__ float x[kMaxN];
+    __shared__ uint64_t bar;
+    if (threadIdx.x == 0) hopper::mbarrier_init(&bar, 1), hopper::fence_barrier_init();
+    __syncthreads();
+    const int begin = (int)((long long)n * blockIdx.x / gridDim.x);
+    const int end = (int)((long long)n * (blockIdx.x + 1) / gridDim.x);
+    const unsigned* landed_words = reinterpret_cast<const unsigned*>(landed);
+    unsigned long long bad = 0;
+    auto copy = [&](size_t at) {  // the round's copies (at: their first word), on the barrier
+        hopper::mbarrier_arrive_expect_tx(&bar, (uint32_t)bytes);
+        for (int b = 0; b < bytes; b += kCopyPiece)
+            hopper::bulk_load_1d(landed + b, source + at + b / 4, (uint32_t)min(kCopyPiece, bytes - b), &bar);
+    };
+    for (unsigned r = first; r < first + (unsigned)rounds; r++) {
+        float* v = data + (size_t)(r & 1u) * n;
+        // a new stretch of the source each round and block, 16-byte aligned: past L2 (1 GiB)
+        const size_t at = (((size_t)r * gridDim.x + blockIdx.x) * (size_t)(bytes / 4)) % (words - bytes / 4);
+        for (int i = begin + threadIdx.x; i < end; i += kThreads) v[i] = (float)value_of(r, i);
+        if (kBefore && bytes && threadIdx.x == 32) copy(at);  // warp 1's copies, in flight at thread 0's release
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            red_release_add(counter, 1u);
+            if (!kBefore && bytes) copy(at);  // after the release add
+            wait_count(counter, r * gridDim.x);
+        }
+        __syncthreads();
+        float f[kPerThread];
+#pragma unroll
+        for (int j = 0; j < kPerThread; j++)
+            if (threadIdx.x + j * kThreads < n) f[j] = __ldcg(v + threadIdx.x + j * kThreads);
+#pragma unroll
+        for (int j = 0; j < kPerThread; j++)
+            if (threadIdx.x + j * kThreads < n) x[threadIdx.x + j * kThreads] = f[j];
+        if (bytes) {
+            hopper::mbarrier_wait(&bar, (r - first) & 1u);
+            for (int i = threadIdx.x; i < bytes / 4; i += kThreads) bad += landed_words[i] != (unsigned)(at + i);
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += kThreads) bad += x[i] != (float)value_of(r, i);
+        __syncthreads();  // x and the landed bytes are rewritten next round
+    }
+    if (bad) atomicAdd(wrong, bad);
+}
+
+// The fence's table: n 1600 and 6400, 0 to 128 KB of copies a block, before and after the release.
+bool fence_rounds(int rounds, int sms) {
+    constexpr size_t kWords = (size_t)1 << 28;  // 1 GiB
+    DeviceBuffer<unsigned> source(kWords), counter(1);
+    DeviceBuffer<float> data(2 * (size_t)kMaxN);
+    DeviceBuffer<unsigned long long> wrong(1);
+    {
+        std::vector<unsigned> host(kWords);
+        for (size_t i = 0; i < kWords; i++) host[i] = (unsigned)i;
+        source.upload(host);
+    }
+    for (const void* k : {(const void*)fence_kernel<true>, (const void*)fence_kernel<false>})
+        cudaCheck(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxCopyBytes));
+    bool ok = true;
+    for (int n : {1600, 6400}) {
+        printf("  n %4d:", n);
+        for (int kb : {0, 32, 64, 128}) {
+            for (int before = 1; before >= 0; before--) {
+                if (kb == 0 && !before) continue;  // no copies: the two are the same
+                cudaCheck(cudaMemset(counter.ptr, 0, counter.bytes())), cudaCheck(cudaMemset(wrong.ptr, 0, wrong.bytes()));
+                unsigned next = 1;
+                int bytes = kb << 10;
+                float* d = data.ptr;
+                unsigned* c = counter.ptr;
+                const unsigned* src = source.ptr;
+                size_t words = kWords;
+                unsigned long long* w = wrong.ptr;
+                const double us = 1e3 * benchmark([&] {
+                    unsigned first = next;
+                    void* args[] = {&d, &c, &n, &first, &rounds, &src, &words, &bytes, &w};
+                    cudaCheck(cudaLaunchCooperativeKernel(before ? (const void*)fence_kernel<true>
+                                                                 : (const void*)fence_kernel<false>,
+                                                          dim3(sms), dim3(kThreads), args, (size_t)bytes, nullptr));
+                    cudaCheckLaunch();
+                    next += (unsigned)rounds;
+                }, 5).warm_ms / rounds;
+                const unsigned long long bad = wrong.download()[0];
+                ok &= bad == 0;
+                printf("  %3d KB %s %.3f%s", kb, kb == 0 ? "none  " : before ? "before" : "after ", us,
+                       bad ? " (WRONG VALUES)" : "");
+            }
+        }
+        printf("\n");
+    }
+    return ok;
+}
+
 // The cluster hand-off for k = 2, 4, 8 and 16 (16: a non-portable size, where the GPU allows it), over as many whole
 // clusters as are resident at once and fit in one block per SM (a second wave would double a round's time).
 bool cluster_rounds(int rounds, int sms) {
@@ -299,6 +407,14 @@ int main(int argc, char** argv) {
     printf("the same within a cluster of k blocks (distributed shared memory), us a round, median of 5 launches of %d "
            "rounds; resident at once: the most clusters of k, as blocks\n", rounds);
     ok &= cluster_rounds(rounds, sms);
+    if (hopper::hopper_available()) {
+        printf("the counter hand-off with bulk copies a block a round, in flight at the release (before: issued by warp "
+               "1 just before it; after: by the releasing thread just after it), us a round, median of 5 launches of "
+               "%d rounds\n", rounds);
+        ok &= fence_rounds(rounds, sms);
+    } else {
+        printf("the release's fence against bulk copies: needs an sm_90a build on an H100/H200, not run\n");
+    }
     printf("decode_handoff: %s (every value read checked)\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
