@@ -118,11 +118,6 @@ __device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_
                     ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar))
                     : "memory");
 }
-// global -> L2 only: `bytes` (a multiple of 16, from a 16-byte aligned address) queued into L2; nothing lands in
-// shared memory and nothing waits for it (a hint, which the memory system may drop).
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
-    LLMC_HOPPER_ASM("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
 // shared -> global (rows and columns past the matrix are not written); tracked as a bulk group of this thread.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int col, int row) {
     LLMC_HOPPER_ASM("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n"

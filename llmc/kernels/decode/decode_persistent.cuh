@@ -79,9 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
             int issued = 0;
             for (int i = 0; i < s.count; i++) {
                 const Phase& ph = s.phases[i];
-                if (ph.kind != Kind::Product) continue;
-                if (kL2Lead > 0 && threadIdx.x % 32 == 0) lead_to_l2(s, i, split);
-                produce_tiles(ph, s, i, split, pages, ring, lag, issued);
+                if (ph.kind == Kind::Product) produce_tiles(ph, s, i, split, pages, ring, lag, issued);
             }
             return;
         }

@@ -58,21 +58,6 @@ __device__ __forceinline__ void produce_tiles(const Phase& ph, const Step& s, in
     }
 }
 
-// kL2Lead: the block's share of the product phase kL2Lead product phases after phase i, queued into L2 in pieces of
-// 32 KB by the producer's lane 0 as it begins phase i (its rows are contiguous in W).
-__device__ __forceinline__ void lead_to_l2(const Step& s, int i, const RowSplit& split) {
-    int j = i, ahead = 0;
-    while (ahead < kL2Lead && ++j < s.count) ahead += s.phases[j].kind == Kind::Product;
-    if (ahead < kL2Lead) return;
-    const Phase& ph = s.phases[j];
-    int begin, end;
-    rows_of(split, ph.N, &begin, &end);
-    const uint8_t* from = reinterpret_cast<const uint8_t*>(ph.W + (size_t)begin * ph.K);
-    const size_t bytes = (size_t)(end - begin) * ph.K * sizeof(bf16);
-    for (size_t at = 0; at < bytes; at += 32768)
-        hopper::bulk_prefetch_l2(from + at, (uint32_t)(bytes - at < 32768 ? bytes - at : 32768));
-}
-
 // Thread 0's held pages (product_tiles' kHoldPages, their stages a bitmask) released, the mask left empty.
 __device__ __forceinline__ void release_held(const hopper::Ring<kTileStages>& ring, unsigned& held) {
     for (; held; held &= held - 1) ring.release(__ffs(held) - 1);

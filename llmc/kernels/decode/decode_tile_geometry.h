@@ -48,19 +48,11 @@ namespace decode_persistent {
 #ifndef LLMC_DECODE_INFLIGHT
 #define LLMC_DECODE_INFLIGHT 0
 #endif
-// Product phases ahead whose block share the producer queues into L2 as it begins a phase's pages (0: none), so the
-// weights can stream on while the ring is full through a phase boundary (a measurement knob: dev/cuda's
-// decode_step_lead<P>; the sixteenth session's page-granular lead did not pay, with the products slower than now)
-#ifndef LLMC_DECODE_L2_LEAD
-#define LLMC_DECODE_L2_LEAD 0
-#endif
 constexpr int kTileRows = 16, kTileMaxK = LLMC_DECODE_TILE_MAX_K, kTileStages = LLMC_DECODE_TILE_STAGES;
 constexpr bool kTileWarpRelease = LLMC_DECODE_WARP_RELEASE != 0;
 constexpr int kHoldPages = LLMC_DECODE_HOLD_PAGES, kHoldUntil = LLMC_DECODE_HOLD_UNTIL,
               kInflight = LLMC_DECODE_INFLIGHT;
 static_assert(kHoldUntil >= 0 && kHoldUntil <= 2, "held pages go after the release, the next wait or the next staging");
-constexpr int kL2Lead = LLMC_DECODE_L2_LEAD;
-static_assert(kL2Lead >= 0, "a lead of product phases");
 static_assert(kInflight >= 0 && kInflight < kTileStages, "a page in flight is one the consumers have not released");
 static_assert(kHoldPages >= 0 && kHoldPages <= kTileStages, "the held pages are distinct stages of the ring");
 static_assert(kTileMaxK % 16 == 0 && kTileMaxK >= 128, "a chunk is whole 16-column steps");
@@ -79,11 +71,9 @@ DECODE_TILE_HD int tile_stride(int K, int chunks) {
 // columns, or q + 1 where r c / chunks passes an integer; rem is r (c + 1) mod chunks. restart() is chunk 0.
 struct ChunkWalk {
     int q, r, chunks, k0 = 0, steps = 0, rem = 0;
-    DECODE_TILE_HD ChunkWalk(int K, int chunks_) : q(K / 16 / chunks_), r(K / 16 % chunks_), chunks(chunks_) {
-        restart();
-    }
-    // from a TileCut's q and r (no division)
+    // from a TileCut's q and r (no division), or from K
     DECODE_TILE_HD ChunkWalk(int q_, int r_, int chunks_) : q(q_), r(r_), chunks(chunks_) { restart(); }
+    DECODE_TILE_HD ChunkWalk(int K, int chunks_) : ChunkWalk(K / 16 / chunks_, K / 16 % chunks_, chunks_) {}
     DECODE_TILE_HD void restart() { k0 = 0, rem = 0, take(); }
     DECODE_TILE_HD void next() { k0 += 16 * steps, take(); }
 
@@ -99,14 +89,14 @@ struct ChunkWalk {
 // A product's pages for the kernel, computed on the host into its phase (Phase::tiles), so that the consumers do no
 // integer division between one phase's wait and its first page (each costs them 0.15-0.3 us on that path, wherever
 // it sits: docs/DECODE.md): the row's chunks, the page's row stride, and the walk's K / 16 = q chunks + r.
-// chunks 0: not set (the kernel traps on it).
+// chunks 0: not set (with_tiles sets it; a check in the kernel pushed it into spills, docs/DECODE.md).
 struct TileCut {
     int chunks = 0, stride = 0, q = 0, r = 0;
 };
-inline TileCut tile_cut(int K) {
-    TileCut t;
-    t.chunks = tile_chunks(K), t.stride = tile_stride(K, t.chunks), t.q = K / 16 / t.chunks, t.r = K / 16 % t.chunks;
-    return t;
+inline TileCut tile_cut(int K) {  // the walk's q and r as ChunkWalk finds them
+    const int chunks = tile_chunks(K);
+    const ChunkWalk walk(K, chunks);
+    return {chunks, tile_stride(K, chunks), walk.q, walk.r};
 }
 
 // A block's rows of a product of n rows over `blocks` blocks, [n block / blocks, n (block + 1) / blocks), without a
