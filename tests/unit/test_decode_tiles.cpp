@@ -3,9 +3,10 @@
 // multiple of 16 columns (the mma's k-step) and at most kTileMaxK; every copy's size a multiple of 16 bytes; the
 // row stride 16 bytes past a multiple of 128 (ldmatrix's eight rows in eight bank groups) and wide enough for the
 // widest chunk; 16 rows of it within a page. The GPU side (test_decode's check 6, decode_step -m 1) checks the
-// products themselves.
+// products themselves. And the attention's chunks (decode_attention_chunks.h) at every position of every GPT-2 shape.
 #include <gtest/gtest.h>
 
+#include "llmc/kernels/decode/decode_attention_chunks.h"
 #include "llmc/kernels/decode/decode_tile_geometry.h"
 
 namespace dp = decode_persistent;
@@ -86,4 +87,28 @@ TEST(DecodeTiles, GPT2Shapes) {
         EXPECT_EQ(chunks, w.chunks) << "K " << w.K;
         EXPECT_EQ(dp::tile_stride(w.K, chunks), w.stride) << "K " << w.K;
     }
+}
+
+// splits_at at every position of GPT-2's shapes: between 1 and the model's most; every chunk within its registers
+// (the longest of unit_keys' cuts is ceil(keys / splits)); about kUnitKeys keys a chunk until the most is reached,
+// the most from there on (today's cut for long contexts).
+TEST(DecodeTiles, AttentionChunksByPosition) {
+    const int max_T = 1024;
+    for (int NH : {12, 16, 20, 25}) {
+        const int most = dp::attention_splits(NH, max_T);
+        ASSERT_GE(most, 1) << "NH " << NH;
+        for (int pos = 0; pos < max_T; pos++) {
+            const int s = dp::splits_at(pos, most), keys = pos + 1;
+            ASSERT_GE(s, 1) << "NH " << NH << " pos " << pos;
+            ASSERT_LE(s, most) << "NH " << NH << " pos " << pos;
+            ASSERT_LE((keys + s - 1) / s, dp::kChunkKeys) << "NH " << NH << " pos " << pos;
+            const int wanted = (keys + dp::kUnitKeys - 1) / dp::kUnitKeys;
+            EXPECT_EQ(s, wanted < most ? wanted : most) << "NH " << NH << " pos " << pos;
+        }
+    }
+    EXPECT_EQ(dp::splits_at(255, dp::attention_splits(25, max_T)), 2);  // d48 at position 255
+    EXPECT_EQ(dp::splits_at(1023, dp::attention_splits(25, max_T)), 5);
+    EXPECT_EQ(dp::splits_at(1023, dp::attention_splits(12, max_T)), 8);
+    EXPECT_EQ(dp::splits_at(2047, 8), 8);
+    EXPECT_EQ(dp::splits_at(2048, 8), 9);  // past the kernel's reach: it traps on more than kMaxSplits
 }

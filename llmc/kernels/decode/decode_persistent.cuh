@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(kThreads, 1) step_kernel(Step step, int x_floa
     s.seq = s.row ? *s.row : 0;
     s.token += s.seq, s.len += s.seq, s.cache_offset = (size_t)s.seq * s.NH * s.max_T * s.HS;
     s.pos = *s.len - 1;
+    s.attn_splits = splits_at(s.pos, s.attn_splits);
     // the host's limits (persistent_step_supported), kept here too: past them chunks or keys would be dropped silently
     if (s.pos < 0 || s.attn_splits < 1 || s.attn_splits > kMaxSplits || s.pos + 1 > kChunkKeys * s.attn_splits ||
         x_floats % 4 != 0 || (s.seq != 0 && s.next_tokens) || s.HS != kHeadSize || gridDim.x > 1024)

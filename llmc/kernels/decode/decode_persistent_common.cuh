@@ -8,6 +8,7 @@
 
 #include "llmc/gpt2/gpt2_config.h"
 #include "llmc/hopper/arch.cuh"
+#include "llmc/kernels/decode/decode_attention_chunks.h"
 #include "llmc/kernels/decode/decode_tile_geometry.h"
 #include "llmc/kernels/sampling/sampling_rule.h"
 
@@ -21,9 +22,7 @@ constexpr int kMaxPageRows = 32;    // rows of a page at the narrowest K (768)
 constexpr int kPartials = kMaxPageRows * kWarps;  // a page's (row, slice) sums
 constexpr int kInVec = 4;          // 16-byte input vectors a consumer thread stages (K up to 8192)
 constexpr int kMaxBlockRows = 64;  // a block's rows of a phase with a bias or a residual (N up to 64 x the grid)
-// attention: heads of 64; a chunk of keys is up to kRounds rounds of 32 (in registers); about kAttentionUnits
-// (head, chunk) units a step, whatever the grid; a unit's partial result is m, l, two pads and o (64)
-constexpr int kHeadSize = 64, kRounds = 8, kChunkKeys = kRounds * 32, kMaxSplits = 8, kAttentionUnits = 128;
+// attention (its chunks: decode_attention_chunks.h): a unit's partial result is m, l, two pads and o (64)
 constexpr int kUnitFloats = 4 + kHeadSize;
 
 enum class Kind : int { Product, Attention };
@@ -80,7 +79,8 @@ struct Step {
     int* tokens_out = nullptr;
     int max_new = 0;
     unsigned diagnose = 0;               // dev/cuda/decode_step's timings of parts (wrong results): kSkip* bits
-    int attn_splits = 1;                 // a head's key chunks (attention_splits)
+    int attn_splits = 1;                 // a head's key chunks: the host gives the most (attention_splits), the
+                                         // kernel sets the step's (splits_at)
     // the sequence the step is for (a server's lone busy slot), read on the device so one captured graph serves any
     // slot; null: sequence 0. Its token, length, cache rows and logits row; the greedy fold is for sequence 0 only.
     const int* row = nullptr;
@@ -98,15 +98,6 @@ struct Step {
 // clock64 past the barrier that ends the phase, before the release (kMarkSynced: the end's barrier and its release
 // apart).
 constexpr int kMarkPagesWait = 5, kMarkFirstIssued = 6, kMarkLastIssued = 7, kMarkSynced = 8, kTimelineMarks = 9;
-
-// A head's key chunks: about kAttentionUnits units over the heads (from the model alone, so results do not depend on
-// the GPU), and enough that a chunk at the whole context fits its registers; 0 past kMaxSplits chunks.
-inline int attention_splits(int NH, int max_T) {
-    const int by_units = NH >= kAttentionUnits ? 1 : kAttentionUnits / NH;
-    const int by_keys = (max_T + kChunkKeys - 1) / kChunkKeys;
-    if (by_keys > kMaxSplits) return 0;
-    return by_units > kMaxSplits ? kMaxSplits : by_units > by_keys ? by_units : by_keys;
-}
 
 // Shared memory: the ring's barriers, the pages, x (a product's input; attention's scratch), partial sums, the
 // block's rows' bias and residual, a reduction scratch, two phase descriptions (each piece a multiple of 16 bytes);
