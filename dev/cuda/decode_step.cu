@@ -372,9 +372,9 @@ int main(int argc, char** argv) {
     }
     launch();
     cudaCheck(cudaDeviceSynchronize());
-    printf("d%d, C %d, %d phases on %d SMs, %.0f KB of shared memory a block, attention in %d chunks a head, the "
-           "products on %s; the token at position %d\n", depth, C, (int)phases.size(), sms, smem / 1024.0, splits,
-           tiles ? "the tensor cores" : "FFMA", pos);
+    printf("d%d, C %d, %d phases on %d SMs, %.0f KB of shared memory a block, attention in %d chunks a head (at most "
+           "%d), the products on %s; the token at position %d\n", depth, C, (int)phases.size(), sms, smem / 1024.0,
+           dp::splits_at(pos, splits), splits, tiles ? "the tensor cores" : "FFMA", pos);
     const std::vector<bf16> g_qkv = qkv.download(), g_atty = atty.download(), g_res2 = res2.download(),
                             g_fch = fch.download(), g_res3 = res3.download(), g_logits = logits.download();
     Activations gpu;  // the kernel's activations, per layer, as doubles
