@@ -72,6 +72,18 @@ constexpr int kPerThread = (kMaxN + kThreads - 1) / kThreads;
 // Polls of a word before it counts as never arriving (a stale or lost word fails the run instead of hanging it).
 constexpr int kMaxPolls = 1 << 20;
 
+// The whole released vector into shared x, all of a thread's loads in flight before the first store (as the tagged
+// modes' first pass); __ldcg: L2, where the other blocks' stores landed.
+__device__ __forceinline__ void load_released(const float* v, int n, float* x) {
+    float f[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; j++)
+        if (threadIdx.x + j * kThreads < n) f[j] = __ldcg(v + threadIdx.x + j * kThreads);
+#pragma unroll
+    for (int j = 0; j < kPerThread; j++)
+        if (threadIdx.x + j * kThreads < n) x[threadIdx.x + j * kThreads] = f[j];
+}
+
 // A thread's tagged words into x: all its loads issued at once (independent, so they are in flight together), then
 // only the words whose tag is not yet `tag` loaded again. Returns the words that never arrived.
 template <typename Word, typename Tag, typename Value>
@@ -130,13 +142,7 @@ __global__ void __launch_bounds__(kThreads) handoff_kernel(void* data, unsigned*
                     while ((int)(ld_acquire(counter) - r * gridDim.x) < 0) {}
             }
             __syncthreads();
-            float f[kPerThread];  // all loads in flight at once, as the tagged modes' first pass
-#pragma unroll
-            for (int j = 0; j < kPerThread; j++)
-                if (threadIdx.x + j * kThreads < n) f[j] = __ldcg(v + threadIdx.x + j * kThreads);
-#pragma unroll
-            for (int j = 0; j < kPerThread; j++)
-                if (threadIdx.x + j * kThreads < n) x[threadIdx.x + j * kThreads] = f[j];
+            load_released(v, n, x);
         } else if (kMode == LL64) {
             unsigned long long* v = reinterpret_cast<unsigned long long*>(data) + half;
             for (int i = begin + threadIdx.x; i < end; i += kThreads)
@@ -268,13 +274,7 @@ __global__ void __launch_bounds__(kThreads) fence_kernel(float* data, unsigned* 
             wait_count(counter, r * gridDim.x);
         }
         __syncthreads();
-        float f[kPerThread];
-#pragma unroll
-        for (int j = 0; j < kPerThread; j++)
-            if (threadIdx.x + j * kThreads < n) f[j] = __ldcg(v + threadIdx.x + j * kThreads);
-#pragma unroll
-        for (int j = 0; j < kPerThread; j++)
-            if (threadIdx.x + j * kThreads < n) x[threadIdx.x + j * kThreads] = f[j];
+        load_released(v, n, x);
         if (bytes) {
             hopper::mbarrier_wait(&bar, (r - first) & 1u);
             for (int i = threadIdx.x; i < bytes / 4; i += kThreads) bad += landed_words[i] != (unsigned)(at + i);
