@@ -68,6 +68,8 @@ run_suite cubin-stall bash tests/cli/test_cubin_stall.sh
 run_suite test-streams bash tests/cli/test_streams.sh
 # scripts/bench/fp8_quality.py's verdict (issue 64's quality points) on hand-made logs: each failure with its reason
 run_suite fp8-quality-verdict bash tests/cli/test_fp8_quality.sh
+# scripts/bench/hellaswag_paired.py (two models' HellaSwag picks item by item) on hand-made picks files, bad input refused
+run_suite hellaswag-paired bash tests/cli/test_hellaswag_paired.sh
 # a second of every reader's fuzzer on its seed corpus, so they stay alive (longer: FUZZ_SECONDS=N)
 run_suite fuzzers bash tests/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-1}" 2
 # the server's host side (requests, scheduler, HTTP) on a fake engine, and the GPU session's scripts against the server

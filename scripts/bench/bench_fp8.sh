@@ -10,6 +10,11 @@
 #            25: BF16 with seed 42, BF16 with seed 43 (BF16's own spread), FP8 with seed 42. Prints every
 #            validation's losses and one verdict (scripts/bench/fp8_quality.py): FP8 within max(0.02, the spread) at
 #            every validation after step 100 and at its best, finite, every step; eval accuracy within 1 point.
+#            Then the last evaluation's picks (-hp) compared item by item (scripts/bench/hellaswag_paired.py): FP8
+#            against BF16, BF16's second seed against its first. Q12SEED2=1 adds FP8 with seed 43 (its verdict against
+#            BF16 seed 43); Q12FLOOR=1 adds BF16 seed 42 with -ab materialized, rounding alone changed (the floor, in
+#            FP8's place in a verdict of its own). QFINAL=N keeps each run's last checkpoint and evaluates every final
+#            model in the BF16 forward on N examples made as above (the first QEXAMPLES of them the same), paired alike.
 #   trajectory  300 steps from TRAJ_MODEL (ref/d12_model.bin, which make test writes), BF16 and FP8: the mean train
 #            loss over steps 151-300 within 0.02.
 #   quality48  d48 likewise for Q48STEPS (300), BF16 and FP8 at each seed of Q48SEEDS (42; Q48SEED2=1: "42 43"):
@@ -22,8 +27,8 @@
 #            step's summary line and its kernels by time ("fp8 profile" lines, the TOP longest of each), so where the
 #            casts' time goes is measured, not estimated
 #   scripts/bench/bench_fp8.sh [speed] [quality] [trajectory] [quality48] [profile]     (speed and quality by default)
-# Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), Q48STEPS (300), Q48SEEDS, Q48SEED2, Q48FLOOR, QEXAMPLES,
-#      HELLASWAG, TOP (30), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs), FP8_FLAGS (for the FP8
+# Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), Q12SEED2, Q12FLOOR, QFINAL, Q48STEPS (300), Q48SEEDS,
+#      Q48SEED2, Q48FLOOR, QEXAMPLES, HELLASWAG, TOP (30), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs), FP8_FLAGS (for the FP8
 #      runs only, e.g. -fp8h 16),
 #      QREUSE (a LOGDIR of an earlier call: each quality run found there, q_<name>/main.log, is taken from it instead of
 #      run again; the runs are deterministic, so only the FP8 side of a new recipe need run).
@@ -104,33 +109,70 @@ quality_data() {
             ./data/hellaswag --vocab-dir data/cache/gpt2 -o "$EVAL" "$LOGDIR/eval.jsonl" >/dev/null ||
             { echo "fp8 quality: cannot make the eval file"; exit 1; }
     fi
+    EVAL_FINAL=$LOGDIR/eval_final.bin  # QFINAL's, from the same text and seed: its first QEXAMPLES are EVAL's examples
+    if [ -n "${QFINAL:-}" ]; then
+        python3 scripts/tools/hellaswag_from_text.py "$LOGDIR/ts_heldout.txt" "$QFINAL" 1 "$LOGDIR/eval_final.jsonl" &&
+            ./data/hellaswag --vocab-dir data/cache/gpt2 -o "$EVAL_FINAL" "$LOGDIR/eval_final.jsonl" >/dev/null ||
+            { echo "fp8 quality: cannot make the final eval file"; exit 1; }
+    fi
 }
 # name:fp8 mode:seed[:flags of this run] ... -- flags: each run into $LOGDIR/q_<name>
 quality_runs() {
-    local runs=()
+    local runs=() picks=()
     while [ "$1" != -- ]; do runs+=("$1"); shift; done
     shift
     for run in "${runs[@]}"; do
         IFS=: read -r name mode seed extra <<<"$run"
+        picks=()  # with -h 1: the last evaluation's picks, for hellaswag_paired.py
+        [[ " $* " == *" -h 1 "* ]] && picks=(-hp "$LOGDIR/q_$name.picks.tsv")
         if [ -n "${QREUSE:-}" ] && [ -f "$QREUSE/q_$name/main.log" ] && [ "$QREUSE" != "$LOGDIR" ]; then
             rm -rf "$LOGDIR/q_$name" && mkdir -p "$LOGDIR/q_$name"
             cp "$QREUSE/q_$name/main.log" "$LOGDIR/q_$name/" && cp "$QREUSE/q_$name.log" "$LOGDIR/" 2>/dev/null || true
+            cp "$QREUSE/q_$name/"model_*.bin "$LOGDIR/q_$name/" 2>/dev/null || true
+            cp "$QREUSE/q_$name.picks.tsv" "$LOGDIR/" 2>/dev/null || true
             echo "fp8 quality: the $name run taken from $QREUSE"
             continue
         fi
         rm -rf "$LOGDIR/q_$name"
         ./train_gpt2cu "$@" -i "${QDATA}_train_000000.bin" -j "${QDATA}_val_000000.bin" -fp8 "$mode" -seed "$seed" \
-            -o "$LOGDIR/q_$name" $TRAIN_FLAGS $(fp8_flags "$mode") $extra >"$LOGDIR/q_$name.log" 2>&1 ||
+            -o "$LOGDIR/q_$name" ${picks[@]+"${picks[@]}"} $TRAIN_FLAGS $(fp8_flags "$mode") $extra \
+            >"$LOGDIR/q_$name.log" 2>&1 ||
             { tail -n 5 "$LOGDIR/q_$name.log"; echo "fp8 quality: the $name run failed"; }
     done
 }
 
 if [[ " $PARTS " == *" quality "* ]]; then  # d12, the main job's settings (scripts/runs/run_tinyshakespeare.sh)
     quality_data
-    quality_runs bf16_42:0:42 bf16_43:0:43 "fp8_42:$FP8:42" -- -e d12 -b 8 -t 512 -l 6e-4 -u 20 -v 25 -m -1 \
-        -k cosine -q 0.1 -c 0.1 -s 0 -x "$QSTEPS" -h 1 -hf "$EVAL"
+    runs=(bf16_42:0:42 bf16_43:0:43 "fp8_42:$FP8:42")
+    pairs=("bf16_42 fp8_42" "bf16_42 bf16_43")  # hellaswag_paired.py: A B
+    [ "${Q12SEED2:-0}" = 1 ] && runs+=("fp8_43:$FP8:43") && pairs+=("bf16_43 fp8_43")
+    [ "${Q12FLOOR:-0}" = 1 ] && runs+=("bf16mat_42:0:42:-ab materialized") && pairs+=("bf16_42 bf16mat_42")
+    keep=(); [ -n "${QFINAL:-}" ] && keep=(-n "$QSTEPS" -nk 1)  # the final model, for the QFINAL eval
+    quality_runs "${runs[@]}" -- -e d12 -b 8 -t 512 -l 6e-4 -u 20 -v 25 -m -1 \
+        -k cosine -q 0.1 -c 0.1 -s 0 -x "$QSTEPS" -h 1 -hf "$EVAL" ${keep[@]+"${keep[@]}"}
     python3 scripts/bench/fp8_quality.py --label d12 --bf16 "$LOGDIR/q_bf16_42" --bf16-seed2 "$LOGDIR/q_bf16_43" \
         --fp8 "$LOGDIR/q_fp8_42" --after 100 --tol 0.02 --steps "$QSTEPS" || true
+    [ "${Q12SEED2:-0}" = 1 ] && { python3 scripts/bench/fp8_quality.py --label "d12 seed 43" --bf16 "$LOGDIR/q_bf16_43" \
+        --bf16-seed2 "$LOGDIR/q_bf16_42" --fp8 "$LOGDIR/q_fp8_43" --after 100 --tol 0.02 --steps "$QSTEPS" || true; }
+    [ "${Q12FLOOR:-0}" = 1 ] && { python3 scripts/bench/fp8_quality.py --label "d12 floor (bf16 -ab materialized as fp8)" \
+        --bf16 "$LOGDIR/q_bf16_42" --bf16-seed2 "$LOGDIR/q_bf16_43" --fp8 "$LOGDIR/q_bf16mat_42" --after 100 \
+        --tol 0.02 --steps "$QSTEPS" || true; }
+    if [ -n "${QFINAL:-}" ]; then  # every final model in the BF16 forward, on the QFINAL examples
+        for run in "${runs[@]}"; do
+            name=${run%%:*}; model=$(ls "$LOGDIR/q_$name/"model_*.bin 2>/dev/null | tail -n 1)
+            [ -n "$model" ] && ./train_gpt2cu -e "$model" -x 0 -v 0 -s 0 -b 8 -t 512 -h 1 -hf "$EVAL_FINAL" \
+                -hp "$LOGDIR/q_$name.final.tsv" -i "${QDATA}_train_000000.bin" -j "${QDATA}_val_000000.bin" \
+                >"$LOGDIR/q_$name.final.log" 2>&1 || echo "fp8 quality: the $name run's final eval failed"
+        done
+    fi
+    for pair in "${pairs[@]}"; do
+        read -r a b <<<"$pair"
+        for kind in picks final; do
+            [ -f "$LOGDIR/q_$a.$kind.tsv" ] && [ -f "$LOGDIR/q_$b.$kind.tsv" ] || continue
+            python3 scripts/bench/hellaswag_paired.py "$LOGDIR/q_$a.$kind.tsv" "$LOGDIR/q_$b.$kind.tsv" --names "$a" "$b" |
+                sed "s/^hellaswag paired:/fp8 quality d12 eval ($([ $kind = picks ] && echo last evaluation || echo "final, bf16 forward")):/" || true
+        done
+    done
 fi
 
 if [[ " $PARTS " == *" trajectory "* ]]; then  # 300 steps from one trained init (TRAJ_MODEL: make test's d12 reference)
