@@ -28,8 +28,8 @@
 #            casts' time goes is measured, not estimated
 #   scripts/bench/bench_fp8.sh [speed] [quality] [trajectory] [quality48] [profile]     (speed and quality by default)
 # Env: FP8 (1), SHAPES, ROUNDS (2), STEPS (40), QSTEPS (1000), Q12SEED2, Q12FLOOR, QFINAL, Q48STEPS (300), Q48SEEDS,
-#      Q48SEED2, Q48FLOOR, QEXAMPLES, HELLASWAG, TOP (30), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra flags for all runs), FP8_FLAGS (for the FP8
-#      runs only, e.g. -fp8h 16),
+#      Q48SEED2, Q48FLOOR, QEXAMPLES, HELLASWAG, TOP (30), LOGDIR (bench_logs/fp8), TRAIN_FLAGS (extra flags for all
+#      runs), FP8_FLAGS (for the FP8 runs only, e.g. -fp8h 16),
 #      QREUSE (a LOGDIR of an earlier call: each quality run found there, q_<name>/main.log, is taken from it instead of
 #      run again; the runs are deterministic, so only the FP8 side of a new recipe need run).
 set -euo pipefail
@@ -101,20 +101,18 @@ quality_data() {
     ./data/prepro --vocab-dir data/cache/gpt2 --split-blank-lines --val-tokens 32768 -o "$QDATA" \
         data/cache/tinyshakespeare/input.txt data/cache/alice/pg11_lf.txt >"$LOGDIR/prepro.log" 2>&1 ||
         { cat "$LOGDIR/prepro.log"; exit 1; }
+    head -c 90000 data/cache/tinyshakespeare/input.txt >"$LOGDIR/ts_heldout.txt"  # inside the val tokens
     EVAL=${HELLASWAG:-$LOGDIR/eval_ts_heldout.bin}
-    if [ -z "${HELLASWAG:-}" ]; then
-        head -c 90000 data/cache/tinyshakespeare/input.txt >"$LOGDIR/ts_heldout.txt"  # inside the val tokens
-        python3 scripts/tools/hellaswag_from_text.py "$LOGDIR/ts_heldout.txt" "${QEXAMPLES:-1024}" 1 \
-            "$LOGDIR/eval.jsonl" &&
-            ./data/hellaswag --vocab-dir data/cache/gpt2 -o "$EVAL" "$LOGDIR/eval.jsonl" >/dev/null ||
-            { echo "fp8 quality: cannot make the eval file"; exit 1; }
-    fi
-    EVAL_FINAL=$LOGDIR/eval_final.bin  # QFINAL's, from the same text and seed: its first QEXAMPLES are EVAL's examples
-    if [ -n "${QFINAL:-}" ]; then
-        python3 scripts/tools/hellaswag_from_text.py "$LOGDIR/ts_heldout.txt" "$QFINAL" 1 "$LOGDIR/eval_final.jsonl" &&
-            ./data/hellaswag --vocab-dir data/cache/gpt2 -o "$EVAL_FINAL" "$LOGDIR/eval_final.jsonl" >/dev/null ||
-            { echo "fp8 quality: cannot make the final eval file"; exit 1; }
-    fi
+    [ -n "${HELLASWAG:-}" ] || made_eval "${QEXAMPLES:-1024}" "$EVAL"
+    # QFINAL's, from the same text and seed: its first QEXAMPLES are EVAL's examples
+    EVAL_FINAL=$LOGDIR/eval_final.bin
+    [ -z "${QFINAL:-}" ] || made_eval "$QFINAL" "$EVAL_FINAL"
+}
+# made_eval N OUT.bin: N examples from the held-out text (seed 1), through data/hellaswag
+made_eval() {
+    python3 scripts/tools/hellaswag_from_text.py "$LOGDIR/ts_heldout.txt" "$1" 1 "${2%.bin}.jsonl" &&
+        ./data/hellaswag --vocab-dir data/cache/gpt2 -o "$2" "${2%.bin}.jsonl" >/dev/null ||
+        { echo "fp8 quality: cannot make the eval file $2"; exit 1; }
 }
 # name:fp8 mode:seed[:flags of this run] ... -- flags: each run into $LOGDIR/q_<name>
 quality_runs() {
@@ -152,11 +150,12 @@ if [[ " $PARTS " == *" quality "* ]]; then  # d12, the main job's settings (scri
         -k cosine -q 0.1 -c 0.1 -s 0 -x "$QSTEPS" -h 1 -hf "$EVAL" ${keep[@]+"${keep[@]}"}
     python3 scripts/bench/fp8_quality.py --label d12 --bf16 "$LOGDIR/q_bf16_42" --bf16-seed2 "$LOGDIR/q_bf16_43" \
         --fp8 "$LOGDIR/q_fp8_42" --after 100 --tol 0.02 --steps "$QSTEPS" || true
-    [ "${Q12SEED2:-0}" = 1 ] && { python3 scripts/bench/fp8_quality.py --label "d12 seed 43" --bf16 "$LOGDIR/q_bf16_43" \
-        --bf16-seed2 "$LOGDIR/q_bf16_42" --fp8 "$LOGDIR/q_fp8_43" --after 100 --tol 0.02 --steps "$QSTEPS" || true; }
-    [ "${Q12FLOOR:-0}" = 1 ] && { python3 scripts/bench/fp8_quality.py --label "d12 floor (bf16 -ab materialized as fp8)" \
-        --bf16 "$LOGDIR/q_bf16_42" --bf16-seed2 "$LOGDIR/q_bf16_43" --fp8 "$LOGDIR/q_bf16mat_42" --after 100 \
-        --tol 0.02 --steps "$QSTEPS" || true; }
+    [ "${Q12SEED2:-0}" = 1 ] && { python3 scripts/bench/fp8_quality.py --label "d12 seed 43" \
+        --bf16 "$LOGDIR/q_bf16_43" --bf16-seed2 "$LOGDIR/q_bf16_42" --fp8 "$LOGDIR/q_fp8_43" --after 100 --tol 0.02 \
+        --steps "$QSTEPS" || true; }
+    [ "${Q12FLOOR:-0}" = 1 ] && { python3 scripts/bench/fp8_quality.py \
+        --label "d12 floor (bf16 -ab materialized as fp8)" --bf16 "$LOGDIR/q_bf16_42" --bf16-seed2 "$LOGDIR/q_bf16_43" \
+        --fp8 "$LOGDIR/q_bf16mat_42" --after 100 --tol 0.02 --steps "$QSTEPS" || true; }
     if [ -n "${QFINAL:-}" ]; then  # every final model in the BF16 forward, on the QFINAL examples
         for run in "${runs[@]}"; do
             name=${run%%:*}; model=$(ls "$LOGDIR/q_$name/"model_*.bin 2>/dev/null | tail -n 1)
@@ -167,10 +166,11 @@ if [[ " $PARTS " == *" quality "* ]]; then  # d12, the main job's settings (scri
     fi
     for pair in "${pairs[@]}"; do
         read -r a b <<<"$pair"
-        for kind in picks final; do
-            [ -f "$LOGDIR/q_$a.$kind.tsv" ] && [ -f "$LOGDIR/q_$b.$kind.tsv" ] || continue
-            python3 scripts/bench/hellaswag_paired.py "$LOGDIR/q_$a.$kind.tsv" "$LOGDIR/q_$b.$kind.tsv" --names "$a" "$b" |
-                sed "s/^hellaswag paired:/fp8 quality d12 eval ($([ $kind = picks ] && echo last evaluation || echo "final, bf16 forward")):/" || true
+        for kind in "picks:last evaluation" "final:final, bf16 forward"; do
+            file=${kind%%:*}; what=${kind#*:}
+            [ -f "$LOGDIR/q_$a.$file.tsv" ] && [ -f "$LOGDIR/q_$b.$file.tsv" ] || continue
+            python3 scripts/bench/hellaswag_paired.py "$LOGDIR/q_$a.$file.tsv" "$LOGDIR/q_$b.$file.tsv" \
+                --names "$a" "$b" | sed "s/^hellaswag paired:/fp8 quality d12 eval ($what):/" || true
         done
     done
 fi

@@ -71,7 +71,8 @@ def main():
     name_a, name_b = args.names or (args.a, args.b)
     a, b = read_picks(args.a), read_picks(args.b)
     if a.keys() != b.keys():
-        sys.exit(f"error: {args.a} and {args.b} hold different examples ({len(a)} and {len(b)}): not the same eval file")
+        sys.exit(f"error: {args.a} and {args.b} hold different examples ({len(a)} and {len(b)}): "
+                 f"not the same eval file")
     bad = next((e for e in sorted(a) if a[e][0] != b[e][0]), None)
     if bad is not None:
         sys.exit(f"error: {args.a} and {args.b}: example {bad} has labels {a[bad][0]} and {b[bad][0]}: "
